@@ -1,0 +1,41 @@
+# biosrecall: the two set-up commands (`make demo`, `make test`) each build their own virtual environment.
+# torch is pinned to the CPU build first: an unpinned torch would pull a multi-GB CUDA build.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test test-fast lint format bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## The main job on a small default: generate a dataset, train the Figure-1 schedules, plot.
+demo: $(VENV)/.installed
+	$(VENV)/bin/biosrecall figure1 --preset quick --out runs/demo
+
+## Lint, format check, then every test (slow ones included).
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q
+
+## Everyday loop while developing: skip tests marked slow.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow"
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## Every benchmark under benchmarks/, one table of side-by-side ratios.
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache
