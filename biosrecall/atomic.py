@@ -86,6 +86,9 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
     path = check_output_dir(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the finished folder gets the usual permissions
     try:
         yield tmp
     except BaseException:

@@ -1,0 +1,48 @@
+"""bioS: the synthetic factual-recall dataset (fictional people, six attributes, five eval prompts each).
+
+    from biosrecall.bios import generate_dataset, load_dataset, BatchSampler
+    generate_dataset("data/bios-1k", people=1000, seed=0)       # or `biosrecall generate`
+    dataset = load_dataset("data/bios-1k")
+    rows = BatchSampler(dataset, batch_size=64, seq_len=256).batch(np.random.default_rng(0))
+    evalset = dataset.eval_set()
+
+Modules, one job each: `pools` (frozen value pools, bits), `templates` (TOML templates and their
+validation), `people` (drawing people), `tokenizer` (word-level tokenizer), `encoding` (pre-tokenized
+arrays), `dataset` (folder writing and loading), `validation` (loader checks), `evalset` (evaluation
+rows), `sampler` (training batches).
+"""
+
+from biosrecall.bios.dataset import BiosDataset, generate_dataset, load_dataset
+from biosrecall.bios.evalset import EvalSet
+from biosrecall.bios.pools import (
+    ATTRIBUTES,
+    DEFAULT_POOL_SIZES,
+    NAME_PARTS,
+    POOL_NAMES,
+    attribute_bits,
+    build_pools,
+    load_pools,
+)
+from biosrecall.bios.sampler import BatchLayout, BatchSampler
+from biosrecall.bios.templates import Templates, load_templates
+from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN
+
+__all__ = [
+    "ATTRIBUTES",
+    "DEFAULT_POOL_SIZES",
+    "NAME_PARTS",
+    "PAD_TOKEN",
+    "POOL_NAMES",
+    "SEP_TOKEN",
+    "BatchLayout",
+    "BatchSampler",
+    "BiosDataset",
+    "EvalSet",
+    "Templates",
+    "attribute_bits",
+    "build_pools",
+    "generate_dataset",
+    "load_dataset",
+    "load_pools",
+    "load_templates",
+]

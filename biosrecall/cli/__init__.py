@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(exc.format_message().replace("\n", " "))
     except (BiosrecallError, click.ClickException) as exc:
         fail(str(exc.message if isinstance(exc, click.ClickException) else exc).replace("\n", " "))
-    except (PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+    except OSError as exc:  # unwritable or missing paths the library did not anticipate
         fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

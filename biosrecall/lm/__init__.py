@@ -1,0 +1,40 @@
+"""The language-model side of biosrecall: text corpora -> tokenizer + token shards -> training sequences.
+
+    from biosrecall.lm import Corpus, prepare_corpus, ShardLoader
+    prepare_corpus(Corpus(["books/"]), "data/lm-books", vocab_size=8192)   # or `biosrecall lm prepare`
+    loader = ShardLoader("data/lm-books", context_length=1024, rank=0, world_size=1)
+    rows = loader.batch(8)                                                 # int64 [8, 1025]
+
+Modules: `corpus` (reading inputs), `tokenizer` (byte-level BPE), `shards` (file format, manifest,
+prepare), `loader` (rank-sharded, resumable sequences and the fixed-order validation pass).
+"""
+
+from biosrecall.lm.corpus import Corpus
+from biosrecall.lm.loader import ShardLoader, validation_batches
+from biosrecall.lm.shards import (
+    PrepareResult,
+    ShardHeader,
+    load_manifest,
+    prepare_corpus,
+    read_shard,
+    read_shard_header,
+    write_shard,
+)
+from biosrecall.lm.tokenizer import EOD_TOKEN, LMTokenizer, load_tokenizer, train_tokenizer
+
+__all__ = [
+    "EOD_TOKEN",
+    "Corpus",
+    "LMTokenizer",
+    "PrepareResult",
+    "ShardHeader",
+    "ShardLoader",
+    "load_manifest",
+    "load_tokenizer",
+    "prepare_corpus",
+    "read_shard",
+    "read_shard_header",
+    "train_tokenizer",
+    "validation_batches",
+    "write_shard",
+]

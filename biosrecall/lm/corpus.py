@@ -1,0 +1,253 @@
+"""Text corpora for the language-model pipeline: local files or a Hugging Face dataset, as documents.
+
+A corpus is a list of inputs, read in the order given, each yielding documents (strings):
+
+- `*.txt`: UTF-8 text; documents are separated by one or more blank lines (a line holding only
+  whitespace counts as blank), and each document is stripped of surrounding whitespace. A file with
+  no blank lines is one document. Blocks rather than whole files, so that one large text file can
+  still be split into training and validation documents.
+- `*.jsonl`: one JSON object per line; the document is the field named by `text_column`.
+- `*.parquet`: the column named by `text_column`.
+- a folder: every `.txt`, `.jsonl` and `.parquet` file under it (recursively, sorted by path,
+  hidden files skipped).
+- `hf:NAME` or `hf:NAME:CONFIG`: a Hugging Face dataset, streamed, when the optional `datasets`
+  package is installed (`pip install 'biosrecall[datasets]'`); `hf_split` picks the split.
+  The paper's corpora, with the configs and columns their dataset cards listed when this was written:
+    * 200M runs: `openbmb/UltraData-Math`, level L3, i.e. the configs
+      `UltraData-Math-L3-{QA,Conversation,Multi-Style,Textbook-Exercise}-Synthetic`, e.g.
+      `hf:openbmb/UltraData-Math:UltraData-Math-L3-QA-Synthetic` (check the card for the text column).
+    * 1B runs: `openbmb/Ultra-FineWeb`, split `en`, text column `content`:
+      `hf:openbmb/Ultra-FineWeb --hf-split en --text-column content`.
+
+Documents that are empty or whitespace-only are skipped (and not counted); null values are skipped
+too. Every problem (missing file, unknown suffix, missing column, invalid UTF-8 or JSON) is a
+`BiosrecallError` naming the input.
+
+    corpus = Corpus(["data/books", "extra.jsonl"], text_column="text")
+    n = corpus.count()
+    for doc in corpus: ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+from biosrecall.errors import BiosrecallError
+
+SUFFIXES = (".txt", ".jsonl", ".parquet")
+HF_PREFIX = "hf:"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One resolved input: `kind` is txt, jsonl, parquet or huggingface."""
+
+    kind: str
+    location: str  # the path as given (or inside a given folder), or the dataset name
+    config: str | None = None
+
+
+class Corpus:
+    """Documents from `inputs` in a fixed order; iterable more than once (each pass re-reads).
+
+    Inputs are checked when the corpus is built (existence, suffix, parquet columns, the `datasets`
+    package), so mistakes surface before any output is written. `max_documents` keeps only the first
+    that many non-empty documents over all inputs.
+    """
+
+    def __init__(
+        self,
+        inputs: Sequence[str | Path],
+        text_column: str = "text",
+        hf_split: str = "train",
+        max_documents: int | None = None,
+    ) -> None:
+        if not inputs:
+            raise BiosrecallError("no input given")
+        if max_documents is not None and max_documents < 1:
+            raise BiosrecallError(f"max_documents must be at least 1, got {max_documents}")
+        self.text_column = text_column
+        self.hf_split = hf_split
+        self.max_documents = max_documents
+        self.sources = [source for item in inputs for source in _resolve(str(item))]
+        for source in self.sources:
+            _check_source(source, text_column)
+
+    def __iter__(self) -> Iterator[str]:
+        docs = (doc for source in self.sources for doc in self._read(source))
+        return islice(docs, self.max_documents) if self.max_documents is not None else docs
+
+    def count(self) -> int:
+        """Number of non-empty documents (one full pass)."""
+        return sum(1 for _ in self)
+
+    def _read(self, source: Source) -> Iterator[str]:
+        if source.kind == "txt":
+            return _read_txt(Path(source.location))
+        if source.kind == "jsonl":
+            return _read_jsonl(Path(source.location), self.text_column)
+        if source.kind == "parquet":
+            return _read_parquet(Path(source.location), self.text_column)
+        return _read_hf(source, self.hf_split, self.text_column)
+
+    def describe(self) -> dict:
+        """Provenance for the manifest: each input with its size and sha256 (files) or name (datasets)."""
+        entries = []
+        for source in self.sources:
+            entry = {"kind": source.kind, "location": source.location}
+            if source.kind == "huggingface":
+                entry.update(config=source.config, split=self.hf_split)
+            else:
+                entry.update(bytes=Path(source.location).stat().st_size, sha256=_file_sha256(source.location))
+            entries.append(entry)
+        return {"inputs": entries, "text_column": self.text_column, "max_documents": self.max_documents}
+
+
+def _resolve(item: str) -> list[Source]:
+    if item.startswith(HF_PREFIX):
+        name, _, config = item[len(HF_PREFIX) :].partition(":")
+        if not name:
+            raise BiosrecallError(f"{item!r}: expected hf:NAME or hf:NAME:CONFIG")
+        return [Source("huggingface", name, config or None)]
+    path = Path(item)
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file() and p.suffix in SUFFIXES and not any(part.startswith(".") for part in p.parts)
+        )
+        if not files:
+            raise BiosrecallError(f"folder {item} holds no {', '.join(SUFFIXES)} files")
+        return [Source(p.suffix[1:], str(p)) for p in files]
+    if not path.exists():
+        raise BiosrecallError(f"input {item} does not exist (for a Hugging Face dataset write hf:NAME)")
+    if path.suffix not in SUFFIXES:
+        raise BiosrecallError(f"input {item}: unsupported file type (expected {', '.join(SUFFIXES)})")
+    return [Source(path.suffix[1:], item)]
+
+
+def _check_source(source: Source, text_column: str) -> None:
+    """Fail early on problems visible without reading the documents."""
+    if source.kind == "huggingface":
+        _import_datasets(source.location)
+        return
+    try:
+        with open(source.location, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise BiosrecallError(f"cannot read input {source.location}: {exc.strerror}") from exc
+    if source.kind == "parquet":
+        names = _parquet_file(Path(source.location)).schema_arrow.names
+        if text_column not in names:
+            raise BiosrecallError(
+                f"{source.location} has no column {text_column!r} (columns: {', '.join(names)}; "
+                "set --text-column)"
+            )
+
+
+def _read_txt(path: Path) -> Iterator[str]:
+    block: list[str] = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    block.append(line)
+                elif block:
+                    yield "".join(block).strip()
+                    block = []
+    except UnicodeDecodeError as exc:
+        raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    if block:
+        yield "".join(block).strip()
+
+
+def _read_jsonl(path: Path, column: str) -> Iterator[str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+                if not isinstance(row, dict) or column not in row:
+                    raise BiosrecallError(
+                        f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
+                    )
+                text = _as_text(row[column], f"{path}:{lineno}")
+                if text:
+                    yield text
+    except UnicodeDecodeError as exc:
+        raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _parquet_file(path: Path):
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, pyarrow.ArrowException) as exc:
+        raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
+
+
+def _read_parquet(path: Path, column: str) -> Iterator[str]:
+    import pyarrow
+
+    try:
+        for batch in _parquet_file(path).iter_batches(columns=[column], batch_size=4096):
+            for value in batch.column(0).to_pylist():
+                text = _as_text(value, f"{path}")
+                if text:
+                    yield text
+    except (OSError, pyarrow.ArrowException) as exc:
+        raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
+
+
+def _import_datasets(name: str):
+    try:
+        import datasets
+    except ImportError as exc:
+        raise BiosrecallError(
+            f"reading the Hugging Face dataset {name} needs the optional 'datasets' package "
+            "(pip install 'biosrecall[datasets]')"
+        ) from exc
+    return datasets
+
+
+def _read_hf(source: Source, split: str, column: str) -> Iterator[str]:
+    datasets = _import_datasets(source.location)
+    label = f"hf:{source.location}" + (f":{source.config}" if source.config else "")
+    try:
+        rows = datasets.load_dataset(source.location, source.config, split=split, streaming=True)
+    except Exception as exc:  # network, unknown name, unknown config or split: all user-facing
+        raise BiosrecallError(f"cannot load {label} (split {split}): {exc}") from exc
+    for row in rows:
+        if column not in row:
+            raise BiosrecallError(f"{label} has no column {column!r} (columns: {', '.join(row)})")
+        text = _as_text(row[column], label)
+        if text:
+            yield text
+
+
+def _as_text(value: object, where: str) -> str | None:
+    """The document, or None when it is null or whitespace-only (skipped rather than an error)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BiosrecallError(f"{where}: the text column holds {type(value).__name__}, not text")
+    return value if value.strip() else None
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,224 @@
+"""Training sequences from a prepared shard folder: rank-sharded, shuffled per epoch, exactly resumable.
+
+A split's shards form one token stream of N tokens. With context length T the stream is cut into
+W = (N - 1) // T windows; window w is tokens [w*T, w*T + T + 1), so neighbouring windows share one
+token and every token after the first is a target exactly once (inputs `row[:, :-1]`, targets
+`row[:, 1:]`). Windows may span shard boundaries.
+
+Each epoch, a generator seeded by (seed, epoch) permutes the W windows; the first
+world_size * (W // world_size) of the permutation are dealt round-robin to the ranks, so ranks never
+share a window, all ranks get the same count, and fewer than world_size windows sit out each epoch.
+The state is (epoch, position in this rank's order): the same on every rank, so a state saved by any
+rank resumes all of them.
+
+    loader = ShardLoader("data/lm", context_length=1024, rank=rank, world_size=world, seed=0,
+                         tokenizer="data/lm/tokenizer.json")
+    rows = loader.batch(8)                        # int64 [8, 1025]
+    state = loader.state_dict()                   # save with the checkpoint ...
+    loader.load_state_dict(state)                 # ... and the next batch is the one that would follow
+    for rows in validation_batches("data/lm", 1024, batch_size=8, rank=rank, world_size=world): ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.lm.shards import SPLITS, load_manifest, read_shard
+from biosrecall.lm.tokenizer import LMTokenizer, load_tokenizer
+
+STATE_VERSION = 1
+# State fields that must match for a resume to continue the same sequence of batches.
+_IDENTITY = ("split", "context_length", "seed", "world_size", "num_windows", "data_sha256")
+
+
+class ShardLoader:
+    """Sequences of `context_length + 1` tokens from one split of a prepared folder, for one rank.
+
+    `tokenizer` (a path to tokenizer.json or an `LMTokenizer`) is the tokenizer the model will use;
+    every shard header must carry its hash. Without it, shards are checked against the manifest.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        context_length: int,
+        *,
+        split: str = "train",
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        tokenizer: str | Path | LMTokenizer | None = None,
+    ) -> None:
+        _check_arguments(split, context_length, rank, world_size, seed)
+        self.data_dir = Path(data_dir)
+        self.manifest = load_manifest(self.data_dir)
+        self.data_sha256 = hashlib.sha256((self.data_dir / "manifest.json").read_bytes()).hexdigest()
+        self.split, self.context_length = split, context_length
+        self.rank, self.world_size, self.seed = rank, world_size, seed
+        self._shards = _open_split(
+            self.data_dir, self.manifest, split, _tokenizer_hash(tokenizer, self.manifest)
+        )
+        lengths = np.array([len(s) for s in self._shards], dtype=np.int64)
+        self._ends = np.cumsum(lengths)
+        self._starts = self._ends - lengths
+        self.tokens = int(self._ends[-1]) if len(lengths) else 0
+        self.num_windows = max(0, (self.tokens - 1) // context_length)
+        if self.num_windows == 0:
+            raise BiosrecallError(
+                f"context length {context_length} needs {context_length + 1} tokens per sequence, but the "
+                f"{split} split of {self.data_dir} holds only {self.tokens}"
+            )
+        if self.num_windows < world_size:
+            raise BiosrecallError(
+                f"the {split} split has {self.num_windows} sequences of {context_length + 1} tokens: fewer "
+                f"than the {world_size} ranks"
+            )
+        self.windows_per_rank = self.num_windows // world_size
+        self.epoch, self.position = 0, 0
+        self._order_epoch, self._order = -1, np.zeros(0, dtype=np.int64)
+
+    @property
+    def eod_id(self) -> int:
+        return int(self.manifest["tokenizer"]["eod_id"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["tokenizer"]["vocab_size"])
+
+    def epoch_windows(self, epoch: int) -> np.ndarray:
+        """This rank's window indices for `epoch`, in the order it reads them."""
+        if epoch != self._order_epoch:
+            permutation = np.random.default_rng((self.seed, epoch)).permutation(self.num_windows)
+            used = permutation[: self.windows_per_rank * self.world_size]
+            self._order_epoch, self._order = epoch, used[self.rank :: self.world_size]
+        return self._order
+
+    def read_window(self, window: int) -> np.ndarray:
+        """Tokens [window*T, window*T + T + 1) of the stream, as int64."""
+        if not 0 <= window < self.num_windows:
+            raise IndexError(f"window {window} out of range 0..{self.num_windows - 1}")
+        out = np.empty(self.context_length + 1, dtype=np.int64)
+        start, filled = window * self.context_length, 0
+        shard = int(np.searchsorted(self._ends, start, side="right"))
+        while filled < out.size:
+            offset = start + filled - int(self._starts[shard])
+            piece = self._shards[shard][offset : offset + out.size - filled]
+            out[filled : filled + piece.size] = piece
+            filled += piece.size
+            shard += 1
+        return out
+
+    def batch(self, batch_size: int) -> np.ndarray:
+        """The next `batch_size` sequences, int64 [batch_size, context_length + 1]; moves to the
+        next epoch (a fresh permutation) whenever this rank's share of the current one is used up."""
+        if batch_size < 1:
+            raise BiosrecallError(f"batch size must be at least 1, got {batch_size}")
+        rows = np.empty((batch_size, self.context_length + 1), dtype=np.int64)
+        for row in range(batch_size):
+            if self.position == self.windows_per_rank:
+                self.epoch, self.position = self.epoch + 1, 0
+            rows[row] = self.read_window(int(self.epoch_windows(self.epoch)[self.position]))
+            self.position += 1
+        return rows
+
+    def ordered_batches(self, batch_size: int, max_windows: int | None = None) -> Iterator[np.ndarray]:
+        """Every window (or the first `max_windows`) in stream order, dealt round-robin to ranks.
+
+        Each rank gets the same number of windows, hence of batches (the last may be shorter), which
+        collective evaluation needs. Does not touch the training state.
+        """
+        if batch_size < 1:
+            raise BiosrecallError(f"batch size must be at least 1, got {batch_size}")
+        total = self.num_windows if max_windows is None else min(max_windows, self.num_windows)
+        mine = np.arange(total - total % self.world_size)[self.rank :: self.world_size]
+        for first in range(0, mine.size, batch_size):
+            yield np.stack([self.read_window(int(w)) for w in mine[first : first + batch_size]])
+
+    def state_dict(self) -> dict:
+        identity = {key: getattr(self, key) for key in _IDENTITY}
+        return {
+            "version": STATE_VERSION,
+            **identity,
+            "rank": self.rank,
+            "epoch": self.epoch,
+            "position": self.position,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at `state`; refuses a state from other data, context, seed or world size."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise BiosrecallError("loader state is not a version-1 ShardLoader state")
+        for key in _IDENTITY:
+            if state.get(key) != getattr(self, key):
+                raise BiosrecallError(
+                    f"cannot resume the data loader: its state has {key}={state.get(key)!r}, "
+                    f"this run has {getattr(self, key)!r}"
+                )
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= self.windows_per_rank:
+            raise BiosrecallError(
+                f"loader state has an invalid position (epoch {epoch}, position {position})"
+            )
+        self.epoch, self.position = epoch, position
+
+
+def validation_batches(
+    data_dir: str | Path,
+    context_length: int,
+    batch_size: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    tokenizer: str | Path | LMTokenizer | None = None,
+    max_windows: int | None = None,
+) -> Iterator[np.ndarray]:
+    """The validation split in a fixed order (see `ShardLoader.ordered_batches`)."""
+    loader = ShardLoader(
+        data_dir, context_length, split="validation", rank=rank, world_size=world_size, tokenizer=tokenizer
+    )
+    return loader.ordered_batches(batch_size, max_windows)
+
+
+def _check_arguments(split: str, context_length: int, rank: int, world_size: int, seed: int) -> None:
+    if split not in SPLITS:
+        raise BiosrecallError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
+    if context_length < 1:
+        raise BiosrecallError(f"context length must be at least 1, got {context_length}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise BiosrecallError(f"rank {rank} is not in 0..{world_size - 1} (world size {world_size})")
+    if seed < 0:
+        raise BiosrecallError(f"seed must be non-negative, got {seed}")
+
+
+def _tokenizer_hash(tokenizer: str | Path | LMTokenizer | None, manifest: dict) -> str:
+    """The hash every shard must carry: the given tokenizer's, or else the manifest's."""
+    if tokenizer is None:
+        return manifest["tokenizer"]["sha256"]
+    given = tokenizer if isinstance(tokenizer, LMTokenizer) else load_tokenizer(tokenizer)
+    return given.sha256
+
+
+def _open_split(data_dir: Path, manifest: dict, split: str, expected_sha256: str) -> list[np.ndarray]:
+    """Memmap every shard of `split`, checking headers against the manifest and the tokenizer hash."""
+    if manifest["tokenizer"]["sha256"] != expected_sha256:
+        raise BiosrecallError(
+            f"{data_dir} was prepared with tokenizer {manifest['tokenizer']['sha256'][:12]}..., not the "
+            f"given one ({expected_sha256[:12]}...): tokenizer and shards do not match"
+        )
+    shards = []
+    for entry in manifest["splits"][split]["shards"]:
+        header, tokens = read_shard(data_dir / entry["file"])
+        if header.tokenizer_sha256 != expected_sha256:
+            raise BiosrecallError(
+                f"shard {entry['file']} was written with tokenizer {header.tokenizer_sha256[:12]}..., not "
+                f"{expected_sha256[:12]}...: tokenizer and shards do not match"
+            )
+        if header.tokens != entry["tokens"] or header.dtype != manifest["dtype"]:
+            raise BiosrecallError(f"shard {entry['file']} does not match manifest.json (count or dtype)")
+        shards.append(tokens)
+    return shards

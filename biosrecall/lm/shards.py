@@ -1,0 +1,317 @@
+"""Token shards: the on-disk form of a tokenized corpus, and `prepare_corpus`, which writes them.
+
+A prepared folder holds
+    tokenizer.json                the tokenizer, byte for byte (its sha256 identifies it)
+    train-00000.bin ...           the training token stream, cut into shards of at most shard_tokens
+    validation-00000.bin ...      the held-out documents' stream (absent when val_fraction is 0)
+    manifest.json                 shards, counts, tokenizer hash, split, source, package version
+
+Each split is one stream `doc <eod> doc <eod> ...` in corpus order; shards are consecutive pieces of
+it (a document may continue into the next shard). A shard is a 64-byte little-endian header followed
+by the tokens, so `numpy.memmap` reads it without copying:
+
+    offset  size  field
+    0       8     magic b"BRLMSHRD"
+    8       4     format version (uint32, 1)
+    12      4     bytes per token (uint32: 2 for uint16, 4 for uint32)
+    16      8     token count (uint64)
+    24      32    sha256 of tokenizer.json (raw digest)
+    56      8     zero
+
+Validation documents are chosen by document, not by token: exactly max(1, round(n * val_fraction))
+of the n documents, drawn without replacement from `numpy.random.default_rng(seed)`.
+
+    result = prepare_corpus(Corpus(["books/"]), "data/lm-books", vocab_size=8192, seed=0)
+    header, tokens = read_shard("data/lm-books/train-00000.bin")
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from biosrecall import __version__
+from biosrecall.atomic import atomic_directory, atomic_write_json, check_output_dir
+from biosrecall.errors import BiosrecallError
+from biosrecall.lm.corpus import Corpus
+from biosrecall.lm.tokenizer import LMTokenizer, check_vocab_size, token_dtype, train_tokenizer
+
+MAGIC = b"BRLMSHRD"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<8sIIQ32s8x")
+HEADER_BYTES = HEADER.size  # 64, so the tokens start aligned
+MANIFEST_FORMAT = "biosrecall-lm-shards"
+SPLITS = ("train", "validation")
+DEFAULT_SHARD_TOKENS = 2**27  # 256 MiB of uint16 per shard
+_ENCODE_BATCH = 512  # documents per encode call: large enough to use every core, small in memory
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    version: int
+    dtype: str  # "<u2" or "<u4"
+    tokens: int
+    tokenizer_sha256: str  # hex
+
+
+def _pack_header(dtype: str, tokens: int, tokenizer_sha256: str) -> bytes:
+    return HEADER.pack(
+        MAGIC, FORMAT_VERSION, np.dtype(dtype).itemsize, tokens, bytes.fromhex(tokenizer_sha256)
+    )
+
+
+def read_shard_header(path: str | Path) -> ShardHeader:
+    """Parse and check a shard's header, including that the file size matches the token count."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(HEADER_BYTES)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise BiosrecallError(f"cannot read shard {path}: {exc.strerror}") from exc
+    if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+        raise BiosrecallError(f"{path} is not a biosrecall token shard (bad header)")
+    _, version, itemsize, tokens, digest = HEADER.unpack(raw)
+    if version != FORMAT_VERSION:
+        raise BiosrecallError(
+            f"shard {path} has format version {version}; this package reads {FORMAT_VERSION}"
+        )
+    if itemsize not in (2, 4):
+        raise BiosrecallError(f"shard {path} declares {itemsize} bytes per token (expected 2 or 4)")
+    if size != HEADER_BYTES + tokens * itemsize:
+        raise BiosrecallError(f"shard {path} is truncated or padded: {size} bytes for {tokens} tokens")
+    return ShardHeader(version, f"<u{itemsize}", tokens, digest.hex())
+
+
+def read_shard(path: str | Path) -> tuple[ShardHeader, np.ndarray]:
+    """The header and a read-only memmap of the tokens (an empty array for an empty shard)."""
+    header = read_shard_header(path)
+    if header.tokens == 0:
+        return header, np.zeros(0, dtype=header.dtype)
+    tokens = np.memmap(path, dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.tokens,))
+    return header, tokens
+
+
+def write_shard(
+    path: str | Path, tokens: np.ndarray, tokenizer_sha256: str, dtype: str = "<u2"
+) -> ShardHeader:
+    """Write one shard in a single call (tests and small tools; `prepare_corpus` streams instead)."""
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() > np.iinfo(np.dtype(dtype)).max):
+        raise BiosrecallError(f"token ids do not fit in {np.dtype(dtype).name}")
+    with open(path, "wb") as handle:
+        handle.write(_pack_header(dtype, tokens.size, tokenizer_sha256))
+        handle.write(tokens.astype(dtype, copy=False).tobytes())
+    return ShardHeader(FORMAT_VERSION, dtype, int(tokens.size), tokenizer_sha256)
+
+
+class ShardWriter:
+    """Append token arrays to `<prefix>-00000.bin`, `-00001.bin`, ... of at most `shard_tokens` each.
+
+    Each shard's header is written first with a zero count and rewritten when the shard is closed.
+    """
+
+    def __init__(
+        self, folder: Path, prefix: str, dtype: str, tokenizer_sha256: str, shard_tokens: int
+    ) -> None:
+        self.folder, self.prefix, self.dtype = folder, prefix, dtype
+        self.tokenizer_sha256, self.shard_tokens = tokenizer_sha256, shard_tokens
+        self.shards: list[dict] = []
+        self._handle = None
+        self._count = 0
+
+    def add(self, tokens: np.ndarray) -> None:
+        tokens = tokens.astype(self.dtype, copy=False)
+        while tokens.size:
+            if self._handle is None:
+                name = f"{self.prefix}-{len(self.shards):05d}.bin"
+                self._handle = open(self.folder / name, "wb")  # noqa: SIM115 (closed in _finish_shard)
+                self._handle.write(_pack_header(self.dtype, 0, self.tokenizer_sha256))
+                self.shards.append({"file": name, "tokens": 0})
+            take = min(tokens.size, self.shard_tokens - self._count)
+            self._handle.write(tokens[:take].tobytes())
+            self._count += take
+            tokens = tokens[take:]
+            if self._count == self.shard_tokens:
+                self._finish_shard()
+
+    def _finish_shard(self) -> None:
+        self._handle.seek(0)
+        self._handle.write(_pack_header(self.dtype, self._count, self.tokenizer_sha256))
+        self._handle.close()
+        self.shards[-1]["tokens"] = self._count
+        self._handle, self._count = None, 0
+
+    def close(self) -> list[dict]:
+        """Finish the open shard; returns `[{"file", "tokens"}, ...]` for the manifest."""
+        if self._handle is not None:
+            self._finish_shard()
+        return self.shards
+
+
+def choose_validation(num_documents: int, val_fraction: float, seed: int) -> np.ndarray:
+    """A bool mask over documents: True for the held-out ones (see the module docstring)."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise BiosrecallError(f"validation fraction must be in [0, 1), got {val_fraction}")
+    mask = np.zeros(num_documents, dtype=bool)
+    if val_fraction == 0.0:
+        return mask
+    held_out = max(1, round(num_documents * val_fraction))
+    if held_out >= num_documents:
+        raise BiosrecallError(
+            f"the corpus has {num_documents} document(s): too few to hold out a validation split "
+            f"(fraction {val_fraction}) and keep training documents"
+        )
+    mask[np.random.default_rng(seed).choice(num_documents, size=held_out, replace=False)] = True
+    return mask
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    path: Path
+    manifest: dict
+    tokens: int  # train + validation tokens written
+    seconds: float  # wall time of the whole prepare (reading, tokenizer training, encoding, writing)
+    encode_seconds: float  # wall time of the encode-and-write pass alone
+
+
+def prepare_corpus(
+    corpus: Corpus,
+    out_dir: str | Path,
+    *,
+    tokenizer: LMTokenizer | None = None,
+    vocab_size: int = 8192,
+    val_fraction: float = 0.01,
+    seed: int = 0,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    tokenizer_documents: int | None = None,
+    overwrite: bool = False,
+) -> PrepareResult:
+    """Tokenize `corpus` into a shard folder at `out_dir`, built atomically (all or nothing).
+
+    With `tokenizer` None, a byte-level BPE of `vocab_size` is trained on the training documents (the
+    first `tokenizer_documents` of them, when given). Same inputs and arguments give byte-identical
+    output.
+    """
+    if shard_tokens < 1:
+        raise BiosrecallError(f"shard_tokens must be at least 1, got {shard_tokens}")
+    if tokenizer is None:
+        check_vocab_size(vocab_size)  # before the (possibly long) counting pass
+    out_dir = check_output_dir(out_dir, overwrite)
+    start = time.perf_counter()
+    num_documents = corpus.count()
+    if num_documents == 0:
+        raise BiosrecallError("the corpus is empty: no non-empty documents in the inputs")
+    is_val = choose_validation(num_documents, val_fraction, seed)
+    given = tokenizer is not None
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        if tokenizer is None:
+            tokenizer = _train_on_training_documents(corpus, is_val, vocab_size, tokenizer_documents)
+        tokenizer.save(tmp / "tokenizer.json")
+        encode_start = time.perf_counter()
+        splits = _encode_splits(corpus, is_val, tokenizer, tmp, shard_tokens)
+        encode_seconds = time.perf_counter() - encode_start
+        trained_on = "given" if given else (tokenizer_documents or "all training documents")
+        manifest = _manifest(corpus, tokenizer, splits, val_fraction, seed, shard_tokens, trained_on)
+        atomic_write_json(tmp / "manifest.json", manifest)
+    total = sum(split["tokens"] for split in splits.values())
+    return PrepareResult(out_dir, manifest, total, time.perf_counter() - start, encode_seconds)
+
+
+def _train_on_training_documents(corpus, is_val, vocab_size, limit) -> LMTokenizer:
+    """Validation documents stay unseen by the tokenizer too, so validation NLL is truly held out."""
+    docs = (doc for doc, held in zip(corpus, is_val, strict=False) if not held)
+    return train_tokenizer(islice(docs, limit), vocab_size)
+
+
+def _encode_splits(
+    corpus: Corpus, is_val: np.ndarray, tokenizer: LMTokenizer, folder: Path, shard_tokens: int
+):
+    dtype = token_dtype(tokenizer.vocab_size)
+    writers = {name: ShardWriter(folder, name, dtype, tokenizer.sha256, shard_tokens) for name in SPLITS}
+    documents = dict.fromkeys(SPLITS, 0)
+    batch: list[str] = []
+    index = 0
+    for doc in corpus:
+        batch.append(doc)
+        if len(batch) == _ENCODE_BATCH:
+            _write_batch(batch, is_val[index : index + len(batch)], tokenizer, writers, documents)
+            index += len(batch)
+            batch = []
+    _write_batch(batch, is_val[index : index + len(batch)], tokenizer, writers, documents)
+    if index + len(batch) != len(is_val):
+        raise BiosrecallError("the corpus changed while it was being read (document count differs)")
+    splits = {}
+    for name in SPLITS:
+        shards = writers[name].close()
+        splits[name] = {
+            "documents": documents[name],
+            "shards": shards,
+            "tokens": sum(s["tokens"] for s in shards),
+        }
+    return splits
+
+
+def _write_batch(batch, held_out, tokenizer: LMTokenizer, writers, documents) -> None:
+    """Encode a batch and append each document plus EOD to its split, keeping corpus order per split."""
+    if not batch:
+        return
+    if len(held_out) != len(batch):  # more documents than the counting pass saw
+        raise BiosrecallError("the corpus changed while it was being read (document count differs)")
+    encoded = tokenizer.encode_batch(batch)
+    for name, wanted in (("train", False), ("validation", True)):
+        ids: list[int] = []
+        for doc_ids, held in zip(encoded, held_out, strict=True):
+            if held == wanted:
+                ids.extend(doc_ids)
+                ids.append(tokenizer.eod_id)
+                documents[name] += 1
+        if ids:
+            writers[name].add(np.asarray(ids, dtype=np.int64))
+
+
+def _manifest(corpus, tokenizer, splits, val_fraction, seed, shard_tokens, trained_on) -> dict:
+    return {
+        "format": MANIFEST_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "package_version": __version__,
+        "dtype": token_dtype(tokenizer.vocab_size),
+        "shard_tokens": shard_tokens,
+        "tokenizer": {
+            "file": "tokenizer.json",
+            "sha256": tokenizer.sha256,
+            "vocab_size": tokenizer.vocab_size,
+            "eod_token": tokenizer.eod_token,
+            "eod_id": tokenizer.eod_id,
+            "trained_on": trained_on,  # "given" (loaded from a file), a document count, or all
+        },
+        "split": {"val_fraction": val_fraction, "seed": seed, "unit": "document"},
+        "splits": splits,
+        "source": corpus.describe(),
+    }
+
+
+def load_manifest(data_dir: str | Path) -> dict:
+    """Read and check `manifest.json` of a prepared folder."""
+    path = Path(data_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise BiosrecallError(
+            f"{data_dir} is not a prepared folder (no manifest.json; run `lm prepare`)"
+        ) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BiosrecallError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise BiosrecallError(f"{path} is not a biosrecall LM shard manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise BiosrecallError(
+            f"{path} has format version {manifest.get('format_version')}; expected {FORMAT_VERSION}"
+        )
+    return manifest
