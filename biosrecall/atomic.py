@@ -21,11 +21,19 @@ from pathlib import Path
 from biosrecall.errors import BiosrecallError
 
 
+def _default_mode(directory: bool) -> int:
+    """The permissions a plain open()/mkdir() would give under the current umask (mkstemp gives 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file in the same folder, fsync, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, _default_mode(directory=False))
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -53,6 +61,7 @@ def atomic_write_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, _default_mode(directory=False))
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -86,9 +95,7 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
     path = check_output_dir(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the finished folder gets the usual permissions
+    tmp.chmod(_default_mode(directory=True))  # mkdtemp makes 0700
     try:
         yield tmp
     except BaseException:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Tiny models run fastest on one thread, and the tests start subprocesses (CLI runs, torchrun ranks)
+# that would otherwise oversubscribe a 2-core machine. Subprocesses inherit this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402  (after OMP_NUM_THREADS so the thread pool honours it)
+
+torch.set_num_threads(1)
 
 # ---- bios: small generated datasets shared by the tests/test_bios_*.py files ----------------------
 

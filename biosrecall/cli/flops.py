@@ -1,0 +1,176 @@
+"""`biosrecall flops`: parameters, FLOPs per token and schedule savings of model presets.
+
+    biosrecall flops --preset lm-200m
+    biosrecall flops --preset bios-cpu --schedule fixed:4 --schedule uniform:1-16 --seq-len 128
+
+Every number comes from `biosrecall.compute` (the one FLOP account); this module only formats.
+"""
+
+from __future__ import annotations
+
+import click
+
+from biosrecall.compute.flops import (
+    forward_flops_per_token,
+    param_counts,
+    recurrent_ratio,
+    train_flops_per_token,
+)
+from biosrecall.compute.planner import saving_vs_uniform
+from biosrecall.compute.schedules import parse_schedule
+from biosrecall.model.config import ModelConfig
+from biosrecall.model.presets import PRESETS, get_preset
+
+CURRICULUM = "curriculum:mean=8,warmup=0.75,shape=1-sqrt"
+PAPER_SCHEDULES = (
+    *(
+        f"fixed_first:k0={k0},switch={switch},finish={finish}"
+        for finish in ("uniform", "poisson_lognormal")
+        for k0 in (1, 2, 4)
+        for switch in (0.67, 0.8)
+    ),
+    CURRICULUM,
+    "fixed:4",
+    "uniform:1-16",
+)
+# Savings (%) against uniform at the same number of updates reported in the paper, by preset.
+REPORTED = {
+    "lm-200m": {
+        "fixed_first:k0=2,switch=0.67,finish=uniform,range=1-16": 45.3,
+        "fixed_first:k0=2,switch=0.8,finish=uniform,range=1-16": 54.3,
+        "fixed_first:k0=4,switch=0.67,finish=uniform,range=1-16": 31.3,
+    },
+    "lm-1b": {
+        "fixed_first:k0=4,switch=0.67,finish=uniform,range=1-16": 30.8,
+        "fixed_first:k0=4,switch=0.8,finish=uniform,range=1-16": 36.9,
+    },
+}
+
+
+@click.command("flops")
+@click.option(
+    "--preset",
+    "presets",
+    multiple=True,
+    default=("lm-200m",),
+    help=f"Model preset; repeat for several. One of: {', '.join(PRESETS)}.",
+)
+@click.option(
+    "--schedule",
+    "schedules",
+    multiple=True,
+    help="Schedule to compare against uniform:1-16; repeat for several (e.g. fixed:4, "
+    "fixed_first:k0=4,switch=0.8,finish=uniform). Default: the paper's set: fixed-first K0 in {1, 2, 4} x "
+    f"switch in {{0.67, 0.8}} x finish in {{uniform, poisson_lognormal}}, {CURRICULUM}, fixed:4, uniform:1-16.",
+)
+@click.option(
+    "--seq-len",
+    type=int,
+    default=None,
+    help="Sequence length for attention FLOPs.  [default: preset's context length]",
+)
+@click.option(
+    "--updates",
+    type=int,
+    default=4800,
+    help="Run length at which schedules are compared (it only moves where switches and ramps fall; "
+    "4800 is the paper's 200M run).",
+)
+@click.option(
+    "--backprop-depth",
+    type=int,
+    default=None,
+    help="Backprop only through the last k iterations.  [default: the preset's, full backprop]",
+)
+def flops(
+    presets: tuple[str, ...],
+    schedules: tuple[str, ...],
+    seq_len: int | None,
+    updates: int,
+    backprop_depth: int | None,
+) -> None:
+    """Print, per preset, parameters by component, FLOPs per token at K = 1, 4, 8.5 (the mean of
+    U{1..16}) and 16, and each schedule's modeled training compute relative to uniform:1-16 at the same
+    number of updates (the saving is 1 minus that)."""
+    parsed = [parse_schedule(text) for text in schedules or PAPER_SCHEDULES]
+    for index, name in enumerate(presets):
+        overrides = {} if backprop_depth is None else {"backprop_depth": backprop_depth}
+        cfg = get_preset(name, **overrides)
+        if index:
+            click.echo()
+        click.echo(
+            "\n".join(
+                line.rstrip() for line in _report(name, cfg, [s.spec for s in parsed], seq_len, updates)
+            )
+        )
+
+
+def _report(name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int) -> list[str]:
+    tie = "tied" if cfg.tie_embeddings else "untied"
+    lines = [
+        f"{name}: width {cfg.d_model}, {cfg.n_heads} heads, {cfg.mlp} MLP {cfg.d_mlp}, layers "
+        f"{cfg.n_prelude} + {cfg.n_block} x K + {cfg.n_coda}, context {cfg.context_length}, "
+        f"vocab {cfg.vocab_size} ({tie} head), {cfg.injection} injection, {cfg.norm}-norm",
+        "",
+    ]
+    return (
+        lines
+        + _parameters(cfg)
+        + [""]
+        + _per_token(cfg, seq_len)
+        + [""]
+        + _savings(name, cfg, specs, seq_len, updates)
+    )
+
+
+def _parameters(cfg: ModelConfig) -> list[str]:
+    counts = param_counts(cfg)
+    lines = [f"  {'parameters':<28}{'count':>15}{'share':>9}"]
+    for key, value in counts.items():
+        share = f"{100 * value / counts['total']:.1f}%" if key not in ("total", "non_embedding") else ""
+        lines.append(f"  {key.replace('_', ' '):<28}{value:>15,}{share:>9}")
+    return lines
+
+
+def _per_token(cfg: ModelConfig, seq_len: int | None) -> list[str]:
+    fwd = forward_flops_per_token(cfg, seq_len)
+    keep = "full" if cfg.backprop_depth is None else f"last {cfg.backprop_depth} iterations"
+    rows = []
+    for label, depths in (
+        ("K = 1", [1]),
+        ("K = 4", [4]),
+        ("K = 8.5 (mean of U{1..16})", range(1, 17)),
+        ("K = 16", [16]),
+    ):
+        forward = sum(fwd.at_depth(k) for k in depths) / len(depths)
+        rows.append(
+            (label, forward, sum(train_flops_per_token(cfg, k, seq_len) for k in depths) / len(depths))
+        )
+    scale, unit = (1e9, "GFLOP") if rows[-1][2] >= 1e9 else (1e6, "MFLOP")
+    title = f"{unit} per token (T = {fwd.seq_len}, backprop: {keep})"
+    lines = [f"  {title:<43}{'forward':>12}{'training':>12}"]
+    lines += [f"  {label:<43}{f / scale:>12.4g}{t / scale:>12.4g}" for label, f, t in rows]
+    parts = ", ".join(
+        f"{name} {getattr(fwd, name) / scale:.4g}" for name in ("prelude", "injection", "coda", "head")
+    )
+    lines.append(
+        f"  forward {unit}: per iteration {fwd.iteration / scale:.4g}, non-recurrent "
+        f"{fwd.non_recurrent / scale:.4g} ({parts}); r = non-recurrent / iteration = {recurrent_ratio(cfg, seq_len):.3f}"
+    )
+    return lines
+
+
+def _savings(name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int) -> list[str]:
+    reported = REPORTED.get(name, {})
+    width = max(len(spec) for spec in specs) + 2
+    lines = [
+        f"  schedules over {updates} updates, modeled training compute vs uniform:1-16 at the same number of updates",
+        f"  {'schedule':<{width}}{'mean K':>8}{'compute':>10}{'saving':>9}{'reported':>10}",
+    ]
+    for spec in specs:
+        schedule = parse_schedule(spec)
+        mean_k = schedule.expected_cost(updates, lambda k: k) / updates
+        saving = saving_vs_uniform(cfg, schedule, updates, seq_len=seq_len)
+        paper = f"{reported[spec]:.1f}%" if spec in reported else ""
+        lines.append(f"  {spec:<{width}}{mean_k:>8.2f}{1 - saving:>10.3f}{100 * saving:>8.1f}%{paper:>10}")
+    return lines

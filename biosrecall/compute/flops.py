@@ -1,0 +1,186 @@
+"""The one modeled-FLOP account: forward and training FLOPs per token, and parameter counts.
+
+    bd = forward_flops_per_token(cfg, seq_len=2048)   # FlopBreakdown, per token, by component
+    train_flops_per_token(cfg, depth=4)               # one token of an update at K = 4
+    update_flops(cfg, depth=4, tokens=524_288)        # a whole update
+    param_counts(cfg)                                 # parameters by component
+
+Every other module (planner, trainer, `biosrecall flops`, benchmarks) asks here; nothing else
+multiplies parameter counts by 2 or 6.
+
+Formula. Only matmuls are counted, 2 FLOPs per multiply-add, exactly the ones `LoopedTransformer`
+makes (norms, RoPE, activations, softmax and the embedding lookup count 0). Forward, per token, with
+d = d_model, m = d_mlp, V = vocab, T = sequence length:
+
+    layer      = 8 d^2 (QKV + output projection) + 6 d m (SwiGLU; 4 d m for GELU) + 4 T d (attention)
+    prelude    = n_prelude x layer
+    injection  = 2 d^2 once per call (concat: the prelude-output half of the 2d -> d adapter)
+    adapter    = 2 d^2 per iteration (concat: the state half)
+    block      = n_block x layer per iteration
+    coda       = n_coda x layer
+    head       = 2 d V
+    forward(K) = prelude + injection + K (adapter + block) + coda + head
+
+Attention scores are counted over the full T x T square, as `torch.utils.flop_counter` counts SDPA
+(causal masking is ignored there too). Backward costs 2x forward for a matmul whose input carries a
+gradient, 1x when only the weight gradient is needed, and 2.5x for SDPA (5 batched matmuls against
+2). An update at depth K with backprop depth k (None: k = K) runs the forward over all K iterations
+and the backward over the last min(k, K) iterations, the coda and head, the injection and the
+prelude (the prelude only when its output reaches a gradient-carrying iteration: always with
+`concat`/`add`, only at k >= K with `none`). The state entering the first gradient-carrying
+iteration never carries a gradient, so that iteration's adapter half is charged 1x.
+
+What the savings depend on. With full backprop an update's cost is linear in K: C(K) = A + K B, with
+A the non-recurrent training FLOPs (prelude, injection, coda, head) and B those of one iteration (each
+about 3x its forward FLOPs). A schedule with mean depth E[K] therefore costs (A + E[K] B) / (A + 8.5 B)
+of uniform U{1..16} at the same number of updates, and fixed-first K0 for a fraction s of the updates
+saves s (8.5 - K0) / (r + 8.5) with r = A / B. The saving is set by r alone: a wide vocabulary or long
+context (head and attention FLOPs) or more prelude/coda layers raise r and shrink the saving; a deeper
+recurrent block lowers r and raises it (r -> 0 gives the upper bound s (8.5 - K0) / 8.5). `lm-200m`
+has r = 1.11 (1.12 in forward FLOPs, what `recurrent_ratio` returns), which gives the paper's
+45.3 / 54.3 / 31.3% to within 0.2 points. Truncated backprop makes C(K) flatter beyond k and the savings smaller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.model.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class FlopBreakdown:
+    """Forward FLOPs per token by component, for one sequence length."""
+
+    seq_len: int
+    """Sequence length T the attention terms were counted with."""
+    prelude: int
+    """All prelude layers (once per call)."""
+    injection: int
+    """Prelude-output half of the concat adapter (once per call); 0 for add/none."""
+    adapter: int
+    """State half of the concat adapter, per block iteration; 0 for add/none."""
+    block: int
+    """All layers of the recurrent block, per iteration."""
+    coda: int
+    """All coda layers (once per call)."""
+    head: int
+    """Output projection to the vocabulary (the embedding lookup costs 0)."""
+
+    @property
+    def iteration(self) -> int:
+        """FLOPs of one block iteration (adapter + block)."""
+        return self.adapter + self.block
+
+    @property
+    def non_recurrent(self) -> int:
+        """FLOPs paid once per call whatever the depth (prelude, injection, coda, head)."""
+        return self.prelude + self.injection + self.coda + self.head
+
+    def at_depth(self, depth: float) -> float:
+        """Forward FLOPs per token at depth K (a float K gives the linear interpolation)."""
+        return self.non_recurrent + depth * self.iteration
+
+
+def _seq_len(cfg: ModelConfig, seq_len: int | None) -> int:
+    seq_len = cfg.context_length if seq_len is None else seq_len
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise BiosrecallError(f"sequence length must be a positive integer, got {seq_len!r}")
+    return seq_len
+
+
+def _layer(cfg: ModelConfig, seq_len: int) -> tuple[int, int]:
+    """(matmul, attention-score) forward FLOPs per token of one transformer layer."""
+    d, m = cfg.d_model, cfg.d_mlp
+    mlp = 6 * d * m if cfg.mlp == "swiglu" else 4 * d * m
+    return 8 * d * d + mlp, 4 * seq_len * d
+
+
+def forward_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> FlopBreakdown:
+    """Forward FLOPs per token split by component; seq_len defaults to the context length."""
+    seq_len = _seq_len(cfg, seq_len)
+    layer = sum(_layer(cfg, seq_len))
+    half_adapter = 2 * cfg.d_model**2 if cfg.injection == "concat" else 0
+    return FlopBreakdown(
+        seq_len=seq_len,
+        prelude=cfg.n_prelude * layer,
+        injection=half_adapter,
+        adapter=half_adapter,
+        block=cfg.n_block * layer,
+        coda=cfg.n_coda * layer,
+        head=2 * cfg.d_model * cfg.vocab_size,
+    )
+
+
+def _grad_depth(cfg: ModelConfig, depth: int, backprop_depth: int | None) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
+        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
+    keep = cfg.backprop_depth if backprop_depth is None else backprop_depth
+    if keep is not None and (not isinstance(keep, int | np.integer) or keep < 1):
+        raise BiosrecallError(f"backprop depth must be an integer >= 1, got {keep!r}")
+    return int(depth) if keep is None else int(min(depth, keep))
+
+
+def train_flops_per_token(
+    cfg: ModelConfig, depth: int, seq_len: int | None = None, backprop_depth: int | None = None
+) -> int:
+    """Forward + backward FLOPs per token of an update at depth K. backprop_depth overrides the
+    config's (None: use the config's, whose None means full backprop)."""
+    seq_len = _seq_len(cfg, seq_len)
+    grad_iters = _grad_depth(cfg, depth, backprop_depth)
+    fwd = forward_flops_per_token(cfg, seq_len)
+    mm, att = _layer(cfg, seq_len)
+    layer_bwd = 2 * mm + 5 * att // 2
+    bwd = 2 * fwd.head + cfg.n_coda * layer_bwd + grad_iters * cfg.n_block * layer_bwd
+    bwd += (2 * grad_iters - 1) * fwd.adapter + 2 * fwd.injection
+    if cfg.injection != "none" or grad_iters >= depth:  # else the prelude output is cut off
+        bwd += cfg.n_prelude * layer_bwd
+    return fwd.non_recurrent + depth * fwd.iteration + bwd
+
+
+def update_flops(
+    cfg: ModelConfig, depth: int, tokens: int, seq_len: int | None = None, backprop_depth: int | None = None
+) -> int:
+    """Training FLOPs of one update at depth K over `tokens` tokens (sequences of seq_len)."""
+    if not isinstance(tokens, int | np.integer) or tokens < 1:
+        raise BiosrecallError(f"tokens per update must be a positive integer, got {tokens!r}")
+    return int(tokens) * train_flops_per_token(cfg, depth, seq_len, backprop_depth)
+
+
+def train_flops_table(
+    cfg: ModelConfig, max_depth: int, seq_len: int | None = None, backprop_depth: int | None = None
+) -> np.ndarray:
+    """float64 array t with t[K] = training FLOPs per token at depth K for K = 1..max_depth (t[0] = 0)."""
+    table = np.zeros(int(max_depth) + 1)
+    for depth in range(1, int(max_depth) + 1):
+        table[depth] = train_flops_per_token(cfg, depth, seq_len, backprop_depth)
+    return table
+
+
+def recurrent_ratio(cfg: ModelConfig, seq_len: int | None = None) -> float:
+    """r = non-recurrent / per-iteration forward FLOPs, the one number the savings depend on."""
+    fwd = forward_flops_per_token(cfg, seq_len)
+    return fwd.non_recurrent / fwd.iteration
+
+
+def param_counts(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters by component; `total` equals `LoopedTransformer.num_parameters()` and
+    `non_embedding` leaves out the token/position embeddings and an untied head."""
+    d, m = cfg.d_model, cfg.d_mlp
+    norms_per_layer = (4 if cfg.norm == "sandwich" else 2) * d
+    layer = 4 * d * d + (3 if cfg.mlp == "swiglu" else 2) * d * m + norms_per_layer
+    counts = {
+        "embedding": cfg.vocab_size * d + (cfg.context_length * d if cfg.position == "learned" else 0),
+        "prelude": cfg.n_prelude * layer,
+        "adapter": 2 * d * d if cfg.injection == "concat" else 0,
+        "block": cfg.n_block * layer,
+        "coda": cfg.n_coda * layer,
+        "final_norms": 2 * d,
+        "head": 0 if cfg.tie_embeddings else cfg.vocab_size * d,
+    }
+    counts["total"] = sum(counts.values())
+    counts["non_embedding"] = counts["total"] - counts["embedding"] - counts["head"]
+    return counts

@@ -1,0 +1,210 @@
+"""Matched-FLOP planning: how many updates of a schedule fit a modeled-FLOP budget.
+
+    budget = budget_of(cfg, "fixed:4", updates=3000, tokens_per_update=8192, seed=0)
+    plan = plan_run(cfg, "uniform:1-16", tokens_per_update=8192, budget=budget, seed=0)
+    plan.updates, plan.total_flops, plan.saving_vs_uniform
+
+A plan is exact for its seed: it draws the run's real depths (`Schedule.depths`, which for
+fixed-first and the curriculum depend on the run length through the switch and the ramp), prices each
+update with `flops.update_flops`, and returns the largest N whose realised total fits, in the sense
+cost(N) <= budget < cost(N + 1); the leftover is therefore less than one update. Realised cost can dip
+by a few updates' worth when a longer run moves its switch later, so N is found by bracketing and
+bisection over that boundary (vectorised cost sums; budgets of 10^5 updates plan in about a second).
+`expected_flops` prices the schedule's exact depth distributions instead, free of sampling noise, and
+the saving against uniform U{1..16} at the same number of updates is computed from those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from biosrecall.compute.flops import train_flops_table
+from biosrecall.compute.schedules import Schedule, Uniform, parse_schedule
+from biosrecall.errors import BiosrecallError
+from biosrecall.model.config import ModelConfig
+
+REFERENCE = Uniform(1, 16)
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compare fields explicitly
+class Plan:
+    """A schedule's run sized to a budget: its depths, their FLOPs and the comparison to uniform."""
+
+    schedule: str
+    """Canonical schedule text."""
+    updates: int
+    """Number of optimizer updates that fit the budget."""
+    switch_update: int | None
+    """First update of the finishing phase (fixed-first), else None."""
+    depths: np.ndarray
+    """Depth K of every update (int64 [updates])."""
+    flops_per_update: np.ndarray
+    """Modeled training FLOPs of every update (float64 [updates])."""
+    total_flops: float
+    """Sum of `flops_per_update`: what the run will spend (<= budget)."""
+    budget: float
+    """The FLOP budget the plan was sized to."""
+    tokens_per_update: int
+    """Tokens in one update (batch x sequence length)."""
+    seq_len: int
+    """Sequence length the attention FLOPs were counted with."""
+    seed: int
+    """Seed of the depth draws."""
+    expected_flops: float
+    """Expected FLOPs of `updates` updates of this schedule (over the depth distributions)."""
+    uniform_expected_flops: float
+    """Expected FLOPs of uniform U{1..16} over the same number of updates."""
+
+    @property
+    def saving_vs_uniform(self) -> float:
+        """Fraction of modeled compute saved against uniform U{1..16} at the same number of updates."""
+        return 1.0 - self.expected_flops / self.uniform_expected_flops
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-safe scalars (no per-update arrays), e.g. for a run's config.json."""
+        return {
+            "schedule": self.schedule,
+            "updates": self.updates,
+            "switch_update": self.switch_update,
+            "total_flops": self.total_flops,
+            "budget": self.budget,
+            "tokens_per_update": self.tokens_per_update,
+            "seq_len": self.seq_len,
+            "seed": self.seed,
+            "expected_flops": self.expected_flops,
+            "saving_vs_uniform": self.saving_vs_uniform,
+            "mean_depth": float(self.depths.mean()),
+        }
+
+
+class _UpdateCost:
+    """Training FLOPs of one update by depth, a lookup table grown on demand."""
+
+    def __init__(self, config: ModelConfig, tokens: int, seq_len: int | None, backprop_depth: int | None):
+        if isinstance(tokens, bool) or not isinstance(tokens, int | np.integer) or tokens < 1:
+            raise BiosrecallError(f"tokens per update must be a positive integer, got {tokens!r}")
+        self.args = (config, seq_len, backprop_depth)
+        self.tokens = int(tokens)
+        self.table = np.zeros(1)
+
+    def __call__(self, depths: np.ndarray) -> np.ndarray:
+        top = int(np.max(depths))
+        if top >= len(self.table):
+            config, seq_len, keep = self.args
+            self.table = self.tokens * train_flops_table(config, max(top, 2 * len(self.table)), seq_len, keep)
+        return self.table[depths]
+
+
+def _schedule(schedule: Schedule | str) -> Schedule:
+    return parse_schedule(schedule) if isinstance(schedule, str) else schedule
+
+
+def expected_flops(
+    config: ModelConfig,
+    schedule: Schedule | str,
+    updates: int,
+    tokens_per_update: int,
+    *,
+    seq_len: int | None = None,
+    backprop_depth: int | None = None,
+) -> float:
+    """Expected modeled FLOPs of an `updates`-update run (exact over the depth distributions)."""
+    cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
+    return _schedule(schedule).expected_cost(updates, cost)
+
+
+def saving_vs_uniform(
+    config: ModelConfig,
+    schedule: Schedule | str,
+    updates: int,
+    *,
+    seq_len: int | None = None,
+    backprop_depth: int | None = None,
+) -> float:
+    """Fraction of expected modeled compute saved against uniform U{1..16} at the same update count."""
+    cost = _UpdateCost(config, 1, seq_len, backprop_depth)
+    return 1.0 - _schedule(schedule).expected_cost(updates, cost) / REFERENCE.expected_cost(updates, cost)
+
+
+def budget_of(
+    config: ModelConfig,
+    schedule: Schedule | str,
+    updates: int,
+    tokens_per_update: int,
+    seed: int,
+    *,
+    seq_len: int | None = None,
+    backprop_depth: int | None = None,
+) -> float:
+    """The realised FLOPs `schedule` spends in `updates` updates with this seed."""
+    cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
+    return float(cost(_schedule(schedule).depths(updates, seed)).sum())
+
+
+def plan_run(
+    config: ModelConfig,
+    schedule: Schedule | str,
+    tokens_per_update: int,
+    budget: float,
+    seed: int,
+    *,
+    seq_len: int | None = None,
+    backprop_depth: int | None = None,
+) -> Plan:
+    """The largest run of `schedule` whose realised modeled FLOPs fit `budget` (see the module doc)."""
+    schedule = _schedule(schedule)
+    cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
+    if not isinstance(budget, int | float | np.number) or not np.isfinite(budget) or budget <= 0:
+        raise BiosrecallError(f"budget must be a positive number of FLOPs, got {budget!r}")
+
+    def spend(n: int) -> float:
+        return float(cost(schedule.depths(n, seed)).sum())
+
+    first = spend(1)
+    if first > budget:
+        raise BiosrecallError(
+            f"budget {budget:.4g} FLOPs is smaller than one update of {schedule.spec} ({first:.4g} FLOPs)"
+        )
+    per_update = schedule.expected_cost(1000, cost) / 1000  # the mean is flat in N: a good first guess
+    updates = _largest_fitting(spend, float(budget), max(1, int(budget / per_update)))
+    depths = schedule.depths(updates, seed)
+    flops = cost(depths)
+    return Plan(
+        schedule=schedule.spec,
+        updates=updates,
+        switch_update=schedule.switch_update(updates),
+        depths=depths,
+        flops_per_update=flops,
+        total_flops=float(flops.sum()),
+        budget=float(budget),
+        tokens_per_update=int(tokens_per_update),
+        seq_len=config.context_length if seq_len is None else int(seq_len),
+        seed=int(seed),
+        expected_flops=schedule.expected_cost(updates, cost),
+        uniform_expected_flops=REFERENCE.expected_cost(updates, cost),
+    )
+
+
+def _largest_fitting(spend, budget: float, guess: int) -> int:
+    """N with spend(N) <= budget < spend(N + 1), searched from a guess; spend(1) fits."""
+    step = max(1, guess // 64)
+    if spend(guess) <= budget:
+        lo, hi = guess, guess + step
+        while spend(hi) <= budget:
+            lo, step = hi, 2 * step
+            hi = lo + step
+    else:
+        lo, hi = max(1, guess - step), guess
+        while spend(lo) > budget:
+            hi, step = lo, 2 * step
+            lo = max(1, hi - step)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if spend(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo

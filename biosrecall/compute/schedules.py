@@ -1,0 +1,399 @@
+"""Depth schedules: which recurrent depth K each training update uses, and what that is expected to cost.
+
+    s = parse_schedule("fixed_first:k0=4,switch=0.8,finish=uniform")
+    s.depth(update=4000, total=4800, seed=0)    # one update's K; s.depths(4800, 0) gives all of them
+    s.switch_update(4800), s.spec               # 3840 (first uniform update); canonical text
+
+Text forms (`parse_schedule`, the one parser; E[K] is the expected depth):
+
+    fixed:K                                  every update at depth K
+    uniform:LO-HI                            K ~ U{LO..HI} (default 1-16)
+    poisson_lognormal:mean=M[,sigma=S,cap=C] Huginn: K = 1 + Poisson(e^tau), tau ~ Normal(ln M - S^2/2, S)
+                                             (S = 0.5 by default; E[K] = M + 1), optionally min(K, C)
+    fixed_first:k0=K0,switch=F,finish=uniform[,range=LO-HI]  or  ...,finish=poisson_lognormal[,mean=M,...]
+                                             K0 for the first round(F x total) updates, then the finish
+                                             (Poisson-lognormal default mean 7.5: E[K] = 8.5, as U{1..16})
+    curriculum:mean=M,warmup=W[,shape=linear|1-sqrt,sigma=S,cap=C]
+                                             McLeish et al.: Poisson-lognormal with mean m(u), x = u / (W total):
+                                             linear m = max(1, ceil(M x)), 1-sqrt m = max(1, ceil(M (1 - sqrt(1 - x))))
+                                             while x < 1, then M
+
+Update u draws one uniform and one normal from `np.random.default_rng([seed, u, STREAM])`, mapped by the
+schedule's inverse CDF: depth is a pure function of (seed, update, total), reproducible on any rank.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from biosrecall.errors import BiosrecallError
+
+STREAM = 0x64657074  # separates depth draws from any other stream seeded by (seed, update)
+_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # primitive draws per seed (8 seeds, newest last)
+
+
+def _draw(seed: int, update: int) -> tuple[float, float]:
+    """The (uniform, normal) primitive draw of one update."""
+    rng = np.random.default_rng([int(seed), int(update), STREAM])
+    return rng.random(), rng.standard_normal()
+
+
+def _draws(seed: int, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Primitive draws of updates 0..total-1 (as two arrays), cached per seed."""
+    _require(_is_int(seed) and seed >= 0, f"seed must be a non-negative integer, got {seed!r}")
+    u, z = _CACHE.pop(int(seed), (np.empty(0), np.empty(0)))
+    if len(u) < total:
+        extra = np.array([_draw(seed, i) for i in range(len(u), total)]).reshape(-1, 2)
+        u, z = np.concatenate([u, extra[:, 0]]), np.concatenate([z, extra[:, 1]])
+    _CACHE[int(seed)] = (u, z)
+    if len(_CACHE) > 8:
+        del _CACHE[next(iter(_CACHE))]
+    return u[:total], z[:total]
+
+
+def _check_total(total: int, update: int = 0) -> int:
+    _require(_is_int(total) and total >= 1, f"total updates must be a positive integer, got {total!r}")
+    _require(_is_int(update) and 0 <= update < total, f"update must be in 0..{total - 1}, got {update!r}")
+    return int(total)
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compare fields explicitly
+class DepthDistribution:
+    """An exact distribution over depths: probs[i] = P(K = values[i])."""
+
+    values: np.ndarray
+    probs: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.probs))
+
+
+def _poisson_icdf(u: np.ndarray, lam: np.ndarray, limit: int | None) -> np.ndarray:
+    """Smallest j with P(Poisson(lam) <= j) >= u, elementwise (at most `limit`)."""
+    out = np.zeros(len(u), dtype=np.int64)
+    log_lam, cdf = np.log(lam), np.zeros(len(u))
+    stop = int(lam.max() + 12 * math.sqrt(lam.max()) + 40) if limit is None else limit
+    for j in range(stop):
+        cdf += np.exp(j * log_lam - lam - math.lgamma(j + 1))
+        below = cdf < u
+        if not below.any():
+            break
+        out += below
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _poisson_lognormal_pmf(mean: float, sigma: float, cap: int | None) -> DepthDistribution:
+    """Exact distribution of 1 + Poisson(LogNormal(ln mean - sigma^2/2, sigma)) by Gauss-Hermite (the
+    outermost nodes, of weight below 1e-20, would only stretch the support; they are left out)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(64)
+    nodes, weights = nodes[weights > 1e-20 * weights.max()], weights[weights > 1e-20 * weights.max()]
+    lam = np.exp(math.log(mean) - sigma**2 / 2 + sigma * nodes)[:, None]
+    top = int(lam.max() + 12 * math.sqrt(lam.max()) + 40)
+    j = np.arange(top if cap is None else min(top, cap - 1))
+    log_fact = np.array([math.lgamma(k + 1) for k in j])
+    probs = weights @ np.exp(j * np.log(lam) - lam - log_fact) / weights.sum()
+    if cap is not None and len(j) == cap - 1:
+        probs = np.append(probs, max(1.0 - probs.sum(), 0.0))  # everything from cap on is clipped to cap
+    probs = probs[: np.flatnonzero(probs > 1e-16)[-1] + 1]  # the far tail underflows; drop it
+    return DepthDistribution(np.arange(1, len(probs) + 1), probs / probs.sum())
+
+
+class Schedule:
+    """A map (update, total updates, seed) -> depth with its exact expected cost. Subclasses give `spec`
+    (canonical text, parsed back to an equal schedule), `max_depth` (None: an uncapped Poisson tail),
+    `segments(total)` ((start, stop, DepthDistribution) runs over updates 0..total-1), `_from_draws`."""
+
+    def switch_update(self, total: int) -> int | None:
+        """First update of the finishing phase, for schedules that have one."""
+        return None
+
+    def depths(self, total: int, seed: int) -> np.ndarray:
+        """Depth of every update 0..total-1 of a `total`-update run."""
+        total = _check_total(total)
+        u, z = _draws(seed, total)
+        return self._from_draws(np.arange(total), total, u, z)
+
+    def depth(self, update: int, total: int, seed: int) -> int:
+        """Depth of one update; equal to depths(total, seed)[update]."""
+        total = _check_total(total, update)
+        _draws(seed, 0)  # validates the seed
+        u, z = _draw(seed, update)
+        return int(self._from_draws(np.array([update]), total, np.array([u]), np.array([z]))[0])
+
+    def mean_depth(self, update: int, total: int) -> float:
+        """Expected depth of one update."""
+        segments = self.segments(_check_total(total, update))
+        return next(dist.mean for start, stop, dist in segments if start <= update < stop)
+
+    def expected_cost(self, total: int, cost: Callable[[np.ndarray], np.ndarray]) -> float:
+        """Expected sum of cost(K) over a `total`-update run (cost vectorised over depths)."""
+        return sum((b - a) * float(np.dot(cost(d.values), d.probs)) for a, b, d in self.segments(total))
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise BiosrecallError(message)
+
+
+def _check_depth(value: object, name: str) -> None:
+    _require(_is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _check_fraction(value: object, name: str, top: str) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+    _require(ok and (value < 1 or top == "]"), f"{name} must be a fraction in (0, 1{top}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Fixed(Schedule):
+    """Every update at depth k."""
+
+    k: int
+
+    def __post_init__(self) -> None:
+        _check_depth(self.k, "depth")
+
+    spec = property(lambda self: f"fixed:{self.k}")
+    max_depth = property(lambda self: self.k)
+
+    def _from_draws(self, updates, total, u, z):
+        return np.full(len(updates), self.k, dtype=np.int64)
+
+    def segments(self, total):
+        return [(0, _check_total(total), DepthDistribution(np.array([self.k]), np.ones(1)))]
+
+
+@dataclass(frozen=True)
+class Uniform(Schedule):
+    """K ~ U{lo..hi} on every update."""
+
+    lo: int = 1
+    hi: int = 16
+
+    def __post_init__(self) -> None:
+        _check_depth(self.lo, "uniform lower depth")
+        _check_depth(self.hi, "uniform upper depth")
+        _require(self.lo <= self.hi, f"uniform range {self.lo}-{self.hi} is empty (lower > upper)")
+
+    spec = property(lambda self: f"uniform:{self.lo}-{self.hi}")
+    max_depth = property(lambda self: self.hi)
+
+    def _from_draws(self, updates, total, u, z):
+        return self.lo + np.floor(u * (self.hi - self.lo + 1)).astype(np.int64)
+
+    def segments(self, total):
+        values = np.arange(self.lo, self.hi + 1)
+        return [(0, _check_total(total), DepthDistribution(values, np.full(len(values), 1 / len(values))))]
+
+
+class _PoissonFamily(Schedule):
+    """K = 1 + Poisson(e^tau), tau ~ Normal(ln m(u) - sigma^2/2, sigma); subclasses give sigma, cap, ramp = m."""
+
+    max_depth = property(lambda self: self.cap)
+
+    def _from_draws(self, updates, total, u, z):
+        lam = np.exp(np.log(self.ramp(updates, total)) - self.sigma**2 / 2 + self.sigma * z)
+        return 1 + _poisson_icdf(u, lam, None if self.cap is None else self.cap - 1)
+
+    def segments(self, total):
+        means = self.ramp(np.arange(_check_total(total)), total)
+        edges = np.flatnonzero(np.diff(means)) + 1
+        pmfs = {m: _poisson_lognormal_pmf(m, self.sigma, self.cap) for m in map(float, np.unique(means))}
+        runs = zip(np.r_[0, edges], np.r_[edges, total], strict=True)
+        return [(int(a), int(b), pmfs[float(means[a])]) for a, b in runs]
+
+
+@dataclass(frozen=True)
+class PoissonLognormal(_PoissonFamily):
+    """Huginn's sampler with a constant mean: E[K] = mean + 1 (without cap)."""
+
+    mean: float
+    sigma: float = 0.5
+    cap: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_pl(self.mean, self.sigma, self.cap)
+
+    @property
+    def spec(self) -> str:
+        cap = "" if self.cap is None else f",cap={self.cap}"
+        return f"poisson_lognormal:mean={_num(self.mean)},sigma={_num(self.sigma)}{cap}"
+
+    def ramp(self, updates, total):
+        return np.full(len(updates), float(self.mean))
+
+
+@dataclass(frozen=True)
+class FixedFirst(Schedule):
+    """K0 for the first round(switch x total) updates, then the `finish` schedule."""
+
+    k0: int
+    switch: float
+    finish: Uniform | PoissonLognormal
+
+    def __post_init__(self) -> None:
+        _check_depth(self.k0, "k0")
+        _check_fraction(self.switch, "switch", ")")
+        lo, hi = getattr(self.finish, "lo", 1), self.finish.max_depth
+        _require(lo <= self.k0 <= (hi or self.k0), f"k0={self.k0} lies outside the finish's depths {lo}-{hi}")
+
+    @property
+    def spec(self) -> str:
+        head = f"fixed_first:k0={self.k0},switch={_num(self.switch)}"
+        if isinstance(self.finish, Uniform):
+            return f"{head},finish=uniform,range={self.finish.lo}-{self.finish.hi}"
+        return f"{head},finish={self.finish.spec.replace(':', ',', 1)}"
+
+    @property
+    def max_depth(self) -> int | None:
+        return None if self.finish.max_depth is None else max(self.k0, self.finish.max_depth)
+
+    def switch_update(self, total: int) -> int:
+        return int(math.floor(self.switch * _check_total(total) + 0.5))
+
+    def _from_draws(self, updates, total, u, z):
+        finish = self.finish._from_draws(updates, total, u, z)
+        return np.where(updates < self.switch_update(total), self.k0, finish)
+
+    def segments(self, total):
+        switch = self.switch_update(total)
+        fixed = DepthDistribution(np.array([self.k0]), np.ones(1))
+        runs = [(0, switch, fixed), (switch, total, self.finish.segments(total)[0][2])]
+        return [run for run in runs if run[1] > run[0]]
+
+
+@dataclass(frozen=True)
+class Curriculum(_PoissonFamily):
+    """McLeish et al.: Poisson-lognormal whose mean ramps to `mean` over a warmup fraction, then holds."""
+
+    mean: float
+    warmup: float
+    shape: str = "linear"
+    sigma: float = 0.5
+    cap: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_pl(self.mean, self.sigma, self.cap)
+        _require(self.mean >= 1, f"curriculum mean must be at least 1, got {self.mean!r}")
+        _check_fraction(self.warmup, "warmup", "]")
+        _require(self.shape in ("linear", "1-sqrt"), f"shape must be linear or 1-sqrt, got {self.shape!r}")
+
+    @property
+    def spec(self) -> str:
+        cap = "" if self.cap is None else f",cap={self.cap}"
+        warmup, sigma = _num(self.warmup), _num(self.sigma)
+        return f"curriculum:mean={_num(self.mean)},warmup={warmup},shape={self.shape},sigma={sigma}{cap}"
+
+    def ramp(self, updates: np.ndarray, total: int) -> np.ndarray:
+        """Poisson-lognormal mean m(u) of each update."""
+        x = np.minimum(np.asarray(updates, dtype=np.float64) / (self.warmup * total), 1.0)
+        frac = x if self.shape == "linear" else 1.0 - np.sqrt(1.0 - x)
+        m = np.maximum(1.0, np.ceil(self.mean * frac - 1e-9))  # the epsilon absorbs float error in M x
+        return np.where(x >= 1.0, float(self.mean), np.minimum(m, float(self.mean)))
+
+
+def _check_pl(mean: float, sigma: float, cap: int | None) -> None:
+    number = (int, float, np.floating)
+    _require(isinstance(mean, number) and mean > 0, f"poisson_lognormal mean must be positive, got {mean!r}")
+    _require(isinstance(sigma, number) and sigma >= 0, f"sigma must be non-negative, got {sigma!r}")
+    if cap is not None:
+        _check_depth(cap, "cap")
+
+
+def parse_schedule(text: str) -> Schedule:
+    """The one parser from text (see the module docstring) to a schedule; a malformed or impossible
+    schedule is a `BiosrecallError` quoting the text and naming the bad part."""
+    text = text.strip() if isinstance(text, str) else ""
+    name, _, body = text.partition(":")
+    name = name.strip().lower().replace("-", "_")
+    problem = f"unknown schedule {name!r} in {text!r}" if name else "empty schedule"
+    _require(name in _BUILDERS, f"{problem}; use one of: {', '.join(_BUILDERS)} (e.g. fixed:4, uniform:1-16)")
+    try:
+        return _BUILDERS[name](body.strip())
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"schedule {text!r}: {exc}") from None
+
+
+def _value(raw: str, kind: type, key: str) -> int | float:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise BiosrecallError(f"{key}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+
+
+def _range(raw: str, key: str = "range") -> tuple[int, int]:
+    lo, dash, hi = raw.partition("-")
+    _require(bool(dash), f"{key} {raw!r} must look like LO-HI, e.g. 1-16")
+    return _value(lo.strip(), int, key), _value(hi.strip(), int, key)
+
+
+class _Args:
+    """key=value pairs of a schedule's body; every key must be used exactly once."""
+
+    def __init__(self, body: str) -> None:
+        self.pairs: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in body.split(","))):
+            key, eq, raw = part.partition("=")
+            key = key.strip().lower()
+            _require(bool(eq and raw.strip()), f"{part!r} must look like key=value")
+            _require(key not in self.pairs, f"{key!r} is given twice")
+            self.pairs[key] = raw.strip()
+
+    def get(self, key: str, kind: type, default: object = ...) -> object:
+        if key not in self.pairs:
+            _require(default is not ..., f"missing {key}=...")
+            return default
+        raw = self.pairs.pop(key)
+        return raw if kind is str else _range(raw) if kind is tuple else _value(raw, kind, key)
+
+    def done(self, schedule: Schedule) -> Schedule:
+        _require(not self.pairs, f"unknown key(s): {', '.join(self.pairs)}")
+        return schedule
+
+
+def _pl_args(args: _Args, default_mean: object = ...) -> PoissonLognormal:
+    mean = args.get("mean", float, default_mean)
+    return PoissonLognormal(mean, args.get("sigma", float, 0.5), args.get("cap", int, None))
+
+
+def _fixed_first(body: str) -> Schedule:
+    args = _Args(body)
+    k0, switch = args.get("k0", int), args.get("switch", float)
+    finish = args.get("finish", str, "uniform").lower().replace("-", "_")
+    _require(
+        finish in ("uniform", "poisson_lognormal"),
+        f"unknown finish {finish!r}; use uniform or poisson_lognormal",
+    )
+    tail = Uniform(*args.get("range", tuple, (1, 16))) if finish == "uniform" else _pl_args(args, 7.5)
+    return args.done(FixedFirst(k0, switch, tail))
+
+
+def _curriculum(body: str) -> Schedule:
+    args = _Args(body)
+    mean, warmup = args.get("mean", float), args.get("warmup", float)
+    shape, sigma = args.get("shape", str, "linear"), args.get("sigma", float, 0.5)
+    return args.done(Curriculum(mean, warmup, shape, sigma, args.get("cap", int, None)))
+
+
+_BUILDERS: dict[str, Callable[[str], Schedule]] = {
+    "fixed": lambda body: Fixed(_value(body.removeprefix("k="), int, "depth")),
+    "uniform": lambda body: Uniform(*_range(body or "1-16")),
+    "poisson_lognormal": lambda body: (lambda a: a.done(_pl_args(a)))(_Args(body)),
+    "fixed_first": _fixed_first,
+    "curriculum": _curriculum,
+}

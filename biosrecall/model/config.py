@@ -1,0 +1,156 @@
+"""The shape and behaviour of one looped transformer, as a validated, serialisable dataclass.
+
+    from biosrecall.model.config import ModelConfig
+    cfg = ModelConfig(vocab_size=512, d_model=64, n_heads=2, d_mlp=128,
+                      n_prelude=1, n_block=2, n_coda=1, context_length=128)
+    ModelConfig.from_dict(cfg.to_dict()) == cfg   # round-trips through JSON-safe dicts
+
+A config validates itself on construction, so an invalid one never exists; every problem is a
+`BiosrecallError` (a `ValueError`) naming the field. Named shapes live in `presets.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from biosrecall.errors import BiosrecallError
+
+POSITIONS = ("rope", "learned")
+NORMS = ("pre", "sandwich")
+MLPS = ("swiglu", "gelu")
+INJECTIONS = ("concat", "add", "none")
+INIT_STATES = ("zeros", "noise")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A middle-loop transformer: embedding, prelude layers, one recurrent block applied K times
+    (the serving or training depth, chosen per call), coda layers, head."""
+
+    vocab_size: int
+    """Number of token ids; the embedding and the output head have this many rows."""
+    d_model: int
+    """Width of the residual stream and of the recurrent state."""
+    n_heads: int
+    """Attention heads per layer; must divide `d_model` (head width = d_model / n_heads)."""
+    d_mlp: int
+    """Hidden width of each MLP (for SwiGLU: the width after gating)."""
+    n_prelude: int
+    """Untied layers applied once before the loop; their output `e` is injected every iteration."""
+    n_block: int
+    """Layers inside the recurrent block; the block (these layers together) is applied K times."""
+    n_coda: int
+    """Untied layers applied once after the loop, before the final norm and the head."""
+    context_length: int
+    """Longest sequence the model accepts (size of the RoPE table / learned position table)."""
+    position: str = "rope"
+    """Position scheme: `rope` (rotary, applied to queries and keys in every layer) or `learned`
+    (an absolute position embedding added to the token embedding)."""
+    rope_base: float = 10000.0
+    """Base of the rotary frequencies (theta); only used with `position="rope"`."""
+    norm: str = "pre"
+    """Norm placement: `pre` (x + f(norm(x))) or `sandwich` (Huginn's norm(x + f(norm(x))), which
+    keeps the recurrent state's scale fixed however many iterations run)."""
+    norm_eps: float = 1e-6
+    """Epsilon inside every RMSNorm."""
+    mlp: str = "swiglu"
+    """MLP type: `swiglu` (three d x d_mlp matrices) or `gelu` (two)."""
+    injection: str = "concat"
+    """How the prelude output e enters each iteration: `concat` (bias-free Linear 2d -> d on
+    [state, e], Huginn's adapter), `add` (state + e), or `none` (e is only the initial state)."""
+    init_state: str = "zeros"
+    """Initial recurrent state: `zeros`, or `noise` (a seeded Gaussian of shape [T, d] shared by every
+    sequence, so outputs never depend on batch-mates or on how many iterations follow)."""
+    init_state_std: float = math.sqrt(2 / 5)
+    """Standard deviation of the `noise` initial state (Huginn uses sqrt(2/5))."""
+    init_state_seed: int = 0
+    """Seed of the `noise` initial state; the draw is a function of this seed alone."""
+    tie_embeddings: bool = True
+    """Reuse the token embedding matrix as the output head."""
+    backprop_depth: int | None = None
+    """Truncated backprop through depth: None = gradients through all K iterations; k = only the last
+    min(k, K) iterations carry gradients, earlier ones run under no_grad (memory flat in K)."""
+    init_mean_depth: float = 8.5
+    """Recurrence assumed when scaling residual output projections at initialisation (the mean of
+    U{1..16}); the effective depth n_prelude + n_coda + n_block x this sets the scale."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.d_model // self.n_heads
+
+    def validate(self) -> None:
+        """Raise `BiosrecallError` naming the first field whose value is impossible."""
+        _positive_ints(self, ("vocab_size", "d_model", "n_heads", "d_mlp", "n_block", "context_length"))
+        _non_negative_ints(self, ("n_prelude", "n_coda", "init_state_seed"))
+        if self.vocab_size < 2:
+            raise BiosrecallError(f"vocab_size must be at least 2, got {self.vocab_size}")
+        if self.d_model % self.n_heads:
+            raise BiosrecallError(
+                f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}) so every head has the same width"
+            )
+        if self.position == "rope" and self.head_dim % 2:
+            raise BiosrecallError(f"rope needs an even head width, got d_model/n_heads = {self.head_dim}")
+        for name, choices in (
+            ("position", POSITIONS),
+            ("norm", NORMS),
+            ("mlp", MLPS),
+            ("injection", INJECTIONS),
+            ("init_state", INIT_STATES),
+        ):
+            if getattr(self, name) not in choices:
+                raise BiosrecallError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
+        for name in ("rope_base", "norm_eps", "init_state_std", "init_mean_depth"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise BiosrecallError(f"{name} must be a positive number, got {value!r}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise BiosrecallError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
+        if self.backprop_depth is not None:
+            _positive_ints(self, ("backprop_depth",))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build (and validate) a config from `to_dict()` output; unknown or missing keys are errors."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise BiosrecallError(f"model config is missing field(s): {', '.join(missing)}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A validated copy with some fields changed; unknown field names are errors."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+
+def _positive_ints(cfg: ModelConfig, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise BiosrecallError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _non_negative_ints(cfg: ModelConfig, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BiosrecallError(f"{name} must be a non-negative integer, got {value!r}")

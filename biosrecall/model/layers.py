@@ -1,0 +1,115 @@
+"""Transformer building blocks: RMSNorm, rotary positions, causal attention, MLPs, one layer.
+
+    layer = TransformerLayer(cfg)                # cfg: a ModelConfig
+    cos, sin = rope_tables(cfg)                  # [context_length, head_dim / 2] each
+    y = layer(x, rope=torch.complex(cos[:T], sin[:T]))   # x: [B, T, d]; rope=None without RoPE
+
+Attention goes through `torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, so GPUs
+use flash kernels. All projections are bias-free; the FLOP account in `compute/flops.py` counts
+exactly the matmuls made here (norms, RoPE and activations are not counted).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from biosrecall.model.config import ModelConfig
+
+Rope = torch.Tensor | None  # complex [T, head_dim / 2]: e^{i t theta_j} for position t, pair j
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned per-channel gain (no bias, no mean subtraction)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine and sine tables [context_length, head_dim / 2] (fp32, computed in fp64)."""
+    half = cfg.head_dim // 2
+    inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(half, dtype=torch.float64) / half))
+    angles = torch.outer(torch.arange(cfg.context_length, dtype=torch.float64), inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent channel pairs of x [B, T, n, H, hd] by position: one complex multiply (in fp32)
+    over queries and keys together instead of per-tensor rotate-half arithmetic."""
+    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * rope[:, None, None]).flatten(-2).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with a fused QKV projection and optional RoPE."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
+        batch, seq, width = x.shape
+        qkv = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim)
+        qk, v = qkv[:, :, :2], qkv[:, :, 2]
+        if rope is not None:
+            qk = apply_rope(qk, rope)
+        q, k = qk.unbind(dim=2)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+
+
+class MLP(nn.Module):
+    """SwiGLU (silu(x W_gate) * x W_up, one fused input matrix) or GELU MLP, bias-free."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gated = cfg.mlp == "swiglu"
+        hidden = 2 * cfg.d_mlp if self.gated else cfg.d_mlp
+        self.w_in = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.w_out = nn.Linear(cfg.d_mlp, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.w_in(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return self.w_out(h)
+
+
+class TransformerLayer(nn.Module):
+    """Attention then MLP, each a residual branch.
+
+    `pre`:      x = x + attn(n1(x));       x = x + mlp(n2(x))
+    `sandwich`: x = n2(x + attn(n1(x)));   x = n4(x + mlp(n3(x)))   (Huginn's placement: the
+    residual stream leaves every branch normalised, so the recurrent state cannot grow with K).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.sandwich = cfg.norm == "sandwich"
+        self.attn = CausalSelfAttention(cfg)
+        self.mlp = MLP(cfg)
+        n_norms = 4 if self.sandwich else 2
+        self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
+
+    def forward(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
+        n = self.norms
+        if self.sandwich:
+            x = n[1](x + self.attn(n[0](x), rope))
+            return n[3](x + self.mlp(n[2](x)))
+        x = x + self.attn(n[0](x), rope)
+        return x + self.mlp(n[1](x))

@@ -1,0 +1,202 @@
+"""The middle-loop transformer: prelude once, one recurrent block K times, coda once, head.
+
+    model = LoopedTransformer(get_preset("bios-tiny"))
+    logits = model(tokens, depth=4)                          # [B, T, V]
+    with torch.no_grad():
+        for k, logits in model.forward_all_depths(tokens, range(1, 65)):
+            ...                                              # one 64-iteration pass, a readout per k
+
+Per call: e = prelude(embed(tokens)); s_0 = the initial state; s_i = block(inject(s_{i-1}, e)) for
+i = 1..K; logits = head(final_norm(coda(state_norm(s_K)))). The initial state is deterministic (zeros
+or one seeded [T, d] draw shared by every sequence), so s_k does not depend on batch-mates or on how
+many iterations follow, and a whole serving-depth curve is one pass plus a readout per depth.
+
+The `concat` adapter W [d, 2d] is applied as s W_s^T + e W_e^T with e W_e^T computed once per call:
+the same function as Linear(cat(s, e)), minus a per-iteration concatenation and half its matmul.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.model.config import ModelConfig
+from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, rope_tables
+
+
+class LoopedTransformer(nn.Module):
+    """Decoder-only looped transformer whose depth (block iterations K) is chosen per call."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        d = config.d_model
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.pos_embed = nn.Embedding(config.context_length, d) if config.position == "learned" else None
+        self.prelude = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_prelude))
+        self.adapter = nn.Linear(2 * d, d, bias=False) if config.injection == "concat" else None
+        self.block = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_block))
+        self.coda = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_coda))
+        self.state_norm = RMSNorm(d, config.norm_eps)
+        self.final_norm = RMSNorm(d, config.norm_eps)
+        self.head = None if config.tie_embeddings else nn.Linear(d, config.vocab_size, bias=False)
+        if config.position == "rope":
+            cos, sin = rope_tables(config)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self._init_states: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Small init (std sqrt(2 / (5 fan_in))); residual output projections are further divided by
+        sqrt(2 x effective depth) so the state stays O(1) when the block is unrolled many times."""
+        cfg = self.config
+        effective_depth = cfg.n_prelude + cfg.n_coda + cfg.n_block * cfg.init_mean_depth
+        residual_scale = 1.0 / math.sqrt(2.0 * effective_depth)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = math.sqrt(2.0 / (5.0 * module.in_features))
+                if name.endswith(("attn.proj", "mlp.w_out")):
+                    std *= residual_scale
+                nn.init.normal_(module.weight, std=std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=math.sqrt(2.0 / (5.0 * cfg.d_model)))
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters (a tied head counted once); `compute.flops.param_counts` splits them."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, depth: int) -> torch.Tensor:
+        """Logits [B, T, V] after `depth` block iterations. With `backprop_depth` = k set and gradients
+        enabled, the first depth - k iterations run under no_grad."""
+        depth = _check_depth(depth)
+        rope, inject, state = self._start(tokens)
+        keep = self.config.backprop_depth
+        if keep is not None and depth > keep and torch.is_grad_enabled():
+            with torch.no_grad():
+                state = self._iterate(state, inject, depth - keep, rope)
+            depth = keep
+        state = self._iterate(state, inject, depth, rope)
+        return self._readout(state, rope, None)
+
+    def forward_all_depths(
+        self, tokens: torch.Tensor, depths: Iterable[int], positions: torch.Tensor | None = None
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield (k, logits) for each requested depth, ascending, from one max(depths)-deep pass
+        without gradients. Logits are [B, T, V], or [P, V] at the True entries of `positions`
+        (a bool [B, T] mask; the coda still runs on every position because attention needs them)."""
+        wanted = _check_depths(depths)
+        if positions is not None and (positions.dtype != torch.bool or positions.shape != tokens.shape):
+            raise BiosrecallError(
+                f"positions must be a bool mask shaped like tokens {tuple(tokens.shape)}, "
+                f"got {positions.dtype} {tuple(positions.shape)}"
+            )
+        with torch.no_grad():
+            rope, inject, state = self._start(tokens)
+        done = 0
+        for k in wanted:
+            # no_grad is entered per step, never held across a yield, so the caller's mode is untouched
+            with torch.no_grad():
+                state = self._iterate(state, inject, k - done, rope)
+                logits = self._readout(state, rope, positions)
+            done = k
+            yield k, logits
+
+    def initial_state(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """The [seq_len, d] noise initial state (None for zeros). Drawn once on the CPU from
+        `init_state_seed` for the whole context, so any prefix sees the same rows on any device."""
+        if self.config.init_state == "zeros":
+            return None
+        key = (torch.device(device), dtype)
+        if key not in self._init_states:
+            generator = torch.Generator().manual_seed(self.config.init_state_seed)
+            shape = (self.config.context_length, self.config.d_model)
+            noise = torch.randn(shape, generator=generator) * self.config.init_state_std
+            self._init_states[key] = noise.to(device=device, dtype=dtype)
+        return self._init_states[key][:seq_len]
+
+    def _start(self, tokens: torch.Tensor) -> tuple[Rope, torch.Tensor | None, torch.Tensor]:
+        """Embed and run the prelude; return the RoPE slices, the injected term and s_0."""
+        seq_len = self._check_tokens(tokens)
+        rope = None
+        if self.config.position == "rope":
+            rope = torch.complex(self.rope_cos[:seq_len].float(), self.rope_sin[:seq_len].float())
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed.weight[:seq_len]
+        for layer in self.prelude:
+            x = layer(x, rope)
+        noise = self.initial_state(seq_len, x.device, x.dtype)
+        injection = self.config.injection
+        if injection == "none":
+            return rope, None, x if noise is None else x + noise
+        state = torch.zeros_like(x) if noise is None else noise.expand_as(x)
+        if injection == "add":
+            return rope, x, state
+        return rope, nn.functional.linear(x, self.adapter.weight[:, self.config.d_model :]), state
+
+    def _iterate(
+        self, state: torch.Tensor, inject: torch.Tensor | None, steps: int, rope: Rope
+    ) -> torch.Tensor:
+        """Apply the recurrent block `steps` times."""
+        injection = self.config.injection
+        w_state = self.adapter.weight[:, : self.config.d_model] if injection == "concat" else None
+        for _ in range(steps):
+            if injection == "concat":
+                x = torch.addmm(inject.flatten(0, 1), state.flatten(0, 1), w_state.t()).view_as(inject)
+            elif injection == "add":
+                x = state + inject
+            else:
+                x = state
+            for layer in self.block:
+                x = layer(x, rope)
+            state = x
+        return state
+
+    def _readout(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
+        """Coda, final norm and head on a recurrent state (optionally only at `positions`)."""
+        x = self.state_norm(state)
+        for layer in self.coda:
+            x = layer(x, rope)
+        x = self.final_norm(x)
+        if positions is not None:
+            x = x[positions]
+        weight = self.embed.weight if self.head is None else self.head.weight
+        return nn.functional.linear(x, weight)
+
+    def _check_tokens(self, tokens: torch.Tensor) -> int:
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise BiosrecallError(
+                f"tokens must be an integer tensor [batch, seq], got {tokens.dtype} {tuple(tokens.shape)}"
+            )
+        seq_len = tokens.shape[1]
+        if not 1 <= seq_len <= self.config.context_length:
+            raise BiosrecallError(
+                f"sequence length {seq_len} is outside 1..{self.config.context_length} (context_length)"
+            )
+        return seq_len
+
+
+def _check_depth(depth: int) -> int:
+    try:
+        value = operator.index(depth)
+    except TypeError:
+        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}") from None
+    if value < 1 or isinstance(depth, bool):
+        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
+    return value
+
+
+def _check_depths(depths: Iterable[int]) -> list[int]:
+    wanted = sorted({_check_depth(k) for k in depths})
+    if not wanted:
+        raise BiosrecallError("depths must name at least one depth")
+    return wanted

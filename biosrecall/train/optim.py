@@ -1,0 +1,50 @@
+"""AdamW with decay only on weight matrices, and the learning-rate schedule (warm-up, then cosine or WSD).
+
+optimizer = build_optimizer(model, config)
+lr = learning_rate(update, total_updates, config)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from biosrecall.train.config import TrainConfig
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """Matrices of linear layers decay; norms, biases and embedding tables do not (standard practice)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        is_matrix = param.ndim >= 2 and "embed" not in name
+        (decay if is_matrix else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    # foreach=True keeps the step a handful of fused kernels instead of one per tensor.
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=1e-8, foreach=True)
+
+
+def learning_rate(update: int, total: int, config: TrainConfig) -> float:
+    """LR for 0-based `update` out of `total`: linear warm-up, then cosine or warmup-stable-decay."""
+    warmup = max(1, round(config.warmup * total)) if config.warmup > 0 else 0
+    peak, floor = config.lr, config.lr * config.min_lr_ratio
+    if update < warmup:
+        return peak * (update + 1) / warmup
+    if config.lr_schedule == "wsd":
+        decay_start = max(warmup, round(0.8 * total))
+        if update < decay_start:
+            return peak
+        progress = (update - decay_start) / max(1, total - 1 - decay_start)
+        return peak + (floor - peak) * min(1.0, progress)
+    progress = (update - warmup) / max(1, total - 1 - warmup)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
