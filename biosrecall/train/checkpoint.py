@@ -3,6 +3,8 @@
     RUN_DIR/checkpoints/<fraction>/model.safetensors   weights (safetensors; tied weights handled)
     RUN_DIR/checkpoints/<fraction>/meta.json           model config, schedule, update, FLOPs, tokens,
                                                        seed, dataset hash, metrics so far
+    RUN_DIR/checkpoints/<fraction>/training_state.pt   optimizer state (for the update diagnostic)
+    RUN_DIR/checkpoints/switch/                        the same at a schedule's switch update
     RUN_DIR/checkpoints/latest -> state-<update>/      the same plus `training_state.pt` (optimizer,
                                                        data-loader state) for `--resume`
 
@@ -32,6 +34,7 @@ MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
 STATE_FILE = "training_state.pt"
 LATEST = "latest"
+SWITCH = "switch"  # weights and optimizer at a schedule's switch update (fixed-first)
 
 
 def fraction_dirname(fraction: float) -> str:
@@ -124,7 +127,7 @@ def _really_missing(model: torch.nn.Module, missing: list[str]) -> bool:
 def load_training_state(path: str | Path) -> dict[str, Any]:
     state_path = Path(path) / STATE_FILE
     if not state_path.is_file():
-        raise BiosrecallError(f"{path} holds no training state (only `latest` can be resumed)")
+        raise BiosrecallError(f"{path} holds no optimizer state (it was written by another version)")
     return torch.load(state_path, map_location="cpu", weights_only=False)
 
 

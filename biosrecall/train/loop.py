@@ -179,7 +179,9 @@ def _to_tensors(rows: np.ndarray, pad_id: int | None, setup: RunSetup):
 
 
 def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None:
-    """Keep weights at each budget fraction crossed (1.0 = the final update); refresh `latest`."""
+    """Keep weights at each budget fraction crossed (the largest at the final update) and at a
+    schedule's switch; refresh `latest`. Each kept checkpoint also holds the optimizer state, which
+    the update diagnostic needs."""
     finished = state.update == setup.plan.updates
     crossed = [
         f
@@ -187,13 +189,20 @@ def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None
         if f not in state.fractions_done
         and (state.flops >= f * setup.plan.budget or (finished and f == max(config.checkpoint_fractions)))
     ]
-    for fraction in crossed:
-        state.fractions_done.append(fraction)
-        if setup.dist.is_main:
-            meta = _meta(setup, state, fraction)
-            ckpt.save_checkpoint(ckpt.checkpoint_dir(setup.run_dir, fraction), setup.raw_model, meta)
-    if crossed or finished or state.update % config.save_every == 0:
+    keep = [(fraction, ckpt.checkpoint_dir(setup.run_dir, fraction)) for fraction in crossed]
+    if state.update == setup.plan.switch_update:
+        keep.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.SWITCH)))
+    state.fractions_done.extend(crossed)
+    if keep and setup.dist.is_main:
+        training_state = _training_state(setup, source)
+        for fraction, path in keep:
+            ckpt.save_checkpoint(path, setup.raw_model, _meta(setup, state, fraction), training_state)
+    if keep or finished or state.update % config.save_every == 0:
         _save_latest(setup, source, state, metrics)
+
+
+def _training_state(setup: RunSetup, source: BatchSource) -> dict[str, Any]:
+    return {"optimizer": setup.optimizer.state_dict(), "source": source.state_dict()}
 
 
 def _meta(setup: RunSetup, state: _LoopState, fraction: float | None) -> dict[str, Any]:
@@ -213,10 +222,7 @@ def _meta(setup: RunSetup, state: _LoopState, fraction: float | None) -> dict[st
 
 
 def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metrics) -> None:
-    training_state = {
-        "optimizer": setup.optimizer.state_dict(),
-        "source": source.state_dict(),
-    }
+    training_state = _training_state(setup, source)
     if setup.dist.is_main:
         if metrics:
             metrics.flush()
