@@ -9,8 +9,9 @@ tied head counted once; `biosrecall flops --preset NAME` prints the split):
 - `bios-tiny`  width 32, 2 heads, SwiGLU 64, 1 + 1xK + 1, context 128 (a bioS biography takes up
   to about 90 tokens), vocab 256: 41,216 parameters.
   For tests: a forward at K = 16 takes milliseconds on a CPU.
-- `bios-cpu`   width 128, 4 heads, SwiGLU 384, 1 + 2xK + 1, context 256, vocab 4096: 1,410,304
-  parameters (886,016 without the embedding). The default for bioS on a 2-core CPU.
+- `bios-cpu`   width 128, 4 heads, SwiGLU 384, 1 + 1xK + 1, context 256, vocab 4096: 1,197,056
+  parameters (672,768 without the embedding). The default for bioS on a 2-core CPU: one layer per
+  stage, so a serving-depth sweep to K = 64 over a few hundred people stays in minutes.
 - `lm-tiny`    width 64, 2 heads, SwiGLU 128, 1 + 2xK + 1, context 128, vocab 512: 205,440 parameters.
   For tests of the language-model pipeline.
 - `lm-200m`    width 1152, 18 heads, SwiGLU 3840, 2 + 5xK + 2, context 2048, vocab 32768:
@@ -42,7 +43,7 @@ PRESETS: dict[str, ModelConfig] = {
         n_heads=4,
         d_mlp=384,
         n_prelude=1,
-        n_block=2,
+        n_block=1,
         n_coda=1,
         context_length=256,
     ),

@@ -1,0 +1,291 @@
+"""Recall curves of training runs: evaluate checkpoints over serving depths, cache, and tabulate.
+
+    table = recall_curves(["runs/fixed4", "runs/uniform"], fractions=[0.45, 1.0], max_depth=64)
+    write_tables(table, "recall-curve")   # recall-curve/recall_curve.csv and .parquet
+
+Every problem with the input (not a run folder, no checkpoints, a missing fraction, the dataset
+missing or not the one the run was trained on, a bad depth or threshold) is found before any model
+runs and raised as one `BiosrecallError`.
+
+The dataset is the one in the checkpoint's `meta["dataset"]["path"]` (as given, else relative to the
+run folder), or `data_dir` when passed; its manifest hash must equal the checkpoint's.
+
+Cache: each checkpoint's table (every depth 1..max_depth) is kept as `checkpoints/<fraction>/
+recall.parquet`; its parquet metadata (key "biosrecall") holds the evaluation key: cache format,
+max_depth, threshold, the dataset's manifest_hash and the sha256 of the checkpoint's meta.json. A
+request is served from the cache when everything matches and the cached max depth is at least the one
+asked for, so re-plotting never re-evaluates.
+
+Table (one row per run, checkpoint, depth and attribute, "all" for the whole person): run, schedule,
+fraction, update, flops, budget, depth, attribute, recall, bits, exact, exact_template_0..4,
+ceiling_bits, chance_bits, threshold, manifest_hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from biosrecall.atomic import atomic_write_path, atomic_write_text
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, exact_by_depth
+from biosrecall.train.checkpoint import META_FILE, list_checkpoints, load_checkpoint, read_meta
+from biosrecall.train.distributed import resolve_device
+from biosrecall.train.run_dir import CONFIG_FILE
+
+CACHE_FILE = "recall.parquet"
+CACHE_FORMAT = 1
+CACHE_METADATA_KEY = b"biosrecall"
+TABLE_NAME = "recall_curve"
+RUN_COLUMNS = ["run", "schedule", "fraction", "update", "flops", "budget"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CheckpointJob:
+    """One checkpoint to evaluate, with everything needed to label its rows."""
+
+    run: str
+    run_dir: Path
+    fraction: float
+    path: Path
+    meta: dict
+    dataset_path: Path
+
+
+def select_checkpoints(run_dir: str | Path, fractions=None) -> dict[float, Path]:
+    """The run's checkpoints at the asked fractions (default: all), with a clear error for each gap."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
+    available = list_checkpoints(run_dir)
+    if not available:
+        raise BiosrecallError(
+            f"{run_dir} has no checkpoints yet (no folders under {run_dir / 'checkpoints'})"
+        )
+    if not fractions:
+        return available
+    chosen = {}
+    for wanted in fractions:
+        match = [f for f in available if math.isclose(f, float(wanted), abs_tol=1e-9)]
+        if not match:
+            have = ", ".join(path.name for path in available.values())
+            raise BiosrecallError(f"{run_dir} has no checkpoint at fraction {wanted:g} (it has {have})")
+        chosen[match[0]] = available[match[0]]
+    return dict(sorted(chosen.items()))
+
+
+def dataset_path_of(meta: dict, run_dir: Path, data_dir: str | Path | None = None) -> Path:
+    """Where the checkpoint's dataset is: `data_dir` if given, else the recorded path."""
+    if data_dir is not None:
+        path = Path(data_dir)
+        if not path.is_dir():
+            raise BiosrecallError(f"dataset folder {path} does not exist")
+        return path
+    recorded = (meta.get("dataset") or {}).get("path")
+    if not recorded:
+        raise BiosrecallError(f"{run_dir} records no bioS dataset (is it a bioS run?); pass --data DIR")
+    for candidate in (Path(recorded), run_dir / recorded):
+        if candidate.is_dir():
+            return candidate
+    raise BiosrecallError(
+        f"dataset folder {recorded} that {run_dir} was trained on is missing (pass --data DIR to point at it)"
+    )
+
+
+def run_labels(run_dirs) -> list[str]:
+    """Folder names, or the paths as given where two runs share a name."""
+    names = [Path(d).name or str(d) for d in run_dirs]
+    return [name if names.count(name) == 1 else str(d) for name, d in zip(names, run_dirs, strict=True)]
+
+
+def plan_jobs(run_dirs, fractions=None, data_dir: str | Path | None = None) -> list[CheckpointJob]:
+    """Every checkpoint to evaluate, validated (folders, fractions, dataset location)."""
+    if not run_dirs:
+        raise BiosrecallError("no run folder given")
+    jobs = []
+    for label, run_dir in zip(run_labels(run_dirs), run_dirs, strict=True):
+        for fraction, path in select_checkpoints(run_dir, fractions).items():
+            meta = read_meta(path)
+            dataset_path = dataset_path_of(meta, Path(run_dir), data_dir)
+            jobs.append(CheckpointJob(label, Path(run_dir), fraction, path, meta, dataset_path))
+    return jobs
+
+
+def load_checked_datasets(jobs: list[CheckpointJob]) -> dict[Path, object]:
+    """Load each dataset once and check it is the one every checkpoint using it was trained on."""
+    from biosrecall.bios import load_dataset
+
+    datasets = {}
+    for job in jobs:
+        if job.dataset_path not in datasets:
+            datasets[job.dataset_path] = load_dataset(job.dataset_path)
+        found = datasets[job.dataset_path].manifest_hash
+        expected = (job.meta.get("dataset") or {}).get("manifest_hash")
+        if found != expected:
+            raise BiosrecallError(
+                f"dataset {job.dataset_path} (manifest hash {found[:12]}) is not the one {job.run_dir} "
+                f"was trained on ({str(expected)[:12]}); pass --data with the right dataset folder"
+            )
+    return datasets
+
+
+def cache_key(checkpoint: Path, manifest_hash: str, max_depth: int, threshold: int) -> dict:
+    meta_digest = hashlib.sha256((Path(checkpoint) / META_FILE).read_bytes()).hexdigest()
+    return {
+        "format": CACHE_FORMAT,
+        "max_depth": int(max_depth),
+        "threshold": int(threshold),
+        "manifest_hash": manifest_hash,
+        "meta_sha256": meta_digest,
+    }
+
+
+def read_cache(checkpoint: Path, key: dict) -> pd.DataFrame | None:
+    """The cached table cut to `key["max_depth"]`, or None when absent, unreadable or stale."""
+    path = Path(checkpoint) / CACHE_FILE
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(pq.read_schema(path).metadata[CACHE_METADATA_KEY])
+        table = pd.read_parquet(path)
+    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
+        return None
+    same = all(stored.get(k) == v for k, v in key.items() if k != "max_depth")
+    if not same or stored.get("max_depth", 0) < key["max_depth"]:
+        return None
+    return table[table["depth"] <= key["max_depth"]].reset_index(drop=True)
+
+
+def write_cache(checkpoint: Path, key: dict, table: pd.DataFrame) -> None:
+    """Keep the table next to the checkpoint; a read-only run folder only costs a re-evaluation later."""
+    arrow = pa.Table.from_pandas(table, preserve_index=False)
+    metadata = {**(arrow.schema.metadata or {}), CACHE_METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
+    try:
+        with atomic_write_path(Path(checkpoint) / CACHE_FILE) as tmp:
+            pq.write_table(arrow.replace_schema_metadata(metadata), tmp)
+    except OSError as exc:
+        log.warning("could not cache recall next to %s: %s", checkpoint, exc)
+
+
+def evaluate_checkpoint(
+    job: CheckpointJob,
+    dataset,
+    eval_set,
+    max_depth: int,
+    threshold: int = DEFAULT_THRESHOLD,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str | torch.device = "auto",
+    progress: bool | None = None,
+    refresh: bool = False,
+) -> pd.DataFrame:
+    """The checkpoint's recall table over depths 1..max_depth, from the cache when it is current.
+
+    `eval_set` is `dataset.eval_set()`, built once by the caller and shared by its checkpoints.
+    """
+    key = cache_key(job.path, dataset.manifest_hash, max_depth, threshold)
+    table = None if refresh else read_cache(job.path, key)
+    if table is None:
+        model, _ = load_checkpoint(job.path, device=resolve_device(str(device)))
+        exact = exact_by_depth(
+            model,
+            eval_set,
+            max_depth,
+            batch_size=batch_size,
+            progress=progress,
+            label=f"{job.run} @ {job.fraction:g}",
+        )
+        chance = dataset.manifest.get("chance_bits_per_attribute")
+        table = recall_table(exact, eval_set, dataset.pool_sizes, threshold, chance_bits=chance)
+        table["manifest_hash"] = dataset.manifest_hash
+        write_cache(job.path, key, table)
+    return _label(table, job)
+
+
+def _label(table: pd.DataFrame, job: CheckpointJob) -> pd.DataFrame:
+    labels = {
+        "run": job.run,
+        "schedule": str(job.meta.get("schedule", "")),
+        "fraction": float(job.fraction),
+        "update": int(job.meta.get("update", -1)),
+        "flops": float(job.meta.get("flops", math.nan)),
+        "budget": float(job.meta.get("budget", math.nan)),
+    }
+    front = pd.DataFrame({name: [value] * len(table) for name, value in labels.items()})
+    return pd.concat([front, table.reset_index(drop=True)], axis=1)
+
+
+def recall_curves(
+    run_dirs,
+    fractions=None,
+    max_depth: int = 64,
+    threshold: int = DEFAULT_THRESHOLD,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str = "auto",
+    data_dir: str | Path | None = None,
+    progress: bool | None = None,
+    refresh: bool = False,
+) -> pd.DataFrame:
+    """Long-format recall of the chosen checkpoints (default: all) of each run; see the module doc."""
+    if max_depth < 1:
+        raise BiosrecallError(f"--max-depth must be at least 1 (got {max_depth})")
+    if threshold < 1:
+        raise BiosrecallError(f"--threshold must be at least 1 (got {threshold})")
+    if batch_size < 1:
+        raise BiosrecallError(f"--batch-size must be at least 1 (got {batch_size})")
+    device = resolve_device(str(device))
+    jobs = plan_jobs([Path(d) for d in run_dirs], fractions, data_dir)
+    datasets = load_checked_datasets(jobs)
+    eval_sets = {path: dataset.eval_set() for path, dataset in datasets.items()}
+    for eval_set in eval_sets.values():
+        check_threshold(eval_set, threshold)
+    tables = [
+        evaluate_checkpoint(
+            job,
+            datasets[job.dataset_path],
+            eval_sets[job.dataset_path],
+            max_depth,
+            threshold,
+            batch_size=batch_size,
+            device=device,
+            progress=progress,
+            refresh=refresh,
+        )
+        for job in jobs
+    ]
+    return pd.concat(tables, ignore_index=True)
+
+
+def write_tables(table: pd.DataFrame, out_dir: str | Path, name: str = TABLE_NAME) -> list[Path]:
+    """`OUT/<name>.csv` and `OUT/<name>.parquet`, each written atomically; returns both paths."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
+    csv_path, parquet_path = out_dir / f"{name}.csv", out_dir / f"{name}.parquet"
+    atomic_write_text(csv_path, table.to_csv(index=False))
+    with atomic_write_path(parquet_path) as tmp:
+        table.to_parquet(tmp, index=False)
+    return [csv_path, parquet_path]
+
+
+def summary_table(table: pd.DataFrame, depths=(1, 4, 16, 64)) -> pd.DataFrame:
+    """Recalled bits per person at a few depths: one row per run and fraction, one column per depth."""
+    whole = table[(table["attribute"] == "all") & table["depth"].isin(depths)]
+    wide = whole.pivot_table(
+        index=["run", "schedule", "fraction"], columns="depth", values="bits", sort=False
+    )
+    wide.columns = [f"K={depth}" for depth in wide.columns]
+    return wide.reset_index()

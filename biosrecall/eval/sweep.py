@@ -1,0 +1,196 @@
+"""Exact-answer flags of a looped model on an `EvalSet`, for every serving depth from one pass.
+
+An item (person, attribute, template) is exact at depth K when greedy decoding of its prompt at depth
+K reproduces every answer token. With teacher forcing that is one forward over prompt + answer: the
+argmax at each answer-predicting position (answer_start - 1 .. answer_start + answer_len - 2) must equal
+the next answer token. Rows are right-padded and attention is causal, so padding never reaches an
+answer position and no mask is needed. The vocabulary head runs only at answer-predicting positions
+(`positions=` of `forward_all_depths`), so depths 1..64 cost one 64-deep pass plus 64 small heads.
+
+    exact = exact_by_depth(model, dataset.eval_set(), max_depth=64)  # bool [64, M]; row k-1 is depth k
+    exact_at_depth(model, eval_set, 4)      # bool [M]: one depth, full forward (the slow reference)
+    greedy_exact(model, eval_set, 4, rows)  # token-by-token greedy generation (the definition)
+
+Rows are sorted by length and each batch is trimmed to its longest row, which keeps padding small.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from biosrecall.errors import BiosrecallError
+
+DEFAULT_BATCH_SIZE = 256
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One slice of the eval set, ready for the model."""
+
+    rows: np.ndarray  # eval-set row indices, in the batch's order
+    tokens: torch.Tensor  # int64 [B, T], trimmed to the last answer-predicting position
+    positions: torch.Tensor  # bool [B, T], the answer-predicting positions
+    targets: torch.Tensor  # int64 [P], the token each True position must predict (row-major order)
+    row_of_target: torch.Tensor  # int64 [P], which batch row each target belongs to
+
+
+def check_eval_set(eval_set) -> None:
+    """Refuse an eval set whose answer spans do not fit the `[sep] + prompt + answer` layout."""
+    start, length = np.asarray(eval_set.answer_start), np.asarray(eval_set.answer_len)
+    width = eval_set.tokens.shape[1]
+    if len(start) == 0:
+        raise BiosrecallError("the evaluation set is empty")
+    if (start < 1).any() or (length < 1).any() or (start + length > width).any():
+        raise BiosrecallError("evaluation rows must hold a non-empty prompt and answer inside the row")
+
+
+def plan_batches(eval_set, batch_size: int) -> list[np.ndarray]:
+    """Row indices per batch, rows sorted by answer end so that batch-mates have similar lengths."""
+    if batch_size < 1:
+        raise BiosrecallError(f"batch size must be at least 1 (got {batch_size})")
+    answer_end = np.asarray(eval_set.answer_start) + np.asarray(eval_set.answer_len)
+    order = np.argsort(answer_end, kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _make_batch(eval_set, rows: np.ndarray, device: torch.device) -> _Batch:
+    start = np.asarray(eval_set.answer_start)[rows]
+    length = np.asarray(eval_set.answer_len)[rows]
+    # The last answer token is only a target, never an input, so the input ends one token earlier.
+    width = int((start + length - 1).max())
+    full = torch.as_tensor(np.asarray(eval_set.tokens)[rows, : width + 1], dtype=torch.long)
+    column = torch.arange(width)
+    first = torch.as_tensor(start - 1)[:, None]
+    positions = (column >= first) & (column < first + torch.as_tensor(length)[:, None])
+    targets = full[:, 1:][positions]
+    row_of_target = torch.nonzero(positions)[:, 0]
+    return _Batch(
+        rows=rows,
+        tokens=full[:, :width].to(device),
+        positions=positions.to(device),
+        targets=targets.to(device),
+        row_of_target=row_of_target.to(device),
+    )
+
+
+def _rows_exact(logits: torch.Tensor, batch: _Batch) -> torch.Tensor:
+    """bool [B]: every answer position of the row predicts its target ([P, V] logits, row-major)."""
+    wrong = (logits.argmax(dim=-1) != batch.targets).long()
+    wrong_per_row = torch.zeros(len(batch.rows), dtype=torch.long, device=wrong.device)
+    wrong_per_row.index_add_(0, batch.row_of_target, wrong)
+    return wrong_per_row == 0
+
+
+def _model_device(model, device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+@contextmanager
+def _inference(model) -> Iterator[None]:
+    """Eval mode (no dropout) and no autograd for the duration, restoring the caller's mode after."""
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def _progress(batches: list, enabled: bool | None, description: str):
+    interactive = sys.stderr.isatty() if enabled is None else enabled
+    return tqdm(
+        batches, desc=description, unit="batch", file=sys.stderr, disable=not interactive, leave=False
+    )
+
+
+def exact_by_depth(
+    model,
+    eval_set,
+    max_depth: int = 64,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str | torch.device | None = None,
+    progress: bool | None = None,
+    label: str = "recall sweep",
+) -> np.ndarray:
+    """bool [max_depth, M]: item m is exact at depth k (row k - 1), from one max_depth-deep pass per batch.
+
+    `device` defaults to the model's; `progress` None shows a bar (titled `label`) only when stderr
+    is a terminal.
+    """
+    if max_depth < 1:
+        raise BiosrecallError(f"max depth must be at least 1 (got {max_depth})")
+    check_eval_set(eval_set)
+    device = _model_device(model, device)
+    depths = list(range(1, max_depth + 1))
+    exact = np.zeros((max_depth, len(eval_set.answer_start)), dtype=bool)
+    with _inference(model):
+        for rows in _progress(plan_batches(eval_set, batch_size), progress, label):
+            batch = _make_batch(eval_set, rows, device)
+            # Flags stay on the device until the batch is done: one transfer per batch, not per depth.
+            flags = [
+                _rows_exact(logits, batch)
+                for _, logits in model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
+            ]
+            exact[:, rows] = torch.stack(flags).cpu().numpy()
+    return exact
+
+
+def exact_at_depth(
+    model,
+    eval_set,
+    depth: int,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str | torch.device | None = None,
+) -> np.ndarray:
+    """bool [M] at one serving depth with plain `forward(tokens, depth)`: the per-K reference."""
+    if depth < 1:
+        raise BiosrecallError(f"depth must be at least 1 (got {depth})")
+    check_eval_set(eval_set)
+    device = _model_device(model, device)
+    exact = np.zeros(len(eval_set.answer_start), dtype=bool)
+    with _inference(model):
+        for rows in plan_batches(eval_set, batch_size):
+            batch = _make_batch(eval_set, rows, device)
+            logits = model.forward(batch.tokens, depth)[batch.positions]
+            exact[rows] = _rows_exact(logits, batch).cpu().numpy()
+    return exact
+
+
+def greedy_exact(
+    model, eval_set, depth: int, rows=None, *, device: str | torch.device | None = None
+) -> np.ndarray:
+    """bool [len(rows)]: greedy generation from each prompt alone reproduces the whole answer.
+
+    The definition that teacher forcing stands in for; one forward per generated token, so use it on
+    a sample (default: every row).
+    """
+    rows = np.arange(len(eval_set.answer_start)) if rows is None else np.asarray(rows)
+    device = _model_device(model, device)
+    exact = np.zeros(len(rows), dtype=bool)
+    with _inference(model):
+        for i, row in enumerate(rows):
+            start, length = int(eval_set.answer_start[row]), int(eval_set.answer_len[row])
+            answer = torch.as_tensor(
+                np.asarray(eval_set.tokens[row, start : start + length]), dtype=torch.long
+            )
+            sequence = torch.as_tensor(np.asarray(eval_set.tokens[row, :start]), dtype=torch.long).to(device)
+            for _ in range(length):
+                next_token = model.forward(sequence[None, :], depth)[0, -1].argmax()
+                sequence = torch.cat([sequence, next_token[None]])
+            exact[i] = torch.equal(sequence[start:].cpu(), answer)
+    return exact
