@@ -253,3 +253,34 @@ def test_end_to_end_with_a_real_checkpoint(tmp_path, capsys):
     other = generate_dataset(tmp_path / "other", people=8, seed=1)
     code, _, stderr = run_cli([run, "--data", other, "--out", out], capsys)
     _one_error_line(code, stderr, "is not the one", "was trained on")
+
+
+def test_people_option_scores_the_first_people_and_matches_their_rows(tmp_path, capsys):
+    """--people N gives the same per-depth exact flags as the full evaluation restricted to ids < N."""
+    from biosrecall.bios import generate_dataset, load_dataset
+    from biosrecall.model import LoopedTransformer, get_preset
+    from biosrecall.train.checkpoint import checkpoint_dir, save_checkpoint
+
+    data = generate_dataset(tmp_path / "data", people=12, seed=0)
+    dataset = load_dataset(data)
+    config = get_preset("bios-tiny", vocab_size=dataset.vocab_size)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    meta = {"model_config": config.to_dict(), "schedule": "fixed:4", "fraction": 1.0, "flops": 1.0,
+            "budget": 1.0, "update": 1, "seed": 0,
+            "dataset": {"path": str(data), "manifest_hash": dataset.manifest_hash}}  # fmt: skip
+    model = LoopedTransformer(config)
+    save_checkpoint(checkpoint_dir(run, 1.0), model, meta)
+    code, _, stderr = run_cli([run, "--max-depth", 3, "--people", 5, "--out", tmp_path / "out"], capsys)
+    assert code == 0, stderr
+    table = pd.read_parquet(tmp_path / "out" / "recall_curve.parquet")
+    from biosrecall.eval.sweep import exact_by_depth
+
+    subset = dataset.eval_set(np.arange(5))
+    assert len(subset.person) == 5 * 6 * 5 and set(subset.person) == set(range(5))
+    exact = exact_by_depth(model, subset, 3, progress=False)
+    whole = table.query("attribute == 'all'").sort_values("depth")
+    assert np.allclose(whole["exact"].to_numpy(), exact.mean(axis=1))
+    code, _, stderr = run_cli([run, "--people", 0, "--out", tmp_path / "out"], capsys)
+    _one_error_line(code, stderr, "--people")

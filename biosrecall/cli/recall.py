@@ -59,8 +59,11 @@ DEFAULT_OUT = Path("recall-curve")
     help="bits: recalled bits per person; attribute: share of facts recalled per attribute.",
 )
 @click.option("--refresh", is_flag=True, help="Re-evaluate even when a cached result is current.")
+@click.option(
+    "--people", type=int, default=None, help="Score only the first N people (faster) [default: everyone]."
+)
 def recall_curve(
-    run_dirs, fractions, max_depth, threshold, batch_size, device, data_dir, out_dir, metric, refresh
+    run_dirs, fractions, max_depth, threshold, batch_size, device, data_dir, out_dir, metric, refresh, people
 ):
     """Score factual recall of trained runs over serving depths and plot Figure-1 style curves."""
     from biosrecall.eval.curves import TABLE_NAME, recall_curves, summary_table, write_tables
@@ -75,6 +78,7 @@ def recall_curve(
         device=device,
         data_dir=data_dir,
         refresh=refresh,
+        people=people,
     )
     written = write_tables(table, out_dir)
     plot_recall_curves(table, out_path=out_dir / TABLE_NAME, metric=metric)
