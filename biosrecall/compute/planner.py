@@ -169,7 +169,9 @@ def plan_run(
             f"budget {budget:.4g} FLOPs is smaller than one update of {schedule.spec} ({first:.4g} FLOPs)"
         )
     per_update = schedule.expected_cost(1000, cost) / 1000  # the mean is flat in N: a good first guess
-    updates = _largest_fitting(spend, float(budget), max(1, int(budget / per_update)))
+    updates = _largest_fitting(
+        spend, float(budget), max(1, int(budget / per_update)), _max_update_cost(schedule, cost)
+    )
     depths = schedule.depths(updates, seed)
     flops = cost(depths)
     return Plan(
@@ -188,8 +190,20 @@ def plan_run(
     )
 
 
-def _largest_fitting(spend, budget: float, guess: int) -> int:
-    """N with spend(N) <= budget < spend(N + 1), searched from a guess; spend(1) fits."""
+def _max_update_cost(schedule: Schedule, cost) -> float:
+    """An upper bound on one update's FLOPs (depth capped at 64 for uncapped Poisson tails)."""
+    deepest = schedule.max_depth or 64
+    return float(cost(np.array([deepest]))[0])
+
+
+def _largest_fitting(spend, budget: float, guess: int, max_update_cost: float) -> int:
+    """The largest N with spend(N) <= budget; spend(1) fits.
+
+    Realised cost is not monotone in N for every schedule: lengthening a fixed-first run moves its
+    switch, turning a finishing-phase update into a cheaper fixed one, so spend(N + 1) can be below
+    spend(N). A bracket-and-bisect finds *a* crossing; the scan after it checks the larger N whose
+    cost could still dip under the budget (a dip never exceeds one update's cost per step).
+    """
     step = max(1, guess // 64)
     if spend(guess) <= budget:
         lo, hi = guess, guess + step
@@ -207,4 +221,9 @@ def _largest_fitting(spend, budget: float, guess: int) -> int:
             lo = mid
         else:
             hi = mid
-    return lo
+    best, n = lo, lo + 1
+    while (cost := spend(n)) <= budget + 2 * max_update_cost:
+        if cost <= budget:
+            best = n
+        n += 1
+    return best

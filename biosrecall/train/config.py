@@ -25,8 +25,17 @@ class TrainConfig:
     budget_of: str | None = None
     """Alternative to `budget`: "SPEC:UPDATES", the FLOPs that schedule spends in that many updates."""
 
+    updates: int | None = None
+    """Alternative to `budget` / `budget_of`: exactly this many updates of `schedule`, the budget being
+    what they spend (runs matched in tokens rather than FLOPs, like the paper's LM runs; a budget can
+    give a fixed-first run a few updates more or less, because its cost dips as its switch moves)."""
+
     batch_size: int = 32
     """Sequences per update (the global batch: split across ranks under torchrun)."""
+
+    grad_accum: int = 1
+    """Micro-batches per update on each rank: its share of the global batch runs as this many
+    forward/backward passes whose gradients add up (same update, less activation memory)."""
 
     seq_len: int | None = None
     """Tokens per sequence; None uses the model preset's context length."""
@@ -83,12 +92,21 @@ class TrainConfig:
     """Task-specific settings recorded with the run (e.g. the dataset path and hash)."""
 
     def validate(self) -> None:
-        if (self.budget is None) == (self.budget_of is None):
-            raise BiosrecallError("give exactly one of --budget FLOPS or --budget-of SPEC:UPDATES")
+        if sum(value is not None for value in (self.budget, self.budget_of, self.updates)) != 1:
+            raise BiosrecallError(
+                "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES or --updates N"
+            )
+        if self.updates is not None and self.updates < 1:
+            raise BiosrecallError(f"updates must be at least 1, got {self.updates}")
         if self.budget is not None and not self.budget > 0:
             raise BiosrecallError(f"budget must be positive, got {self.budget}")
         if self.batch_size < 1:
             raise BiosrecallError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.grad_accum < 1 or self.batch_size % self.grad_accum:
+            raise BiosrecallError(
+                f"grad accumulation {self.grad_accum} must be at least 1 and divide the batch size "
+                f"{self.batch_size}"
+            )
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
             raise BiosrecallError("learning rate must be positive and min-lr-ratio within [0, 1]")
         if not 0 <= self.warmup < 1:

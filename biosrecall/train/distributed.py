@@ -5,12 +5,19 @@ Run any training command under torchrun and it becomes data-parallel:
     torchrun --nproc_per_node 2 -m biosrecall train --data ... --out ...
 
 Every rank computes the same depth for each update (depths come from (seed, update), never from
-per-rank state), takes its slice of the same global batch, and only rank 0 writes files.
+per-rank state), takes its slice of the same global batch, and only rank 0 writes files (except the
+sharded `torch.distributed.checkpoint` of an FSDP run, see `biosrecall.train.sharded`).
+
+FSDP2 layout of a `LoopedTransformer`: one unit per prelude, recurrent-block and coda layer, and the
+root unit for the rest (embedding, which is also the tied head, adapter, norms). The block's layers
+run K times per forward, so they keep their gathered weights after each call
+(`reshard_after_forward=False`) instead of re-gathering them K times.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -57,11 +64,24 @@ def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank), device
 
 
-def check_divisible(global_batch: int, info: DistInfo) -> None:
+def check_divisible(global_batch: int, info: DistInfo, grad_accum: int = 1) -> None:
+    """Every rank gets the same number of rows, split into `grad_accum` equal micro-batches."""
     if global_batch % info.world_size:
         raise BiosrecallError(
             f"batch size {global_batch} is not divisible by the world size {info.world_size}"
         )
+    if global_batch // info.world_size % grad_accum:
+        raise BiosrecallError(
+            f"batch size {global_batch} over {info.world_size} process(es) gives "
+            f"{global_batch // info.world_size} rows per process, not divisible into {grad_accum} "
+            "micro-batches (--grad-accum)"
+        )
+
+
+def check_parallel(mode: str, info: DistInfo) -> None:
+    """Refuse FSDP on one process before anything is written (there is nothing to shard over)."""
+    if mode == "fsdp" and not info.enabled:
+        raise BiosrecallError("--parallel fsdp needs several processes (run under torchrun)")
 
 
 def local_rows(global_batch, info: DistInfo):
@@ -72,9 +92,8 @@ def local_rows(global_batch, info: DistInfo):
 
 def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str, device: torch.device):
     """DDP (replicated) or FSDP2 (one shard unit per layer, the recurrent block kept gathered)."""
+    check_parallel(mode, info)
     if not info.enabled:
-        if mode == "fsdp":
-            raise BiosrecallError("--parallel fsdp needs several processes (run under torchrun)")
         return model
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -85,14 +104,53 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str, device: torch.
 
 
 def _fully_shard(model: torch.nn.Module) -> torch.nn.Module:
+    """Shard per layer; whatever no layer owns (embedding = tied head, adapter, norms) joins the root,
+    so a shared parameter belongs to exactly one unit."""
     from torch.distributed.fsdp import fully_shard
 
-    for unit in model.fsdp_units():
-        # The recurrent block runs K times per step: keep its weights gathered between those calls
-        # instead of re-gathering them on every iteration.
-        fully_shard(unit, reshard_after_forward=unit is not model.recurrent_unit())
+    for layer in model.prelude:
+        fully_shard(layer)
+    for layer in model.block:
+        # Called K times per forward: stay gathered between those calls. (In backward each call
+        # still reduce-scatters its share of the gradient, which FSDP accumulates into the shard.)
+        fully_shard(layer, reshard_after_forward=False)
+    for layer in model.coda:
+        fully_shard(layer)
+    # The root is kept gathered after forward by FSDP itself: the head needs it again at the end.
     fully_shard(model)
     return model
+
+
+def gradient_sync(model: torch.nn.Module, info: DistInfo, mode: str, sync: bool):
+    """Context for one micro-batch's backward: skip the gradient all-reduce / reduce-scatter on all
+    but the last micro-batch of an update (gradients accumulate locally, then sync once)."""
+    if not info.enabled or sync:
+        return nullcontext()
+    if mode == "ddp":
+        return model.no_sync()
+    return _fsdp_no_sync(model)
+
+
+@contextmanager
+def _fsdp_no_sync(model: torch.nn.Module):
+    inner = getattr(model, "_orig_mod", model)  # torch.compile wraps the FSDP module
+    inner.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        inner.set_requires_gradient_sync(True)
+
+
+def any_rank(flag: bool, info: DistInfo) -> bool:
+    """True on every rank when it is true on any: ranks must agree to stop at the same update, or one
+    would enter a checkpoint's collectives while another starts the next forward."""
+    if not info.enabled:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0])
+    if dist.get_backend() == "nccl":
+        value = value.cuda()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:

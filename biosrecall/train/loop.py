@@ -7,7 +7,8 @@ up front (depths come from (seed, update)), the loop adds each update's FLOPs fr
 account, and weights are kept when the running total crosses each checkpoint fraction of the budget.
 Batches come from a `BatchSource` whose `batch(update)` is a pure function of the update index (or
 which carries a resumable state), so an interrupted run resumed from `latest` ends bit-identical to
-an uninterrupted one on CPU.
+an uninterrupted one on CPU. Under FSDP the resumable state is a sharded `torch.distributed.checkpoint`
+(`sharded.py`); kept checkpoints keep the one single-file format either way.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from biosrecall.errors import BiosrecallError
 from biosrecall.train import checkpoint as ckpt
 from biosrecall.train import distributed as distributed_
+from biosrecall.train import sharded
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter
@@ -109,7 +111,8 @@ def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) 
                 metrics.append(row)
             reporter.update(row)
             _maybe_checkpoint(setup, config, source, state, metrics)
-            if stop_requested() and state.update < setup.plan.updates:
+            # Every rank must stop at the same update: the save below is collective.
+            if distributed_.any_rank(stop_requested(), setup.dist) and state.update < setup.plan.updates:
                 _save_latest(setup, source, state, metrics)
                 raise Interrupted(f"interrupted at update {state.update}; resume with --resume")
     if metrics:
@@ -129,15 +132,8 @@ def _one_update(setup: RunSetup, config: TrainConfig, source: BatchSource, state
     tick = time.perf_counter()
     rows = source.batch(update)
     inputs, targets, real = _to_tensors(rows, source.pad_id, setup)
-    with setup.autocast():
-        logits = model(inputs, depth)
-    loss_sum = F.cross_entropy(
-        logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum"
-    )
-    # Normalise by the real tokens of the *global* batch so DDP's gradient mean equals one big batch.
-    loss = loss_sum * (setup.dist.world_size / real)
-    loss.backward()
-    mean_loss = distributed_.all_reduce_sum(loss_sum.detach().clone(), setup.dist).item() / real
+    loss_sum = _forward_backward(setup, config, inputs, targets, depth, real)
+    mean_loss = distributed_.all_reduce_sum(loss_sum, setup.dist).item() / real
     if not math.isfinite(mean_loss):
         raise TrainingDiverged(
             f"non-finite loss at update {update} (depth {depth}); the last good checkpoint is kept"
@@ -162,6 +158,28 @@ def _one_update(setup: RunSetup, config: TrainConfig, source: BatchSource, state
         "tokens_per_s": plan.tokens_per_update / seconds,
         "flops_per_s": float(plan.flops_per_update[update]) / seconds,
     }
+
+
+def _forward_backward(setup: RunSetup, config: TrainConfig, inputs, targets, depth: int, real: int):
+    """Accumulate gradients over `grad_accum` micro-batches of this rank's rows (syncing gradients
+    across ranks only on the last); returns this rank's summed loss (detached)."""
+    total = torch.zeros((), device=inputs.device)
+    micro = config.grad_accum
+    for index, (micro_inputs, micro_targets) in enumerate(
+        zip(inputs.chunk(micro), targets.chunk(micro), strict=True)
+    ):
+        sync = index == micro - 1
+        with distributed_.gradient_sync(setup.model, setup.dist, config.parallel, sync):
+            with setup.autocast():
+                logits = setup.model(micro_inputs, depth)
+            loss_sum = F.cross_entropy(
+                logits.float().flatten(0, 1), micro_targets.flatten(), ignore_index=-100, reduction="sum"
+            )
+            # Normalise by the real tokens of the *global* batch so the data-parallel gradient mean
+            # (DDP or FSDP) over ranks and micro-batches equals one big batch.
+            (loss_sum * (setup.dist.world_size / real)).backward()
+        total += loss_sum.detach()
+    return total
 
 
 def _to_tensors(rows: np.ndarray, pad_id: int | None, setup: RunSetup):
@@ -193,7 +211,10 @@ def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None
     if state.update == setup.plan.switch_update:
         keep.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.SWITCH)))
     state.fractions_done.extend(crossed)
-    if keep and setup.dist.is_main:
+    if keep and setup.sharded:  # collective: every rank holds a shard of the weights
+        paths = [(path, _meta(setup, state, fraction)) for fraction, path in keep]
+        sharded.save_kept(setup, paths, source.state_dict())
+    elif keep and setup.dist.is_main:
         training_state = _training_state(setup, source)
         for fraction, path in keep:
             ckpt.save_checkpoint(path, setup.raw_model, _meta(setup, state, fraction), training_state)
@@ -222,10 +243,13 @@ def _meta(setup: RunSetup, state: _LoopState, fraction: float | None) -> dict[st
 
 
 def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metrics) -> None:
+    if metrics:
+        metrics.flush()
+    if setup.sharded:
+        sharded.save_latest(setup, _meta(setup, state, None), source.state_dict())
+        return
     training_state = _training_state(setup, source)
     if setup.dist.is_main:
-        if metrics:
-            metrics.flush()
         ckpt.save_latest(setup.run_dir, setup.raw_model, _meta(setup, state, None), training_state)
     distributed_.barrier(setup.dist)
 
@@ -233,10 +257,13 @@ def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metric
 def _restore(setup: RunSetup, source: BatchSource) -> _LoopState:
     """Load weights, optimizer and loop counters from `latest`."""
     path = setup.resume_from
-    model, meta = ckpt.load_checkpoint(path, device=setup.device)
-    setup.raw_model.load_state_dict(model.state_dict())
-    training_state = ckpt.load_training_state(path)
-    setup.optimizer.load_state_dict(training_state["optimizer"])
+    if setup.sharded:
+        meta, training_state = sharded.restore(setup, path)
+    else:
+        model, meta = ckpt.load_checkpoint(path, device=setup.device)
+        setup.raw_model.load_state_dict(model.state_dict())
+        training_state = ckpt.load_training_state(path)
+        setup.optimizer.load_state_dict(training_state["optimizer"])
     source.load_state_dict(training_state["source"])
     return _LoopState(
         update=meta["update"],

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from biosrecall.compute.flops import param_counts, update_flops
-from biosrecall.compute.planner import budget_of, plan_run
+from biosrecall.compute.flops import param_counts, train_flops_table, update_flops
+from biosrecall.compute.planner import REFERENCE, Plan, budget_of, expected_flops, plan_run
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.train import checkpoint as ckpt
@@ -39,6 +39,8 @@ class RunSetup:
     autocast: Any
     meta_base: dict[str, Any]
     resume_from: Path | None
+    sharded: bool = False
+    """FSDP under torchrun: checkpoints go through `biosrecall.train.sharded` (collective saves)."""
 
 
 def prepare_run(model_config, config: TrainConfig, run_dir, record, resume, overwrite, reporter) -> RunSetup:
@@ -50,7 +52,8 @@ def prepare_run(model_config, config: TrainConfig, run_dir, record, resume, over
         torch.set_num_threads(config.threads)
     autocast = autocast_for(device, config.precision)
     dist, device = distributed_.init_distributed(device)
-    distributed_.check_divisible(config.batch_size, dist)
+    distributed_.check_parallel(config.parallel, dist)
+    distributed_.check_divisible(config.batch_size, dist, config.grad_accum)
     plan = make_plan(model_config, config)
     record = {**record, "model_config": model_config.to_dict(), "train_config": config.to_dict()}
     resume_from = _check_resume(run_dir, record) if resume else None
@@ -65,8 +68,9 @@ def prepare_run(model_config, config: TrainConfig, run_dir, record, resume, over
 
     torch.manual_seed(config.seed)
     raw_model = LoopedTransformer(model_config).to(device)
-    optimizer = build_optimizer(raw_model, config)
     model = distributed_.wrap_model(raw_model, dist, config.parallel, device)
+    # After wrapping: FSDP replaces the parameters by sharded ones, which the optimizer must hold.
+    optimizer = build_optimizer(raw_model, config)
     if config.compile:
         model = torch.compile(model)
     meta_base = {
@@ -77,8 +81,9 @@ def prepare_run(model_config, config: TrainConfig, run_dir, record, resume, over
         "seed": config.seed,
         **{k: record[k] for k in ("dataset", "task") if k in record},
     }
+    sharded = dist.enabled and config.parallel == "fsdp"
     setup = RunSetup(
-        run_dir, dist, device, plan, model, raw_model, optimizer, autocast, meta_base, resume_from
+        run_dir, dist, device, plan, model, raw_model, optimizer, autocast, meta_base, resume_from, sharded
     )
     if dist.is_main:
         reporter.message(describe_plan(plan, model_config, _seconds_per_flop(setup, config)))
@@ -95,6 +100,8 @@ def make_plan(model_config, config: TrainConfig):
         )
     tokens = config.batch_size * seq_len
     backprop = model_config.backprop_depth
+    if config.updates is not None:
+        return plan_updates(model_config, schedule, config.updates, tokens, config.seed, seq_len, backprop)
     budget = config.budget
     if budget is None:
         spec, _, updates = config.budget_of.rpartition(":")
@@ -114,6 +121,33 @@ def make_plan(model_config, config: TrainConfig):
         )
     return plan_run(
         model_config, schedule, tokens, budget, config.seed, seq_len=seq_len, backprop_depth=backprop
+    )
+
+
+def plan_updates(
+    model_config, schedule, updates: int, tokens: int, seed: int, seq_len: int, backprop
+) -> Plan:
+    """Exactly `updates` updates of `schedule`, priced like the planner prices them; the budget is
+    their realised total, so every budget fraction (and the final checkpoint) falls as usual."""
+    depths = schedule.depths(updates, seed)
+    flops = tokens * train_flops_table(model_config, int(depths.max()), seq_len, backprop)[depths]
+
+    def expected(which) -> float:
+        return expected_flops(model_config, which, updates, tokens, seq_len=seq_len, backprop_depth=backprop)
+
+    return Plan(
+        schedule=schedule.spec,
+        updates=updates,
+        switch_update=schedule.switch_update(updates),
+        depths=depths,
+        flops_per_update=flops,
+        total_flops=float(flops.sum()),
+        budget=float(flops.sum()),
+        tokens_per_update=tokens,
+        seq_len=seq_len,
+        seed=seed,
+        expected_flops=expected(schedule),
+        uniform_expected_flops=expected(REFERENCE),
     )
 
 

@@ -1,0 +1,121 @@
+"""`biosrecall diagnose-update`: the paper's update diagnostic (Figure 4) on a bioS run's checkpoint.
+
+    biosrecall diagnose-update runs/ff --checkpoint switch --depths 4,16 --after-uniform 0,16
+
+From the checkpoint's weights and AdamW state, the batch-caused update at each candidate depth is
+rescaled to a common RMS, applied, and scored at every serving depth (answer NLL and recalled bits);
+the advantage of the deeper update is reported with a bootstrap interval over batches. The method is
+documented in `biosrecall.eval.diagnose`. Writes into --out (default RUN_DIR/diagnose/), with
+STEM = diagnose_<checkpoint>: STEM.{csv,parquet} (summary), STEM_batches.{csv,parquet} (raw numbers per
+batch), STEM.{png,pdf} (the figure) and STEM.json (seed and resolved options).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("diagnose-update")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--checkpoint", default="switch", help='Budget fraction of a kept checkpoint (e.g. 0.8) or "switch".'
+)
+@click.option("--depths", default="4,16", help="The two candidate update depths SHALLOW,DEEP.")
+@click.option(
+    "--after-uniform",
+    default="0",
+    help="Diagnose after continuing the run this many updates from the checkpoint (list, e.g. 0,4,16,64).",
+)
+@click.option(
+    "--batches", default=8, type=int, help="Training batches to average over (the run's next ones)."
+)
+@click.option("--serving-depths", default="1..16", help="Serving depths to score: a range 1..16 or a list.")
+@click.option("--people", default=100, type=int, help="Score the prompts of the first N people (0 = all).")
+@click.option(
+    "--rms", "rms_target", default="shallow", help="Common RMS of both updates: shallow, deep, or a number."
+)
+@click.option("--seed", default=0, type=int, help="Seeds the bootstrap resampling.")
+@click.option("--bootstrap", default=2000, type=int, help="Bootstrap resamples of the batches.")
+@click.option("--level", default=0.95, type=float, help="Confidence level of the bootstrap interval.")
+@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
+@click.option("--threads", default=None, type=int, help="CPU threads for torch (default: torch's choice).")
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Dataset folder to use instead of the one recorded in the run (its hash is still checked).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder [RUN_DIR/diagnose].",
+)
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+def diagnose_update(
+    run_dir,
+    checkpoint,
+    depths,
+    after_uniform,
+    batches,
+    serving_depths,
+    people,
+    rms_target,
+    seed,
+    bootstrap,
+    level,
+    device,
+    threads,
+    data_dir,
+    out_dir,
+    quiet,
+):
+    """Compare equal-size updates at two depths from one checkpoint across serving depths."""
+    import torch
+
+    from biosrecall.errors import BiosrecallError
+    from biosrecall.eval.diagnose import diagnose_update as run_diagnosis
+    from biosrecall.eval.diagnose import parse_depth_list
+    from biosrecall.eval.diagnose_report import depth_average
+
+    if threads is not None:
+        if threads < 1:
+            raise BiosrecallError(f"--threads must be at least 1 (got {threads})")
+        torch.set_num_threads(threads)
+    result = run_diagnosis(
+        run_dir,
+        checkpoint,
+        depths=_candidate_depths(depths),
+        after_uniform=parse_depth_list(after_uniform, "--after-uniform", minimum=0),
+        batches=batches,
+        serving_depths=parse_depth_list(serving_depths, "--serving-depths"),
+        people=people,
+        rms=rms_target,
+        seed=seed,
+        bootstrap=bootstrap,
+        level=level,
+        device=device,
+        data_dir=data_dir,
+        progress=None if quiet else lambda message: click.echo(message, err=True),
+    )
+    written = result.write(out_dir if out_dir is not None else Path(run_dir) / "diagnose")
+    shallow, deep = result.options["depths"]
+    click.echo(f"advantage of the K={deep} update over K={shallow}, averaged over serving depths:")
+    shown = depth_average(result.summary)[["after_uniform", "update", "metric", "mean", "ci_low", "ci_high"]]
+    click.echo(shown.to_string(index=False, float_format=lambda x: f"{x:+.4g}"))
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+def _candidate_depths(text: str) -> list[int]:
+    """ "4,16" -> [4, 16]; kept as written (not deduplicated) so "4" or "4,8,16" is refused."""
+    from biosrecall.errors import BiosrecallError
+
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BiosrecallError(f"--depths takes two depths SHALLOW,DEEP such as 4,16 (got {text!r})") from None

@@ -1,0 +1,138 @@
+"""The update diagnostic's report: bootstrap summary over batches, the figure, and the files it writes.
+
+`biosrecall.eval.diagnose` documents the method; this module turns its per-batch numbers into
+
+    summary = summarize(batches, bootstrap=2000, level=0.95, seed=0)   # mean and interval per depth
+    fig = plot_diagnosis(summary, options)                             # matplotlib Figure (no pyplot)
+    write_diagnosis(summary, batches, options, "runs/ff/diagnose")
+
+Files (STEM = diagnose_<checkpoint>, e.g. diagnose_switch, so diagnoses of several checkpoints coexist):
+    STEM.csv, STEM.parquet                   summary: after_uniform, update, metric (nll | bits),
+                                             serving_depth (empty = averaged over serving depths), mean,
+                                             ci_low, ci_high, n_batches, change_shallow, change_deep
+    STEM_batches.csv, STEM_batches.parquet   every batch's raw numbers (see `diagnose_state`)
+    STEM.png, STEM.pdf                       advantage against serving depth, one line per after_uniform
+    STEM.json                                the seed and every resolved option
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from biosrecall.atomic import atomic_write_json
+from biosrecall.eval.curves import write_tables
+from biosrecall.eval.plots import COLORS, MARKERS, save_figure
+
+METRICS = ("nll", "bits")
+UNITS = {"nll": "answer NLL (nats/token)", "bits": "recalled bits per person"}
+
+
+def bootstrap_intervals(values: np.ndarray, bootstrap: int, level: float, seed: int):
+    """Mean over rows of `values` [batches, ...] and a percentile bootstrap interval at `level`.
+
+    Rows (batches) are resampled with replacement `bootstrap` times from a generator seeded by `seed`.
+    """
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(values), size=(bootstrap, len(values)))
+    means = values[picks].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return values.mean(axis=0), low, high
+
+
+def summarize(batches: pd.DataFrame, bootstrap: int, level: float, seed: int) -> pd.DataFrame:
+    """One row per (after_uniform, metric, serving depth), plus a depth-averaged row (serving_depth <NA>).
+
+    Every row of one (after_uniform, metric) uses the same resampled batches, so the depth average's
+    interval is the interval of the per-batch depth average.
+    """
+    records = []
+    for after, group in batches.groupby("after_uniform", sort=True):
+        for metric in METRICS:
+            wide = {
+                name: group.pivot(index="batch", columns="serving_depth", values=f"{metric}_{name}")
+                for name in ("advantage", "change_shallow", "change_deep")
+            }
+            advantage = wide["advantage"].to_numpy()
+            depths = list(wide["advantage"].columns) + [pd.NA]
+            # the depth average as one more column: its interval comes from the same resampled batches
+            stacked = np.column_stack([advantage, advantage.mean(axis=1)])
+            mean, low, high = bootstrap_intervals(stacked, bootstrap, level, seed)
+            shallow, deep = (
+                np.append(wide[n].mean().to_numpy(), wide[n].to_numpy().mean())
+                for n in ("change_shallow", "change_deep")
+            )
+            for i, depth in enumerate(depths):
+                records.append(
+                    {
+                        "after_uniform": int(after),
+                        "update": int(group["update"].iloc[0]),
+                        "metric": metric,
+                        "serving_depth": depth,
+                        "mean": mean[i],
+                        "ci_low": low[i],
+                        "ci_high": high[i],
+                        "n_batches": len(advantage),
+                        "change_shallow": shallow[i],
+                        "change_deep": deep[i],
+                    }
+                )
+    summary = pd.DataFrame.from_records(records)
+    summary["serving_depth"] = summary["serving_depth"].astype("Int64")
+    return summary
+
+
+def depth_average(summary: pd.DataFrame) -> pd.DataFrame:
+    """The depth-averaged rows: after_uniform, update, metric, mean, ci_low, ci_high, n_batches."""
+    rows = summary[summary["serving_depth"].isna()]
+    return rows.drop(columns="serving_depth").reset_index(drop=True)
+
+
+def _panel(ax, summary: pd.DataFrame, metric: str, options: dict) -> None:
+    shallow, deep = options["depths"]
+    ax.axhline(0.0, color="0.25", lw=1.0, zorder=1)
+    for depth in sorted({shallow, deep}):
+        ax.axvline(depth, color="0.6", linestyle=":", lw=1.0, zorder=1)
+    averages = depth_average(summary).set_index(["metric", "after_uniform"])
+    rows = summary[(summary["metric"] == metric) & summary["serving_depth"].notna()]
+    for i, (after, curve) in enumerate(rows.groupby("after_uniform", sort=True)):
+        x = curve["serving_depth"].to_numpy(dtype=float)
+        avg = averages.loc[(metric, after)]
+        label = f"after {after} updates: avg {avg['mean']:+.3g} [{avg['ci_low']:+.3g}, {avg['ci_high']:+.3g}]"
+        color = COLORS[i % len(COLORS)]
+        ax.fill_between(x, curve["ci_low"], curve["ci_high"], color=color, alpha=0.18, lw=0)
+        ax.plot(x, curve["mean"], color=color, marker=MARKERS[i % len(MARKERS)], ms=4, lw=1.6, label=label)
+    ax.set_xlabel("serving depth K")
+    ax.set_ylabel(f"advantage of K={deep} update\n({UNITS[metric]})")
+    ax.grid(True, color="0.9", lw=0.6)
+    ax.legend(fontsize="x-small", frameon=False, title=f"{options['level']:.0%} bootstrap interval")
+
+
+def plot_diagnosis(summary: pd.DataFrame, options: dict) -> Figure:
+    """Advantage of the deeper update against serving depth: NLL (left) and recalled bits (right)."""
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    axes = fig.subplots(1, len(METRICS))
+    for ax, metric in zip(axes, METRICS, strict=True):
+        _panel(ax, summary, metric, options)
+    shallow, deep = options["depths"]
+    fig.suptitle(
+        f"{Path(str(options['run_dir'])).name} @ {options['checkpoint']}: K={deep} vs K={shallow} "
+        f"batch-caused update at equal RMS ({options['rms']}); positive = K={deep} helps more "
+        f"({options['batches']} batches)",
+        fontsize="medium",
+    )
+    return fig
+
+
+def write_diagnosis(summary, batches, options: dict, out_dir: str | Path) -> list[Path]:
+    """Write the tables, the figure and the options JSON into `out_dir`; returns the paths written."""
+    out_dir = Path(out_dir)
+    stem = f"diagnose_{options['checkpoint']}"
+    written = write_tables(summary, out_dir, stem)
+    written += write_tables(batches, out_dir, f"{stem}_batches")
+    written += save_figure(plot_diagnosis(summary, options), out_dir / stem)
+    atomic_write_json(out_dir / f"{stem}.json", options)
+    return [*written, out_dir / f"{stem}.json"]

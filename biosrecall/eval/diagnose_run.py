@@ -1,0 +1,150 @@
+"""A bioS run at one of its kept checkpoints, for the update diagnostic: weights, the AdamW state rebuilt
+as the trainer builds it, the run's batch stream and planned depths, and the run's next updates.
+
+    state, dataset = load_run_state("runs/ff", "switch")     # or a budget fraction such as 0.8
+    state.lr()                                               # the LR of the run's next update
+    continue_run(state, 16)                                  # the run's own next 16 updates, in place
+
+`continue_run` is the trainer's step (planned depth, scheduled LR, the run's batch, loss, clipping,
+AdamW) without its bookkeeping; continuing a fixed-first run from its switch to its last update
+reproduces the run's final weights bit for bit on a CPU (tests/test_diagnose.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from biosrecall.compute.schedules import parse_schedule
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.curves import dataset_path_of, select_checkpoints
+from biosrecall.eval.diagnose_step import backward_and_clip
+from biosrecall.train import checkpoint as ckpt
+from biosrecall.train.bios_task import BiosBatchSource
+from biosrecall.train.config import TrainConfig
+from biosrecall.train.distributed import resolve_device
+from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
+from biosrecall.train.run_dir import CONFIG_FILE, read_config
+from biosrecall.train.setup import autocast_for
+
+
+@dataclass
+class RunState:
+    """A run's weights and AdamW state before its update `update`, and what taking its next updates needs."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.AdamW
+    config: TrainConfig
+    source: BiosBatchSource
+    depths: np.ndarray  # the planned depth of every update of the run
+    switch_update: int | None
+    update: int
+    autocast: Callable
+
+    @property
+    def planned(self) -> int:
+        return len(self.depths)
+
+    def lr(self) -> float:
+        return learning_rate(self.update, self.planned, self.config)
+
+
+def resolve_checkpoint(run_dir: Path, checkpoint: str | float) -> Path:
+    """The checkpoint folder for a budget fraction (0.8) or "switch"."""
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
+    if str(checkpoint) == ckpt.SWITCH:
+        path = ckpt.checkpoint_dir(run_dir, ckpt.SWITCH)
+        if not (path / ckpt.META_FILE).is_file():
+            raise BiosrecallError(
+                f"{run_dir} has no switch checkpoint (only schedules with a switch, such as fixed_first, "
+                "keep one); pass --checkpoint FRACTION"
+            )
+        return path
+    try:
+        fraction = float(checkpoint)
+    except ValueError:
+        raise BiosrecallError(
+            f"--checkpoint takes a budget fraction such as 0.8, or 'switch' (got {checkpoint!r})"
+        ) from None
+    return next(iter(select_checkpoints(run_dir, [fraction]).values()))
+
+
+def load_run_state(run_dir, checkpoint="switch", device="auto", data_dir=None) -> tuple[RunState, Any]:
+    """The run at a checkpoint, its optimizer rebuilt as the trainer builds it; returns (state, dataset)."""
+    from biosrecall.bios import load_dataset
+
+    run_dir = Path(run_dir)
+    path = resolve_checkpoint(run_dir, checkpoint)
+    record = read_config(run_dir)
+    if (record.get("task") or {}).get("name") != "bios":
+        raise BiosrecallError(f"{run_dir} is not a bioS run; the update diagnostic scores bioS recall")
+    training_state = ckpt.load_training_state(path)
+    meta = ckpt.read_meta(path)
+    dataset = load_dataset(dataset_path_of(meta, run_dir, data_dir))
+    expected = (meta.get("dataset") or {}).get("manifest_hash")
+    if dataset.manifest_hash != expected:
+        raise BiosrecallError(f"the dataset is not the one {run_dir} was trained on; pass --data DIR")
+    device = resolve_device(str(device))
+    model, meta = ckpt.load_checkpoint(path, device=device)
+    config = TrainConfig.from_dict(record["train_config"])
+    optimizer = build_optimizer(model, config)
+    try:
+        optimizer.load_state_dict(training_state["optimizer"])
+    except (KeyError, ValueError) as exc:
+        raise BiosrecallError(f"the optimizer state in {path} does not fit the model: {exc}") from None
+    planned = int(record["plan"]["updates"])
+    seq_len = config.seq_len or model.config.context_length
+    state = RunState(
+        model=model,
+        optimizer=optimizer,
+        config=config,
+        source=BiosBatchSource(dataset, config.batch_size, seq_len, config.seed),
+        depths=parse_schedule(config.schedule).depths(planned, config.seed),
+        switch_update=record["plan"].get("switch_update"),
+        update=int(meta["update"]),
+        # bf16 autocast exists on CUDA only; a CUDA-trained run diagnosed on a CPU is evaluated in fp32.
+        autocast=nullcontext if device.type == "cpu" else autocast_for(device, config.precision),
+    )
+    return state, dataset
+
+
+def continue_run(state: RunState, updates: int) -> None:
+    """Take the run's next `updates` updates in place: the trainer's step (planned depth, scheduled LR,
+    the run's batch, loss, clipping and AdamW) without its bookkeeping."""
+    if state.update + updates > state.planned:
+        raise BiosrecallError(
+            f"cannot continue {updates} updates from update {state.update}: the run plans {state.planned}"
+        )
+    model, optimizer, config = state.model, state.optimizer, state.config
+    for _ in range(updates):
+        set_learning_rate(optimizer, learning_rate(state.update, state.planned, config))
+        rows = state.source.batch(state.update)
+        depth = int(state.depths[state.update])
+        backward_and_clip(
+            model, rows, state.source.pad_id, depth, config.grad_clip, state.autocast, config.grad_accum
+        )
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.update += 1
+
+
+def check_continuation(state: RunState, after: list[int], checkpoint) -> None:
+    """Refuse continuations past the run's last update, or through a fixed phase (before the switch)."""
+    furthest = state.update + max(after)
+    if furthest > state.planned:
+        raise BiosrecallError(
+            f"--after-uniform {max(after)} runs past the run's end: checkpoint {checkpoint} is at update "
+            f"{state.update} of {state.planned}"
+        )
+    if max(after) > 0 and state.switch_update is not None and state.update < state.switch_update:
+        raise BiosrecallError(
+            f"checkpoint {checkpoint} (update {state.update}) is before the switch at update "
+            f"{state.switch_update}: continuing it trains the fixed phase; use --checkpoint switch"
+        )

@@ -1,0 +1,187 @@
+"""Language-model training: the LM batch source and `train_lm`, which hands both to the one trainer.
+
+    from biosrecall.lm.task import train_lm
+    result = train_lm("data/lm", "runs/lm-ff", TrainConfig(schedule="fixed_first:k0=4,switch=0.67",
+                      budget_of="fixed_first:k0=4,switch=0.67:4800", batch_size=256, seq_len=2048),
+                      preset="lm-200m")
+    # under torchrun (DDP or --parallel fsdp) the same call trains data-parallel
+
+Everything but the batches is `biosrecall.train`: planner, schedules, optimizer, checkpoints, DDP and
+FSDP2, resume. What this module adds is where batches come from and the LM-specific checks.
+
+Design of the batch source: every rank reads the *whole* global batch from a world_size=1
+`ShardLoader`, and the trainer keeps the rank's rows (`distributed.local_rows`), exactly as for bioS.
+Rank-sharded loaders would save reading the other ranks' rows (about 1 MiB per update for 256 x
+2049 uint16 tokens, read from the page cache: negligible next to one forward pass) but would make
+the batch depend on the world size. This way a run on N processes sees the same sequences in the
+same rows as a run on one, its losses match it, and its resume state is independent of N.
+
+Update u's batch is windows u*B .. u*B + B - 1 of the loader's epoch-by-epoch order (B = global
+batch), so `batch(u)` is a pure function of u: resuming needs no saved position, and the saved state
+only guards against resuming with other data, sequence length or seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.lm.loader import ShardLoader
+from biosrecall.lm.shards import load_manifest
+from biosrecall.lm.tokenizer import load_tokenizer
+from biosrecall.model import get_preset
+from biosrecall.train.config import TrainConfig
+from biosrecall.train.loop import TrainResult, run_training
+
+
+class LMBatchSource:
+    """Global batches of `batch_size` token windows of `seq_len + 1` from the train split."""
+
+    pad_id = None  # windows are cut from one continuous stream: every target is a real token
+
+    def __init__(self, data_dir, batch_size: int, seq_len: int, seed: int, tokenizer=None):
+        self.loader = ShardLoader(
+            data_dir, seq_len, split="train", rank=0, world_size=1, seed=seed, tokenizer=tokenizer
+        )
+        self.batch_size = batch_size
+
+    def batch(self, update: int) -> np.ndarray:
+        """int64 [batch_size, seq_len + 1]: the update's windows (epochs roll over as the loader's do)."""
+        first = update * self.batch_size
+        per_epoch = self.loader.windows_per_rank
+        state = self.loader.state_dict()
+        self.loader.load_state_dict({**state, "epoch": first // per_epoch, "position": first % per_epoch})
+        return self.loader.batch(self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loader": self.loader.state_dict(), "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check that the checkpoint was trained on the same stream (the position itself is implied)."""
+        if state.get("batch_size") != self.batch_size:
+            raise BiosrecallError(
+                f"cannot resume: the checkpoint used batch size {state.get('batch_size')}, "
+                f"this run {self.batch_size}"
+            )
+        self.loader.load_state_dict(state["loader"])
+
+
+def lm_model_config(preset: str, vocab_size: int, overrides: dict[str, Any] | None = None):
+    """The preset's shape (with overrides); its vocabulary must hold every id of the data's tokenizer.
+
+    A larger model vocabulary is allowed (unused rows, like a vocabulary padded for fast matmuls) so
+    a preset keeps its parameter count and FLOPs whatever tokenizer is used."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    config = get_preset(preset, **overrides)
+    if vocab_size > config.vocab_size:
+        raise BiosrecallError(
+            f"the tokenizer has {vocab_size} ids but preset {preset} only {config.vocab_size} "
+            "(prepare the data with a smaller --vocab-size, or pass --vocab-size to the model)"
+        )
+    return config
+
+
+def check_seq_len(seq_len: int | None, model_config, preset: str) -> int:
+    """The training sequence length (default: the preset's context), refused when it does not fit."""
+    seq_len = seq_len or model_config.context_length
+    if seq_len > model_config.context_length:
+        raise BiosrecallError(
+            f"sequence length {seq_len} is longer than the context of preset {preset} "
+            f"({model_config.context_length})"
+        )
+    return seq_len
+
+
+def dataset_record(data_dir: str | Path, source: LMBatchSource) -> dict[str, Any]:
+    """What `config.json` and every checkpoint record about the data (resume refuses other data)."""
+    manifest = source.loader.manifest
+    return {
+        "path": str(Path(data_dir).resolve()),
+        "manifest_hash": source.loader.data_sha256,
+        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "vocab_size": manifest["tokenizer"]["vocab_size"],
+        "train_tokens": source.loader.tokens,
+    }
+
+
+def train_lm(
+    data_dir: str | Path,
+    run_dir: str | Path,
+    config: TrainConfig,
+    preset: str = "lm-tiny",
+    model_overrides: dict[str, Any] | None = None,
+    tokenizer: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    reporter=None,
+) -> TrainResult:
+    """Check the data against the preset, build the batch source, and run the shared trainer.
+
+    `tokenizer` (optional) is the tokenizer.json the model is meant for: shards written with another
+    are refused. All checks run before the run folder is touched."""
+    manifest = load_manifest(data_dir)
+    if tokenizer is not None:
+        load_tokenizer(tokenizer)  # a clear error for an unreadable file before the shard check
+    model_config = lm_model_config(preset, int(manifest["tokenizer"]["vocab_size"]), model_overrides)
+    seq_len = check_seq_len(config.seq_len, model_config, preset)
+    source = LMBatchSource(data_dir, config.batch_size, seq_len, config.seed, tokenizer)
+    record = {
+        "task": {"name": "lm", "preset": preset},
+        "dataset": dataset_record(data_dir, source),
+    }
+    return run_training(
+        model_config,
+        config,
+        source,
+        run_dir,
+        record=record,
+        resume=resume,
+        overwrite=overwrite,
+        reporter=reporter,
+    )
+
+
+def plan_lines(
+    config: TrainConfig, preset: str, model_overrides: dict[str, Any] | None, processes: int, data_dir=None
+) -> list[str]:
+    """What a run will spend, from the trainer's own planner, checked as the trainer would check it:
+    tokens, modeled FLOPs and the per-process batch split (and, given the data, how many epochs)."""
+    from biosrecall.compute.flops import param_counts
+    from biosrecall.train.distributed import DistInfo, check_divisible
+    from biosrecall.train.setup import make_plan
+
+    config.validate()
+    vocab = get_preset(preset).vocab_size
+    if data_dir is not None:
+        vocab = int(load_manifest(data_dir)["tokenizer"]["vocab_size"])
+    model_config = lm_model_config(preset, vocab, model_overrides)
+    seq_len = check_seq_len(config.seq_len, model_config, preset)
+    if processes < 1:
+        raise BiosrecallError(f"--nproc-per-node must be at least 1, got {processes}")
+    check_divisible(config.batch_size, DistInfo(world_size=processes), config.grad_accum)
+    plan = make_plan(model_config, config)
+    tokens = plan.tokens_per_update * plan.updates
+    rows = config.batch_size // processes
+    switch = "" if plan.switch_update is None else f" (switch at update {plan.switch_update:,})"
+    lines = [
+        f"preset {preset}: {param_counts(model_config)['total']:,} parameters, context "
+        f"{model_config.context_length}, vocab {model_config.vocab_size}",
+        f"schedule {plan.schedule}",
+        f"updates {plan.updates:,}{switch}; global batch {config.batch_size} x {seq_len} = "
+        f"{plan.tokens_per_update:,} tokens per update",
+        f"tokens {tokens:,} ({tokens / 1e9:.2f}B)",
+        f"modeled training FLOPs {plan.total_flops:.4e} (budget {plan.budget:.4e}); expected "
+        f"{plan.expected_flops:.4e}, {100 * plan.saving_vs_uniform:.1f}% less than uniform:1-16 "
+        "over the same updates",
+        f"processes {processes} x {rows} rows = {config.grad_accum} micro-batch(es) of "
+        f"{rows // config.grad_accum} sequences per process and update",
+    ]
+    if data_dir is not None:
+        train_tokens = ShardLoader(data_dir, seq_len, seed=config.seed).tokens
+        lines.append(
+            f"data {train_tokens:,} training tokens: the run reads {tokens / train_tokens:.2f} epochs"
+        )
+    return lines
