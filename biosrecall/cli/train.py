@@ -43,6 +43,12 @@ def parse_fractions(ctx, param, value: str) -> tuple[float, ...]:
     default=None,
     help="Instead of --budget: the FLOPs that SPEC spends in UPDATES updates, e.g. fixed:4:2000.",
 )
+@click.option(
+    "--updates",
+    type=int,
+    default=None,
+    help="Instead of a budget: exactly this many updates (not FLOP-matched).",
+)
 @click.option("--batch-size", default=TrainConfig.batch_size, show_default=True, help="Sequences per update.")
 @click.option(
     "--seq-len", type=int, default=None, help="Tokens per sequence [default: the preset's context]."
