@@ -12,7 +12,8 @@ run folder), or `data_dir` when passed; its manifest hash must equal the checkpo
 
 Cache: each checkpoint's table (every depth 1..max_depth) is kept as `checkpoints/<fraction>/
 recall.parquet`; its parquet metadata (key "biosrecall") holds the evaluation key: cache format,
-max_depth, threshold, the dataset's manifest_hash and the sha256 of the checkpoint's meta.json. A
+max_depth, threshold, people (None = everyone), the dataset's manifest_hash and the sha256 of the
+checkpoint's meta.json. A
 request is served from the cache when everything matches and the cached max depth is at least the one
 asked for, so re-plotting never re-evaluates.
 
