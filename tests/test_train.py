@@ -162,7 +162,9 @@ def test_two_process_ddp_matches_one_process(dataset, tmp_path):
         "29517",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([*torchrun, *cli_train(dataset, tmp_path / "two", *args)[1:]], check=True, env=env)
+    subprocess.run(
+        [*torchrun, *cli_train(dataset, tmp_path / "two", *args)[1:]], check=True, env=env, timeout=600
+    )
     one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert [m["depth"] for m in one] == [m["depth"] for m in two]
     for a, b in zip(one, two, strict=True):

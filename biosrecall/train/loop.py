@@ -91,7 +91,11 @@ def run_training(
     reporter = reporter or SilentReporter()
     setup = prepare_run(model_config, config, run_dir, record or {}, resume, overwrite, reporter)
     try:
-        return _train(setup, config, source, reporter)
+        result = _train(setup, config, source, reporter)
+        # Tear the process group down together: a rank that leaves early can leave its peer blocked
+        # in destroy_process_group forever (seen with gloo).
+        distributed_.barrier(setup.dist)
+        return result
     finally:
         reporter.close()
         distributed_.shutdown(setup.dist)
