@@ -66,9 +66,12 @@ def recall_curve(
     run_dirs, fractions, max_depth, threshold, batch_size, device, data_dir, out_dir, metric, refresh, people
 ):
     """Score factual recall of trained runs over serving depths and plot Figure-1 style curves."""
+    from biosrecall.errors import BiosrecallError
     from biosrecall.eval.curves import TABLE_NAME, recall_curves, summary_table, write_tables
     from biosrecall.eval.plots import plot_recall_curves
 
+    if out_dir.exists() and not out_dir.is_dir():  # before hours of evaluation, not after
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     table = recall_curves(
         run_dirs,
         fractions or None,

@@ -18,6 +18,7 @@ Rerunning skips finished runs and resumes interrupted ones; recall results are c
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -105,8 +106,6 @@ def run_figure1(
     """Generate (if needed), train every schedule at one budget, evaluate, and draw the figure."""
     settings = _resolve(preset)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data_dir = _dataset(out_dir / "data", settings, seed)
     config = TrainConfig(
         batch_size=settings.batch_size,
         seq_len=settings.seq_len,
@@ -118,6 +117,7 @@ def run_figure1(
         budget=budget,
         budget_of=None if budget is not None else f"fixed:4:{settings.budget_updates}",
     )
+    data_dir = _prepare(out_dir, settings, config, seed, fixed_sweep)
     _write_record(out_dir, preset, settings, config, fixed_sweep)
     schedules = dict(FIGURE1_SCHEDULES)
     runs = {name: _train(out_dir / "runs" / name, data_dir, replace(config, schedule=spec), settings, reporter_factory)
@@ -146,6 +146,34 @@ def _resolve(preset: str) -> Figure1Preset:
             f"unknown figure1 preset {preset!r}; choose one of: {', '.join(FIGURE1_PRESETS)}"
         )
     return FIGURE1_PRESETS[preset]
+
+
+def _prepare(out_dir: Path, settings: Figure1Preset, config: TrainConfig, seed: int, sweep) -> Path:
+    """Dataset plus a plan of every run, so a bad budget or device fails before anything trains.
+
+    A mistake found here removes the output folder if this call created it: nothing half-made stays.
+    """
+    from biosrecall.bios import load_dataset
+    from biosrecall.train.bios_task import bios_model_config
+    from biosrecall.train.distributed import resolve_device
+    from biosrecall.train.setup import make_plan
+
+    created = not out_dir.exists()
+    try:
+        config.validate()
+        resolve_device(config.device)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        data_dir = _dataset(out_dir / "data", settings, seed)
+        model_config = bios_model_config(
+            settings.model_preset, load_dataset(data_dir), dict(settings.model_overrides)
+        )
+        for spec in [*FIGURE1_SCHEDULES.values(), *(f"fixed:{k}" for k in sweep)]:
+            make_plan(model_config, replace(config, schedule=spec))
+    except BiosrecallError:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return data_dir
 
 
 def _dataset(data_dir: Path, settings: Figure1Preset, seed: int) -> Path:
