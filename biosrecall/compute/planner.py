@@ -172,17 +172,40 @@ def plan_run(
     updates = _largest_fitting(
         spend, float(budget), max(1, int(budget / per_update)), _max_update_cost(schedule, cost)
     )
+    return _plan_of(schedule, updates, cost, float(budget), config, seq_len, seed)
+
+
+def plan_updates(
+    config: ModelConfig,
+    schedule: Schedule | str,
+    updates: int,
+    tokens_per_update: int,
+    seed: int,
+    *,
+    seq_len: int | None = None,
+    backprop_depth: int | None = None,
+) -> Plan:
+    """Exactly `updates` updates of `schedule` (token-matched runs); the budget is their realised total."""
+    if updates < 1:
+        raise BiosrecallError(f"updates must be at least 1, got {updates}")
+    schedule = _schedule(schedule)
+    cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
+    return _plan_of(schedule, updates, cost, None, config, seq_len, seed)
+
+
+def _plan_of(schedule: Schedule, updates: int, cost, budget, config, seq_len, seed) -> Plan:
     depths = schedule.depths(updates, seed)
     flops = cost(depths)
+    total = float(flops.sum())
     return Plan(
         schedule=schedule.spec,
         updates=updates,
         switch_update=schedule.switch_update(updates),
         depths=depths,
         flops_per_update=flops,
-        total_flops=float(flops.sum()),
-        budget=float(budget),
-        tokens_per_update=int(tokens_per_update),
+        total_flops=total,
+        budget=total if budget is None else budget,
+        tokens_per_update=int(cost.tokens),
         seq_len=config.context_length if seq_len is None else int(seq_len),
         seed=int(seed),
         expected_flops=schedule.expected_cost(updates, cost),

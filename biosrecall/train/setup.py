@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from biosrecall.compute.flops import param_counts, train_flops_table, update_flops
-from biosrecall.compute.planner import REFERENCE, Plan, budget_of, expected_flops, plan_run
+from biosrecall.compute.flops import param_counts, update_flops
+from biosrecall.compute.planner import budget_of, plan_run, plan_updates
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.train import checkpoint as ckpt
@@ -101,7 +101,15 @@ def make_plan(model_config, config: TrainConfig):
     tokens = config.batch_size * seq_len
     backprop = model_config.backprop_depth
     if config.updates is not None:
-        return plan_updates(model_config, schedule, config.updates, tokens, config.seed, seq_len, backprop)
+        return plan_updates(
+            model_config,
+            schedule,
+            config.updates,
+            tokens,
+            config.seed,
+            seq_len=seq_len,
+            backprop_depth=backprop,
+        )
     budget = config.budget
     if budget is None:
         spec, _, updates = config.budget_of.rpartition(":")
@@ -121,33 +129,6 @@ def make_plan(model_config, config: TrainConfig):
         )
     return plan_run(
         model_config, schedule, tokens, budget, config.seed, seq_len=seq_len, backprop_depth=backprop
-    )
-
-
-def plan_updates(
-    model_config, schedule, updates: int, tokens: int, seed: int, seq_len: int, backprop
-) -> Plan:
-    """Exactly `updates` updates of `schedule`, priced like the planner prices them; the budget is
-    their realised total, so every budget fraction (and the final checkpoint) falls as usual."""
-    depths = schedule.depths(updates, seed)
-    flops = tokens * train_flops_table(model_config, int(depths.max()), seq_len, backprop)[depths]
-
-    def expected(which) -> float:
-        return expected_flops(model_config, which, updates, tokens, seq_len=seq_len, backprop_depth=backprop)
-
-    return Plan(
-        schedule=schedule.spec,
-        updates=updates,
-        switch_update=schedule.switch_update(updates),
-        depths=depths,
-        flops_per_update=flops,
-        total_flops=float(flops.sum()),
-        budget=float(flops.sum()),
-        tokens_per_update=tokens,
-        seq_len=seq_len,
-        seed=seed,
-        expected_flops=expected(schedule),
-        uniform_expected_flops=expected(REFERENCE),
     )
 
 
