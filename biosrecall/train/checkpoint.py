@@ -76,7 +76,12 @@ def save_latest(
     os.replace(link_tmp, root / LATEST)
     for old in root.glob("state-*"):
         if old.name != name:
-            shutil.rmtree(old, ignore_errors=True)
+            # Hide it first (one atomic rename): a kill during the slow delete leaves only a hidden
+            # leftover, never a visible half-deleted checkpoint.
+            hidden = root / f".{old.name}.old"
+            os.replace(old, hidden)
+    for leftover in root.glob(".state-*.old"):
+        shutil.rmtree(leftover, ignore_errors=True)
     return root / name
 
 
