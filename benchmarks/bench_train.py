@@ -15,6 +15,9 @@ the FLOPs are the trainer's own (`biosrecall.compute.flops.update_flops`, the on
     python benchmarks/bench_train.py            # batch 16 x 256 (the default Figure-1 shape): minutes
     python benchmarks/bench_train.py --quick    # batch 4 x 128, fewer updates: about a minute
 
+On its own it uses torch's thread count; on a busy machine prefix OMP_NUM_THREADS=1 (as run_all.py
+does by default), since a thread pool that shares its cores with other jobs makes every ratio noise.
+
 `run(quick=False) -> dict` is what `benchmarks/run_all.py` imports; its "ratios" are its table lines.
 """
 

@@ -158,6 +158,8 @@ def _prepare(out_dir: Path, settings: Figure1Preset, config: TrainConfig, seed: 
     from biosrecall.train.distributed import resolve_device
     from biosrecall.train.setup import make_plan
 
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     created = not out_dir.exists()
     try:
         config.validate()
