@@ -15,8 +15,12 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## The main job on a small default: generate a dataset, train the Figure-1 schedules, plot.
+## The main job on a small default: a short fixed-first run on the default CPU preset, then the
+## whole Figure-1 study at its quick size (dataset, three schedules at one budget, recall to K=64, plot).
 demo: $(VENV)/.installed
+	$(VENV)/bin/biosrecall generate --out runs/demo-train/data --people 200 --overwrite
+	$(VENV)/bin/biosrecall train --data runs/demo-train/data --out runs/demo-train/fixed-first \
+		--schedule fixed_first:k0=4,switch=0.8,finish=uniform --budget-of fixed:4:30 --batch-size 16 --overwrite
 	$(VENV)/bin/biosrecall figure1 --preset quick --out runs/demo
 
 ## Lint, format check, then every test (slow ones included).
