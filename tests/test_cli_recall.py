@@ -217,12 +217,13 @@ def test_bad_numbers(world, runs, capsys, option, value, needle):
     assert world.loads == [], "refused before any model runs"
 
 
-def test_end_to_end_with_a_real_checkpoint(tmp_path, capsys):
+def write_real_run(tmp_path, people: int):
+    """A run folder holding one real (untrained) bios-tiny checkpoint at fraction 1.0."""
     from biosrecall.bios import generate_dataset, load_dataset
     from biosrecall.model import LoopedTransformer, get_preset
     from biosrecall.train.checkpoint import checkpoint_dir, save_checkpoint
 
-    data = generate_dataset(tmp_path / "data", people=8, seed=0)
+    data = generate_dataset(tmp_path / "data", people=people, seed=0)
     dataset = load_dataset(data)
     config = get_preset("bios-tiny", vocab_size=dataset.vocab_size)
     run = tmp_path / "run"
@@ -238,7 +239,15 @@ def test_end_to_end_with_a_real_checkpoint(tmp_path, capsys):
         "seed": 0,
         "dataset": {"path": str(data), "manifest_hash": dataset.manifest_hash},
     }
-    save_checkpoint(checkpoint_dir(run, 1.0), LoopedTransformer(config), meta)
+    model = LoopedTransformer(config)
+    save_checkpoint(checkpoint_dir(run, 1.0), model, meta)
+    return run, dataset, model
+
+
+def test_end_to_end_with_a_real_checkpoint(tmp_path, capsys):
+    from biosrecall.bios import generate_dataset
+
+    run, dataset, _ = write_real_run(tmp_path, people=8)
     out = tmp_path / "out"
     code, stdout, stderr = run_cli([run, "--max-depth", 4, "--out", out, "--device", "cpu"], capsys)
     assert code == 0, stderr
@@ -257,21 +266,7 @@ def test_end_to_end_with_a_real_checkpoint(tmp_path, capsys):
 
 def test_people_option_scores_the_first_people_and_matches_their_rows(tmp_path, capsys):
     """--people N gives the same per-depth exact flags as the full evaluation restricted to ids < N."""
-    from biosrecall.bios import generate_dataset, load_dataset
-    from biosrecall.model import LoopedTransformer, get_preset
-    from biosrecall.train.checkpoint import checkpoint_dir, save_checkpoint
-
-    data = generate_dataset(tmp_path / "data", people=12, seed=0)
-    dataset = load_dataset(data)
-    config = get_preset("bios-tiny", vocab_size=dataset.vocab_size)
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.json").write_text("{}")
-    meta = {"model_config": config.to_dict(), "schedule": "fixed:4", "fraction": 1.0, "flops": 1.0,
-            "budget": 1.0, "update": 1, "seed": 0,
-            "dataset": {"path": str(data), "manifest_hash": dataset.manifest_hash}}  # fmt: skip
-    model = LoopedTransformer(config)
-    save_checkpoint(checkpoint_dir(run, 1.0), model, meta)
+    run, dataset, model = write_real_run(tmp_path, people=12)
     code, _, stderr = run_cli([run, "--max-depth", 3, "--people", 5, "--out", tmp_path / "out"], capsys)
     assert code == 0, stderr
     table = pd.read_parquet(tmp_path / "out" / "recall_curve.parquet")
