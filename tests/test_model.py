@@ -64,8 +64,11 @@ def test_all_depths_equal_single_depth(overrides):
             assert (swept[k] - model(tokens, k)).abs().max().item() <= 1e-5
 
 
-def test_all_depths_at_positions_sorted_and_deduplicated():
-    model, tokens = _model(init_state="noise"), _tokens()
+@pytest.mark.parametrize(
+    "overrides", VARIANTS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default"
+)
+def test_all_depths_at_positions_sorted_and_deduplicated(overrides):
+    model, tokens = _model(**overrides), _tokens()
     mask = torch.zeros_like(tokens, dtype=torch.bool)
     mask[0, 3], mask[2, 7:12] = True, True
     with torch.no_grad():
@@ -74,6 +77,15 @@ def test_all_depths_at_positions_sorted_and_deduplicated():
         for k, logits in swept:
             assert logits.shape == (6, 256)
             assert (logits - model(tokens, k)[mask]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("n_coda", [0, 2])
+def test_readout_at_positions_with_any_coda_depth(n_coda):
+    model, tokens = _model(n_coda=n_coda), _tokens()
+    mask = torch.rand(tokens.shape, generator=torch.Generator().manual_seed(3)) < 0.3
+    with torch.no_grad():
+        logits = dict(model.forward_all_depths(tokens, [3], positions=mask))[3]
+        assert (logits - model(tokens, 3)[mask]).abs().max().item() <= 1e-5
 
 
 def test_all_depths_leaves_grad_mode_alone():

@@ -4,8 +4,9 @@ An item (person, attribute, template) is exact at depth K when greedy decoding o
 K reproduces every answer token. With teacher forcing that is one forward over prompt + answer: the
 argmax at each answer-predicting position (answer_start - 1 .. answer_start + answer_len - 2) must equal
 the next answer token. Rows are right-padded and attention is causal, so padding never reaches an
-answer position and no mask is needed. The vocabulary head runs only at answer-predicting positions
-(`positions=` of `forward_all_depths`), so depths 1..64 cost one 64-deep pass plus 64 small heads.
+answer position and no mask is needed. The queries and MLP of the last coda layer and the vocabulary
+head run only at answer-predicting positions (`positions=` of `forward_all_depths`), so depths 1..64
+cost one 64-deep pass plus 64 readouts that are each much cheaper than a layer.
 
     exact = exact_by_depth(model, dataset.eval_set(), max_depth=64)  # bool [64, M]; row k-1 is depth k
     exact_at_depth(model, eval_set, 4)      # bool [M]: one depth, full forward (the slow reference)

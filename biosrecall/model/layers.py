@@ -57,17 +57,42 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T, d], or [P, d] for the queries at the True entries of `positions` (bool [B, T]), in
+        row-major order. Keys and values always come from every position."""
         batch, seq, width = x.shape
         qkv = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
         if rope is not None:
             qk = apply_rope(qk, rope)
         q, k = qk.unbind(dim=2)
-        y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
-        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+        if positions is None:
+            y = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            )
+            return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+        return self.proj(_attend_at(q, k, v, positions).flatten(1))
+
+
+def _attend_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Causal attention output [P, n, hd] for the queries at `positions` only ([B, T, n, hd] inputs).
+
+    The selected queries are packed to the left of a [B, Q] grid (Q = most selected in one row); each
+    attends to keys up to its own position. Unused slots point at position 0 and are dropped, so only
+    P of the B x T queries are ever computed.
+    """
+    rows, columns = positions.nonzero(as_tuple=True)
+    slots = positions.long().cumsum(dim=1)[rows, columns] - 1
+    width = int(slots.max()) + 1 if len(slots) else 1
+    query_position = torch.zeros(q.shape[0], width, dtype=torch.long, device=q.device)
+    query_position[rows, slots] = columns
+    packed = q.new_zeros(q.shape[0], width, *q.shape[2:])
+    packed[rows, slots] = q[rows, columns]
+    visible = torch.arange(q.shape[1], device=q.device) <= query_position[..., None]  # [B, Q, T]
+    y = F.scaled_dot_product_attention(
+        packed.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=visible[:, None]
+    )
+    return y.transpose(1, 2)[rows, slots]
 
 
 class MLP(nn.Module):
@@ -106,10 +131,15 @@ class TransformerLayer(nn.Module):
         n_norms = 4 if self.sandwich else 2
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
 
-    def forward(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T, d], or [P, d] at the True entries of `positions`: equal to forward(x)[positions], but
+        the queries, projections and MLP run only there (a readout that needs a few positions)."""
         n = self.norms
+        attended = self.attn(n[0](x), rope, positions)
+        if positions is not None:
+            x = x[positions]
         if self.sandwich:
-            x = n[1](x + self.attn(n[0](x), rope))
+            x = n[1](x + attended)
             return n[3](x + self.mlp(n[2](x)))
-        x = x + self.attn(n[0](x), rope)
+        x = x + attended
         return x + self.mlp(n[1](x))

@@ -92,7 +92,7 @@ class LoopedTransformer(nn.Module):
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """Yield (k, logits) for each requested depth, ascending, from one max(depths)-deep pass
         without gradients. Logits are [B, T, V], or [P, V] at the True entries of `positions`
-        (a bool [B, T] mask; the coda still runs on every position because attention needs them)."""
+        (a bool [B, T] mask: the last coda layer's queries and MLP and the head run only there)."""
         wanted = _check_depths(depths)
         if positions is not None and (positions.dtype != torch.bool or positions.shape != tokens.shape):
             raise BiosrecallError(
@@ -162,13 +162,18 @@ class LoopedTransformer(nn.Module):
         return state
 
     def _readout(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
-        """Coda, final norm and head on a recurrent state (optionally only at `positions`)."""
+        """Coda, final norm and head on a recurrent state (optionally only at `positions`). The last
+        coda layer needs keys and values from every position but queries only at `positions`, which
+        makes a 64-depth recall sweep's 64 readouts a fraction of a full coda each."""
         x = self.state_norm(state)
-        for layer in self.coda:
+        layers = list(self.coda)
+        for layer in layers[:-1]:
             x = layer(x, rope)
-        x = self.final_norm(x)
-        if positions is not None:
+        if layers:
+            x = layers[-1](x, rope, positions)
+        elif positions is not None:
             x = x[positions]
+        x = self.final_norm(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         return nn.functional.linear(x, weight)
 
