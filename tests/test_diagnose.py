@@ -211,6 +211,7 @@ def without_optimizer_state(run_dir, tmp_path):
         (["--after-uniform", "1000"], "runs past the run's end"),
         (["--checkpoint", "0.5", "--after-uniform", "2"], "before the switch"),
         (["--rms", "big"], "--rms takes shallow, deep or a positive number"),
+        (["--val-sequences", "8"], "--val-sequences applies to LM runs only"),
         (["--no-optimizer-state"], "holds no optimizer state"),
     ],
 )

@@ -1,13 +1,17 @@
-"""`biosrecall diagnose-update`: the paper's update diagnostic (Figure 4) on a bioS run's checkpoint.
+"""`biosrecall diagnose-update`: the paper's update diagnostic (Figure 4) on a checkpoint of a bioS run
+(`biosrecall train`) or a language-model run (`biosrecall lm train`).
 
     biosrecall diagnose-update runs/ff --checkpoint switch --depths 4,16 --after-uniform 0,16
+    biosrecall diagnose-update runs/lm-ff --after-uniform 0,16 --val-sequences 64
 
 From the checkpoint's weights and AdamW state, the batch-caused update at each candidate depth is
-rescaled to a common RMS, applied, and scored at every serving depth (answer NLL and recalled bits);
-the advantage of the deeper update is reported with a bootstrap interval over batches. The method is
-documented in `biosrecall.eval.diagnose`. Writes into --out (default RUN_DIR/diagnose/), with
-STEM = diagnose_<checkpoint>: STEM.{csv,parquet} (summary), STEM_batches.{csv,parquet} (raw numbers per
-batch), STEM.{png,pdf} (the figure) and STEM.json (seed and resolved options).
+rescaled to a common RMS, applied, and scored at every serving depth (bioS: answer NLL and recalled
+bits of the first --people people; LM: validation NLL over the first --val-sequences validation
+windows of the run's corpus); the advantage of the deeper update is reported with a bootstrap interval
+over batches. The method is documented in `biosrecall.eval.diagnose`. Writes into --out (default
+RUN_DIR/diagnose/), with STEM = diagnose_<checkpoint>: STEM.{csv,parquet} (summary),
+STEM_batches.{csv,parquet} (raw numbers per batch), STEM.{png,pdf} (the figure) and STEM.json (seed
+and resolved options).
 """
 
 from __future__ import annotations
@@ -32,7 +36,19 @@ import click
     "--batches", default=8, type=int, help="Training batches to average over (the run's next ones)."
 )
 @click.option("--serving-depths", default="1..16", help="Serving depths to score: a range 1..16 or a list.")
-@click.option("--people", default=100, type=int, help="Score the prompts of the first N people (0 = all).")
+@click.option(
+    "--people",
+    default=None,
+    type=int,
+    help="bioS runs: score the prompts of the first N people (0 = all) [100].",
+)
+@click.option(
+    "--val-sequences",
+    default=None,
+    type=int,
+    help="LM runs: score validation NLL on the first N validation windows of the run's corpus, "
+    "seq-len + 1 tokens each, in stream order as `lm eval` reads them (0 = all) [64].",
+)
 @click.option(
     "--rms", "rms_target", default="shallow", help="Common RMS of both updates: shallow, deep, or a number."
 )
@@ -46,7 +62,8 @@ import click
     "data_dir",
     type=click.Path(path_type=Path),
     default=None,
-    help="Dataset folder to use instead of the one recorded in the run (its hash is still checked).",
+    help="bioS dataset or prepared LM corpus to use instead of the one recorded in the run (its hash "
+    "is still checked).",
 )
 @click.option(
     "--out",
@@ -64,6 +81,7 @@ def diagnose_update(
     batches,
     serving_depths,
     people,
+    val_sequences,
     rms_target,
     seed,
     bootstrap,
@@ -94,6 +112,7 @@ def diagnose_update(
         batches=batches,
         serving_depths=parse_depth_list(serving_depths, "--serving-depths"),
         people=people,
+        val_sequences=val_sequences,
         rms=rms_target,
         seed=seed,
         bootstrap=bootstrap,

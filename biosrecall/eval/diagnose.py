@@ -1,5 +1,5 @@
 """The update diagnostic (the paper's Figure 4): from one checkpoint, does a deep update help the serving
-depths more than a shallow one of the same size?
+depths more than a shallow one of the same size? For bioS runs and for language-model runs.
 
     from biosrecall.eval.diagnose import diagnose_update
     result = diagnose_update("runs/ff", "switch", depths=(4, 16), after_uniform=(0, 16), batches=8)
@@ -8,6 +8,8 @@ depths more than a shallow one of the same size?
     result.figure()     # advantage against serving depth, one line per after_uniform value
     result.write("runs/ff/diagnose")
     # shell: biosrecall diagnose-update runs/ff --checkpoint switch --after-uniform 0,16
+    # an LM run (`biosrecall lm train`) is diagnosed the same way, scored by validation NLL:
+    diagnose_update("runs/lm-ff", "switch", after_uniform=(0, 16), val_sequences=64)
 
 Method, for one model state (the checkpoint, or the checkpoint continued n updates):
 
@@ -24,17 +26,20 @@ Method, for one model state (the checkpoint, or the checkpoint continued n updat
    shallower update, i.e. the size of the step the run takes at its fixed-phase depth, so the question is
    "the same size of step, pointed by a deeper forward pass: is it better?". `rms="deep"` uses the
    deeper update's RMS; a number fixes the RMS (the learning rate then plays no role).
-4. Effect. Each rescaled update is added to the weights (restored exactly afterwards) and the evaluation
-   prompts of the first `people` people of the dataset are scored at every serving depth: mean NLL of
-   the answer tokens (teacher forcing) and recalled bits per person (as `recall-curve` counts them).
+4. Effect. Each rescaled update is added to the weights (restored exactly afterwards) and the model is
+   scored at every serving depth (`diagnose_tasks`). bioS run: the evaluation prompts of the first
+   `people` people of the dataset, mean NLL of the answer tokens (teacher forcing) and recalled bits
+   per person (as `recall-curve` counts them). LM run: validation NLL, the mean next-token cross-entropy
+   over the first `val_sequences` windows of the run's own corpus validation split (as `lm eval`).
    Advantage of the deeper update at serving depth k, positive = the deeper update helps more at k:
        nll:  (NLL change from the shallow update) - (NLL change from the deep update)
        bits: (bits change from the deep update) - (bits change from the shallow update)
    The depth average is the mean over the serving depths.
 5. Batches. Steps 2-4 run on `batches` batches: those the run itself would train on next, its own stream
-   at updates u, u+1, ... (a pure function of the run seed and update), none of which the diagnosed
-   model has trained on. The mean over batches and a percentile bootstrap interval (batches resampled
-   with replacement, seeded by `seed`) are reported per serving depth and for the depth average.
+   at updates u, u+1, ... (a pure function of the run seed and update: bioS's sampler, or the LM
+   loader's windows as `biosrecall lm train` reads them), none of which the diagnosed model has trained
+   on. The mean over batches and a percentile bootstrap interval (batches resampled with replacement,
+   seeded by `seed`) are reported per serving depth and for the depth average.
 6. After uniform. For each n in `after_uniform` (ascending), the run is first continued for n updates
    from the checkpoint exactly as the trainer would (its planned depths, LR schedule, batches, loss,
    clipping and AdamW state: the continuation reproduces the run's own later weights), then diagnosed.
@@ -50,7 +55,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from biosrecall.errors import BiosrecallError
@@ -58,13 +62,13 @@ from biosrecall.eval.diagnose_report import plot_diagnosis, summarize, write_dia
 from biosrecall.eval.diagnose_run import RunState, check_continuation, continue_run, load_run_state
 from biosrecall.eval.diagnose_step import (
     adamw_batch_update,
-    answer_scores,
     applied,
     batch_gradient,
     optimizer_params,
     rms,
     scale_to_rms,
 )
+from biosrecall.eval.diagnose_tasks import HIGHER_IS_BETTER, DiagnosisTask
 from biosrecall.train.run_dir import versions
 
 __all__ = ["DiagnosisResult", "continue_run", "diagnose_update", "load_run_state", "parse_depth_list"]
@@ -111,11 +115,11 @@ def candidate_updates(state: RunState, rows, depths: Sequence[int], rms_target) 
     return {depth: (scale_to_rms(update, target), sizes[depth]) for depth, update in raw.items()}
 
 
-def diagnose_state(state: RunState, dataset, eval_set, options: dict, after: int, log) -> pd.DataFrame:
-    """Per batch and serving depth: the loss changes of both rescaled candidates and their advantage."""
+def diagnose_state(state: RunState, task: DiagnosisTask, options: dict, after: int, log) -> pd.DataFrame:
+    """Per batch and serving depth: the metric changes of both rescaled candidates and their advantage."""
     serving = sorted(options["serving_depths"])
     params = optimizer_params(state.optimizer)
-    base = answer_scores(state.model, eval_set, dataset.pool_sizes, serving)
+    base = task.score(state.model, serving)
     frames = []
     for batch in range(options["batches"]):
         candidates = candidate_updates(
@@ -124,7 +128,7 @@ def diagnose_state(state: RunState, dataset, eval_set, options: dict, after: int
         scores = {}
         for depth, (update, _) in candidates.items():
             with applied(params, update):
-                scores[depth] = answer_scores(state.model, eval_set, dataset.pool_sizes, serving)
+                scores[depth] = task.score(state.model, serving)
         frame = _batch_frame(options["depths"], base, scores, candidates)
         frame.insert(0, "serving_depth", serving)
         frame.insert(0, "batch_update", state.update + batch)
@@ -137,28 +141,31 @@ def diagnose_state(state: RunState, dataset, eval_set, options: dict, after: int
     return pd.concat(frames, ignore_index=True)
 
 
-def _batch_frame(depths, base, scores: dict, candidates: dict) -> pd.DataFrame:
-    """One batch's columns: sizes, baseline, changes from each candidate and the deeper one's advantage."""
+def _batch_frame(depths, base: dict, scores: dict, candidates: dict) -> pd.DataFrame:
+    """One batch's columns: sizes, then per metric the baseline, the change from each candidate and the
+    deeper one's advantage (positive = it helps more: lowers a loss more, or raises a score more)."""
     shallow, deep = depths
-    nll = {d: scores[d][0] - base[0] for d in (shallow, deep)}
-    bits = {d: scores[d][1] - base[1] for d in (shallow, deep)}
-    return pd.DataFrame(
-        {
-            "shallow_depth": shallow,
-            "deep_depth": deep,
-            "rms_shallow": candidates[shallow][1],
-            "rms_deep": candidates[deep][1],
-            "rms_target": rms(candidates[shallow][0]),
-            "nll_base": base[0],
-            "nll_change_shallow": nll[shallow],
-            "nll_change_deep": nll[deep],
-            "nll_advantage": nll[shallow] - nll[deep],
-            "bits_base": base[1],
-            "bits_change_shallow": bits[shallow],
-            "bits_change_deep": bits[deep],
-            "bits_advantage": bits[deep] - bits[shallow],
-        }
-    )
+    columns = {
+        "shallow_depth": shallow,
+        "deep_depth": deep,
+        "rms_shallow": candidates[shallow][1],
+        "rms_deep": candidates[deep][1],
+        "rms_target": rms(candidates[shallow][0]),
+    }
+    for metric, values in base.items():
+        change = {d: scores[d][metric] - values for d in (shallow, deep)}
+        gain = (
+            (change[deep], change[shallow]) if metric in HIGHER_IS_BETTER else (change[shallow], change[deep])
+        )
+        columns.update(
+            {
+                f"{metric}_base": values,
+                f"{metric}_change_shallow": change[shallow],
+                f"{metric}_change_deep": change[deep],
+                f"{metric}_advantage": gain[0] - gain[1],
+            }
+        )
+    return pd.DataFrame(columns)
 
 
 def parse_depth_list(text: str, option: str = "--serving-depths", minimum: int = 1) -> list[int]:
@@ -178,9 +185,10 @@ def parse_depth_list(text: str, option: str = "--serving-depths", minimum: int =
 
 
 def check_options(
-    depths, after_uniform, batches, serving_depths, people, rms_target, bootstrap, level
+    depths, after_uniform, batches, serving_depths, people, val_sequences, rms_target, bootstrap, level
 ) -> dict:
-    """Validate and normalise the diagnostic's options before any model is loaded."""
+    """Validate and normalise the diagnostic's options before any model is loaded (`people` and
+    `val_sequences` may be None: the kind of run decides, see `diagnose_tasks`)."""
     depths = sorted(int(d) for d in depths)
     if len(depths) != 2 or depths[0] < 1:
         raise BiosrecallError(f"--depths takes two depths SHALLOW,DEEP >= 1, e.g. 4,16 (got {depths})")
@@ -190,8 +198,11 @@ def check_options(
         raise BiosrecallError(f"--after-uniform takes update counts >= 0, e.g. 0,16 (got {after})")
     if not serving or serving[0] < 1:
         raise BiosrecallError(f"--serving-depths needs depths >= 1 (got {serving})")
-    if batches < 1 or people < 0 or bootstrap < 1 or not 0 < level < 1:
-        raise BiosrecallError("need --batches >= 1, --people >= 0, --bootstrap >= 1 and 0 < --level < 1")
+    counts = [n for n in (people, val_sequences) if n is not None]
+    if batches < 1 or min(counts, default=0) < 0 or bootstrap < 1 or not 0 < level < 1:
+        raise BiosrecallError(
+            "need --batches >= 1, --people >= 0, --val-sequences >= 0, --bootstrap >= 1 and 0 < --level < 1"
+        )
     if rms_target not in RMS_MODES:
         try:
             rms_target = float(rms_target)
@@ -217,7 +228,8 @@ def diagnose_update(
     after_uniform: Sequence[int] = (0,),
     batches: int = 8,
     serving_depths: Sequence[int] = range(1, 17),
-    people: int = 100,
+    people: int | None = None,
+    val_sequences: int | None = None,
     rms: str | float = "shallow",
     seed: int = 0,
     bootstrap: int = 2000,
@@ -226,28 +238,29 @@ def diagnose_update(
     data_dir=None,
     progress: Callable[[str], None] | None = None,
 ) -> DiagnosisResult:
-    """Run the diagnostic of the module docstring; `people` 0 = everyone, `progress` gets status lines."""
-    options = check_options(depths, after_uniform, batches, serving_depths, people, rms, bootstrap, level)
+    """Run the diagnostic of the module docstring. bioS runs: `people` (default 100, 0 = everyone); LM
+    runs: `val_sequences` (default 64, 0 = all); `progress` gets status lines."""
+    options = check_options(
+        depths, after_uniform, batches, serving_depths, people, val_sequences, rms, bootstrap, level
+    )
     log = progress or (lambda message: None)
-    state, dataset = load_run_state(run_dir, checkpoint, device, data_dir)
+    state, task = load_run_state(run_dir, checkpoint, device, data_dir, people, val_sequences)
     check_continuation(state, options["after_uniform"], checkpoint)
-    chosen = dataset.num_people if people == 0 else min(people, dataset.num_people)
-    eval_set = dataset.eval_set(np.arange(chosen))
     start, frames, states = state.update, [], []
     for after in options["after_uniform"]:
         continued = state.depths[state.update : start + after].tolist()
         continue_run(state, start + after - state.update)
         log(f"diagnosing at update {state.update} ({after} updates after the checkpoint)")
-        frames.append(diagnose_state(state, dataset, eval_set, options, after, log))
+        frames.append(diagnose_state(state, task, options, after, log))
         states.append(
             {"after_uniform": after, "update": state.update, "lr": state.lr(), "continued_depths": continued}
         )
-    options.update(_record(state, dataset, run_dir, checkpoint, start, chosen, seed), states=states)
+    options.update(_record(state, task, run_dir, checkpoint, start, seed), states=states)
     raw = pd.concat(frames, ignore_index=True)
     return DiagnosisResult(summarize(raw, options["bootstrap"], options["level"], seed), raw, options)
 
 
-def _record(state: RunState, dataset, run_dir, checkpoint, start: int, people: int, seed: int) -> dict:
+def _record(state: RunState, task: DiagnosisTask, run_dir, checkpoint, start: int, seed: int) -> dict:
     """What the options JSON records besides the validated options: the run, the data and the rules."""
     return {
         "run_dir": str(run_dir),
@@ -256,11 +269,10 @@ def _record(state: RunState, dataset, run_dir, checkpoint, start: int, people: i
         "planned_updates": state.planned,
         "schedule": state.config.schedule,
         "switch_update": state.switch_update,
-        "people": people,
-        "people_rule": "person ids 0..people-1 of the dataset",
-        "batch_stream": "the run's own batches at updates update..update+batches-1 (run seed)",
+        "task": task.name,
+        "metrics": task.units,
+        **task.record,
         "seed": int(seed),
         "device": str(next(state.model.parameters()).device),
-        "manifest_hash": dataset.manifest_hash,
         "versions": versions(),
     }

@@ -7,11 +7,13 @@
     write_diagnosis(summary, batches, options, "runs/ff/diagnose")
 
 Files (STEM = diagnose_<checkpoint>, e.g. diagnose_switch, so diagnoses of several checkpoints coexist):
-    STEM.csv, STEM.parquet                   summary: after_uniform, update, metric (nll | bits),
+    STEM.csv, STEM.parquet                   summary: after_uniform, update, metric (bioS runs: nll and
+                                             bits; LM runs: nll, the validation NLL),
                                              serving_depth (empty = averaged over serving depths), mean,
                                              ci_low, ci_high, n_batches, change_shallow, change_deep
     STEM_batches.csv, STEM_batches.parquet   every batch's raw numbers (see `diagnose_state`)
     STEM.png, STEM.pdf                       advantage against serving depth, one line per after_uniform
+                                             (one panel per metric)
     STEM.json                                the seed and every resolved option
 """
 
@@ -27,8 +29,12 @@ from biosrecall.atomic import atomic_write_json
 from biosrecall.eval.curves import write_tables
 from biosrecall.eval.plots import COLORS, MARKERS, save_figure
 
-METRICS = ("nll", "bits")
-UNITS = {"nll": "answer NLL (nats/token)", "bits": "recalled bits per person"}
+ADVANTAGE = "_advantage"  # the per-batch frame has one METRIC_advantage column per metric
+
+
+def metrics_of(batches: pd.DataFrame) -> list[str]:
+    """The metrics of a per-batch frame, in its column order."""
+    return [c.removesuffix(ADVANTAGE) for c in batches.columns if c.endswith(ADVANTAGE)]
 
 
 def bootstrap_intervals(values: np.ndarray, bootstrap: int, level: float, seed: int):
@@ -51,7 +57,7 @@ def summarize(batches: pd.DataFrame, bootstrap: int, level: float, seed: int) ->
     """
     records = []
     for after, group in batches.groupby("after_uniform", sort=True):
-        for metric in METRICS:
+        for metric in metrics_of(batches):
             wide = {
                 name: group.pivot(index="batch", columns="serving_depth", values=f"{metric}_{name}")
                 for name in ("advantage", "change_shallow", "change_deep")
@@ -106,21 +112,23 @@ def _panel(ax, summary: pd.DataFrame, metric: str, options: dict) -> None:
         ax.fill_between(x, curve["ci_low"], curve["ci_high"], color=color, alpha=0.18, lw=0)
         ax.plot(x, curve["mean"], color=color, marker=MARKERS[i % len(MARKERS)], ms=4, lw=1.6, label=label)
     ax.set_xlabel("serving depth K")
-    ax.set_ylabel(f"advantage of K={deep} update\n({UNITS[metric]})")
+    ax.set_ylabel(f"advantage of K={deep} update\n({options['metrics'][metric]})")
     ax.grid(True, color="0.9", lw=0.6)
     ax.legend(fontsize="x-small", frameon=False, title=f"{options['level']:.0%} bootstrap interval")
 
 
 def plot_diagnosis(summary: pd.DataFrame, options: dict) -> Figure:
-    """Advantage of the deeper update against serving depth: NLL (left) and recalled bits (right)."""
-    fig = Figure(figsize=(11, 4.4), layout="constrained")
-    axes = fig.subplots(1, len(METRICS))
-    for ax, metric in zip(axes, METRICS, strict=True):
+    """Advantage of the deeper update against serving depth, one panel per metric of the run's kind
+    (`options["metrics"]`: bioS runs NLL left and recalled bits right, LM runs validation NLL)."""
+    metrics = [m for m in options["metrics"] if m in set(summary["metric"])]
+    fig = Figure(figsize=(1.0 + 5.0 * len(metrics), 4.4), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics, strict=True):
         _panel(ax, summary, metric, options)
     shallow, deep = options["depths"]
     fig.suptitle(
         f"{Path(str(options['run_dir'])).name} @ {options['checkpoint']}: K={deep} vs K={shallow} "
-        f"batch-caused update at equal RMS ({options['rms']}); positive = K={deep} helps more "
+        f"batch-caused update at equal RMS ({options['rms']})\npositive = K={deep} helps more "
         f"({options['batches']} batches)",
         fontsize="medium",
     )

@@ -1,13 +1,14 @@
-"""A bioS run at one of its kept checkpoints, for the update diagnostic: weights, the AdamW state rebuilt
-as the trainer builds it, the run's batch stream and planned depths, and the run's next updates.
+"""A run (bioS or LM) at one of its kept checkpoints, for the update diagnostic: weights, the AdamW state
+rebuilt as the trainer builds it, the run's batch stream and planned depths, and the run's next updates.
 
-    state, dataset = load_run_state("runs/ff", "switch")     # or a budget fraction such as 0.8
+    state, task = load_run_state("runs/ff", "switch")        # or a budget fraction such as 0.8
     state.lr()                                               # the LR of the run's next update
     continue_run(state, 16)                                  # the run's own next 16 updates, in place
 
 `continue_run` is the trainer's step (planned depth, scheduled LR, the run's batch, loss, clipping,
 AdamW) without its bookkeeping; continuing a fixed-first run from its switch to its last update
-reproduces the run's final weights bit for bit on a CPU (tests/test_diagnose.py).
+reproduces the run's final weights bit for bit on a CPU (tests/test_diagnose.py, test_diagnose_lm.py).
+What is scored, and the batch source, depend on the kind of run: `biosrecall.eval.diagnose_tasks`.
 """
 
 from __future__ import annotations
@@ -16,19 +17,19 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import dataset_path_of, select_checkpoints
+from biosrecall.eval.curves import select_checkpoints
 from biosrecall.eval.diagnose_step import backward_and_clip
+from biosrecall.eval.diagnose_tasks import DiagnosisTask, RunInfo, load_task
 from biosrecall.train import checkpoint as ckpt
-from biosrecall.train.bios_task import BiosBatchSource
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import resolve_device
+from biosrecall.train.loop import BatchSource
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.run_dir import CONFIG_FILE, read_config
 from biosrecall.train.setup import autocast_for
@@ -41,7 +42,7 @@ class RunState:
     model: torch.nn.Module
     optimizer: torch.optim.AdamW
     config: TrainConfig
-    source: BiosBatchSource
+    source: BatchSource
     depths: np.ndarray  # the planned depth of every update of the run
     switch_update: int | None
     update: int
@@ -76,43 +77,40 @@ def resolve_checkpoint(run_dir: Path, checkpoint: str | float) -> Path:
     return next(iter(select_checkpoints(run_dir, [fraction]).values()))
 
 
-def load_run_state(run_dir, checkpoint="switch", device="auto", data_dir=None) -> tuple[RunState, Any]:
-    """The run at a checkpoint, its optimizer rebuilt as the trainer builds it; returns (state, dataset)."""
-    from biosrecall.bios import load_dataset
-
+def load_run_state(
+    run_dir, checkpoint="switch", device="auto", data_dir=None, people=None, val_sequences=None
+) -> tuple[RunState, DiagnosisTask]:
+    """The run at a checkpoint, its optimizer rebuilt as the trainer builds it, and what the diagnostic
+    scores on it (`people`: bioS runs only, `val_sequences`: LM runs only; None = the default)."""
     run_dir = Path(run_dir)
     path = resolve_checkpoint(run_dir, checkpoint)
     record = read_config(run_dir)
-    if (record.get("task") or {}).get("name") != "bios":
-        raise BiosrecallError(f"{run_dir} is not a bioS run; the update diagnostic scores bioS recall")
-    training_state = ckpt.load_training_state(path)
-    meta = ckpt.read_meta(path)
-    dataset = load_dataset(dataset_path_of(meta, run_dir, data_dir))
-    expected = (meta.get("dataset") or {}).get("manifest_hash")
-    if dataset.manifest_hash != expected:
-        raise BiosrecallError(f"the dataset is not the one {run_dir} was trained on; pass --data DIR")
-    device = resolve_device(str(device))
-    model, meta = ckpt.load_checkpoint(path, device=device)
     config = TrainConfig.from_dict(record["train_config"])
+    device = resolve_device(str(device))
+    # bf16 autocast exists on CUDA only; a CUDA-trained run diagnosed on a CPU is evaluated in fp32.
+    autocast = nullcontext if device.type == "cpu" else autocast_for(device, config.precision)
+    seq_len = config.seq_len or int(record["model_config"]["context_length"])
+    run = RunInfo(run_dir, record, ckpt.read_meta(path), config, seq_len, autocast)
+    task = load_task(run, data_dir, people, val_sequences)
+    training_state = ckpt.load_training_state(path)
+    model, meta = ckpt.load_checkpoint(path, device=device)
     optimizer = build_optimizer(model, config)
     try:
         optimizer.load_state_dict(training_state["optimizer"])
     except (KeyError, ValueError) as exc:
         raise BiosrecallError(f"the optimizer state in {path} does not fit the model: {exc}") from None
     planned = int(record["plan"]["updates"])
-    seq_len = config.seq_len or model.config.context_length
     state = RunState(
         model=model,
         optimizer=optimizer,
         config=config,
-        source=BiosBatchSource(dataset, config.batch_size, seq_len, config.seed),
+        source=task.source,
         depths=parse_schedule(config.schedule).depths(planned, config.seed),
         switch_update=record["plan"].get("switch_update"),
         update=int(meta["update"]),
-        # bf16 autocast exists on CUDA only; a CUDA-trained run diagnosed on a CPU is evaluated in fp32.
-        autocast=nullcontext if device.type == "cpu" else autocast_for(device, config.precision),
+        autocast=autocast,
     )
-    return state, dataset
+    return state, task
 
 
 def continue_run(state: RunState, updates: int) -> None:
