@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -367,3 +368,18 @@ def test_failure_inside_the_new_folder_leaves_the_old_one(tmp_path, capsys, monk
     assert (code, stderr) == (2, "error: disk full (simulated)\n")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "out"]
+
+
+def test_stdlib_corpus_script_keeps_long_docstrings_and_skips_tests(tmp_path):
+    long_text = " ".join(["A long enough docstring about rivers and recall."] * 5)
+    library = tmp_path / "lib"
+    (library / "tests").mkdir(parents=True)
+    (library / "pkg.py").write_text(f'"""{long_text}"""\n\ndef short():\n    """Too short."""\n')
+    (library / "tests" / "test_pkg.py").write_text(f'"""{long_text}"""\n')
+    (library / "broken.py").write_text("def (:\n")
+    out = tmp_path / "corpus.jsonl"
+    script = Path(__file__).parents[1] / "scripts" / "lm" / "stdlib_corpus.py"
+    subprocess.run([sys.executable, str(script), str(out), "--root", str(library)], check=True)
+    documents = [json.loads(line) for line in out.read_text().splitlines()]
+    assert documents == [{"text": long_text}]
+    assert list(Corpus([out])) == [long_text]
