@@ -303,11 +303,20 @@ def write_tables(table: pd.DataFrame, out_dir: str | Path, name: str = TABLE_NAM
     return [csv_path, parquet_path]
 
 
-def summary_table(table: pd.DataFrame, depths=(1, 4, 16, 64)) -> pd.DataFrame:
-    """Recalled bits per person at a few depths: one row per run and fraction, one column per depth."""
-    whole = table[(table["attribute"] == "all") & table["depth"].isin(depths)]
-    wide = whole.pivot_table(
-        index=["run", "schedule", "fraction"], columns="depth", values="bits", sort=False
+def summary_table(table: pd.DataFrame, depths=(1, 4, 16, 64), training_depth: int = 16) -> pd.DataFrame:
+    """Recalled bits per person, one row per run and fraction: at a few depths, then the mean over the
+    training range (K <= training_depth), the mean beyond it and the worst depth. The means and the
+    minimum matter because fixed-depth training can leave a curve that cycles with K, and a few chosen
+    depths may all land on its peaks."""
+    whole = table[table["attribute"] == "all"]
+    keys = ["run", "schedule", "fraction"]
+    wide = whole[whole["depth"].isin(depths)].pivot_table(
+        index=keys, columns="depth", values="bits", sort=False
     )
     wide.columns = [f"K={depth}" for depth in wide.columns]
+    inside = whole["depth"] <= training_depth
+    wide[f"mean K<={training_depth}"] = whole[inside].groupby(keys, sort=False)["bits"].mean()
+    if not inside.all():
+        wide[f"mean K>{training_depth}"] = whole[~inside].groupby(keys, sort=False)["bits"].mean()
+    wide["min"] = whole.groupby(keys, sort=False)["bits"].min()
     return wide.reset_index()
