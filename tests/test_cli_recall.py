@@ -279,3 +279,25 @@ def test_people_option_scores_the_first_people_and_matches_their_rows(tmp_path, 
     assert np.allclose(whole["exact"].to_numpy(), exact.mean(axis=1))
     code, _, stderr = run_cli([run, "--people", 0, "--out", tmp_path / "out"], capsys)
     _one_error_line(code, stderr, "--people")
+
+
+def test_summary_shows_a_depth_cycle_that_the_chosen_depths_miss():
+    # Peaks at K = 1, 4, 7, ... (every depth the summary names), troughs everywhere else.
+    depths = np.arange(1, 65)
+    bits = np.where(depths % 3 == 1, 30.0, 6.0)
+    table = pd.DataFrame(
+        {
+            "run": "r",
+            "schedule": "fixed:4",
+            "fraction": 1.0,
+            "attribute": "all",
+            "depth": depths,
+            "bits": bits,
+        }
+    )
+    row = curves.summary_table(table).iloc[0]
+    assert [row[f"K={k}"] for k in (1, 4, 16, 64)] == [30.0] * 4
+    assert row["mean K<=16"] == pytest.approx((6 * 30 + 10 * 6) / 16)
+    assert row["mean K>16"] == pytest.approx(bits[16:].mean())
+    assert row["min"] == 6.0
+    assert "mean K>16" not in curves.summary_table(table[table["depth"] <= 8], (1, 4)).columns

@@ -394,29 +394,3 @@ def test_real_model_sweep_equals_per_depth_and_greedy(real_dataset, init_state):
     assert swept[2, own].all(), "teacher forcing must accept the model's own greedy answers"
     for depth in (1, 3, 6):
         assert np.array_equal(greedy_exact(model, eval_set, depth, own[:30]), swept[depth - 1, own[:30]])
-
-
-def test_summary_shows_a_depth_cycle_that_the_chosen_depths_miss():
-    import pandas as pd
-
-    from biosrecall.eval.curves import summary_table
-
-    # Peaks at K = 1, 4, 7, ... (every depth the summary names), troughs everywhere else.
-    depths = np.arange(1, 65)
-    bits = np.where(depths % 3 == 1, 30.0, 6.0)
-    table = pd.DataFrame(
-        {
-            "run": "r",
-            "schedule": "fixed:4",
-            "fraction": 1.0,
-            "attribute": "all",
-            "depth": depths,
-            "bits": bits,
-        }
-    )
-    row = summary_table(table).iloc[0]
-    assert [row[f"K={k}"] for k in (1, 4, 16, 64)] == [30.0] * 4
-    assert row["mean K<=16"] == pytest.approx((6 * 30 + 10 * 6) / 16)
-    assert row["mean K>16"] == pytest.approx(bits[16:].mean())
-    assert row["min"] == 6.0
-    assert "mean K>16" not in summary_table(table[table["depth"] <= 8], (1, 4)).columns
