@@ -154,15 +154,13 @@ def _batch_frame(depths, base: dict, scores: dict, candidates: dict) -> pd.DataF
     }
     for metric, values in base.items():
         change = {d: scores[d][metric] - values for d in (shallow, deep)}
-        gain = (
-            (change[deep], change[shallow]) if metric in HIGHER_IS_BETTER else (change[shallow], change[deep])
-        )
+        sign = 1.0 if metric in HIGHER_IS_BETTER else -1.0  # a loss helps by going down
         columns.update(
             {
                 f"{metric}_base": values,
                 f"{metric}_change_shallow": change[shallow],
                 f"{metric}_change_deep": change[deep],
-                f"{metric}_advantage": gain[0] - gain[1],
+                f"{metric}_advantage": sign * (change[deep] - change[shallow]),
             }
         )
     return pd.DataFrame(columns)
