@@ -38,7 +38,7 @@ import torch
 
 from biosrecall.bios import generate_dataset
 from biosrecall.model import get_preset
-from biosrecall.train.bios_task import train_bios
+from biosrecall.train.bios_training import train_bios
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_dir import read_metrics
 

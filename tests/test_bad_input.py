@@ -36,7 +36,7 @@ NEW_RUN = ["train", "--out", "newrun", *RUN_ARGS]
 def world(tmp_path_factory) -> Path:
     """Built once; every case works on its own copy (see `case_dir`)."""
     from biosrecall.bios import generate_dataset
-    from biosrecall.train.bios_task import train_bios
+    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
 
     root = tmp_path_factory.mktemp("world")

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from biosrecall.cli import main
-from biosrecall.train.bios_task import train_bios
+from biosrecall.train.bios_training import train_bios
 from biosrecall.train.checkpoint import list_checkpoints
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_dir import read_metrics

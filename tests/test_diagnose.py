@@ -20,22 +20,23 @@ from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
 from biosrecall.cli import main
-from biosrecall.errors import BiosrecallError
-from biosrecall.eval.diagnose import (
+from biosrecall.diagnose import (
+    DiagnoseOptions,
     candidate_updates,
     continue_run,
     diagnose_update,
     load_run_state,
     parse_depth_list,
 )
-from biosrecall.eval.diagnose_report import summarize
-from biosrecall.eval.diagnose_step import (
+from biosrecall.diagnose.batch_update import (
     adamw_batch_update,
     batch_gradient,
     optimizer_params,
     rms,
     scale_to_rms,
 )
+from biosrecall.diagnose.report import summarize
+from biosrecall.errors import BiosrecallError
 from biosrecall.train.checkpoint import checkpoint_dir, load_training_state
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import build_optimizer
@@ -51,7 +52,7 @@ def data_dir(tmp_path_factory):
 
 def train_tiny(data_dir, run_dir, **overrides):
     """A fixed-first run of a few dozen updates: a checkpoint before the switch, the switch, the end."""
-    from biosrecall.train.bios_task import train_bios
+    from biosrecall.train.bios_training import train_bios
 
     values = {"batch_size": 4, "budget_of": "fixed:4:30", "seed": 1, "lr": 3e-3, **overrides}
     config = TrainConfig(schedule=SCHEDULE, checkpoint_fractions=(0.5, 1.0), **values)
@@ -223,3 +224,41 @@ def test_bad_inputs_exit_2_with_one_error_line(run_dir, tmp_path, capsys, extra,
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("depths", "message"),
+    [("16,4", "with the shallower first"), ("4,4", "compares depth 4 with itself"), ("4,8,16", "two depths")],
+)
+def test_the_command_refuses_candidate_depths_that_are_not_two_distinct_ascending(
+    run_dir, tmp_path, capsys, depths, message
+):
+    code, _, err = run_cli([run_dir, "--depths", depths, "--out", tmp_path / "out", "--quiet"], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_options_are_checked_and_normalised_when_built():
+    options = DiagnoseOptions(after_uniform=[16, 0, 16], serving_depths=range(4, 0, -1), rms="1e-4")
+    assert options.after_uniform == (0, 16) and options.serving_depths == (1, 2, 3, 4)
+    assert options.rms == 1e-4
+    with pytest.raises(BiosrecallError, match="shallower first"):
+        DiagnoseOptions(depths=(16, 4))  # refused, not reordered: the deeper one's advantage is reported
+    assert DiagnoseOptions(depths=(4, 4)).depths == (4, 4)  # the library's null control
+    with pytest.raises(BiosrecallError, match="--batches >= 1"):
+        DiagnoseOptions(batches=0)
+
+
+def test_the_checkpoint_takes_the_selector_syntax_of_every_command(run_dir, tmp_path, capsys):
+    state, _ = load_run_state(run_dir, "final")
+    assert state.checkpoint == "1.0" and state.update == state.planned
+    args = [run_dir, "--checkpoint", "final", "--batches", "1", "--people", "2", "--serving-depths", "1..2"]
+    code, _, err = run_cli([*args, "--bootstrap", "10", "--out", tmp_path, "--quiet"], capsys)
+    assert code == 0, err
+    options = json.loads((tmp_path / "diagnose_1.0.json").read_text())
+    assert options["checkpoint"] == "1.0" and options["checkpoint_selector"] == "final"
+    assert set(DiagnoseOptions().to_dict()) - {"people", "val_sequences"} <= set(options)
+    for several in ("fractions", "0.5,switch"):
+        code, _, err = run_cli([run_dir, "--checkpoint", several, "--out", tmp_path / "out"], capsys)
+        assert code == 2 and "names one checkpoint" in err and err.count("\n") == 1, err

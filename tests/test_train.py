@@ -37,7 +37,7 @@ def tiny_config(**overrides) -> TrainConfig:
 
 
 def train(dataset, run_dir, **overrides):
-    from biosrecall.train.bios_task import train_bios
+    from biosrecall.train.bios_training import train_bios
 
     return train_bios(dataset, run_dir, tiny_config(**overrides), preset="bios-tiny")
 

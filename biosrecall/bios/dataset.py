@@ -40,15 +40,24 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 import biosrecall
-from biosrecall.atomic import atomic_directory, check_output_dir
+from biosrecall.atomic import atomic_directory, check_output_dir, check_output_path
 from biosrecall.bios.encoding import TokenArrays, TokenStore, encode_arrays
 from biosrecall.bios.evalset import EvalSet, build_eval_set
 from biosrecall.bios.people import chance_bits, draw_people, people_table
 from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS, attribute_bits, load_pools, pool_file_hashes
 from biosrecall.bios.templates import load_templates
-from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, build_tokenizer, split_template, split_words
+from biosrecall.bios.tokenizer import (
+    PAD_TOKEN,
+    SEP_TOKEN,
+    build_tokenizer,
+    read_tokenizer,
+    split_template,
+    split_words,
+)
 from biosrecall.bios.validation import check_dataset_arrays, read_manifest, verify_files
 from biosrecall.errors import BiosrecallError
+from biosrecall.locking import output_lock
+from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
 
 FORMAT = "biosrecall-bios-1"
 MANIFEST = "manifest.json"
@@ -67,15 +76,6 @@ def _vocabulary_words(pools, training, prompts) -> set[str]:
         for template in templates:
             words.update(w for piece in split_template(template)[0] for w in piece)
     return words
-
-
-def _prepare_output(out_dir: Path) -> None:
-    """Reject an output path below a file before anything is written (mkdir would fail half-way)."""
-    ancestor = out_dir.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise BiosrecallError(f"cannot create output folder {out_dir}: {ancestor} is a file")
 
 
 def _write_folder(folder: Path, table, tokenizer: Tokenizer, arrays: TokenArrays, manifest: dict) -> None:
@@ -144,13 +144,20 @@ def generate_dataset(
 
     `pool_sizes` overrides the default size of any pool (attributes or name parts), taking the first
     n values of the frozen pool. Everything is validated and built in memory before the folder is
-    written under a temporary name and renamed, so a failure leaves nothing behind.
+    written under a temporary name and renamed, so a failure leaves nothing behind. The output may not
+    be or hold the pools or templates it reads, and is locked for the whole call (`output_lock`).
     """
     out_dir = Path(out_dir)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise BiosrecallError(f"seed must be a non-negative integer, got {seed!r}")
-    _prepare_output(out_dir)
-    check_output_dir(out_dir, overwrite)  # fail before the work, not after it
+    inputs = (POOLS_DIR, templates_dir if templates_dir is not None else TEMPLATES_DIR)
+    check_output_path(out_dir, inputs)
+    with output_lock(out_dir):
+        check_output_dir(out_dir, overwrite)  # fail before the work, not after it
+        return _generate(out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, templates_dir)
+
+
+def _generate(out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, templates_dir) -> Path:
     pools = load_pools(pool_sizes)
     templates = load_templates(templates_dir)
     population = draw_people(people, seed, {name: len(values) for name, values in pools.items()})
@@ -226,8 +233,8 @@ def load_dataset(path: str | Path) -> BiosDataset:
         raise BiosrecallError(f"dataset folder {folder} not found")
     raw, manifest = read_manifest(folder / MANIFEST, FORMAT)
     verify_files(folder, manifest, DATA_FILES)
+    tokenizer = read_tokenizer(folder / TOKENIZER)
     try:
-        tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
         arrays = TokenArrays.load(folder)
         people = pq.read_table(folder / PEOPLE).to_pandas()
     except Exception as exc:  # any reader failure means a damaged file; report it as one line

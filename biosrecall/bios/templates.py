@@ -23,6 +23,7 @@ from pathlib import Path
 
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import require_regular_file
 from biosrecall.paths import TEMPLATES_DIR
 
 TRAIN_FILE = "train.toml"
@@ -64,9 +65,16 @@ class _Source:
 
     def __init__(self, path: Path):
         self.path = path
-        if not path.is_file():
+        if not path.exists():
             raise BiosrecallError(f"template file {path} not found")
-        self.text = path.read_text(encoding="utf-8")
+        # A FIFO or device named train.toml would block the read below forever.
+        require_regular_file(path, "template file")
+        try:
+            self.text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise BiosrecallError(f"template file {path} is not UTF-8 text") from None
+        except OSError as exc:
+            raise BiosrecallError(f"template file {path} cannot be read: {exc.strerror}") from None
         self.lines = self.text.splitlines()
 
     def where(self, table: str, entry: str | None = None, index: int = 0) -> str:

@@ -11,6 +11,7 @@ by a dataset; it only keeps stray text encodable). Then every word in sorted ord
 texts always give the same ids.
 
     tokenizer = build_tokenizer(words)          # words: split_words() of every value and template piece
+    tokenizer = read_tokenizer("data/bios-1k/tokenizer.json")   # checked: regular file, ids 0..N-1
     ids = encode_words(tokenizer, split_words("Ann Lee Smith"))
     tokenizer.decode(ids) == "Ann Lee Smith"
 """
@@ -18,10 +19,12 @@ texts always give the same ids.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import require_regular_file
 
 PAD_TOKEN = "<pad>"
 SEP_TOKEN = "<sep>"
@@ -29,6 +32,7 @@ UNK_TOKEN = "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, SEP_TOKEN, UNK_TOKEN)
 PAD_ID, SEP_ID, UNK_ID = 0, 1, 2
 SPACE_MARK = "▁"
+MAX_TOKENIZER_BYTES = 256 << 20  # a word-level vocabulary of millions of words is still far below this
 
 # Private-use characters stand in for placeholders while a template is split, so each placeholder
 # becomes exactly one recognisable word; templates are checked to be printable, so they never hold one.
@@ -61,6 +65,26 @@ def build_tokenizer(words: Iterable[str]) -> Tokenizer:
     tokenizer.pre_tokenizer = _word_splitter()
     tokenizer.decoder = decoders.Metaspace(replacement=SPACE_MARK, prepend_scheme="always", split=True)
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    return tokenizer
+
+
+def read_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a tokenizer.json: a regular file of bounded size whose token ids are exactly 0..N-1."""
+    path = require_regular_file(path, "tokenizer")
+    size = path.stat().st_size
+    if size > MAX_TOKENIZER_BYTES:
+        raise BiosrecallError(
+            f"tokenizer {path} holds {size:,} bytes, above the {MAX_TOKENIZER_BYTES:,} allowed"
+        )
+    try:
+        tokenizer = Tokenizer.from_str(path.read_bytes().decode("utf-8"))
+    except Exception as exc:  # the Rust side raises a plain Exception for any malformed file
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BiosrecallError(f"tokenizer {path} is not a valid tokenizer.json ({reason})") from None
+    ids = set(tokenizer.get_vocab(with_added_tokens=True).values())
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if len(ids) != size or min(ids, default=0) != 0 or max(ids, default=0) != size - 1:
+        raise BiosrecallError(f"tokenizer {path}: its token ids are not exactly 0..{size - 1}")
     return tokenizer
 
 

@@ -1,7 +1,8 @@
 """Checks that a dataset folder is whole and consistent before anything uses it.
 
-Used by `load_dataset`: the manifest must parse and hold the expected fields, every data file must
-exist and match its sha256 in the manifest, and the arrays must agree with the manifest and with
+Used by `load_dataset`: the manifest must be a regular file of bounded size, parse, and hold the
+expected fields with sane types and ranges; every data file must be a regular file matching its
+sha256 in the manifest, and the arrays must agree with the manifest and with
 each other (shapes, offsets, pool indices, token ids). Each failure is one `BiosrecallError` line
 that names the folder and the problem.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,8 +23,11 @@ from tokenizers import Tokenizer
 from biosrecall.bios.encoding import EVAL_COLUMNS, TRAIN_COLUMNS, TokenArrays
 from biosrecall.bios.pools import ATTRIBUTES, MIN_POOL_SIZE, NAME_PARTS
 from biosrecall.bios.templates import EVAL_TEMPLATES
-from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN
+from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import require_regular_file
+
+MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
 
 
 def _fail(folder: Path, message: str) -> BiosrecallError:
@@ -42,39 +48,99 @@ def _check_sizes(folder: Path, manifest: dict, key: str, names: Sequence[str]) -
         )
 
 
-def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
-    """The manifest's raw bytes and parsed content, with its fields' presence and types checked."""
-    folder = path.parent
-    if not path.is_file():
-        raise _fail(folder, f"{path.name} is missing (not a dataset folder?)")
-    raw = path.read_bytes()
-    try:
-        manifest = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(folder, f"{path.name} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
-        raise _fail(folder, f"{path.name} is not a '{expected_format}' manifest")
-    if not _is_int(manifest.get("num_people")) or manifest["num_people"] < 1:
-        raise _fail(folder, "manifest.json field 'num_people' must be a positive integer")
-    _check_sizes(folder, manifest, "pool_sizes", ATTRIBUTES)
-    _check_sizes(folder, manifest, "name_pool_sizes", NAME_PARTS)
-    tokenizer = manifest.get("tokenizer")
-    if not isinstance(tokenizer, dict) or not all(
-        _is_int(tokenizer.get(key)) for key in ("vocab_size", "pad_id", "sep_id")
+def _is_amount(value) -> bool:
+    """A finite, non-negative number (bits are never negative)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+
+
+def _check_bits(folder: Path, manifest: dict) -> None:
+    for key in ("total_bits", "chance_bits"):
+        if not _is_amount(manifest.get(key)):
+            raise _fail(folder, f"manifest.json field '{key}' must be a finite non-negative number")
+    for key in ("bits_per_attribute", "chance_bits_per_attribute"):
+        values = manifest.get(key)
+        if not isinstance(values, dict) or sorted(values) != sorted(ATTRIBUTES):
+            raise _fail(folder, f"manifest.json field '{key}' must map {', '.join(ATTRIBUTES)} to bits")
+        if not all(_is_amount(value) for value in values.values()):
+            raise _fail(folder, f"manifest.json field '{key}' holds a value that is not a finite number >= 0")
+
+
+def _check_tokenizer_info(folder: Path, manifest: dict) -> None:
+    info = manifest.get("tokenizer")
+    if not isinstance(info, dict) or not all(
+        _is_int(info.get(key)) for key in ("vocab_size", "pad_id", "sep_id")
     ):
         raise _fail(folder, "manifest.json field 'tokenizer' must hold integer vocab_size, pad_id and sep_id")
+    if info["vocab_size"] < len(SPECIAL_TOKENS):
+        raise _fail(
+            folder,
+            f"manifest.json field 'tokenizer' has vocab_size {info['vocab_size']} < {len(SPECIAL_TOKENS)}",
+        )
+    for key in ("pad_id", "sep_id"):
+        if not 0 <= info[key] < info["vocab_size"]:
+            raise _fail(
+                folder, f"manifest.json field 'tokenizer' has {key} {info[key]} outside the vocabulary"
+            )
+
+
+def _check_templates(folder: Path, manifest: dict) -> None:
     templates = manifest.get("templates")
     if not isinstance(templates, dict) or not all(
-        isinstance(templates.get(role), dict) and sorted(templates[role]) == sorted(ATTRIBUTES)
+        isinstance(templates.get(role), dict)
+        and sorted(templates[role]) == sorted(ATTRIBUTES)
+        and all(
+            isinstance(texts, list) and texts and all(isinstance(text, str) for text in texts)
+            for texts in templates[role].values()
+        )
         for role in ("train", "eval")
     ):
         raise _fail(
             folder, "manifest.json field 'templates' must list train and eval templates per attribute"
         )
-    for key in ("total_bits", "chance_bits"):
-        if not isinstance(manifest.get(key), int | float):
-            raise _fail(folder, f"manifest.json field '{key}' must be a number")
+
+
+def _read_json(path: Path) -> tuple[bytes, object]:
+    """The bytes and parsed JSON of a manifest that must be a regular file of bounded size."""
+    folder = path.parent
+    if not os.path.lexists(path):
+        raise _fail(folder, f"{path.name} is missing (not a dataset folder?)")
+    require_regular_file(path, f"dataset {folder}:")
+    size = path.stat().st_size
+    if size > MAX_MANIFEST_BYTES:
+        raise _fail(folder, f"{path.name} holds {size:,} bytes, above the {MAX_MANIFEST_BYTES:,} allowed")
+    raw = path.read_bytes()
+    try:
+        return raw, json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _fail(folder, f"{path.name} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _fail(folder, f"{path.name} is not valid JSON (nested too deeply)") from None
+
+
+def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
+    """The manifest's raw bytes and parsed content, with its fields' presence, types and ranges checked."""
+    folder = path.parent
+    raw, manifest = _read_json(path)
+    if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
+        raise _fail(folder, f"{path.name} is not a '{expected_format}' manifest")
+    if not _is_int(manifest.get("num_people")) or manifest["num_people"] < 1:
+        raise _fail(folder, "manifest.json field 'num_people' must be a positive integer")
+    if not _is_int(manifest.get("seed")) or manifest["seed"] < 0:
+        raise _fail(folder, "manifest.json field 'seed' must be a non-negative integer")
+    _check_sizes(folder, manifest, "pool_sizes", ATTRIBUTES)
+    _check_sizes(folder, manifest, "name_pool_sizes", NAME_PARTS)
+    _check_tokenizer_info(folder, manifest)
+    _check_templates(folder, manifest)
+    _check_bits(folder, manifest)
     return raw, manifest
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def verify_files(folder: Path, manifest: dict, expected: Sequence[str]) -> None:
@@ -84,9 +150,10 @@ def verify_files(folder: Path, manifest: dict, expected: Sequence[str]) -> None:
         raise _fail(folder, f"manifest.json field 'files' must list exactly {', '.join(sorted(expected))}")
     for name in expected:
         path = folder / name
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise _fail(folder, f"{name} is missing")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != files[name]:
+        require_regular_file(path, f"dataset {folder}:")
+        if _file_sha256(path) != files[name]:
             raise _fail(folder, f"{name} does not match its sha256 in manifest.json (changed or corrupted)")
 
 

@@ -26,6 +26,7 @@ _COMMANDS = [
     ("biosrecall.cli.figure1", "figure1"),
     ("biosrecall.cli.diagnose", "diagnose_update"),
     ("biosrecall.cli.lm", "lm"),
+    ("biosrecall.cli.ask", "ask"),
 ]
 
 

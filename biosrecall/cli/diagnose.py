@@ -2,16 +2,20 @@
 (`biosrecall train`) or a language-model run (`biosrecall lm train`).
 
     biosrecall diagnose-update runs/ff --checkpoint switch --depths 4,16 --after-uniform 0,16
-    biosrecall diagnose-update runs/lm-ff --after-uniform 0,16 --val-sequences 64
+    biosrecall diagnose-update runs/lm-ff --checkpoint final --after-uniform 0 --val-sequences 64
 
 From the checkpoint's weights and AdamW state, the batch-caused update at each candidate depth is
 rescaled to a common RMS, applied, and scored at every serving depth (bioS: answer NLL and recalled
 bits of the first --people people; LM: validation NLL over the first --val-sequences validation
 windows of the run's corpus); the advantage of the deeper update is reported with a bootstrap interval
-over batches. The method is documented in `biosrecall.eval.diagnose`. Writes into --out (default
-RUN_DIR/diagnose/), with STEM = diagnose_<checkpoint>: STEM.{csv,parquet} (summary),
-STEM_batches.{csv,parquet} (raw numbers per batch), STEM.{png,pdf} (the figure) and STEM.json (seed
-and resolved options).
+over batches. The method is documented in `biosrecall.diagnose`.
+
+--checkpoint takes the selector syntax of every command (`biosrecall.runs`) and must name one
+checkpoint. --depths takes two distinct depths, the shallower first: anything else is refused, never
+reordered. Writes into --out (default RUN_DIR/diagnose/), with STEM = diagnose_<checkpoint label>
+(diagnose_switch, or diagnose_1.0 for `--checkpoint final`): STEM.{csv,parquet} (summary),
+STEM_batches.{csv,parquet} (raw numbers per batch), STEM.{png,pdf} (the figure) and STEM.json (every
+option, the seed included, and what was resolved).
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ from pathlib import Path
 
 import click
 
+from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
+from biosrecall.runs import SELECTOR_HELP
+
 
 @click.command("diagnose-update")
 @click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--checkpoint", default="switch", help=f"The one checkpoint to diagnose: {SELECTOR_HELP}.")
 @click.option(
-    "--checkpoint", default="switch", help='Budget fraction of a kept checkpoint (e.g. 0.8) or "switch".'
+    "--depths",
+    default="4,16",
+    help="The two candidate update depths SHALLOW,DEEP: distinct, shallower first.",
 )
-@click.option("--depths", default="4,16", help="The two candidate update depths SHALLOW,DEEP.")
 @click.option(
     "--after-uniform",
     default="0",
@@ -40,14 +49,14 @@ import click
     "--people",
     default=None,
     type=int,
-    help="bioS runs: score the prompts of the first N people (0 = all) [100].",
+    help=f"bioS runs: score the prompts of the first N people (0 = all) [{DEFAULT_PEOPLE}].",
 )
 @click.option(
     "--val-sequences",
     default=None,
     type=int,
     help="LM runs: score validation NLL on the first N validation windows of the run's corpus, "
-    "seq-len + 1 tokens each, in stream order as `lm eval` reads them (0 = all) [64].",
+    f"seq-len + 1 tokens each, in stream order as `lm eval` reads them (0 = all) [{DEFAULT_VAL_SEQUENCES}].",
 )
 @click.option(
     "--rms", "rms_target", default="shallow", help="Common RMS of both updates: shallow, deep, or a number."
@@ -95,19 +104,13 @@ def diagnose_update(
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     import torch
 
+    from biosrecall.diagnose import DiagnoseOptions, parse_candidate_depths, parse_depth_list
+    from biosrecall.diagnose import diagnose_update as run_diagnosis
+    from biosrecall.diagnose.report import depth_average
     from biosrecall.errors import BiosrecallError
-    from biosrecall.eval.diagnose import diagnose_update as run_diagnosis
-    from biosrecall.eval.diagnose import parse_depth_list
-    from biosrecall.eval.diagnose_report import depth_average
 
-    if threads is not None:
-        if threads < 1:
-            raise BiosrecallError(f"--threads must be at least 1 (got {threads})")
-        torch.set_num_threads(threads)
-    result = run_diagnosis(
-        run_dir,
-        checkpoint,
-        depths=_candidate_depths(depths),
+    options = DiagnoseOptions(
+        depths=parse_candidate_depths(depths),
         after_uniform=parse_depth_list(after_uniform, "--after-uniform", minimum=0),
         batches=batches,
         serving_depths=parse_depth_list(serving_depths, "--serving-depths"),
@@ -117,24 +120,17 @@ def diagnose_update(
         seed=seed,
         bootstrap=bootstrap,
         level=level,
-        device=device,
-        data_dir=data_dir,
-        progress=None if quiet else lambda message: click.echo(message, err=True),
     )
+    if threads is not None:
+        if threads < 1:
+            raise BiosrecallError(f"--threads must be at least 1 (got {threads})")
+        torch.set_num_threads(threads)
+    progress = None if quiet else lambda message: click.echo(message, err=True)
+    result = run_diagnosis(run_dir, checkpoint, options, device=device, data_dir=data_dir, progress=progress)
     written = result.write(out_dir if out_dir is not None else Path(run_dir) / "diagnose")
-    shallow, deep = result.options["depths"]
+    shallow, deep = options.depths
     click.echo(f"advantage of the K={deep} update over K={shallow}, averaged over serving depths:")
     shown = depth_average(result.summary)[["after_uniform", "update", "metric", "mean", "ci_low", "ci_high"]]
     click.echo(shown.to_string(index=False, float_format=lambda x: f"{x:+.4g}"))
     for path in written:
         click.echo(f"wrote {path}")
-
-
-def _candidate_depths(text: str) -> list[int]:
-    """ "4,16" -> [4, 16]; kept as written (not deduplicated) so "4" or "4,8,16" is refused."""
-    from biosrecall.errors import BiosrecallError
-
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise BiosrecallError(f"--depths takes two depths SHALLOW,DEEP such as 4,16 (got {text!r})") from None

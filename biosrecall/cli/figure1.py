@@ -1,7 +1,11 @@
 """`biosrecall figure1`: reproduce the paper's Figure 1 (and optionally Figure 5) in one command.
 
-biosrecall figure1 --out runs/figure1 --preset quick      # about a minute: the smoke test
+biosrecall figure1 --out runs/figure1 --preset quick      # a few minutes: the smoke test
 biosrecall figure1 --out runs/figure1                     # the default, sized for a 2-core CPU
+
+Ctrl-C (or SIGTERM) stops it with exit code 130 and the line "rerun the same command to continue";
+the same command then carries on where it stopped. A rerun with other settings is refused (exit 2)
+unless `--overwrite` asks for the output to be replaced.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
+RERUN_HINT = "rerun the same command to continue"
 
 
 def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
@@ -43,13 +49,21 @@ def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
 @click.option(
     "--threads", type=click.IntRange(min=1), default=None, help="CPU threads [default: one per core]."
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace an output made with other settings (its dataset, runs and results) instead of "
+    "refusing it. An output made with these settings is continued either way.",
+)
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, quiet):
+def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, overwrite, quiet):
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget, evaluate their 45% and 100% checkpoints at serving depths 1..64, and draw Figure 1.
 
-    Rerunning skips finished runs and resumes interrupted ones."""
+    Rerunning the same command skips finished runs and resumes interrupted ones (Ctrl-C stops with
+    exit code 130); a rerun with other settings is refused unless --overwrite."""
     from biosrecall.experiments.figure1 import run_figure1
+    from biosrecall.train.loop import Interrupted
     from biosrecall.train.progress import make_reporter
 
     def reporter_for(run_name: str):
@@ -57,10 +71,17 @@ def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, quiet):
         reporter.message(f"training {run_name}")
         return reporter
 
-    result = run_figure1(
-        out_dir, preset, budget=budget, fixed_sweep=fixed_sweep, seed=seed, device=device, threads=threads,
-        reporter_factory=reporter_for,
-    )  # fmt: skip
+    try:
+        result = run_figure1(
+            out_dir, preset, budget=budget, fixed_sweep=fixed_sweep, seed=seed, device=device,
+            threads=threads, overwrite=overwrite, reporter_factory=reporter_for,
+        )  # fmt: skip
+    except (Interrupted, KeyboardInterrupt) as exc:
+        # Finished runs and recall caches are kept and a stopped run saved its progress, so no option
+        # is needed to carry on: the same command resumes.
+        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
+        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
+        raise SystemExit(130) from None
     click.echo(result.summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     for path in result.figures:
         click.echo(f"figure: {path}")

@@ -16,6 +16,7 @@ import click
 from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, generate_dataset, load_dataset
 from biosrecall.bios.pools import build_pools, stale_pool_files
 from biosrecall.errors import BiosrecallError
+from biosrecall.locking import output_lock
 from biosrecall.paths import POOLS_DIR
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
@@ -119,6 +120,7 @@ def pools(out: Path | None, overwrite: bool, check: bool) -> None:
             raise BiosrecallError(f"pool files in {folder} differ from a rebuild: {', '.join(stale)}")
         click.echo(f"pools in {folder} match a rebuild")
         return
-    build_pools(folder, overwrite=overwrite)
+    with output_lock(folder):  # one rebuild at a time; leftovers of a killed one are cleaned
+        build_pools(folder, overwrite=overwrite)
     counts = ", ".join(f"{p.stem} {len(p.read_text().splitlines())}" for p in sorted(folder.glob("*.txt")))
     click.echo(f"wrote {folder}: {counts}")

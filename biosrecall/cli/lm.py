@@ -28,8 +28,10 @@ from pathlib import Path
 
 import click
 
-from biosrecall.cli.train import train as bios_train
+from biosrecall.cli.options import split_options, toml_value, trainer_options
+from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
+from biosrecall.runs import SELECTOR_HELP
 
 DEFAULT_VOCAB_SIZE = 8192
 
@@ -100,7 +102,7 @@ def prepare(
 ) -> None:
     """Tokenize INPUT... (.txt, .jsonl, .parquet files, folders of them, or hf:NAME[:CONFIG]) into
     token shards with a validation split, a tokenizer and a manifest."""
-    from biosrecall.atomic import check_output_dir
+    from biosrecall.atomic import check_output_dir, check_output_path
     from biosrecall.lm.corpus import Corpus
     from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, prepare_corpus
     from biosrecall.lm.tokenizer import load_tokenizer
@@ -109,6 +111,7 @@ def prepare(
         raise BiosrecallError("give either --tokenizer or --vocab-size, not both")
     check_output_dir(out_dir, overwrite)
     corpus = Corpus(inputs, text_column=text_column, hf_split=hf_split, max_documents=max_documents)
+    check_output_path(out_dir, [*corpus.local_inputs, tokenizer_path])  # --overwrite never eats an input
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path is not None else None
     result = prepare_corpus(
         corpus,
@@ -137,19 +140,15 @@ def _report(result) -> None:
     click.echo(f"wrote {result.path} in {result.seconds:.1f} s (encode + write {rate:,.0f} tokens/s)")
 
 
-# ---- train / plan: the shared trainer's options, plus the LM ones -----------------------------------
+# ---- train / plan: the trainer options of `biosrecall train` (from TrainConfig), plus the LM ones ---
 
-# Options defined here; any `biosrecall train` option of the same name is left out in their favour.
-_LM_OWN = {"data_dir", "run_dir", "config", "preset", "updates", "grad_accum", "tokenizer", "vocab_size"}
-# The trainer options of `biosrecall train` (schedule, budget, optimizer, parallelism, checkpoints,
-# model overrides), reused as they are so both commands always take the same trainer settings.
-TRAINER_OPTIONS = [p for p in bios_train.params if p.name not in _LM_OWN]
-_RUN_ONLY = {"resume", "overwrite", "quiet"}
-_MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth", "vocab_size")
+# The model fields either command may override; the LM also takes its vocabulary from the command line.
+MODEL_OVERRIDES = (*BIOS_MODEL_OVERRIDES, "vocab_size")
 
 
 def _load_config_file(ctx: click.Context, param, value: Path | None):
-    """Eager: turn a TOML file into defaults for the other options (the command line still wins)."""
+    """Eager: turn a TOML file into defaults for the other options (the command line still wins). Each
+    value is checked against its option's type and rule, naming the file and the key."""
     if value is None:
         return None
     try:
@@ -157,49 +156,54 @@ def _load_config_file(ctx: click.Context, param, value: Path | None):
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise click.BadParameter(f"cannot read {value}: {exc}") from None
     data = {key.replace("-", "_"): val for key, val in data.items()}
-    known = {p.name for p in ctx.command.params} - {"config"}
-    unknown = sorted(set(data) - known)
+    params = {  # a key is an option's name (nproc_per_node) or its parameter's (processes)
+        name: p
+        for p in ctx.command.params
+        if p.name != "config"
+        for name in (p.name, *(opt.lstrip("-").replace("-", "_") for opt in p.opts))
+    }
+    unknown = sorted(set(data) - set(params))
     if unknown:
         raise click.BadParameter(f"{value}: unknown key(s) {', '.join(unknown)}")
-    if isinstance(data.get("checkpoint_fractions"), list):
-        data["checkpoint_fractions"] = ",".join(map(str, data["checkpoint_fractions"]))
-    ctx.default_map = {**(ctx.default_map or {}), **data}
+    defaults = {params[key].name: toml_value(value, key, val, params[key], ctx) for key, val in data.items()}
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
 
-def _lm_options(command: click.Command, run: bool) -> click.Command:
-    """Add the LM options and the shared trainer options (`run`: also resume / overwrite / quiet)."""
+def _lm_options(run: bool):
+    """Decorator: --config, --preset and --tokenizer, then the trainer options every training command
+    shares (with `run`: also --resume, --overwrite and --quiet)."""
     own = [
-        click.Option(["--config"], type=click.Path(path_type=Path, dir_okay=False), is_eager=True,
+        click.option("--config", type=click.Path(path_type=Path, dir_okay=False), is_eager=True,
                      expose_value=False, callback=_load_config_file,
                      help="TOML file of option defaults (keys are option names, e.g. batch_size)."),
-        click.Option(["--preset"], default="lm-tiny", show_default=True,
+        click.option("--preset", default="lm-tiny", show_default=True,
                      help="Model preset: lm-tiny, lm-200m or lm-1b (see `biosrecall flops`)."),
-        click.Option(["--updates"], type=click.IntRange(min=1), default=None,
-                     help="Instead of a budget: exactly N updates (the budget is what they spend)."),
-        click.Option(["--grad-accum"], type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Micro-batches per update on each process (same update, less memory)."),
-        click.Option(["--tokenizer"], type=click.Path(path_type=Path, dir_okay=False), default=None,
+        click.option("--tokenizer", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="tokenizer.json the model is meant for; shards made with another are refused."),
-        click.Option(["--vocab-size"], type=click.IntRange(min=2), default=None,
-                     help="Override the preset's vocabulary (must hold every id of the tokenizer)."),
     ]  # fmt: skip
-    shared = [p for p in TRAINER_OPTIONS if run or p.name not in _RUN_ONLY]
-    command.params.extend(own + shared)
-    return command
+    shared = trainer_options(overrides=MODEL_OVERRIDES, run=run)
+
+    def decorate(command):
+        command = shared(command)
+        for option in reversed(own):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def _train_config(options: dict):
     """Split the parsed options into (TrainConfig, model overrides, preset, tokenizer)."""
-    from biosrecall.train.config import TrainConfig
-
     preset, tokenizer = options.pop("preset"), options.pop("tokenizer")
-    overrides = {name: options.pop(name) for name in _MODEL_OVERRIDES}
-    return TrainConfig(**options), overrides, preset, tokenizer
+    config, overrides = split_options(options)
+    return config, overrides, preset, tokenizer
 
 
+@lm.command("train")
 @click.option("--data", "data_dir", required=True, type=click.Path(path_type=Path), help="Prepared folder.")
 @click.option("--out", "run_dir", required=True, type=click.Path(path_type=Path), help="Run folder.")
+@_lm_options(run=True)
 def _train(data_dir: Path, run_dir: Path, resume: bool, overwrite: bool, quiet: bool, **options) -> None:
     """Train a looped LM on prepared shards with a depth schedule (the same trainer as `biosrecall
     train`); run under torchrun for DDP or --parallel fsdp. Prints the plan first; keeps weights at
@@ -226,6 +230,7 @@ def _train(data_dir: Path, run_dir: Path, resume: bool, overwrite: bool, quiet: 
             click.echo(f"checkpoint {fraction:g}: {path}")
 
 
+@lm.command("plan")
 @click.option(
     "--data",
     "data_dir",
@@ -240,6 +245,7 @@ def _train(data_dir: Path, run_dir: Path, resume: bool, overwrite: bool, quiet: 
     default=None,
     help="Processes the run will use [default: $WORLD_SIZE or 1].",
 )
+@_lm_options(run=False)
 def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     """Print what a `train` with the same options will spend (updates, tokens, modeled FLOPs, the
     per-process batch split) using the trainer's own planner; nothing is written."""
@@ -250,17 +256,16 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     click.echo("\n".join(plan_lines(config, preset, overrides, processes, data_dir)))
 
 
-lm.add_command(_lm_options(click.command("train")(_train), run=True))
-lm.add_command(_lm_options(click.command("plan")(_plan), run=False))
-
-
 @lm.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
+    "--checkpoint",
     "--checkpoints",
-    default="final",
+    "checkpoints",
+    multiple=True,
+    default=("final",),
     show_default=True,
-    help="final, all (every kept fraction and the switch), or fractions like 0.45,1.0.",
+    help=f"Checkpoints to evaluate (repeatable): {SELECTOR_HELP}.",
 )
 @click.option(
     "--data",
@@ -289,7 +294,10 @@ def evaluate(runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, 
     """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL."""
     from biosrecall.lm.evaluate import evaluate_run, summarize
+    from biosrecall.runs import select_checkpoints
 
+    for run in runs:  # every run's selection is checked before the first one is evaluated
+        select_checkpoints(run, checkpoints)
     for run in runs:
         table = evaluate_run(
             run,
@@ -317,7 +325,7 @@ def evaluate(runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, 
     "out_dir",
     required=True,
     type=click.Path(path_type=Path),
-    help="Folder for lm_compare.csv and the figures (PNG and PDF).",
+    help="Folder for lm_compare.csv / .parquet and the figures (PNG and PDF).",
 )
 @click.option(
     "--reference",

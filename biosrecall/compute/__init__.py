@@ -3,7 +3,8 @@
     from biosrecall.compute import parse_schedule, plan_run, update_flops
     plan = plan_run(cfg, parse_schedule("uniform:1-16"), tokens_per_update=8192, budget=1e15, seed=0)
 
-`flops.py` prices updates, `schedules.py` says which depth each update uses, `planner.py` sizes runs.
+`flops.py` prices updates, `schedules.py` says which depth each update uses (from the seeded draws and
+exact tables of `depth_draws.py`), `planner.py` sizes runs.
 """
 
 from biosrecall.compute.flops import (

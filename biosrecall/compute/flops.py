@@ -50,6 +50,10 @@ import numpy as np
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 
+MAX_TOKENS_PER_UPDATE = 2**26
+"""Most tokens one update may take (67,108,864: 4 x the 16M-token batches of the largest LLM runs), so a
+mistyped batch size is refused with this number instead of failing in the allocator."""
+
 
 @dataclass(frozen=True)
 class FlopBreakdown:
@@ -87,9 +91,11 @@ class FlopBreakdown:
 
 def _seq_len(cfg: ModelConfig, seq_len: int | None) -> int:
     seq_len = cfg.context_length if seq_len is None else seq_len
-    if not isinstance(seq_len, int) or seq_len < 1:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
         raise BiosrecallError(f"sequence length must be a positive integer, got {seq_len!r}")
-    return seq_len
+    if seq_len > cfg.context_length:
+        raise BiosrecallError(f"sequence length {seq_len} exceeds the model's context {cfg.context_length}")
+    return int(seq_len)
 
 
 def _layer(cfg: ModelConfig, seq_len: int) -> tuple[int, int]:
@@ -145,9 +151,19 @@ def update_flops(
     cfg: ModelConfig, depth: int, tokens: int, seq_len: int | None = None, backprop_depth: int | None = None
 ) -> int:
     """Training FLOPs of one update at depth K over `tokens` tokens (sequences of seq_len)."""
-    if not isinstance(tokens, int | np.integer) or tokens < 1:
+    return check_tokens_per_update(tokens) * train_flops_per_token(cfg, depth, seq_len, backprop_depth)
+
+
+def check_tokens_per_update(tokens: int) -> int:
+    """`tokens` as an int, refused unless 1 <= tokens <= MAX_TOKENS_PER_UPDATE."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int | np.integer) or tokens < 1:
         raise BiosrecallError(f"tokens per update must be a positive integer, got {tokens!r}")
-    return int(tokens) * train_flops_per_token(cfg, depth, seq_len, backprop_depth)
+    if tokens > MAX_TOKENS_PER_UPDATE:
+        raise BiosrecallError(
+            f"{tokens:,} tokens per update (batch size x sequence length) exceeds the limit of "
+            f"{MAX_TOKENS_PER_UPDATE:,}"
+        )
+    return int(tokens)
 
 
 def train_flops_table(
@@ -184,3 +200,20 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     counts["total"] = sum(counts.values())
     counts["non_embedding"] = counts["total"] - counts["embedding"] - counts["head"]
     return counts
+
+
+def readout_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
+    """Forward FLOPs per token of one readout of the recurrent state (coda + head): what an
+    adaptive-depth server pays after every iteration to decide whether to stop."""
+    fwd = forward_flops_per_token(cfg, seq_len)
+    return fwd.coda + fwd.head
+
+
+def serving_flops_per_token(
+    cfg: ModelConfig, depth: float, seq_len: int | None = None, readout_every_iteration: bool = True
+) -> float:
+    """Forward FLOPs per token served at depth K: `at_depth(K)`, plus K - 1 extra readouts when the
+    state is read out after every iteration (an exit criterion) rather than once (a fixed depth)."""
+    fwd = forward_flops_per_token(cfg, seq_len)
+    extra = (depth - 1) * readout_flops_per_token(cfg, seq_len) if readout_every_iteration else 0
+    return fwd.at_depth(depth) + extra

@@ -9,24 +9,29 @@ fixed-first and the curriculum depend on the run length through the switch and t
 update with `flops.update_flops`, and returns the largest N whose realised total fits, in the sense
 cost(N) <= budget < cost(N + 1); the leftover is therefore less than one update. Realised cost can dip
 by a few updates' worth when a longer run moves its switch later, so N is found by bracketing and
-bisection over that boundary (vectorised cost sums; budgets of 10^5 updates plan in about a second).
+bisection over that boundary (vectorised cost sums; budgets of 10^5 updates plan in a few seconds). A
+budget's update count is estimated in closed form first, and one beyond `MAX_UPDATES` is refused before
+any depth is drawn.
 `expected_flops` prices the schedule's exact depth distributions instead, free of sampling noise, and
 the saving against uniform U{1..16} at the same number of updates is computed from those.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from biosrecall.compute.flops import train_flops_table
-from biosrecall.compute.schedules import Schedule, Uniform, parse_schedule
+from biosrecall.compute.flops import check_tokens_per_update, train_flops_table
+from biosrecall.compute.schedules import MAX_UPDATES, Schedule, Uniform, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 
 REFERENCE = Uniform(1, 16)
+# What a plan holds per update: the cached uniform and normal draws, the depth and the FLOPs (8 bytes each).
+_BYTES_PER_UPDATE = 32
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compare fields explicitly
@@ -84,10 +89,8 @@ class _UpdateCost:
     """Training FLOPs of one update by depth, a lookup table grown on demand."""
 
     def __init__(self, config: ModelConfig, tokens: int, seq_len: int | None, backprop_depth: int | None):
-        if isinstance(tokens, bool) or not isinstance(tokens, int | np.integer) or tokens < 1:
-            raise BiosrecallError(f"tokens per update must be a positive integer, got {tokens!r}")
         self.args = (config, seq_len, backprop_depth)
-        self.tokens = int(tokens)
+        self.tokens = check_tokens_per_update(tokens)
         self.table = np.zeros(1)
 
     def __call__(self, depths: np.ndarray) -> np.ndarray:
@@ -140,6 +143,7 @@ def budget_of(
     backprop_depth: int | None = None,
 ) -> float:
     """The realised FLOPs `schedule` spends in `updates` updates with this seed."""
+    _check_updates(updates)
     cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
     return float(cost(_schedule(schedule).depths(updates, seed)).sum())
 
@@ -157,8 +161,7 @@ def plan_run(
     """The largest run of `schedule` whose realised modeled FLOPs fit `budget` (see the module doc)."""
     schedule = _schedule(schedule)
     cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
-    if not isinstance(budget, int | float | np.number) or not np.isfinite(budget) or budget <= 0:
-        raise BiosrecallError(f"budget must be a positive number of FLOPs, got {budget!r}")
+    budget = _check_budget(budget)
 
     def spend(n: int) -> float:
         return float(cost(schedule.depths(n, seed)).sum())
@@ -169,10 +172,12 @@ def plan_run(
             f"budget {budget:.4g} FLOPs is smaller than one update of {schedule.spec} ({first:.4g} FLOPs)"
         )
     per_update = schedule.expected_cost(1000, cost) / 1000  # the mean is flat in N: a good first guess
+    asked = f"budget {budget:.4g} FLOPs buys {schedule.spec} at {per_update:.4g} FLOPs per update:"
+    _check_plan_size(budget / per_update, asked)
     updates = _largest_fitting(
-        spend, float(budget), max(1, int(budget / per_update)), _max_update_cost(schedule, cost)
+        spend, budget, max(1, int(budget / per_update)), _max_update_cost(schedule, cost)
     )
-    return _plan_of(schedule, updates, cost, float(budget), config, seq_len, seed)
+    return _plan_of(schedule, updates, cost, budget, config, seq_len, seed)
 
 
 def plan_updates(
@@ -186,8 +191,7 @@ def plan_updates(
     backprop_depth: int | None = None,
 ) -> Plan:
     """Exactly `updates` updates of `schedule` (token-matched runs); the budget is their realised total."""
-    if updates < 1:
-        raise BiosrecallError(f"updates must be at least 1, got {updates}")
+    _check_updates(updates)
     schedule = _schedule(schedule)
     cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
     return _plan_of(schedule, updates, cost, None, config, seq_len, seed)
@@ -211,6 +215,35 @@ def _plan_of(schedule: Schedule, updates: int, cost, budget, config, seq_len, se
         expected_flops=schedule.expected_cost(updates, cost),
         uniform_expected_flops=REFERENCE.expected_cost(updates, cost),
     )
+
+
+def _check_budget(budget: float) -> float:
+    try:
+        value = math.nan if isinstance(budget, bool | str) else float(budget)
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise BiosrecallError(f"budget must be a positive finite number of FLOPs, got {budget!r}")
+    return value
+
+
+def _check_updates(updates: int) -> None:
+    if isinstance(updates, bool) or not isinstance(updates, int | np.integer) or updates < 1:
+        raise BiosrecallError(f"updates must be a positive integer, got {updates!r}")
+    _check_plan_size(updates)
+
+
+def _check_plan_size(updates: float, asked: str = "") -> None:
+    """Refuse, before drawing a depth, a plan longer than MAX_UPDATES (with its size in the message);
+    `asked` says where an estimated count comes from."""
+    if updates > MAX_UPDATES:
+        count = f"{int(updates):,}" if updates < 1e15 else f"{updates:.3g}"
+        size = f"{updates * _BYTES_PER_UPDATE / 2**30:.3g} GiB"
+        head = f"{asked} about {count} updates, beyond" if asked else f"{count} updates exceed"
+        raise BiosrecallError(
+            f"{head} the planner's limit of {MAX_UPDATES:,} (a plan holds {_BYTES_PER_UPDATE} bytes per "
+            f"update: {size})"
+        )
 
 
 def _max_update_cost(schedule: Schedule, cost) -> float:

@@ -20,89 +20,42 @@ Text forms (`parse_schedule`, the one parser; E[K] is the expected depth):
 
 Update u draws one uniform and one normal from `np.random.default_rng([seed, u, STREAM])`, mapped by the
 schedule's inverse CDF: depth is a pure function of (seed, update, total), reproducible on any rank.
+
+Bounds, checked in closed form before anything is drawn: depths and means <= `MAX_DEPTH`, an uncapped
+Poisson-lognormal's reach <= `MAX_SUPPORT`, a sigma whose mean the quadrature keeps, <= `MAX_UPDATES` updates.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from biosrecall.compute.depth_draws import (
+    MAX_SUPPORT,
+    QUADRATURE_NODES,
+    QUADRATURE_WEIGHTS,
+    DepthDistribution,
+    draw,
+    draws,
+    poisson_icdf,
+    poisson_lognormal_pmf,
+)
 from biosrecall.errors import BiosrecallError
+from biosrecall.model.config import MAX_DEPTH
 
-STREAM = 0x64657074  # separates depth draws from any other stream seeded by (seed, update)
-_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # primitive draws per seed (8 seeds, newest last)
-
-
-def _draw(seed: int, update: int) -> tuple[float, float]:
-    """The (uniform, normal) primitive draw of one update."""
-    rng = np.random.default_rng([int(seed), int(update), STREAM])
-    return rng.random(), rng.standard_normal()
-
-
-def _draws(seed: int, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """Primitive draws of updates 0..total-1 (as two arrays), cached per seed."""
-    _require(_is_int(seed) and seed >= 0, f"seed must be a non-negative integer, got {seed!r}")
-    u, z = _CACHE.pop(int(seed), (np.empty(0), np.empty(0)))
-    if len(u) < total:
-        extra = np.array([_draw(seed, i) for i in range(len(u), total)]).reshape(-1, 2)
-        u, z = np.concatenate([u, extra[:, 0]]), np.concatenate([z, extra[:, 1]])
-    _CACHE[int(seed)] = (u, z)
-    if len(_CACHE) > 8:
-        del _CACHE[next(iter(_CACHE))]
-    return u[:total], z[:total]
+# Each update's draw costs one seeded generator (about 40 us) and a plan keeps about 40 bytes per update:
+# the longest run plans in under a minute and 40 MB.
+MAX_UPDATES = 10**6
 
 
 def _check_total(total: int, update: int = 0) -> int:
     _require(_is_int(total) and total >= 1, f"total updates must be a positive integer, got {total!r}")
+    _require(total <= MAX_UPDATES, f"total updates {total:,} exceeds the limit of {MAX_UPDATES:,}")
     _require(_is_int(update) and 0 <= update < total, f"update must be in 0..{total - 1}, got {update!r}")
     return int(total)
-
-
-@dataclass(frozen=True, eq=False)  # holds arrays: compare fields explicitly
-class DepthDistribution:
-    """An exact distribution over depths: probs[i] = P(K = values[i])."""
-
-    values: np.ndarray
-    probs: np.ndarray
-
-    @property
-    def mean(self) -> float:
-        return float(np.dot(self.values, self.probs))
-
-
-def _poisson_icdf(u: np.ndarray, lam: np.ndarray, limit: int | None) -> np.ndarray:
-    """Smallest j with P(Poisson(lam) <= j) >= u, elementwise (at most `limit`)."""
-    out = np.zeros(len(u), dtype=np.int64)
-    log_lam, cdf = np.log(lam), np.zeros(len(u))
-    stop = int(lam.max() + 12 * math.sqrt(lam.max()) + 40) if limit is None else limit
-    for j in range(stop):
-        cdf += np.exp(j * log_lam - lam - math.lgamma(j + 1))
-        below = cdf < u
-        if not below.any():
-            break
-        out += below
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _poisson_lognormal_pmf(mean: float, sigma: float, cap: int | None) -> DepthDistribution:
-    """Exact distribution of 1 + Poisson(LogNormal(ln mean - sigma^2/2, sigma)) by Gauss-Hermite (the
-    outermost nodes, of weight below 1e-20, would only stretch the support; they are left out)."""
-    nodes, weights = np.polynomial.hermite_e.hermegauss(64)
-    nodes, weights = nodes[weights > 1e-20 * weights.max()], weights[weights > 1e-20 * weights.max()]
-    lam = np.exp(math.log(mean) - sigma**2 / 2 + sigma * nodes)[:, None]
-    top = int(lam.max() + 12 * math.sqrt(lam.max()) + 40)
-    j = np.arange(top if cap is None else min(top, cap - 1))
-    log_fact = np.array([math.lgamma(k + 1) for k in j])
-    probs = weights @ np.exp(j * np.log(lam) - lam - log_fact) / weights.sum()
-    if cap is not None and len(j) == cap - 1:
-        probs = np.append(probs, max(1.0 - probs.sum(), 0.0))  # everything from cap on is clipped to cap
-    probs = probs[: np.flatnonzero(probs > 1e-16)[-1] + 1]  # the far tail underflows; drop it
-    return DepthDistribution(np.arange(1, len(probs) + 1), probs / probs.sum())
 
 
 class Schedule:
@@ -117,15 +70,15 @@ class Schedule:
     def depths(self, total: int, seed: int) -> np.ndarray:
         """Depth of every update 0..total-1 of a `total`-update run."""
         total = _check_total(total)
-        u, z = _draws(seed, total)
-        return self._from_draws(np.arange(total), total, u, z)
+        u, z = draws(seed, total)
+        return self._fromdraws(np.arange(total), total, u, z)
 
     def depth(self, update: int, total: int, seed: int) -> int:
         """Depth of one update; equal to depths(total, seed)[update]."""
         total = _check_total(total, update)
-        _draws(seed, 0)  # validates the seed
-        u, z = _draw(seed, update)
-        return int(self._from_draws(np.array([update]), total, np.array([u]), np.array([z]))[0])
+        draws(seed, 0)  # validates the seed
+        u, z = draw(seed, update)
+        return int(self._fromdraws(np.array([update]), total, np.array([u]), np.array([z]))[0])
 
     def mean_depth(self, update: int, total: int) -> float:
         """Expected depth of one update."""
@@ -152,6 +105,7 @@ def _require(ok: bool, message: str) -> None:
 
 def _check_depth(value: object, name: str) -> None:
     _require(_is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
+    _require(value <= MAX_DEPTH, f"{name} must be at most {MAX_DEPTH}, got {value:,}")
 
 
 def _check_fraction(value: object, name: str, top: str) -> None:
@@ -171,7 +125,7 @@ class Fixed(Schedule):
     spec = property(lambda self: f"fixed:{self.k}")
     max_depth = property(lambda self: self.k)
 
-    def _from_draws(self, updates, total, u, z):
+    def _fromdraws(self, updates, total, u, z):
         return np.full(len(updates), self.k, dtype=np.int64)
 
     def segments(self, total):
@@ -193,7 +147,7 @@ class Uniform(Schedule):
     spec = property(lambda self: f"uniform:{self.lo}-{self.hi}")
     max_depth = property(lambda self: self.hi)
 
-    def _from_draws(self, updates, total, u, z):
+    def _fromdraws(self, updates, total, u, z):
         return self.lo + np.floor(u * (self.hi - self.lo + 1)).astype(np.int64)
 
     def segments(self, total):
@@ -206,14 +160,14 @@ class _PoissonFamily(Schedule):
 
     max_depth = property(lambda self: self.cap)
 
-    def _from_draws(self, updates, total, u, z):
+    def _fromdraws(self, updates, total, u, z):
         lam = np.exp(np.log(self.ramp(updates, total)) - self.sigma**2 / 2 + self.sigma * z)
-        return 1 + _poisson_icdf(u, lam, None if self.cap is None else self.cap - 1)
+        return 1 + poisson_icdf(u, lam, None if self.cap is None else self.cap - 1)
 
     def segments(self, total):
         means = self.ramp(np.arange(_check_total(total)), total)
         edges = np.flatnonzero(np.diff(means)) + 1
-        pmfs = {m: _poisson_lognormal_pmf(m, self.sigma, self.cap) for m in map(float, np.unique(means))}
+        pmfs = {m: poisson_lognormal_pmf(m, self.sigma, self.cap) for m in map(float, np.unique(means))}
         runs = zip(np.r_[0, edges], np.r_[edges, total], strict=True)
         return [(int(a), int(b), pmfs[float(means[a])]) for a, b in runs]
 
@@ -266,9 +220,10 @@ class FixedFirst(Schedule):
     def switch_update(self, total: int) -> int:
         return int(math.floor(self.switch * _check_total(total) + 0.5))
 
-    def _from_draws(self, updates, total, u, z):
-        finish = self.finish._from_draws(updates, total, u, z)
-        return np.where(updates < self.switch_update(total), self.k0, finish)
+    def _fromdraws(self, updates, total, u, z):
+        depths, late = np.full(len(updates), self.k0, dtype=np.int64), updates >= self.switch_update(total)
+        depths[late] = self.finish._fromdraws(updates[late], total, u[late], z[late])
+        return depths
 
     def segments(self, total):
         switch = self.switch_update(total)
@@ -308,11 +263,24 @@ class Curriculum(_PoissonFamily):
 
 
 def _check_pl(mean: float, sigma: float, cap: int | None) -> None:
-    number = (int, float, np.floating)
+    """Refuse parameters whose distribution cannot be tabulated in bounded memory, in closed form."""
+    number = (int, float, np.integer, np.floating)
     _require(isinstance(mean, number) and mean > 0, f"poisson_lognormal mean must be positive, got {mean!r}")
-    _require(isinstance(sigma, number) and sigma >= 0, f"sigma must be non-negative, got {sigma!r}")
+    _require(mean <= MAX_DEPTH, f"mean must be at most {MAX_DEPTH}, got {mean!r}")
+    ok = isinstance(sigma, number) and 0 <= sigma < math.inf
+    _require(ok, f"sigma must be non-negative and finite, got {sigma!r}")
     if cap is not None:
         _check_depth(cap, "cap")
+    log_lam = math.log(mean) - sigma**2 / 2 + sigma * QUADRATURE_NODES
+    got = float(QUADRATURE_WEIGHTS @ np.exp(log_lam) / QUADRATURE_WEIGHTS.sum())
+    _require(abs(got / mean - 1) < 1e-6, f"sigma={sigma!r} is too wide to tabulate (use sigma <= 5)")
+    lam_top = float(np.exp(log_lam.max()))
+    reach = lam_top + 12 * math.sqrt(lam_top) + 40
+    _require(
+        cap is not None or reach <= MAX_SUPPORT,
+        f"mean={mean!r}, sigma={sigma!r} reaches depth {reach:,.0f} (to probability 1e-16), beyond the "
+        f"limit of {MAX_SUPPORT:,}; lower the mean or sigma, or give cap=",
+    )
 
 
 def parse_schedule(text: str) -> Schedule:
@@ -375,10 +343,8 @@ def _fixed_first(body: str) -> Schedule:
     args = _Args(body)
     k0, switch = args.get("k0", int), args.get("switch", float)
     finish = args.get("finish", str, "uniform").lower().replace("-", "_")
-    _require(
-        finish in ("uniform", "poisson_lognormal"),
-        f"unknown finish {finish!r}; use uniform or poisson_lognormal",
-    )
+    known = finish in ("uniform", "poisson_lognormal")
+    _require(known, f"unknown finish {finish!r}; use uniform or poisson_lognormal")
     tail = Uniform(*args.get("range", tuple, (1, 16))) if finish == "uniform" else _pl_args(args, 7.5)
     return args.done(FixedFirst(k0, switch, tail))
 

@@ -1,16 +1,18 @@
 """Recall curves of training runs: evaluate checkpoints over serving depths, cache, and tabulate.
 
-    table = recall_curves(["runs/fixed4", "runs/uniform"], fractions=[0.45, 1.0], max_depth=64)
-    write_tables(table, "recall-curve")   # recall-curve/recall_curve.csv and .parquet
+    table = recall_curves(["runs/fixed4", "runs/uniform"], checkpoints="0.45,final", max_depth=64)
+    write_table(table, "recall-curve/recall_curve")   # biosrecall.outputs: .csv and .parquet
 
-Every problem with the input (not a run folder, no checkpoints, a missing fraction, the dataset
-missing or not the one the run was trained on, a bad depth or threshold) is found before any model
-runs and raised as one `BiosrecallError`.
+Checkpoints are chosen with the selector syntax of `biosrecall.runs` (default "fractions": every
+budget fraction; "switch" and "all" add a fixed-first run's switch checkpoint, whose `fraction` is the
+share of the budget it had spent). Every problem with the input (not a run folder, no checkpoints, a
+bad selector or a missing checkpoint, the dataset missing or not the one the run was trained on, a bad
+depth or threshold) is found before any model runs and raised as one `BiosrecallError`.
 
-The dataset is the one in the checkpoint's `meta["dataset"]["path"]` (as given, else relative to the
-run folder), or `data_dir` when passed; its manifest hash must equal the checkpoint's.
+The dataset is `biosrecall.runs.training_data_of` the checkpoint (recorded, or `data_dir` when passed);
+its manifest hash must equal the checkpoint's.
 
-Cache: each checkpoint's table (every depth 1..max_depth) is kept as `checkpoints/<fraction>/
+Cache: each checkpoint's table (every depth 1..max_depth) is kept as `checkpoints/<label>/
 recall.parquet`; its parquet metadata (key "biosrecall") holds the evaluation key: cache format,
 max_depth, threshold, people (None = everyone), the dataset's manifest_hash and the sha256 of the
 checkpoint's meta.json. A
@@ -18,8 +20,8 @@ request is served from the cache when everything matches and the cached max dept
 asked for, so re-plotting never re-evaluates.
 
 Table (one row per run, checkpoint, depth and attribute, "all" for the whole person): run, schedule,
-fraction, update, flops, budget, depth, attribute, recall, bits, exact, exact_template_0..4,
-ceiling_bits, chance_bits, threshold, manifest_hash.
+checkpoint (its label: "0.45", "1.0", "switch"), fraction, update, flops, budget, depth, attribute,
+recall, bits, exact, exact_template_0..4, ceiling_bits, chance_bits, threshold, manifest_hash.
 """
 
 from __future__ import annotations
@@ -37,19 +39,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from biosrecall.atomic import atomic_write_path, atomic_write_text
+from biosrecall import runs
+from biosrecall.atomic import atomic_write_path
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, exact_by_depth
-from biosrecall.train.checkpoint import META_FILE, list_checkpoints, load_checkpoint, read_meta
+from biosrecall.runs import load_checkpoint, read_meta
+from biosrecall.train.checkpoint import META_FILE
 from biosrecall.train.distributed import resolve_device
-from biosrecall.train.run_dir import CONFIG_FILE
 
 CACHE_FILE = "recall.parquet"
 CACHE_FORMAT = 1
 CACHE_METADATA_KEY = b"biosrecall"
 TABLE_NAME = "recall_curve"
-RUN_COLUMNS = ["run", "schedule", "fraction", "update", "flops", "budget"]
+RUN_COLUMNS = ["run", "schedule", "checkpoint", "fraction", "update", "flops", "budget"]
+DEFAULT_CHECKPOINTS = "fractions"
 
 log = logging.getLogger(__name__)
 
@@ -60,50 +64,10 @@ class CheckpointJob:
 
     run: str
     run_dir: Path
-    fraction: float
+    label: str
     path: Path
     meta: dict
     dataset_path: Path
-
-
-def select_checkpoints(run_dir: str | Path, fractions=None) -> dict[float, Path]:
-    """The run's checkpoints at the asked fractions (default: all), with a clear error for each gap."""
-    run_dir = Path(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
-    available = list_checkpoints(run_dir)
-    if not available:
-        raise BiosrecallError(
-            f"{run_dir} has no checkpoints yet (no folders under {run_dir / 'checkpoints'})"
-        )
-    if not fractions:
-        return available
-    chosen = {}
-    for wanted in fractions:
-        match = [f for f in available if math.isclose(f, float(wanted), abs_tol=1e-9)]
-        if not match:
-            have = ", ".join(path.name for path in available.values())
-            raise BiosrecallError(f"{run_dir} has no checkpoint at fraction {wanted:g} (it has {have})")
-        chosen[match[0]] = available[match[0]]
-    return dict(sorted(chosen.items()))
-
-
-def dataset_path_of(meta: dict, run_dir: Path, data_dir: str | Path | None = None) -> Path:
-    """Where the checkpoint's dataset is: `data_dir` if given, else the recorded path."""
-    if data_dir is not None:
-        path = Path(data_dir)
-        if not path.is_dir():
-            raise BiosrecallError(f"dataset folder {path} does not exist")
-        return path
-    recorded = (meta.get("dataset") or {}).get("path")
-    if not recorded:
-        raise BiosrecallError(f"{run_dir} records no bioS dataset (is it a bioS run?); pass --data DIR")
-    for candidate in (Path(recorded), run_dir / recorded):
-        if candidate.is_dir():
-            return candidate
-    raise BiosrecallError(
-        f"dataset folder {recorded} that {run_dir} was trained on is missing (pass --data DIR to point at it)"
-    )
 
 
 def run_labels(run_dirs) -> list[str]:
@@ -112,16 +76,18 @@ def run_labels(run_dirs) -> list[str]:
     return [name if names.count(name) == 1 else str(d) for name, d in zip(names, run_dirs, strict=True)]
 
 
-def plan_jobs(run_dirs, fractions=None, data_dir: str | Path | None = None) -> list[CheckpointJob]:
-    """Every checkpoint to evaluate, validated (folders, fractions, dataset location)."""
+def plan_jobs(
+    run_dirs, checkpoints=DEFAULT_CHECKPOINTS, data_dir: str | Path | None = None
+) -> list[CheckpointJob]:
+    """Every checkpoint to evaluate, validated (folders, selector, dataset location)."""
     if not run_dirs:
         raise BiosrecallError("no run folder given")
     jobs = []
-    for label, run_dir in zip(run_labels(run_dirs), run_dirs, strict=True):
-        for fraction, path in select_checkpoints(run_dir, fractions).items():
+    for name, run_dir in zip(run_labels(run_dirs), run_dirs, strict=True):
+        for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
             meta = read_meta(path)
-            dataset_path = dataset_path_of(meta, Path(run_dir), data_dir)
-            jobs.append(CheckpointJob(label, Path(run_dir), fraction, path, meta, dataset_path))
+            dataset_path = runs.training_data_of(run_dir, meta, data_dir)
+            jobs.append(CheckpointJob(name, Path(run_dir), label, path, meta, dataset_path))
     return jobs
 
 
@@ -133,13 +99,9 @@ def load_checked_datasets(jobs: list[CheckpointJob]) -> dict[Path, object]:
     for job in jobs:
         if job.dataset_path not in datasets:
             datasets[job.dataset_path] = load_dataset(job.dataset_path)
-        found = datasets[job.dataset_path].manifest_hash
-        expected = (job.meta.get("dataset") or {}).get("manifest_hash")
-        if found != expected:
-            raise BiosrecallError(
-                f"dataset {job.dataset_path} (manifest hash {found[:12]}) is not the one {job.run_dir} "
-                f"was trained on ({str(expected)[:12]}); pass --data with the right dataset folder"
-            )
+        runs.check_training_data(
+            job.run_dir, job.meta, job.dataset_path, datasets[job.dataset_path].manifest_hash
+        )
     return datasets
 
 
@@ -212,7 +174,7 @@ def evaluate_checkpoint(
             max_depth,
             batch_size=batch_size,
             progress=progress,
-            label=f"{job.run} @ {job.fraction:g}",
+            label=f"{job.run} @ {job.label}",
         )
         chance = dataset.manifest.get("chance_bits_per_attribute")
         table = recall_table(exact, eval_set, dataset.pool_sizes, threshold, chance_bits=chance)
@@ -225,7 +187,8 @@ def _label(table: pd.DataFrame, job: CheckpointJob) -> pd.DataFrame:
     labels = {
         "run": job.run,
         "schedule": str(job.meta.get("schedule", "")),
-        "fraction": float(job.fraction),
+        "checkpoint": job.label,
+        "fraction": _fraction(job),
         "update": int(job.meta.get("update", -1)),
         "flops": float(job.meta.get("flops", math.nan)),
         "budget": float(job.meta.get("budget", math.nan)),
@@ -234,9 +197,17 @@ def _label(table: pd.DataFrame, job: CheckpointJob) -> pd.DataFrame:
     return pd.concat([front, table.reset_index(drop=True)], axis=1)
 
 
+def _fraction(job: CheckpointJob) -> float:
+    """The checkpoint's budget fraction; for the switch checkpoint, the share of the budget spent."""
+    fraction = runs.fraction_of(job.label)
+    if fraction is not None:
+        return fraction
+    return float(job.meta.get("flops", math.nan)) / float(job.meta.get("budget", math.nan))
+
+
 def recall_curves(
     run_dirs,
-    fractions=None,
+    checkpoints=DEFAULT_CHECKPOINTS,
     max_depth: int = 64,
     threshold: int = DEFAULT_THRESHOLD,
     *,
@@ -247,7 +218,7 @@ def recall_curves(
     refresh: bool = False,
     people: int | None = None,
 ) -> pd.DataFrame:
-    """Long-format recall of the chosen checkpoints (default: all) of each run; see the module doc.
+    """Long-format recall of the checkpoints `checkpoints` selects in each run; see the module doc.
 
     `people` scores only the first N people (ids 0..N-1): bits per person is a mean over people, so
     a few hundred estimate it well at a fraction of the cost of a sweep to K = 64 over everyone.
@@ -259,7 +230,7 @@ def recall_curves(
     if batch_size < 1:
         raise BiosrecallError(f"--batch-size must be at least 1 (got {batch_size})")
     device = resolve_device(str(device))
-    jobs = plan_jobs([Path(d) for d in run_dirs], fractions, data_dir)
+    jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
     datasets = load_checked_datasets(jobs)
     if people is not None and people < 1:
         raise BiosrecallError(f"--people must be at least 1 (got {people})")
@@ -289,18 +260,6 @@ def _eval_set(dataset, people: int | None):
     if people is None or people >= dataset.num_people:
         return dataset.eval_set()
     return dataset.eval_set(np.arange(people))
-
-
-def write_tables(table: pd.DataFrame, out_dir: str | Path, name: str = TABLE_NAME) -> list[Path]:
-    """`OUT/<name>.csv` and `OUT/<name>.parquet`, each written atomically; returns both paths."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    csv_path, parquet_path = out_dir / f"{name}.csv", out_dir / f"{name}.parquet"
-    atomic_write_text(csv_path, table.to_csv(index=False))
-    with atomic_write_path(parquet_path) as tmp:
-        table.to_parquet(tmp, index=False)
-    return [csv_path, parquet_path]
 
 
 def summary_table(table: pd.DataFrame, depths=(1, 4, 16, 64), training_depth: int = 16) -> pd.DataFrame:

@@ -8,7 +8,7 @@ dashed, the chance level dotted, and the training range (K <= 16) shaded.
 
     fig = plot_recall_curves(table)                            # ceiling and chance taken from the table
     fig = plot_recall_curves(table, metric="attribute")        # recall per attribute: fractions x attributes
-    save_figure(fig, "recall-curve/recall_curve")              # recall_curve.png and .pdf, atomically
+    save_figure(fig, "recall-curve/recall_curve")              # biosrecall.outputs: .png and .pdf
 
 Figures are built without pyplot (no global state, any backend); in a notebook, display the returned
 `Figure` directly.
@@ -24,19 +24,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from biosrecall.atomic import atomic_write_path
 from biosrecall.errors import BiosrecallError
+from biosrecall.outputs import COLORS, MARKERS, save_figure
+from biosrecall.train.checkpoint import SWITCH
 
 METRICS = ("bits", "attribute")
 TRAINING_DEPTH = 16
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 # Dashed and dotted are taken by the ceiling and chance lines, so schedules use other patterns.
 LINESTYLES = ("-", "-.", (0, (8, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (12, 3, 2, 3)))
 REFERENCE_COLOR = "0.25"
 TRAINING_SHADE = "0.92"
-SAVED_FORMATS = ("png", "pdf")
 
 
 def format_flops(flops: float) -> str:
@@ -74,6 +71,14 @@ def budget_title(table: pd.DataFrame) -> str:
     if np.allclose(budgets, budgets[0], rtol=1e-6):
         return f"matched budget {format_flops(budgets[0])} FLOPs"
     return "budgets differ: " + ", ".join(format_flops(b) for b in budgets) + " FLOPs"
+
+
+def fraction_title(table: pd.DataFrame, fraction: float) -> str:
+    """ "45% of budget", or "switch (62% of budget)" for a panel of switch checkpoints only."""
+    text = f"{fraction:.0%} of budget"
+    if "checkpoint" in table and (table.loc[table["fraction"] == fraction, "checkpoint"] == SWITCH).all():
+        return f"switch ({text})"
+    return text
 
 
 def _depth_axis(ax, max_depth: int, training_depth: int) -> None:
@@ -147,7 +152,7 @@ def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int) -> None
         _depth_axis(ax, max_depth, training_depth)
         _draw_references(ax, ceilings, chances)
         _draw_runs(ax, whole[whole["fraction"] == fraction], "bits", labels, styles)
-        ax.set_title(f"{fraction:.0%} of budget")
+        ax.set_title(fraction_title(whole, fraction))
         ax.set_ylim(0, max(ceilings) * 1.06)
     axes[0].set_ylabel("recalled bits per person")
     ceiling_text = "task ceiling (" + " / ".join(f"{c:.2f}" for c in ceilings) + " bits)"
@@ -191,7 +196,7 @@ def _plot_attributes(fig: Figure, table, training_depth: int) -> None:
                 axes[row, col].set_title(attribute.replace("_", " "), fontsize="medium")
             if row < len(fractions) - 1:
                 axes[row, col].set_xlabel("")
-        axes[row, 0].set_ylabel(f"{fraction:.0%} of budget\nshare of facts recalled")
+        axes[row, 0].set_ylabel(f"{fraction_title(parts, fraction)}\nshare of facts recalled")
     fig.legend(
         handles=_legend_handles(context["styles"], "all facts recalled", "chance level", training_depth),
         loc="outside lower center",
@@ -232,15 +237,42 @@ def plot_recall_curves(
     return fig
 
 
-def save_figure(fig: Figure, out_path: str | Path) -> list[Path]:
-    """Write `<out_path>.png` (200 dpi) and `<out_path>.pdf` atomically; a given suffix is replaced."""
-    base = Path(out_path)
-    if base.suffix.lstrip(".") in SAVED_FORMATS:
-        base = base.with_suffix("")
-    written = []
-    for fmt in SAVED_FORMATS:
-        path = base.with_name(f"{base.name}.{fmt}")
-        with atomic_write_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=200)
-        written.append(path)
-    return written
+EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "oracle")
+
+
+def _draw_frontier(ax, rows: pd.DataFrame, run_styles: dict) -> None:
+    """One line per run and criterion kind (its thresholds sorted by cost); the run keeps its colour,
+    the kind its line style and marker; the oracle is a lone star."""
+    for (run, kind), line in rows.groupby(["run", "kind"], sort=False):
+        line = line.sort_values("flops_per_query")
+        kind_index = EXIT_KINDS.index(kind) if kind in EXIT_KINDS else len(EXIT_KINDS)
+        style = {
+            "color": run_styles[run]["color"],
+            "marker": "*" if kind == "oracle" else MARKERS[kind_index % len(MARKERS)],
+            "linestyle": "none" if kind == "oracle" else LINESTYLES[kind_index % len(LINESTYLES)],
+            "lw": 2.0 if kind == "fixed-depth" else 1.3,
+        }
+        ax.plot(line["flops_per_query"], line["bits"], ms=5, label=f"{run}: {kind}", **style)
+
+
+def plot_exit_frontier(frontier: pd.DataFrame) -> Figure:
+    """Recalled bits per person against modeled FLOPs per query, one panel per budget fraction: the
+    fixed-depth curve of each run as the baseline and one line per exit criterion kind
+    (the table of `biosrecall.eval.serving.exit_frontier`)."""
+    if frontier.empty:
+        raise BiosrecallError("nothing to plot: the exit frontier table is empty")
+    fractions = sorted(frontier["fraction"].unique())
+    run_styles = curve_styles(frontier["run"])
+    fig = Figure(figsize=(1.0 + 4.6 * len(fractions), 4.8), layout="constrained")
+    axes = fig.subplots(1, len(fractions), sharey=True, squeeze=False)[0]
+    for ax, fraction in zip(axes, fractions, strict=True):
+        _draw_frontier(ax, frontier[frontier["fraction"] == fraction], run_styles)
+        ax.set_xscale("log")
+        ax.set_xlabel("modeled forward FLOPs per query")
+        ax.set_title(f"{fraction:.0%} of budget")
+        ax.grid(True, which="major", color="0.9", lw=0.6)
+    axes[0].set_ylabel("recalled bits per person")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, fontsize="small")
+    fig.suptitle("Recall vs compute when the model chooses its depth")
+    return fig

@@ -11,6 +11,8 @@ cost one 64-deep pass plus 64 readouts that are each much cheaper than a layer.
     exact = exact_by_depth(model, dataset.eval_set(), max_depth=64)  # bool [64, M]; row k-1 is depth k
     exact_at_depth(model, eval_set, 4)      # bool [M]: one depth, full forward (the slow reference)
     greedy_exact(model, eval_set, 4, rows)  # token-by-token greedy generation (the definition)
+    batch = answer_batch(eval_set, rows, device)  # the layout, for a scorer of its own (the diagnostic)
+    exact_rows(model(batch.tokens, 4)[batch.positions], batch)  # bool [len(rows)]
 
 Rows are sorted by length and each batch is trimmed to its longest row, which keeps padding small.
 """
@@ -32,8 +34,9 @@ DEFAULT_BATCH_SIZE = 256
 
 
 @dataclass(frozen=True)
-class _Batch:
-    """One slice of the eval set, ready for the model."""
+class AnswerBatch:
+    """One slice of the eval set laid out for teacher-forced answer scoring (`answer_batch`): the model
+    reads `tokens` and is scored only at `positions`, where each position must predict its target."""
 
     rows: np.ndarray  # eval-set row indices, in the batch's order
     tokens: torch.Tensor  # int64 [B, T], trimmed to the last answer-predicting position
@@ -61,7 +64,10 @@ def plan_batches(eval_set, batch_size: int) -> list[np.ndarray]:
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def _make_batch(eval_set, rows: np.ndarray, device: torch.device) -> _Batch:
+def answer_batch(eval_set, rows: np.ndarray, device: torch.device) -> AnswerBatch:
+    """The eval-set rows `rows` as one batch on `device`, trimmed to the batch's last answer-predicting
+    position. `recall-curve` and the update diagnostic both score answers from this layout, so both
+    mean the same thing by "exact"."""
     start = np.asarray(eval_set.answer_start)[rows]
     length = np.asarray(eval_set.answer_len)[rows]
     # The last answer token is only a target, never an input, so the input ends one token earlier.
@@ -72,7 +78,7 @@ def _make_batch(eval_set, rows: np.ndarray, device: torch.device) -> _Batch:
     positions = (column >= first) & (column < first + torch.as_tensor(length)[:, None])
     targets = full[:, 1:][positions]
     row_of_target = torch.nonzero(positions)[:, 0]
-    return _Batch(
+    return AnswerBatch(
         rows=rows,
         tokens=full[:, :width].to(device),
         positions=positions.to(device),
@@ -81,8 +87,9 @@ def _make_batch(eval_set, rows: np.ndarray, device: torch.device) -> _Batch:
     )
 
 
-def _rows_exact(logits: torch.Tensor, batch: _Batch) -> torch.Tensor:
-    """bool [B]: every answer position of the row predicts its target ([P, V] logits, row-major)."""
+def exact_rows(logits: torch.Tensor, batch: AnswerBatch) -> torch.Tensor:
+    """bool [B]: every answer position of each row of `batch` predicts its target, given the [P, V]
+    logits at `batch.positions` (row-major, as `forward_all_depths(..., positions=)` yields them)."""
     wrong = (logits.argmax(dim=-1) != batch.targets).long()
     wrong_per_row = torch.zeros(len(batch.rows), dtype=torch.long, device=wrong.device)
     wrong_per_row.index_add_(0, batch.row_of_target, wrong)
@@ -140,10 +147,10 @@ def exact_by_depth(
     exact = np.zeros((max_depth, len(eval_set.answer_start)), dtype=bool)
     with _inference(model):
         for rows in _progress(plan_batches(eval_set, batch_size), progress, label):
-            batch = _make_batch(eval_set, rows, device)
+            batch = answer_batch(eval_set, rows, device)
             # Flags stay on the device until the batch is done: one transfer per batch, not per depth.
             flags = [
-                _rows_exact(logits, batch)
+                exact_rows(logits, batch)
                 for _, logits in model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
             ]
             exact[:, rows] = torch.stack(flags).cpu().numpy()
@@ -166,9 +173,9 @@ def exact_at_depth(
     exact = np.zeros(len(eval_set.answer_start), dtype=bool)
     with _inference(model):
         for rows in plan_batches(eval_set, batch_size):
-            batch = _make_batch(eval_set, rows, device)
+            batch = answer_batch(eval_set, rows, device)
             logits = model.forward(batch.tokens, depth)[batch.positions]
-            exact[rows] = _rows_exact(logits, batch).cpu().numpy()
+            exact[rows] = exact_rows(logits, batch).cpu().numpy()
     return exact
 
 
@@ -195,3 +202,49 @@ def greedy_exact(
                 sequence = torch.cat([sequence, next_token[None]])
             exact[i] = torch.equal(sequence[start:].cpu(), answer)
     return exact
+
+
+def answer_stats_by_depth(
+    model,
+    eval_set,
+    max_depth: int = 64,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str | torch.device | None = None,
+    progress: bool | None = None,
+    label: str = "exit statistics",
+):
+    """`StepStats` of numpy [max_depth, M] arrays (row k - 1 is depth k) from one all-depth pass: per
+    query, the largest KL and entropy and the smallest unchanged-argmax count over its answer-predicting
+    positions, and its exact flag (equal to `exact_by_depth`). A whole-query exit criterion scored on
+    these holds exactly when it holds at every answer position."""
+    from biosrecall.eval.exits import LogitTrail, StepStats, check_max_depth
+
+    max_depth = check_max_depth(max_depth)
+    check_eval_set(eval_set)
+    device = _model_device(model, device)
+    shape = (max_depth, len(eval_set.answer_start))
+    fields = {"kl": np.zeros(shape), "entropy": np.zeros(shape), "unchanged": np.zeros(shape, dtype=np.int64)}
+    exact = np.zeros(shape, dtype=bool)
+    with _inference(model):
+        for rows in _progress(plan_batches(eval_set, batch_size), progress, label):
+            batch = answer_batch(eval_set, rows, device)
+            trail, per_depth = LogitTrail(), {name: [] for name in fields}
+            flags = []
+            for _, logits in model.forward_all_depths(
+                batch.tokens, range(1, max_depth + 1), positions=batch.positions
+            ):
+                stats = trail.observe(logits)
+                flags.append(exact_rows(logits, batch))
+                for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
+                    per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
+            exact[:, rows] = torch.stack(flags).cpu().numpy()
+            for name, values in per_depth.items():
+                fields[name][:, rows] = torch.stack(values).cpu().numpy()
+    return StepStats(exact=exact, **fields)
+
+
+def _reduce_rows(values: torch.Tensor, batch: AnswerBatch, reduce: str) -> torch.Tensor:
+    """[B]: `reduce` ("amax"/"amin") of per-position `values` [P] over each row's positions."""
+    out = torch.zeros(len(batch.rows), dtype=values.dtype, device=values.device)
+    return out.scatter_reduce(0, batch.row_of_target, values, reduce, include_self=False)

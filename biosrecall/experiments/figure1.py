@@ -13,22 +13,34 @@ Layout of the output folder (every file readable from a notebook):
     OUT/figure1.{png,pdf}                 the figure
     OUT/figure5.{png,pdf}, fixed_sweep*   with `fixed_sweep`: fixed-depth runs (the paper's Figure 5)
 
-Rerunning skips finished runs and resumes interrupted ones; recall results are cached per checkpoint.
+The whole call holds the output's lock (`biosrecall.locking.output_lock`), so two processes never
+write one output. Calling again with the same settings continues: finished runs are kept, an
+interrupted one resumes from its last save, and recall results are cached per checkpoint. An output
+made with other settings (preset, people, budget, seed, anything its results depend on, as recorded
+in figure1.json) is refused with one `BiosrecallError` line naming the difference, before anything
+is touched; `overwrite=True` replaces it instead, once the new settings have been checked.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from biosrecall.atomic import atomic_write_json, atomic_write_text
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import recall_curves, summary_table, write_tables
+from biosrecall.eval.curves import recall_curves, summary_table
 from biosrecall.eval.plots import plot_recall_curves
+from biosrecall.files import read_json_object, require_keys
+from biosrecall.locking import ASIDE_SUFFIX, output_lock, temporary_prefix
+from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
 from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
-from biosrecall.train.config import TrainConfig
+from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
+from biosrecall.train.loop import Interrupted
 from biosrecall.train.run_dir import versions
 
 # The paper's three schedules, in legend order: folder name -> schedule spec.
@@ -38,6 +50,10 @@ FIGURE1_SCHEDULES = {
     "uniform_1_16": "uniform:1-16",
 }
 FRACTIONS = (0.45, 1.0)
+RECORD, DATA, RUNS = "figure1.json", "data", "runs"
+# Each result set: figure name -> (table name, summary file).
+RESULTS = {"figure1": ("recall_curve", "summary.csv"), "figure5": ("fixed_sweep", "fixed_sweep_summary.csv")}
+_SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
 
 
 @dataclass(frozen=True)
@@ -103,42 +119,29 @@ def run_figure1(
     seed: int = 0,
     device: str = "auto",
     threads: int | None = None,
+    overwrite: bool = False,
     reporter_factory=None,
 ) -> Figure1Result:
-    """Generate (if needed), train every schedule at one budget, evaluate, and draw the figure."""
+    """Generate (if needed), train every schedule at one budget, evaluate, and draw the figure.
+
+    Continues an output made with the same settings; refuses one made with other settings unless
+    `overwrite`. Raises `Interrupted` (naming the run) when Ctrl-C or SIGTERM stops a run's training.
+    """
     settings = _resolve(preset)
     out_dir = Path(out_dir)
-    config = TrainConfig(
-        batch_size=settings.batch_size,
-        seq_len=settings.seq_len,
-        lr=settings.lr,
-        seed=seed,
-        device=device,
-        threads=threads,
-        checkpoint_fractions=FRACTIONS,
-        budget=budget,
-        budget_of=None if budget is not None else f"fixed:4:{settings.budget_updates}",
-    )
-    data_dir = _prepare(out_dir, settings, config, seed, fixed_sweep)
-    _write_record(out_dir, preset, settings, config, fixed_sweep)
-    schedules = dict(FIGURE1_SCHEDULES)
-    runs = {name: _train(out_dir / "runs" / name, data_dir, replace(config, schedule=spec), settings, reporter_factory)
-            for name, spec in schedules.items()}  # fmt: skip
-    table = recall_curves(
-        list(runs.values()), FRACTIONS, settings.max_depth, device=device, people=settings.eval_people
-    )
-    figures = _publish(out_dir, table, "figure1")
-    if fixed_sweep:
-        sweep = {
-            f"fixed_k{k}": _train(out_dir / "runs" / f"fixed_k{k}", data_dir,
-                                  replace(config, schedule=f"fixed:{k}"), settings, reporter_factory)
-            for k in fixed_sweep
-        }  # fmt: skip
-        sweep_table = recall_curves(
-            list(sweep.values()), FRACTIONS, settings.max_depth, device=device, people=settings.eval_people
-        )
-        figures += _publish(out_dir, sweep_table, "figure5", table_name="fixed_sweep")
-        runs.update(sweep)
+    config = _train_config(settings, budget, seed, device, threads)
+    record = _record(preset, settings, config, fixed_sweep)
+    with output_lock(out_dir):
+        data_dir = _prepare(out_dir, record, settings, config, fixed_sweep, overwrite)
+        atomic_write_json(out_dir / RECORD, record)
+        trainer = (out_dir / RUNS, data_dir, config, settings, reporter_factory)
+        runs = _train_all(FIGURE1_SCHEDULES, *trainer)
+        table = _evaluate(runs, settings, device)
+        figures = _write_results(out_dir, table, "figure1")
+        if fixed_sweep:
+            sweep = _train_all({f"fixed_k{k}": f"fixed:{k}" for k in fixed_sweep}, *trainer)
+            figures += _write_results(out_dir, _evaluate(sweep, settings, device), "figure5")
+            runs.update(sweep)
     return Figure1Result(out_dir, runs, table, summary_table(table), figures)
 
 
@@ -150,85 +153,226 @@ def _resolve(preset: str) -> Figure1Preset:
     return FIGURE1_PRESETS[preset]
 
 
-def _prepare(out_dir: Path, settings: Figure1Preset, config: TrainConfig, seed: int, sweep) -> Path:
-    """Dataset plus a plan of every run, so a bad budget or device fails before anything trains.
+def _train_config(settings: Figure1Preset, budget, seed: int, device: str, threads) -> TrainConfig:
+    """Every schedule's trainer settings; the budget is the preset's unless `budget` is given."""
+    return TrainConfig(
+        batch_size=settings.batch_size,
+        seq_len=settings.seq_len,
+        lr=settings.lr,
+        seed=seed,
+        device=device,
+        threads=threads,
+        checkpoint_fractions=FRACTIONS,
+        budget=budget,
+        budget_of=None if budget is not None else f"fixed:4:{settings.budget_updates}",
+    )
 
-    A mistake found here removes the output folder if this call created it: nothing half-made stays.
+
+def _record(preset: str, settings: Figure1Preset, config: TrainConfig, sweep) -> dict[str, Any]:
+    """What figure1.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
+    record = {
+        "preset": preset,
+        "settings": asdict(settings),
+        "train_config": config.to_dict(),
+        "schedules": FIGURE1_SCHEDULES,
+        "fractions": list(FRACTIONS),
+        "fixed_sweep": list(sweep),
+        "versions": versions(),
+    }
+    return json.loads(json.dumps(record))
+
+
+def _prepare(out_dir: Path, record, settings: Figure1Preset, config: TrainConfig, sweep, overwrite) -> Path:
+    """Check the settings, what the output already holds, and a plan of every run before anything trains.
+
+    A mistake found here leaves the output as it was: a folder this call created is removed, and what
+    `overwrite` moved aside is put back.
     """
-    from biosrecall.bios import load_dataset
-    from biosrecall.train.bios_task import bios_model_config
     from biosrecall.train.distributed import resolve_device
-    from biosrecall.train.setup import make_plan
 
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    created = not out_dir.exists()
+    created, aside = not out_dir.exists(), None
     try:
         config.validate()
         resolve_device(config.device)
+        differences = _differences(out_dir, record, settings, config.seed)
+        if differences and not overwrite:
+            raise _refusal(out_dir, differences)
         out_dir.mkdir(parents=True, exist_ok=True)
-        data_dir = _dataset(out_dir / "data", settings, seed)
-        model_config = bios_model_config(
-            settings.model_preset, load_dataset(data_dir), dict(settings.model_overrides)
-        )
-        for spec in [*FIGURE1_SCHEDULES.values(), *(f"fixed:{k}" for k in sweep)]:
-            make_plan(model_config, replace(config, schedule=spec))
-    except BiosrecallError:
+        aside = _move_aside(out_dir) if differences else None
+        data_dir = _dataset(out_dir / DATA, settings, config.seed)
+        _check_plans(data_dir, settings, config, sweep)
+    except BaseException:
+        if aside is not None:
+            _put_back(out_dir, aside)
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
     return data_dir
 
 
-def _dataset(data_dir: Path, settings: Figure1Preset, seed: int) -> Path:
-    """Reuse OUT/data when it holds the dataset this preset asks for; generate it otherwise."""
-    from biosrecall.bios import generate_dataset, load_dataset
+def _check_plans(data_dir: Path, settings: Figure1Preset, config: TrainConfig, sweep) -> None:
+    """Plan every run and build its batch source, so a budget too small for one update or a sequence
+    too short for a biography fails before the first run trains."""
+    from biosrecall.train.bios_training import bios_training_task
+    from biosrecall.train.setup import make_plan
 
-    if (data_dir / "manifest.json").is_file():
+    task = bios_training_task(data_dir, settings.model_preset, dict(settings.model_overrides))
+    model_config = task.model_config()
+    task.batch_source(config, resolve_seq_len(config, model_config, task.preset))
+    for spec in [*FIGURE1_SCHEDULES.values(), *(f"fixed:{k}" for k in sweep)]:
+        make_plan(model_config, replace(config, schedule=spec))
+
+
+def _identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The settings a figure1 record's results depend on, under the names a refusal shows them by."""
+    train = {k: v for k, v in record["train_config"].items() if k not in RESUMABLE_DIFFERENCES}
+    budget, budget_of = train.pop("budget", None), train.pop("budget_of", None)
+    return {
+        "preset": record["preset"],
+        **record["settings"],
+        **train,
+        "budget": budget_of if budget is None else budget,
+        "schedules": record.get("schedules"),
+        "fractions": record.get("fractions"),
+    }
+
+
+def _differences(out_dir: Path, record: dict[str, Any], settings: Figure1Preset, seed: int) -> list[str]:
+    """How what `out_dir` already holds differs from what these settings make; [] when it can be reused."""
+    path = out_dir / RECORD
+    if os.path.lexists(path):
+        try:
+            stored = read_json_object(path, "figure1 record", required=("preset", "settings", "train_config"))
+            for key in ("settings", "train_config"):
+                require_keys(stored[key], (), f"figure1 record {key}", path)
+        except BiosrecallError as exc:
+            return [str(exc)]
+        old, new = _identity(stored), _identity(record)
+        keys = dict.fromkeys([*new, *old])  # this call's order: the stored record's keys are sorted
+        changed = [
+            f"{key} was {old.get(key)}, now {new.get(key)}" for key in keys if old.get(key) != new.get(key)
+        ]
+        if changed:
+            return changed
+    elif os.path.lexists(out_dir / RUNS):
+        return [f"it holds {RUNS}/ but no {RECORD} saying how they were trained"]
+    return _dataset_differences(out_dir / DATA, settings, seed)
+
+
+def _dataset_differences(data_dir: Path, settings: Figure1Preset, seed: int) -> list[str]:
+    """Whether OUT/data is the dataset these settings ask for ([] also when there is none yet)."""
+    from biosrecall.bios import load_dataset
+
+    if not os.path.lexists(data_dir):
+        return []
+    try:
         dataset = load_dataset(data_dir)
-        found = (dataset.num_people, dataset.manifest.get("seed"))
-        if found != (settings.people, seed):
-            raise BiosrecallError(
-                f"{data_dir} holds a dataset of {found[0]} people (seed {found[1]}), but this preset needs "
-                f"{settings.people} people (seed {seed}); use another --out"
-            )
+    except BiosrecallError as exc:
+        return [f"its dataset is unusable: {exc}"]
+    found = (dataset.num_people, dataset.manifest.get("seed"))
+    if found == (settings.people, seed):
+        return []
+    return [f"its dataset has {found[0]} people (seed {found[1]}), now {settings.people} (seed {seed})"]
+
+
+def _refusal(out_dir: Path, differences: list[str]) -> BiosrecallError:
+    shown = "; ".join(differences[:_SHOWN_DIFFERENCES])
+    if len(differences) > _SHOWN_DIFFERENCES:
+        shown += f"; and {len(differences) - _SHOWN_DIFFERENCES} more"
+    return BiosrecallError(
+        f"{out_dir} was made with other settings ({shown}); rerun with the settings it was made with to "
+        "continue it, pass --overwrite to replace it, or choose another --out"
+    )
+
+
+def _made_names() -> list[str]:
+    """Every entry figure1 makes in its output folder: what `overwrite` replaces."""
+    names = [RECORD, DATA, RUNS]
+    for figure, (table, summary) in RESULTS.items():
+        names += [f"{figure}.{fmt}" for fmt in FIGURE_FORMATS] + [f"{table}.{fmt}" for fmt in TABLE_FORMATS]
+        names.append(summary)
+    return names
+
+
+def _move_aside(out_dir: Path) -> Path | None:
+    """Move what figure1 made in `out_dir` into one hidden sibling folder; returns it (None: nothing).
+
+    The folder is deleted once the new settings are checked; should this process die first, the next
+    `output_lock(out_dir)` removes it. The record moves last, so until everything else has gone a
+    plain rerun still refuses the output rather than reusing part of it.
+    """
+    present = [name for name in _made_names() if os.path.lexists(out_dir / name)]
+    if not present:
+        return None
+    target = out_dir.resolve()
+    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
+    for name in sorted(present, key=lambda name: name == RECORD):
+        os.replace(out_dir / name, aside / name)
+    return aside
+
+
+def _put_back(out_dir: Path, aside: Path) -> None:
+    """Undo `_move_aside`: what was made meanwhile (a new dataset) gives way to what was there."""
+    for entry in aside.iterdir():
+        made = out_dir / entry.name
+        if made.is_dir() and not made.is_symlink():
+            shutil.rmtree(made)
+        elif os.path.lexists(made):
+            made.unlink()
+        os.replace(entry, made)
+    aside.rmdir()
+
+
+def _dataset(data_dir: Path, settings: Figure1Preset, seed: int) -> Path:
+    """OUT/data: kept when present (`_differences` has checked it), generated otherwise."""
+    from biosrecall.bios import generate_dataset
+
+    if os.path.lexists(data_dir):
         return data_dir
-    return generate_dataset(data_dir, people=settings.people, seed=seed, overwrite=True)
+    return generate_dataset(data_dir, people=settings.people, seed=seed)
+
+
+def _train_all(schedules: dict[str, str], runs_dir: Path, data_dir, config, settings, reporter_factory):
+    """Train `schedules` (run name -> spec) one after another in `runs_dir`; returns name -> run folder."""
+    return {
+        name: _train(runs_dir / name, data_dir, replace(config, schedule=spec), settings, reporter_factory)
+        for name, spec in schedules.items()
+    }
 
 
 def _train(
     run_dir: Path, data_dir: Path, config: TrainConfig, settings: Figure1Preset, reporter_factory
 ) -> Path:
     """Train one run unless it is finished; resume it when it was interrupted."""
-    from biosrecall.train.bios_task import train_bios
+    from biosrecall.train.bios_training import train_bios
 
     if 1.0 in list_checkpoints(run_dir):
         return run_dir
     resume = latest_checkpoint(run_dir) is not None
     reporter = reporter_factory(run_dir.name) if reporter_factory else None
     overrides = dict(settings.model_overrides)
-    train_bios(data_dir, run_dir, config, settings.model_preset, overrides, resume, not resume, reporter)
+    try:
+        train_bios(data_dir, run_dir, config, settings.model_preset, overrides, resume, not resume, reporter)
+    except Interrupted:
+        # The loop's own message points at `train --resume`; here a plain call again continues.
+        raise Interrupted(f"interrupted while training {run_dir.name}; its progress is saved") from None
     return run_dir
 
 
-def _publish(out_dir: Path, table, figure_name: str, table_name: str = "recall_curve") -> list[Path]:
-    write_tables(table, out_dir, table_name)
-    summary_name = "summary.csv" if table_name == "recall_curve" else f"{table_name}_summary.csv"
-    atomic_write_text(out_dir / summary_name, summary_table(table).to_csv(index=False))
-    plot_recall_curves(table, out_path=out_dir / figure_name)
-    return [out_dir / f"{figure_name}.png", out_dir / f"{figure_name}.pdf"]
-
-
-def _write_record(out_dir: Path, preset: str, settings: Figure1Preset, config: TrainConfig, sweep) -> None:
-    atomic_write_json(
-        out_dir / "figure1.json",
-        {
-            "preset": preset,
-            "settings": asdict(settings),
-            "train_config": config.to_dict(),
-            "schedules": FIGURE1_SCHEDULES,
-            "fractions": list(FRACTIONS),
-            "fixed_sweep": list(sweep),
-            "versions": versions(),
-        },
+def _evaluate(runs: dict[str, Path], settings: Figure1Preset, device: str):
+    """The long recall table of `runs` at every kept fraction and depth 1..max_depth."""
+    return recall_curves(
+        list(runs.values()), FRACTIONS, settings.max_depth, device=device, people=settings.eval_people
     )
+
+
+def _write_results(out_dir: Path, table, figure_name: str) -> list[Path]:
+    """Write the recall table (CSV + parquet), its summary (CSV) and the figure; return the figure's files."""
+    table_name, summary_name = RESULTS[figure_name]
+    write_table(table, out_dir / table_name)
+    atomic_write_text(out_dir / summary_name, summary_table(table).to_csv(index=False))
+    return save_figure(plot_recall_curves(table), out_dir / figure_name)

@@ -10,9 +10,10 @@ modeled training FLOPs (the trainer's running total from the one FLOP account) a
 seconds, each also relative to the reference: by default the `uniform:1-16` run that spent the most
 FLOPs (the full uniform run rather than a compute-matched one).
 
-Writes OUT/lm_compare.csv and two figures as PNG and PDF: NLL against serving depth (one line per
-run) and mean serving-depth NLL against modeled training compute (one line per run through its
-evaluated checkpoints; a single point when only the final one was evaluated).
+Writes OUT/lm_compare.csv and .parquet, and two figures as PNG and PDF (`biosrecall.outputs`): NLL
+against serving depth (one line per run) and mean serving-depth NLL against modeled training compute
+(one line per run through its evaluated checkpoints; a single point when only the final one was
+evaluated).
 """
 
 from __future__ import annotations
@@ -23,14 +24,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from biosrecall.atomic import atomic_write_path
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import read_table, summarize
+from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
 
 UNIFORM = "uniform:1-16"
-# Okabe-Ito colours (distinguishable with common colour-vision deficiencies), then markers for print.
-COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
 
 def compare_runs(run_dirs: Sequence[str | Path], reference: str | Path | None = None):
@@ -152,28 +150,14 @@ def plot_nll_vs_compute(summaries: pd.DataFrame, order: Sequence[str]) -> Figure
     return fig
 
 
-def save_figure(fig: Figure, base: Path) -> list[Path]:
-    """`<base>.png` (200 dpi) and `<base>.pdf`, each written to a temporary name and renamed."""
-    written = []
-    for fmt in ("png", "pdf"):
-        path = base.with_name(f"{base.name}.{fmt}")
-        with atomic_write_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=200)
-        written.append(path)
-    return written
-
-
 def write_comparison(
     table: pd.DataFrame, curves: pd.DataFrame, summaries: pd.DataFrame, out_dir
 ) -> list[Path]:
-    """The comparison table (csv) and both figures under `out_dir`; returns the files written."""
+    """The comparison table (CSV + parquet) and both figures under `out_dir`; returns the files written."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_write_path(out_dir / "lm_compare.csv") as tmp:
-        table.to_csv(tmp, index=False)
-    written = [out_dir / "lm_compare.csv"]
+    written = write_table(table, out_dir / "lm_compare")
     order = table["run"].tolist()
     written += save_figure(plot_nll_vs_depth(curves, order), out_dir / "nll_vs_depth")
     written += save_figure(plot_nll_vs_compute(summaries, order), out_dir / "nll_vs_compute")

@@ -21,7 +21,9 @@ A corpus is a list of inputs, read in the order given, each yielding documents (
 
 Documents that are empty or whitespace-only are skipped (and not counted); null values are skipped
 too. Every problem (missing file, unknown suffix, missing column, invalid UTF-8 or JSON) is a
-`BiosrecallError` naming the input.
+`BiosrecallError` naming the input. Inputs must be regular files (a FIFO or device, named directly or
+found in a folder, is refused before anything is read), and a line or document may hold at most
+`MAX_DOCUMENT_CHARS` characters, so memory stays bounded whatever the input.
 
     corpus = Corpus(["data/books", "extra.jsonl"], text_column="text")
     n = corpus.count()
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -41,6 +44,7 @@ from biosrecall.errors import BiosrecallError
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
+MAX_DOCUMENT_CHARS = 1 << 24  # 16 Mi characters: far above any real document, small enough to hold
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Corpus:
         self.text_column = text_column
         self.hf_split = hf_split
         self.max_documents = max_documents
+        self.local_inputs = [str(item) for item in inputs if not str(item).startswith(HF_PREFIX)]
         self.sources = [source for item in inputs for source in _resolve(str(item))]
         for source in self.sources:
             _check_source(source, text_column)
@@ -119,16 +124,34 @@ def _resolve(item: str) -> list[Source]:
         files = sorted(
             p
             for p in path.rglob("*")
-            if p.is_file() and p.suffix in SUFFIXES and not any(part.startswith(".") for part in p.parts)
+            if p.suffix in SUFFIXES
+            and not p.is_dir()
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         if not files:
             raise BiosrecallError(f"folder {item} holds no {', '.join(SUFFIXES)} files")
+        for file in files:
+            _require_regular(file)
         return [Source(p.suffix[1:], str(p)) for p in files]
-    if not path.exists():
-        raise BiosrecallError(f"input {item} does not exist (for a Hugging Face dataset write hf:NAME)")
+    _require_regular(path)
     if path.suffix not in SUFFIXES:
         raise BiosrecallError(f"input {item}: unsupported file type (expected {', '.join(SUFFIXES)})")
     return [Source(path.suffix[1:], item)]
+
+
+def _require_regular(path: Path) -> None:
+    """Refuse a FIFO, socket or device before opening it (opening a FIFO would block forever)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise BiosrecallError(
+            f"input {path} does not exist (for a Hugging Face dataset write hf:NAME)"
+        ) from None
+    except OSError as exc:
+        raise BiosrecallError(f"cannot read input {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise BiosrecallError(f"input {path} is not a regular file ({kind}); give a file or a folder")
 
 
 def _check_source(source: Source, text_column: str) -> None:
@@ -150,16 +173,33 @@ def _check_source(source: Source, text_column: str) -> None:
             )
 
 
+def _lines(handle, path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines, each read with a bound so that one endless line cannot fill memory."""
+    for lineno, line in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_CHARS + 1), ""), start=1):
+        if len(line) > MAX_DOCUMENT_CHARS:
+            raise BiosrecallError(
+                f"{path}:{lineno}: line longer than {MAX_DOCUMENT_CHARS:,} characters (the limit per line)"
+            )
+        yield lineno, line
+
+
 def _read_txt(path: Path) -> Iterator[str]:
     block: list[str] = []
+    size = 0
     try:
         with open(path, encoding="utf-8") as handle:
-            for line in handle:
+            for lineno, line in _lines(handle, path):
                 if line.strip():
                     block.append(line)
+                    size += len(line)
+                    if size > MAX_DOCUMENT_CHARS:
+                        raise BiosrecallError(
+                            f"{path}:{lineno}: document longer than {MAX_DOCUMENT_CHARS:,} characters "
+                            "(the limit per document; separate documents with a blank line)"
+                        )
                 elif block:
                     yield "".join(block).strip()
-                    block = []
+                    block, size = [], 0
     except UnicodeDecodeError as exc:
         raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if block:
@@ -169,13 +209,15 @@ def _read_txt(path: Path) -> Iterator[str]:
 def _read_jsonl(path: Path, column: str) -> Iterator[str]:
     try:
         with open(path, encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, start=1):
+            for lineno, line in _lines(handle, path):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+                except RecursionError:
+                    raise BiosrecallError(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
                 if not isinstance(row, dict) or column not in row:
                     raise BiosrecallError(
                         f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
@@ -242,6 +284,10 @@ def _as_text(value: object, where: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise BiosrecallError(f"{where}: the text column holds {type(value).__name__}, not text")
+    if len(value) > MAX_DOCUMENT_CHARS:
+        raise BiosrecallError(
+            f"{where}: a document longer than {MAX_DOCUMENT_CHARS:,} characters (the limit)"
+        )
     return value if value.strip() else None
 
 

@@ -3,7 +3,10 @@
     table = evaluate_run("runs/lm-ff")                     # final checkpoint, serving depths 1..16
     table = evaluate_run("runs/lm-ff", checkpoints="all", max_sequences=512)
     summarize(table)                                       # mean serving-depth NLL per checkpoint
-    # CLI: biosrecall lm eval runs/lm-ff [--checkpoints all|final|0.45,1.0] [--max-sequences N]
+    # CLI: biosrecall lm eval runs/lm-ff [--checkpoint all|final|switch|0.45,1.0] [--max-sequences N]
+
+Checkpoints are chosen with the selector syntax of `biosrecall.runs` (the same in every command); the
+corpus is the one the run recorded, or `data_dir`, whose tokenizer must be the run's.
 
 Each validation batch runs through the model once, `forward_all_depths` reading out logits after
 every requested depth (the state after k iterations does not depend on how many follow), so a curve
@@ -25,11 +28,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from biosrecall.atomic import atomic_write_path
+from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shards import load_manifest
-from biosrecall.train.checkpoint import SWITCH, checkpoint_dir, list_checkpoints, load_checkpoint
+from biosrecall.outputs import write_table
+from biosrecall.runs import load_checkpoint
 from biosrecall.train.run_dir import read_config
 
 SERVING_DEPTHS = tuple(range(1, 17))
@@ -54,32 +58,6 @@ def depth_nll(model, batches: Iterable[np.ndarray], depths: Sequence[int], devic
     return pd.DataFrame({"depth": depths, "nll": sums / tokens, "eval_tokens": tokens})
 
 
-def select_checkpoints(run_dir: Path, which: str) -> dict[str, Path]:
-    """ "final" (the largest budget fraction), "all" (every fraction, plus the switch), or "0.45,1.0"."""
-    kept = list_checkpoints(run_dir)
-    if not kept:
-        raise BiosrecallError(f"{run_dir} has no kept checkpoints yet (train it first)")
-    if which == "final":
-        fraction = max(kept)
-        return {repr(fraction): kept[fraction]}
-    if which == "all":
-        chosen = {repr(f): path for f, path in kept.items()}
-        switch = checkpoint_dir(run_dir, SWITCH)
-        return {**chosen, SWITCH: switch} if switch.is_dir() else chosen
-    chosen = {}
-    for part in filter(None, (p.strip() for p in which.split(","))):
-        try:
-            fraction = float(part)
-        except ValueError:
-            raise BiosrecallError(
-                f"--checkpoints takes final, all or fractions like 0.45,1.0; got {part!r}"
-            ) from None
-        if fraction not in kept:
-            raise BiosrecallError(f"{run_dir} has no checkpoint at fraction {part} (has {sorted(kept)})")
-        chosen[repr(fraction)] = kept[fraction]
-    return chosen
-
-
 def check_data(run_config: dict, data_dir: Path) -> None:
     """The validation shards must use the tokenizer the run was trained with."""
     trained = run_config.get("dataset", {}).get("tokenizer_sha256")
@@ -94,7 +72,7 @@ def check_data(run_config: dict, data_dir: Path) -> None:
 def evaluate_run(
     run_dir: str | Path,
     *,
-    checkpoints: str = "final",
+    checkpoints="final",
     data_dir: str | Path | None = None,
     depths: Sequence[int] = SERVING_DEPTHS,
     batch_size: int = 8,
@@ -102,7 +80,8 @@ def evaluate_run(
     device: str = "auto",
     precision: str = "auto",
 ) -> pd.DataFrame:
-    """Evaluate the chosen checkpoints of an LM run on the validation split; write and return the table."""
+    """Evaluate the checkpoints `checkpoints` selects (selector text, repeated values or a
+    `runs.Selector`) of an LM run on the validation split; write and return the table."""
     from biosrecall.train.distributed import resolve_device
     from biosrecall.train.setup import autocast_for
 
@@ -110,12 +89,12 @@ def evaluate_run(
     config = read_config(run_dir)
     if config.get("task", {}).get("name") != "lm":
         raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
-    data_dir = Path(data_dir) if data_dir is not None else Path(config["dataset"]["path"])
-    check_data(config, data_dir)
-    seq_len = config["train_config"]["seq_len"] or config["model_config"]["context_length"]
     if batch_size < 1 or (max_sequences is not None and max_sequences < 1):
         raise BiosrecallError("batch size and max sequences must be at least 1")
-    chosen = select_checkpoints(run_dir, checkpoints)
+    chosen = runs.select_checkpoints(run_dir, checkpoints)
+    data_dir = runs.training_data_of(run_dir, config, data_dir)
+    check_data(config, data_dir)
+    seq_len = runs.seq_len_of(config)
     target = resolve_device(device)
     autocast = autocast_for(target, precision)
     tables = []
@@ -141,21 +120,6 @@ def _describe(table: pd.DataFrame, run_dir: Path, config: dict, name: str, meta:
         "wall_seconds": float(meta["wall_seconds"]),
     }
     return pd.DataFrame({**columns, **{c: table[c] for c in table.columns}})
-
-
-def write_table(table: pd.DataFrame, base: Path) -> list[Path]:
-    """`<base>.csv` and `<base>.parquet`, each written to a temporary name and renamed."""
-    written = []
-    for suffix, write in ((".csv", lambda t, p: t.to_csv(p, index=False)), (".parquet", _to_parquet)):
-        path = base.with_suffix(suffix)
-        with atomic_write_path(path) as tmp:
-            write(table, tmp)
-        written.append(path)
-    return written
-
-
-def _to_parquet(table: pd.DataFrame, path: Path) -> None:
-    table.to_parquet(path, index=False)
 
 
 def read_table(run_dir: str | Path) -> pd.DataFrame:

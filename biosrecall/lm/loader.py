@@ -11,6 +11,12 @@ share a window, all ranks get the same count, and fewer than world_size windows 
 The state is (epoch, position in this rank's order): the same on every rank, so a state saved by any
 rank resumes all of them.
 
+Opening a split checks every token id against the vocabulary before any training starts, from the
+largest id each shard's manifest entry records. Folders prepared before that field existed are
+scanned once per open instead (one sequential read of the split): re-preparing a large corpus can
+take hours, a scan takes seconds, so they stay usable. Every window read is checked again, so a shard
+changed after it was prepared is still one clear error rather than an IndexError in the model.
+
     loader = ShardLoader("data/lm", context_length=1024, rank=rank, world_size=world, seed=0,
                          tokenizer="data/lm/tokenizer.json")
     rows = loader.batch(8)                        # int64 [8, 1025]
@@ -111,6 +117,11 @@ class ShardLoader:
             out[filled : filled + piece.size] = piece
             filled += piece.size
             shard += 1
+        if out.max() >= self.vocab_size:
+            raise BiosrecallError(
+                f"the {self.split} split of {self.data_dir} holds token id {int(out.max())} (window "
+                f"{window}), outside the vocabulary of {self.vocab_size}: a shard was changed after prepare"
+            )
         return out
 
     def batch(self, batch_size: int) -> np.ndarray:
@@ -220,5 +231,19 @@ def _open_split(data_dir: Path, manifest: dict, split: str, expected_sha256: str
             )
         if header.tokens != entry["tokens"] or header.dtype != manifest["dtype"]:
             raise BiosrecallError(f"shard {entry['file']} does not match manifest.json (count or dtype)")
+        _check_ids(data_dir, entry, tokens, int(manifest["tokenizer"]["vocab_size"]))
         shards.append(tokens)
     return shards
+
+
+def _check_ids(data_dir: Path, entry: dict, tokens: np.ndarray, vocab_size: int) -> None:
+    """Every id of a shard lies in the vocabulary: from its recorded largest id, or a scan when the
+    manifest predates that field (see the module docstring)."""
+    largest = entry.get("max_token")
+    if largest is None:
+        largest = int(tokens.max()) if tokens.size else 0
+    if largest >= vocab_size:
+        raise BiosrecallError(
+            f"shard {data_dir / entry['file']} holds token id {largest}, outside the vocabulary of "
+            f"{vocab_size} (damaged or prepared with another tokenizer)"
+        )

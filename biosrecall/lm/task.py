@@ -6,8 +6,9 @@
                       preset="lm-200m")
     # under torchrun (DDP or --parallel fsdp) the same call trains data-parallel
 
-Everything but the batches is `biosrecall.train`: planner, schedules, optimizer, checkpoints, DDP and
-FSDP2, resume. What this module adds is where batches come from and the LM-specific checks.
+Everything but the batches is `biosrecall.train`: the task layer (`train.task.run_task`, shared with
+bioS), planner, schedules, optimizer, checkpoints, DDP and FSDP2, resume. What this module adds is
+where batches come from, how the tokenizer's vocabulary must fit the preset, and the plan report.
 
 Design of the batch source: every rank reads the *whole* global batch from a world_size=1
 `ShardLoader`, and the trainer keeps the rank's rows (`distributed.local_rows`), exactly as for bioS.
@@ -33,8 +34,9 @@ from biosrecall.lm.loader import ShardLoader
 from biosrecall.lm.shards import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model import get_preset
-from biosrecall.train.config import TrainConfig
-from biosrecall.train.loop import TrainResult, run_training
+from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.loop import TrainResult
+from biosrecall.train.task import TrainingTask, VocabularyRule, build_model_config, run_task
 
 
 class LMBatchSource:
@@ -69,30 +71,35 @@ class LMBatchSource:
         self.loader.load_state_dict(state["loader"])
 
 
-def lm_model_config(preset: str, vocab_size: int, overrides: dict[str, Any] | None = None):
-    """The preset's shape (with overrides); its vocabulary must hold every id of the data's tokenizer.
-
-    A larger model vocabulary is allowed (unused rows, like a vocabulary padded for fast matmuls) so
-    a preset keeps its parameter count and FLOPs whatever tokenizer is used."""
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    config = get_preset(preset, **overrides)
-    if vocab_size > config.vocab_size:
-        raise BiosrecallError(
-            f"the tokenizer has {vocab_size} ids but preset {preset} only {config.vocab_size} "
-            "(prepare the data with a smaller --vocab-size, or pass --vocab-size to the model)"
-        )
-    return config
+LM_VOCABULARY = VocabularyRule(
+    spare_ids=True,
+    needed_by="the tokenizer",
+    hint="prepare the data with a smaller --vocab-size, or pass --vocab-size to the model",
+)
 
 
-def check_seq_len(seq_len: int | None, model_config, preset: str) -> int:
-    """The training sequence length (default: the preset's context), refused when it does not fit."""
-    seq_len = seq_len or model_config.context_length
-    if seq_len > model_config.context_length:
-        raise BiosrecallError(
-            f"sequence length {seq_len} is longer than the context of preset {preset} "
-            f"({model_config.context_length})"
-        )
-    return seq_len
+def lm_training_task(
+    data_dir: str | Path,
+    preset: str = "lm-tiny",
+    model_overrides: dict[str, Any] | None = None,
+    tokenizer: str | Path | None = None,
+) -> TrainingTask:
+    """The LM task on a prepared folder; `tokenizer` (optional) is the tokenizer.json the model is
+    meant for: shards written with another are refused when the batch source opens them."""
+    manifest = load_manifest(data_dir)
+    if tokenizer is not None:
+        load_tokenizer(tokenizer)  # a clear error for an unreadable file before the shard check
+    return TrainingTask(
+        name="lm",
+        preset=preset,
+        vocab_size=int(manifest["tokenizer"]["vocab_size"]),
+        vocab_rule=LM_VOCABULARY,
+        batch_source=lambda config, seq_len: LMBatchSource(
+            data_dir, config.batch_size, seq_len, config.seed, tokenizer
+        ),
+        data_record=lambda source: dataset_record(data_dir, source),
+        model_overrides=model_overrides,
+    )
 
 
 def dataset_record(data_dir: str | Path, source: LMBatchSource) -> dict[str, Any]:
@@ -118,30 +125,10 @@ def train_lm(
     overwrite: bool = False,
     reporter=None,
 ) -> TrainResult:
-    """Check the data against the preset, build the batch source, and run the shared trainer.
-
-    `tokenizer` (optional) is the tokenizer.json the model is meant for: shards written with another
-    are refused. All checks run before the run folder is touched."""
-    manifest = load_manifest(data_dir)
-    if tokenizer is not None:
-        load_tokenizer(tokenizer)  # a clear error for an unreadable file before the shard check
-    model_config = lm_model_config(preset, int(manifest["tokenizer"]["vocab_size"]), model_overrides)
-    seq_len = check_seq_len(config.seq_len, model_config, preset)
-    source = LMBatchSource(data_dir, config.batch_size, seq_len, config.seed, tokenizer)
-    record = {
-        "task": {"name": "lm", "preset": preset},
-        "dataset": dataset_record(data_dir, source),
-    }
-    return run_training(
-        model_config,
-        config,
-        source,
-        run_dir,
-        record=record,
-        resume=resume,
-        overwrite=overwrite,
-        reporter=reporter,
-    )
+    """Check the data against the preset, build the batch source, and run the shared trainer (see
+    `run_task`). All checks run before the run folder is touched."""
+    task = lm_training_task(data_dir, preset, model_overrides, tokenizer)
+    return run_task(task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter)
 
 
 def plan_lines(
@@ -157,8 +144,8 @@ def plan_lines(
     vocab = get_preset(preset).vocab_size
     if data_dir is not None:
         vocab = int(load_manifest(data_dir)["tokenizer"]["vocab_size"])
-    model_config = lm_model_config(preset, vocab, model_overrides)
-    seq_len = check_seq_len(config.seq_len, model_config, preset)
+    model_config = build_model_config(preset, vocab, model_overrides, LM_VOCABULARY)
+    seq_len = resolve_seq_len(config, model_config, preset)
     if processes < 1:
         raise BiosrecallError(f"--nproc-per-node must be at least 1, got {processes}")
     check_divisible(config.batch_size, DistInfo(world_size=processes), config.grad_accum)

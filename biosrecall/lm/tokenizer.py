@@ -12,25 +12,35 @@ tokenizer.
     assert tok.decode(ids) == "Hello world"
 
 Training takes no seed: BPE merges are chosen by pair counts with a fixed tie-break, so the result
-depends only on the texts (and their order), never on a random state.
+depends only on the texts (and their order), never on a random state. BPE training time grows with
+the square of a pre-token's length, so for training only, runs of more than `MAX_TRAINING_RUN`
+characters without a break (a megabyte of "xxxx...") are fed to the trainer in pieces of that length;
+encoding always sees the text as it is.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import require_regular_file
 
 EOD_TOKEN = "<|endoftext|>"
 # Names a given tokenizer.json may use for its end-of-document token, tried in this order.
 EOD_CANDIDATES = (EOD_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "[EOS]")
 # 256 byte symbols plus the EOD token, plus a little room so that at least a few merges are learned.
 MIN_VOCAB_SIZE = 260
-MAX_VOCAB_SIZE = 2**32 - 1
+# The trainer reserves memory per requested entry up front (about 70 bytes each: 10^9 aborts the
+# process), so the bound is set far above real vocabularies (at most a few 10^5) but well below that.
+MAX_VOCAB_SIZE = 2**22
+MAX_TOKENIZER_BYTES = 1 << 30  # real tokenizer.json files are tens of MiB
+MAX_TRAINING_RUN = 256  # characters without whitespace (or of whitespace) the trainer sees at once
+_LONG_RUN = re.compile(rf"\S{{{MAX_TRAINING_RUN}}}|\s{{{MAX_TRAINING_RUN}}}")
 
 
 class LMTokenizer:
@@ -97,27 +107,71 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> LMTokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.train_from_iterator(_bounded_runs(texts), trainer=trainer)
     return LMTokenizer(tokenizer, tokenizer.to_str(), EOD_TOKEN)
 
 
-def load_tokenizer(path: str | Path) -> LMTokenizer:
-    """Read a `tokenizer.json`; its end-of-document token is the first of `EOD_CANDIDATES` it holds."""
-    path = Path(path)
+def _bounded_runs(texts: Iterable[str]) -> Iterator[str]:
+    """Each text, or its pieces when it holds an over-long run (see the module docstring)."""
+    for text in texts:
+        if _LONG_RUN.search(text) is None:
+            yield text
+            continue
+        start = 0
+        for match in _LONG_RUN.finditer(text):
+            if match.start() > start:
+                yield text[start : match.start()]
+            yield match.group()
+            start = match.end()
+        if start < len(text):
+            yield text[start:]
+
+
+def _read_json_text(path: Path) -> str:
+    if not path.exists():
+        raise BiosrecallError(f"cannot read tokenizer {path}: no such file")
+    require_regular_file(path, "tokenizer")
+    size = path.stat().st_size
+    if size > MAX_TOKENIZER_BYTES:
+        raise BiosrecallError(
+            f"tokenizer {path} holds {size:,} bytes, above the {MAX_TOKENIZER_BYTES:,} allowed"
+        )
     try:
-        json_text = path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BiosrecallError(f"cannot read tokenizer {path}: {exc}") from exc
+        raise BiosrecallError(f"cannot read tokenizer {path}: {exc}") from None
+
+
+def load_tokenizer(path: str | Path) -> LMTokenizer:
+    """Read a `tokenizer.json`; its end-of-document token is the first of `EOD_CANDIDATES` it holds.
+
+    The file must be a regular file of at most `MAX_TOKENIZER_BYTES`, its ids exactly 0..N-1 (so
+    every id fits the vocabulary the model is built with), and N within the vocabulary bounds.
+    """
+    path = Path(path)
+    json_text = _read_json_text(path)
     try:
         tokenizer = Tokenizer.from_str(json_text)
     except Exception as exc:  # the Rust side raises a plain Exception for any malformed file
-        raise BiosrecallError(f"{path} is not a valid tokenizer.json: {exc}") from exc
-    for candidate in EOD_CANDIDATES:
-        if tokenizer.token_to_id(candidate) is not None:
-            return LMTokenizer(tokenizer, json_text, candidate)
-    raise BiosrecallError(
-        f"tokenizer {path} has no end-of-document token (expected one of {', '.join(EOD_CANDIDATES)})"
-    )
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BiosrecallError(f"{path} is not a valid tokenizer.json: {reason}") from None
+    eod = next((c for c in EOD_CANDIDATES if tokenizer.token_to_id(c) is not None), None)
+    if eod is None:
+        raise BiosrecallError(
+            f"tokenizer {path} has no end-of-document token (expected one of {', '.join(EOD_CANDIDATES)})"
+        )
+    _check_ids(tokenizer, path)
+    return LMTokenizer(tokenizer, json_text, eod)
+
+
+def _check_ids(tokenizer: Tokenizer, path: Path) -> None:
+    """Ids exactly 0..N-1, so the vocabulary size bounds every id a shard can hold."""
+    ids = set(tokenizer.get_vocab(with_added_tokens=True).values())
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size > MAX_VOCAB_SIZE:
+        raise BiosrecallError(f"tokenizer {path} has {size} tokens, more than the {MAX_VOCAB_SIZE} allowed")
+    if len(ids) != size or min(ids) != 0 or max(ids) != size - 1:
+        raise BiosrecallError(f"tokenizer {path}: its token ids are not exactly 0..{size - 1}")
 
 
 def token_dtype(vocab_size: int) -> str:

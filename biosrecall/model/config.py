@@ -23,6 +23,15 @@ NORMS = ("pre", "sandwich")
 MLPS = ("swiglu", "gelu")
 INJECTIONS = ("concat", "add", "none")
 INIT_STATES = ("zeros", "noise")
+# Stated maxima, so that a mistyped number is refused before anything is allocated: a training update
+# runs the block K times (K in the thousands is no experiment anyone runs), and the largest LLM
+# vocabularies hold a few hundred thousand tokens.
+MAX_DEPTH = 1024
+"""Deepest recurrence a schedule may name (fixed K, uniform range, k0, cap) and deepest backprop depth."""
+MAX_VOCAB = 2**24
+"""Largest vocabulary (16,777,216 ids, 64 x the largest LLM vocabularies)."""
+MAX_SEED = 2**63 - 1
+"""Largest seed (seeds are drawn into signed 64-bit integers by numpy and torch)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +80,8 @@ class ModelConfig:
     tie_embeddings: bool = True
     """Reuse the token embedding matrix as the output head."""
     backprop_depth: int | None = None
-    """Truncated backprop through depth: None = gradients through all K iterations; k = only the last
-    min(k, K) iterations carry gradients, earlier ones run under no_grad (memory flat in K)."""
+    """Truncated backprop through depth: unset (None) = gradients through all K iterations; k = only
+    the last min(k, K) iterations carry gradients, earlier ones run under no_grad (memory flat in K)."""
     init_mean_depth: float = 8.5
     """Recurrence assumed when scaling residual output projections at initialisation (the mean of
     U{1..16}); the effective depth n_prelude + n_coda + n_block x this sets the scale."""
@@ -91,6 +100,8 @@ class ModelConfig:
         _non_negative_ints(self, ("n_prelude", "n_coda", "init_state_seed"))
         if self.vocab_size < 2:
             raise BiosrecallError(f"vocab_size must be at least 2, got {self.vocab_size}")
+        _at_most(self, "vocab_size", MAX_VOCAB)
+        _at_most(self, "init_state_seed", MAX_SEED)
         if self.d_model % self.n_heads:
             raise BiosrecallError(
                 f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}) so every head has the same width"
@@ -110,12 +121,13 @@ class ModelConfig:
                 )
         for name in ("rope_base", "norm_eps", "init_state_std", "init_mean_depth"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-                raise BiosrecallError(f"{name} must be a positive number, got {value!r}")
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise BiosrecallError(f"{name} must be a positive finite number, got {value!r}")
         if not isinstance(self.tie_embeddings, bool):
             raise BiosrecallError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         if self.backprop_depth is not None:
             _positive_ints(self, ("backprop_depth",))
+            _at_most(self, "backprop_depth", MAX_DEPTH)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict of every field."""
@@ -154,3 +166,9 @@ def _non_negative_ints(cfg: ModelConfig, names: tuple[str, ...]) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BiosrecallError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _at_most(cfg: ModelConfig, name: str, limit: int) -> None:
+    value = getattr(cfg, name)
+    if value > limit:
+        raise BiosrecallError(f"{name} must be at most {limit:,}, got {value:,}")

@@ -126,36 +126,56 @@ class LoopedTransformer(nn.Module):
     def _start(self, tokens: torch.Tensor) -> tuple[Rope, torch.Tensor | None, torch.Tensor]:
         """Embed and run the prelude; return the RoPE slices, the injected term and s_0."""
         seq_len = self._check_tokens(tokens)
-        rope = None
-        if self.config.position == "rope":
-            rope = torch.complex(self.rope_cos[:seq_len].float(), self.rope_sin[:seq_len].float())
-        x = self.embed(tokens)
-        if self.pos_embed is not None:
-            x = x + self.pos_embed.weight[:seq_len]
+        rope = self.rope_at(0, seq_len)
+        x = self.embed_at(tokens)
         for layer in self.prelude:
             x = layer(x, rope)
-        noise = self.initial_state(seq_len, x.device, x.dtype)
+        inject, state = self.begin_state(x)
+        return rope, inject, state
+
+    def rope_at(self, start: int, length: int) -> Rope:
+        """RoPE rotations of positions start .. start + length - 1 (None without RoPE)."""
+        if self.config.position != "rope":
+            return None
+        end = start + length
+        return torch.complex(self.rope_cos[start:end].float(), self.rope_sin[start:end].float())
+
+    def embed_at(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token (and learned position) embeddings of `tokens` [B, T] sitting at positions start.."""
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed.weight[start : start + tokens.shape[1]]
+        return x
+
+    def begin_state(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(injected term, s_0) from the prelude output `x` [B, T, d] of positions start.. (the
+        incremental decoder calls this one token at a time)."""
+        noise = self.initial_state(start + x.shape[1], x.device, x.dtype)
+        noise = None if noise is None else noise[start:]
         injection = self.config.injection
         if injection == "none":
-            return rope, None, x if noise is None else x + noise
+            return None, x if noise is None else x + noise
         state = torch.zeros_like(x) if noise is None else noise.expand_as(x)
         if injection == "add":
-            return rope, x, state
-        return rope, nn.functional.linear(x, self.adapter.weight[:, self.config.d_model :]), state
+            return x, state
+        return nn.functional.linear(x, self.adapter.weight[:, self.config.d_model :]), state
+
+    def block_input(self, state: torch.Tensor, inject: torch.Tensor | None) -> torch.Tensor:
+        """What the recurrent block reads at one iteration: the state with the prelude output injected."""
+        injection = self.config.injection
+        if injection == "concat":
+            w_state = self.adapter.weight[:, : self.config.d_model]
+            return torch.addmm(inject.flatten(0, 1), state.flatten(0, 1), w_state.t()).view_as(inject)
+        if injection == "add":
+            return state + inject
+        return state
 
     def _iterate(
         self, state: torch.Tensor, inject: torch.Tensor | None, steps: int, rope: Rope
     ) -> torch.Tensor:
         """Apply the recurrent block `steps` times."""
-        injection = self.config.injection
-        w_state = self.adapter.weight[:, : self.config.d_model] if injection == "concat" else None
         for _ in range(steps):
-            if injection == "concat":
-                x = torch.addmm(inject.flatten(0, 1), state.flatten(0, 1), w_state.t()).view_as(inject)
-            elif injection == "add":
-                x = state + inject
-            else:
-                x = state
+            x = self.block_input(state, inject)
             for layer in self.block:
                 x = layer(x, rope)
             state = x

@@ -1,4 +1,4 @@
-"""The one checkpoint format: a folder with `model.safetensors` and a `meta.json` sidecar.
+"""The one checkpoint format: a folder with `model.safetensors` and a `meta.json` sidecar, and its readers.
 
     RUN_DIR/checkpoints/<fraction>/model.safetensors   weights (safetensors; tied weights handled)
     RUN_DIR/checkpoints/<fraction>/meta.json           model config, schedule, update, FLOPs, tokens,
@@ -10,7 +10,12 @@
 
 Each checkpoint folder is built under a temporary name and renamed into place; `latest` is a symbolic
 link swapped by rename once the new state folder is complete, and only then is the old one deleted.
-So a crash at any moment leaves a complete checkpoint behind, never a half-written one.
+So a crash at any moment leaves a complete checkpoint behind, never a half-written one, and a write
+that fails (disk full, no permission) raises `SaveFailed`, one line with the path and the errno.
+
+Every command reads these files through `read_meta`, `load_checkpoint` and `load_training_state`
+only. Each checks what it reads (types, required keys, value ranges) and turns any damage into a
+`DamagedCheckpoint`, one line naming the file and the problem:
 
     model, meta = load_checkpoint("runs/ff/checkpoints/0.45")
     list_checkpoints("runs/ff")  # {0.25: Path(...), 0.45: Path(...), ...}
@@ -18,23 +23,74 @@ So a crash at any moment leaves a complete checkpoint behind, never a half-writt
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from biosrecall.atomic import atomic_directory
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_json_object, require_regular_file
 
 MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
 STATE_FILE = "training_state.pt"
 LATEST = "latest"
 SWITCH = "switch"  # weights and optimizer at a schedule's switch update (fixed-first)
+# What every checkpoint's meta.json holds, and what a resume reads on top (see `loop._meta`).
+META_REQUIRED = ("model_config", "update")
+RESUME_REQUIRED = (
+    *META_REQUIRED,
+    *("flops", "tokens", "real_tokens", "fractions_done", "loss", "wall_seconds"),
+    *("schedule", "seed", "budget", "planned_updates"),
+)
+
+
+class DamagedCheckpoint(BiosrecallError):
+    """A checkpoint file is missing, unreadable or corrupt."""
+
+
+class SaveFailed(BiosrecallError):
+    """Writing a checkpoint or the metrics log failed (disk full, no permission); what was complete
+    before is still in place."""
+
+
+def save_failed(path: str | Path, exc: BaseException) -> SaveFailed:
+    """One line for a failed write of `path`: the reason and its errno (also when a library only says
+    it in its message, as safetensors does)."""
+    code = getattr(exc, "errno", None)
+    found = re.search(r"os error (\d+)", str(exc))
+    code = code or (int(found.group(1)) if found else None)
+    if code:
+        reason = f"{os.strerror(code)} (errno {code}, {errno.errorcode.get(code, '?')})"
+    else:
+        reason = first_line(exc)
+    return SaveFailed(f"cannot write {path}: {reason}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first sentence of an exception's message (libraries' messages can run over many lines)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].split(". ")[0][:200] if lines else type(exc).__name__
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Turn an I/O failure inside the block into `SaveFailed` naming `path`."""
+    try:
+        yield
+    except (OSError, SafetensorError) as exc:
+        raise save_failed(path, exc) from None
 
 
 def fraction_dirname(fraction: float) -> str:
@@ -55,12 +111,51 @@ def save_checkpoint(
 ) -> Path:
     """Write weights, sidecar and (for `latest`) the training state as one atomic folder."""
     path = Path(path)
-    with atomic_directory(path, overwrite=True) as tmp:
+    with writing(path), atomic_directory(path, overwrite=True) as tmp:
         save_model(model, str(tmp / MODEL_FILE), metadata={"format": "biosrecall"})
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        write_meta(tmp, meta)
         if training_state is not None:
-            torch.save(training_state, tmp / STATE_FILE)
+            write_training_state(tmp / STATE_FILE, training_state)
     return path
+
+
+def write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+class _WriteRecorder:
+    """A file wrapper keeping the OSError of a failed write: torch.save reports it without the errno."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def write_training_state(path: Path, state: dict[str, Any]) -> None:
+    """torch.save `state` to `path`; a failed write raises its OSError (errno and all)."""
+    with open(path, "wb") as handle:
+        recorder = _WriteRecorder(handle)
+        try:
+            torch.save(state, recorder)
+        except RuntimeError:
+            if recorder.error is not None:
+                raise recorder.error from None
+            raise
+
+
+def state_dirname(update: int) -> str:
+    """The folder of the resumable state after `update` updates (`latest` points at one of them)."""
+    return f"state-{int(update):08d}"
 
 
 def save_latest(
@@ -68,21 +163,35 @@ def save_latest(
 ) -> Path:
     """Write `state-<update>/`, point `latest` at it by an atomic link swap, then drop older states."""
     root = Path(run_dir) / "checkpoints"
-    name = f"state-{int(meta['update']):08d}"
+    name = state_dirname(meta["update"])
     save_checkpoint(root / name, model, meta, training_state)
+    swap_latest(root, name)
+    return root / name
+
+
+def swap_latest(root: Path, name: str) -> None:
+    """Point `root/latest` at the complete folder `root/name` by one atomic rename of a fresh link, then
+    delete every other state. Each is first hidden by one rename, so a kill during the slow delete
+    leaves only a hidden leftover (deleted by the next swap), never a visible half-deleted state."""
     link_tmp = root / f".{LATEST}.tmp"
-    link_tmp.unlink(missing_ok=True)
-    os.symlink(name, link_tmp)
-    os.replace(link_tmp, root / LATEST)
-    for old in root.glob("state-*"):
-        if old.name != name:
-            # Hide it first (one atomic rename): a kill during the slow delete leaves only a hidden
-            # leftover, never a visible half-deleted checkpoint.
-            hidden = root / f".{old.name}.old"
-            os.replace(old, hidden)
+    with writing(root / LATEST):
+        link_tmp.unlink(missing_ok=True)
+        os.symlink(name, link_tmp)
+        os.replace(link_tmp, root / LATEST)
+        for old in root.glob("state-*"):
+            if old.name != name:
+                hide_state(old)
     for leftover in root.glob(".state-*.old"):
         shutil.rmtree(leftover, ignore_errors=True)
-    return root / name
+
+
+def hide_state(state: Path) -> Path:
+    """Rename a state folder to `.<name>.old` (one atomic step), where the next `swap_latest` deletes it."""
+    hidden = state.parent / f".{state.name}.old"
+    if hidden.exists():  # left by a kill during an earlier delete
+        shutil.rmtree(hidden)
+    os.replace(state, hidden)
+    return hidden
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -91,35 +200,113 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return link.resolve() if link.exists() else None
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """The sidecar of one checkpoint folder, with a clear error when it is missing or corrupt."""
+# ---- reading ---------------------------------------------------------------------------------------
+
+
+def read_meta(path: str | Path, required: tuple[str, ...] = META_REQUIRED) -> dict[str, Any]:
+    """The sidecar of one checkpoint folder, checked to hold `required` with values of the right type
+    and range; anything else raises `DamagedCheckpoint` naming the file."""
     meta_path = Path(path) / META_FILE
-    if not meta_path.is_file():
-        raise BiosrecallError(f"{path} is not a checkpoint folder (no {META_FILE})")
+    if not os.path.lexists(meta_path):
+        raise DamagedCheckpoint(f"{path} is not a checkpoint folder (no {META_FILE})")
     try:
-        return json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BiosrecallError(f"{meta_path} is corrupt: {exc.msg}") from None
+        meta = read_json_object(meta_path, "checkpoint meta", required)
+    except BiosrecallError as exc:
+        raise DamagedCheckpoint(str(exc)) from None
+    problem = meta_problem(meta)
+    if problem:
+        raise DamagedCheckpoint(f"checkpoint meta {meta_path} is corrupt: {problem}")
+    return meta
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _amount(value: Any) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value >= 0
+
+
+def _fraction(value: Any) -> bool:
+    return _amount(value) and 0 < value <= 1
+
+
+_META_RULES = {
+    "update": (_count, "a non-negative integer"),
+    "tokens": (_count, "a non-negative integer"),
+    "real_tokens": (_count, "a non-negative integer"),
+    "seed": (_count, "a non-negative integer"),
+    "planned_updates": (_count, "a non-negative integer"),
+    "flops": (_amount, "a non-negative number"),
+    "budget": (_amount, "a non-negative number"),
+    "wall_seconds": (_amount, "a non-negative number"),
+    "loss": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "fraction": (lambda v: v is None or _fraction(v), "null or a fraction in (0, 1]"),
+    "fractions_done": (lambda v: isinstance(v, list) and all(map(_fraction, v)), "a list of fractions"),
+    "schedule": (lambda v: isinstance(v, str), "text"),
+    "model_config": (lambda v: isinstance(v, dict), "an object"),
+    "dataset": (lambda v: isinstance(v, dict), "an object"),
+    "task": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with a checkpoint's meta values (keys it lacks are the caller's business; the model
+    config is checked where a model is built from it, `load_checkpoint`)."""
+    for key, (valid, expected) in _META_RULES.items():
+        if key in meta and not valid(meta[key]):
+            return f"{key} must be {expected}, got {_show(meta[key])}"
+    if "planned_updates" in meta and meta.get("update", 0) > meta["planned_updates"]:
+        return f"update {meta['update']} is past the planned {meta['planned_updates']}"
+    return None
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}..."
+
+
+def model_config_of(path: str | Path, meta: dict[str, Any]):
+    """The `ModelConfig` a checkpoint's meta describes; an invalid one is a `DamagedCheckpoint`."""
+    from biosrecall.model import ModelConfig
+
+    try:
+        return ModelConfig.from_dict(meta["model_config"])
+    except (BiosrecallError, TypeError, ValueError) as exc:
+        raise DamagedCheckpoint(
+            f"checkpoint meta {Path(path) / META_FILE} is corrupt: model_config: {first_line(exc)}"
+        ) from None
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     """Rebuild the model described by the sidecar and load its weights; returns (model, meta)."""
-    from biosrecall.model import LoopedTransformer, ModelConfig
+    from biosrecall.model import LoopedTransformer
 
     path = Path(path)
     meta = read_meta(path)
-    if not (path / MODEL_FILE).is_file():
-        raise BiosrecallError(f"{path} has no {MODEL_FILE}")
-    model = LoopedTransformer(ModelConfig.from_dict(meta["model_config"]))
+    weights = _checkpoint_file(path, MODEL_FILE, "checkpoint weights", f"{path} has no {MODEL_FILE}")
+    model_config = model_config_of(path, meta)
+    model = LoopedTransformer(model_config)
     try:
-        missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=False)
-    except Exception as exc:  # safetensors raises several types for a damaged file
-        raise BiosrecallError(f"{path / MODEL_FILE} cannot be loaded: {exc}") from None
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except Exception as exc:  # safetensors and torch raise several types for a damaged file
+        raise DamagedCheckpoint(f"checkpoint weights {weights} are corrupt: {first_line(exc)}") from None
     if unexpected or _really_missing(model, missing):
-        raise BiosrecallError(f"{path / MODEL_FILE} does not match its config (missing {missing[:3]})")
+        raise DamagedCheckpoint(f"{weights} does not match its config (missing {missing[:3]})")
     model.to(device)
     model.eval()
     return model, meta
+
+
+def _checkpoint_file(folder: Path, name: str, what: str, absent: str) -> Path:
+    """`folder/name`, which must be a regular file (`absent` is the message when it is not there)."""
+    if not os.path.lexists(folder / name):
+        raise DamagedCheckpoint(absent)
+    try:
+        return require_regular_file(folder / name, what)
+    except BiosrecallError as exc:
+        raise DamagedCheckpoint(str(exc)) from None
 
 
 def _really_missing(model: torch.nn.Module, missing: list[str]) -> bool:
@@ -129,11 +316,22 @@ def _really_missing(model: torch.nn.Module, missing: list[str]) -> bool:
     return any(state[name].data_ptr() not in pointers for name in missing)
 
 
-def load_training_state(path: str | Path) -> dict[str, Any]:
-    state_path = Path(path) / STATE_FILE
-    if not state_path.is_file():
-        raise BiosrecallError(f"{path} holds no optimizer state (it was written by another version)")
-    return torch.load(state_path, map_location="cpu", weights_only=False)
+def load_training_state(path: str | Path, optimizer: bool = True) -> dict[str, Any]:
+    """`training_state.pt` of a checkpoint: the batch source's state under "source" and, with
+    `optimizer`, the optimizer's state dict under "optimizer". Loaded as data only (no code runs)."""
+    path = Path(path)
+    absent = f"{path} holds no optimizer state (it was written by another version)"
+    state_path = _checkpoint_file(path, STATE_FILE, "training state", absent)
+    try:
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, garbage, a pickle of something other than data
+        raise DamagedCheckpoint(f"training state {state_path} is corrupt: {first_line(exc)}") from None
+    required = {"source": ()} | ({"optimizer": ("state", "param_groups")} if optimizer else {})
+    for key, inner in required.items():
+        value = state.get(key) if isinstance(state, dict) else None
+        if not isinstance(value, dict) or any(name not in value for name in inner):
+            raise DamagedCheckpoint(f"training state {state_path} is corrupt: no valid {key!r} entry")
+    return state
 
 
 def list_checkpoints(run_dir: str | Path) -> dict[float, Path]:
@@ -153,3 +351,40 @@ def list_checkpoints(run_dir: str | Path) -> dict[float, Path]:
             except ValueError:
                 continue
     return dict(sorted(found.items()))
+
+
+def newest_intact_checkpoint(run_dir: str | Path, besides: Path | None = None) -> tuple[Path, int] | None:
+    """The kept or state folder with the highest update (other than `besides`) whose meta, weights
+    and training state all load: what a run whose `latest` is damaged can still resume from."""
+    root = Path(run_dir) / "checkpoints"
+    found = []
+    for child in sorted(root.iterdir()) if root.is_dir() else []:
+        if child.name.startswith(".") or child.is_symlink() or child.resolve() == besides:
+            continue
+        try:
+            found.append((read_meta(child, RESUME_REQUIRED)["update"], child))
+        except BiosrecallError:
+            continue
+    for update, child in sorted(found, reverse=True):
+        try:
+            load_checkpoint(child)
+            load_training_state(child)
+        except BiosrecallError:
+            continue
+        return child, update
+    return None
+
+
+def damaged_latest(run_dir: str | Path, latest: Path, problem: BiosrecallError) -> BiosrecallError:
+    """The resume error for a damaged `latest`: what is wrong, and the newest checkpoint left intact."""
+    link = Path(run_dir) / "checkpoints" / LATEST
+    found = newest_intact_checkpoint(run_dir, besides=latest)
+    if found is None:
+        return BiosrecallError(
+            f"cannot resume: {problem}; no intact checkpoint is left in {run_dir} (start over with --overwrite)"
+        )
+    path, update = found
+    return BiosrecallError(
+        f"cannot resume: {problem}; the newest intact checkpoint is {path} (update {update}): "
+        f"point latest at it (ln -sfn {path.name} {link}) and resume again, or start over with --overwrite"
+    )

@@ -1,77 +1,94 @@
 """TrainConfig: every knob of a training run, with a docstring under each field.
 
-The CLI fills one from its options; `config.json` in the run folder stores it (with the resolved model
-config and the plan) so a run can be repeated exactly or resumed only with the same settings.
+    config = TrainConfig(schedule="uniform:1-16", budget_of="fixed:4:2000", batch_size=64)
+    check_field("lr", 5.0)   # BiosrecallError: the rule one field (or one CLI option) must meet
+
+The CLI builds its trainer options from these fields (name, default, and the docstring as help; see
+`biosrecall.cli.options`) and fills one from them; `config.json` in the run folder stores it (with the
+resolved model config and the plan) so a run can be repeated exactly or resumed only with the same
+settings. A TrainConfig checks every field on construction, with the same `check_field` each CLI option
+applies, so an impossible one never exists; `validate()` adds the rule a plan needs: exactly one of
+budget, budget_of and updates.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import math
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+
+from biosrecall.compute.flops import MAX_TOKENS_PER_UPDATE, check_tokens_per_update
+from biosrecall.compute.schedules import MAX_UPDATES, parse_schedule
 from biosrecall.errors import BiosrecallError
+from biosrecall.model.config import MAX_SEED
 
 DEFAULT_FRACTIONS = (0.25, 0.45, 0.67, 0.8, 1.0)
+LR_SCHEDULES = ("cosine", "wsd")
+PRECISIONS = ("auto", "fp32", "bf16")
+PARALLEL_MODES = ("ddp", "fsdp")
+MAX_THREADS = 1024  # more than any CPU has cores; a larger count is a typo
 
 
 @dataclass
 class TrainConfig:
     schedule: str = "fixed_first:k0=4,switch=0.8,finish=uniform"
-    """Depth schedule spec, parsed by `biosrecall.compute.schedules.parse_schedule`."""
+    """Depth schedule, e.g. fixed:4, uniform:1-16, fixed_first:k0=4,switch=0.8,finish=uniform or
+    curriculum:mean=8,warmup=0.5,shape=linear (see `biosrecall.compute.schedules`)."""
 
     budget: float | None = None
-    """Modeled training FLOPs to spend; the run takes as many updates as fit (see the planner)."""
+    """Modeled training FLOPs to spend, e.g. 2e14; the run takes as many updates as fit."""
 
     budget_of: str | None = None
-    """Alternative to `budget`: "SPEC:UPDATES", the FLOPs that schedule spends in that many updates."""
+    """Instead of a budget: SPEC:UPDATES, the FLOPs that schedule SPEC spends in UPDATES updates, e.g.
+    fixed:4:2000."""
 
     updates: int | None = None
-    """Alternative to `budget` / `budget_of`: exactly this many updates of `schedule`, the budget being
-    what they spend (runs matched in tokens rather than FLOPs, like the paper's LM runs; a budget can
-    give a fixed-first run a few updates more or less, because its cost dips as its switch moves)."""
+    """Instead of a budget: exactly this many updates, the budget being what they spend (runs matched in
+    tokens rather than FLOPs, like the paper's LM runs)."""
 
     batch_size: int = 32
-    """Sequences per update (the global batch: split across ranks under torchrun)."""
+    """Sequences per update (the global batch: split across processes under torchrun)."""
 
     grad_accum: int = 1
-    """Micro-batches per update on each rank: its share of the global batch runs as this many
-    forward/backward passes whose gradients add up (same update, less activation memory)."""
+    """Micro-batches per update on each process; their gradients add up (same update, less memory)."""
 
     seq_len: int | None = None
-    """Tokens per sequence; None uses the model preset's context length."""
+    """Tokens per sequence [default: the model preset's context length]."""
 
     lr: float = 2e-3
     """Peak learning rate of AdamW."""
 
     min_lr_ratio: float = 0.1
-    """The learning rate decays to lr * min_lr_ratio by the last update."""
+    """The learning rate decays to lr x min_lr_ratio by the last update."""
 
     warmup: float = 0.05
     """Linear warm-up length as a fraction of the planned updates."""
 
     lr_schedule: str = "cosine"
-    """"cosine" (warm-up then cosine decay) or "wsd" (warm-up, stable, linear decay over the last 20%)."""
+    """cosine (warm-up, then cosine decay) or wsd (warm-up, stable, linear decay over the last 20%)."""
 
     weight_decay: float = 0.1
     """AdamW decoupled weight decay on matrices (norms, biases and embeddings are not decayed)."""
 
     betas: tuple[float, float] = (0.9, 0.95)
-    """AdamW betas."""
+    """AdamW betas, as B1,B2."""
 
     grad_clip: float = 1.0
-    """Clip the global gradient norm to this value (0 disables)."""
+    """Clip the global gradient norm to this value (0 disables clipping)."""
 
     seed: int = 0
     """Seeds the initial weights, every batch and every depth draw."""
 
     device: str = "auto"
-    """"auto" (CUDA when present), "cpu" or "cuda"."""
+    """auto (CUDA when present), cpu, cuda or cuda:N."""
 
     precision: str = "auto"
-    """"fp32", "bf16" (autocast; CUDA only) or "auto" (bf16 on CUDA, fp32 on CPU)."""
+    """fp32, bf16 (autocast; CUDA only) or auto (bf16 on CUDA, fp32 on CPU)."""
 
     threads: int | None = None
-    """CPU threads for torch (None: torch's default, one per core). 1 is best on a busy machine."""
+    """CPU threads for torch [default: torch's, one per core]; 1 is best on a busy machine."""
 
     compile: bool = False
     """Wrap the model in torch.compile (useful on GPU; slow to start on CPU)."""
@@ -83,58 +100,214 @@ class TrainConfig:
     """Updates between refreshes of the resumable `latest` checkpoint."""
 
     log_every: int = 50
-    """Updates between log lines when not on a terminal (metrics.jsonl records every update)."""
+    """Updates between log lines when stderr is not a terminal (metrics.jsonl records every update)."""
 
     parallel: str = "ddp"
-    """Under torchrun: "ddp" (replicated weights) or "fsdp" (FSDP2, sharded per layer)."""
+    """Under torchrun: ddp (replicated weights) or fsdp (FSDP2, sharded per layer)."""
 
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Task-specific settings recorded with the run (e.g. the dataset path and hash)."""
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, check_field(f.name, getattr(self, f.name)))
+        _check_combination(self)
 
     def validate(self) -> None:
+        """Check every field again (they may have been reassigned) and that the run size is given once."""
+        self.__post_init__()
         if sum(value is not None for value in (self.budget, self.budget_of, self.updates)) != 1:
             raise BiosrecallError(
                 "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES or --updates N"
             )
-        if self.updates is not None and self.updates < 1:
-            raise BiosrecallError(f"updates must be at least 1, got {self.updates}")
-        if self.budget is not None and not self.budget > 0:
-            raise BiosrecallError(f"budget must be positive, got {self.budget}")
-        if self.batch_size < 1:
-            raise BiosrecallError(f"batch size must be at least 1, got {self.batch_size}")
-        if self.grad_accum < 1 or self.batch_size % self.grad_accum:
-            raise BiosrecallError(
-                f"grad accumulation {self.grad_accum} must be at least 1 and divide the batch size "
-                f"{self.batch_size}"
-            )
-        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise BiosrecallError("learning rate must be positive and min-lr-ratio within [0, 1]")
-        if not 0 <= self.warmup < 1:
-            raise BiosrecallError(f"warmup is a fraction of updates within [0, 1), got {self.warmup}")
-        if self.lr_schedule not in ("cosine", "wsd"):
-            raise BiosrecallError(f"unknown lr schedule {self.lr_schedule!r} (use cosine or wsd)")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise BiosrecallError(f"unknown device {self.device!r} (use auto, cpu or cuda)")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise BiosrecallError(f"unknown precision {self.precision!r} (use auto, fp32 or bf16)")
-        if self.parallel not in ("ddp", "fsdp"):
-            raise BiosrecallError(f"unknown parallel mode {self.parallel!r} (use ddp or fsdp)")
-        bad = [f for f in self.checkpoint_fractions if not 0 < f <= 1]
-        if bad:
-            raise BiosrecallError(f"checkpoint fractions must lie in (0, 1], got {bad}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """A checked config from `to_dict()` output; keys it does not know (older runs' `extra`) are left."""
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for key in ("betas", "checkpoint_fractions"):
-            if key in values:
-                values[key] = tuple(values[key])
-        return cls(**values)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
-# Settings that may change between an interrupted run and its resumption without changing results.
-RESUMABLE_DIFFERENCES = {"device", "log_every", "save_every", "compile", "path", "threads"}
+# Settings that may change between an interrupted run and its resumption without changing results
+# ("extra" was an unused field of older runs' configs).
+RESUMABLE_DIFFERENCES = {"device", "log_every", "save_every", "compile", "path", "threads", "extra"}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The values a numeric field may take: finite numbers of `kind` (int or float) from low to high."""
+
+    kind: type
+    low: float
+    high: float
+    low_open: bool = False
+    """`low` itself is refused."""
+    high_open: bool = False
+    """`high` itself is refused."""
+    why: str = ""
+    """Why the upper end is where it is (said when a value exceeds it)."""
+
+    def describe(self) -> str:
+        """The allowed values in words, e.g. 'a positive integer' or 'a number in [0, 1)'."""
+        if self.kind is int:
+            return "a positive integer" if self.low == 1 else "a non-negative integer"
+        if self.high == _FLOAT_MAX:
+            return f"a {'positive' if self.low_open else 'non-negative'} finite number"
+        return f"a number in {self.interval()}"
+
+    def interval(self) -> str:
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"{left}{self.low:g}, {self.high:g}{right}"
+
+
+_FLOAT_MAX = np.finfo(np.float64).max
+_TOKENS = "the limit on tokens per update"
+_RUN = "the planner draws and prices every update"
+_INT64 = "counts are signed 64-bit integers"
+LIMITS: dict[str, Limit] = {
+    "budget": Limit(float, 0, _FLOAT_MAX, low_open=True),
+    "updates": Limit(int, 1, MAX_UPDATES, why=_RUN),
+    "batch_size": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
+    "grad_accum": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
+    "seq_len": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
+    "lr": Limit(float, 0, 1, low_open=True, why="AdamW moves every weight by about lr per update"),
+    "min_lr_ratio": Limit(float, 0, 1),
+    "warmup": Limit(float, 0, 1, high_open=True),
+    "weight_decay": Limit(float, 0, _FLOAT_MAX),
+    "grad_clip": Limit(float, 0, float(np.finfo(np.float32).max), why="gradient norms are float32"),
+    "seed": Limit(int, 0, MAX_SEED, why="seeds are signed 64-bit integers"),
+    "threads": Limit(int, 1, MAX_THREADS, why="more than any CPU has cores"),
+    # Intervals may exceed the run (10**9: "only at the end"), so only the integer range bounds them.
+    "save_every": Limit(int, 1, MAX_SEED, why=_INT64),
+    "log_every": Limit(int, 1, MAX_SEED, why=_INT64),
+}
+"""Every numeric field's bounds."""
+ITEM_LIMITS: dict[str, Limit] = {
+    "betas": Limit(float, 0, 1, high_open=True),
+    "checkpoint_fractions": Limit(float, 0, 1, low_open=True),
+}
+"""Bounds of each item of the list fields."""
+CHOICES: dict[str, tuple[str, ...]] = {
+    "lr_schedule": LR_SCHEDULES,
+    "precision": PRECISIONS,
+    "parallel": PARALLEL_MODES,
+}
+_UNSET_ALLOWED = {"budget", "budget_of", "updates", "seq_len", "threads"}
+
+
+def check_field(name: str, value: Any) -> Any:
+    """`value` checked (and normalised: numbers to int or float, lists to tuples) as field `name`;
+    a `BiosrecallError` names the field, the rule and the value."""
+    if value is None and name in _UNSET_ALLOWED:
+        return None
+    if name in LIMITS:
+        return check_number(name, value, LIMITS[name])
+    if name in ITEM_LIMITS:
+        return _check_items(name, value, ITEM_LIMITS[name])
+    if name in CHOICES:
+        if value not in CHOICES[name]:
+            raise BiosrecallError(f"{name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
+        return value
+    if name == "compile":
+        if not isinstance(value, bool):
+            raise BiosrecallError(f"compile must be true or false, got {value!r}")
+        return value
+    if name not in ("schedule", "budget_of", "device"):
+        raise BiosrecallError(f"unknown train config field {name!r}")
+    if not isinstance(value, str):
+        raise BiosrecallError(f"{name} must be text, got {value!r}")
+    if name == "schedule":
+        parse_schedule(value)
+    elif name == "budget_of":
+        split_budget_of(value)
+    elif value not in ("auto", "cpu", "cuda") and not (value[:5] == "cuda:" and value[5:].isdigit()):
+        raise BiosrecallError(f"unknown device {value!r} (use auto, cpu, cuda or cuda:N)")
+    return value
+
+
+def check_number(name: str, value: Any, limit: Limit) -> int | float:
+    """`value` as `limit.kind`, refused (naming `name`) unless finite and within the limit."""
+    number = _as_number(value, limit.kind)
+    bad_type = number is None or (limit.kind is float and not math.isfinite(number))
+    if bad_type or number < limit.low or (limit.low_open and number == limit.low):
+        raise BiosrecallError(f"{name} must be {limit.describe()}, got {_show(value)}")
+    if number > limit.high or (limit.high_open and number == limit.high):
+        reason = f" ({limit.why})" if limit.why else ""
+        if limit.kind is float:
+            raise BiosrecallError(f"{name} must be {limit.describe()}{reason}, got {_show(value)}")
+        raise BiosrecallError(f"{name} must be at most {limit.high:,}{reason}, got {_show(value)}")
+    return number
+
+
+def _show(value: Any) -> str:
+    """repr of a value, with a number of hundreds of digits cut short."""
+    text = repr(value)
+    return text if len(text) <= 30 else f"{text[:12]}... ({len(text)} characters)"
+
+
+def _as_number(value: Any, kind: type) -> int | float | None:
+    """int or float (by `kind`) of a number that is one; None for bools, strings, non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return None
+    if kind is int:
+        return int(value) if isinstance(value, int | np.integer) else None
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range
+        return math.inf
+
+
+def _check_items(name: str, value: Any, limit: Limit) -> tuple[float, ...]:
+    noun = "fractions" if name == "checkpoint_fractions" else name
+    if not isinstance(value, list | tuple) or not value:
+        raise BiosrecallError(f"{noun} must be a non-empty list of numbers, got {value!r}")
+    try:
+        items = tuple(check_number(name, item, limit) for item in value)
+    except BiosrecallError:
+        raise BiosrecallError(f"{noun} must lie in {limit.interval()}, got {list(value)!r}") from None
+    if name == "betas" and len(items) != 2:
+        raise BiosrecallError(f"betas must be two numbers B1,B2, got {list(value)!r}")
+    return tuple(sorted(set(items))) if name == "checkpoint_fractions" else items
+
+
+def _check_combination(config: TrainConfig) -> None:
+    """Rules between fields that hold whatever the model (the run size is `validate`'s)."""
+    if config.batch_size % config.grad_accum:
+        raise BiosrecallError(
+            f"grad accumulation {config.grad_accum} must be at least 1 and divide the batch size "
+            f"{config.batch_size}"
+        )
+    if config.seq_len is not None:
+        check_tokens_per_update(config.batch_size * config.seq_len)
+    if config.lr * config.weight_decay >= 1:
+        raise BiosrecallError(
+            f"lr x weight_decay must be below 1 (each update scales decayed weights by 1 - lr x "
+            f"weight_decay), got {config.lr:g} x {config.weight_decay:g}"
+        )
+
+
+def split_budget_of(text: Any) -> tuple[str, int]:
+    """("SPEC", UPDATES) of a budget_of text "SPEC:UPDATES", both checked."""
+    spec, _, count = text.rpartition(":") if isinstance(text, str) else ("", "", "")
+    if not spec or not (count.strip().isascii() and count.strip().isdigit()):
+        raise BiosrecallError(f"--budget-of takes SPEC:UPDATES (e.g. fixed:4:2000), got {text!r}")
+    parse_schedule(spec)
+    return spec, check_number("budget_of's update count", int(count), LIMITS["updates"])
+
+
+def resolve_seq_len(config: TrainConfig, model_config, preset: str | None = None) -> int:
+    """The one place a run's sequence length is decided: `config.seq_len`, or the model's context when
+    unset; longer than the context (or not positive) is refused, and so are more tokens per update than
+    `MAX_TOKENS_PER_UPDATE`. `preset` names the model in the message."""
+    seq_len = model_config.context_length if config.seq_len is None else int(config.seq_len)
+    if seq_len < 1:
+        raise BiosrecallError(f"sequence length must be at least 1, got {seq_len}")
+    if seq_len > model_config.context_length:
+        advice = (
+            "" if preset is None else f": --seq-len must not be longer than the context of preset {preset}"
+        )
+        raise BiosrecallError(
+            f"sequence length {seq_len} exceeds the model's context {model_config.context_length}{advice}"
+        )
+    check_tokens_per_update(config.batch_size * seq_len)
+    return seq_len

@@ -7,33 +7,39 @@ up front (depths come from (seed, update)), the loop adds each update's FLOPs fr
 account, and weights are kept when the running total crosses each checkpoint fraction of the budget.
 Batches come from a `BatchSource` whose `batch(update)` is a pure function of the update index (or
 which carries a resumable state), so an interrupted run resumed from `latest` ends bit-identical to
-an uninterrupted one on CPU. Under FSDP the resumable state is a sharded `torch.distributed.checkpoint`
-(`sharded.py`); kept checkpoints keep the one single-file format either way.
+an uninterrupted one on CPU. The loop saves and restores through the run's `Checkpointer`
+(`checkpointing.py`) without knowing how the run is parallel, and takes each update with the one
+training step of `step.py` (which the update diagnostic shares).
+
+`run_training` holds the run folder's lock (`biosrecall.locking.output_lock`) for its whole call, so a
+second writer or resumer of the same run fails at once naming this process. A write that fails (disk
+full, no permission) ends the run with one line naming the file and the errno, and `latest` still
+holds the last complete state, from which `--resume` continues bit-identically.
 """
 
 from __future__ import annotations
 
-import math
+import os
 import signal
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.atomic import check_output_path
+from biosrecall.locking import output_lock
 from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed as distributed_
-from biosrecall.train import sharded
+from biosrecall.train import distributed
+from biosrecall.train.checkpointing import fractions_crossed
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter
-from biosrecall.train.run_dir import MetricsLog
+from biosrecall.train.run_dir import MetricsLog, remove_leftovers
 from biosrecall.train.setup import RunSetup, prepare_run
+from biosrecall.train.step import NonFiniteLoss, backward_and_clip
 
 
 class BatchSource(Protocol):
@@ -74,6 +80,7 @@ class _LoopState:
     fractions_done: list[float] = field(default_factory=list)
     last_loss: float = float("nan")
     wall_seconds: float = 0.0
+    saved_update: int | None = None  # the update of the newest complete `latest`
 
 
 def run_training(
@@ -87,26 +94,39 @@ def run_training(
     overwrite: bool = False,
     reporter=None,
 ) -> TrainResult:
-    """Plan, build, (resume,) and train; returns where the checkpoints are."""
+    """Plan, build, (resume,) and train; returns where the checkpoints are.
+
+    The run folder is locked for the whole call (a second writer or resumer fails at once naming this
+    process); it may not be, contain or lie inside the data it trains on."""
     reporter = reporter or SilentReporter()
-    setup = prepare_run(model_config, config, run_dir, record or {}, resume, overwrite, reporter)
-    try:
-        result = _train(setup, config, source, reporter)
-        # Tear the process group down together: a rank that leaves early can leave its peer blocked
-        # in destroy_process_group forever (seen with gloo).
-        distributed_.barrier(setup.dist)
-        return result
-    finally:
-        reporter.close()
-        distributed_.shutdown(setup.dist)
+    record = record or {}
+    check_output_path(run_dir, [(record.get("dataset") or {}).get("path")])
+    with _run_lock(run_dir), ExitStack() as building:
+        setup = prepare_run(model_config, config, run_dir, record, resume, overwrite, reporter, building)
+        try:
+            result = _train(setup, config, source, reporter)
+            # Tear the process group down together: a rank that leaves early can leave its peer
+            # blocked in destroy_process_group forever (seen with gloo).
+            distributed.barrier(setup.dist)
+            return result
+        finally:
+            reporter.close()
+            distributed.shutdown(setup.dist)
+
+
+def _run_lock(run_dir: str | Path):
+    """The run folder's lock; under torchrun only rank 0 takes it (every other rank would find it held)."""
+    return output_lock(run_dir) if int(os.environ.get("RANK", "0")) == 0 else nullcontext()
 
 
 def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) -> TrainResult:
     state = _restore(setup, source) if setup.resume_from else _LoopState()
     metrics = MetricsLog(setup.run_dir, state.update) if setup.dist.is_main else None
+    if setup.resume_from and setup.dist.is_main:
+        remove_leftovers(setup.run_dir)
     reporter.start(setup.plan.updates, state.update)
     started = time.perf_counter() - state.wall_seconds
-    with _stop_requests() as stop_requested:
+    with _stop_requests() as stop_requested, _explaining_failed_saves(setup, state):
         while state.update < setup.plan.updates:
             row = _one_update(setup, config, source, state)
             state.wall_seconds = time.perf_counter() - started
@@ -116,7 +136,7 @@ def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) 
             reporter.update(row)
             _maybe_checkpoint(setup, config, source, state, metrics)
             # Every rank must stop at the same update: the save below is collective.
-            if distributed_.any_rank(stop_requested(), setup.dist) and state.update < setup.plan.updates:
+            if distributed.any_rank(stop_requested(), setup.dist) and state.update < setup.plan.updates:
                 _save_latest(setup, source, state, metrics)
                 raise Interrupted(f"interrupted at update {state.update}; resume with --resume")
     if metrics:
@@ -127,35 +147,43 @@ def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) 
     )
 
 
+@contextmanager
+def _explaining_failed_saves(setup: RunSetup, state: _LoopState):
+    """A failed write (disk full, no permission) ends the run with one line saying what is left."""
+    try:
+        yield
+    except ckpt.SaveFailed as exc:
+        if state.saved_update is None:
+            before = "is as it was before" if setup.final_dir.exists() else "was not created"
+            left = f"nothing of this run was kept, and {setup.final_dir} {before}"
+        else:
+            left = (
+                f"{setup.final_dir / 'checkpoints' / ckpt.LATEST} still holds the complete state of "
+                f"update {state.saved_update}: resume with --resume once the problem is fixed"
+            )
+        raise ckpt.SaveFailed(f"{exc}; {left}") from None
+
+
 def _one_update(setup: RunSetup, config: TrainConfig, source: BatchSource, state: _LoopState) -> dict:
     """Forward/backward at the planned depth, clip, step; returns the metrics row."""
-    update, plan, model = state.update, setup.plan, setup.model
+    update, plan = state.update, setup.plan
     depth = int(plan.depths[update])
     lr = learning_rate(update, plan.updates, config)
     set_learning_rate(setup.optimizer, lr)
     tick = time.perf_counter()
-    rows = source.batch(update)
-    inputs, targets, real = _to_tensors(rows, source.pad_id, setup)
-    loss_sum = _forward_backward(setup, config, inputs, targets, depth, real)
-    mean_loss = distributed_.all_reduce_sum(loss_sum, setup.dist).item() / real
-    if not math.isfinite(mean_loss):
-        raise TrainingDiverged(
-            f"non-finite loss at update {update} (depth {depth}); the last good checkpoint is kept"
-        )
-    if config.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    loss = _backward(setup, config, source, update, depth)
     setup.optimizer.step()
     setup.optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - tick
     state.update += 1
     state.flops += float(plan.flops_per_update[update])
     state.tokens += plan.tokens_per_update
-    state.real_tokens += int(real)
-    state.last_loss = mean_loss
+    state.real_tokens += loss.real_tokens
+    state.last_loss = loss.mean
     return {
         "update": update,
         "depth": depth,
-        "loss": mean_loss,
+        "loss": loss.mean,
         "lr": lr,
         "flops": state.flops,
         "tokens": state.tokens,
@@ -164,40 +192,24 @@ def _one_update(setup: RunSetup, config: TrainConfig, source: BatchSource, state
     }
 
 
-def _forward_backward(setup: RunSetup, config: TrainConfig, inputs, targets, depth: int, real: int):
-    """Accumulate gradients over `grad_accum` micro-batches of this rank's rows (syncing gradients
-    across ranks only on the last); returns this rank's summed loss (detached)."""
-    total = torch.zeros((), device=inputs.device)
-    micro = config.grad_accum
-    for index, (micro_inputs, micro_targets) in enumerate(
-        zip(inputs.chunk(micro), targets.chunk(micro), strict=True)
-    ):
-        sync = index == micro - 1
-        with distributed_.gradient_sync(setup.model, setup.dist, config.parallel, sync):
-            with setup.autocast():
-                logits = setup.model(micro_inputs, depth)
-            loss_sum = F.cross_entropy(
-                logits.float().flatten(0, 1), micro_targets.flatten(), ignore_index=-100, reduction="sum"
-            )
-            # Normalise by the real tokens of the *global* batch so the data-parallel gradient mean
-            # (DDP or FSDP) over ranks and micro-batches equals one big batch.
-            (loss_sum * (setup.dist.world_size / real)).backward()
-        total += loss_sum.detach()
-    return total
-
-
-def _to_tensors(rows: np.ndarray, pad_id: int | None, setup: RunSetup):
-    """Split a global batch into this rank's inputs and targets; padding targets carry no loss."""
-    global_targets = torch.from_numpy(np.ascontiguousarray(rows[:, 1:]))
-    if pad_id is not None:
-        global_targets = global_targets.masked_fill(global_targets == pad_id, -100)
-    real = int((global_targets != -100).sum())
-    if real == 0:
-        raise BiosrecallError("a training batch holds no real tokens (check the dataset)")
-    local = distributed_.local_rows(torch.from_numpy(rows), setup.dist)
-    targets = distributed_.local_rows(global_targets, setup.dist)
-    device = setup.device
-    return local[:, :-1].to(device, non_blocking=True), targets.to(device, non_blocking=True), real
+def _backward(setup: RunSetup, config: TrainConfig, source: BatchSource, update: int, depth: int):
+    """The update's clipped gradient (the one training step of `step.py`); returns its loss."""
+    try:
+        return backward_and_clip(
+            setup.model,
+            source.batch(update),
+            source.pad_id,
+            depth,
+            config.grad_clip,
+            setup.autocast,
+            config.grad_accum,
+            dist=setup.dist,
+            parallel=config.parallel,
+        )
+    except NonFiniteLoss:
+        raise TrainingDiverged(
+            f"non-finite loss at update {update} (depth {depth}); the last good checkpoint is kept"
+        ) from None
 
 
 def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None:
@@ -205,29 +217,18 @@ def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None
     schedule's switch; refresh `latest`. Each kept checkpoint also holds the optimizer state, which
     the update diagnostic needs."""
     finished = state.update == setup.plan.updates
-    crossed = [
-        f
-        for f in config.checkpoint_fractions
-        if f not in state.fractions_done
-        and (state.flops >= f * setup.plan.budget or (finished and f == max(config.checkpoint_fractions)))
-    ]
-    keep = [(fraction, ckpt.checkpoint_dir(setup.run_dir, fraction)) for fraction in crossed]
+    crossed = fractions_crossed(
+        config.checkpoint_fractions, state.fractions_done, state.flops, setup.plan.budget, finished
+    )
+    kept_dirs = [(fraction, ckpt.checkpoint_dir(setup.run_dir, fraction)) for fraction in crossed]
     if state.update == setup.plan.switch_update:
-        keep.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.SWITCH)))
+        kept_dirs.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.SWITCH)))
     state.fractions_done.extend(crossed)
-    if keep and setup.sharded:  # collective: every rank holds a shard of the weights
-        paths = [(path, _meta(setup, state, fraction)) for fraction, path in keep]
-        sharded.save_kept(setup, paths, source.state_dict())
-    elif keep and setup.dist.is_main:
-        training_state = _training_state(setup, source)
-        for fraction, path in keep:
-            ckpt.save_checkpoint(path, setup.raw_model, _meta(setup, state, fraction), training_state)
-    if keep or finished or state.update % config.save_every == 0:
+    if kept_dirs:
+        kept = [(path, _meta(setup, state, fraction)) for fraction, path in kept_dirs]
+        setup.checkpointer.save_kept(kept, source.state_dict())
+    if kept_dirs or finished or state.update % config.save_every == 0:
         _save_latest(setup, source, state, metrics)
-
-
-def _training_state(setup: RunSetup, source: BatchSource) -> dict[str, Any]:
-    return {"optimizer": setup.optimizer.state_dict(), "source": source.state_dict()}
 
 
 def _meta(setup: RunSetup, state: _LoopState, fraction: float | None) -> dict[str, Any]:
@@ -247,28 +248,33 @@ def _meta(setup: RunSetup, state: _LoopState, fraction: float | None) -> dict[st
 
 
 def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metrics) -> None:
+    """Save the resumable state; the first one of a new run also swaps the run folder into place."""
     if metrics:
         metrics.flush()
-    if setup.sharded:
-        sharded.save_latest(setup, _meta(setup, state, None), source.state_dict())
-        return
-    training_state = _training_state(setup, source)
-    if setup.dist.is_main:
-        ckpt.save_latest(setup.run_dir, setup.raw_model, _meta(setup, state, None), training_state)
-    distributed_.barrier(setup.dist)
+    setup.checkpointer.save_latest(_meta(setup, state, None), source.state_dict())
+    if setup.publish is not None:
+        _publish(setup, metrics)
+    state.saved_update = state.update
+
+
+def _publish(setup: RunSetup, metrics) -> None:
+    """Swap the new run (built under a temporary name so far) into the folder the user named; a
+    replaced run is moved aside first and deleted only once the new one is in place."""
+    with ckpt.writing(setup.final_dir):
+        setup.publish()
+    setup.publish = None
+    setup.run_dir = setup.checkpointer.run_dir = setup.final_dir
+    if metrics:
+        metrics.moved_to(setup.final_dir)
 
 
 def _restore(setup: RunSetup, source: BatchSource) -> _LoopState:
-    """Load weights, optimizer and loop counters from `latest`."""
-    path = setup.resume_from
-    if setup.sharded:
-        meta, training_state = sharded.restore(setup, path)
-    else:
-        model, meta = ckpt.load_checkpoint(path, device=setup.device)
-        setup.raw_model.load_state_dict(model.state_dict())
-        training_state = ckpt.load_training_state(path)
-        setup.optimizer.load_state_dict(training_state["optimizer"])
-    source.load_state_dict(training_state["source"])
+    """Load weights, optimizer, batch source and loop counters from `latest`."""
+    try:
+        meta, source_state = setup.checkpointer.restore(setup.resume_from)
+    except ckpt.DamagedCheckpoint as exc:
+        raise ckpt.damaged_latest(setup.run_dir, setup.resume_from, exc) from None
+    source.load_state_dict(source_state)
     return _LoopState(
         update=meta["update"],
         flops=meta["flops"],
@@ -277,6 +283,7 @@ def _restore(setup: RunSetup, source: BatchSource) -> _LoopState:
         fractions_done=list(meta["fractions_done"]),
         last_loss=meta["loss"],
         wall_seconds=meta["wall_seconds"],
+        saved_update=meta["update"],
     )
 
 

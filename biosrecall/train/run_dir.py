@@ -4,15 +4,22 @@
     RUN_DIR/metrics.jsonl    one JSON line per update
     RUN_DIR/checkpoints/     see `biosrecall.train.checkpoint`
 
-A run folder is refused when it already holds a run, unless the user resumes or overwrites it.
+A run folder is refused when it already holds a run, unless the user resumes or overwrites it (a run
+killed before its first resumable state holds nothing to lose and is simply replaced). A new run is
+built under a temporary sibling name (`start_run_folder`) and swapped into place once it has saved a
+resumable state, so a run that fails before (a bad option, a full disk) leaves the old folder as it
+was. `read_config` and `read_metrics` are the only readers of these two files; each checks what it
+reads and reports damage in one line naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
-import shutil
+import re
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +27,19 @@ import numpy as np
 import torch
 
 from biosrecall import __version__
-from biosrecall.atomic import atomic_write_json
+from biosrecall.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_json_object, require_keys, require_regular_file
+from biosrecall.locking import remove_stale_temporaries
+from biosrecall.train.checkpoint import first_line, writing
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+# What every later stage reads from config.json (resume, evaluation, the diagnostic).
+REQUIRED_SECTIONS = ("model_config", "train_config", "plan")
+# A hidden temporary of an atomic write inside the run folder: `.<name>.XXXXXXXX.tmp` or `.old`.
+_LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.(?:tmp|old)")
 
 
 def versions() -> dict[str, str]:
@@ -37,75 +52,176 @@ def versions() -> dict[str, str]:
     }
 
 
-def prepare_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
-    """Create the folder for a new run, or check that a resumable one is there."""
+def prepare_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> bool:
+    """Check the folder for a resumable run (`resume`) or a new one; returns whether the new run will
+    replace what the folder holds (with `overwrite`, or a run that never saved a resumable state)."""
     run_dir = Path(run_dir)
     if resume and overwrite:
         raise BiosrecallError("--resume and --overwrite contradict each other; choose one")
-    if run_dir.exists() and not run_dir.is_dir():
+    if os.path.lexists(run_dir) and not run_dir.is_dir():
         raise BiosrecallError(f"run folder {run_dir} exists and is not a folder")
-    has_content = run_dir.is_dir() and any(run_dir.iterdir())
     if resume:
-        if not (run_dir / CONFIG_FILE).is_file():
+        if not os.path.lexists(run_dir / CONFIG_FILE):
             raise BiosrecallError(f"cannot resume: {run_dir} holds no run (no {CONFIG_FILE})")
-        return run_dir
-    if has_content and not overwrite:
-        raise BiosrecallError(f"run folder {run_dir} already holds files (pass --resume or --overwrite)")
-    return run_dir
+        return False
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return False
+    if overwrite or holds_nothing_resumable(run_dir):
+        return True
+    raise BiosrecallError(f"run folder {run_dir} already holds files (pass --resume or --overwrite)")
 
 
-def clear_run_dir(run_dir: Path) -> None:
-    """Overwrite: remove the previous run's files (called only once the new run is validated)."""
-    for child in (CONFIG_FILE, METRICS_FILE, "checkpoints"):
-        target = run_dir / child
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+def holds_nothing_resumable(run_dir: Path) -> bool:
+    """A run killed before its first checkpoint: its own files only, and no checkpoint folder yet."""
+    names = {entry.name for entry in run_dir.iterdir()}
+    if CONFIG_FILE not in names or not names <= {CONFIG_FILE, METRICS_FILE, CHECKPOINTS}:
+        return False
+    checkpoints = run_dir / CHECKPOINTS
+    if not checkpoints.is_dir() or checkpoints.is_symlink():
+        return not os.path.lexists(checkpoints)
+    return all(entry.name.startswith(".") for entry in checkpoints.iterdir())
+
+
+def start_run_folder(run_dir: str | Path, replace: bool, building: ExitStack) -> Path:
+    """A temporary sibling of `run_dir` to build the new run in. `building.close()` swaps it into place
+    (a replaced run is moved aside first and deleted only once the new one is in); an exception
+    before that removes it and leaves `run_dir` as it was."""
+    return building.enter_context(atomic_directory(run_dir, overwrite=replace))
+
+
+def remove_leftovers(run_dir: Path) -> None:
+    """Delete the hidden temporaries killed saves left in the run folder (call holding its lock)."""
+    for folder in (run_dir, run_dir / CHECKPOINTS):
+        names = {found.group(1) for entry in _entries(folder) if (found := _LEFTOVER.fullmatch(entry.name))}
+        for name in sorted(names):
+            remove_stale_temporaries(folder / name)
+
+
+def _entries(folder: Path) -> list[Path]:
+    return list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
 
 
 def write_config(run_dir: Path, record: dict[str, Any]) -> None:
-    atomic_write_json(run_dir / CONFIG_FILE, {**record, "versions": versions()})
+    with writing(run_dir / CONFIG_FILE):
+        atomic_write_json(run_dir / CONFIG_FILE, {**record, "versions": versions()})
 
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """A run's `config.json`, checked to hold valid model and train configs and a plan."""
     path = Path(run_dir) / CONFIG_FILE
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})") from None
-    except json.JSONDecodeError as exc:
-        raise BiosrecallError(f"{path} is corrupt: {exc.msg}") from None
+    if not os.path.lexists(path):
+        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
+    record = read_json_object(path, "run config", required=REQUIRED_SECTIONS)
+    for section in (*REQUIRED_SECTIONS, *(key for key in ("dataset", "task") if key in record)):
+        require_keys(record[section], (), f"section {section!r} of run config", path)
+    require_keys(record["plan"], ("updates", "budget"), "plan of run config", path)
+    problem = _config_problem(record)
+    if problem:
+        raise BiosrecallError(f"run config {path} is corrupt: {problem}")
+    return record
+
+
+def _config_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the values of a run config, or None."""
+    from biosrecall.model import ModelConfig
+    from biosrecall.train.config import TrainConfig
+
+    for section, build in (("model_config", ModelConfig.from_dict), ("train_config", TrainConfig.from_dict)):
+        try:
+            build(record[section])
+        except (BiosrecallError, TypeError, ValueError) as exc:
+            return f"{section}: {first_line(exc)}"
+    plan = record["plan"]
+    if not _whole(plan["updates"]) or plan["updates"] < 1:
+        return f"plan.updates must be a positive integer, got {plan['updates']!r}"
+    budget = plan["budget"]
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget < float("inf"):
+        return f"plan.budget must be a positive number, got {budget!r}"
+    switch = plan.get("switch_update")
+    if switch is not None and not (_whole(switch) and 0 <= switch <= plan["updates"]):
+        return f"plan.switch_update must be null or an update of the plan, got {switch!r}"
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class MetricsLog:
-    """Append-only JSON lines, truncated on resume to the updates the checkpoint has seen."""
+    """Append-only JSON lines, one per update in order; on resume, cut back to the updates the
+    checkpoint has seen, so no update is ever logged twice. Each row is written straight to the file
+    (no buffer), so a failed or killed run leaves whole rows and at most one torn last line."""
 
     def __init__(self, run_dir: Path, resume_from_update: int = 0):
         self.path = run_dir / METRICS_FILE
-        kept = []
-        if resume_from_update > 0 and self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:  # a line cut short by a hard kill
-                    break
-                if record.get("update", 0) >= resume_from_update:
-                    break
-                kept.append(line)
-        self.path.write_text("".join(f"{line}\n" for line in kept))
-        self._handle = self.path.open("a")
+        kept = _read_rows(self.path, limit=resume_from_update) if resume_from_update else []
+        if len(kept) < resume_from_update:
+            raise BiosrecallError(
+                f"cannot resume: {self.path} holds {len(kept)} updates, the checkpoint has seen "
+                f"{resume_from_update}"
+            )
+        with writing(self.path):
+            atomic_write_text(self.path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in kept))
+            self._handle = self.path.open("ab", buffering=0)
+        self.next_update = resume_from_update
+
+    def moved_to(self, run_dir: Path) -> None:
+        """The run folder was renamed (a new run swapped into place); the open file moved with it."""
+        self.path = run_dir / METRICS_FILE
 
     def append(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record, sort_keys=True) + "\n")
+        if record.get("update") != self.next_update:
+            raise RuntimeError(
+                f"metrics out of order: update {record.get('update')}, expected {self.next_update}"
+            )
+        data = memoryview((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+        with writing(self.path):
+            while data:
+                data = data[self._handle.write(data) :]
+        self.next_update += 1
 
     def flush(self) -> None:
-        self._handle.flush()
+        """Nothing is buffered (kept for callers that flush before a checkpoint)."""
 
     def close(self) -> None:
         self._handle.close()
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every logged update of a run, in order (a last line torn by a hard kill is dropped)."""
+    return _read_rows(Path(run_dir) / METRICS_FILE)
+
+
+def _read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The first `limit` (default: all) rows of `metrics.jsonl`, checked to be objects numbered 0, 1,
+    2, ...; anything else but a torn last line (which a kill mid-write leaves) is refused with the
+    line number. Lines after the first `limit` rows are not read."""
+    if not os.path.lexists(path):
+        return []
+    require_regular_file(path, "metrics log")
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:
+        raise BiosrecallError(f"metrics log {path} cannot be read: {exc.strerror}") from None
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if len(rows) == limit:
+            break
+        if not line.strip():
+            continue
+        row = _parse_row(line)
+        if row is None and number == len(lines) and line.startswith(b"{"):
+            break  # the unterminated last line of a killed write
+        if not isinstance(row, dict) or row.get("update") != len(rows):
+            found = "not a JSON row" if row is None else f"expected the row of update {len(rows)}"
+            raise BiosrecallError(f"metrics log {path} is corrupt at line {number}: {found}")
+        rows.append(row)
+    return rows
+
+
+def _parse_row(line: bytes) -> Any:
+    """One JSON row, or None when the line is not UTF-8 JSON."""
+    try:
+        return json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None

@@ -3,12 +3,20 @@
 `prepare_run` validates the inputs (so a bad argument never touches an existing run), resolves the
 device and the torchrun process group, plans the updates that fit the FLOP budget, builds the model
 and optimizer, writes `config.json`, and prints the plan with an estimated wall time.
+
+A new run is written to a temporary sibling folder until its first resumable state is saved; then
+`RunSetup.publish` swaps it into the folder the user named (moving a replaced run aside and deleting
+it only once the new one is in). A resume is checked against both `config.json` and the meta.json
+of `latest`: anything but `RESUMABLE_DIFFERENCES` that differs is refused.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,17 +28,20 @@ from biosrecall.compute.planner import budget_of, plan_run, plan_updates
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed as distributed_
-from biosrecall.train import run_dir as run_dir_
-from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig
+from biosrecall.train import distributed
+from biosrecall.train.checkpointing import Checkpointer, LocalCheckpointer
+from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.progress import format_seconds
+from biosrecall.train.run_dir import prepare_run_dir, read_config, start_run_folder, write_config
+from biosrecall.train.sharded import ShardedCheckpointer
 
 
 @dataclass
 class RunSetup:
     run_dir: Path
-    dist: distributed_.DistInfo
+    """Where the run writes now: for a new run, a temporary folder until its first resumable state."""
+    dist: distributed.DistInfo
     device: torch.device
     plan: Any
     model: torch.nn.Module
@@ -39,65 +50,116 @@ class RunSetup:
     autocast: Any
     meta_base: dict[str, Any]
     resume_from: Path | None
-    sharded: bool = False
-    """FSDP under torchrun: checkpoints go through `biosrecall.train.sharded` (collective saves)."""
+    checkpointer: Checkpointer
+    """Saves and restores this run's checkpoints (`ShardedCheckpointer` under FSDP, collective)."""
+    final_dir: Path
+    """The run folder the user named."""
+    publish: Callable[[], None] | None = None
+    """Swaps the new run into `final_dir` (rank 0; a no-op elsewhere); None once done or when resuming."""
 
 
-def prepare_run(model_config, config: TrainConfig, run_dir, record, resume, overwrite, reporter) -> RunSetup:
+def prepare_run(
+    model_config,
+    config: TrainConfig,
+    run_dir,
+    record,
+    resume,
+    overwrite,
+    reporter,
+    building: ExitStack,
+) -> RunSetup:
+    """Check everything, plan, build the model, and (for a new run) start its folder under a temporary
+    name in `building` (see `run_dir.start_run_folder`), which `RunSetup.publish` swaps into place."""
     config.validate()
     model_config.validate()
-    run_dir = run_dir_.prepare_run_dir(run_dir, resume, overwrite)
-    device = distributed_.resolve_device(config.device)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    autocast = autocast_for(device, config.precision)
-    dist, device = distributed_.init_distributed(device)
-    distributed_.check_parallel(config.parallel, dist)
-    distributed_.check_divisible(config.batch_size, dist, config.grad_accum)
+    final_dir = Path(run_dir)
+    replace = prepare_run_dir(final_dir, resume, overwrite)
+    dist, device, autocast = _join_devices(config)
     plan = make_plan(model_config, config)
     record = {**record, "model_config": model_config.to_dict(), "train_config": config.to_dict()}
-    resume_from = _check_resume(run_dir, record) if resume else None
+    resume_from = _check_resume(final_dir, record, plan, config) if resume else None
+    folder = final_dir if resume else _new_run_folder(final_dir, replace, dist, building)
     if dist.is_main and not resume:
-        if overwrite:
-            run_dir_.clear_run_dir(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        run_dir_.write_config(run_dir, {**record, "plan": plan_summary(plan, model_config)})
-    distributed_.barrier(dist)
-
-    from biosrecall.model import LoopedTransformer
-
-    torch.manual_seed(config.seed)
-    raw_model = LoopedTransformer(model_config).to(device)
-    model = distributed_.wrap_model(raw_model, dist, config.parallel, device)
-    # After wrapping: FSDP replaces the parameters by sharded ones, which the optimizer must hold.
-    optimizer = build_optimizer(raw_model, config)
-    if config.compile:
-        model = torch.compile(model)
-    meta_base = {
-        "model_config": model_config.to_dict(),
-        "schedule": plan.schedule,
-        "budget": plan.budget,
-        "planned_updates": plan.updates,
-        "seed": config.seed,
-        **{k: record[k] for k in ("dataset", "task") if k in record},
-    }
-    sharded = dist.enabled and config.parallel == "fsdp"
+        write_config(folder, {**record, "plan": plan_summary(plan, model_config)})
+    distributed.barrier(dist)
+    raw_model, model, optimizer = _build_model(model_config, config, dist, device)
     setup = RunSetup(
-        run_dir, dist, device, plan, model, raw_model, optimizer, autocast, meta_base, resume_from, sharded
+        run_dir=folder,
+        dist=dist,
+        device=device,
+        plan=plan,
+        model=model,
+        raw_model=raw_model,
+        optimizer=optimizer,
+        autocast=autocast,
+        meta_base=_meta_base(plan, config, record),
+        resume_from=resume_from,
+        checkpointer=_checkpointer(folder, dist, config, raw_model, optimizer),
+        final_dir=final_dir,
+        publish=None if folder == final_dir else (building.close if dist.is_main else lambda: None),
     )
     if dist.is_main:
         reporter.message(describe_plan(plan, model_config, _seconds_per_flop(setup, config)))
     return setup
 
 
+def _new_run_folder(run_dir: Path, replace: bool, dist, building: ExitStack) -> Path:
+    """Rank 0 starts the temporary folder of a new run; every rank learns its name (sharded saves
+    write from every rank)."""
+    folder = [start_run_folder(run_dir, replace, building) if dist.is_main else None]
+    if dist.enabled:
+        torch.distributed.broadcast_object_list(folder, src=0)
+    return Path(folder[0])
+
+
+def _join_devices(config: TrainConfig):
+    """The process group under torchrun, this rank's device (its own GPU) and the autocast to train in."""
+    device = distributed.resolve_device(config.device)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    autocast = autocast_for(device, config.precision)
+    dist, device = distributed.init_distributed(device)
+    distributed.check_parallel(config.parallel, dist)
+    distributed.check_divisible(config.batch_size, dist, config.grad_accum)
+    return dist, device, autocast
+
+
+def _checkpointer(run_dir: Path, dist, config: TrainConfig, model, optimizer) -> Checkpointer:
+    """FSDP: no rank holds the whole model, so every save and restore is collective and sharded."""
+    sharded = dist.enabled and config.parallel == "fsdp"
+    return (ShardedCheckpointer if sharded else LocalCheckpointer)(run_dir, dist, model, optimizer)
+
+
+def _build_model(model_config, config: TrainConfig, dist: distributed.DistInfo, device: torch.device):
+    """The seeded initial model, its DDP/FSDP (and compiled) wrapper, and AdamW over its parameters."""
+    from biosrecall.model import LoopedTransformer
+
+    torch.manual_seed(config.seed)
+    raw_model = LoopedTransformer(model_config).to(device)
+    model = distributed.wrap_model(raw_model, dist, config.parallel, device)
+    # After wrapping: FSDP replaces the parameters by sharded ones, which the optimizer must hold.
+    optimizer = build_optimizer(raw_model, config)
+    if config.compile:
+        model = torch.compile(model)
+    return raw_model, model, optimizer
+
+
+def _meta_base(plan, config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
+    """What every checkpoint's sidecar of this run says about the run itself."""
+    return {
+        "model_config": record["model_config"],
+        "schedule": plan.schedule,
+        "budget": plan.budget,
+        "planned_updates": plan.updates,
+        "seed": config.seed,
+        **{k: record[k] for k in ("dataset", "task") if k in record},
+    }
+
+
 def make_plan(model_config, config: TrainConfig):
     """The number of updates and their depths that spend the budget (one planner for every run)."""
     schedule = parse_schedule(config.schedule)
-    seq_len = config.seq_len or model_config.context_length
-    if seq_len > model_config.context_length:
-        raise BiosrecallError(
-            f"sequence length {seq_len} exceeds the model's context {model_config.context_length}"
-        )
+    seq_len = resolve_seq_len(config, model_config)
     tokens = config.batch_size * seq_len
     backprop = model_config.backprop_depth
     if config.updates is not None:
@@ -155,7 +217,7 @@ def _seconds_per_flop(setup: RunSetup, config: TrainConfig) -> float | None:
     """Time two forward+backward passes at depth 4 (weights untouched) to estimate the wall time."""
     if setup.device.type != "cpu" or setup.dist.enabled:
         return None
-    seq_len = config.seq_len or setup.raw_model.config.context_length
+    seq_len = resolve_seq_len(config, setup.raw_model.config)
     tokens = torch.zeros(config.batch_size, seq_len, dtype=torch.long, device=setup.device)
     elapsed = 0.0
     for _ in range(2):  # the first call pays one-off allocation costs
@@ -169,30 +231,53 @@ def _seconds_per_flop(setup: RunSetup, config: TrainConfig) -> float | None:
     return elapsed / flops
 
 
-def _check_resume(run_dir: Path, record: dict[str, Any]) -> Path:
-    """Resuming is allowed only from a saved `latest` with the same settings that change results."""
-    stored = run_dir_.read_config(run_dir)
+def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConfig) -> Path:
+    """Resuming is allowed only from an intact `latest` with the same settings that change results, as
+    both config.json and the checkpoint's own meta.json record them (editing one fools neither)."""
+    stored = read_config(run_dir)
     for section in ("model_config", "train_config", "dataset", "task"):
-        old, new = stored.get(section), record.get(section)
-        if isinstance(old, dict) and isinstance(new, dict):
-            for key in sorted(set(old) | set(new)):
-                if key in RESUMABLE_DIFFERENCES or _same(old.get(key), new.get(key)):
-                    continue
-                raise BiosrecallError(
-                    f"cannot resume: {section}.{key} differs (run has {old.get(key)!r}, given {new.get(key)!r})"
-                )
-        elif old != new:
-            raise BiosrecallError(f"cannot resume: {section} differs from the stored run")
-    latest = ckpt.latest_checkpoint(run_dir)
-    if latest is None:
+        _refuse_differences(section, stored.get(section), record.get(section), "")
+    link = run_dir / "checkpoints" / ckpt.LATEST
+    if not os.path.lexists(link):
         raise BiosrecallError(f"cannot resume: {run_dir} has no saved checkpoint yet")
+    latest = link.resolve()
+    try:
+        meta = ckpt.read_meta(latest, ckpt.RESUME_REQUIRED)
+        ckpt.model_config_of(latest, meta)
+    except ckpt.DamagedCheckpoint as exc:
+        raise ckpt.damaged_latest(run_dir, latest, exc) from None
+    expected = {  # causes before consequences: the model and schedule fix the budget's updates
+        "model_config": record["model_config"],
+        "schedule": plan.schedule,
+        "seed": config.seed,
+        "budget": plan.budget,
+        "planned_updates": plan.updates,
+    }
+    for key, value in expected.items():
+        _refuse_differences(key, meta[key], value, f" (checkpoint {latest})")
+    for section in ("dataset", "task"):
+        if section in meta:
+            _refuse_differences(section, meta[section], record.get(section), f" (checkpoint {latest})")
     return latest
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return list(a) == list(b)
-    return a == b
+def _refuse_differences(name: str, old: Any, new: Any, where: str) -> None:
+    """Refuse `new` unless it equals `old` in every key but the documented resumable ones."""
+    old, new = _plain(old), _plain(new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if key not in RESUMABLE_DIFFERENCES and old.get(key) != new.get(key):
+                raise BiosrecallError(
+                    f"cannot resume: {name}.{key} differs (run has {old.get(key)!r}, given "
+                    f"{new.get(key)!r}){where}"
+                )
+    elif old != new:
+        raise BiosrecallError(f"cannot resume: {name} differs (run has {old!r}, given {new!r}){where}")
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON gives it back (tuples become lists), so stored and new values compare equal."""
+    return json.loads(json.dumps(value))
 
 
 def autocast_for(device: torch.device, precision: str):

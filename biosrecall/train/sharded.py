@@ -1,7 +1,8 @@
 """Checkpoints of FSDP runs: sharded `torch.distributed.checkpoint` (DCP) state and full exports.
 
-Under `torchrun ... --parallel fsdp` no rank holds the whole model, so the trainer (`loop.py`)
-dispatches here instead of to `checkpoint.py`, and every call below is collective (all ranks call it):
+Under `torchrun ... --parallel fsdp` no rank holds the whole model, so `prepare_run` gives the trainer
+a `ShardedCheckpointer` (the `Checkpointer` interface of `checkpointing.py`), whose every method is
+collective (all ranks call it):
 
     RUN_DIR/checkpoints/latest -> state-<update>/
         dcp/                 model and optimizer shards plus DCP's `.metadata`, written by every rank
@@ -9,8 +10,9 @@ dispatches here instead of to `checkpoint.py`, and every call below is collectiv
         meta.json            the same sidecar as every checkpoint
         training_state.pt    the batch source's state (the optimizer lives in dcp/)
 
-The folder is assembled under a temporary name and renamed into place before `latest` is swapped,
-exactly as for single-process runs, so a kill at any moment leaves a complete state behind.
+The folder is assembled under a temporary name and renamed into place before `latest` is swapped by
+the same `checkpoint.swap_latest` as single-process runs use, so a kill at any moment leaves a
+complete state behind.
 
 Kept checkpoints (budget fractions, the switch, the final one) use the one single-file format of
 `checkpoint.py`: full weights are gathered on rank 0 (on the CPU) and written with `save_checkpoint`,
@@ -20,9 +22,9 @@ and the update diagnostic therefore read FSDP runs exactly like single-process o
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,79 +40,77 @@ from torch.distributed.checkpoint.state_dict import (
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed as distributed_
+from biosrecall.train import distributed
+from biosrecall.train.checkpointing import Checkpointer, KeptCheckpoint
 
 DCP_DIR = "dcp"
 
 
-def save_latest(setup, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
-    """Write `state-<update>/` from every rank, then (rank 0) point `latest` at it and drop older ones."""
-    root = setup.run_dir / "checkpoints"
-    name = f"state-{int(meta['update']):08d}"
-    tmp = root / f".{name}.tmp"
-    if setup.dist.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier save
-        tmp.mkdir(parents=True)
-    distributed_.barrier(setup.dist)
-    dcp.save(_sharded_state(setup), checkpoint_id=tmp / DCP_DIR)
-    if setup.dist.is_main:
-        (tmp / ckpt.META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        torch.save({"source": source_state}, tmp / ckpt.STATE_FILE)
-        _publish(root, tmp, name)
-    distributed_.barrier(setup.dist)
-    return root / name
+class ShardedCheckpointer(Checkpointer):
+    """FSDP: no rank holds the whole model, so every method is collective (all ranks call it)."""
 
+    def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
+        """Every rank writes its shards into `.state-<update>.tmp/`; rank 0 adds the sidecar, renames
+        the folder into place and points `latest` at it."""
+        root = self.run_dir / "checkpoints"
+        name = ckpt.state_dirname(meta["update"])
+        tmp = root / f".{name}.tmp"
+        if self.dist.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier save
+            with ckpt.writing(tmp):
+                tmp.mkdir(parents=True)
+        distributed.barrier(self.dist)
+        dcp.save(self._sharded_state(), checkpoint_id=tmp / DCP_DIR)
+        if self.dist.is_main:
+            with ckpt.writing(root / name):
+                ckpt.write_meta(tmp, meta)
+                ckpt.write_training_state(tmp / ckpt.STATE_FILE, {"source": source_state})
+                if (root / name).exists():  # the same update saved twice (a stop right after a save)
+                    ckpt.hide_state(root / name)
+                os.replace(tmp, root / name)
+            ckpt.swap_latest(root, name)
+        distributed.barrier(self.dist)
+        return root / name
 
-def _publish(root: Path, tmp: Path, name: str) -> None:
-    """Rename the finished folder into place and swap the `latest` link to it atomically."""
-    final = root / name
-    if final.exists():  # the same update saved twice (a stop right after a periodic save)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    link_tmp = root / f".{ckpt.LATEST}.tmp"
-    link_tmp.unlink(missing_ok=True)
-    os.symlink(name, link_tmp)
-    os.replace(link_tmp, root / ckpt.LATEST)
-    for old in root.glob("state-*"):
-        if old.name != name:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def restore(setup, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Load model and optimizer shards from `path` into this run; returns (meta, training_state)."""
-    if not (path / DCP_DIR).is_dir():
-        raise BiosrecallError(
-            f"cannot resume: {path} is not a sharded (FSDP) checkpoint; resume with the run's own "
-            "--parallel mode"
+    def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        if not (path / DCP_DIR).is_dir():
+            raise BiosrecallError(
+                f"cannot resume: {path} is not a sharded (FSDP) checkpoint; resume with the run's own "
+                "--parallel mode"
+            )
+        # Building the state first gives every tensor (optimizer moments included) a place to load into.
+        meta = ckpt.read_meta(path)
+        source_state = ckpt.load_training_state(path, optimizer=False)["source"]
+        state = self._sharded_state()
+        try:
+            dcp.load(state, checkpoint_id=path / DCP_DIR)
+        except Exception as exc:  # DCP wraps each rank's failure (missing or truncated shards)
+            raise ckpt.DamagedCheckpoint(
+                f"sharded state {path / DCP_DIR} is corrupt: {ckpt.first_line(exc)}"
+            ) from None
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
         )
-    # Building the state first gives every tensor (optimizer moments included) a place to load into.
-    state = _sharded_state(setup)
-    dcp.load(state, checkpoint_id=path / DCP_DIR)
-    set_state_dict(
-        setup.raw_model,
-        setup.optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optimizer"],
-    )
-    return ckpt.read_meta(path), ckpt.load_training_state(path)
+        return meta, source_state
 
+    def save_kept(self, kept: Sequence[KeptCheckpoint], source_state: dict[str, Any]) -> None:
+        """Gather full weights and optimizer state on rank 0 (on the CPU) and write each checkpoint."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state = get_model_state_dict(self.model, options=options)
+        optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        if self.dist.is_main:
+            model = full_model(self.model.config, model_state)
+            training_state = {"optimizer": indexed_optimizer_state(optimizer_state), "source": source_state}
+            for path, meta in kept:
+                ckpt.save_checkpoint(path, model, meta, training_state)
+        distributed.barrier(self.dist)
 
-def _sharded_state(setup) -> dict[str, Any]:
-    model_state, optimizer_state = get_state_dict(setup.raw_model, setup.optimizer)
-    return {"model": model_state, "optimizer": optimizer_state}
-
-
-def save_kept(setup, keep: list[tuple[Path, dict[str, Any]]], source_state: dict[str, Any]) -> None:
-    """Gather full weights and optimizer state on rank 0 and write each (path, meta) as a checkpoint."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_state = get_model_state_dict(setup.raw_model, options=options)
-    optimizer_state = get_optimizer_state_dict(setup.raw_model, setup.optimizer, options=options)
-    if setup.dist.is_main:
-        model = full_model(setup.raw_model.config, model_state)
-        training_state = {"optimizer": indexed_optimizer_state(optimizer_state), "source": source_state}
-        for path, meta in keep:
-            ckpt.save_checkpoint(path, model, meta, training_state)
-    distributed_.barrier(setup.dist)
+    def _sharded_state(self) -> dict[str, Any]:
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
 
 
 def full_model(config, state: dict[str, torch.Tensor]) -> torch.nn.Module:

@@ -43,7 +43,7 @@ evaluate_group() {
     fi
     local run
     for run in "$RUNS/$group"/*/; do
-        $BIOSRECALL lm eval "$run" --checkpoints all
+        $BIOSRECALL lm eval "$run" --checkpoint all
     done
     $BIOSRECALL lm compare "$RUNS/$group"/*/ --reference "$RUNS/$group/uniform/" --out "$RUNS/$group-figures"
 }

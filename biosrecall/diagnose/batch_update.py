@@ -1,7 +1,7 @@
-"""The update diagnostic's arithmetic: the trainer's loss and gradient, the batch-caused AdamW update, RMS
-matching, adding an update to the weights, and answer NLL / recalled bits over serving depths.
+"""The batch-caused update of the update diagnostic: a batch's gradient (by the trainer's own step), the
+part of AdamW's next step that the gradient causes, RMS matching, and adding an update to the weights.
 
-`biosrecall.eval.diagnose` documents the method and runs it; each piece here is tested on its own
+`biosrecall.diagnose` documents the method; each piece here is tested on its own
 (`pytest -q tests/test_diagnose.py`).
 
     params = optimizer_params(optimizer)
@@ -9,7 +9,7 @@ matching, adding an update to the weights, and answer NLL / recalled bits over s
     delta = adamw_batch_update(optimizer, grads, lr)          # float64, one tensor per parameter
     delta = scale_to_rms(delta, rms(other_delta))
     with applied(params, delta):
-        nll, bits = answer_scores(model, eval_set, pool_sizes, serving_depths=range(1, 17))
+        scores = task.score(model, serving_depths)            # the weights are restored afterwards
 """
 
 from __future__ import annotations
@@ -18,64 +18,15 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.recall import score_exact
-
-# The answer-position layout of an eval batch belongs to the recall sweep; the diagnostic reads the same
-# positions so its "recalled" means exactly what `recall-curve` means.
-from biosrecall.eval.sweep import _make_batch, _rows_exact, plan_batches
-
-IGNORE = -100  # cross-entropy's ignore_index, as in the trainer
+from biosrecall.train.step import backward_and_clip
 
 
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Every parameter the optimizer updates, in its group order (the order of all update lists here)."""
     return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def split_batch(rows: np.ndarray, pad_id: int | None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """A batch (int64 [B, T + 1]) as the trainer splits it: inputs, targets with padding ignored, and
-    the number of real target tokens."""
-    rows = torch.from_numpy(np.ascontiguousarray(rows))
-    targets = rows[:, 1:].contiguous()
-    if pad_id is not None:
-        targets = targets.masked_fill(targets == pad_id, IGNORE)
-    real = int((targets != IGNORE).sum())
-    if real == 0:
-        raise BiosrecallError("a training batch holds no real tokens (check the dataset)")
-    return rows[:, :-1], targets, real
-
-
-def backward_and_clip(
-    model, rows, pad_id, depth: int, grad_clip: float, autocast=nullcontext, grad_accum: int = 1
-) -> float:
-    """Accumulate the gradient of the trainer's loss (mean cross-entropy over non-pad targets at depth
-    `depth`, in `grad_accum` micro-batches) and clip its global norm as the trainer does; returns the loss."""
-    device = next(model.parameters()).device
-    inputs, targets, real = split_batch(rows, pad_id)
-    total = 0.0
-    for micro_inputs, micro_targets in zip(inputs.chunk(grad_accum), targets.chunk(grad_accum), strict=True):
-        with autocast():
-            logits = model(micro_inputs.to(device), depth)
-        loss_sum = F.cross_entropy(
-            logits.float().flatten(0, 1),
-            micro_targets.to(device).flatten(),
-            ignore_index=IGNORE,
-            reduction="sum",
-        )
-        # Normalised as the trainer does (each sum times 1 / real tokens of the whole batch), so a
-        # continued run matches the trainer bit for bit.
-        (loss_sum * (1 / real)).backward()
-        total += loss_sum.item()
-    if not math.isfinite(total):
-        raise BiosrecallError(f"the training loss is not finite at depth {depth}")
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    return total / real
 
 
 def batch_gradient(
@@ -88,7 +39,8 @@ def batch_gradient(
     autocast=nullcontext,
     grad_accum: int = 1,
 ) -> list[torch.Tensor]:
-    """The clipped training gradient of one batch at `depth`, one tensor per entry of `params`."""
+    """The clipped training gradient of one batch at `depth`, one tensor per entry of `params`: the
+    trainer's own step (`biosrecall.train.step`), so it is the gradient the trainer would apply."""
     model.zero_grad(set_to_none=True)
     backward_and_clip(model, rows, pad_id, depth, grad_clip, autocast, grad_accum)
     grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params]
@@ -168,27 +120,3 @@ def applied(params: Sequence[torch.Tensor], update: Sequence[torch.Tensor]) -> I
         with torch.no_grad():
             for p, original in zip(params, saved, strict=True):
                 p.copy_(original)
-
-
-def answer_scores(
-    model, eval_set, pool_sizes: Mapping[str, int], serving_depths: Sequence[int], batch_size: int = 256
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per serving depth (ascending): mean NLL of the answer tokens under teacher forcing, and recalled
-    bits per person (a fact is recalled when >= 4 of its 5 prompts are answered exactly)."""
-    depths = sorted(set(serving_depths))
-    device = next(model.parameters()).device
-    nll_sum = torch.zeros(len(depths), dtype=torch.float64, device=device)
-    exact = np.zeros((len(depths), len(eval_set.answer_start)), dtype=bool)
-    answer_tokens = 0
-    with torch.inference_mode():
-        for rows in plan_batches(eval_set, batch_size):
-            batch = _make_batch(eval_set, rows, device)
-            flags = []
-            pass_ = model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
-            for i, (_, logits) in enumerate(pass_):
-                nll_sum[i] += F.cross_entropy(logits.float(), batch.targets, reduction="sum").double()
-                flags.append(_rows_exact(logits, batch))
-            exact[:, rows] = torch.stack(flags).cpu().numpy()
-            answer_tokens += len(batch.targets)
-    bits = np.array([score_exact(flags, eval_set, pool_sizes).bits_per_person for flags in exact])
-    return (nll_sum / answer_tokens).cpu().numpy(), bits

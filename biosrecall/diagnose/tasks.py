@@ -5,36 +5,44 @@
     task.score(model, [1, 2, 4])    # {"nll": array over the serving depths (ascending), ...}
     task.units                      # metric -> what it measures (the plot's axis label), in report order
     task.record                     # what the options JSON records about the data and the scored set
+    answer_scores(model, eval_set, pool_sizes, [1, 2, 4])   # bioS: (answer NLL, recalled bits) per depth
 
 bioS runs (`biosrecall train`): answer NLL under teacher forcing and recalled bits per person, over the
-evaluation prompts of the first `people` people (default 100; 0 = all), as `recall-curve` counts them.
+evaluation prompts of the first `people` people (DEFAULT_PEOPLE; 0 = all), as `recall-curve` counts
+them.
 
 LM runs (`biosrecall lm train`): validation NLL, the mean next-token cross-entropy over every target
-token of the first `val_sequences` windows (default 64; 0 = all) of the run's corpus validation split
-in stream order: the windows `biosrecall lm eval --max-sequences N` reads, scored by its `depth_nll`.
+token of the first `val_sequences` windows (DEFAULT_VAL_SEQUENCES; 0 = all) of the run's corpus
+validation split in stream order: the windows `biosrecall lm eval --max-sequences N` reads, scored by
+its `depth_nll`.
 
-Each builder checks that the data is the one the checkpoint records (by hash), so `source` draws the
-batches the trainer drew. Another kind of run is one more entry in `BUILDERS`.
+Each builder finds the data through `biosrecall.runs` and checks that it is the one the checkpoint
+records (by hash), so `source` draws the batches the trainer drew. Another kind of run is one more entry
+in `BUILDERS`.
 `pytest -q tests/test_diagnose.py tests/test_diagnose_lm.py` covers both kinds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from biosrecall import runs
+from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import dataset_path_of
-from biosrecall.eval.diagnose_step import answer_scores
+from biosrecall.eval.recall import score_exact
+
+# The answer-position layout belongs to the recall sweep; reading the same positions makes the
+# diagnostic's "recalled" mean exactly what `recall-curve` means.
+from biosrecall.eval.sweep import answer_batch, exact_rows, plan_batches
 from biosrecall.train.config import TrainConfig
 
-DEFAULT_PEOPLE = 100
-DEFAULT_VAL_SEQUENCES = 64
 EVAL_BATCH = 16  # validation windows per forward pass; the mean NLL does not depend on it
 HIGHER_IS_BETTER = frozenset({"bits"})  # every other metric is a loss
 
@@ -74,15 +82,15 @@ def load_task(run: RunInfo, data_dir=None, people=None, val_sequences=None) -> D
     return BUILDERS[name](run, data_dir, people, val_sequences)
 
 
-def bios_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
+def bios_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
     """Answer NLL and recalled bits on the prompts of the first `people` people of the run's dataset."""
     from biosrecall.bios import load_dataset
-    from biosrecall.train.bios_task import BiosBatchSource
+    from biosrecall.train.bios_training import BiosBatchSource
 
     _refuse(val_sequences, "--val-sequences", "LM", run.run_dir, "bioS", "--people")
-    dataset = load_dataset(dataset_path_of(run.meta, run.run_dir, data_dir))
-    if dataset.manifest_hash != _recorded_hash(run):
-        raise BiosrecallError(f"the dataset is not the one {run.run_dir} was trained on; pass --data DIR")
+    path = runs.training_data_of(run.run_dir, run.meta, data_dir)
+    dataset = load_dataset(path)
+    runs.check_training_data(run.run_dir, run.meta, path, dataset.manifest_hash)
     people = DEFAULT_PEOPLE if people is None else people
     chosen = dataset.num_people if people == 0 else min(people, dataset.num_people)
     eval_set = dataset.eval_set(np.arange(chosen))
@@ -105,18 +113,15 @@ def bios_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
     )
 
 
-def lm_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
+def lm_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
     """Validation NLL over the first `val_sequences` validation windows of the run's own corpus."""
     from biosrecall.lm.evaluate import depth_nll
     from biosrecall.lm.task import LMBatchSource
 
     _refuse(people, "--people", "bioS", run.run_dir, "LM", "--val-sequences")
-    path = dataset_path_of(run.meta, run.run_dir, data_dir)
+    path = runs.training_data_of(run.run_dir, run.meta, data_dir)
     source = LMBatchSource(path, run.config.batch_size, run.seq_len, run.config.seed)
-    if source.loader.data_sha256 != _recorded_hash(run):
-        raise BiosrecallError(
-            f"the corpus in {path} is not the one {run.run_dir} was trained on; pass --data DIR"
-        )
+    runs.check_training_data(run.run_dir, run.meta, path, source.loader.data_sha256)
     windows = validation_windows(
         path, run.seq_len, DEFAULT_VAL_SEQUENCES if val_sequences is None else val_sequences
     )
@@ -143,6 +148,30 @@ def lm_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
     )
 
 
+def answer_scores(
+    model, eval_set, pool_sizes: Mapping[str, int], serving_depths: Sequence[int], batch_size: int = 256
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per serving depth (ascending): mean NLL of the answer tokens under teacher forcing, and recalled
+    bits per person (a fact is recalled when >= 4 of its 5 prompts are answered exactly)."""
+    depths = sorted(set(serving_depths))
+    device = next(model.parameters()).device
+    nll_sum = torch.zeros(len(depths), dtype=torch.float64, device=device)
+    exact = np.zeros((len(depths), len(eval_set.answer_start)), dtype=bool)
+    answer_tokens = 0
+    with torch.inference_mode():
+        for rows in plan_batches(eval_set, batch_size):
+            batch = answer_batch(eval_set, rows, device)
+            flags = []
+            pass_ = model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
+            for i, (_, logits) in enumerate(pass_):
+                nll_sum[i] += F.cross_entropy(logits.float(), batch.targets, reduction="sum").double()
+                flags.append(exact_rows(logits, batch))
+            exact[:, rows] = torch.stack(flags).cpu().numpy()
+            answer_tokens += len(batch.targets)
+    bits = np.array([score_exact(flags, eval_set, pool_sizes).bits_per_person for flags in exact])
+    return (nll_sum / answer_tokens).cpu().numpy(), bits
+
+
 def validation_windows(data_dir: Path, seq_len: int, sequences: int) -> list[np.ndarray]:
     """The first `sequences` validation windows (0 = all), read once and kept: every score of a
     diagnosis sees the same tokens."""
@@ -165,8 +194,4 @@ def _refuse(value, option: str, applies_to: str, run_dir, kind: str, instead: st
         )
 
 
-def _recorded_hash(run: RunInfo) -> str | None:
-    return (run.meta.get("dataset") or {}).get("manifest_hash")
-
-
-BUILDERS: dict[str, Callable[..., DiagnosisTask]] = {"bios": bios_task, "lm": lm_task}
+BUILDERS: dict[str, Callable[..., DiagnosisTask]] = {"bios": bios_diagnosis_task, "lm": lm_diagnosis_task}

@@ -1,12 +1,14 @@
-"""The update diagnostic's report: bootstrap summary over batches, the figure, and the files it writes.
+"""The update diagnostic's report: bootstrap summary over batches, the result, its figure and its files.
 
-`biosrecall.eval.diagnose` documents the method; this module turns its per-batch numbers into
+`biosrecall.diagnose` documents the method; this module turns its per-batch numbers into
 
     summary = summarize(batches, bootstrap=2000, level=0.95, seed=0)   # mean and interval per depth
-    fig = plot_diagnosis(summary, options)                             # matplotlib Figure (no pyplot)
-    write_diagnosis(summary, batches, options, "runs/ff/diagnose")
+    result = DiagnosisResult(summary, batches, options, record)
+    result.figure()                                                    # matplotlib Figure (no pyplot)
+    result.write("runs/ff/diagnose")                                   # the files below
 
-Files (STEM = diagnose_<checkpoint>, e.g. diagnose_switch, so diagnoses of several checkpoints coexist):
+Files (STEM = diagnose_<checkpoint label>, e.g. diagnose_switch or diagnose_1.0 for `--checkpoint final`,
+so diagnoses of several checkpoints coexist; tables and figures through `biosrecall.outputs`):
     STEM.csv, STEM.parquet                   summary: after_uniform, update, metric (bioS runs: nll and
                                              bits; LM runs: nll, the validation NLL),
                                              serving_depth (empty = averaged over serving depths), mean,
@@ -14,20 +16,22 @@ Files (STEM = diagnose_<checkpoint>, e.g. diagnose_switch, so diagnoses of sever
     STEM_batches.csv, STEM_batches.parquet   every batch's raw numbers (see `diagnose_state`)
     STEM.png, STEM.pdf                       advantage against serving depth, one line per after_uniform
                                              (one panel per metric)
-    STEM.json                                the seed and every resolved option
+    STEM.json                                every option (`DiagnoseOptions`), the seed included, and
+                                             what was resolved: checkpoint, data, scored set, states
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from biosrecall.atomic import atomic_write_json
-from biosrecall.eval.curves import write_tables
-from biosrecall.eval.plots import COLORS, MARKERS, save_figure
+from biosrecall.diagnose.options import DiagnoseOptions
+from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
 
 ADVANTAGE = "_advantage"  # the per-batch frame has one METRIC_advantage column per metric
 
@@ -97,8 +101,33 @@ def depth_average(summary: pd.DataFrame) -> pd.DataFrame:
     return rows.drop(columns="serving_depth").reset_index(drop=True)
 
 
-def _panel(ax, summary: pd.DataFrame, metric: str, options: dict) -> None:
-    shallow, deep = options["depths"]
+@dataclass
+class DiagnosisResult:
+    """`summary`: mean advantage and bootstrap interval per (after_uniform, metric, serving depth; <NA> =
+    depth average). `batches`: one row per (after_uniform, batch, serving depth). `options`: what was
+    asked; `record`: what was resolved (checkpoint label, data, scored set, the states diagnosed)."""
+
+    summary: pd.DataFrame
+    batches: pd.DataFrame
+    options: DiagnoseOptions
+    record: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """STEM.json: the options, then the record. `people` and `val_sequences` come from the record,
+        which holds the resolved counts (0 and None mean "everyone" and "the default" as options)."""
+        asked = {k: v for k, v in self.options.to_dict().items() if k not in ("people", "val_sequences")}
+        return {**asked, **self.record}
+
+    def figure(self):
+        return plot_diagnosis(self)
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        return write_diagnosis(self, out_dir)
+
+
+def _panel(ax, result: DiagnosisResult, metric: str) -> None:
+    summary, options = result.summary, result.options
+    shallow, deep = options.depths
     ax.axhline(0.0, color="0.25", lw=1.0, zorder=1)
     for depth in sorted({shallow, deep}):
         ax.axvline(depth, color="0.6", linestyle=":", lw=1.0, zorder=1)
@@ -112,35 +141,39 @@ def _panel(ax, summary: pd.DataFrame, metric: str, options: dict) -> None:
         ax.fill_between(x, curve["ci_low"], curve["ci_high"], color=color, alpha=0.18, lw=0)
         ax.plot(x, curve["mean"], color=color, marker=MARKERS[i % len(MARKERS)], ms=4, lw=1.6, label=label)
     ax.set_xlabel("serving depth K")
-    ax.set_ylabel(f"advantage of K={deep} update\n({options['metrics'][metric]})")
+    ax.set_ylabel(f"advantage of K={deep} update\n({result.record['metrics'][metric]})")
     ax.grid(True, color="0.9", lw=0.6)
-    ax.legend(fontsize="x-small", frameon=False, title=f"{options['level']:.0%} bootstrap interval")
+    ax.legend(fontsize="x-small", frameon=False, title=f"{options.level:.0%} bootstrap interval")
 
 
-def plot_diagnosis(summary: pd.DataFrame, options: dict) -> Figure:
+def plot_diagnosis(result: DiagnosisResult):
     """Advantage of the deeper update against serving depth, one panel per metric of the run's kind
-    (`options["metrics"]`: bioS runs NLL left and recalled bits right, LM runs validation NLL)."""
-    metrics = [m for m in options["metrics"] if m in set(summary["metric"])]
+    (bioS runs NLL left and recalled bits right, LM runs validation NLL): a matplotlib Figure."""
+    # matplotlib is imported here, not at the top: the command line imports this package to start.
+    from matplotlib.figure import Figure
+
+    record, options = result.record, result.options
+    metrics = [m for m in record["metrics"] if m in set(result.summary["metric"])]
     fig = Figure(figsize=(1.0 + 5.0 * len(metrics), 4.4), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
-        _panel(ax, summary, metric, options)
-    shallow, deep = options["depths"]
+        _panel(ax, result, metric)
+    shallow, deep = options.depths
     fig.suptitle(
-        f"{Path(str(options['run_dir'])).name} @ {options['checkpoint']}: K={deep} vs K={shallow} "
-        f"batch-caused update at equal RMS ({options['rms']})\npositive = K={deep} helps more "
-        f"({options['batches']} batches)",
+        f"{Path(str(record['run_dir'])).name} @ {record['checkpoint']}: K={deep} vs K={shallow} "
+        f"batch-caused update at equal RMS ({options.rms})\npositive = K={deep} helps more "
+        f"({options.batches} batches)",
         fontsize="medium",
     )
     return fig
 
 
-def write_diagnosis(summary, batches, options: dict, out_dir: str | Path) -> list[Path]:
+def write_diagnosis(result: DiagnosisResult, out_dir: str | Path) -> list[Path]:
     """Write the tables, the figure and the options JSON into `out_dir`; returns the paths written."""
-    out_dir = Path(out_dir)
-    stem = f"diagnose_{options['checkpoint']}"
-    written = write_tables(summary, out_dir, stem)
-    written += write_tables(batches, out_dir, f"{stem}_batches")
-    written += save_figure(plot_diagnosis(summary, options), out_dir / stem)
-    atomic_write_json(out_dir / f"{stem}.json", options)
-    return [*written, out_dir / f"{stem}.json"]
+    base = Path(out_dir) / f"diagnose_{result.record['checkpoint']}"
+    written = write_table(result.summary, base)
+    written += write_table(result.batches, base.with_name(f"{base.name}_batches"))
+    written += save_figure(plot_diagnosis(result), base)
+    json_path = base.with_name(f"{base.name}.json")
+    atomic_write_json(json_path, result.to_json())
+    return [*written, json_path]

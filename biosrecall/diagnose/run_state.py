@@ -1,19 +1,20 @@
 """A run (bioS or LM) at one of its kept checkpoints, for the update diagnostic: weights, the AdamW state
 rebuilt as the trainer builds it, the run's batch stream and planned depths, and the run's next updates.
 
-    state, task = load_run_state("runs/ff", "switch")        # or a budget fraction such as 0.8
+    state, task = load_run_state("runs/ff", "switch")        # any one-checkpoint selector: 0.8, final
     state.lr()                                               # the LR of the run's next update
     continue_run(state, 16)                                  # the run's own next 16 updates, in place
 
 `continue_run` is the trainer's step (planned depth, scheduled LR, the run's batch, loss, clipping,
 AdamW) without its bookkeeping; continuing a fixed-first run from its switch to its last update
 reproduces the run's final weights bit for bit on a CPU (tests/test_diagnose.py, test_diagnose_lm.py).
-What is scored, and the batch source, depend on the kind of run: `biosrecall.eval.diagnose_tasks`.
+The checkpoint is chosen with the selector syntax of every command (`biosrecall.runs`), naming exactly
+one checkpoint. What is scored, and the batch source, depend on the kind of run: `diagnose.tasks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,24 +22,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from biosrecall import runs
 from biosrecall.compute.schedules import parse_schedule
+from biosrecall.diagnose.tasks import DiagnosisTask, RunInfo, load_task
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import select_checkpoints
-from biosrecall.eval.diagnose_step import backward_and_clip
-from biosrecall.eval.diagnose_tasks import DiagnosisTask, RunInfo, load_task
-from biosrecall.train import checkpoint as ckpt
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import resolve_device
 from biosrecall.train.loop import BatchSource
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
-from biosrecall.train.run_dir import CONFIG_FILE, read_config
+from biosrecall.train.run_dir import read_config
 from biosrecall.train.setup import autocast_for
+from biosrecall.train.step import backward_and_clip
 
 
 @dataclass
 class RunState:
     """A run's weights and AdamW state before its update `update`, and what taking its next updates needs."""
 
+    checkpoint: str  # the label of the checkpoint it was loaded from ("switch", "0.8", ...)
     model: torch.nn.Module
     optimizer: torch.optim.AdamW
     config: TrainConfig
@@ -56,44 +57,23 @@ class RunState:
         return learning_rate(self.update, self.planned, self.config)
 
 
-def resolve_checkpoint(run_dir: Path, checkpoint: str | float) -> Path:
-    """The checkpoint folder for a budget fraction (0.8) or "switch"."""
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
-    if str(checkpoint) == ckpt.SWITCH:
-        path = ckpt.checkpoint_dir(run_dir, ckpt.SWITCH)
-        if not (path / ckpt.META_FILE).is_file():
-            raise BiosrecallError(
-                f"{run_dir} has no switch checkpoint (only schedules with a switch, such as fixed_first, "
-                "keep one); pass --checkpoint FRACTION"
-            )
-        return path
-    try:
-        fraction = float(checkpoint)
-    except ValueError:
-        raise BiosrecallError(
-            f"--checkpoint takes a budget fraction such as 0.8, or 'switch' (got {checkpoint!r})"
-        ) from None
-    return next(iter(select_checkpoints(run_dir, [fraction]).values()))
-
-
 def load_run_state(
     run_dir, checkpoint="switch", device="auto", data_dir=None, people=None, val_sequences=None
 ) -> tuple[RunState, DiagnosisTask]:
-    """The run at a checkpoint, its optimizer rebuilt as the trainer builds it, and what the diagnostic
-    scores on it (`people`: bioS runs only, `val_sequences`: LM runs only; None = the default)."""
+    """The run at the one checkpoint `checkpoint` selects, its optimizer rebuilt as the trainer builds it,
+    and what the diagnostic scores on it (`people`: bioS runs only, `val_sequences`: LM runs only; None =
+    the default)."""
     run_dir = Path(run_dir)
-    path = resolve_checkpoint(run_dir, checkpoint)
+    label, path = runs.select_checkpoint(run_dir, checkpoint)
     record = read_config(run_dir)
     config = TrainConfig.from_dict(record["train_config"])
     device = resolve_device(str(device))
     # bf16 autocast exists on CUDA only; a CUDA-trained run diagnosed on a CPU is evaluated in fp32.
     autocast = nullcontext if device.type == "cpu" else autocast_for(device, config.precision)
-    seq_len = config.seq_len or int(record["model_config"]["context_length"])
-    run = RunInfo(run_dir, record, ckpt.read_meta(path), config, seq_len, autocast)
+    run = RunInfo(run_dir, record, runs.read_meta(path), config, runs.seq_len_of(record), autocast)
     task = load_task(run, data_dir, people, val_sequences)
-    training_state = ckpt.load_training_state(path)
-    model, meta = ckpt.load_checkpoint(path, device=device)
+    training_state = runs.load_training_state(path)
+    model, meta = runs.load_checkpoint(path, device=device)
     optimizer = build_optimizer(model, config)
     try:
         optimizer.load_state_dict(training_state["optimizer"])
@@ -101,6 +81,7 @@ def load_run_state(
         raise BiosrecallError(f"the optimizer state in {path} does not fit the model: {exc}") from None
     planned = int(record["plan"]["updates"])
     state = RunState(
+        checkpoint=label,
         model=model,
         optimizer=optimizer,
         config=config,
@@ -133,8 +114,9 @@ def continue_run(state: RunState, updates: int) -> None:
         state.update += 1
 
 
-def check_continuation(state: RunState, after: list[int], checkpoint) -> None:
+def check_continuation(state: RunState, after: Sequence[int]) -> None:
     """Refuse continuations past the run's last update, or through a fixed phase (before the switch)."""
+    checkpoint = state.checkpoint
     furthest = state.update + max(after)
     if furthest > state.planned:
         raise BiosrecallError(

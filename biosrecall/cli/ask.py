@@ -1,0 +1,45 @@
+"""`biosrecall ask`: greedy answer of a trained run to a prompt, with the depth each token used.
+
+    biosrecall ask runs/uniform "Ada Quill Morrison was born in" --exit kl:1e-3
+    biosrecall ask runs/fixed4 "What is the birth city of Ada Quill Morrison?" --exit fixed:4
+
+Decodes with the KV-cached decoder (`biosrecall.model.decode`) and a per-token exit criterion
+(`biosrecall.eval.exits`; default kl:1e-3, capped at --max-depth) and prints one line per generated
+token: the word and its depth. A word outside the run's vocabulary is one error line naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from biosrecall.runs import SELECTOR_HELP
+
+
+@click.command("ask")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("prompt")
+@click.option("--exit", "exit_spec", default="kl:1e-3", show_default=True, help="One exit criterion.")
+@click.option("--max-depth", default=64, type=int, show_default=True, help="Most block iterations per token.")
+@click.option("--checkpoint", default="final", show_default=True, help=f"One checkpoint: {SELECTOR_HELP}.")
+@click.option("--max-new-tokens", default=8, type=int, show_default=True, help="Most tokens generated.")
+@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+def ask(run_dir, prompt, exit_spec, max_depth, checkpoint, max_new_tokens, device, data_dir):
+    """Answer PROMPT with RUN_DIR's model, printing each token with the depth it used."""
+    from biosrecall.errors import BiosrecallError
+    from biosrecall.eval.exits import check_max_depth, parse_exit
+    from biosrecall.eval.serving import answer_prompt
+
+    criteria = parse_exit(exit_spec)
+    if len(criteria) != 1:
+        raise BiosrecallError(f"--exit takes one criterion with its parameter, got {exit_spec!r}")
+    if max_new_tokens < 1:
+        raise BiosrecallError(f"--max-new-tokens must be at least 1 (got {max_new_tokens})")
+    check_max_depth(max_depth)
+    answer = answer_prompt(run_dir, prompt, criteria[0], max_depth, checkpoint=checkpoint,
+                           max_new_tokens=max_new_tokens, device=device, data_dir=data_dir)  # fmt: skip
+    click.echo(" ".join(word for word, _ in answer))
+    for word, depth in answer:
+        click.echo(f"  {word!s:<20} depth {depth}")

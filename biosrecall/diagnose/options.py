@@ -1,0 +1,164 @@
+"""The update diagnostic's options: one checked dataclass, and the parsers of the command's depth lists.
+
+    options = DiagnoseOptions(depths=(4, 16), after_uniform=(0, 16), batches=8)
+    diagnose_update("runs/ff", "switch", options)
+    parse_depth_list("1..8,16")       # [1, ..., 8, 16]: --serving-depths, --after-uniform
+    parse_candidate_depths("4,16")    # (4, 16): --depths, two distinct depths, shallow first
+
+`DiagnoseOptions` checks and normalises every field when it is built (lists become sorted tuples of
+distinct values, an `rms` number becomes a float), so a bad value is refused with one line before any
+model is loaded. The messages name the command's options, which are these fields. Which checkpoint,
+which data and which device are not options of the method: `diagnose_update` takes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from biosrecall.errors import BiosrecallError
+
+DEFAULT_PEOPLE = 100
+DEFAULT_VAL_SEQUENCES = 64
+RMS_MODES = ("shallow", "deep")
+CANDIDATES_HELP = "--depths takes two depths SHALLOW,DEEP >= 1 with the shallower first, e.g. 4,16"
+
+
+@dataclass
+class DiagnoseOptions:
+    depths: tuple[int, int] = (4, 16)
+    """The two candidate update depths, shallower first; the advantage reported is the deeper one's.
+    Written deeper first they are refused, not sorted, so "16,4" cannot quietly answer the opposite
+    question. Equal depths are the method's null control (the advantage is exactly 0): the library
+    runs them, the command refuses them (`parse_candidate_depths`)."""
+
+    after_uniform: tuple[int, ...] = (0,)
+    """Diagnose after continuing the run this many updates from the checkpoint, for each value (>= 0)."""
+
+    batches: int = 8
+    """Training batches to average over: the run's own next ones (updates u .. u + batches - 1)."""
+
+    serving_depths: tuple[int, ...] = tuple(range(1, 17))
+    """Serving depths at which each updated model is scored (>= 1)."""
+
+    people: int | None = None
+    """bioS runs only: score the prompts of the first N people (0 = everyone; None = DEFAULT_PEOPLE)."""
+
+    val_sequences: int | None = None
+    """LM runs only: score the first N validation windows (0 = all; None = DEFAULT_VAL_SEQUENCES)."""
+
+    rms: str | float = "shallow"
+    """Common RMS of both updates: "shallow" (the shallower update's), "deep", or a positive number."""
+
+    seed: int = 0
+    """Seeds the bootstrap resampling."""
+
+    bootstrap: int = 2000
+    """Bootstrap resamples of the batches."""
+
+    level: float = 0.95
+    """Confidence level of the bootstrap interval, in (0, 1)."""
+
+    def __post_init__(self) -> None:
+        self.depths = _check_candidates(self.depths)
+        self.after_uniform = _distinct("--after-uniform", self.after_uniform, low=0)
+        self.serving_depths = _distinct("--serving-depths", self.serving_depths, low=1)
+        self.batches = _count("--batches", self.batches, low=1)
+        self.bootstrap = _count("--bootstrap", self.bootstrap, low=1)
+        self.seed = _count("--seed", self.seed, low=0)
+        for name in ("people", "val_sequences"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, _count(f"--{name.replace('_', '-')}", value, low=0))
+        self.rms = _check_rms(self.rms)
+        self.level = _check_level(self.level)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _count(option: str, value: Any, low: int) -> int:
+    """An integer >= low (an integral float is accepted), or one error line naming the option."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        number = None
+    if number is None or isinstance(value, bool | str) or number != value or number < low:
+        raise BiosrecallError(f"need {option} >= {low} (got {value!r})")
+    return number
+
+
+def _distinct(option: str, values: Iterable, low: int) -> tuple[int, ...]:
+    """Sorted distinct integers >= low, at least one."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise BiosrecallError(f"{option} takes a list of integers (got {values!r})")
+    chosen = sorted({_count(option, value, low) for value in values})
+    if not chosen:
+        raise BiosrecallError(f"{option} needs at least one value")
+    return tuple(chosen)
+
+
+def _check_candidates(depths: Iterable) -> tuple[int, int]:
+    values = tuple(depths)
+    try:
+        shallow, deep = (_count("--depths", depth, low=1) for depth in values)
+    except (ValueError, BiosrecallError):  # not two values, or one is not a depth
+        raise BiosrecallError(f"{CANDIDATES_HELP} (got {values})") from None
+    if deep < shallow:
+        raise BiosrecallError(f"{CANDIDATES_HELP} (got {shallow},{deep}: write {deep},{shallow})")
+    return shallow, deep
+
+
+def _check_rms(value: Any) -> str | float:
+    if value in RMS_MODES:
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise BiosrecallError(f"--rms takes shallow, deep or a positive number (got {value!r})")
+    return number
+
+
+def _check_level(value: Any) -> float:
+    try:
+        level = float(value)
+    except (TypeError, ValueError):
+        level = math.nan
+    if not 0 < level < 1:
+        raise BiosrecallError(f"need 0 < --level < 1 (got {value!r})")
+    return level
+
+
+def parse_candidate_depths(text: str) -> tuple[int, int]:
+    """--depths "4,16" -> (4, 16): two distinct depths, shallower first. A depth compared with itself is
+    refused here as a user's mistake, though `DiagnoseOptions` runs it as the null control."""
+    try:
+        depths = _check_candidates(int(part) for part in str(text).split(","))
+    except ValueError:
+        raise BiosrecallError(f"{CANDIDATES_HELP} (got {text!r})") from None
+    if depths[0] == depths[1]:
+        raise BiosrecallError(
+            f"--depths {text} compares depth {depths[0]} with itself, which gives an advantage of 0 by "
+            "construction; give two distinct depths SHALLOW,DEEP such as 4,16"
+        )
+    return depths
+
+
+def parse_depth_list(text: str, option: str = "--serving-depths", minimum: int = 1) -> list[int]:
+    """ "1..16", "4,16", "1..8,16" -> sorted distinct integers >= minimum (one-line error otherwise)."""
+    values = []
+    for part in str(text).replace(" ", "").split(","):
+        low, dots, high = part.partition("..")
+        try:
+            values += range(int(low), int(high) + 1) if dots else [int(part)]
+        except ValueError:
+            raise BiosrecallError(
+                f"{option} takes integers or ranges such as 1..16 or 4,16 (got {text!r})"
+            ) from None
+    if not values or min(values) < minimum:
+        raise BiosrecallError(f"{option} needs values >= {minimum} (got {text!r})")
+    return sorted(set(values))

@@ -1,0 +1,231 @@
+"""Exit criteria for adaptive-depth serving: when to stop iterating the recurrent block.
+
+Each criterion is a small named object with one parameter, written on the command line as text:
+
+    fixed:K      stop at depth K
+    kl:eps       KL(p_k || p_{k-1}) between successive readouts is below eps (never at depth 1)
+    stable:m     the argmax has stayed the same for m iterations (a change at depth k resets the count)
+    entropy:h    the entropy (nats) of the readout is below h
+    oracle       the smallest depth at which the answer is exact (depth 1 when none is): an upper
+                 bound on what any criterion could achieve; it needs the answer, so it only scores
+
+    criteria = parse_exits("kl:1e-3,stable:2,oracle")     # the one parser; a bare name is a sweep
+    trail = LogitTrail()
+    stats = trail.observe(logits)                          # after each iteration: StepStats per row
+    criteria[0].holds(depth, stats)                        # bool per row
+    judge = token_judge(criteria[0])                       # per token, for model.decode
+
+A query (or a token) exits at the first depth where its criterion holds, and always at the max depth
+(`check_max_depth`, default 64). For a whole query the statistics of its answer-predicting positions
+are reduced so that a criterion holds only when it holds at every position: the largest KL and
+entropy, the smallest unchanged count, and exact only when every position is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from biosrecall.errors import BiosrecallError
+
+DEFAULT_MAX_DEPTH = 64
+# A bare criterion name expands to this threshold sweep, strictest-last.
+DEFAULT_SWEEPS = {
+    "fixed": (1, 2, 4, 8, 16, 32, 64),
+    "kl": (1e-1, 1e-2, 1e-3, 1e-4, 1e-5),
+    "stable": (1, 2, 3, 4, 6, 8),
+    "entropy": (1.0, 0.5, 0.2, 0.1, 0.05, 0.01),
+}
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What a criterion may look at after one iteration, one entry per row (a query or a token)."""
+
+    kl: torch.Tensor | np.ndarray  # KL(p_k || p_{k-1}) in nats; +inf at depth 1
+    entropy: torch.Tensor | np.ndarray  # entropy of p_k in nats
+    unchanged: torch.Tensor | np.ndarray  # iterations the argmax has not changed (0 at depth 1)
+    exact: torch.Tensor | np.ndarray | None = None  # every answer position right (scoring only)
+
+
+class LogitTrail:
+    """Follows successive readouts of the same rows and yields their `StepStats` (exact left None)."""
+
+    def __init__(self) -> None:
+        self._log_probs: torch.Tensor | None = None
+        self._argmax: torch.Tensor | None = None
+        self._unchanged: torch.Tensor | None = None
+
+    def observe(self, logits: torch.Tensor) -> StepStats:
+        """Statistics of `logits` [..., V] against the previous call's (the first call is depth 1)."""
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        probs = log_probs.exp()
+        entropy = -(probs * log_probs).sum(-1)
+        argmax = log_probs.argmax(-1)
+        if self._log_probs is None:
+            kl = torch.full_like(entropy, math.inf)
+            unchanged = torch.zeros_like(argmax)
+        else:
+            kl = (probs * (log_probs - self._log_probs)).sum(-1).clamp_min(0.0)
+            unchanged = torch.where(argmax == self._argmax, self._unchanged + 1, 0)
+        self._log_probs, self._argmax, self._unchanged = log_probs, argmax, unchanged
+        return StepStats(kl=kl, entropy=entropy, unchanged=unchanged)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Stop at depth K."""
+
+    depth: int
+    name = "fixed"
+
+    def holds(self, depth: int, stats: StepStats):
+        # depth may be a column of depths; adding it to a zeroed statistic broadcasts it to the rows
+        return stats.unchanged * 0 + depth >= self.depth
+
+    @property
+    def spec(self) -> str:
+        return f"fixed:{self.depth}"
+
+
+@dataclass(frozen=True)
+class KL:
+    """Stop when KL(p_k || p_{k-1}) < eps."""
+
+    eps: float
+    name = "kl"
+
+    def holds(self, depth: int, stats: StepStats):
+        return stats.kl < self.eps
+
+    @property
+    def spec(self) -> str:
+        return f"kl:{self.eps:g}"
+
+
+@dataclass(frozen=True)
+class Stable:
+    """Stop when the argmax has not changed for m iterations."""
+
+    iterations: int
+    name = "stable"
+
+    def holds(self, depth: int, stats: StepStats):
+        return stats.unchanged >= self.iterations
+
+    @property
+    def spec(self) -> str:
+        return f"stable:{self.iterations}"
+
+
+@dataclass(frozen=True)
+class Entropy:
+    """Stop when the readout's entropy is below h nats."""
+
+    nats: float
+    name = "entropy"
+
+    def holds(self, depth: int, stats: StepStats):
+        return stats.entropy < self.nats
+
+    @property
+    def spec(self) -> str:
+        return f"entropy:{self.nats:g}"
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """Stop at the first exact depth; never realisable (it reads the answer), so an upper bound."""
+
+    name = "oracle"
+    spec = "oracle"
+
+    def holds(self, depth: int, stats: StepStats):
+        if stats.exact is None:
+            raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
+        return stats.exact
+
+
+Criterion = Fixed | KL | Stable | Entropy | Oracle
+
+
+def check_max_depth(max_depth: int) -> int:
+    """The cap every criterion obeys; below 1 is refused."""
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int | np.integer) or max_depth < 1:
+        raise BiosrecallError(f"max depth must be an integer of at least 1 (got {max_depth!r})")
+    return int(max_depth)
+
+
+def depth_cap(criterion: Criterion, max_depth: int) -> int:
+    """The deepest a query can go under `criterion`: max_depth, or K for fixed:K when smaller."""
+    max_depth = check_max_depth(max_depth)
+    return min(criterion.depth, max_depth) if isinstance(criterion, Fixed) else max_depth
+
+
+def _number(name: str, value: str, raw: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise BiosrecallError(f"exit criterion {raw!r}: the {name} threshold must be a positive number")
+    return number
+
+
+def _count(name: str, value: str, raw: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a whole number") from None
+    if number < 1:
+        raise BiosrecallError(f"exit criterion {raw!r}: {name} needs a whole number of at least 1")
+    return number
+
+
+_BUILDERS = {
+    "fixed": lambda v, raw: Fixed(_count("fixed", v, raw)),
+    "kl": lambda v, raw: KL(_number("kl", v, raw)),
+    "stable": lambda v, raw: Stable(_count("stable", v, raw)),
+    "entropy": lambda v, raw: Entropy(_number("entropy", v, raw)),
+}
+
+
+def parse_exit(text: str) -> list[Criterion]:
+    """One criterion (`kl:1e-3`, `oracle`), or a bare name (`kl`) for its `DEFAULT_SWEEPS` sweep."""
+    raw = str(text).strip()
+    name, _, value = raw.partition(":")
+    name = name.strip().lower()
+    if name == "oracle":
+        if value:
+            raise BiosrecallError(f"exit criterion {raw!r}: oracle takes no parameter")
+        return [Oracle()]
+    if name not in _BUILDERS:
+        known = ", ".join([*_BUILDERS, "oracle"])
+        raise BiosrecallError(f"unknown exit criterion {raw!r} (known: {known})")
+    values = [value.strip()] if value.strip() else [str(v) for v in DEFAULT_SWEEPS[name]]
+    return [_BUILDERS[name](v, raw) for v in values]
+
+
+def parse_exits(text) -> list[Criterion]:
+    """Criteria from a comma list, or from the values of a repeated option; duplicates dropped."""
+    parts = [text] if isinstance(text, str) else list(text)
+    pieces = [piece for part in parts for piece in str(part).split(",") if piece.strip()]
+    if not pieces:
+        raise BiosrecallError("no exit criterion given")
+    criteria = [criterion for piece in pieces for criterion in parse_exit(piece)]
+    return list(dict.fromkeys(criteria))
+
+
+def token_judge(criterion: Criterion):
+    """A fresh judge for one token of `biosrecall.model.decode`: judge(depth, logits [V]) -> stop?"""
+    if isinstance(criterion, Oracle):
+        raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
+    trail = LogitTrail()
+
+    def judge(depth: int, logits: torch.Tensor) -> bool:
+        return bool(criterion.holds(depth, trail.observe(logits)))
+
+    return judge

@@ -1,0 +1,218 @@
+"""Adaptive-depth serving scored from the all-depth pass: recall against compute per exit criterion.
+
+A bioS query runs one iteration, reads out at its answer-predicting positions, and stops at the first
+depth where its exit criterion (`biosrecall.eval.exits`) holds at every one of them, or at the max
+depth. That is realisable and exact, so the whole frontier comes from `answer_stats_by_depth`'s one
+pass per checkpoint.
+
+    table = exit_frontier(["runs/fixed4", "runs/uniform"], parse_exits("kl,stable:2,oracle"))
+    headline = headline_table(table)       # per run: depth needed for 95% of its best recall
+    write_table(table, "recall-curve/exit_frontier")
+
+Frontier table (one row per run, checkpoint and criterion): run, schedule, checkpoint, fraction,
+criterion (its text, or "K=<k>" for the fixed-depth baseline), kind ("fixed-depth", "fixed", "kl",
+"stable", "entropy", "oracle"), parameter, bits (recalled bits per person, `threshold` of 5 templates),
+recall, exact (share of exact queries), mean_depth, p95_depth, flops_per_query (modeled forward FLOPs
+over the query's input tokens; a criterion pays a readout after every iteration,
+`compute.flops.serving_flops_per_token`, while the fixed-depth baseline, `fixed:K` and the oracle,
+which need no decision, read out once).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from biosrecall import runs
+from biosrecall.compute.flops import serving_flops_per_token
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.exits import Fixed, Oracle, StepStats, check_max_depth, depth_cap
+from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, score_exact
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth
+
+BASELINE = "fixed-depth"
+TABLE_NAME = "exit_frontier"
+HEADLINE_NAME = "exit_headline"
+RECALL_SHARE = 0.95
+
+
+def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
+    """int [M]: the depth each query stops at under `criterion` (stats arrays are [D, M], D >= cap)."""
+    cap = depth_cap(criterion, max_depth)
+    if cap > len(stats.exact):
+        raise BiosrecallError(f"statistics cover {len(stats.exact)} depths, {cap} needed")
+    depths = np.arange(1, cap + 1)[:, None]
+    cut = StepStats(
+        **{name: np.asarray(getattr(stats, name))[:cap] for name in ("kl", "entropy", "unchanged", "exact")}
+    )
+    holds = np.asarray(criterion.holds(depths, cut), dtype=bool)
+    holds = np.broadcast_to(holds, cut.exact.shape).copy()
+    if isinstance(criterion, Oracle):
+        # A query no depth gets right costs the oracle nothing beyond the first iteration.
+        holds[0] |= ~holds.any(axis=0)
+    holds[-1] = True
+    return holds.argmax(axis=0) + 1
+
+
+def query_flops(config, lengths: np.ndarray, depths: np.ndarray, readout_every_iteration: bool) -> np.ndarray:
+    """Modeled forward FLOPs of each query: its input tokens x per-token serving FLOPs at its depth."""
+    if config is None:
+        return np.full(len(depths), math.nan)
+    flops = np.zeros(len(depths))
+    pairs = np.stack([lengths, depths], axis=1)
+    for length, depth in np.unique(pairs, axis=0):
+        per_token = serving_flops_per_token(config, int(depth), int(length), readout_every_iteration)
+        flops[(lengths == length) & (depths == depth)] = length * per_token
+    return flops
+
+
+def _row(name: str, kind: str, parameter, exact_at, depths, flops, scoring) -> dict:
+    eval_set, pool_sizes, threshold = scoring
+    score = score_exact(exact_at, eval_set, pool_sizes, threshold)
+    return {
+        "criterion": name,
+        "kind": kind,
+        "parameter": float(parameter),
+        "bits": score.bits_per_person,
+        "recall": score.recall,
+        "exact": float(np.mean(exact_at)),
+        "mean_depth": float(np.mean(depths)),
+        "p95_depth": float(np.percentile(depths, 95)),
+        "flops_per_query": float(np.mean(flops)),
+    }
+
+
+def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, config=None,
+              threshold: int = DEFAULT_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+    """One checkpoint's frontier: the fixed-depth baseline K = 1..max_depth, then each criterion."""
+    max_depth = check_max_depth(max_depth)
+    exact = np.asarray(stats.exact, dtype=bool)
+    lengths = np.asarray(eval_set.answer_start) + np.asarray(eval_set.answer_len) - 1
+    columns = np.arange(exact.shape[1])
+    scoring = (eval_set, pool_sizes, threshold)
+    records = []
+    for k in range(1, max_depth + 1):
+        depths = np.full(exact.shape[1], k)
+        flops = query_flops(config, lengths, depths, readout_every_iteration=False)
+        records.append(_row(f"K={k}", BASELINE, k, exact[k - 1], depths, flops, scoring))
+    for criterion in criteria:
+        depths = exit_depths(criterion, stats, max_depth)
+        every = not isinstance(criterion, Fixed | Oracle)
+        flops = query_flops(config, lengths, depths, readout_every_iteration=every)
+        parameter = next(iter(vars(criterion).values()), math.nan)
+        exact_at = exact[depths - 1, columns]
+        records.append(_row(criterion.spec, criterion.name, parameter, exact_at, depths, flops, scoring))
+    return pd.DataFrame.from_records(records)
+
+
+def _eval_set(dataset, people: int | None):
+    if people is None or people >= dataset.num_people:
+        return dataset.eval_set()
+    return dataset.eval_set(np.arange(people))
+
+
+def _labels(job) -> dict:
+    fraction = runs.fraction_of(job.label)
+    if fraction is None:
+        fraction = float(job.meta.get("flops", math.nan)) / float(job.meta.get("budget", math.nan))
+    schedule = str(job.meta.get("schedule", ""))
+    return {"run": job.run, "schedule": schedule, "checkpoint": job.label, "fraction": fraction}
+
+
+def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
+                  threshold: int = DEFAULT_THRESHOLD, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                  device: str = "auto", data_dir=None, progress: bool | None = None,
+                  people: int | None = None) -> pd.DataFrame:  # fmt: skip
+    """The frontier table (module doc) of the selected checkpoints of each run."""
+    from biosrecall.eval.curves import load_checked_datasets, plan_jobs
+    from biosrecall.train.distributed import resolve_device
+
+    max_depth = check_max_depth(max_depth)
+    if people is not None and people < 1:
+        raise BiosrecallError(f"--people must be at least 1 (got {people})")
+    jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
+    datasets = load_checked_datasets(jobs)
+    eval_sets = {path: _eval_set(dataset, people) for path, dataset in datasets.items()}
+    for eval_set in eval_sets.values():
+        check_threshold(eval_set, threshold)
+    device = resolve_device(str(device))
+    tables = []
+    for job in jobs:
+        dataset, eval_set = datasets[job.dataset_path], eval_sets[job.dataset_path]
+        model, _ = runs.load_checkpoint(job.path, device=device)
+        stats = answer_stats_by_depth(model, eval_set, max_depth, batch_size=batch_size,
+                                      progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
+        config = getattr(model, "config", None)
+        table = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, max_depth, config, threshold)
+        tables.append(pd.concat([pd.DataFrame([_labels(job)] * len(table)), table], axis=1))
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return pd.concat(tables, ignore_index=True)
+
+
+def _shallowest(rows: pd.DataFrame, target: float) -> pd.Series | None:
+    reaching = rows[rows["bits"] >= target - 1e-12]
+    return None if reaching.empty else reaching.loc[reaching["mean_depth"].idxmin()]
+
+
+def headline_table(frontier: pd.DataFrame, share: float = RECALL_SHARE) -> pd.DataFrame:
+    """Per run and checkpoint: the mean depth (and FLOPs) needed to reach `share` of the run's own best
+    fixed-depth recall, at a fixed depth against the best realisable criterion (the oracle apart)."""
+    records = []
+    for keys, rows in frontier.groupby(["run", "schedule", "checkpoint", "fraction"], sort=False):
+        baseline = rows[rows["kind"] == BASELINE]
+        best = float(baseline["bits"].max())
+        target = share * best
+        fixed = _shallowest(baseline, target)
+        adaptive = _shallowest(rows[~rows["kind"].isin([BASELINE, "oracle"])], target)
+        oracle = rows[rows["kind"] == "oracle"]
+        records.append({
+            **dict(zip(["run", "schedule", "checkpoint", "fraction"], keys, strict=True)),
+            "best_bits": best,
+            "target_bits": target,
+            "fixed_depth": math.nan if fixed is None else fixed["mean_depth"],
+            "fixed_flops": math.nan if fixed is None else fixed["flops_per_query"],
+            "adaptive_mean_depth": math.nan if adaptive is None else adaptive["mean_depth"],
+            "adaptive_flops": math.nan if adaptive is None else adaptive["flops_per_query"],
+            "adaptive_criterion": "" if adaptive is None else adaptive["criterion"],
+            "oracle_mean_depth": float(oracle["mean_depth"].iloc[0]) if len(oracle) else math.nan,
+        })  # fmt: skip
+    return pd.DataFrame.from_records(records)
+
+
+def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, checkpoint: str = "final",
+                  max_new_tokens: int = 8, device: str = "auto", data_dir=None) -> list[tuple[str, int]]:  # fmt: skip
+    """Greedy continuation of `prompt` by a run's checkpoint with the KV-cached decoder and a per-token
+    exit: (word, depth) per generated token, up to a full stop or a separator."""
+    from biosrecall.bios import load_dataset
+    from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
+    from biosrecall.eval.exits import token_judge
+    from biosrecall.model.decode import greedy_decode
+    from biosrecall.train.distributed import resolve_device
+
+    cap = depth_cap(criterion, max_depth)
+    judge = None if isinstance(criterion, Fixed) else (lambda: token_judge(criterion))
+    _, path = runs.select_checkpoint(run_dir, checkpoint)
+    meta = runs.read_meta(path)
+    dataset_path = runs.training_data_of(run_dir, meta, data_dir)
+    tokenizer = load_dataset(dataset_path).tokenizer
+    words = split_words(prompt)
+    ids = [tokenizer.token_to_id(word) for word in words]
+    if not words:
+        raise BiosrecallError("the prompt is empty")
+    if None in ids:
+        unknown = words[ids.index(None)].lstrip(SPACE_MARK)
+        raise BiosrecallError(f"the word {unknown!r} is not in the vocabulary of {dataset_path}")
+    model, _ = runs.load_checkpoint(path, device=resolve_device(str(device)))
+    sep = tokenizer.token_to_id(SEP_TOKEN)
+    stops = {token for token in (sep, tokenizer.token_to_id(".")) if token is not None}
+    result = greedy_decode(model, [sep, *ids], max_new_tokens, cap, judge, stop_ids=stops)
+    return [
+        (tokenizer.id_to_token(t).lstrip(SPACE_MARK), d)
+        for t, d in zip(result.tokens, result.depths, strict=True)
+    ]

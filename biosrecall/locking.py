@@ -1,0 +1,199 @@
+"""One writer per output: an exclusive lock beside each output, and the clean-up of killed runs' leftovers.
+
+Every command that writes or resumes an output folder holds `output_lock(out)` for its whole run. The
+lock is an exclusive, non-blocking `fcntl.flock` on `.<name>.lock` in the output's parent folder
+(created on demand, holding the owner's pid, removed again on exit). A second writer or resumer of
+the same output fails at once with one `BiosrecallError` line naming the process that holds it. The
+kernel drops a flock when its process dies, even by SIGKILL, so a lock that can be taken proves that
+no live process is writing that output.
+
+That is what makes the clean-up safe: once the lock is held, every hidden temporary sibling an
+atomic write of that output leaves (`.<name>.XXXXXXXX.tmp`, the new folder being built, and
+`.<name>.XXXXXXXX.old`, the previous output moved aside during an `--overwrite` swap) belongs to a
+dead process. `output_lock` removes them on entry; an `.old` whose swap was cut short, so that the
+output itself is missing, is put back first rather than deleted.
+
+    with output_lock("data/bios-1k"):       # BiosrecallError if another process holds it
+        ...                                   # check the output, build it, swap it in
+
+Run folders use the same lock (`with output_lock(run_dir):` around training, resume included); under
+torchrun only one process per output (rank 0) takes it, since every other rank would find it held.
+The lock is re-entrant within one process, so a command may hold it and call a library function that
+takes it again.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from biosrecall.errors import BiosrecallError
+
+TEMPORARY_SUFFIX = ".tmp"  # a folder or file being built under a temporary name
+ASIDE_SUFFIX = ".old"  # the previous output, moved aside while the new one is swapped in
+ASIDE_ENTRY = "previous"  # the name the previous output has inside its `.old` folder
+# Held locks of this process: lock path -> (file descriptor, depth), for re-entry.
+_HELD: dict[Path, list[int]] = {}
+
+
+def temporary_prefix(output: Path) -> str:
+    """The prefix of every hidden temporary name an atomic write of `output` uses (mkstemp/mkdtemp)."""
+    return f".{output.name}."
+
+
+def lock_path(output: str | Path) -> Path:
+    """The lock file of `output`: `.<name>.lock` in its (resolved) parent folder."""
+    output = _named(output)
+    return output.parent / f".{output.name}.lock"
+
+
+def _named(output: str | Path) -> Path:
+    """`output` with its parent resolved, or wholly resolved when its name is `.` or `..`."""
+    output = Path(output)
+    if output.name in ("", ".", ".."):
+        return output.resolve()
+    return output.parent.resolve() / output.name
+
+
+def _owner(fd: int) -> str:
+    """The pid recorded in a lock file, for the message (empty while its owner is still writing it)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "pid unknown"
+
+
+def _open_locked(path: Path, output: Path) -> int:
+    """Open and lock `path`; retry when its previous owner removed it between our open and our lock."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise BiosrecallError(f"cannot lock output {output}: {exc.strerror} ({path})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            owner = _owner(fd)
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise BiosrecallError(f"cannot lock output {output}: {exc.strerror}") from None
+            raise BiosrecallError(
+                f"output {output} is in use by another biosrecall process ({owner}); "
+                f"wait for it to finish or stop it (lock {path})"
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # we locked a file its owner had just removed; lock the current one
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create `folder` and missing ancestors; returns those created, deepest first, to undo later."""
+    created = []
+    probe = folder
+    while not probe.exists():
+        created.append(probe)
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BiosrecallError(f"cannot create output folder {folder}: {probe} is a file")
+    for path in reversed(created):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            created.remove(path)  # another process made it; it is not ours to remove
+        except OSError as exc:
+            raise BiosrecallError(f"cannot create folder {path}: {exc.strerror}") from None
+    return created
+
+
+@contextmanager
+def output_lock(output: str | Path, clean: bool = True) -> Iterator[Path]:
+    """Hold the exclusive lock of `output` for the block; yields the lock file's path.
+
+    Missing parent folders are created for the lock file and removed again on exit if still empty.
+    With `clean`, leftovers of killed writers are removed once the lock is held (see the module
+    docstring). Raises `BiosrecallError` naming the owner's pid when another process holds the lock.
+    """
+    output = Path(output)
+    path = lock_path(output)
+    if path in _HELD:
+        _HELD[path][1] += 1
+        try:
+            yield path
+        finally:
+            _HELD[path][1] -= 1
+        return
+    created = _make_parents(path.parent)
+    try:
+        fd = _open_locked(path, output)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    _HELD[path] = [fd, 1]
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        if clean:
+            remove_stale_temporaries(_named(output))
+        yield path
+    finally:
+        del _HELD[path]
+        path.unlink(missing_ok=True)  # before unlocking: a waiter then sees the file is gone and retries
+        os.close(fd)
+        _remove_empty(created)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # no longer empty (another writer's lock or output): keep it
+            return
+
+
+def stale_temporaries(output: str | Path) -> list[Path]:
+    """Hidden temporary siblings of `output` left by atomic writes (`.<name>.XXXXXXXX.tmp|.old`)."""
+    output = Path(output)
+    pattern = re.compile(
+        re.escape(temporary_prefix(output))
+        + r"[a-z0-9_]{8}(?:"
+        + re.escape(TEMPORARY_SUFFIX)
+        + "|"
+        + re.escape(ASIDE_SUFFIX)
+        + ")"
+    )
+    try:
+        entries = list(output.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(entry for entry in entries if pattern.fullmatch(entry.name))
+
+
+def remove_stale_temporaries(output: str | Path) -> list[Path]:
+    """Remove `output`'s leftover temporaries; call only while holding its lock. Returns what was removed.
+
+    An `.old` folder whose output is missing holds the previous output of a swap that was killed
+    half-way: it is moved back to `output` instead of being deleted.
+    """
+    output = Path(output)
+    removed = []
+    for entry in stale_temporaries(output):
+        previous = entry / ASIDE_ENTRY
+        if entry.name.endswith(ASIDE_SUFFIX) and not os.path.lexists(output) and os.path.lexists(previous):
+            os.replace(previous, output)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed

@@ -1,0 +1,179 @@
+"""Greedy generation with a KV cache for the prelude, every block iteration and the coda, and a
+per-token exit.
+
+    result = greedy_decode(model, prompt_ids, max_new_tokens=8, max_depth=64, new_judge=judge_factory)
+    result.tokens, result.depths        # generated ids, and the block iterations each one used
+    greedy_decode(model, prompt_ids, 8, max_depth=4)    # no judge: every token at depth 4, which
+                                                        # equals greedy decoding with forward(., 4)
+    uncached_greedy(model, prompt_ids, 8, depth=4)      # the reference: a full forward per token
+
+`new_judge()` returns a fresh judge for one token; `judge(depth, logits [V])` is asked after each
+iteration's readout and returns True to stop (`biosrecall.eval.exits.token_judge` builds one from an
+exit criterion). Every token stops at `max_depth` at the latest.
+
+Cache semantics. The prompt minus its last token is prefilled in one pass at `max_depth` iterations.
+Every later token (the last prompt token, then each generated one) runs the prelude once, then block
+iterations 1, 2, ... with a readout (coda + head) after each until its judge says stop at depth e.
+At iteration i it attends to the cached K/V of iteration i of every earlier token; an earlier token
+that stopped at e' < i offers the K/V of its last iteration e' instead (as Huginn does). In the coda
+every earlier token offers the K/V of its readout at its own exit depth. Without a judge no token
+stops early, so the cache holds exactly what `forward(tokens, max_depth)` computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.model.layers import Rope, TransformerLayer, apply_rope
+
+Judge = Callable[[int, torch.Tensor], bool]
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Greedy output: the generated token ids and the block iterations each one's prediction used."""
+
+    tokens: list[int]
+    depths: list[int]
+
+
+def _attend(
+    layer: TransformerLayer, x: torch.Tensor, rope: Rope, cache: torch.Tensor, start: int
+) -> torch.Tensor:
+    """Attention of `x` [1, T, d] at positions start.. over the cache [2, 1, ctx, n, hd], after writing
+    this call's keys and values into it (the same arithmetic as `CausalSelfAttention`)."""
+    attn = layer.attn
+    batch, length, width = x.shape
+    qkv = attn.qkv(x).view(batch, length, 3, attn.n_heads, attn.head_dim)
+    qk, v = qkv[:, :, :2], qkv[:, :, 2]
+    if rope is not None:
+        qk = apply_rope(qk, rope)
+    q, k = qk.unbind(dim=2)
+    end = start + length
+    cache[0, :, start:end], cache[1, :, start:end] = k, v
+    keys, values = cache[0, :, :end].transpose(1, 2), cache[1, :, :end].transpose(1, 2)
+    # Prefill starts at 0, so its block of queries is square and causal; a single query sees everything.
+    y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, is_causal=length > 1)
+    return attn.proj(y.transpose(1, 2).reshape(batch, length, width))
+
+
+def _layer_step(layer: TransformerLayer, x: torch.Tensor, rope: Rope, cache: torch.Tensor, start: int):
+    """`TransformerLayer.forward` for positions start.. with earlier positions' K/V from the cache."""
+    n = layer.norms
+    attended = _attend(layer, n[0](x), rope, cache, start)
+    if layer.sandwich:
+        x = n[1](x + attended)
+        return n[3](x + layer.mlp(n[2](x)))
+    x = x + attended
+    return x + layer.mlp(n[1](x))
+
+
+class CachedDecoder:
+    """The caches of one sequence (batch 1) and the two ways of extending it: `prefill`, `step`."""
+
+    def __init__(self, model, max_depth: int) -> None:
+        if max_depth < 1:
+            raise BiosrecallError(f"max depth must be at least 1 (got {max_depth})")
+        cfg = model.config
+        self.model, self.max_depth, self.length = model, int(max_depth), 0
+        param = next(model.parameters())
+        shape = (2, 1, cfg.context_length, cfg.n_heads, cfg.head_dim)
+        zeros = lambda *lead: torch.zeros(*lead, *shape, dtype=param.dtype, device=param.device)  # noqa: E731
+        self.prelude, self.coda = zeros(cfg.n_prelude), zeros(cfg.n_coda)
+        self.block = zeros(self.max_depth, cfg.n_block)  # [iteration - 1, layer, K/V, ...]
+
+    def _check_room(self, count: int) -> None:
+        if self.length + count > self.model.config.context_length:
+            raise BiosrecallError(
+                f"the sequence would exceed the model's context of {self.model.config.context_length} tokens"
+            )
+
+    def _begin(self, tokens: torch.Tensor, rope: Rope):
+        x = self.model.embed_at(tokens, self.length)
+        for j, layer in enumerate(self.model.prelude):
+            x = _layer_step(layer, x, rope, self.prelude[j], self.length)
+        return self.model.begin_state(x, self.length)
+
+    def _iteration(self, state, inject, depth: int, rope: Rope) -> torch.Tensor:
+        x = self.model.block_input(state, inject)
+        for j, layer in enumerate(self.model.block):
+            x = _layer_step(layer, x, rope, self.block[depth - 1, j], self.length)
+        return x
+
+    def _readout(self, state: torch.Tensor, rope: Rope, head: bool = True) -> torch.Tensor | None:
+        model = self.model
+        x = model.state_norm(state)
+        for j, layer in enumerate(model.coda):
+            x = _layer_step(layer, x, rope, self.coda[j], self.length)
+        if not head:
+            return None
+        weight = model.embed.weight if model.head is None else model.head.weight
+        return F.linear(model.final_norm(x[:, -1]), weight)[0]
+
+    def prefill(self, tokens: list[int]) -> None:
+        """Run `tokens` (the first ones of the sequence) through every iteration up to the max depth."""
+        if self.length or not tokens:
+            raise BiosrecallError("prefill takes the first tokens of an empty sequence")
+        self._check_room(len(tokens))
+        ids = torch.tensor([tokens], device=self.block.device)
+        rope = self.model.rope_at(0, len(tokens))
+        inject, state = self._begin(ids, rope)
+        for depth in range(1, self.max_depth + 1):
+            state = self._iteration(state, inject, depth, rope)
+        self._readout(state, rope, head=False)  # only the coda's K/V are needed
+        self.length = len(tokens)
+
+    def step(self, token: int, judge: Judge | None = None) -> tuple[torch.Tensor, int]:
+        """Append one token; return its next-token logits [V] and the depth it stopped at."""
+        self._check_room(1)
+        ids = torch.tensor([[token]], device=self.block.device)
+        rope = self.model.rope_at(self.length, 1)
+        inject, state = self._begin(ids, rope)
+        for depth in range(1, self.max_depth + 1):
+            state = self._iteration(state, inject, depth, rope)
+            if judge is None and depth < self.max_depth:
+                continue  # a fixed depth needs no decision, so no intermediate readout
+            logits = self._readout(state, rope)
+            if depth == self.max_depth or judge(depth, logits):
+                break
+        # Deeper iterations of later tokens see this token's last-iteration K/V.
+        self.block[depth:, :, :, :, self.length] = self.block[depth - 1, :, :, :, self.length]
+        self.length += 1
+        return logits, depth
+
+
+def greedy_decode(model, prompt: list[int], max_new_tokens: int, max_depth: int,
+                  new_judge: Callable[[], Judge] | None = None, stop_ids=()) -> Decoded:  # fmt: skip
+    """Greedy generation of up to `max_new_tokens` tokens (stopping after any of `stop_ids`)."""
+    if not prompt:
+        raise BiosrecallError("the prompt is empty")
+    decoder = CachedDecoder(model, max_depth)
+    tokens, depths = [], []
+    with torch.inference_mode():
+        if len(prompt) > 1:
+            decoder.prefill(list(prompt[:-1]))
+        token = prompt[-1]
+        for _ in range(max_new_tokens):
+            logits, depth = decoder.step(token, None if new_judge is None else new_judge())
+            token = int(logits.argmax())
+            tokens.append(token)
+            depths.append(depth)
+            if token in stop_ids or decoder.length >= model.config.context_length:
+                break
+    return Decoded(tokens, depths)
+
+
+def uncached_greedy(model, prompt: list[int], max_new_tokens: int, depth: int) -> list[int]:
+    """Greedy generation with a full `forward(tokens, depth)` per new token: the reference."""
+    device = next(model.parameters()).device
+    sequence = torch.tensor([prompt], device=device)
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            next_token = model(sequence, depth)[0, -1].argmax()
+            sequence = torch.cat([sequence, next_token.view(1, 1)], dim=1)
+    return sequence[0, len(prompt) :].tolist()

@@ -1,0 +1,56 @@
+"""Where every result table and figure is written, and the one palette every figure draws with.
+
+    write_table(table, "results/recall_curve")   # results/recall_curve.csv and .parquet
+    save_figure(fig, "results/recall_curve")     # results/recall_curve.png (200 dpi) and .pdf
+    COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]
+
+Each file goes to a temporary name and is renamed into place (`biosrecall.atomic`), so a reader never
+sees half a table or half a figure. A suffix of one of the written formats on `base` is dropped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from biosrecall.atomic import atomic_write_path
+from biosrecall.errors import BiosrecallError
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+# Markers keep lines apart in black-and-white print.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+TABLE_FORMATS = ("csv", "parquet")
+FIGURE_FORMATS = ("png", "pdf")
+FIGURE_DPI = 200
+
+
+def _paths(base: str | Path, formats: tuple[str, ...]) -> list[Path]:
+    """`<base>.<format>` for each format, refusing a folder that exists as a file."""
+    base = Path(base)
+    if base.suffix.lstrip(".") in formats:
+        base = base.with_suffix("")
+    folder = base.parent
+    if folder.exists() and not folder.is_dir():
+        raise BiosrecallError(f"output path {folder} exists and is not a folder")
+    return [base.with_name(f"{base.name}.{fmt}") for fmt in formats]
+
+
+def write_table(table: pd.DataFrame, base: str | Path) -> list[Path]:
+    """`<base>.csv` and `<base>.parquet` (no index), each written atomically; returns both paths."""
+    csv_path, parquet_path = _paths(base, TABLE_FORMATS)
+    with atomic_write_path(csv_path) as tmp:
+        table.to_csv(tmp, index=False)
+    with atomic_write_path(parquet_path) as tmp:
+        table.to_parquet(tmp, index=False)
+    return [csv_path, parquet_path]
+
+
+def save_figure(fig, base: str | Path) -> list[Path]:
+    """`<base>.png` (200 dpi) and `<base>.pdf` of a matplotlib Figure, each written atomically."""
+    written = _paths(base, FIGURE_FORMATS)
+    for path, fmt in zip(written, FIGURE_FORMATS, strict=True):
+        with atomic_write_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=FIGURE_DPI)
+    return written

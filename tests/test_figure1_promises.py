@@ -1,0 +1,364 @@
+"""What `biosrecall figure1` promises when it is interrupted or rerun, and templates that are not files.
+
+- Ctrl-C (a real SIGINT, handled by the trainer's own signal handling) ends with exit code 130, the
+  line "rerun the same command to continue" and no traceback; the same command then finishes.
+- A rerun with another budget, preset, seed or people count is refused with one `error:` line naming
+  the difference, leaving the output untouched; `--overwrite` then replaces it.
+- `--templates` pointing at a folder whose train.toml is a FIFO is refused at once, not read forever.
+
+A "tiny" preset (registered for these tests) keeps each figure1 call to a few seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from biosrecall.bios.templates import load_templates
+from biosrecall.cli import main
+from biosrecall.cli.figure1 import RERUN_HINT
+from biosrecall.errors import BiosrecallError
+from biosrecall.experiments import figure1
+from biosrecall.paths import TEMPLATES_DIR
+from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
+
+TINY = figure1.Figure1Preset(
+    people=8, model_preset="bios-tiny", batch_size=4, seq_len=96, budget_updates=12, lr=1e-2,
+    max_depth=4, eval_people=4,
+)  # fmt: skip
+RUN_NAMES = list(figure1.FIGURE1_SCHEDULES)
+
+# Runs `biosrecall figure1` in a fresh interpreter with the tiny preset registered. With a stop point
+# (the index of a run, and an update of it or "close"), the process sends itself SIGINT from the
+# progress reporter at that point, so the signal goes through the real handling in the trainer.
+DRIVER = """
+import os, signal, sys
+import biosrecall.train.progress as progress
+from biosrecall.cli import main
+from biosrecall.experiments import figure1
+
+figure1.FIGURE1_PRESETS["tiny"] = figure1.Figure1Preset(**{tiny})
+stop_run, stop_at = int(sys.argv[1]), sys.argv[2]
+make_reporter, runs_started = progress.make_reporter, []
+
+
+def interrupting_reporter(quiet, log_every):
+    reporter = make_reporter(quiet, log_every)
+    start, update, close = reporter.start, reporter.update, reporter.close
+    run = len(runs_started)
+    runs_started.append(run)
+
+    def on_update(row):
+        update(row)
+        if run == stop_run and str(row["update"]) == stop_at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_close():
+        close()
+        if run == stop_run and stop_at == "close":
+            os.kill(os.getpid(), signal.SIGINT)
+
+    reporter.update, reporter.close = on_update, on_close
+    return reporter
+
+
+progress.make_reporter = interrupting_reporter
+main(sys.argv[3:])
+"""
+
+
+@pytest.fixture
+def tiny_preset(monkeypatch):
+    monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
+
+
+def figure1_args(out: Path, *extra: str) -> list[str]:
+    return ["figure1", "--preset", "tiny", "--out", str(out), "--quiet", *extra]
+
+
+def run_cli(args: list[str]) -> int:
+    """`biosrecall ARGS` in this process; its exit code."""
+    try:
+        main(args)
+    except SystemExit as exc:
+        return exc.code
+    return 0
+
+
+def snapshot(folder: Path) -> dict[str, tuple]:
+    """Every entry under `folder` and beside it, with its size, modification time and content hash."""
+    state = {f"../{p.name}": () for p in folder.parent.iterdir()}
+    for path in sorted(folder.rglob("*")):
+        stat = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        state[str(path.relative_to(folder))] = (stat.st_size, stat.st_mtime_ns, digest)
+    return state
+
+
+def final_weights(out: Path) -> dict[str, int]:
+    """Modification time of each finished run's final weights: unchanged means it was not retrained."""
+    finals = {run.name: list_checkpoints(run).get(1.0) for run in (out / figure1.RUNS).iterdir()}
+    return {name: (path / "model.safetensors").stat().st_mtime_ns for name, path in finals.items() if path}
+
+
+def record(out: Path) -> dict:
+    return json.loads((out / figure1.RECORD).read_text())
+
+
+@pytest.fixture(scope="module")
+def finished_output(tmp_path_factory):
+    """A finished tiny figure1 output (copy it before changing anything)."""
+    out = tmp_path_factory.mktemp("finished") / "out"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
+        assert run_cli(figure1_args(out)) == 0
+    return out
+
+
+@pytest.fixture
+def output_copy(finished_output, tmp_path):
+    out = tmp_path / "copy" / "out"
+    shutil.copytree(finished_output, out)
+    return out
+
+
+class TestCtrlC:
+    """A real SIGINT during figure1: exit 130, the rerun line, no traceback; the same command finishes."""
+
+    @pytest.mark.parametrize(
+        ("stop_run", "stop_at", "unfinished"),
+        [
+            pytest.param(0, "3", RUN_NAMES, id="first-run-mid-training"),
+            pytest.param(2, "2", RUN_NAMES[2:], id="last-run-mid-training"),
+            pytest.param(2, "close", [], id="after-the-last-run-before-evaluation"),
+        ],
+    )
+    def test_interrupt_then_plain_rerun_completes(self, tmp_path, tiny_preset, stop_run, stop_at, unfinished):
+        out = tmp_path / "out"
+        driver = DRIVER.replace("{tiny}", repr(asdict(TINY)))
+        done = subprocess.run(
+            [sys.executable, "-c", driver, str(stop_run), stop_at, *figure1_args(out)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 130, done.stderr
+        assert "Traceback" not in done.stderr and "--resume" not in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.endswith(RERUN_HINT), done.stderr
+        if stop_at != "close":
+            assert f"training {RUN_NAMES[stop_run]}" in last
+        runs = out / figure1.RUNS
+        assert [name for name in RUN_NAMES if 1.0 not in list_checkpoints(runs / name)] == unfinished
+        if unfinished:
+            assert latest_checkpoint(runs / unfinished[0]) is not None  # its progress was saved
+        kept = final_weights(out)
+
+        assert run_cli(figure1_args(out)) == 0
+        assert all(1.0 in list_checkpoints(runs / name) for name in RUN_NAMES)
+        assert {name: final_weights(out)[name] for name in kept} == kept  # finished runs were not retrained
+        assert (out / "figure1.png").stat().st_size > 0
+        assert not list(out.parent.glob(".out.*"))  # no lock or temporary left beside the output
+
+    @pytest.mark.slow
+    def test_sigint_from_outside_during_quick_training(self, tmp_path):
+        """The real command, the real preset, Ctrl-C sent from outside while a run trains."""
+        out = tmp_path / "out"
+        command = [sys.executable, "-m", "biosrecall", "figure1", "--preset", "quick", "--out", str(out)]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(600, process.kill)
+        watchdog.start()
+        try:
+            lines = []
+            for line in process.stderr:
+                lines.append(line)
+                if line.startswith("update 100/"):  # the first run is a third of the way through
+                    process.send_signal(signal.SIGINT)
+                    break
+            lines += process.stderr.readlines()
+            assert process.wait() == 130, "".join(lines)
+        finally:
+            watchdog.cancel()
+        stderr = "".join(lines)
+        assert "Traceback" not in stderr
+        assert (
+            lines[-1].strip() == f"interrupted while training fixed_k4; its progress is saved; {RERUN_HINT}"
+        )
+        again = subprocess.run([*command, "--quiet"], capture_output=True, text=True, timeout=900)
+        assert again.returncode == 0, again.stderr
+        assert all(1.0 in list_checkpoints(out / figure1.RUNS / name) for name in RUN_NAMES)
+
+
+# (options added to the rerun, the preset as redefined for the rerun, what the error line names)
+CHANGES = [
+    pytest.param(["--budget", "6e9"], None, "budget was fixed:4:12, now 6000000000.0", id="budget"),
+    pytest.param(["--seed", "1"], None, "seed was 0, now 1", id="seed"),
+    pytest.param(["--preset", "tiny2"], None, "preset was tiny, now tiny2", id="preset"),
+    pytest.param([], replace(TINY, people=9), "people was 8, now 9", id="people"),
+]
+
+
+def register_change(monkeypatch, redefined) -> None:
+    monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny2", replace(TINY, lr=5e-3))
+    if redefined is not None:  # the preset itself changed (a new release redefined it)
+        monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", redefined)
+
+
+def changed_args(out: Path, extra: list[str]) -> list[str]:
+    args = figure1_args(out)
+    if "--preset" in extra:
+        args[2] = extra[extra.index("--preset") + 1]
+        extra = []
+    return [*args, *extra]
+
+
+class TestChangedSettingsRefused:
+    """A rerun that would reuse runs or data made with other settings: one error line, nothing touched."""
+
+    @pytest.mark.parametrize(("extra", "redefined", "named"), CHANGES)
+    def test_rerun_with_other_settings_is_refused(
+        self, output_copy, tiny_preset, monkeypatch, capsys, extra, redefined, named
+    ):
+        register_change(monkeypatch, redefined)
+        before = snapshot(output_copy)
+        capsys.readouterr()
+        assert run_cli(changed_args(output_copy, extra)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ")
+        assert named in err and "--overwrite" in err and "rerun with the settings it was made with" in err
+        assert snapshot(output_copy) == before
+
+    @pytest.mark.parametrize(
+        ("tamper", "named"),
+        [
+            pytest.param(
+                lambda out: (out / figure1.RECORD).write_text("{"), "is corrupt", id="corrupt-record"
+            ),
+            pytest.param(
+                lambda out: (out / figure1.RECORD).unlink(), "no figure1.json", id="runs-without-record"
+            ),
+            pytest.param(
+                lambda out: [
+                    shutil.rmtree(out / figure1.RUNS),
+                    (out / figure1.RECORD).unlink(),
+                    (out / figure1.DATA / "manifest.json").unlink(),
+                ],
+                "dataset is unusable",
+                id="broken-dataset",
+            ),
+        ],
+    )
+    def test_output_of_unknown_making_is_refused(self, output_copy, tiny_preset, capsys, tamper, named):
+        tamper(output_copy)
+        before = snapshot(output_copy)
+        assert run_cli(figure1_args(output_copy)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and named in err and "--overwrite" in err
+        assert snapshot(output_copy) == before
+        assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
+        assert all(1.0 in list_checkpoints(output_copy / figure1.RUNS / name) for name in RUN_NAMES)
+
+
+class TestOverwrite:
+    """`--overwrite` replaces an output made with other settings; one made with these is continued."""
+
+    @pytest.mark.parametrize(("extra", "redefined", "named"), CHANGES)
+    def test_overwrite_replaces_the_output(
+        self, output_copy, tiny_preset, monkeypatch, extra, redefined, named
+    ):
+        register_change(monkeypatch, redefined)
+        old, trained_before = record(output_copy), final_weights(output_copy)
+        assert run_cli([*changed_args(output_copy, extra), "--overwrite"]) == 0
+        new = record(output_copy)
+        assert new != old
+        retrained = final_weights(output_copy)
+        assert all(retrained[name] != trained_before[name] for name in RUN_NAMES)
+        for name in RUN_NAMES:  # every run was trained again, with the new settings
+            config = json.loads((output_copy / figure1.RUNS / name / "config.json").read_text())
+            assert config["train_config"] == new["train_config"] | {
+                "schedule": config["train_config"]["schedule"]
+            }
+        dataset = json.loads((output_copy / figure1.DATA / "manifest.json").read_text())
+        assert (dataset["num_people"], dataset["seed"]) == (
+            new["settings"]["people"],
+            new["train_config"]["seed"],
+        )
+        assert not [p for p in output_copy.parent.iterdir() if p.name.startswith(".")]
+        kept = final_weights(output_copy)
+        assert run_cli(changed_args(output_copy, extra)) == 0  # the new output is continued as it is
+        assert final_weights(output_copy) == kept
+
+    def test_overwrite_with_the_same_settings_keeps_finished_runs(self, output_copy, tiny_preset):
+        kept = final_weights(output_copy)
+        assert len(kept) == len(RUN_NAMES)
+        assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
+        assert final_weights(output_copy) == kept
+
+    def test_overwrite_that_fails_its_checks_puts_everything_back(self, output_copy, tiny_preset, capsys):
+        before = snapshot(output_copy)
+        assert run_cli(figure1_args(output_copy, "--budget", "1", "--overwrite")) == 2
+        assert "smaller than one update" in capsys.readouterr().err
+        after = snapshot(output_copy)
+        assert after == before
+
+
+def fifo_in_place_of(name: str):
+    def edit(folder: Path) -> None:
+        (folder / name).unlink()
+        os.mkfifo(folder / name)
+
+    return edit
+
+
+def folder_in_place_of(name: str):
+    def edit(folder: Path) -> None:
+        (folder / name).unlink()
+        (folder / name).mkdir()
+
+    return edit
+
+
+@pytest.fixture
+def alarm():
+    """Turn a hang (a read of a FIFO nobody writes) into a failure after 60 s."""
+
+    def hung(signum, frame):
+        raise TimeoutError("reading the templates did not finish within 60 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+class TestTemplatesThatAreNotFiles:
+    """A templates folder whose train.toml or eval.toml is a FIFO or a folder: one line, at once."""
+
+    @pytest.mark.parametrize(
+        ("edit", "name"),
+        [
+            pytest.param(fifo_in_place_of("train.toml"), "train.toml", id="fifo-train"),
+            pytest.param(fifo_in_place_of("eval.toml"), "eval.toml", id="fifo-eval"),
+            pytest.param(folder_in_place_of("train.toml"), "train.toml", id="folder-train"),
+        ],
+    )
+    def test_generate_refuses_them(self, tmp_path, alarm, capsys, edit, name):
+        folder = tmp_path / "templates"
+        shutil.copytree(TEMPLATES_DIR, folder)
+        edit(folder)
+        with pytest.raises(BiosrecallError, match=rf"template file .*{name} is not a regular file"):
+            load_templates(folder)
+        out = tmp_path / "data"
+        assert run_cli(["generate", "--out", str(out), "--people", "5", "--templates", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{name} is not a regular file" in err
+        assert not out.exists()
