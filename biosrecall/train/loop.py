@@ -253,11 +253,11 @@ def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metric
         metrics.flush()
     setup.checkpointer.save_latest(_meta(setup, state, None), source.state_dict())
     if setup.publish is not None:
-        _publish(setup, metrics)
+        _swap_run_into_place(setup, metrics)
     state.saved_update = state.update
 
 
-def _publish(setup: RunSetup, metrics) -> None:
+def _swap_run_into_place(setup: RunSetup, metrics) -> None:
     """Swap the new run (built under a temporary name so far) into the folder the user named; a
     replaced run is moved aside first and deleted only once the new one is in place."""
     with ckpt.writing(setup.final_dir):
