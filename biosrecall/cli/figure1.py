@@ -58,7 +58,8 @@ def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, overwrite, quiet):
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
-    FLOP budget, evaluate their 45% and 100% checkpoints at serving depths 1..64, and draw Figure 1.
+    FLOP budget, evaluate their 45% and 100% checkpoints at serving depths 1..64, and draw Figure 1;
+    score adaptive-depth serving of the 100% checkpoints (exit_frontier.*, exit_headline.*).
 
     Rerunning the same command skips finished runs and resumes interrupted ones (Ctrl-C stops with
     exit code 130); a rerun with other settings is refused unless --overwrite."""
@@ -83,5 +84,8 @@ def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, overwri
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
     click.echo(result.summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    if result.headline is not None:
+        click.echo("mean depth to reach 95% of each run's best recall, fixed against adaptive (100% budget):")
+        click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     for path in result.figures:
         click.echo(f"figure: {path}")

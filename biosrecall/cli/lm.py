@@ -11,6 +11,7 @@
     torchrun --nproc_per_node 8 -m biosrecall lm train --config scripts/lm/200m.toml \
         --data data/ultradata-math-l3 --out runs/200m/uniform --schedule uniform:1-16 --updates 4800
     biosrecall lm eval runs/200m/uniform [--checkpoints all]   # NLL at serving depths 1..16
+    biosrecall lm eval runs/200m/uniform --exit kl:5e-4,stable:2   # and with per-token exit
     biosrecall lm compare runs/200m/* --out figures/lm-200m    # Figure-2 table and plots
 
 Inputs, document boundaries and the Hugging Face syntax are described in `biosrecall.lm.corpus`; the
@@ -290,12 +291,32 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--precision", default="auto", show_default=True, help="auto (bf16 on CUDA), fp32 or bf16.")
-def evaluate(runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, device, precision) -> None:
+@click.option(
+    "--exit",
+    "exits",
+    multiple=True,
+    help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
+    "entropy:H; a bare name sweeps its thresholds. Capped at --max-depth.",
+)
+@click.option(
+    "--val-sequences",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Validation windows scored with --exit (one token at a time, so slow) [default: 64].",
+)
+def evaluate(
+    runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, device, precision, exits, val_sequences
+) -> None:
     """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
-    the NLL by depth and the mean serving-depth NLL."""
-    from biosrecall.lm.evaluate import evaluate_run, summarize
+    the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
+    .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
+    from biosrecall.eval.exits import parse_exits
+    from biosrecall.lm.evaluate import check_servable, evaluate_run, summarize
     from biosrecall.runs import select_checkpoints
 
+    criteria = check_servable(parse_exits(exits)) if exits else []
+    if val_sequences is not None and not criteria:
+        raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
     for run in runs:  # every run's selection is checked before the first one is evaluated
         select_checkpoints(run, checkpoints)
     for run in runs:
@@ -316,6 +337,27 @@ def evaluate(runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, 
             )
             click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
         click.echo(f"wrote {Path(run) / 'eval' / 'nll.csv'} and nll.parquet")
+        if criteria:
+            options = {"checkpoints": checkpoints, "data_dir": data_dir, "max_depth": max_depth}
+            options.update(batch_size=batch_size, device=device, precision=precision)
+            _evaluate_exits(run, criteria, val_sequences, options)
+
+
+def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: dict) -> None:
+    """Score and print NLL with per-token exit, next to the fixed-depth NLL on the same windows."""
+    from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, evaluate_exits
+
+    table = evaluate_exits(run, criteria, sequences=sequences or DEFAULT_EXIT_SEQUENCES, **options)
+    for checkpoint, rows in table[table["kind"] == BASELINE].groupby("checkpoint", sort=False):
+        by_depth = "  ".join(f"{c}:{nll:.4f}" for c, nll in zip(rows["criterion"], rows["nll"], strict=True))
+        click.echo(f"{run} [{checkpoint}] same windows, fixed depth  {by_depth}")
+    shown = table[table["kind"] != BASELINE]
+    for row in shown.itertuples(index=False):
+        click.echo(
+            f"{run} [{row.checkpoint}] exit {row.criterion}: NLL {row.nll:.5f}  mean depth "
+            f"{row.mean_depth:.2f}  p95 depth {row.p95_depth:g}  ({row.eval_tokens} tokens)"
+        )
+    click.echo(f"wrote {Path(run) / 'eval' / 'nll_exit.csv'} and nll_exit.parquet")
 
 
 @lm.command("compare", short_help="Figure-2 comparison of evaluated LM runs against uniform.")
@@ -335,7 +377,8 @@ def evaluate(runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, 
 )
 def compare(runs, out_dir, reference) -> None:
     """Print mean serving-depth NLL, NLL at K=1 and K=16, modeled compute and wall-clock of each RUN
-    relative to the reference, and plot NLL against serving depth and against modeled compute."""
+    relative to the reference, and plot NLL against serving depth and against modeled compute (and,
+    for runs evaluated with --exit, against the mean depth per token)."""
     from biosrecall.lm.compare import compare_runs, format_table, write_comparison
 
     table, curves, summaries = compare_runs(runs, reference)

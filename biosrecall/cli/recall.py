@@ -139,9 +139,7 @@ def _parse_exits(exits, max_depth: int) -> list:
 
 def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) -> list[Path]:
     """Score the criteria from one all-depth pass per checkpoint; write and print the results."""
-    from biosrecall.eval.plots import plot_exit_frontier
-    from biosrecall.eval.serving import HEADLINE_NAME, TABLE_NAME, exit_frontier, headline_table
-    from biosrecall.outputs import save_figure, write_table
+    from biosrecall.eval.serving import exit_frontier, write_frontier
 
     frontier = exit_frontier(
         run_dirs,
@@ -154,10 +152,7 @@ def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) 
         data_dir=options["data_dir"],
         people=options["people"],
     )
-    headline = headline_table(frontier)
-    written = write_table(frontier, out_dir / TABLE_NAME)
-    written += save_figure(plot_exit_frontier(frontier), out_dir / TABLE_NAME)
-    written += write_table(headline, out_dir / HEADLINE_NAME)
+    written, headline = write_frontier(out_dir, frontier)
     shown = frontier[frontier["kind"] != "fixed-depth"]
     columns = ["run", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth", "flops_per_query"]
     click.echo("adaptive exit:")

@@ -14,6 +14,7 @@ Each criterion is a small named object with one parameter, written on the comman
     stats = trail.observe(logits)                          # after each iteration: StepStats per row
     criteria[0].holds(depth, stats)                        # bool per row
     judge = token_judge(criteria[0])                       # per token, for model.decode
+    judge = rows_judge(criteria[0])                        # one token in each of B rows: bool [B]
 
 A query (or a token) exits at the first depth where its criterion holds, and always at the max depth
 (`check_max_depth`, default 64). For a whole query the statistics of its answer-predicting positions
@@ -152,6 +153,11 @@ class Oracle:
 Criterion = Fixed | KL | Stable | Entropy | Oracle
 
 
+def parameter_of(criterion: Criterion) -> float:
+    """The criterion's one parameter as a number (NaN for the oracle, which has none)."""
+    return float(next(iter(vars(criterion).values()), math.nan))
+
+
 def check_max_depth(max_depth: int) -> int:
     """The cap every criterion obeys; below 1 is refused."""
     if isinstance(max_depth, bool) or not isinstance(max_depth, int | np.integer) or max_depth < 1:
@@ -227,5 +233,18 @@ def token_judge(criterion: Criterion):
 
     def judge(depth: int, logits: torch.Tensor) -> bool:
         return bool(criterion.holds(depth, trail.observe(logits)))
+
+    return judge
+
+
+def rows_judge(criterion: Criterion):
+    """A fresh judge for one token in each of several rows (`biosrecall.model.decode.teacher_forced`):
+    judge(depth, logits [B, V]) -> bool [B], the rows where the criterion holds."""
+    if isinstance(criterion, Oracle):
+        raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
+    trail = LogitTrail()
+
+    def judge(depth: int, logits: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(criterion.holds(depth, trail.observe(logits)), dtype=torch.bool)
 
     return judge

@@ -8,6 +8,7 @@ pass per checkpoint.
     table = exit_frontier(["runs/fixed4", "runs/uniform"], parse_exits("kl,stable:2,oracle"))
     headline = headline_table(table)       # per run: depth needed for 95% of its best recall
     write_table(table, "recall-curve/exit_frontier")
+    figures, headline = write_serving_results("runs/figure1", run_dirs, "1.0", max_depth=64)  # figure1's
 
 Frontier table (one row per run, checkpoint and criterion): run, schedule, checkpoint, fraction,
 criterion (its text, or "K=<k>" for the fixed-depth baseline), kind ("fixed-depth", "fixed", "kl",
@@ -16,6 +17,10 @@ recall, exact (share of exact queries), mean_depth, p95_depth, flops_per_query (
 over the query's input tokens; a criterion pays a readout after every iteration,
 `compute.flops.serving_flops_per_token`, while the fixed-depth baseline, `fixed:K` and the oracle,
 which need no decision, read out once).
+
+`write_serving_results` writes the frontier table and figure and the headline table into one folder
+(what `biosrecall figure1` adds for its 100% checkpoints, with the `SERVING_CRITERIA` list), and keeps
+them when they are already there for the same runs, criteria and max depth.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 from biosrecall import runs
 from biosrecall.compute.flops import serving_flops_per_token
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import Fixed, Oracle, StepStats, check_max_depth, depth_cap
+from biosrecall.eval.exits import Fixed, Oracle, StepStats, check_max_depth, depth_cap, parameter_of
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, score_exact
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth
 
@@ -38,6 +43,8 @@ BASELINE = "fixed-depth"
 TABLE_NAME = "exit_frontier"
 HEADLINE_NAME = "exit_headline"
 RECALL_SHARE = 0.95
+# figure1's default: KL at a few thresholds, argmax stability, entropy, and the oracle's upper bound.
+SERVING_CRITERIA = "kl:1e-2,kl:1e-3,kl:1e-4,stable:2,stable:4,entropy:0.5,entropy:0.1,oracle"
 
 
 def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
@@ -103,7 +110,7 @@ def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, 
         depths = exit_depths(criterion, stats, max_depth)
         every = not isinstance(criterion, Fixed | Oracle)
         flops = query_flops(config, lengths, depths, readout_every_iteration=every)
-        parameter = next(iter(vars(criterion).values()), math.nan)
+        parameter = parameter_of(criterion)
         exact_at = exact[depths - 1, columns]
         records.append(_row(criterion.spec, criterion.name, parameter, exact_at, depths, flops, scoring))
     return pd.DataFrame.from_records(records)
@@ -183,6 +190,65 @@ def headline_table(frontier: pd.DataFrame, share: float = RECALL_SHARE) -> pd.Da
             "oracle_mean_depth": float(oracle["mean_depth"].iloc[0]) if len(oracle) else math.nan,
         })  # fmt: skip
     return pd.DataFrame.from_records(records)
+
+
+def serving_names() -> list[str]:
+    """The files `write_serving_results` makes in its folder."""
+    from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS
+
+    frontier = [f"{TABLE_NAME}.{fmt}" for fmt in (*TABLE_FORMATS, *FIGURE_FORMATS)]
+    return frontier + [f"{HEADLINE_NAME}.{fmt}" for fmt in TABLE_FORMATS]
+
+
+def _current_headline(out_dir: Path, run_dirs, criteria, max_depth: int) -> pd.DataFrame | None:
+    """The headline already in `out_dir` when every serving file is there and the frontier holds
+    these runs, criteria and depths; None otherwise (also when a file is unreadable)."""
+    from biosrecall.eval.curves import run_labels
+
+    if not all((out_dir / name).is_file() for name in serving_names()):
+        return None
+    try:
+        frontier = pd.read_parquet(out_dir / f"{TABLE_NAME}.parquet")
+        headline = pd.read_parquet(out_dir / f"{HEADLINE_NAME}.parquet")
+        scored = set(frontier.loc[frontier["kind"] != BASELINE, "criterion"])
+        deepest = int(frontier.loc[frontier["kind"] == BASELINE, "parameter"].max())
+        same_runs = set(frontier["run"]) == set(run_labels(run_dirs))
+    except (OSError, ValueError, KeyError):
+        return None
+    current = same_runs and scored == {c.spec for c in criteria} and deepest == max_depth
+    return headline if current else None
+
+
+def write_serving_results(out_dir, run_dirs, checkpoints="final", max_depth: int = 64, criteria=None,
+                          **options) -> tuple[list[Path], pd.DataFrame]:  # fmt: skip
+    """Frontier table and figure and headline table of `run_dirs` in `out_dir` (`SERVING_CRITERIA` by
+    default; `options` go to `exit_frontier`), kept when they already cover these runs and criteria;
+    returns the figure's files and the headline."""
+    from biosrecall.eval.exits import parse_exits
+
+    out_dir = Path(out_dir)
+    criteria = parse_exits(SERVING_CRITERIA) if criteria is None else list(criteria)
+    figure = out_dir / TABLE_NAME
+    headline = _current_headline(out_dir, run_dirs, criteria, max_depth)
+    if headline is not None:
+        return [figure.with_suffix(".png"), figure.with_suffix(".pdf")], headline
+    frontier = exit_frontier(run_dirs, criteria, checkpoints, max_depth, **options)
+    written, headline = write_frontier(out_dir, frontier)
+    return [path for path in written if path.suffix in (".png", ".pdf")], headline
+
+
+def write_frontier(out_dir, frontier: pd.DataFrame) -> tuple[list[Path], pd.DataFrame]:
+    """Write a frontier (table and figure) and its headline table into `out_dir`; returns every file
+    written and the headline."""
+    from biosrecall.eval.plots import plot_exit_frontier
+    from biosrecall.outputs import save_figure, write_table
+
+    out_dir = Path(out_dir)
+    headline = headline_table(frontier)
+    written = write_table(frontier, out_dir / TABLE_NAME)
+    written += save_figure(plot_exit_frontier(frontier), out_dir / TABLE_NAME)
+    written += write_table(headline, out_dir / HEADLINE_NAME)
+    return written, headline
 
 
 def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, checkpoint: str = "final",

@@ -11,6 +11,9 @@ Layout of the output folder (every file readable from a notebook):
     OUT/recall_curve.{csv,parquet}        long-format recall table (every run, fraction, depth)
     OUT/summary.csv                       bits per person at K = 1, 4, 16, 64 per run and fraction
     OUT/figure1.{png,pdf}                 the figure
+    OUT/exit_frontier.{csv,parquet,png,pdf}, exit_headline.{csv,parquet}
+                                          adaptive-depth serving of the 100% checkpoints
+                                          (`biosrecall.eval.serving.write_serving_results`)
     OUT/figure5.{png,pdf}, fixed_sweep*   with `fixed_sweep`: fixed-depth runs (the paper's Figure 5)
 
 The whole call holds the output's lock (`biosrecall.locking.output_lock`), so two processes never
@@ -35,6 +38,7 @@ from biosrecall.atomic import atomic_write_json, atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import recall_curves, summary_table
 from biosrecall.eval.plots import plot_recall_curves
+from biosrecall.eval.serving import serving_names, write_serving_results
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.locking import ASIDE_SUFFIX, output_lock, temporary_prefix
 from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
@@ -108,6 +112,7 @@ class Figure1Result:
     table: Any
     summary: Any
     figures: list[Path]
+    headline: Any = None  # adaptive against fixed serving depth (`biosrecall.eval.serving`)
 
 
 def run_figure1(
@@ -138,11 +143,15 @@ def run_figure1(
         runs = _train_all(FIGURE1_SCHEDULES, *trainer)
         table = _evaluate(runs, settings, device)
         figures = _write_results(out_dir, table, "figure1")
+        final, people = str(max(FRACTIONS)), settings.eval_people
+        served, headline = write_serving_results(
+            out_dir, list(runs.values()), final, settings.max_depth, device=device, people=people
+        )
         if fixed_sweep:
             sweep = _train_all({f"fixed_k{k}": f"fixed:{k}" for k in fixed_sweep}, *trainer)
             figures += _write_results(out_dir, _evaluate(sweep, settings, device), "figure5")
             runs.update(sweep)
-    return Figure1Result(out_dir, runs, table, summary_table(table), figures)
+    return Figure1Result(out_dir, runs, table, summary_table(table), figures + served, headline)
 
 
 def _resolve(preset: str) -> Figure1Preset:
@@ -291,7 +300,7 @@ def _refusal(out_dir: Path, differences: list[str]) -> BiosrecallError:
 
 def _made_names() -> list[str]:
     """Every entry figure1 makes in its output folder: what `overwrite` replaces."""
-    names = [RECORD, DATA, RUNS]
+    names = [RECORD, DATA, RUNS, *serving_names()]
     for figure, (table, summary) in RESULTS.items():
         names += [f"{figure}.{fmt}" for fmt in FIGURE_FORMATS] + [f"{table}.{fmt}" for fmt in TABLE_FORMATS]
         names.append(summary)

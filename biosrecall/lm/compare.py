@@ -13,7 +13,10 @@ FLOPs (the full uniform run rather than a compute-matched one).
 Writes OUT/lm_compare.csv and .parquet, and two figures as PNG and PDF (`biosrecall.outputs`): NLL
 against serving depth (one line per run) and mean serving-depth NLL against modeled training compute
 (one line per run through its evaluated checkpoints; a single point when only the final one was
-evaluated).
+evaluated). Runs also scored with per-token exit (`biosrecall lm eval --exit`) at that final
+checkpoint add OUT/lm_exit.csv and .parquet (their `nll_exit` rows) and a third figure,
+nll_vs_exit_depth: NLL against mean depth, each run's fixed-depth curve as a line and its exit
+criteria as points.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.evaluate import read_table, summarize
+from biosrecall.lm.evaluate import BASELINE, read_exit_table, read_table, summarize
 from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
 
 UNIFORM = "uniform:1-16"
@@ -150,6 +153,37 @@ def plot_nll_vs_compute(summaries: pd.DataFrame, order: Sequence[str]) -> Figure
     return fig
 
 
+def exit_rows(curves: pd.DataFrame) -> pd.DataFrame:
+    """The per-token exit rows of each compared run's final checkpoint (empty when none has them)."""
+    tables = []
+    for run, checkpoint in curves[["run", "checkpoint"]].drop_duplicates().itertuples(index=False):
+        table = read_exit_table(run)
+        if table is not None and (table["checkpoint"] == checkpoint).any():
+            tables.append(table[table["checkpoint"] == checkpoint].assign(run=run))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
+    """Validation NLL against mean depth per token: each run's fixed-depth curve as a line (its colour)
+    and each exit criterion kind as points joined by a dashed line."""
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    shown = [run for run in order if run in set(exits["run"])]
+    for index, (run, label) in enumerate(_labels(exits, shown).items()):
+        color = COLORS[index % len(COLORS)]
+        for kind_index, (kind, rows) in enumerate(exits[exits["run"] == run].groupby("kind", sort=False)):
+            rows = rows.sort_values("mean_depth")
+            style = {"linestyle": "-", "marker": None} if kind == BASELINE else {
+                "linestyle": "--", "marker": MARKERS[kind_index % len(MARKERS)]}  # fmt: skip
+            name = f"{label}: {'fixed depth' if kind == BASELINE else kind}"
+            ax.plot(rows["mean_depth"], rows["nll"], color=color, label=name, markersize=5, **style)
+    ax.set_xlabel("mean block iterations per token")
+    ax.set_ylabel("validation NLL (nats / token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
 def write_comparison(
     table: pd.DataFrame, curves: pd.DataFrame, summaries: pd.DataFrame, out_dir
 ) -> list[Path]:
@@ -161,4 +195,8 @@ def write_comparison(
     order = table["run"].tolist()
     written += save_figure(plot_nll_vs_depth(curves, order), out_dir / "nll_vs_depth")
     written += save_figure(plot_nll_vs_compute(summaries, order), out_dir / "nll_vs_compute")
+    exits = exit_rows(curves)
+    if not exits.empty:
+        written += write_table(exits, out_dir / "lm_exit")
+        written += save_figure(plot_nll_vs_exit_depth(exits, order), out_dir / "nll_vs_exit_depth")
     return written

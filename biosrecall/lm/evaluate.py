@@ -3,7 +3,9 @@
     table = evaluate_run("runs/lm-ff")                     # final checkpoint, serving depths 1..16
     table = evaluate_run("runs/lm-ff", checkpoints="all", max_sequences=512)
     summarize(table)                                       # mean serving-depth NLL per checkpoint
+    exits = evaluate_exits("runs/lm-ff", parse_exits("kl:5e-4,stable:2"), sequences=64)
     # CLI: biosrecall lm eval runs/lm-ff [--checkpoint all|final|switch|0.45,1.0] [--max-sequences N]
+    #      [--exit kl:5e-4,stable:2 --val-sequences 64]
 
 Checkpoints are chosen with the selector syntax of `biosrecall.runs` (the same in every command); the
 corpus is the one the run recorded, or `data_dir`, whose tokenizer must be the run's.
@@ -16,12 +18,26 @@ token of the validation windows (the same windows, in stream order, for every ru
 The table is written atomically to RUN_DIR/eval/nll.csv and RUN_DIR/eval/nll.parquet, one row per
 (checkpoint, depth): run, schedule, checkpoint, update, flops, train_tokens, wall_seconds, depth, nll,
 eval_tokens. The mean serving-depth NLL is the unweighted mean of `nll` over depths 1..16.
+
+Per-token exit (`evaluate_exits`, exit criteria of `biosrecall.eval.exits`, capped at the max serving
+depth) scores the first `sequences` validation windows with `biosrecall.model.decode.teacher_forced`:
+each window is fed one token at a time through the KV-cached decoder, every position stops at the
+first depth its criterion holds on its own readout, and its next-token distribution is read there;
+later positions attend to an earlier one's last-iteration K/V (the decoder's cache semantics). That
+is sequential in position, so it is far slower than the one-pass sweep, hence the smaller default
+window count. Each position is a decision of its own, so a criterion's NLL is not the NLL of any one
+fixed depth; to compare like with like the table also holds the fixed-depth baseline on the same
+windows. It goes to RUN_DIR/eval/nll_exit.{csv,parquet}, one row per (checkpoint, criterion): the run
+columns above, then criterion (its text, or "K=<k>" for the baseline), kind ("fixed-depth", "fixed",
+"kl", "stable", "entropy"), parameter, nll, mean_depth, p95_depth (exit depth over target tokens),
+eval_tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -30,6 +46,7 @@ import torch.nn.functional as F
 
 from biosrecall import runs
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, parameter_of, rows_judge
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shards import load_manifest
 from biosrecall.outputs import write_table
@@ -39,6 +56,9 @@ from biosrecall.train.run_dir import read_config
 SERVING_DEPTHS = tuple(range(1, 17))
 EVAL_DIR = "eval"
 TABLE = "nll"
+EXIT_TABLE = "nll_exit"
+BASELINE = "fixed-depth"
+DEFAULT_EXIT_SEQUENCES = 64
 
 
 def depth_nll(model, batches: Iterable[np.ndarray], depths: Sequence[int], device, autocast) -> pd.DataFrame:
@@ -69,6 +89,33 @@ def check_data(run_config: dict, data_dir: Path) -> None:
         )
 
 
+class _Setup(NamedTuple):
+    """What evaluating a run needs, checked before any model is loaded."""
+
+    config: dict
+    chosen: dict
+    data_dir: Path
+    seq_len: int
+    device: torch.device
+    autocast: object
+
+
+def _setup(run_dir: Path, checkpoints, data_dir, batch_size: int, sequences, device, precision) -> _Setup:
+    from biosrecall.train.distributed import resolve_device
+    from biosrecall.train.setup import autocast_for
+
+    config = read_config(run_dir)
+    if config.get("task", {}).get("name") != "lm":
+        raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
+    if batch_size < 1 or (sequences is not None and sequences < 1):
+        raise BiosrecallError("batch size and max sequences must be at least 1")
+    chosen = runs.select_checkpoints(run_dir, checkpoints)
+    data_dir = runs.training_data_of(run_dir, config, data_dir)
+    check_data(config, data_dir)
+    target = resolve_device(device)
+    return _Setup(config, chosen, data_dir, runs.seq_len_of(config), target, autocast_for(target, precision))
+
+
 def evaluate_run(
     run_dir: str | Path,
     *,
@@ -82,29 +129,94 @@ def evaluate_run(
 ) -> pd.DataFrame:
     """Evaluate the checkpoints `checkpoints` selects (selector text, repeated values or a
     `runs.Selector`) of an LM run on the validation split; write and return the table."""
-    from biosrecall.train.distributed import resolve_device
-    from biosrecall.train.setup import autocast_for
-
     run_dir = Path(run_dir)
-    config = read_config(run_dir)
-    if config.get("task", {}).get("name") != "lm":
-        raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
-    if batch_size < 1 or (max_sequences is not None and max_sequences < 1):
-        raise BiosrecallError("batch size and max sequences must be at least 1")
-    chosen = runs.select_checkpoints(run_dir, checkpoints)
-    data_dir = runs.training_data_of(run_dir, config, data_dir)
-    check_data(config, data_dir)
-    seq_len = runs.seq_len_of(config)
-    target = resolve_device(device)
-    autocast = autocast_for(target, precision)
+    setup = _setup(run_dir, checkpoints, data_dir, batch_size, max_sequences, device, precision)
     tables = []
-    for name, path in chosen.items():
-        model, meta = load_checkpoint(path, device=target)
-        batches = validation_batches(data_dir, seq_len, batch_size, max_windows=max_sequences)
-        table = depth_nll(model, batches, depths, target, autocast)
-        tables.append(_describe(table, run_dir, config, name, meta))
+    for name, path in setup.chosen.items():
+        model, meta = load_checkpoint(path, device=setup.device)
+        batches = validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=max_sequences)
+        table = depth_nll(model, batches, depths, setup.device, setup.autocast)
+        tables.append(_describe(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
     write_table(result, run_dir / EVAL_DIR / TABLE)
+    return result
+
+
+def criterion_nll(model, windows: Sequence[np.ndarray], criterion, max_depth: int, device, autocast):
+    """(mean NLL per target token, exit depth of every target token) of `windows` under per-token exit
+    (module doc); `fixed:K` needs no decision, so it runs without intermediate readouts."""
+    from biosrecall.model.decode import teacher_forced
+
+    cap = depth_cap(criterion, max_depth)
+    new_judge = None if isinstance(criterion, Fixed) else (lambda: rows_judge(criterion))
+    total, depths = torch.zeros((), dtype=torch.float64, device=device), []
+    for rows in windows:
+        window = torch.from_numpy(rows).to(device)
+        inputs, targets = window[:, :-1], window[:, 1:]
+        with autocast():
+            for position, (logits, exits) in enumerate(teacher_forced(model, inputs, cap, new_judge)):
+                total += F.cross_entropy(logits.float(), targets[:, position], reduction="sum")
+                depths.append(exits)
+    if not depths:
+        raise BiosrecallError("the validation split gave no sequences to evaluate")
+    depths = torch.cat(depths).cpu().numpy()
+    return float(total) / depths.size, depths
+
+
+def exit_nll(
+    model, windows: Sequence[np.ndarray], criteria, max_depth: int, device, autocast
+) -> pd.DataFrame:
+    """The fixed-depth baseline K = 1..max_depth, then each criterion, on the same windows (module doc)."""
+    baseline = depth_nll(model, windows, range(1, max_depth + 1), device, autocast)
+    records = [
+        {"criterion": f"K={k}", "kind": BASELINE, "parameter": float(k), "nll": nll,
+         "mean_depth": float(k), "p95_depth": float(k), "eval_tokens": int(tokens)}
+        for k, nll, tokens in baseline[["depth", "nll", "eval_tokens"]].itertuples(index=False)
+    ]  # fmt: skip
+    for criterion in criteria:
+        nll, depths = criterion_nll(model, windows, criterion, max_depth, device, autocast)
+        records.append({
+            "criterion": criterion.spec, "kind": criterion.name, "parameter": parameter_of(criterion),
+            "nll": nll, "mean_depth": float(depths.mean()), "p95_depth": float(np.percentile(depths, 95)),
+            "eval_tokens": int(depths.size),
+        })  # fmt: skip
+    return pd.DataFrame.from_records(records)
+
+
+def check_servable(criteria) -> list:
+    """The criteria a per-token exit can use (the oracle reads the answer, so it cannot)."""
+    if not criteria:
+        raise BiosrecallError("no exit criterion given")
+    for criterion in criteria:
+        rows_judge(criterion)
+    return list(criteria)
+
+
+def evaluate_exits(
+    run_dir: str | Path,
+    criteria,
+    *,
+    checkpoints="final",
+    data_dir: str | Path | None = None,
+    max_depth: int = max(SERVING_DEPTHS),
+    batch_size: int = 8,
+    sequences: int = DEFAULT_EXIT_SEQUENCES,
+    device: str = "auto",
+    precision: str = "auto",
+) -> pd.DataFrame:
+    """NLL with per-token exit of each criterion (parsed, e.g. `parse_exits("kl:5e-4")`) on the first
+    `sequences` validation windows of the chosen checkpoints; write and return the table (module doc)."""
+    run_dir, criteria = Path(run_dir), check_servable(criteria)
+    max_depth = check_max_depth(max_depth)
+    setup = _setup(run_dir, checkpoints, data_dir, batch_size, sequences, device, precision)
+    windows = list(validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=sequences))
+    tables = []
+    for name, path in setup.chosen.items():
+        model, meta = load_checkpoint(path, device=setup.device)
+        table = exit_nll(model, windows, criteria, max_depth, setup.device, setup.autocast)
+        tables.append(_describe(table, run_dir, setup.config, name, meta))
+    result = pd.concat(tables, ignore_index=True)
+    write_table(result, run_dir / EVAL_DIR / EXIT_TABLE)
     return result
 
 
@@ -148,3 +260,9 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).sort_values(["run", "update"], ignore_index=True)
+
+
+def read_exit_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """A run's per-token exit table (`evaluate_exits`), or None when it has none."""
+    path = Path(run_dir) / EVAL_DIR / f"{EXIT_TABLE}.parquet"
+    return pd.read_parquet(path) if path.is_file() else None

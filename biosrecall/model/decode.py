@@ -6,6 +6,8 @@ per-token exit.
     greedy_decode(model, prompt_ids, 8, max_depth=4)    # no judge: every token at depth 4, which
                                                         # equals greedy decoding with forward(., 4)
     uncached_greedy(model, prompt_ids, 8, depth=4)      # the reference: a full forward per token
+    for logits, depths in teacher_forced(model, windows, max_depth=16, new_judge=rows_judge_factory):
+        ...                                             # per position: logits [B, V], exit depths [B]
 
 `new_judge()` returns a fresh judge for one token; `judge(depth, logits [V])` is asked after each
 iteration's readout and returns True to stop (`biosrecall.eval.exits.token_judge` builds one from an
@@ -18,11 +20,19 @@ At iteration i it attends to the cached K/V of iteration i of every earlier toke
 that stopped at e' < i offers the K/V of its last iteration e' instead (as Huginn does). In the coda
 every earlier token offers the K/V of its readout at its own exit depth. Without a judge no token
 stops early, so the cache holds exactly what `forward(tokens, max_depth)` computes.
+
+Teacher forcing (`teacher_forced`, for scoring NLL with per-token exit). The given tokens [B, T] are
+fed one position at a time, B rows side by side, with no prefill: every position, the first one
+included, runs the same per-token exit as a generated token above, and its next-token distribution
+is the readout at its own exit depth. So the logits at position t are what `greedy_decode` would
+compute for that token had the sequence so far been generated; later positions see earlier ones
+through the cache rule above, exactly as in generation. Rows are independent: a row that stopped
+rides along until every row has stopped, and what its extra iterations compute is thrown away.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +42,8 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.layers import Rope, TransformerLayer, apply_rope
 
 Judge = Callable[[int, torch.Tensor], bool]
+# (depth, logits [B, V]) -> bool [B]: which rows stop (`biosrecall.eval.exits.rows_judge`)
+RowsJudge = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,8 @@ def _attend(
     end = start + length
     cache[0, :, start:end], cache[1, :, start:end] = k, v
     keys, values = cache[0, :, :end].transpose(1, 2), cache[1, :, :end].transpose(1, 2)
+    # Under bf16 autocast the cache (in the parameters' dtype) is wider than the queries.
+    keys, values = keys.to(q.dtype), values.to(q.dtype)
     # Prefill starts at 0, so its block of queries is square and causal; a single query sees everything.
     y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, is_causal=length > 1)
     return attn.proj(y.transpose(1, 2).reshape(batch, length, width))
@@ -74,15 +88,16 @@ def _layer_step(layer: TransformerLayer, x: torch.Tensor, rope: Rope, cache: tor
 
 
 class CachedDecoder:
-    """The caches of one sequence (batch 1) and the two ways of extending it: `prefill`, `step`."""
+    """The caches of `rows` sequences of equal length (one by default) and the ways of extending them:
+    `prefill`, `step` (one row), `step_rows` (every row)."""
 
-    def __init__(self, model, max_depth: int) -> None:
+    def __init__(self, model, max_depth: int, rows: int = 1) -> None:
         if max_depth < 1:
             raise BiosrecallError(f"max depth must be at least 1 (got {max_depth})")
         cfg = model.config
-        self.model, self.max_depth, self.length = model, int(max_depth), 0
+        self.model, self.max_depth, self.length, self.rows = model, int(max_depth), 0, int(rows)
         param = next(model.parameters())
-        shape = (2, 1, cfg.context_length, cfg.n_heads, cfg.head_dim)
+        shape = (2, self.rows, cfg.context_length, cfg.n_heads, cfg.head_dim)
         zeros = lambda *lead: torch.zeros(*lead, *shape, dtype=param.dtype, device=param.device)  # noqa: E731
         self.prelude, self.coda = zeros(cfg.n_prelude), zeros(cfg.n_coda)
         self.block = zeros(self.max_depth, cfg.n_block)  # [iteration - 1, layer, K/V, ...]
@@ -113,12 +128,12 @@ class CachedDecoder:
         if not head:
             return None
         weight = model.embed.weight if model.head is None else model.head.weight
-        return F.linear(model.final_norm(x[:, -1]), weight)[0]
+        return F.linear(model.final_norm(x[:, -1]), weight)
 
     def prefill(self, tokens: list[int]) -> None:
         """Run `tokens` (the first ones of the sequence) through every iteration up to the max depth."""
-        if self.length or not tokens:
-            raise BiosrecallError("prefill takes the first tokens of an empty sequence")
+        if self.length or not tokens or self.rows != 1:
+            raise BiosrecallError("prefill takes the first tokens of an empty one-row sequence")
         self._check_room(len(tokens))
         ids = torch.tensor([tokens], device=self.block.device)
         rope = self.model.rope_at(0, len(tokens))
@@ -130,21 +145,52 @@ class CachedDecoder:
 
     def step(self, token: int, judge: Judge | None = None) -> tuple[torch.Tensor, int]:
         """Append one token; return its next-token logits [V] and the depth it stopped at."""
+        rows_judge = None
+        if judge is not None:
+            rows_judge = lambda depth, logits: torch.tensor([judge(depth, logits[0])])  # noqa: E731
+        logits, depths = self.step_rows(torch.tensor([token]), rows_judge)
+        return logits[0], int(depths[0])
+
+    def step_rows(
+        self, tokens: torch.Tensor, judge: RowsJudge | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append one token to every row (int [B]); return each row's next-token logits [B, V] at the
+        depth it stopped at, and those depths (int [B]). Without a judge every row runs to the max
+        depth with a single readout."""
         self._check_room(1)
-        ids = torch.tensor([[token]], device=self.block.device)
+        ids = tokens.view(self.rows, 1).to(self.block.device)
         rope = self.model.rope_at(self.length, 1)
         inject, state = self._begin(ids, rope)
+        done = torch.zeros(self.rows, dtype=torch.bool, device=ids.device)
+        exits = torch.full_like(ids[:, 0], self.max_depth)
+        kept_logits = kept_coda = None
         for depth in range(1, self.max_depth + 1):
             state = self._iteration(state, inject, depth, rope)
             if judge is None and depth < self.max_depth:
                 continue  # a fixed depth needs no decision, so no intermediate readout
             logits = self._readout(state, rope)
-            if depth == self.max_depth or judge(depth, logits):
+            stop = ~done if depth == self.max_depth else ~done & judge(depth, logits).to(done.device)
+            coda = self.coda[:, :, :, self.length]  # [layer, K/V, row, head, dim]
+            first = kept_logits is None
+            kept_logits = logits if first else torch.where(stop[:, None], logits, kept_logits)
+            kept_coda = coda.clone() if first else torch.where(stop[:, None, None], coda, kept_coda)
+            exits = torch.where(stop, depth, exits)
+            done |= stop
+            if bool(done.all()):
                 break
-        # Deeper iterations of later tokens see this token's last-iteration K/V.
-        self.block[depth:, :, :, :, self.length] = self.block[depth - 1, :, :, :, self.length]
+        # Later tokens read each row's readout at its exit depth, and its last iteration's K/V deeper.
+        self.coda[:, :, :, self.length] = kept_coda
+        self._freeze_block(exits)
         self.length += 1
-        return logits, depth
+        return kept_logits, exits
+
+    def _freeze_block(self, exits: torch.Tensor) -> None:
+        """At the newest position, iterations beyond a row's exit depth get the K/V of its exit one."""
+        iterations = torch.arange(self.max_depth, device=exits.device)
+        offered = torch.minimum(iterations[:, None], exits[None, :] - 1)  # [iteration, row]
+        newest = self.block[:, :, :, :, self.length].permute(0, 3, 1, 2, 4, 5)  # [it, row, layer, K/V, ...]
+        picked = newest[offered, torch.arange(self.rows, device=exits.device)[None, :]]
+        self.block[:, :, :, :, self.length] = picked.permute(0, 2, 3, 1, 4, 5)
 
 
 def greedy_decode(model, prompt: list[int], max_new_tokens: int, max_depth: int,
@@ -177,3 +223,19 @@ def uncached_greedy(model, prompt: list[int], max_new_tokens: int, depth: int) -
             next_token = model(sequence, depth)[0, -1].argmax()
             sequence = torch.cat([sequence, next_token.view(1, 1)], dim=1)
     return sequence[0, len(prompt) :].tolist()
+
+
+def teacher_forced(model, tokens: torch.Tensor, max_depth: int,
+                   new_judge: Callable[[], RowsJudge] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """Feed `tokens` [B, T] one position at a time with a per-token exit (module doc, "Teacher
+    forcing"); yield, per position, the next-token logits [B, V] at each row's exit depth and those
+    depths (int [B]). `new_judge()` gives a fresh judge for one position of every row; without one,
+    every position runs to `max_depth` (what `forward(tokens, max_depth)` computes)."""
+    if tokens.dim() != 2 or tokens.shape[1] < 1:
+        raise BiosrecallError(f"tokens must be [rows, positions] with a position, got {tuple(tokens.shape)}")
+    with torch.no_grad():  # entered per step, never held across a yield
+        decoder = CachedDecoder(model, max_depth, rows=tokens.shape[0])
+    for position in range(tokens.shape[1]):
+        with torch.no_grad():
+            step = decoder.step_rows(tokens[:, position], None if new_judge is None else new_judge())
+        yield step
