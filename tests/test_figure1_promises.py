@@ -30,7 +30,7 @@ from biosrecall.cli.figure1 import RERUN_HINT
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments import figure1
 from biosrecall.paths import TEMPLATES_DIR
-from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
+from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints, read_meta
 
 TINY = figure1.Figure1Preset(
     people=8, model_preset="bios-tiny", batch_size=4, seq_len=96, budget_updates=12, lr=1e-2,
@@ -192,9 +192,10 @@ class TestCtrlC:
         assert (
             lines[-1].strip() == f"interrupted while training fixed_k4; its progress is saved; {RERUN_HINT}"
         )
-        again = subprocess.run([*command, "--quiet"], capture_output=True, text=True, timeout=900)
-        assert again.returncode == 0, again.stderr
-        assert all(1.0 in list_checkpoints(out / figure1.RUNS / name) for name in RUN_NAMES)
+        # The progress is there for a rerun to continue from (the reruns themselves are the tiny-preset
+        # cases above; a whole quick study here would add minutes for no new path).
+        latest = read_meta(out / figure1.RUNS / "fixed_k4" / "checkpoints" / "latest")
+        assert latest["update"] >= 100
 
 
 # (options added to the rerun, the preset as redefined for the rerun, what the error line names)

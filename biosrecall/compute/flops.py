@@ -4,6 +4,7 @@
     train_flops_per_token(cfg, depth=4)               # one token of an update at K = 4
     update_flops(cfg, depth=4, tokens=524_288)        # a whole update
     param_counts(cfg)                                 # parameters by component
+    recompute_flops_per_token(cfg, depth=16)          # extra, with activation checkpointing
 
 Every other module (planner, trainer, `biosrecall flops`, benchmarks) asks here; nothing else
 multiplies parameter counts by 2 or 6.
@@ -39,6 +40,11 @@ context (head and attention FLOPs) or more prelude/coda layers raise r and shrin
 recurrent block lowers r and raises it (r -> 0 gives the upper bound s (8.5 - K0) / 8.5). `lm-200m`
 has r = 1.11 (1.12 in forward FLOPs, what `recurrent_ratio` returns), which gives the paper's
 45.3 / 54.3 / 31.3% to within 0.2 points. Truncated backprop makes C(K) flatter beyond k and the savings smaller.
+
+Activation checkpointing (`--activation-checkpointing`) reruns the forward of every gradient-carrying
+iteration during backward: `recompute_flops_per_token` is that cost, a line of its own. It is not part
+of `train_flops_per_token`, so budgets and the schedule comparison (modeled FLOPs) are the same with or
+without it; the measured wall clock is where it shows.
 """
 
 from __future__ import annotations
@@ -145,6 +151,15 @@ def train_flops_per_token(
     if cfg.injection != "none" or grad_iters >= depth:  # else the prelude output is cut off
         bwd += cfg.n_prelude * layer_bwd
     return fwd.non_recurrent + depth * fwd.iteration + bwd
+
+
+def recompute_flops_per_token(
+    cfg: ModelConfig, depth: int, seq_len: int | None = None, backprop_depth: int | None = None
+) -> int:
+    """Forward FLOPs per token that activation checkpointing adds to an update at depth K: each of the
+    last min(k, K) iterations (those carrying gradients) runs its forward a second time in backward."""
+    grad_iters = _grad_depth(cfg, depth, backprop_depth)
+    return grad_iters * forward_flops_per_token(cfg, _seq_len(cfg, seq_len)).iteration
 
 
 def update_flops(

@@ -273,6 +273,10 @@ def plot_exit_frontier(frontier: pd.DataFrame) -> Figure:
         ax.grid(True, which="major", color="0.9", lw=0.6)
     axes[0].set_ylabel("recalled bits per person")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, fontsize="small")
+    # Labels read "run: criterion" and are long; two columns per panel keep them inside the figure,
+    # and the figure grows by the legend's rows so the panels keep their size.
+    columns = 2 * len(fractions)
+    fig.set_size_inches(fig.get_figwidth(), 4.8 + 0.2 * -(-len(labels) // columns))
+    fig.legend(handles, labels, loc="outside lower center", ncol=columns, frameon=False, fontsize="small")
     fig.suptitle("Recall vs compute when the model chooses its depth")
     return fig

@@ -2,7 +2,7 @@
 
     layer = TransformerLayer(cfg)                # cfg: a ModelConfig
     cos, sin = rope_tables(cfg)                  # [context_length, head_dim / 2] each
-    y = layer(x, rope=torch.complex(cos[:T], sin[:T]))   # x: [B, T, d]; rope=None without RoPE
+    y = layer(x, rope=torch.stack((cos[:T], sin[:T]), -1))   # x: [B, T, d]; rope=None without RoPE
 
 Attention goes through `torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, so GPUs
 use flash kernels. All projections are bias-free; the FLOP account in `compute/flops.py` counts
@@ -17,7 +17,7 @@ from torch import nn
 
 from biosrecall.model.config import ModelConfig
 
-Rope = torch.Tensor | None  # complex [T, head_dim / 2]: e^{i t theta_j} for position t, pair j
+Rope = torch.Tensor | None  # fp32 [T, head_dim / 2, 2]: (cos, sin) of t theta_j for position t, pair j
 
 
 class RMSNorm(nn.Module):
@@ -29,7 +29,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Under bf16 autocast x arrives in bf16; a weight of another dtype rules out the fused kernel.
+        return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), self.eps)
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,10 +42,18 @@ def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent channel pairs of x [B, T, n, H, hd] by position: one complex multiply (in fp32)
-    over queries and keys together instead of per-tensor rotate-half arithmetic."""
-    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
-    return torch.view_as_real(pairs * rope[:, None, None]).flatten(-2).to(x.dtype)
+    """Rotate adjacent channel pairs of x [B, T, n, H, hd] by position (in fp32), queries and keys
+    together. Eager: one complex multiply (measured 3x faster fwd+bwd than the real arithmetic below).
+    Under torch.compile: the same products written out in reals, because inductor generates no code
+    for complex tensors and would fall back to eager kernels; both give bit-identical results."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    if torch.compiler.is_compiling():
+        real, imag = pairs.unbind(-1)
+        cos, sin = rope[:, None, None].unbind(-1)
+        rotated = torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1)
+        return rotated.flatten(-2).to(x.dtype)
+    rotation = torch.view_as_complex(rope)[:, None, None]
+    return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).to(x.dtype)
 
 
 class CausalSelfAttention(nn.Module):
@@ -74,6 +83,7 @@ class CausalSelfAttention(nn.Module):
         return self.proj(_attend_at(q, k, v, positions).flatten(1))
 
 
+@torch.compiler.disable  # data-dependent shapes (nonzero, max): eager, not a graph break per call
 def _attend_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Causal attention output [P, n, hd] for the queries at `positions` only ([B, T, n, hd] inputs).
 

@@ -13,6 +13,11 @@ many iterations follow, and a whole serving-depth curve is one pass plus a reado
 
 The `concat` adapter W [d, 2d] is applied as s W_s^T + e W_e^T with e W_e^T computed once per call:
 the same function as Linear(cat(s, e)), minus a per-iteration concatenation and half its matmul.
+
+For training on accelerators: `model.compile_layers()` compiles each transformer layer and leaves the
+depth loop in Python, so every K reuses the same few graphs (compiling the whole model would unroll
+the loop into one graph per K); `model.activation_checkpointing = True` keeps only each iteration's
+input state for backward and recomputes the iteration there (memory flat in K, gradients unchanged).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
@@ -31,6 +37,10 @@ from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, rope_tables
 
 class LoopedTransformer(nn.Module):
     """Decoder-only looped transformer whose depth (block iterations K) is chosen per call."""
+
+    activation_checkpointing: bool = False
+    """Recompute each gradient-carrying block iteration in backward instead of storing its activations
+    (a training setting, not part of the function: outputs and gradients are the same either way)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -47,9 +57,7 @@ class LoopedTransformer(nn.Module):
         self.final_norm = RMSNorm(d, config.norm_eps)
         self.head = None if config.tie_embeddings else nn.Linear(d, config.vocab_size, bias=False)
         if config.position == "rope":
-            cos, sin = rope_tables(config)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
+            self.register_buffer("rope_table", torch.stack(rope_tables(config), dim=-1), persistent=False)
         self._init_states: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self.reset_parameters()
 
@@ -69,6 +77,13 @@ class LoopedTransformer(nn.Module):
                 nn.init.normal_(module.weight, std=math.sqrt(2.0 / (5.0 * cfg.d_model)))
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
+
+    def compile_layers(self, **options) -> None:
+        """Compile every prelude, block and coda layer in place (`nn.Module.compile`, `options` go to
+        torch.compile); the depth loop stays in Python. The layers share one forward, so they share
+        its graphs too: one per grad mode, readout kind and input shape, whatever the depth."""
+        for layer in (*self.prelude, *self.block, *self.coda):
+            layer.compile(**options)
 
     def num_parameters(self) -> int:
         """Trainable parameters (a tied head counted once); `compute.flops.param_counts` splits them."""
@@ -138,7 +153,7 @@ class LoopedTransformer(nn.Module):
         if self.config.position != "rope":
             return None
         end = start + length
-        return torch.complex(self.rope_cos[start:end].float(), self.rope_sin[start:end].float())
+        return self.rope_table[start:end].float()
 
     def embed_at(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token (and learned position) embeddings of `tokens` [B, T] sitting at positions start.."""
@@ -173,13 +188,22 @@ class LoopedTransformer(nn.Module):
     def _iterate(
         self, state: torch.Tensor, inject: torch.Tensor | None, steps: int, rope: Rope
     ) -> torch.Tensor:
-        """Apply the recurrent block `steps` times."""
+        """Apply the recurrent block `steps` times (each a checkpoint with `activation_checkpointing`
+        when gradients are on)."""
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for _ in range(steps):
-            x = self.block_input(state, inject)
-            for layer in self.block:
-                x = layer(x, rope)
-            state = x
+            if recompute:
+                state = checkpoint(self._block_step, state, inject, rope, use_reentrant=False)
+            else:
+                state = self._block_step(state, inject, rope)
         return state
+
+    def _block_step(self, state: torch.Tensor, inject: torch.Tensor | None, rope: Rope) -> torch.Tensor:
+        """One block iteration: s_i = block(inject(s_{i-1}, e))."""
+        x = self.block_input(state, inject)
+        for layer in self.block:
+            x = layer(x, rope)
+        return x
 
     def _readout(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
         """Coda, final norm and head on a recurrent state (optionally only at `positions`). The last

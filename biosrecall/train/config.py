@@ -85,13 +85,18 @@ class TrainConfig:
     """auto (CUDA when present), cpu, cuda or cuda:N."""
 
     precision: str = "auto"
-    """fp32, bf16 (autocast; CUDA only) or auto (bf16 on CUDA, fp32 on CPU)."""
+    """fp32, bf16 (autocast, fp32 weights; on CUDA or CPU) or auto (bf16 on CUDA, fp32 on CPU)."""
 
     threads: int | None = None
     """CPU threads for torch [default: torch's, one per core]; 1 is best on a busy machine."""
 
     compile: bool = False
-    """Wrap the model in torch.compile (useful on GPU; slow to start on CPU)."""
+    """Compile each transformer layer with torch.compile, the depth loop staying in Python so every K
+    reuses the same graphs (useful on GPU; slow to start on CPU)."""
+
+    activation_checkpointing: bool = False
+    """Recompute each block iteration in the backward pass instead of storing its activations: memory
+    flat in K, the same gradients, about one more forward of the iterations in time."""
 
     checkpoint_fractions: tuple[float, ...] = DEFAULT_FRACTIONS
     """Budget fractions at which a weights checkpoint is kept (1.0 is always the final update)."""
@@ -130,7 +135,16 @@ class TrainConfig:
 
 # Settings that may change between an interrupted run and its resumption without changing results
 # ("extra" was an unused field of older runs' configs).
-RESUMABLE_DIFFERENCES = {"device", "log_every", "save_every", "compile", "path", "threads", "extra"}
+RESUMABLE_DIFFERENCES = {
+    "device",
+    "log_every",
+    "save_every",
+    "compile",
+    "activation_checkpointing",
+    "path",
+    "threads",
+    "extra",
+}
 
 
 @dataclass(frozen=True)
@@ -208,9 +222,9 @@ def check_field(name: str, value: Any) -> Any:
         if value not in CHOICES[name]:
             raise BiosrecallError(f"{name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
         return value
-    if name == "compile":
+    if name in ("compile", "activation_checkpointing"):
         if not isinstance(value, bool):
-            raise BiosrecallError(f"compile must be true or false, got {value!r}")
+            raise BiosrecallError(f"{name} must be true or false, got {value!r}")
         return value
     if name not in ("schedule", "budget_of", "device"):
         raise BiosrecallError(f"unknown train config field {name!r}")

@@ -131,16 +131,20 @@ def _checkpointer(run_dir: Path, dist, config: TrainConfig, model, optimizer) ->
 
 
 def _build_model(model_config, config: TrainConfig, dist: distributed.DistInfo, device: torch.device):
-    """The seeded initial model, its DDP/FSDP (and compiled) wrapper, and AdamW over its parameters."""
+    """The seeded initial model (its layers compiled, its iterations checkpointed, as asked), its
+    DDP/FSDP wrapper, and AdamW over its parameters."""
     from biosrecall.model import LoopedTransformer
 
     torch.manual_seed(config.seed)
     raw_model = LoopedTransformer(model_config).to(device)
+    raw_model.activation_checkpointing = config.activation_checkpointing
+    if config.compile:
+        # Layer by layer, before wrapping (FSDP2 shards per layer, around the compiled ones): compiling
+        # the whole model would unroll the depth loop into one graph per K.
+        raw_model.compile_layers()
     model = distributed.wrap_model(raw_model, dist, config.parallel, device)
     # After wrapping: FSDP replaces the parameters by sharded ones, which the optimizer must hold.
     optimizer = build_optimizer(raw_model, config)
-    if config.compile:
-        model = torch.compile(model)
     return raw_model, model, optimizer
 
 
@@ -281,10 +285,8 @@ def _plain(value: Any) -> Any:
 
 
 def autocast_for(device: torch.device, precision: str):
-    """bf16 autocast on CUDA when asked (or by default there); plain fp32 otherwise."""
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if use_bf16 and device.type != "cuda":
-        raise BiosrecallError("--precision bf16 needs a CUDA device (CPU runs train in fp32)")
-    if use_bf16:
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    """bf16 autocast when asked (on CUDA or CPU), or by default on CUDA; plain fp32 otherwise. Autocast
+    casts per operation, so weights, gradients and AdamW's state stay fp32 (fp32 master weights)."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext
