@@ -10,20 +10,20 @@ the problem, no traceback, and that no file in the world was created, changed or
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+from harness import changes as diff
+from harness import run_cli as run_in_process
+from harness import snapshot
 
-from biosrecall.cli import cli, main
+from biosrecall.cli import cli
 
 # The run fixture's settings, spelled as CLI options so a resume with them matches the stored run.
 BASE_ARGS = ["--data", "data", "--preset", "bios-tiny", "--batch-size", "4", "--seed", "1", "--save-every", "4",
@@ -80,43 +80,7 @@ def case_dir(world, tmp_path, monkeypatch) -> Path:
     return copy
 
 
-# ---- how the world is checked ----------------------------------------------------------------------
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under root (hidden temporaries too): kind, size, mtime and content hash."""
-    state = {}
-    for path in sorted(root.rglob("*")):
-        rel = str(path.relative_to(root))
-        if path.is_symlink():
-            state[rel] = ("link", os.readlink(path))
-        elif path.is_dir():
-            state[rel] = ("dir",)
-        else:
-            stat = path.stat()
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            state[rel] = ("file", stat.st_size, stat.st_mtime_ns, digest)
-    return state
-
-
-def diff(before: dict, after: dict) -> list[str]:
-    changes = [f"new {p}" for p in after.keys() - before.keys()]
-    changes += [f"removed {p}" for p in before.keys() - after.keys()]
-    changes += [f"changed {p}" for p in before.keys() & after.keys() if before[p] != after[p]]
-    return sorted(changes)
-
-
-def run_in_process(argv: list[str], capsys) -> tuple[object, str]:
-    """(exit code, stderr); an exception escaping `main` is reported as its traceback."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException:  # noqa: BLE001 - the point is to show what escaped
-        code = "exception"
-        print(traceback.format_exc(), file=sys.stderr)
-    return code, capsys.readouterr().err
+# ---- how the world is checked (snapshot, diff, run_in_process: tests/harness.py) --------------------
 
 
 def run_process(argv: list[str]) -> tuple[object, str]:

@@ -17,17 +17,15 @@ import json
 import os
 import shutil
 import signal
-import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from harness import changes, run_cli, snapshot
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from biosrecall.bios import generate_dataset
-from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm import ShardLoader, load_manifest
 from biosrecall.lm import corpus as corpus_module
@@ -66,48 +64,6 @@ def case_dir(world, tmp_path, monkeypatch) -> Path:
     shutil.copytree(world, copy, symlinks=True)
     monkeypatch.chdir(copy)
     return copy
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under root, hidden ones included: kind, and size, mtime and hash for files."""
-    state = {}
-    for path in sorted(root.rglob("*")):
-        rel = str(path.relative_to(root))
-        if path.is_symlink():
-            state[rel] = ("link", os.readlink(path))
-        elif path.is_fifo():
-            state[rel] = ("fifo",)
-        elif path.is_dir():
-            state[rel] = ("dir",)
-        else:
-            stat = path.stat()
-            state[rel] = (
-                "file",
-                stat.st_size,
-                stat.st_mtime_ns,
-                hashlib.sha256(path.read_bytes()).hexdigest(),
-            )
-    return state
-
-
-def changes(before: dict, after: dict) -> list[str]:
-    found = [f"new {p}" for p in after.keys() - before.keys()]
-    found += [f"removed {p}" for p in before.keys() - after.keys()]
-    found += [f"changed {p}" for p in before.keys() & after.keys() if before[p] != after[p]]
-    return sorted(found)
-
-
-def run_cli(argv: list[str], capsys) -> tuple[object, str]:
-    """(exit code, stderr) of an in-process run; anything escaping `main` shows up as its traceback."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException:  # noqa: BLE001 - the point is to show what escaped
-        code = "exception"
-        print(traceback.format_exc(), file=sys.stderr)
-    return code, capsys.readouterr().err
 
 
 def assert_refused(argv: list[str], expect: str, checked: Path, capsys) -> str:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import test_hostile_data as hostile
-from test_hostile_data import PREPARE, _cases, assert_refused, changes, hidden, run_cli, snapshot
+from harness import changes, run_cli, snapshot
+from test_hostile_data import PREPARE, _cases, assert_refused, hidden
 
 from biosrecall import atomic
 from biosrecall.bios import load_dataset

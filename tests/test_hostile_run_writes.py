@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import changes, run_cli, snapshot
 from safetensors import SafetensorError
-from test_hostile_data import assert_refused, changes, hidden, run_cli, snapshot
+from test_hostile_data import assert_refused, hidden
 from test_hostile_runs import assert_same_run, case_dir, final_weights, stopped_at, train_args, world
 
 from biosrecall.errors import BiosrecallError

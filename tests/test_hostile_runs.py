@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import run_cli
 from safetensors.torch import load_file
-from test_hostile_data import assert_refused, hidden, run_cli
+from test_hostile_data import assert_refused, hidden
 
 from biosrecall.bios import generate_dataset
 from biosrecall.cli import main
