@@ -25,7 +25,6 @@ import datetime
 import functools
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -36,7 +35,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from biosrecall.atomic import atomic_write_text
 from biosrecall.compute.flops import update_flops
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.model import LoopedTransformer, get_preset
@@ -44,11 +42,11 @@ from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import build_optimizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_all import format_table, row  # noqa: E402  (the one table format of the benchmarks)
+from device_report import DEPTHS, MEMORY_DEPTH, gpu_slug, table_rows, write_report  # noqa: E402, F401  (re-exported for tests)
+from run_all import format_table, row  # noqa: E402, F401  (the one table format of the benchmarks)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEPTHS = (1, 4, 16)
-MEMORY_DEPTH, TRUNCATED_BACKPROP = 16, 8
+TRUNCATED_BACKPROP = 8
 UNIFORM = "uniform:1-16"
 FIXED_FIRST = tuple(f"fixed_first:k0={k0},switch=0.8,finish=uniform" for k0 in (2, 4))
 NO_GPU = "device-check: no CUDA GPU on this machine (torch.cuda.is_available() is false); nothing measured"
@@ -287,101 +285,6 @@ def measure_all(shape: Shape, device: torch.device) -> dict:
         except Exception:  # report and continue: one failure must not hide the rest
             results[name] = {"error": traceback.format_exc()}
     return results
-
-
-def _gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**30:.1f} GiB"
-
-
-def throughput_rows(entries: list[dict]) -> list[dict]:
-    rows = []
-    for e in entries:
-        mode = "compiled" if e["compiled"] else "eager"
-        rows.append(row(f"MFU, K={e['depth']}, {mode}", e["mfu"],
-                        context=f"{e['tokens_per_s']:,.0f} tokens/s, {e['seconds']:.3f} s/update; "
-                        f"first update {e['first_update_s']:.0f} s"))  # fmt: skip
-    by_key = {(e["compiled"], e["depth"]): e for e in entries}
-    for depth in DEPTHS:
-        if (True, depth) in by_key and (False, depth) in by_key:
-            speedup = by_key[(True, depth)]["tokens_per_s"] / by_key[(False, depth)]["tokens_per_s"]
-            rows.append(row(f"compile speed-up, K={depth}", speedup, context="tokens/s compiled / eager"))
-    return rows
-
-
-def memory_rows(memory: dict, batch: dict) -> list[dict]:
-    peaks = memory["peak_bytes"]
-    full = peaks["full"]
-    rows = []
-    for label in [key for key in peaks if key != "full"]:
-        ratio = None if full is None or peaks[label] is None else peaks[label] / full
-        rows.append(row(f"peak memory K={MEMORY_DEPTH}, {label} / full", ratio,
-                        context=f"{_gib(peaks[label])} vs {_gib(full)}, micro-batch {memory['micro_batch']}"))  # fmt: skip
-    capped = " (the search's cap)" if batch["capped"] else ""
-    rows.append(row(f"largest micro-batch at K={MEMORY_DEPTH}", batch["largest_micro_batch"],
-                    context=f"sequences per GPU, full backprop{capped}"))  # fmt: skip
-    return rows
-
-
-def schedule_rows(schedules: dict) -> list[dict]:
-    return [
-        row(f"wall saving / modeled saving, {c['schedule'].split(',finish')[0].removeprefix('fixed_first:')}",
-            c["measured_saving"] / c["modeled_saving"], 0.9,
-            context=f"measured {100 * c['measured_saving']:.1f}% vs modeled {100 * c['modeled_saving']:.1f}% "
-            f"over {schedules['updates']} updates")
-        for c in schedules["comparisons"]
-    ]  # fmt: skip
-
-
-def eval_rows(e: dict) -> list[dict]:
-    return [
-        row(f"all-depth pass speed-up (K=1..{e['depths']})", e["per_depth_s"] / e["sweep_s"],
-            context=f"{e['per_depth_s']:.2f} s per-K vs {e['sweep_s']:.2f} s"),
-        row("all-depth argmax == per-K argmax (fraction)", e["min_argmax_agreement"], 1.0,
-            context=f"largest logit difference {e['max_abs_logit_difference']:.2e}"),
-    ]  # fmt: skip
-
-
-def nccl_rows(n: dict) -> list[dict]:
-    if "skipped" in n:
-        return [{**row("NCCL 2-rank all-reduce", None), "context": f"skipped: {n['skipped']}"}]
-    return [
-        row("NCCL 2-rank all-reduce correct", n["correct"], True, context=f"{n['bus_gb_per_s']:.0f} GB/s")
-    ]
-
-
-ROW_BUILDERS = {  # rows -> (the measurements they read, how)
-    "throughput": (("throughput",), lambda r: throughput_rows(r["throughput"])),
-    "memory": (("memory", "largest_batch"), lambda r: memory_rows(r["memory"], r["largest_batch"])),
-    "schedules": (("schedules",), lambda r: schedule_rows(r["schedules"])),
-    "eval": (("eval",), lambda r: eval_rows(r["eval"])),
-    "nccl": (("nccl",), lambda r: nccl_rows(r["nccl"])),
-}
-
-
-def table_rows(results: dict) -> list[dict]:
-    """The table of `measure_all`'s results: one row per number, a failed measurement as one row."""
-    rows = [row("bf16 matmul peak (TFLOP/s)", results["matmul_peak"] / 1e12)]
-    for needs, build in ROW_BUILDERS.values():
-        failed = [name for name in needs if "error" in results[name]]
-        for name in failed:
-            last = results[name]["error"].strip().splitlines()[-1]
-            rows.append({**row(f"{name}: measurement failed", False, True), "context": last})
-        if not failed:
-            rows.extend(build(results))
-    return rows
-
-
-def gpu_slug(name: str) -> str:
-    """e.g. "nvidia-h200" from "NVIDIA H200": the result file's name."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].rstrip("-") or "gpu"
-
-
-def write_report(report: dict, results_dir: Path) -> Path:
-    """`<results_dir>/<date>-<gpu>.json`, written atomically."""
-    path = Path(results_dir) / f"{report['date']}-{gpu_slug(report['gpu'])}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(report, indent=2, default=str) + "\n")
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
