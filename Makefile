@@ -13,6 +13,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The optional extras (transformers, lm-eval, trackers, datasets): every test runs with them installed.
+$(VENV)/.extras: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev,all]'
+	touch $@
+
 venv: $(VENV)/.installed
 
 ## The main job on a small default: a short fixed-first run on the default CPU preset, then the
@@ -23,8 +28,8 @@ demo: $(VENV)/.installed
 		--schedule fixed_first:k0=4,switch=0.8,finish=uniform --budget-of fixed:4:30 --batch-size 16 --overwrite
 	$(VENV)/bin/biosrecall figure1 --preset quick --out runs/demo
 
-## Lint, format check, then every test (slow ones included).
-test: $(VENV)/.installed
+## Lint, format check, then every test (slow ones included), with every optional extra installed.
+test: $(VENV)/.extras
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q

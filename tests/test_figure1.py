@@ -1,13 +1,18 @@
-"""`biosrecall figure1 --preset quick` end to end, its resumability, and the notebook that redraws it."""
+"""`biosrecall figure1 --preset quick --seeds 0,1` end to end: the per-run and seed-aggregated tables,
+the claims, their agreement with `recall-curve --aggregate-seeds`, resumability, and the notebook."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from biosrecall.cli import main
+from biosrecall.experiments.claims import CLAIMS, FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from biosrecall.experiments.figure1 import FIGURE1_SCHEDULES, FRACTIONS
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb"
@@ -16,7 +21,9 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb
 @pytest.fixture(scope="module")
 def figure1_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("figure1") / "out"
-    main(["figure1", "--preset", "quick", "--out", str(out), "--quiet"])  # raises SystemExit on failure
+    main(
+        ["figure1", "--preset", "quick", "--out", str(out), "--quiet", "--seeds", "0,1"]
+    )  # SystemExit on failure
     return out
 
 
@@ -25,7 +32,7 @@ def test_quick_figure1_writes_the_table_the_summary_and_the_figure(figure1_out):
     for name in ("figure1.png", "figure1.pdf", "recall_curve.csv", "recall_curve.parquet", "summary.csv"):
         assert (figure1_out / name).stat().st_size > 0, name
     table = pd.read_parquet(figure1_out / "recall_curve.parquet")
-    assert set(table["run"]) == set(FIGURE1_SCHEDULES)
+    assert set(table["run"]) == {f"seed{seed}/{name}" for name in FIGURE1_SCHEDULES for seed in (0, 1)}
     assert sorted(table["fraction"].unique()) == list(FRACTIONS)
     assert sorted(table["depth"].unique()) == list(range(1, 65))
     # One matched budget: every run's final checkpoint spent it to within one update.
@@ -37,9 +44,62 @@ def test_quick_figure1_writes_the_table_the_summary_and_the_figure(figure1_out):
 
 
 @pytest.mark.slow
+def test_seeds_are_aggregated_with_intervals_and_every_claim_is_judged(figure1_out):
+    table = pd.read_parquet(figure1_out / "recall_curve.parquet")
+    assert sorted(table["seed"].unique()) == [0, 1]
+    # The seeds share the people but not the training: their curves differ.
+    whole = table[table["attribute"] == "all"].set_index(["label", "fraction", "depth", "seed"])["bits"]
+    assert not np.allclose(whole.xs(0, level="seed"), whole.xs(1, level="seed"))
+    seeds = pd.read_parquet(figure1_out / "recall_curve_seeds.parquet")
+    assert (seeds["n_seeds"] == 2).all() and (seeds["bits_low"] <= seeds["bits"]).all()
+    one = seeds[(seeds["group"] == "fixed_k4") & (seeds["fraction"] == 1.0) & (seeds["depth"] == 4)].iloc[0]
+    assert one["bits"] == pytest.approx(whole.loc[("fixed_k4", 1.0, 4)].mean())
+    summary = pd.read_csv(figure1_out / "summary.csv")
+    assert {"K=4", "K=4_low", "K=4_high", "min", "min_low", "n_seeds"} <= set(summary.columns)
+    assert len(summary) == 2 * len(FIGURE1_SCHEDULES) and (summary["n_seeds"] == 2).all()
+    claims = pd.read_csv(figure1_out / "claims.csv")
+    assert list(claims["claim"]) == [claim.key for claim in CLAIMS]
+    assert set(claims["verdict"]) <= {HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED}
+    measured = claims.set_index("claim")["verdict"]
+    assert measured["fixed_k_best_near_own_depth"] == NOT_MEASURED  # no --fixed-sweep
+    assert measured["fixed_beats_uniform_near_k4_at_45"] != NOT_MEASURED
+    assert (figure1_out / "claims.md").read_text().count("\n| ") == len(CLAIMS) + 1
+    record = json.loads((figure1_out / "figure1.json").read_text())
+    assert record["study"]["seeds"] == [0, 1] and record["machine"]["cpu"]
+
+
+@pytest.mark.slow
+def test_recall_curve_aggregate_seeds_agrees_with_figure1(figure1_out, tmp_path):
+    runs = sorted((figure1_out / "runs").glob("seed*/fixed_k4"))
+    out = tmp_path / "rc"
+    main(["recall-curve", *map(str, runs), "--aggregate-seeds", "--out", str(out), "--people", "40"])
+    ours = pd.read_csv(out / "summary.csv").set_index("fraction")
+    theirs = pd.read_csv(figure1_out / "summary.csv")
+    theirs = theirs[theirs["group"] == "fixed_k4"].set_index("fraction")
+    for column in ("K=4", "K=4_low", "K=4_high", "mean K>16"):
+        assert ours[column].to_numpy() == pytest.approx(theirs[column].to_numpy())
+
+
+@pytest.mark.slow
+def test_aggregating_runs_that_differ_in_more_than_the_seed_is_refused(figure1_out, tmp_path, capsys):
+    other = tmp_path / "elsewhere" / "fixed_k4"
+    shutil.copytree(figure1_out / "runs" / "seed1" / "fixed_k4", other)
+    config = json.loads((other / "config.json").read_text())
+    config["train_config"]["lr"] = 3e-3
+    (other / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "rc"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["recall-curve", str(figure1_out / "runs" / "seed0" / "fixed_k4"), str(other), "--aggregate-seeds",
+              "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "train_config.lr" in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
 def test_rerunning_figure1_skips_finished_runs(figure1_out, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in (figure1_out / "runs").rglob("model.safetensors")}
-    main(["figure1", "--preset", "quick", "--out", str(figure1_out), "--quiet"])
+    main(["figure1", "--preset", "quick", "--out", str(figure1_out), "--quiet", "--seeds", "0,1"])
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert "figure:" in capsys.readouterr().out
 

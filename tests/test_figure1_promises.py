@@ -105,9 +105,13 @@ def snapshot(folder: Path) -> dict[str, tuple]:
     return state
 
 
+def run_dir(out: Path, name: str, seed: int = 0) -> Path:
+    return out / figure1.RUNS / f"seed{seed}" / name
+
+
 def final_weights(out: Path) -> dict[str, int]:
     """Modification time of each finished run's final weights: unchanged means it was not retrained."""
-    finals = {run.name: list_checkpoints(run).get(1.0) for run in (out / figure1.RUNS).iterdir()}
+    finals = {run.name: list_checkpoints(run).get(1.0) for run in (out / figure1.RUNS).glob("seed*/*")}
     return {name: (path / "model.safetensors").stat().st_mtime_ns for name, path in finals.items() if path}
 
 
@@ -155,15 +159,14 @@ class TestCtrlC:
         last = done.stderr.strip().splitlines()[-1]
         assert last.endswith(RERUN_HINT), done.stderr
         if stop_at != "close":
-            assert f"training {RUN_NAMES[stop_run]}" in last
-        runs = out / figure1.RUNS
-        assert [name for name in RUN_NAMES if 1.0 not in list_checkpoints(runs / name)] == unfinished
+            assert f"training seed0/{RUN_NAMES[stop_run]}" in last
+        assert [name for name in RUN_NAMES if 1.0 not in list_checkpoints(run_dir(out, name))] == unfinished
         if unfinished:
-            assert latest_checkpoint(runs / unfinished[0]) is not None  # its progress was saved
+            assert latest_checkpoint(run_dir(out, unfinished[0])) is not None  # its progress was saved
         kept = final_weights(out)
 
         assert run_cli(figure1_args(out)) == 0
-        assert all(1.0 in list_checkpoints(runs / name) for name in RUN_NAMES)
+        assert all(1.0 in list_checkpoints(run_dir(out, name)) for name in RUN_NAMES)
         assert {name: final_weights(out)[name] for name in kept} == kept  # finished runs were not retrained
         assert (out / "figure1.png").stat().st_size > 0
         assert not list(out.parent.glob(".out.*"))  # no lock or temporary left beside the output
@@ -190,18 +193,19 @@ class TestCtrlC:
         stderr = "".join(lines)
         assert "Traceback" not in stderr
         assert (
-            lines[-1].strip() == f"interrupted while training fixed_k4; its progress is saved; {RERUN_HINT}"
+            lines[-1].strip()
+            == f"interrupted while training seed0/fixed_k4; its progress is saved; {RERUN_HINT}"
         )
         # The progress is there for a rerun to continue from (the reruns themselves are the tiny-preset
         # cases above; a whole quick study here would add minutes for no new path).
-        latest = read_meta(out / figure1.RUNS / "fixed_k4" / "checkpoints" / "latest")
+        latest = read_meta(run_dir(out, "fixed_k4") / "checkpoints" / "latest")
         assert latest["update"] >= 100
 
 
 # (options added to the rerun, the preset as redefined for the rerun, what the error line names)
 CHANGES = [
     pytest.param(["--budget", "6e9"], None, "budget was fixed:4:12, now 6000000000.0", id="budget"),
-    pytest.param(["--seed", "1"], None, "seed was 0, now 1", id="seed"),
+    pytest.param(["--seeds", "1"], None, "dataset_seed was 0, now 1", id="seed"),
     pytest.param(["--preset", "tiny2"], None, "preset was tiny, now tiny2", id="preset"),
     pytest.param([], replace(TINY, people=9), "people was 8, now 9", id="people"),
 ]
@@ -265,7 +269,7 @@ class TestChangedSettingsRefused:
         assert err.count("\n") == 1 and named in err and "--overwrite" in err
         assert snapshot(output_copy) == before
         assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
-        assert all(1.0 in list_checkpoints(output_copy / figure1.RUNS / name) for name in RUN_NAMES)
+        assert all(1.0 in list_checkpoints(run_dir(output_copy, name)) for name in RUN_NAMES)
 
 
 class TestOverwrite:
@@ -283,7 +287,8 @@ class TestOverwrite:
         retrained = final_weights(output_copy)
         assert all(retrained[name] != trained_before[name] for name in RUN_NAMES)
         for name in RUN_NAMES:  # every run was trained again, with the new settings
-            config = json.loads((output_copy / figure1.RUNS / name / "config.json").read_text())
+            folder = run_dir(output_copy, name, new["train_config"]["seed"])
+            config = json.loads((folder / "config.json").read_text())
             assert config["train_config"] == new["train_config"] | {
                 "schedule": config["train_config"]["schedule"]
             }
@@ -363,3 +368,23 @@ class TestTemplatesThatAreNotFiles:
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"{name} is not a regular file" in err
         assert not out.exists()
+
+
+class TestStudyInParts:
+    """A study grows by rerunning with more seeds or controls: what is done is kept, the rest trains."""
+
+    def test_adding_a_seed_and_a_control_continues_the_output(self, output_copy, tiny_preset, capsys):
+        kept = {name: path.stat().st_mtime_ns for name, path in self._finals(output_copy, 0).items()}
+        assert run_cli(figure1_args(output_copy, "--seeds", "0,1", "--update-matched")) == 0
+        after = {name: p.stat().st_mtime_ns for name, p in self._finals(output_copy, 0).items()}
+        assert {name: after[name] for name in kept} == kept  # the finished runs were not retrained
+        for seed in (0, 1):
+            assert set(self._finals(output_copy, seed)) == {*RUN_NAMES, "uniform_1_16_update_matched"}
+        claims = (output_copy / "claims.md").read_text()
+        assert "n=2" in claims  # every measured claim now has two seeds
+        assert record(output_copy)["study"]["seeds"] == [0, 1]
+
+    @staticmethod
+    def _finals(out: Path, seed: int) -> dict[str, Path]:
+        folders = (out / figure1.RUNS / f"seed{seed}").iterdir()
+        return {run.name: list_checkpoints(run)[1.0] / "model.safetensors" for run in folders}

@@ -47,7 +47,7 @@ def test_frontier_and_headline_of_the_final_checkpoints(finished):
     recall = pd.read_parquet(finished / "recall_curve.parquet")
     final = recall[(recall["fraction"] == 1.0) & (recall["attribute"] == "all")]
     for run, rows in frontier[frontier["kind"] == BASELINE].groupby("run"):  # same scoring as Figure 1
-        expected = final[final["run"] == run].set_index("depth")["bits"]
+        expected = final[final["run"] == f"seed0/{run}"].set_index("depth")["bits"]
         assert rows.set_index("parameter")["bits"].to_numpy() == pytest.approx(expected.to_numpy())
     headline = pd.read_parquet(finished / f"{HEADLINE_NAME}.parquet")
     assert sorted(headline["run"]) == sorted(figure1.FIGURE1_SCHEDULES)

@@ -97,8 +97,10 @@ def _write_folder(folder: Path, table, tokenizer: Tokenizer, arrays: TokenArrays
     (folder / MANIFEST).write_bytes(manifest_bytes(manifest))
 
 
-def _manifest(seed, pools, population, templates, training, holdout_eval_templates, tokenizer) -> dict:
-    """Everything about a dataset except its file hashes, which are added once the files exist."""
+def _manifest(seed, pools, population, templates, training, holdout_eval_templates, tokenizer, pool_hashes):
+    """Everything about a dataset except its file hashes, which are added once the files exist.
+
+    Nothing names the pools folder: the same pool files give the same manifest wherever they live."""
     sizes = {name: len(values) for name, values in pools.items()}
     bits, chance = attribute_bits(sizes), chance_bits(population.values, sizes)
     return {
@@ -125,7 +127,7 @@ def _manifest(seed, pools, population, templates, training, holdout_eval_templat
             "sep_id": tokenizer.token_to_id(SEP_TOKEN),
         },
         "source_hashes": {
-            **{f"pools/{name}": digest for name, digest in pool_file_hashes().items()},
+            **{f"pools/{name}": digest for name, digest in pool_hashes.items()},
             **{f"templates/{name}": digest for name, digest in templates.file_hashes.items()},
         },
     }
@@ -139,32 +141,42 @@ def generate_dataset(
     holdout_eval_templates: bool = False,
     overwrite: bool = False,
     templates_dir: str | Path | None = None,
+    pools_dir: str | Path | None = None,
 ) -> Path:
     """Generate a bioS dataset folder at `out_dir` (see the module docstring); returns its path.
 
     `pool_sizes` overrides the default size of any pool (attributes or name parts), taking the first
-    n values of the frozen pool. Everything is validated and built in memory before the folder is
+    n values of the pool file; `pools_dir` reads the pool files from another folder (format: see
+    `biosrecall.bios.pools`). Everything is validated and built in memory before the folder is
     written under a temporary name and renamed, so a failure leaves nothing behind. The output may not
     be or hold the pools or templates it reads, and is locked for the whole call (`output_lock`).
     """
     out_dir = Path(out_dir)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise BiosrecallError(f"seed must be a non-negative integer, got {seed!r}")
-    inputs = (POOLS_DIR, templates_dir if templates_dir is not None else TEMPLATES_DIR)
-    check_output_path(out_dir, inputs)
+    sources = {
+        "pools_dir": pools_dir if pools_dir is not None else POOLS_DIR,
+        "templates_dir": templates_dir if templates_dir is not None else TEMPLATES_DIR,
+    }
+    check_output_path(out_dir, sources.values())
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite)  # fail before the work, not after it
-        return _generate(out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, templates_dir)
+        return _generate(out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, **sources)
 
 
-def _generate(out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, templates_dir) -> Path:
-    pools = load_pools(pool_sizes)
+def _generate(
+    out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, templates_dir, pools_dir
+) -> Path:
+    pools = load_pools(pool_sizes, pools_dir)
+    pool_hashes = pool_file_hashes(pools_dir)
     templates = load_templates(templates_dir)
     population = draw_people(people, seed, {name: len(values) for name, values in pools.items()})
     training = templates.training(holdout_eval_templates)
     tokenizer = build_tokenizer(_vocabulary_words(pools, training, templates.eval))
     arrays = encode_arrays(tokenizer, pools, population, training, templates.eval)
-    manifest = _manifest(seed, pools, population, templates, training, holdout_eval_templates, tokenizer)
+    manifest = _manifest(
+        seed, pools, population, templates, training, holdout_eval_templates, tokenizer, pool_hashes
+    )
     try:
         with atomic_directory(out_dir, overwrite=overwrite) as folder:
             _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)

@@ -23,13 +23,26 @@ log2(64 * 28 * 12 * 64 * 64 * 128) = 4.807 + 3.585 + 6 + 6 + 6 + 7 = 33.392 bits
 uniformly, so log2(pool size) is exactly the information an attribute carries.
 
     pools = load_pools({"birth_city": 128})   # name -> tuple of the first n values
+    pools = load_pools(pools_dir="my_pools")  # the same, from a folder of your own
     build_pools(out_dir, overwrite=True)      # rebuild the frozen files
+
+A pool folder (`data/pools/` or one of your own, `biosrecall generate --pools-dir DIR`) holds the nine
+files `first_name.txt`, `middle_name.txt`, `last_name.txt`, `birth_city.txt`, `birth_day.txt`,
+`birth_month.txt`, `university.txt`, `major.txt` and `employer.txt`: UTF-8 text, one value per line
+(`\n` or `\r\n`), no blank lines, no duplicates. A value is words of printable characters separated
+by single spaces, starting with a letter or digit, without `{`, `}`, `<`, `>` or `▁` (they would clash
+with templates, special tokens or the tokenizer's space mark); a name part is one such word. The size
+rule is the same for every folder: a dataset uses the first n lines of each file, n being the
+default size above or `--pool-size NAME=n`, so a file of your own must hold at least that many lines
+(`--pool-size birth_city=200` uses 200 cities). Values are drawn uniformly, so the bits per person
+are the sum of log2(n) over the six attributes, whatever the values are.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 import re
 from collections.abc import Callable, Mapping
@@ -38,12 +51,15 @@ from pathlib import Path
 from faker import Faker
 
 from biosrecall.atomic import atomic_directory
+from biosrecall.bios.tokenizer import SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import require_regular_file
 from biosrecall.paths import POOLS_DIR
 
 ATTRIBUTES = ("birth_city", "birth_day", "birth_month", "university", "major", "employer")
 NAME_PARTS = ("first_name", "middle_name", "last_name")
 POOL_NAMES = NAME_PARTS + ATTRIBUTES
+_FILES = ", ".join(f"{name}.txt" for name in NAME_PARTS + ATTRIBUTES)
 
 FROZEN_POOL_LENGTHS = {
     "first_name": 400,
@@ -119,11 +135,14 @@ UNIVERSITY_PATTERNS = (
     "{surname} Institute",
 )
 
-# A value is words separated by single spaces, starting with a letter or digit; a name part is one word.
+# What the builder keeps from Faker (ASCII words separated by single spaces; names capitalised). Changing
+# these would change the frozen pools, so reading uses the wider rule below.
 _VALUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,.'&-]*( [A-Za-z0-9,.'&-]+)*")
 _NAME_RE = re.compile(r"[A-Z][a-z]+")
-# Read back, a name part only has to be one word, so "first middle last" maps back to one person.
-_NAME_WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,.'&-]*")
+# What a pool file may hold (see the module docstring). Braces would read as template placeholders,
+# angle brackets can spell the special tokens, and "▁" is the tokenizer's space mark.
+FORBIDDEN_CHARACTERS = "{}<>" + SPACE_MARK
+MAX_POOL_FILE_BYTES = 16 << 20  # a million long values; keeps a wrong file from filling memory
 
 
 def _draw_unique(draw: Callable[[], str], count: int, pattern: re.Pattern, exclude=()) -> list[str]:
@@ -215,14 +234,49 @@ def resolve_pool_sizes(overrides: Mapping[str, int] | None = None) -> dict[str, 
     return sizes
 
 
-def _read_pool_file(path: Path, pattern: re.Pattern) -> list[str]:
-    if not path.is_file():
-        raise BiosrecallError(f"pool file {path} not found (run `biosrecall pools` to rebuild it)")
-    values = path.read_text(encoding="utf-8").splitlines()
+def _value_problem(value: str, one_word: bool) -> str | None:
+    """Why `value` cannot be a pool value (a name part when `one_word`), or None."""
+    if value == "":
+        return "empty value (a pool holds one value per line, without blank lines)"
+    if all(word == SPACE_MARK for word in split_words(value)):
+        return f"value {value!r} tokenizes to nothing (it is only spaces)"
+    if value != value.strip(" ") or "  " in value:
+        return f"value {value!r} has leading, trailing or doubled spaces"
+    if not value.isprintable():
+        return f"value {value!r} holds an unprintable character (a tab, a control or format character)"
+    forbidden = sorted(set(value) & set(FORBIDDEN_CHARACTERS))
+    if forbidden:
+        return f"value {value!r} holds {forbidden[0]!r}, which pools may not use"
+    if not value[0].isalnum():
+        return f"value {value!r} must start with a letter or digit"
+    if one_word and " " in value:
+        return f"name part {value!r} must be one word (full names are 'first middle last')"
+    return None
+
+
+def _read_pool_file(path: Path, one_word: bool, default_folder: bool) -> list[str]:
+    """The values of one pool file, each checked, with the file and line named in every error."""
+    if not os.path.lexists(path):
+        hint = "run `biosrecall pools` to rebuild it" if default_folder else f"a pool folder holds {_FILES}"
+        raise BiosrecallError(f"pool file {path} not found ({hint})")
+    require_regular_file(path, "pool file")
+    size = path.stat().st_size
+    if size > MAX_POOL_FILE_BYTES:
+        raise BiosrecallError(
+            f"pool file {path} holds {size:,} bytes, above the {MAX_POOL_FILE_BYTES:,} allowed"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")  # universal newlines: \r\n reads as \n
+    except UnicodeDecodeError:
+        raise BiosrecallError(f"pool file {path} is not UTF-8 text") from None
+    values = text.split("\n")
+    if values[-1] == "":
+        values.pop()  # the final newline ends the last line; it does not start an empty one
     seen: dict[str, int] = {}
     for line_number, value in enumerate(values, start=1):
-        if not pattern.fullmatch(value):
-            raise BiosrecallError(f"{path} line {line_number}: malformed pool value {value!r}")
+        problem = _value_problem(value, one_word)
+        if problem:
+            raise BiosrecallError(f"{path} line {line_number}: {problem}")
         if value in seen:
             raise BiosrecallError(f"{path} line {line_number}: duplicate of line {seen[value]} ({value!r})")
         seen[value] = line_number
@@ -232,22 +286,36 @@ def _read_pool_file(path: Path, pattern: re.Pattern) -> list[str]:
 def load_pools(
     overrides: Mapping[str, int] | None = None, pools_dir: str | Path | None = None
 ) -> dict[str, tuple[str, ...]]:
-    """The first n values of every pool, n from `resolve_pool_sizes(overrides)`."""
-    pools_dir = Path(pools_dir) if pools_dir is not None else POOLS_DIR
+    """The first n values of every pool in `pools_dir` (default `data/pools/`), n from
+    `resolve_pool_sizes(overrides)`; every line of every file is checked, not only the first n."""
+    folder = Path(pools_dir) if pools_dir is not None else POOLS_DIR
+    if not folder.is_dir():
+        raise BiosrecallError(f"pools folder {folder} not found (it should hold {_FILES})")
+    sizes = resolve_pool_sizes(overrides)
     pools = {}
-    for name, size in resolve_pool_sizes(overrides).items():
-        path = pools_dir / f"{name}.txt"
-        values = _read_pool_file(path, _NAME_WORD_RE if name in NAME_PARTS else _VALUE_RE)
+    for name, size in sizes.items():
+        path = folder / f"{name}.txt"
+        values = _read_pool_file(path, name in NAME_PARTS, default_folder=folder.resolve() == POOLS_DIR)
         if size > len(values):
             raise BiosrecallError(
-                f"pool size {size} for {name} is above the pool length {len(values)} ({path})"
+                f"pool size {size} for {name} is above the pool length {len(values)} ({path}); "
+                f"use --pool-size {name}=N with N <= {len(values)}, or a longer file"
             )
         pools[name] = tuple(values[:size])
     return pools
 
 
+def pool_lengths(pools_dir: str | Path | None = None) -> dict[str, int]:
+    """How many values each pool file of `pools_dir` holds (every file checked as `load_pools` does)."""
+    folder = Path(pools_dir) if pools_dir is not None else POOLS_DIR
+    default = folder.resolve() == POOLS_DIR
+    return {
+        name: len(_read_pool_file(folder / f"{name}.txt", name in NAME_PARTS, default)) for name in POOL_NAMES
+    }
+
+
 def pool_file_hashes(pools_dir: str | Path | None = None) -> dict[str, str]:
-    """sha256 of every frozen pool file (the whole file, not just the prefix in use)."""
+    """sha256 of every pool file in `pools_dir` (default `data/pools/`): whole files, not the prefix in use."""
     pools_dir = Path(pools_dir) if pools_dir is not None else POOLS_DIR
     return {
         f"{name}.txt": hashlib.sha256((pools_dir / f"{name}.txt").read_bytes()).hexdigest()

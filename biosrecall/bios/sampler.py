@@ -4,6 +4,7 @@
     rows = sampler.batch(np.random.default_rng([run_seed, update]))   # int64 [64, 257]
     inputs, targets = rows[:, :-1], rows[:, 1:]                          # targets == pad_id: no loss
     sampler.longest_biography, BatchSampler.min_seq_len(dataset)         # smallest usable seq_len
+    BatchSampler.everyone_once(dataset).layout(batch_generator(seed, e))  # one exposure of everyone
 
 Each row is `sep bio sep bio ... sep bio pad ... pad`: every biography is six sentences, one per
 attribute, each from a freshly drawn training template, in a freshly shuffled order (the
@@ -16,7 +17,9 @@ tenth of people with the shortest biographies is shown about 26% more often than
 at seq_len 128, 6% more at 256 and 2% more at 512: use a context of several biographies.
 
 All the work is numpy gathers over the dataset's pre-tokenized arrays (`encoding.TokenStore`); the
-generator is passed in, so the same generator state always gives the same batch.
+generator is passed in, so the same generator state always gives the same batch. `batch_generator(seed,
+update)` is the generator a training run seeded `seed` draws update `update` from; the text export
+(`biosrecall.bios.export_text`) draws its exposures the same way from `everyone_once`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ import numpy as np
 from biosrecall.bios.encoding import TokenStore, expand_runs
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
+
+# Keeps the batch stream apart from the depth draws, which the trainer seeds from the same (seed, update).
+BATCH_STREAM = 0xB105
+
+
+def batch_generator(seed: int, update: int) -> np.random.Generator:
+    """The generator that update `update` of a run seeded `seed` draws its batch from."""
+    return np.random.default_rng([seed, update, BATCH_STREAM])
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,14 @@ class BatchSampler:
                 f"{self.longest_biography} tokens plus a separator; use seq_len >= {self.longest_biography}"
             )
         self.biographies_per_row = min(self.num_people, self.row_length // (shortest + 1))
+
+    @classmethod
+    def everyone_once(cls, dataset) -> BatchSampler:
+        """A sampler whose one row holds every person exactly once: a whole exposure of the dataset.
+
+        The row is long enough for N of the longest possible biographies, so packing keeps every
+        candidate, and with one row of N candidates the draw is a permutation of all N people."""
+        return cls(dataset, batch_size=1, seq_len=dataset.num_people * (cls.min_seq_len(dataset) + 1))
 
     @staticmethod
     def min_seq_len(dataset) -> int:

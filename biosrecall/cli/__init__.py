@@ -27,6 +27,7 @@ _COMMANDS = [
     ("biosrecall.cli.diagnose", "diagnose_update"),
     ("biosrecall.cli.lm", "lm"),
     ("biosrecall.cli.ask", "ask"),
+    ("biosrecall.cli.export", "export"),
 ]
 
 

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import click
 
+from biosrecall.cli.config_file import config_option
 from biosrecall.runs import SELECTOR_HELP
 
 
 @click.command("ask")
+@config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("prompt")
 @click.option("--exit", "exit_spec", default="kl:1e-3", show_default=True, help="One exit criterion.")

@@ -24,11 +24,13 @@ from pathlib import Path
 
 import click
 
+from biosrecall.cli.config_file import config_option
 from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
 from biosrecall.runs import SELECTOR_HELP
 
 
 @click.command("diagnose-update")
+@config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--checkpoint", default="switch", help=f"The one checkpoint to diagnose: {SELECTOR_HELP}.")
 @click.option(

@@ -2,6 +2,7 @@
 
 biosrecall figure1 --out runs/figure1 --preset quick      # a few minutes: the smoke test
 biosrecall figure1 --out runs/figure1                     # the default, sized for a 2-core CPU
+biosrecall figure1 --out runs/study --seeds 0,1,2 --update-matched --fixed-sweep 2,8   # the README study
 
 Ctrl-C (or SIGTERM) stops it with exit code 130 and the line "rerun the same command to continue";
 the same command then carries on where it stopped. A rerun with other settings is refused (exit 2)
@@ -13,6 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
+from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import train_field_option
 
 RERUN_HINT = "rerun the same command to continue"
 
@@ -29,7 +33,41 @@ def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
     return depths
 
 
+def parse_seeds(ctx, param, value: str) -> tuple[int, ...]:
+    from biosrecall.experiments.study import check_seeds
+
+    try:
+        seeds = tuple(int(part) for part in value.split(",")) if value.strip() else ()
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated seeds such as 0,1,2, got {value!r}") from None
+    check_seeds(seeds)
+    return seeds
+
+
+def parse_lr_grid(ctx, param, value: str | None) -> tuple[float, ...]:
+    from biosrecall.experiments.study import check_lr_grid
+
+    if value is None:
+        return ()
+    try:
+        grid = tuple(float(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"expected comma-separated learning rates such as 3e-3,1e-2, got {value!r}"
+        ) from None
+    check_lr_grid(grid)
+    return grid
+
+
+def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
+    """FIELD=VALUE pairs (repeatable or comma-separated), checked against the model config's fields."""
+    from biosrecall.model.config import parse_model_overrides
+
+    return parse_model_overrides([part for value in values for part in value.split(",") if part])
+
+
 @click.command()
+@config_option(lists=("seeds", "lr_grid", "fixed_sweep"))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--preset", default="default", show_default=True, help="Experiment size: quick or default.")
 @click.option(
@@ -39,12 +77,45 @@ def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
     help="Matched FLOP budget [default: the preset's, what fixed K=4 spends in its updates].",
 )
 @click.option(
+    "--seeds",
+    default="0",
+    show_default=True,
+    callback=parse_seeds,
+    help="Training seeds, e.g. 0,1,2: every run is trained once per seed (weights, batches, depth draws) "
+    "and tables, figures and claims report the mean with a 95% interval over seeds.",
+)
+@click.option(
+    "--dataset-seed-per-run",
+    is_flag=True,
+    help="Give each seed its own people too [default: every seed uses the first seed's dataset].",
+)
+@click.option(
+    "--update-matched",
+    is_flag=True,
+    help="Control: also train uniform for as many updates as fixed K=4 (more FLOPs), separating fewer "
+    "optimizer steps from varied depth.",
+)
+@click.option(
+    "--lr-grid",
+    callback=parse_lr_grid,
+    default=None,
+    help="Control: train each schedule at each of these peak learning rates (first seed), keep each "
+    "schedule's best by mean bits over K=1..16 at 100%, and run every seed at it (lr_grid.csv).",
+)
+@click.option(
+    "--model-override",
+    multiple=True,
+    callback=parse_overrides,
+    help="Architecture variant for every run, FIELD=VALUE (repeatable or comma list), e.g. "
+    "norm=sandwich,init_state=noise. Use another --out per variant.",
+)
+@click.option(
     "--fixed-sweep",
     callback=parse_depth_list,
     default=None,
     help="Also train fixed-depth runs at these depths (e.g. 1,2,4,8) and plot them (Figure 5).",
 )
-@click.option("--seed", default=0, show_default=True, help="Seeds the dataset, weights, batches and depths.")
+@train_field_option("log")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option(
     "--threads", type=click.IntRange(min=1), default=None, help="CPU threads [default: one per core]."
@@ -56,14 +127,18 @@ def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
     "refusing it. An output made with these settings is continued either way.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, overwrite, quiet):
+def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched, lr_grid, model_override,
+            fixed_sweep, log, device, threads, overwrite, quiet):  # fmt: skip
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
-    FLOP budget, evaluate their 45% and 100% checkpoints at serving depths 1..64, and draw Figure 1;
-    score adaptive-depth serving of the 100% checkpoints (exit_frontier.*, exit_headline.*).
+    FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
+    Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
+    adaptive-depth serving of the first seed's 100% checkpoints (exit_frontier.*, exit_headline.*).
 
     Rerunning the same command skips finished runs and resumes interrupted ones (Ctrl-C stops with
-    exit code 130); a rerun with other settings is refused unless --overwrite."""
+    exit code 130), so a long study can be run in parts; adding seeds or controls continues the
+    output. A rerun with other settings is refused unless --overwrite."""
     from biosrecall.experiments.figure1 import run_figure1
+    from biosrecall.experiments.study import StudyOptions
     from biosrecall.train.loop import Interrupted
     from biosrecall.train.progress import make_reporter
 
@@ -72,10 +147,14 @@ def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, overwri
         reporter.message(f"training {run_name}")
         return reporter
 
+    study = StudyOptions(
+        seeds=seeds, dataset_seed_per_run=dataset_seed_per_run, update_matched=update_matched,
+        lr_grid=lr_grid, fixed_sweep=fixed_sweep, model_overrides=model_override,
+    )  # fmt: skip
     try:
         result = run_figure1(
-            out_dir, preset, budget=budget, fixed_sweep=fixed_sweep, seed=seed, device=device,
-            threads=threads, overwrite=overwrite, reporter_factory=reporter_for,
+            out_dir, preset, study=study, budget=budget, device=device, threads=threads, log=log,
+            overwrite=overwrite, reporter_factory=reporter_for,
         )  # fmt: skip
     except (Interrupted, KeyboardInterrupt) as exc:
         # Finished runs and recall caches are kept and a stopped run saved its progress, so no option
@@ -83,7 +162,17 @@ def figure1(out_dir, preset, budget, fixed_sweep, seed, device, threads, overwri
         stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
-    click.echo(result.summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    _print(result)
+
+
+def _print(result) -> None:
+    from biosrecall.experiments.claims import claims_markdown
+
+    shown = ["label", "fraction", "K=1", "K=4", "K=16", "K=64", "mean K<=16", "mean K>16", "min", "n_seeds"]
+    summary = result.summary[[c for c in shown if c in result.summary]]
+    click.echo(summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    click.echo(claims_markdown(result.claims[["statement", "metric", "threshold", "mean", "low", "high",
+                                              "n_seeds", "verdict"]]))  # fmt: skip
     if result.headline is not None:
         click.echo("mean depth to reach 95% of each run's best recall, fixed against adaptive (100% budget):")
         click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from biosrecall.cli.config_file import config_option
 from biosrecall.compute.flops import (
     forward_flops_per_token,
     param_counts,
@@ -48,6 +49,7 @@ REPORTED = {
 
 
 @click.command("flops")
+@config_option()
 @click.option(
     "--preset",
     "presets",

@@ -1,8 +1,17 @@
-"""`biosrecall generate` (write a bioS dataset folder) and `biosrecall pools` (rebuild the frozen pools).
+"""`biosrecall generate` (write a bioS dataset folder, and its text) and `biosrecall pools` (rebuild the pools).
 
     biosrecall generate --out data/bios-1k --people 1000 --seed 0
     biosrecall generate --out data/bios-big --people 100000 --pool-size employer=256 --overwrite
+    biosrecall generate --out data/bios-mine --pools-dir my_pools --pool-size birth_city=200
+    biosrecall generate --out data/bios-1k --export-text jsonl --text-out data/bios-1k-text --exposures 100
+    biosrecall generate --from-dataset data/bios-1k --export-text parquet --text-out data/bios-1k-parquet
     biosrecall pools --check          # do the committed pools match a rebuild?
+
+Why the text export is part of `generate` and writes its own folder (`--text-out`): the text is another
+view of a dataset, so one command makes both in one go, or the text alone of a dataset made earlier
+(`--from-dataset`); and a separate folder keeps the dataset folder exactly the files its manifest lists,
+each folder with its own lock, atomic swap and `--overwrite`. Every option names one thing whichever
+way the command is used: `--out` is always the dataset to create, `--text-out` always the text folder.
 
 The commands only parse options, call `biosrecall.bios`, and print a short summary.
 """
@@ -12,14 +21,26 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
-from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, generate_dataset, load_dataset
-from biosrecall.bios.pools import build_pools, stale_pool_files
+from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, NAME_PARTS, generate_dataset, load_dataset
+from biosrecall.bios.export_text import DEFAULT_EXPOSURES, TEXT_FORMATS, TextExport, export_text
+from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
+from biosrecall.cli.config_file import config_option
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
-from biosrecall.paths import POOLS_DIR
+from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
+# Options that describe a dataset to generate, so they mean nothing with --from-dataset.
+_GENERATION_OPTIONS = {
+    "out": "--out",
+    "people": "--people",
+    "pool_sizes": "--pool-size",
+    "pools_dir": "--pools-dir",
+    "holdout_eval_templates": "--holdout-eval-templates",
+    "templates_dir": "--templates",
+}
 
 
 def parse_pool_sizes(items: tuple[str, ...]) -> dict[str, int]:
@@ -37,13 +58,21 @@ def parse_pool_sizes(items: tuple[str, ...]) -> dict[str, int]:
     return sizes
 
 
-def _summary(path: Path) -> list[str]:
+def _summary(path: Path, pools_dir: Path | None) -> list[str]:
     dataset = load_dataset(path)
+    manifest = dataset.manifest
     bits = ", ".join(f"{a} {dataset.bits_per_attribute[a]:.2f}" for a in ATTRIBUTES)
+    # with pools of one's own, show how much of each file is in use: sizes are not the files' lengths
+    lengths = pool_lengths(pools_dir) if pools_dir is not None else {}
+    sizes = ", ".join(
+        f"{a} {dataset.pool_sizes[a]}" + (f" of {lengths[a]}" if a in lengths else "") for a in ATTRIBUTES
+    )
+    names = " x ".join(str(manifest["name_pool_sizes"][part]) for part in NAME_PARTS)
     files = ", ".join(sorted(p.name for p in path.iterdir()))
     return [
         f"wrote {path}",
-        f"  people        {dataset.num_people} (seed {dataset.manifest['seed']})",
+        f"  people        {dataset.num_people} (seed {manifest['seed']})",
+        f"  pool sizes    {sizes}; names {names}",
         f"  bits/person   {dataset.total_bits:.2f} ({bits})",
         f"  chance bits   {dataset.chance_bits:.2f} (always answering each attribute's most common value)",
         f"  vocab size    {dataset.vocab_size}",
@@ -51,21 +80,87 @@ def _summary(path: Path) -> list[str]:
     ]
 
 
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 1e6:.1f} MB" if num_bytes >= 1e5 else f"{num_bytes / 1e3:.1f} kB"
+
+
+def _text_summary(path: Path, manifest: dict) -> list[str]:
+    files = manifest["files"]
+    train, evaluation = (f"{stem}.{manifest['text_format']}" for stem in ("train", "eval"))
+    loader = "json" if manifest["text_format"] == "jsonl" else "parquet"
+    return [
+        f"wrote {path} ({manifest['dataset']['num_people']} people x {manifest['exposures']} exposures, "
+        f"seed {manifest['seed']})",
+        f"  {train:<13} {files[train]['records']:,} biographies, {_size(files[train]['bytes'])}",
+        f"  {evaluation:<13} {files[evaluation]['records']:,} prompts with answers "
+        f"(6 attributes x 5 prompts per person), {_size(files[evaluation]['bytes'])}",
+        f'  load with     datasets.load_dataset("{loader}", data_files="{path / train}", split="train")',
+    ]
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+
+def _text_export(ctx, text_format, text_out, exposures, seed, overwrite) -> TextExport | None:
+    """The export the options ask for, or None; text options without --export-text are refused."""
+    if text_format is None:
+        for name, option in (("text_out", "--text-out"), ("exposures", "--exposures")):
+            if _given(ctx, name):
+                raise BiosrecallError(f"{option} only applies with --export-text FORMAT")
+        return None
+    if text_out is None:
+        raise BiosrecallError("--export-text needs --text-out DIR, the folder to write the text files into")
+    return TextExport(text_out, text_format, exposures, seed, overwrite)
+
+
+def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting: bool) -> Path:
+    """The dataset folder the command writes (--out) or only reads (--from-dataset)."""
+    if from_dataset is None:
+        if out is None:
+            raise BiosrecallError("missing option --out (the dataset folder to create) or --from-dataset DIR")
+        return out
+    for name, option in _GENERATION_OPTIONS.items():
+        if _given(ctx, name):
+            hint = "; the text folder is --text-out" if name == "out" else ""
+            raise BiosrecallError(
+                f"{option} describes a dataset to generate, not one read by --from-dataset{hint}"
+            )
+    if not exporting:
+        raise BiosrecallError("--from-dataset exports an existing dataset's text: give --export-text FORMAT")
+    return from_dataset
+
+
 @click.command()
+@config_option()
 @click.option(
     "--out",
-    required=True,
     type=click.Path(path_type=Path),
-    help="Dataset folder to create (must be new or empty).",
+    default=None,
+    help="Dataset folder to create (must be new or empty); not with --from-dataset.",
 )
 @click.option("--people", default=1000, show_default=True, type=int, help="Number of fictional people.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for names and attribute values.")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed for names and attribute values, and for the phrasing and order of --export-text.",
+)
 @click.option(
     "--pool-size",
     "pool_sizes",
     multiple=True,
     metavar="NAME=SIZE",
     help=f"Use the first SIZE values of a pool (repeatable). Defaults, 33.39 bits/person: {_DEFAULT_SIZES_TEXT}.",
+)
+@click.option(
+    "--pools-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder of your own pool files, in the format of data/pools/ (first_name.txt ... employer.txt, "
+    "one value per line); --pool-size and the default sizes still pick the first n lines of each.  "
+    "[default: the package's data/pools/]",
 )
 @click.option(
     "--holdout-eval-templates",
@@ -79,30 +174,76 @@ def _summary(path: Path) -> list[str]:
     default=None,
     help="Folder holding train.toml and eval.toml.  [default: the package's templates/]",
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty output folder.")
+@click.option(
+    "--export-text",
+    "text_format",
+    type=click.Choice(TEXT_FORMATS),
+    default=None,
+    help="Also write the training biographies and the evaluation prompts with answers as text "
+    "(JSON Lines or parquet, for datasets.load_dataset) into --text-out.",
+)
+@click.option(
+    "--text-out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder for --export-text (must be new or empty; not inside the dataset).",
+)
+@click.option(
+    "--exposures",
+    default=DEFAULT_EXPOSURES,
+    show_default=True,
+    type=int,
+    help="With --export-text: how many times every person's biography is written, each time freshly "
+    "phrased and ordered by the training sampler.",
+)
+@click.option(
+    "--from-dataset",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Export the text of this existing dataset folder instead of generating one.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace existing non-empty output folders.")
+@click.pass_context
 def generate(
-    out: Path,
+    ctx: click.Context,
+    out: Path | None,
     people: int,
     seed: int,
     pool_sizes: tuple[str, ...],
+    pools_dir: Path | None,
     holdout_eval_templates: bool,
     templates_dir: Path | None,
+    text_format: str | None,
+    text_out: Path | None,
+    exposures: int,
+    from_dataset: Path | None,
     overwrite: bool,
 ) -> None:
-    """Generate a bioS dataset: people, manifest, tokenizer and pre-tokenized arrays."""
-    path = generate_dataset(
-        out,
-        people=people,
-        seed=seed,
-        pool_sizes=parse_pool_sizes(pool_sizes),
-        holdout_eval_templates=holdout_eval_templates,
-        overwrite=overwrite,
-        templates_dir=templates_dir,
-    )
-    click.echo("\n".join(_summary(path)))
+    """Generate a bioS dataset: people, manifest, tokenizer and pre-tokenized arrays; with
+    --export-text, also its text for other trainers (or only that, --from-dataset)."""
+    dataset_dir = _dataset_to_read(ctx, out, from_dataset, exporting=text_format is not None)
+    export = _text_export(ctx, text_format, text_out, exposures, seed, overwrite)
+    if export is not None:  # refuse a bad text output before the dataset is written
+        export.check(inputs=[dataset_dir, pools_dir or POOLS_DIR, templates_dir or TEMPLATES_DIR])
+    if from_dataset is None:
+        generate_dataset(
+            dataset_dir,
+            people=people,
+            seed=seed,
+            pool_sizes=parse_pool_sizes(pool_sizes),
+            holdout_eval_templates=holdout_eval_templates,
+            overwrite=overwrite,
+            templates_dir=templates_dir,
+            pools_dir=pools_dir,
+        )
+        click.echo("\n".join(_summary(dataset_dir, pools_dir)))
+    if export is not None:
+        manifest = export_text(dataset_dir, export)
+        click.echo("\n".join(_text_summary(export.out_dir, manifest)))
 
 
 @click.command()
+@config_option()
 @click.option(
     "--out",
     type=click.Path(path_type=Path),

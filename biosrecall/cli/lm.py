@@ -1,5 +1,5 @@
 """`biosrecall lm ...`: the language-model pipeline: `prepare` (text -> shards), `plan`, `train`, `eval`,
-`compare`.
+`harness` (lm-eval-harness tasks), `compare`.
 
     biosrecall lm prepare books/ notes.jsonl --out data/lm-books --vocab-size 8192
     biosrecall lm prepare hf:openbmb/Ultra-FineWeb --hf-split en --text-column content \
@@ -12,24 +12,26 @@
         --data data/ultradata-math-l3 --out runs/200m/uniform --schedule uniform:1-16 --updates 4800
     biosrecall lm eval runs/200m/uniform [--checkpoints all]   # NLL at serving depths 1..16
     biosrecall lm eval runs/200m/uniform --exit kl:5e-4,stable:2   # and with per-token exit
+    biosrecall lm harness runs/1b/uniform/seed0 --tasks hellaswag,arc_easy,piqa --depths 4,8,16
     biosrecall lm compare runs/200m/* --out figures/lm-200m    # Figure-2 table and plots
+    biosrecall lm compare runs/1b/* --aggregate-seeds --out figures/lm-1b   # RUN/seed*/ -> mean, 95% CI
 
 Inputs, document boundaries and the Hugging Face syntax are described in `biosrecall.lm.corpus`; the
 output folder's format in `biosrecall.lm.shards`. `train` takes every trainer option of
-`biosrecall train` (same names and meaning) plus the LM ones below; `--config FILE` reads defaults
-for any of them from a TOML file whose keys are the option names (`batch_size = 256`), and options
-given on the command line win.
+`biosrecall train` (same names and meaning) plus the LM ones below. Every subcommand takes `--config
+FILE`, a TOML file whose keys are its option names (`batch_size = 256`; see `biosrecall.cli.config_file`),
+and options given on the command line win; `train` and `plan` also read a run's config.json.
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
 import click
 
-from biosrecall.cli.options import split_options, toml_value, trainer_options
+from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import split_options, trainer_options
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
 from biosrecall.runs import SELECTOR_HELP
@@ -43,6 +45,7 @@ def lm() -> None:
 
 
 @lm.command("prepare", short_help="Tokenize text files or a Hugging Face dataset into token shards.")
+@config_option()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Folder to create.")
 @click.option(
@@ -147,37 +150,11 @@ def _report(result) -> None:
 MODEL_OVERRIDES = (*BIOS_MODEL_OVERRIDES, "vocab_size")
 
 
-def _load_config_file(ctx: click.Context, param, value: Path | None):
-    """Eager: turn a TOML file into defaults for the other options (the command line still wins). Each
-    value is checked against its option's type and rule, naming the file and the key."""
-    if value is None:
-        return None
-    try:
-        data = tomllib.loads(value.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise click.BadParameter(f"cannot read {value}: {exc}") from None
-    data = {key.replace("-", "_"): val for key, val in data.items()}
-    params = {  # a key is an option's name (nproc_per_node) or its parameter's (processes)
-        name: p
-        for p in ctx.command.params
-        if p.name != "config"
-        for name in (p.name, *(opt.lstrip("-").replace("-", "_") for opt in p.opts))
-    }
-    unknown = sorted(set(data) - set(params))
-    if unknown:
-        raise click.BadParameter(f"{value}: unknown key(s) {', '.join(unknown)}")
-    defaults = {params[key].name: toml_value(value, key, val, params[key], ctx) for key, val in data.items()}
-    ctx.default_map = {**(ctx.default_map or {}), **defaults}
-    return value
-
-
 def _lm_options(run: bool):
     """Decorator: --config, --preset and --tokenizer, then the trainer options every training command
     shares (with `run`: also --resume, --overwrite and --quiet)."""
     own = [
-        click.option("--config", type=click.Path(path_type=Path, dir_okay=False), is_eager=True,
-                     expose_value=False, callback=_load_config_file,
-                     help="TOML file of option defaults (keys are option names, e.g. batch_size)."),
+        config_option(task="lm"),
         click.option("--preset", default="lm-tiny", show_default=True,
                      help="Model preset: lm-tiny, lm-200m or lm-1b (see `biosrecall flops`)."),
         click.option("--tokenizer", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -258,6 +235,7 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
 
 
 @lm.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
+@config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--checkpoint",
@@ -361,6 +339,7 @@ def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: d
 
 
 @lm.command("compare", short_help="Figure-2 comparison of evaluated LM runs against uniform.")
+@config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--out",
@@ -375,13 +354,28 @@ def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: d
     default=None,
     help="Run the others are compared with [default: the uniform:1-16 run with the most FLOPs].",
 )
-def compare(runs, out_dir, reference) -> None:
+@click.option(
+    "--aggregate-seeds",
+    is_flag=True,
+    help="A RUN may be a folder of runs that differ only in the seed (RUN/seed0, RUN/seed1, ...): "
+    "report each number as its mean over them with a 95%% t interval.",
+)
+def compare(runs, out_dir, reference, aggregate_seeds) -> None:
     """Print mean serving-depth NLL, NLL at K=1 and K=16, modeled compute and wall-clock of each RUN
     relative to the reference, and plot NLL against serving depth and against modeled compute (and,
-    for runs evaluated with --exit, against the mean depth per token)."""
-    from biosrecall.lm.compare import compare_runs, format_table, write_comparison
+    for runs evaluated with --exit, against the mean depth per token; for runs scored with `lm
+    harness`, their lm-eval scores against serving depth)."""
+    from biosrecall.lm.compare import compare_runs, format_harness, format_table, write_comparison
 
-    table, curves, summaries = compare_runs(runs, reference)
-    click.echo(format_table(table))
-    for path in write_comparison(table, curves, summaries, out_dir):
+    comparison = compare_runs(runs, reference, aggregate_seeds=aggregate_seeds)
+    click.echo(format_table(comparison.table))
+    if not comparison.harness.empty:
+        click.echo(format_harness(comparison.harness))
+    for path in write_comparison(comparison, out_dir):
         click.echo(f"wrote {path}")
+
+
+# `lm harness` lives in its own module (lm-eval's many options); registered here under `lm`.
+from biosrecall.cli.lm_harness import harness  # noqa: E402  (after `lm` exists)
+
+lm.add_command(harness)

@@ -9,7 +9,7 @@ Every `TrainConfig` field is one option (`batch_size` -> `--batch-size`) whose d
 default, whose help is the docstring under the field, and whose type parses the text and applies
 `check_field`, the rule `TrainConfig` itself applies, so a bad number is refused while the command line
 is read, before anything is opened or written. Model overrides are `ModelConfig` fields the same way
-(unset: the preset's value). `toml_value` checks one value of a `--config` file against its option.
+(unset: the preset's value). `--config FILE` (every command) is `biosrecall.cli.config_file`.
 
 Why a decorator factory over click, not jsonargparse: every command is click already (one error path:
 `error: ...` and exit 2), the factory is this one module with no new dependency, and the option names,
@@ -25,16 +25,17 @@ import textwrap
 import types
 from collections.abc import Callable
 from dataclasses import MISSING, fields
-from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 import click
+from click.core import ParameterSource
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import INIT_STATES, INJECTIONS, NORMS, ModelConfig
 from biosrecall.train.config import CHOICES, TrainConfig, check_field
 
 _MODEL_CHOICES = {"injection": INJECTIONS, "init_state": INIT_STATES, "norm": NORMS}
+RUN_SIZE = ("budget", "budget_of", "updates")
 RUN_FLAGS = {
     "resume": "Continue the run in --out from its `latest` checkpoint.",
     "overwrite": "Replace an existing run in --out (once the new one is checked).",
@@ -56,10 +57,11 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 class FieldValue(click.ParamType):
-    """Text (or a typed value from a config file) -> one TrainConfig field, checked by `check_field`."""
+    """Text (or a typed value from a config file) -> one TrainConfig field, checked by `check_field`.
+    A list field (`kind` tuple) reads comma-separated `item`s."""
 
-    def __init__(self, field: str, kind: type):
-        self.field, self.kind = field, kind
+    def __init__(self, field: str, kind: type, item: type = float):
+        self.field, self.kind, self.item = field, kind, item
         self.name = {int: "integer", float: "float", tuple: "list"}.get(kind, "text")
 
     def convert(self, value: Any, param, ctx) -> Any:
@@ -73,7 +75,7 @@ class FieldValue(click.ParamType):
             return value
         try:
             if self.kind is tuple:
-                return tuple(float(part) for part in value.split(",") if part.strip())
+                return tuple(self.item(part.strip()) for part in value.split(",") if part.strip())
             return self.kind(value.strip())
         except ValueError:
             expected = {int: "an integer", float: "a number", tuple: "comma-separated fractions"}
@@ -94,9 +96,26 @@ def _train_option(name: str, annotation: Any, default: Any, help_text: str) -> C
         return click.option(f"{flag}/--no-{flag[2:]}", name, default=default, help=help_text)
     if name in CHOICES:
         return click.option(flag, name, type=click.Choice(CHOICES[name]), default=default, help=help_text)
+    if kind is tuple and get_args(annotation)[0] is str:
+        names = FieldValue(name, kind, item=str)
+        return click.option(flag, name, type=names, multiple=True, callback=_joined, help=help_text)
     if kind is tuple:
         default = ",".join(map(str, default))
     return click.option(flag, name, type=FieldValue(name, kind), default=default, help=help_text)
+
+
+def _joined(ctx, param, value: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+    """A list of names repeated and comma-separated (--log a --log b,c) as one checked tuple."""
+    return check_field(param.name, [item for part in value for item in part])
+
+
+def train_field_option(name: str) -> Callable:
+    """The option of one TrainConfig field alone, for a command that passes only it on to its runs (e.g.
+    `figure1 --log`): the same flag, type, rule and help as in `trainer_options`."""
+    field = next(f for f in fields(TrainConfig) if f.name == name)
+    return _train_option(
+        name, get_type_hints(TrainConfig)[name], field.default, field_docs(TrainConfig)[name]
+    )
 
 
 def _override_option(name: str, help_text: str) -> Callable:
@@ -129,34 +148,20 @@ def trainer_options(overrides: tuple[str, ...] = (), run: bool = True) -> Callab
 def split_options(options: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
     """Remove the TrainConfig fields and the model overrides from parsed `options`; return a checked
     TrainConfig and the overrides (None: keep the preset's)."""
+    _run_size_from_command_line(options)
     config = TrainConfig(**{f.name: options.pop(f.name) for f in fields(TrainConfig)})
     model_fields = {f.name for f in fields(ModelConfig)}
     return config, {name: options.pop(name) for name in list(options) if name in model_fields}
 
 
-def toml_value(path: Path, key: str, value: Any, param: click.Parameter, ctx: click.Context) -> Any:
-    """A value of a TOML config file checked against its option (type, then the option's own rule);
-    a mismatch is one line naming the file, the key and what the key takes."""
-    expected, allowed = _toml_kind(param)
-    if isinstance(value, bool) != (bool in allowed) or not isinstance(value, allowed):
-        got = type(value).__name__.replace("dict", "table").replace("list", "array")
-        raise click.BadParameter(f"{path}: {key} takes {expected}, got {got} {value!r}")
-    try:
-        return param.type.convert(value, param, ctx)
-    except click.BadParameter as exc:
-        named = exc.message if exc.message.startswith(key) else f"{key}: {exc.message}"
-        raise click.BadParameter(f"{path}: {named}") from None
-
-
-def _toml_kind(param: click.Parameter) -> tuple[str, tuple[type, ...]]:
-    """(what the option takes, in words; the TOML value types that can hold it)."""
-    kind = param.type.kind if isinstance(param.type, FieldValue) else None
-    if getattr(param, "is_flag", False) or param.type is click.BOOL:
-        return "true or false", (bool,)
-    if kind is int or isinstance(param.type, click.IntRange) or param.type is click.INT:
-        return "an integer", (int,)
-    if kind is float:
-        return "a number", (int, float)
-    if kind is tuple:
-        return "an array of numbers", (list, str)
-    return "a string", (str,)
+def _run_size_from_command_line(options: dict[str, Any]) -> None:
+    """--budget, --budget-of and --updates are one setting spelled three ways: one given on the command
+    line replaces whichever a --config file gave (a repeated run may change its size)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    sources = {name: ctx.get_parameter_source(name) for name in RUN_SIZE}
+    if ParameterSource.COMMANDLINE in sources.values():
+        for name, source in sources.items():
+            if source is ParameterSource.DEFAULT_MAP:
+                options[name] = None

@@ -22,6 +22,17 @@ its answer positions, and --out gets:
 
 Each checkpoint's result is cached as `checkpoints/<label>/recall.parquet`, so re-plotting (another
 --metric, fewer runs, a smaller --max-depth) does not re-evaluate; --refresh forces it.
+
+Any Hugging Face causal LM instead of runs (`biosrecall.hf.scoring`, needs the `hf` extra):
+
+    biosrecall recall-curve --hf-model exported/ff --data data/bios-1k --depths 1,4,16,64
+    biosrecall recall-curve --hf-model models/gpt2-bios --data data/bios-1k         # one depth
+    biosrecall recall-curve --hf-model models/huginn-bios --data data/bios-1k --trust-remote-code \
+        --depth-arg num_steps --depths 1,4,16,32
+
+scores the same 4-of-5 exact match with the model's own tokenizer (greedy answer compared as text)
+and writes the same recall_curve table, figure and summary. A biosrecall export's depth argument is
+num_steps unless --depth-arg says otherwise; another model is scored at one depth without one.
 """
 
 from __future__ import annotations
@@ -30,13 +41,18 @@ from pathlib import Path
 
 import click
 
+from biosrecall.cli.config_file import config_option
 from biosrecall.runs import SELECTOR_HELP
 
 DEFAULT_OUT = Path("recall-curve")
+RUN_BATCH_SIZE = 256
+RUN_ONLY = ("checkpoints", "max_depth", "refresh", "exits", "aggregate_seeds")
+HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
 @click.command("recall-curve")
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@config_option(lists=("depths",))
+@click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "--checkpoint",
     "checkpoints",
@@ -47,14 +63,20 @@ DEFAULT_OUT = Path("recall-curve")
 @click.option(
     "--threshold", default=4, type=int, help="A fact is recalled when this many of its templates are exact."
 )
-@click.option("--batch-size", default=256, type=int, help="Evaluation rows per forward pass.")
+@click.option(
+    "--batch-size",
+    default=None,
+    type=int,
+    help="Evaluation rows per forward pass [default: 256 for runs, 64 with --hf-model].",
+)
 @click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
 @click.option(
     "--data",
     "data_dir",
     type=click.Path(path_type=Path),
     default=None,
-    help="Dataset folder to use instead of the one recorded in the checkpoints (hash still checked).",
+    help="Dataset folder to use instead of the one recorded in the checkpoints (hash still checked); "
+    "with --hf-model, the bioS dataset to score on (required).",
 )
 @click.option(
     "--out",
@@ -80,6 +102,37 @@ DEFAULT_OUT = Path("recall-curve")
     help="Exit criteria to score (repeatable or a comma list): fixed:K, kl:EPS, stable:M, entropy:H, "
     "oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
 )
+@click.option(
+    "--aggregate-seeds",
+    is_flag=True,
+    help="Runs sharing a folder name are seeds of one configuration (figure1's runs/seed*/NAME): "
+    "report each group's mean, 95% t interval and seed count (recall_curve_seeds.*, summary.csv). "
+    "Refused when a group's runs differ in more than the seed.",
+)
+@click.option(
+    "--hf-model",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Score this Hugging Face causal LM folder on the --data dataset instead of runs.",
+)
+@click.option(
+    "--depth-arg",
+    default=None,
+    help="With --hf-model: the forward argument that sets a looped model's depth, e.g. num_steps "
+    "[default: num_steps for a biosrecall export, none (one depth) otherwise].",
+)
+@click.option(
+    "--depths",
+    default=None,
+    help="With --hf-model and a depth argument: depths to score, a comma list [default: 1,2,4,8,16,32,64].",
+)
+@click.option(
+    "--trust-remote-code",
+    is_flag=True,
+    default=None,
+    help="With --hf-model: run modeling code the folder ships (needed for most looped models; a "
+    "biosrecall export's own code is trusted without it).",
+)
 def recall_curve(
     run_dirs,
     checkpoints,
@@ -93,16 +146,30 @@ def recall_curve(
     refresh,
     people,
     exits,
+    aggregate_seeds,
+    hf_model,
+    depth_arg,
+    depths,
+    trust_remote_code,
 ):
-    """Score factual recall of trained runs over serving depths and plot Figure-1 style curves."""
+    """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
+    plot Figure-1 style curves."""
     from biosrecall.errors import BiosrecallError
-    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, recall_curves, summary_table
-    from biosrecall.eval.plots import plot_recall_curves
-    from biosrecall.outputs import save_figure, write_table
 
     if out_dir.exists() and not out_dir.is_dir():  # before hours of evaluation, not after
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
+    _check_mode(run_dirs, hf_model, data_dir)
+    if hf_model is not None:
+        options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
+        # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag.
+        options.update(depth_arg=depth_arg, trust_remote_code=True if trust_remote_code else None)
+        _score_hf(hf_model, data_dir, _parse_depths(depths), options, out_dir, metric)
+        return
+    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
+
     criteria = _parse_exits(exits, max_depth)
+    groups = _seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
+    batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
     table = recall_curves(
         run_dirs,
         checkpoints or DEFAULT_CHECKPOINTS,
@@ -114,16 +181,120 @@ def recall_curve(
         refresh=refresh,
         people=people,
     )
-    written = write_table(table, out_dir / TABLE_NAME)
-    written += save_figure(plot_recall_curves(table, metric=metric), out_dir / TABLE_NAME)
     shown_depths = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
-    click.echo("recalled bits per person:")
-    click.echo(summary_table(table, shown_depths).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    if groups is None:
+        written = _write_curves(table, out_dir, metric, shown_depths)
+    else:
+        written = _write_seed_curves(table, groups, out_dir)
     if criteria:
         options = {"max_depth": max_depth, "threshold": threshold, "batch_size": batch_size}
         options.update(device=device, data_dir=data_dir, people=people)
         written += _score_exits(run_dirs, criteria, checkpoints or DEFAULT_CHECKPOINTS, out_dir, options)
     for path in written:
+        click.echo(f"wrote {path}")
+
+
+def _given(name: str) -> bool:
+    """The option was set on the command line or in a --config file (not left at its default)."""
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+
+def _flag(name: str) -> str:
+    return "--" + {"checkpoints": "checkpoint", "exits": "exit"}.get(name, name).replace("_", "-")
+
+
+def _check_mode(run_dirs, hf_model, data_dir) -> None:
+    """Runs or one Hugging Face model, each with only the options that apply to it."""
+    from biosrecall.errors import BiosrecallError
+
+    if hf_model is not None and run_dirs:
+        raise BiosrecallError("--hf-model and RUN_DIRS are mutually exclusive: score runs or one model")
+    if hf_model is None and not run_dirs:
+        raise BiosrecallError("give run folders (RUN_DIRS) or a Hugging Face model folder (--hf-model DIR)")
+    wrong = [name for name in (RUN_ONLY if hf_model is not None else HF_ONLY) if _given(name)]
+    if wrong:
+        applies = "runs, not to --hf-model" if hf_model is not None else "--hf-model only"
+        raise BiosrecallError(f"{_flag(wrong[0])} applies to {applies}")
+    if hf_model is not None and data_dir is None:
+        raise BiosrecallError("--hf-model needs --data DATASET, the bioS dataset folder to score it on")
+
+
+def _seed_groups(run_dirs):
+    from biosrecall.eval.seeds import seed_groups
+
+    return seed_groups(run_dirs)
+
+
+def _write_seed_curves(table, groups, out_dir: Path) -> list[Path]:
+    """--aggregate-seeds: every run's table, the curves and summary over seeds, and the figure of the
+    means with their intervals; prints the summary."""
+    from biosrecall.atomic import atomic_write_text
+    from biosrecall.eval.curves import TABLE_NAME
+    from biosrecall.eval.plots import plot_recall_curves
+    from biosrecall.eval.seeds import aggregate_recall
+    from biosrecall.outputs import save_figure, write_table
+
+    curves, summary, per_run = aggregate_recall(table, groups)
+    written = write_table(table, out_dir / TABLE_NAME) + write_table(curves, out_dir / f"{TABLE_NAME}_seeds")
+    for name, frame in (("summary", summary), ("summary_runs", per_run)):
+        atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
+        written.append(out_dir / f"{name}.csv")
+    written += save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME)
+    shown = [c for c in summary.columns if not c.endswith(("_low", "_high"))]
+    click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
+    click.echo(summary[shown].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    return written
+
+
+def _parse_depths(text: str | None) -> list[int] | None:
+    from biosrecall.errors import BiosrecallError
+
+    if text is None:
+        return None
+    try:
+        depths = [int(part) for part in text.split(",")]
+    except ValueError:
+        depths = []
+    if not depths or min(depths) < 1:
+        raise BiosrecallError(f"--depths takes a comma list of integers >= 1 such as 1,2,4 (got {text!r})")
+    return depths
+
+
+def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None) -> list[Path]:
+    """The long table and the figure into out_dir; print the summary. Returns the paths written."""
+    from biosrecall.eval.curves import TABLE_NAME, summary_table
+    from biosrecall.eval.plots import plot_recall_curves
+    from biosrecall.outputs import save_figure, write_table
+
+    written = write_table(table, out_dir / TABLE_NAME)
+    fig = plot_recall_curves(table, metric=metric) if fig is None else fig
+    written += save_figure(fig, out_dir / TABLE_NAME)
+    click.echo("recalled bits per person:")
+    click.echo(summary_table(table, shown_depths).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    return written
+
+
+def _score_hf(hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str) -> None:
+    """--hf-model: score the model, then write and print what recall-curve writes for runs."""
+    from biosrecall.hf.scoring import DEFAULT_BATCH_SIZE, plot_hf_recall, score_hf_model
+
+    batch_size = DEFAULT_BATCH_SIZE if options["batch_size"] is None else options["batch_size"]
+    table = score_hf_model(
+        hf_model,
+        data_dir,
+        depths,
+        options["depth_arg"],
+        options["threshold"],
+        batch_size=batch_size,
+        device=options["device"],
+        people=options["people"],
+        trust_remote_code=options["trust_remote_code"],
+    )
+    scored = sorted(table["depth"].unique())
+    shown = sorted({int(d) for d in scored if d in (1, 4, 16, 64)} | {int(scored[0]), int(scored[-1])})
+    for path in _write_curves(table, out_dir, metric, shown, plot_hf_recall(table, metric)):
         click.echo(f"wrote {path}")
 
 

@@ -3,6 +3,7 @@
     biosrecall train --data data/bios --out runs/ff --schedule fixed_first:k0=4,switch=0.8,finish=uniform \
         --budget-of fixed:4:2000
     torchrun --nproc_per_node 2 -m biosrecall train ...   # data-parallel (DDP, or --parallel fsdp)
+    biosrecall train ... --log tensorboard --log wandb     # also to trackers (biosrecall.train.tracking)
 
 The trainer options come from `TrainConfig` (see `biosrecall.cli.options`), shared with `lm train`.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import click
 
+from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import split_options, trainer_options
 
 MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 
 
 @click.command()
+@config_option(task="bios")
 @click.option(
     "--data", "data_dir", required=True, type=click.Path(), help="Dataset folder from `biosrecall generate`."
 )

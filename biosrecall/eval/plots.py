@@ -100,22 +100,31 @@ def _power_of_two_marks(depths: np.ndarray) -> list[int]:
 
 
 def _draw_runs(ax, rows: pd.DataFrame, value: str, labels: dict, styles: dict) -> None:
+    """One line per run; a band where the table has `<value>_low` / `_high` (an interval over seeds);
+    a thin line for a control run (`role` == "control"), which is a reference, not a contender."""
     for run, curve in rows.groupby("run", sort=False):
         curve = curve.sort_values("depth")
         depths = curve["depth"].to_numpy()
         label = labels[run]
+        control = "role" in curve and (curve["role"] == "control").all()
         # Unclipped, so the markers at K = 1 and K = max sit whole on the panel's edges.
         ax.plot(
             depths,
             curve[value].to_numpy(),
             label=label,
-            lw=1.6,
-            ms=5,
+            lw=0.9 if control else 1.6,
+            ms=3 if control else 5,
             clip_on=False,
             zorder=3,
             markevery=_power_of_two_marks(depths),
             **styles[label],
         )
+        low, high = f"{value}_low", f"{value}_high"
+        if low in curve and curve[low].notna().any():
+            # A t interval is unbounded; recall is not, so the band stops at 0 and the line's ceiling.
+            top = curve["ceiling_bits"].to_numpy() if value == "bits" else 1.0
+            band = np.clip(curve[low], 0, top), np.clip(curve[high], 0, top)
+            ax.fill_between(depths, *band, color=styles[label]["color"], alpha=0.12, lw=0, zorder=2)
 
 
 def _draw_references(ax, ceilings, chances) -> None:
@@ -125,14 +134,26 @@ def _draw_references(ax, ceilings, chances) -> None:
         ax.axhline(chance, color=REFERENCE_COLOR, linestyle=":", lw=1.3, zorder=1)
 
 
-def _legend_handles(styles: dict, ceiling_text: str, chance_text: str, training_depth: int) -> list:
+def _legend_handles(
+    styles: dict, ceiling_text: str, chance_text: str, training_depth: int, seeds=None
+) -> list:
     handles = [Line2D([], [], lw=1.6, ms=5, label=label, **style) for label, style in styles.items()]
+    if seeds:
+        handles.append(Line2D([], [], color="0.6", alpha=0.4, lw=8, label=f"95% interval over {seeds} seeds"))
     handles += [
         Line2D([], [], color=REFERENCE_COLOR, linestyle="--", lw=1.0, label=ceiling_text),
         Line2D([], [], color=REFERENCE_COLOR, linestyle=":", lw=1.3, label=chance_text),
         Line2D([], [], color=TRAINING_SHADE, lw=8, label=f"training depths (K \u2264 {training_depth})"),
     ]
     return handles
+
+
+def _seed_count(table: pd.DataFrame) -> str | None:
+    """ "3" (or "2-3") when the table aggregates seeds with intervals, else None."""
+    if "n_seeds" not in table or not table["bits_low"].notna().any():
+        return None
+    low, high = int(table["n_seeds"].min()), int(table["n_seeds"].max())
+    return str(low) if low == high else f"{low}-{high}"
 
 
 def _unique(values) -> list[float]:
@@ -158,13 +179,14 @@ def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int) -> None
     ceiling_text = "task ceiling (" + " / ".join(f"{c:.2f}" for c in ceilings) + " bits)"
     chance_text = "chance (" + " / ".join(f"{c:.2f}" for c in chances) + " bits)"
     fig.legend(
-        handles=_legend_handles(styles, ceiling_text, chance_text, training_depth),
+        handles=_legend_handles(styles, ceiling_text, chance_text, training_depth, _seed_count(whole)),
         loc="outside lower center",
         ncol=3,
         frameon=False,
         fontsize="small",
     )
-    fig.suptitle(f"Recalled bits per person vs serving depth, {budget_title(table)}")
+    contenders = whole[whole["role"] != "control"] if "role" in whole else whole
+    fig.suptitle(f"Recalled bits per person vs serving depth, {budget_title(contenders)}")
 
 
 def _attribute_panel(ax, parts: pd.DataFrame, fraction: float, attribute: str, context: dict) -> None:

@@ -1,63 +1,58 @@
-"""The paper's Figure 1 end to end: dataset, three schedules at one matched FLOP budget, recall to K=64.
+"""The paper's Figure 1 as an experiment: seeds, controls and claims judged from the data.
 
     from biosrecall.experiments.figure1 import run_figure1
-    result = run_figure1("runs/figure1", preset="quick")
+    from biosrecall.experiments.study import StudyOptions
+    result = run_figure1("runs/figure1", preset="quick", study=StudyOptions(seeds=(0, 1)))
 
-Layout of the output folder (every file readable from a notebook):
+One call generates the dataset, trains the three schedules at one matched FLOP budget for every seed
+(plus what `StudyOptions` adds: the update-matched uniform control, a per-schedule learning-rate grid,
+the Figure-5 fixed-K sweep), evaluates the 45% and 100% checkpoints at serving depths 1..64, and
+writes the tables, figures and claims of `biosrecall.experiments.figure1_results`. Layout:
 
-    OUT/figure1.json                      resolved preset, budget, seeds, versions, what was run
-    OUT/data/                             the bioS dataset (generated when missing)
-    OUT/runs/<schedule>/                  one run folder per schedule (see `biosrecall train`)
-    OUT/recall_curve.{csv,parquet}        long-format recall table (every run, fraction, depth)
-    OUT/summary.csv                       bits per person at K = 1, 4, 16, 64 per run and fraction
-    OUT/figure1.{png,pdf}                 the figure
-    OUT/exit_frontier.{csv,parquet,png,pdf}, exit_headline.{csv,parquet}
-                                          adaptive-depth serving of the 100% checkpoints
-                                          (`biosrecall.eval.serving.write_serving_results`)
-    OUT/figure5.{png,pdf}, fixed_sweep*   with `fixed_sweep`: fixed-depth runs (the paper's Figure 5)
+    OUT/figure1.json               resolved preset, budget, study options, versions, what was run
+    OUT/data/ (data_seed<S>/)      the bioS dataset (one per seed with `dataset_seed_per_run`)
+    OUT/runs/seed<S>/<label>/      one run folder per run (see `biosrecall.experiments.study`)
+    OUT/recall_curve*, summary*.csv, figure1.*, claims.*, lr_grid.*, figure5.*, fixed_sweep*
+    OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of the first seed's 100% checkpoints
 
-The whole call holds the output's lock (`biosrecall.locking.output_lock`), so two processes never
-write one output. Calling again with the same settings continues: finished runs are kept, an
-interrupted one resumes from its last save, and recall results are cached per checkpoint. An output
-made with other settings (preset, people, budget, seed, anything its results depend on, as recorded
-in figure1.json) is refused with one `BiosrecallError` line naming the difference, before anything
-is touched; `overwrite=True` replaces it instead, once the new settings have been checked.
+The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
+finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
+checkpoint, and added seeds or controls only train what is new (`figure1_output` says what is refused).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from biosrecall.atomic import atomic_write_json, atomic_write_text
-from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import recall_curves, summary_table
-from biosrecall.eval.plots import plot_recall_curves
-from biosrecall.eval.serving import serving_names, write_serving_results
-from biosrecall.files import read_json_object, require_keys
-from biosrecall.locking import ASIDE_SUFFIX, output_lock, temporary_prefix
-from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
-from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
-from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
-from biosrecall.train.loop import Interrupted
-from biosrecall.train.run_dir import versions
+import pandas as pd
 
-# The paper's three schedules, in legend order: folder name -> schedule spec.
-FIGURE1_SCHEDULES = {
-    "fixed_k4": "fixed:4",
-    "fixed_first_k4_80": "fixed_first:k0=4,switch=0.8,finish=uniform",
-    "uniform_1_16": "uniform:1-16",
-}
+from biosrecall.atomic import atomic_write_json
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.curves import recall_curves, run_labels
+from biosrecall.eval.serving import write_serving_results
+from biosrecall.experiments import figure1_output as output
+from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
+from biosrecall.experiments.study import (
+    FIXED_K4,
+    MAIN_SCHEDULES,
+    RunSpec,
+    StudyOptions,
+    dataset_seed,
+    grid_runs,
+    study_runs,
+)
+from biosrecall.locking import output_lock
+from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
+from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.loop import Interrupted
+from biosrecall.train.run_dir import machine, versions
+
+FIGURE1_SCHEDULES = MAIN_SCHEDULES
 FRACTIONS = (0.45, 1.0)
-RECORD, DATA, RUNS = "figure1.json", "data", "runs"
-# Each result set: figure name -> (table name, summary file).
-RESULTS = {"figure1": ("recall_curve", "summary.csv"), "figure5": ("fixed_sweep", "fixed_sweep_summary.csv")}
-_SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
+RECORD, DATA, RUNS = output.RECORD, output.DATA, output.RUNS
 
 
 @dataclass(frozen=True)
@@ -75,7 +70,7 @@ class Figure1Preset:
     budget_updates: int
     """The matched budget, as a number of fixed K=4 updates."""
     lr: float
-    """Peak learning rate (same for every schedule)."""
+    """Peak learning rate (every schedule's, unless a learning-rate grid picks each its own)."""
     max_depth: int = 64
     """Serving depths evaluated: 1..max_depth."""
     eval_people: int | None = None
@@ -90,17 +85,16 @@ FIGURE1_PRESETS = {
     "quick": Figure1Preset(
         people=40, model_preset="bios-tiny", batch_size=8, seq_len=128, budget_updates=300, lr=1e-2
     ),
-    # The laptop-class reproduction, sized by measurement (README, "Sizing the default"): at this
-    # budget and lr, fixed K=4 recalls 20.6 of 33.4 bits at K=4 at 45% with 700 people (23.6 with
-    # 500, 4.6 with 1,000) and 33.4 at 100%, so the 45% panel is neither empty nor saturated.
+    # The laptop-class reproduction, sized by measurement (README, "Sizing the default"): fixed K=4
+    # recalls 20.8 of 33.4 bits at K=4 at 45% (62% of the ceiling) and 33.4 at 100%, and a small batch
+    # gives every schedule more optimizer steps per FLOP, so uniform has room to learn by 100%.
     "default": Figure1Preset(
-        people=700,
+        people=250,
         model_preset="bios-cpu",
-        batch_size=16,
+        batch_size=8,
         seq_len=256,
         budget_updates=800,
         lr=1e-2,
-        eval_people=250,
     ),
 }
 
@@ -108,9 +102,10 @@ FIGURE1_PRESETS = {
 @dataclass
 class Figure1Result:
     out_dir: Path
-    runs: dict[str, Path]
-    table: Any
-    summary: Any
+    runs: dict[str, Path]  # run folder under runs/ -> its path
+    table: pd.DataFrame  # every run's recall (`figure1_results.label_runs`)
+    summary: pd.DataFrame  # per group and fraction, mean over seeds with intervals
+    claims: pd.DataFrame
     figures: list[Path]
     headline: Any = None  # adaptive against fixed serving depth (`biosrecall.eval.serving`)
 
@@ -119,51 +114,59 @@ def run_figure1(
     out_dir: str | Path,
     preset: str = "quick",
     *,
+    study: StudyOptions | None = None,
     budget: float | None = None,
-    fixed_sweep: tuple[int, ...] = (),
-    seed: int = 0,
     device: str = "auto",
     threads: int | None = None,
+    log: tuple[str, ...] = (),
     overwrite: bool = False,
     reporter_factory=None,
 ) -> Figure1Result:
-    """Generate (if needed), train every schedule at one budget, evaluate, and draw the figure.
+    """Generate (if needed), train every run of the study, evaluate, and write tables, figures, claims.
 
     Continues an output made with the same settings; refuses one made with other settings unless
-    `overwrite`. Raises `Interrupted` (naming the run) when Ctrl-C or SIGTERM stops a run's training.
+    `overwrite`. `log` names experiment trackers every run reports to (`biosrecall.train.tracking`).
+    Raises `Interrupted` (naming the run) when Ctrl-C or SIGTERM stops a run's training.
     """
-    settings = _resolve(preset)
+    study = study or StudyOptions()
+    settings = _resolve(preset, study.model_overrides)
     out_dir = Path(out_dir)
-    config = _train_config(settings, budget, seed, device, threads)
-    record = _record(preset, settings, config, fixed_sweep)
+    config = replace(_train_config(settings, budget, study.seeds[0], device, threads), log=tuple(log))
+    record = _record(preset, settings, config, study)
+    datasets = {
+        s: _data_dir(out_dir, study, s) for s in dict.fromkeys(dataset_seed(study, s) for s in study.seeds)
+    }
+    trainer = _Trainer(out_dir / RUNS, datasets, config, settings, study, reporter_factory)
     with output_lock(out_dir):
-        data_dir = _prepare(out_dir, record, settings, config, fixed_sweep, overwrite)
+        output.prepare_output(out_dir, record, datasets, settings.people, overwrite, trainer.check_plans)
         atomic_write_json(out_dir / RECORD, record)
-        trainer = (out_dir / RUNS, data_dir, config, settings, reporter_factory)
-        runs = _train_all(FIGURE1_SCHEDULES, *trainer)
-        table = _evaluate(runs, settings, device)
-        figures = _write_results(out_dir, table, "figure1")
-        final, people = str(max(FRACTIONS)), settings.eval_people
-        served, headline = write_serving_results(
-            out_dir, list(runs.values()), final, settings.max_depth, device=device, people=people
-        )
-        if fixed_sweep:
-            sweep = _train_all({f"fixed_k{k}": f"fixed:{k}" for k in fixed_sweep}, *trainer)
-            figures += _write_results(out_dir, _evaluate(sweep, settings, device), "figure5")
-            runs.update(sweep)
-    return Figure1Result(out_dir, runs, table, summary_table(table), figures + served, headline)
+        grid, best_lr = _tune_learning_rates(trainer, study, settings, device)
+        specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
+        trained = trainer.train_all(specs)
+        curves = _evaluate(trained, FRACTIONS, settings, device)
+        written = write_study_results(out_dir, curves, grid)
+        headline, served = _serving(out_dir, trained, study, settings, device)
+    runs = {str(spec.folder): path for spec, path in trained.items()}
+    figures = written.figures + served
+    return Figure1Result(out_dir, runs, curves, written.summary, written.claims, figures, headline)
 
 
-def _resolve(preset: str) -> Figure1Preset:
+def _resolve(preset: str, overrides: dict) -> Figure1Preset:
+    """The preset, with the study's architecture overrides applied (checked when the plans are made)."""
     if preset not in FIGURE1_PRESETS:
         raise BiosrecallError(
             f"unknown figure1 preset {preset!r}; choose one of: {', '.join(FIGURE1_PRESETS)}"
         )
-    return FIGURE1_PRESETS[preset]
+    settings = FIGURE1_PRESETS[preset]
+    if not overrides:
+        return settings
+    merged = {**dict(settings.model_overrides), **overrides}
+    return replace(settings, model_overrides=tuple(sorted(merged.items())))
 
 
 def _train_config(settings: Figure1Preset, budget, seed: int, device: str, threads) -> TrainConfig:
-    """Every schedule's trainer settings; the budget is the preset's unless `budget` is given."""
+    """Every run's trainer settings before its schedule, seed and lr; the budget is the preset's
+    unless `budget` is given."""
     return TrainConfig(
         batch_size=settings.batch_size,
         seq_len=settings.seq_len,
@@ -177,211 +180,110 @@ def _train_config(settings: Figure1Preset, budget, seed: int, device: str, threa
     )
 
 
-def _record(preset: str, settings: Figure1Preset, config: TrainConfig, sweep) -> dict[str, Any]:
+def _record(preset: str, settings: Figure1Preset, config: TrainConfig, study: StudyOptions) -> dict[str, Any]:
     """What figure1.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
     record = {
         "preset": preset,
         "settings": asdict(settings),
         "train_config": config.to_dict(),
-        "schedules": FIGURE1_SCHEDULES,
+        "schedules": MAIN_SCHEDULES,
         "fractions": list(FRACTIONS),
-        "fixed_sweep": list(sweep),
+        "dataset_seed": "per run" if study.dataset_seed_per_run else study.seeds[0],
+        "study": asdict(study),
         "versions": versions(),
+        "machine": machine(),
     }
     return json.loads(json.dumps(record))
 
 
-def _prepare(out_dir: Path, record, settings: Figure1Preset, config: TrainConfig, sweep, overwrite) -> Path:
-    """Check the settings, what the output already holds, and a plan of every run before anything trains.
-
-    A mistake found here leaves the output as it was: a folder this call created is removed, and what
-    `overwrite` moved aside is put back.
-    """
-    from biosrecall.train.distributed import resolve_device
-
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    created, aside = not out_dir.exists(), None
-    try:
-        config.validate()
-        resolve_device(config.device)
-        differences = _differences(out_dir, record, settings, config.seed)
-        if differences and not overwrite:
-            raise _refusal(out_dir, differences)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        aside = _move_aside(out_dir) if differences else None
-        data_dir = _dataset(out_dir / DATA, settings, config.seed)
-        _check_plans(data_dir, settings, config, sweep)
-    except BaseException:
-        if aside is not None:
-            _put_back(out_dir, aside)
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-    return data_dir
+def _data_dir(out_dir: Path, study: StudyOptions, seed: int) -> Path:
+    return out_dir / (f"{DATA}_seed{seed}" if study.dataset_seed_per_run else DATA)
 
 
-def _check_plans(data_dir: Path, settings: Figure1Preset, config: TrainConfig, sweep) -> None:
-    """Plan every run and build its batch source, so a budget too small for one update or a sequence
-    too short for a biography fails before the first run trains."""
-    from biosrecall.train.bios_training import bios_training_task
-    from biosrecall.train.setup import make_plan
+class _Trainer:
+    """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones."""
 
-    task = bios_training_task(data_dir, settings.model_preset, dict(settings.model_overrides))
-    model_config = task.model_config()
-    task.batch_source(config, resolve_seq_len(config, model_config, task.preset))
-    for spec in [*FIGURE1_SCHEDULES.values(), *(f"fixed:{k}" for k in sweep)]:
-        make_plan(model_config, replace(config, schedule=spec))
+    def __init__(self, runs_dir: Path, datasets, config, settings, study, reporter_factory):
+        self.runs_dir, self.datasets, self.config = runs_dir, datasets, config
+        self.settings, self.study, self.reporter_factory = settings, study, reporter_factory
 
+    def run_config(self, spec: RunSpec) -> TrainConfig:
+        config = replace(self.config, schedule=spec.schedule, seed=spec.seed, lr=spec.lr)
+        if spec.updates is not None:  # a control matched in updates, not FLOPs
+            config = replace(config, budget=None, budget_of=None, updates=spec.updates)
+        return config
 
-def _identity(record: dict[str, Any]) -> dict[str, Any]:
-    """The settings a figure1 record's results depend on, under the names a refusal shows them by."""
-    train = {k: v for k, v in record["train_config"].items() if k not in RESUMABLE_DIFFERENCES}
-    budget, budget_of = train.pop("budget", None), train.pop("budget_of", None)
-    return {
-        "preset": record["preset"],
-        **record["settings"],
-        **train,
-        "budget": budget_of if budget is None else budget,
-        "schedules": record.get("schedules"),
-        "fractions": record.get("fractions"),
-    }
+    def _task(self):
+        from biosrecall.train.bios_training import bios_training_task
 
+        data_dir = next(iter(self.datasets.values()))
+        return bios_training_task(data_dir, self.settings.model_preset, dict(self.settings.model_overrides))
 
-def _differences(out_dir: Path, record: dict[str, Any], settings: Figure1Preset, seed: int) -> list[str]:
-    """How what `out_dir` already holds differs from what these settings make; [] when it can be reused."""
-    path = out_dir / RECORD
-    if os.path.lexists(path):
+    def fixed4_updates(self) -> int:
+        from biosrecall.train.setup import make_plan
+
+        model_config = self._task().model_config()
+        return make_plan(model_config, replace(self.config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
+
+    def check_plans(self) -> None:
+        """Plan every kind of run and build a batch source, so a budget too small for one update, an
+        unknown architecture override or a sequence too short for a biography fails before training."""
+        from biosrecall.train.setup import make_plan
+
+        self.config.validate()
+        task = self._task()
+        model_config = task.model_config()
+        task.batch_source(self.config, resolve_seq_len(self.config, model_config, task.preset))
+        best = {name: self.settings.lr for name in MAIN_SCHEDULES}
+        specs = grid_runs(self.study, self.settings.lr) + study_runs(self.study, best, self.settings.lr, 1)
+        for spec in specs:
+            make_plan(model_config, self.run_config(spec))
+
+    def train_all(self, specs: list[RunSpec]) -> dict[RunSpec, Path]:
+        return {spec: self.train(spec) for spec in specs}
+
+    def train(self, spec: RunSpec) -> Path:
+        """Train one run unless it is finished; resume it when it was interrupted."""
+        from biosrecall.train.bios_training import train_bios
+
+        run_dir = self.runs_dir / spec.folder
+        if 1.0 in list_checkpoints(run_dir):
+            return run_dir
+        resume = latest_checkpoint(run_dir) is not None
+        reporter = self.reporter_factory(str(spec.folder)) if self.reporter_factory else None
+        data_dir = self.datasets[dataset_seed(self.study, spec.seed)]
+        overrides = dict(self.settings.model_overrides)
+        config, model_preset = self.run_config(spec), self.settings.model_preset
         try:
-            stored = read_json_object(path, "figure1 record", required=("preset", "settings", "train_config"))
-            for key in ("settings", "train_config"):
-                require_keys(stored[key], (), f"figure1 record {key}", path)
-        except BiosrecallError as exc:
-            return [str(exc)]
-        old, new = _identity(stored), _identity(record)
-        keys = dict.fromkeys([*new, *old])  # this call's order: the stored record's keys are sorted
-        changed = [
-            f"{key} was {old.get(key)}, now {new.get(key)}" for key in keys if old.get(key) != new.get(key)
-        ]
-        if changed:
-            return changed
-    elif os.path.lexists(out_dir / RUNS):
-        return [f"it holds {RUNS}/ but no {RECORD} saying how they were trained"]
-    return _dataset_differences(out_dir / DATA, settings, seed)
-
-
-def _dataset_differences(data_dir: Path, settings: Figure1Preset, seed: int) -> list[str]:
-    """Whether OUT/data is the dataset these settings ask for ([] also when there is none yet)."""
-    from biosrecall.bios import load_dataset
-
-    if not os.path.lexists(data_dir):
-        return []
-    try:
-        dataset = load_dataset(data_dir)
-    except BiosrecallError as exc:
-        return [f"its dataset is unusable: {exc}"]
-    found = (dataset.num_people, dataset.manifest.get("seed"))
-    if found == (settings.people, seed):
-        return []
-    return [f"its dataset has {found[0]} people (seed {found[1]}), now {settings.people} (seed {seed})"]
-
-
-def _refusal(out_dir: Path, differences: list[str]) -> BiosrecallError:
-    shown = "; ".join(differences[:_SHOWN_DIFFERENCES])
-    if len(differences) > _SHOWN_DIFFERENCES:
-        shown += f"; and {len(differences) - _SHOWN_DIFFERENCES} more"
-    return BiosrecallError(
-        f"{out_dir} was made with other settings ({shown}); rerun with the settings it was made with to "
-        "continue it, pass --overwrite to replace it, or choose another --out"
-    )
-
-
-def _made_names() -> list[str]:
-    """Every entry figure1 makes in its output folder: what `overwrite` replaces."""
-    names = [RECORD, DATA, RUNS, *serving_names()]
-    for figure, (table, summary) in RESULTS.items():
-        names += [f"{figure}.{fmt}" for fmt in FIGURE_FORMATS] + [f"{table}.{fmt}" for fmt in TABLE_FORMATS]
-        names.append(summary)
-    return names
-
-
-def _move_aside(out_dir: Path) -> Path | None:
-    """Move what figure1 made in `out_dir` into one hidden sibling folder; returns it (None: nothing).
-
-    The folder is deleted once the new settings are checked; should this process die first, the next
-    `output_lock(out_dir)` removes it. The record moves last, so until everything else has gone a
-    plain rerun still refuses the output rather than reusing part of it.
-    """
-    present = [name for name in _made_names() if os.path.lexists(out_dir / name)]
-    if not present:
-        return None
-    target = out_dir.resolve()
-    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
-    for name in sorted(present, key=lambda name: name == RECORD):
-        os.replace(out_dir / name, aside / name)
-    return aside
-
-
-def _put_back(out_dir: Path, aside: Path) -> None:
-    """Undo `_move_aside`: what was made meanwhile (a new dataset) gives way to what was there."""
-    for entry in aside.iterdir():
-        made = out_dir / entry.name
-        if made.is_dir() and not made.is_symlink():
-            shutil.rmtree(made)
-        elif os.path.lexists(made):
-            made.unlink()
-        os.replace(entry, made)
-    aside.rmdir()
-
-
-def _dataset(data_dir: Path, settings: Figure1Preset, seed: int) -> Path:
-    """OUT/data: kept when present (`_differences` has checked it), generated otherwise."""
-    from biosrecall.bios import generate_dataset
-
-    if os.path.lexists(data_dir):
-        return data_dir
-    return generate_dataset(data_dir, people=settings.people, seed=seed)
-
-
-def _train_all(schedules: dict[str, str], runs_dir: Path, data_dir, config, settings, reporter_factory):
-    """Train `schedules` (run name -> spec) one after another in `runs_dir`; returns name -> run folder."""
-    return {
-        name: _train(runs_dir / name, data_dir, replace(config, schedule=spec), settings, reporter_factory)
-        for name, spec in schedules.items()
-    }
-
-
-def _train(
-    run_dir: Path, data_dir: Path, config: TrainConfig, settings: Figure1Preset, reporter_factory
-) -> Path:
-    """Train one run unless it is finished; resume it when it was interrupted."""
-    from biosrecall.train.bios_training import train_bios
-
-    if 1.0 in list_checkpoints(run_dir):
+            train_bios(data_dir, run_dir, config, model_preset, overrides, resume, not resume, reporter)
+        except Interrupted:
+            # The loop's own message points at `train --resume`; here a plain call again continues.
+            raise Interrupted(f"interrupted while training {spec.folder}; its progress is saved") from None
         return run_dir
-    resume = latest_checkpoint(run_dir) is not None
-    reporter = reporter_factory(run_dir.name) if reporter_factory else None
-    overrides = dict(settings.model_overrides)
-    try:
-        train_bios(data_dir, run_dir, config, settings.model_preset, overrides, resume, not resume, reporter)
-    except Interrupted:
-        # The loop's own message points at `train --resume`; here a plain call again continues.
-        raise Interrupted(f"interrupted while training {run_dir.name}; its progress is saved") from None
-    return run_dir
 
 
-def _evaluate(runs: dict[str, Path], settings: Figure1Preset, device: str):
-    """The long recall table of `runs` at every kept fraction and depth 1..max_depth."""
-    return recall_curves(
-        list(runs.values()), FRACTIONS, settings.max_depth, device=device, people=settings.eval_people
+def _tune_learning_rates(trainer: _Trainer, study: StudyOptions, settings: Figure1Preset, device: str):
+    """(grid table or None, each main schedule's learning rate): the grid's winners, or the preset's."""
+    if not study.lr_grid:
+        return None, {name: settings.lr for name in MAIN_SCHEDULES}
+    trained = trainer.train_all(grid_runs(study, settings.lr))
+    grid = grid_table(_evaluate(trained, (1.0,), settings, device))
+    return grid, chosen_lr(grid)
+
+
+def _evaluate(trained: dict[RunSpec, Path], fractions, settings: Figure1Preset, device: str) -> pd.DataFrame:
+    """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run."""
+    paths = list(trained.values())
+    table = recall_curves(paths, fractions, settings.max_depth, device=device, people=settings.eval_people)
+    return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
+
+
+def _serving(out_dir: Path, trained: dict[RunSpec, Path], study, settings: Figure1Preset, device: str):
+    """Adaptive-depth serving of the first seed's main runs at 100% (one seed: a serving comparison,
+    not a claim)."""
+    first = [path for spec, path in trained.items() if spec.role == "main" and spec.seed == study.seeds[0]]
+    final, people = str(max(FRACTIONS)), settings.eval_people
+    served, headline = write_serving_results(
+        out_dir, first, final, settings.max_depth, device=device, people=people
     )
-
-
-def _write_results(out_dir: Path, table, figure_name: str) -> list[Path]:
-    """Write the recall table (CSV + parquet), its summary (CSV) and the figure; return the figure's files."""
-    table_name, summary_name = RESULTS[figure_name]
-    write_table(table, out_dir / table_name)
-    atomic_write_text(out_dir / summary_name, summary_table(table).to_csv(index=False))
-    return save_figure(plot_recall_curves(table), out_dir / figure_name)
+    return headline, served

@@ -6,7 +6,9 @@
     rows = loader.batch(8)                                                 # int64 [8, 1025]
 
 Modules: `corpus` (reading inputs), `tokenizer` (byte-level BPE), `shards` (file format, manifest,
-prepare), `loader` (rank-sharded, resumable sequences and the fixed-order validation pass).
+prepare), `loader` (rank-sharded, resumable sequences and the fixed-order validation pass), `task`
+(the LM training task), `evaluate` (validation NLL per serving depth), `compare` / `compare_plots`
+(Figure 2, seed aggregation checked by `replicates`), `harness` (lm-eval tasks at serving depths).
 """
 
 from biosrecall.lm.corpus import Corpus

@@ -1,8 +1,10 @@
-"""Figure-2 style comparison of evaluated LM runs against a uniform-depth reference run.
+"""Figure-2 style comparison of evaluated LM runs against a uniform-depth reference run, aggregated
+over seeds where a run was trained with several.
 
-    table, curves = compare_runs(["runs/uniform", "runs/ff-k2-0.67", "runs/curriculum"])
-    write_comparison(table, curves, "figures/lm-200m")
-    # CLI: biosrecall lm compare RUN... --out figures/lm-200m [--reference runs/uniform]
+    comparison = compare_runs(["runs/uniform", "runs/ff-k2-0.67", "runs/curriculum"])
+    comparison = compare_runs(["runs/1b/uniform", "runs/1b/ff-k4"], aggregate_seeds=True)  # RUN/seed*/
+    write_comparison(comparison, "figures/lm-200m")
+    # CLI: biosrecall lm compare RUN... --out figures/lm-200m [--reference RUN] [--aggregate-seeds]
 
 Every run must have been evaluated (`biosrecall lm eval`). Per run, at its final evaluated checkpoint:
 mean serving-depth NLL, NLL at the smallest and largest serving depth (K = 1 and K = 16 by default),
@@ -10,48 +12,106 @@ modeled training FLOPs (the trainer's running total from the one FLOP account) a
 seconds, each also relative to the reference: by default the `uniform:1-16` run that spent the most
 FLOPs (the full uniform run rather than a compute-matched one).
 
+Seeds (`aggregate_seeds`, grouping rules in `biosrecall.lm.replicates`): a RUN argument may stand for
+a folder of runs that differ only in the seed. Every number is then the mean over those seeds with
+its 95% t interval (`biosrecall.stats`; columns `<name>_low`, `<name>_high`) and `n_seeds`; a single
+run is a group of one (no interval). A relative number is computed per seed against the reference's
+mean over its seeds, so its interval is the run's seed spread; the reference's own spread is its row.
+The members of a group must have the same final evaluated checkpoint.
+
 Writes OUT/lm_compare.csv and .parquet, and two figures as PNG and PDF (`biosrecall.outputs`): NLL
 against serving depth (one line per run) and mean serving-depth NLL against modeled training compute
-(one line per run through its evaluated checkpoints; a single point when only the final one was
-evaluated). Runs also scored with per-token exit (`biosrecall lm eval --exit`) at that final
-checkpoint add OUT/lm_exit.csv and .parquet (their `nll_exit` rows) and a third figure,
-nll_vs_exit_depth: NLL against mean depth, each run's fixed-depth curve as a line and its exit
-criteria as points.
+(one line per run through its evaluated checkpoints); several seeds draw the mean with a shaded 95%
+band. Runs also scored with per-token exit (`biosrecall lm eval --exit`) at that final checkpoint add
+OUT/lm_exit.csv and .parquet and the figure nll_vs_exit_depth. Runs scored on lm-eval tasks
+(`biosrecall lm harness`) at that checkpoint add OUT/lm_harness.csv and .parquet (one row per run,
+task, metric and serving depth) and the figure harness_vs_depth: the NLL curve next to one panel per
+task and metric.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.evaluate import BASELINE, read_exit_table, read_table, summarize
-from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
+from biosrecall.lm.evaluate import read_exit_table, read_table, summarize
+from biosrecall.lm.harness import read_harness_table
+from biosrecall.lm.replicates import check_replicates, expand_groups
+from biosrecall.outputs import save_figure, write_table
+from biosrecall.runs import fraction_of
+from biosrecall.stats import aggregate_seeds
 
 UNIFORM = "uniform:1-16"
+RELATIVE = ("mean_nll_vs_ref_pct", "compute_vs_ref", "compute_saving_pct", "wall_vs_ref", "wall_saving_pct")
+_RUN_VALUES = ("update", "flops", "train_tokens", "wall_seconds", "mean_nll")
 
 
-def compare_runs(run_dirs: Sequence[str | Path], reference: str | Path | None = None):
-    """(comparison table in the order given, per-depth rows of each run's final checkpoint, and the
-    summary of every evaluated checkpoint)."""
+class Comparison(NamedTuple):
+    """What `lm compare` reports; every number is a mean over seeds with `_low`, `_high`, `n_seeds`."""
+
+    table: pd.DataFrame  # one row per run (group): final checkpoint, relative to the reference
+    curves: pd.DataFrame  # run, schedule, depth: NLL of the final checkpoint
+    summaries: pd.DataFrame  # run, schedule, checkpoint: every evaluated checkpoint
+    exits: pd.DataFrame  # run, schedule, criterion, kind, parameter: NLL and depth with per-token exit
+    harness: pd.DataFrame  # run, schedule, task, metric, depth: lm-eval scores (value, stderr)
+
+
+def compare_runs(
+    run_dirs: Sequence[str | Path], reference: str | Path | None = None, aggregate_seeds: bool = False
+) -> Comparison:
+    """Read, check and aggregate the evaluations of `run_dirs` (module doc), in the order given."""
     if not run_dirs:
         raise BiosrecallError("give at least one evaluated run")
-    tables = [read_table(run) for run in run_dirs]
-    names = [str(run) for run in run_dirs]
-    for name, table in zip(names, tables, strict=True):
-        table["run"] = name  # the path as given: folder names alone may repeat across sweeps
+    groups = expand_groups(run_dirs, aggregate_seeds)
+    member_of = {str(m): label for label, members in groups.items() for m in members}
+    tables = [read_table(member).assign(run=member) for member in member_of]
+    for label, members in groups.items():
+        check_replicates(label, members)
     everything = pd.concat(tables, ignore_index=True)
-    summaries = summarize(everything)
-    final = summaries.loc[summaries.groupby("run", sort=False)["update"].idxmax()].set_index("run")
-    final = final.loc[names]
-    ref = _reference(final, None if reference is None else str(reference))
-    table = _relative(final, ref)
-    curves = everything.merge(final.reset_index()[["run", "checkpoint"]], on=["run", "checkpoint"])
+    summaries = summarize(everything)  # per member run and checkpoint
+    final = _final_checkpoints(summaries).loc[list(member_of)].reset_index()
+    final.insert(0, "group", final["run"].map(member_of))
+    _check_same_final(final)
+    curves = everything.merge(final[["run", "checkpoint"]], on=["run", "checkpoint"])
     _check_same_depths(curves)
-    return table, curves, summaries
+    ref = _reference(final, None if reference is None else str(reference))
+    return Comparison(
+        table=_run_table(_relative(final, ref), ref),
+        curves=_by_group(curves, member_of, ["depth"], ["nll"]),
+        summaries=_checkpoint_table(summaries, member_of),
+        exits=_exit_table(final, member_of),
+        harness=_harness_table(final, member_of),
+    )
+
+
+def _final_checkpoints(summaries: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last evaluated checkpoint, indexed by run: the largest update, and of checkpoints at
+    the same update (a short run's 0.8 and 1.0) the largest fraction."""
+    fraction = summaries["checkpoint"].map(lambda label: fraction_of(label) or 0.0)
+    ordered = summaries.assign(_fraction=fraction).sort_values(["update", "_fraction"], kind="stable")
+    return ordered.groupby("run", sort=False).tail(1).drop(columns="_fraction").set_index("run")
+
+
+def _by_group(frame: pd.DataFrame, member_of: dict, keys: list[str], values: list[str]) -> pd.DataFrame:
+    """`frame` (one row per member run) aggregated over the members of each group."""
+    frame = frame.assign(run=frame["run"].map(member_of))
+    return aggregate_seeds(frame, ["run", "schedule", *keys], values)
+
+
+def _check_same_final(final: pd.DataFrame) -> None:
+    """Seeds are only comparable at the same point of training."""
+    for group, rows in final.groupby("group", sort=False):
+        if rows["checkpoint"].nunique() > 1:
+            found = ", ".join(f"{r.run}: {r.checkpoint}" for r in rows.itertuples(index=False))
+            raise BiosrecallError(
+                f"cannot aggregate {group} over seeds: their last evaluated checkpoints differ ({found}); "
+                "evaluate every seed at the same checkpoints"
+            )
 
 
 def _check_same_depths(curves: pd.DataFrame) -> None:
@@ -66,137 +126,144 @@ def _check_same_depths(curves: pd.DataFrame) -> None:
 
 
 def _reference(final: pd.DataFrame, reference: str | None) -> str:
+    """The reference group's label."""
+    groups = final.groupby("group", sort=False)
     if reference is not None:
-        if reference not in final.index:
+        if reference not in groups.groups:
             raise BiosrecallError(f"the reference {reference} is not among the compared runs")
         return reference
     uniform = final[final["schedule"] == UNIFORM]
     if uniform.empty:
         raise BiosrecallError(f"no {UNIFORM} run among the runs; pass --reference RUN")
-    return str(uniform["flops"].idxmax())
+    return str(uniform.groupby("group", sort=False)["flops"].mean().idxmax())
 
 
 def _relative(final: pd.DataFrame, ref: str) -> pd.DataFrame:
-    """Add the columns relative to the reference run (ratios, and savings / differences in %)."""
-    base = final.loc[ref]
-    table = final.reset_index()
-    table["reference"] = table["run"] == ref
+    """Per member run, the columns relative to the reference's mean over its seeds (ratios, and
+    savings / differences in %)."""
+    base = final[final["group"] == ref][["mean_nll", "flops", "wall_seconds"]].mean()
+    table = final.copy()
     table["mean_nll_vs_ref_pct"] = 100 * (table["mean_nll"] / base["mean_nll"] - 1)
     table["compute_vs_ref"] = table["flops"] / base["flops"]
     table["compute_saving_pct"] = 100 * (1 - table["compute_vs_ref"])
     table["wall_vs_ref"] = table["wall_seconds"] / base["wall_seconds"]
     table["wall_saving_pct"] = 100 * (1 - table["wall_vs_ref"])
-    return table.drop(columns=["checkpoint"])
+    return table
+
+
+def _nll_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c.startswith("nll_k") and c[5:].isdigit()]
+
+
+def _run_table(final: pd.DataFrame, ref: str) -> pd.DataFrame:
+    """One row per group: each number's mean, interval and the seed count; `reference` marks ref."""
+    values = [*_RUN_VALUES, *_nll_columns(final), *RELATIVE]
+    frame = final.drop(columns=["run"]).rename(columns={"group": "run"})
+    table = aggregate_seeds(frame, ["run", "schedule"], values)
+    table.insert(2, "reference", table["run"] == ref)
+    return table
+
+
+def _checkpoint_table(summaries: pd.DataFrame, member_of: dict) -> pd.DataFrame:
+    """Every evaluated checkpoint of every group (the compute figure's points)."""
+    values = ["update", "flops", "train_tokens", "wall_seconds", "mean_nll", *_nll_columns(summaries)]
+    members = summaries[summaries["run"].isin(member_of)]
+    return _by_group(members, member_of, ["checkpoint"], values)
+
+
+def _final_rows(read, final: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each member's table `read(run)` (None when absent) at its final NLL checkpoint."""
+    tables = []
+    for run, schedule, checkpoint in final[["run", "schedule", "checkpoint"]].itertuples(index=False):
+        table = read(run)
+        if table is not None and (table["checkpoint"] == checkpoint).any():
+            rows = table[table["checkpoint"] == checkpoint]
+            tables.append(rows.assign(run=run, schedule=schedule))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def _exit_table(final: pd.DataFrame, member_of: dict) -> pd.DataFrame:
+    """The per-token exit rows of each group's final checkpoint (empty when no run has them)."""
+    rows = _final_rows(read_exit_table, final)
+    if rows.empty:
+        return rows
+    return _by_group(rows, member_of, ["criterion", "kind", "parameter"], ["nll", "mean_depth", "p95_depth"])
+
+
+def _harness_table(final: pd.DataFrame, member_of: dict) -> pd.DataFrame:
+    """The lm-eval rows of each group's final checkpoint (empty when no run has them); `stderr` is
+    the mean over seeds of lm-eval's own standard error of each seed's score."""
+    rows = _final_rows(read_harness_table, final)
+    if rows.empty:
+        return rows
+    keys = ["task", "metric", "depth"]
+    table = _by_group(rows, member_of, keys, ["value"])
+    stderr = _by_group(rows, member_of, keys, ["stderr"])[["run", *keys, "stderr"]]
+    table = table.merge(stderr, on=["run", *keys], how="left")
+    place = {label: index for index, label in enumerate(dict.fromkeys(member_of.values()))}
+    by_place = lambda column: column.map(place) if column.name == "run" else column  # noqa: E731
+    return table.sort_values(["run", "task", "metric", "depth"], key=by_place, ignore_index=True)
+
+
+def _plus_minus(table: pd.DataFrame, column: str, fmt: str) -> list[str]:
+    """`mean ± half-width` of the 95% interval (`mean` alone without one)."""
+    cells = []
+    for mean, high in zip(table[column], table[f"{column}_high"], strict=True):
+        text = format(mean, fmt)
+        cells.append(text if np.isnan(high) else f"{text} ± {format(high - mean, fmt.lstrip('+'))}")
+    return cells
 
 
 def format_table(table: pd.DataFrame) -> str:
     """The comparison as aligned text (what `lm compare` prints)."""
-    nll_columns = [c for c in table.columns if c.startswith("nll_k")]
-    shown = table[
-        ["run", "schedule", "update", "mean_nll", *nll_columns, "mean_nll_vs_ref_pct", "flops"]
-        + ["compute_saving_pct", "wall_seconds", "wall_saving_pct"]
-    ].copy()
-    shown["run"] = [
-        f"{run} *" if ref else run for run, ref in zip(table["run"], table["reference"], strict=True)
-    ]
-    formats = {c: "{:.5f}".format for c in ["mean_nll", *nll_columns]}
-    formats.update(
-        mean_nll_vs_ref_pct="{:+.2f}%".format,
-        flops="{:.3e}".format,
-        compute_saving_pct="{:.1f}%".format,
-        wall_seconds="{:.0f}".format,
-        wall_saving_pct="{:.1f}%".format,
+    formats = {"mean_nll": ".5f", **dict.fromkeys(_nll_columns(table), ".5f"), "mean_nll_vs_ref_pct": "+.2f"}
+    formats.update(flops=".3e", compute_saving_pct=".1f", wall_seconds=".0f", wall_saving_pct=".1f")
+    shown = pd.DataFrame(
+        {
+            "run": [
+                f"{run} *" if ref else run for run, ref in zip(table["run"], table["reference"], strict=True)
+            ]
+        }
     )
-    text = shown.to_string(index=False, formatters=formats)
-    return text + "\n* reference; savings are 1 - run / reference, NLL difference is run / reference - 1"
+    shown["schedule"] = table["schedule"]
+    shown["seeds"] = table["n_seeds"]
+    shown["update"] = [f"{u:.0f}" for u in table["update"]]
+    for column, fmt in formats.items():
+        shown[column] = _plus_minus(table, column, fmt)
+    for column in ("mean_nll_vs_ref_pct", "compute_saving_pct", "wall_saving_pct"):
+        shown[column] = [f"{cell}%" for cell in shown[column]]
+    text = shown.to_string(index=False)
+    note = "\n* reference; savings are 1 - run / reference, NLL difference is run / reference - 1"
+    if (table["n_seeds"] > 1).any():
+        note += "\n± half-width of the 95% t interval over seeds; relative numbers are per seed against the reference's mean"
+    return text + note
 
 
-def _labels(frame: pd.DataFrame, order: Sequence[str]) -> dict[str, str]:
-    """Legend label per run in `order` (so a run keeps its colour and marker in both figures)."""
-    runs = frame.drop_duplicates("run").set_index("run").loc[list(order)].reset_index()[["run", "schedule"]]
-    shared = runs["schedule"].duplicated(keep=False)
-    return {
-        run: f"{schedule} ({Path(run).name})" if repeat else schedule
-        for run, schedule, repeat in zip(runs["run"], runs["schedule"], shared, strict=True)
-    }
+def format_harness(harness: pd.DataFrame) -> str:
+    """The lm-eval scores as aligned text, one row per run, task, metric and depth."""
+    shown = harness[["run", "task", "metric", "depth", "n_seeds"]].copy()
+    shown["value"] = _plus_minus(harness, "value", ".4f")
+    shown["lm-eval stderr"] = ["" if np.isnan(s) else f"{s:.4f}" for s in harness["stderr"]]
+    return shown.to_string(index=False)
 
 
-def plot_nll_vs_depth(curves: pd.DataFrame, order: Sequence[str]) -> Figure:
-    """Validation NLL against serving depth, one line per run (its final checkpoint)."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    for index, (run, label) in enumerate(_labels(curves, order).items()):
-        rows = curves[curves["run"] == run].sort_values("depth")
-        style = {"color": COLORS[index % len(COLORS)], "marker": MARKERS[index % len(MARKERS)]}
-        ax.plot(rows["depth"], rows["nll"], label=label, markersize=4, linewidth=1.2, **style)
-    ax.set_xticks(sorted(curves["depth"].unique()))
-    ax.set_xlabel("serving depth K")
-    ax.set_ylabel("validation NLL (nats / token)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
+def write_comparison(comparison: Comparison, out_dir) -> list[Path]:
+    """The comparison tables (CSV + parquet) and figures under `out_dir`; returns the files written."""
+    from biosrecall.lm import compare_plots as plots
 
-
-def plot_nll_vs_compute(summaries: pd.DataFrame, order: Sequence[str]) -> Figure:
-    """Mean serving-depth NLL against modeled training FLOPs, one line per run through its checkpoints."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    for index, (run, label) in enumerate(_labels(summaries, order).items()):
-        # The switch checkpoint can coincide with a budget fraction: one point per update.
-        rows = summaries[summaries["run"] == run].drop_duplicates("update").sort_values("flops")
-        style = {"color": COLORS[index % len(COLORS)], "marker": MARKERS[index % len(MARKERS)]}
-        ax.plot(rows["flops"], rows["mean_nll"], label=label, markersize=5, linewidth=1.2, **style)
-    ax.set_xlabel("modeled training compute (FLOPs)")
-    ax.set_ylabel("mean serving-depth NLL")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
-
-
-def exit_rows(curves: pd.DataFrame) -> pd.DataFrame:
-    """The per-token exit rows of each compared run's final checkpoint (empty when none has them)."""
-    tables = []
-    for run, checkpoint in curves[["run", "checkpoint"]].drop_duplicates().itertuples(index=False):
-        table = read_exit_table(run)
-        if table is not None and (table["checkpoint"] == checkpoint).any():
-            tables.append(table[table["checkpoint"] == checkpoint].assign(run=run))
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-
-
-def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
-    """Validation NLL against mean depth per token: each run's fixed-depth curve as a line (its colour)
-    and each exit criterion kind as points joined by a dashed line."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    shown = [run for run in order if run in set(exits["run"])]
-    for index, (run, label) in enumerate(_labels(exits, shown).items()):
-        color = COLORS[index % len(COLORS)]
-        for kind_index, (kind, rows) in enumerate(exits[exits["run"] == run].groupby("kind", sort=False)):
-            rows = rows.sort_values("mean_depth")
-            style = {"linestyle": "-", "marker": None} if kind == BASELINE else {
-                "linestyle": "--", "marker": MARKERS[kind_index % len(MARKERS)]}  # fmt: skip
-            name = f"{label}: {'fixed depth' if kind == BASELINE else kind}"
-            ax.plot(rows["mean_depth"], rows["nll"], color=color, label=name, markersize=5, **style)
-    ax.set_xlabel("mean block iterations per token")
-    ax.set_ylabel("validation NLL (nats / token)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
-
-
-def write_comparison(
-    table: pd.DataFrame, curves: pd.DataFrame, summaries: pd.DataFrame, out_dir
-) -> list[Path]:
-    """The comparison table (CSV + parquet) and both figures under `out_dir`; returns the files written."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    written = write_table(table, out_dir / "lm_compare")
-    order = table["run"].tolist()
-    written += save_figure(plot_nll_vs_depth(curves, order), out_dir / "nll_vs_depth")
-    written += save_figure(plot_nll_vs_compute(summaries, order), out_dir / "nll_vs_compute")
-    exits = exit_rows(curves)
-    if not exits.empty:
-        written += write_table(exits, out_dir / "lm_exit")
-        written += save_figure(plot_nll_vs_exit_depth(exits, order), out_dir / "nll_vs_exit_depth")
+    written = write_table(comparison.table, out_dir / "lm_compare")
+    order = comparison.table["run"].tolist()
+    written += save_figure(plots.plot_nll_vs_depth(comparison.curves, order), out_dir / "nll_vs_depth")
+    written += save_figure(plots.plot_nll_vs_compute(comparison.summaries, order), out_dir / "nll_vs_compute")
+    if not comparison.exits.empty:
+        written += write_table(comparison.exits, out_dir / "lm_exit")
+        figure = plots.plot_nll_vs_exit_depth(comparison.exits, order)
+        written += save_figure(figure, out_dir / "nll_vs_exit_depth")
+    if not comparison.harness.empty:
+        written += write_table(comparison.harness, out_dir / "lm_harness")
+        figure = plots.plot_harness_vs_depth(comparison.harness, comparison.curves, order)
+        written += save_figure(figure, out_dir / "harness_vs_depth")
     return written

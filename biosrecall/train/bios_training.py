@@ -14,14 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from biosrecall.bios import BatchSampler, load_dataset
+from biosrecall.bios import BatchSampler, batch_generator, load_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.loop import TrainResult
 from biosrecall.train.task import TrainingTask, VocabularyRule, run_task
 
-# Separates the batch stream from the depth draws, which are seeded from the same (seed, update).
-_BATCH_STREAM = 0xB105
 BIOS_VOCABULARY = VocabularyRule(
     spare_ids=False, needed_by="the dataset", hint="use a bios-* preset, sized by the dataset"
 )
@@ -36,7 +34,7 @@ class BiosBatchSource:
         self.seed = seed
 
     def batch(self, update: int) -> np.ndarray:
-        return self.sampler.batch(np.random.default_rng([self.seed, update, _BATCH_STREAM]))
+        return self.sampler.batch(batch_generator(self.seed, update))
 
     def state_dict(self) -> dict[str, Any]:
         return {"seed": self.seed}

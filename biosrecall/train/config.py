@@ -23,6 +23,7 @@ from biosrecall.compute.flops import MAX_TOKENS_PER_UPDATE, check_tokens_per_upd
 from biosrecall.compute.schedules import MAX_UPDATES, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import MAX_SEED
+from biosrecall.train.tracking import parse_trackers, require_installed
 
 DEFAULT_FRACTIONS = (0.25, 0.45, 0.67, 0.8, 1.0)
 LR_SCHEDULES = ("cosine", "wsd")
@@ -110,18 +111,24 @@ class TrainConfig:
     parallel: str = "ddp"
     """Under torchrun: ddp (replicated weights) or fsdp (FSDP2, sharded per layer)."""
 
+    log: tuple[str, ...] = ()
+    """Also send every metrics.jsonl record and the run's config to these trackers: tensorboard, wandb
+    or trackio (repeatable or a comma list; needs pip install 'biosrecall[track]')."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             setattr(self, f.name, check_field(f.name, getattr(self, f.name)))
         _check_combination(self)
 
     def validate(self) -> None:
-        """Check every field again (they may have been reassigned) and that the run size is given once."""
+        """Check every field again (they may have been reassigned), that the run size is given once and
+        that the trackers of `log` are installed (a run read back elsewhere need not have them)."""
         self.__post_init__()
         if sum(value is not None for value in (self.budget, self.budget_of, self.updates)) != 1:
             raise BiosrecallError(
                 "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES or --updates N"
             )
+        require_installed(self.log)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +150,7 @@ RESUMABLE_DIFFERENCES = {
     "activation_checkpointing",
     "path",
     "threads",
+    "log",
     "extra",
 }
 
@@ -226,6 +234,8 @@ def check_field(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise BiosrecallError(f"{name} must be true or false, got {value!r}")
         return value
+    if name == "log":
+        return parse_trackers(value)
     if name not in ("schedule", "budget_of", "device"):
         raise BiosrecallError(f"unknown train config field {name!r}")
     if not isinstance(value, str):

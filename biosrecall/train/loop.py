@@ -40,6 +40,7 @@ from biosrecall.train.progress import SilentReporter
 from biosrecall.train.run_dir import MetricsLog, remove_leftovers
 from biosrecall.train.setup import RunSetup, prepare_run
 from biosrecall.train.step import NonFiniteLoss, backward_and_clip
+from biosrecall.train.tracking import with_trackers
 
 
 class BatchSource(Protocol):
@@ -103,6 +104,7 @@ def run_training(
     check_output_path(run_dir, [(record.get("dataset") or {}).get("path")])
     with _run_lock(run_dir), ExitStack() as building:
         setup = prepare_run(model_config, config, run_dir, record, resume, overwrite, reporter, building)
+        reporter = with_trackers(reporter, config, setup)  # config.log's trackers get every record too
         try:
             result = _train(setup, config, source, reporter)
             # Tear the process group down together: a rank that leaves early can leave its peer

@@ -1,7 +1,9 @@
 """Progress reporting for training: a tqdm bar on a terminal, dense log lines otherwise, or nothing.
 
-The trainer calls `reporter.start(plan)`, `reporter.update(record)` after every update and
-`reporter.close()`; the CLI picks which reporter to pass (`--quiet` picks `SilentReporter`).
+The trainer calls `reporter.start(total, done)`, `reporter.update(record)` after every update and
+`reporter.close()`; the CLI picks which reporter to pass (`--quiet` picks `SilentReporter`). With
+`TrainConfig.log`, the trainer wraps it in `biosrecall.train.tracking.TrackingReporter`, which also
+sends every record to TensorBoard, W&B or Trackio.
 """
 
 from __future__ import annotations

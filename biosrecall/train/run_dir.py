@@ -52,6 +52,39 @@ def versions() -> dict[str, str]:
     }
 
 
+def machine() -> dict[str, Any]:
+    """What tells two machines apart when the same seed gives different numbers: the CPU model, the
+    math libraries torch was built with, and the threads it uses (single runs differ across CPUs)."""
+    build = torch.__config__.show()
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "blas": _build_setting(build, "BLAS_INFO"),
+        "lapack": _build_setting(build, "LAPACK_INFO"),
+        "cpu_capability": _build_setting(build, "CPU capability usage"),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_setting(build: str, name: str) -> str | None:
+    """One `NAME=value` or `NAME: value` setting of `torch.__config__.show()`, or None."""
+    match = re.search(rf"{re.escape(name)}\s*[=:]\s*([^,\n]+)", build)
+    return match.group(1).strip() if match else None
+
+
 def prepare_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> bool:
     """Check the folder for a resumable run (`resume`) or a new one; returns whether the new run will
     replace what the folder holds (with `overwrite`, or a run that never saved a resumable state)."""
@@ -103,7 +136,7 @@ def _entries(folder: Path) -> list[Path]:
 
 def write_config(run_dir: Path, record: dict[str, Any]) -> None:
     with writing(run_dir / CONFIG_FILE):
-        atomic_write_json(run_dir / CONFIG_FILE, {**record, "versions": versions()})
+        atomic_write_json(run_dir / CONFIG_FILE, {**record, "versions": versions(), "machine": machine()})
 
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:

@@ -1,0 +1,196 @@
+"""`--config FILE` on every command: a TOML file of option values, or a run's `config.json` to repeat it.
+
+    @click.command()
+    @config_option(lists=("seeds",))   # first, so --config heads the help; `lists`: see below
+    @click.option("--seeds", default="0", callback=parse_seeds, ...)
+    def figure1(...): ...
+
+    biosrecall figure1 --config study.toml --out runs/study-b     # the command line wins
+    biosrecall train --config runs/ff/config.json --out runs/ff-again
+
+How: --config is an eager option, so its callback reads the file before any other option is looked at
+and puts the values into `ctx.default_map`. Click then takes each option's value from the command line
+if given there, else from the file, else from its default; the options, their help and their defaults
+stay the one definition. Before that, every value is checked the way click checks it when typed (the
+option's type, then its callback), so a bad value is one error line naming the file and the key.
+
+Keys are the options' names with underscores (`batch_size`, `update_matched`; `batch-size` is accepted
+too); an option with another parameter name answers to both (`data` or `data_dir`). Positional
+arguments (run folders, a prompt) stay on the command line. A flag is `true`/`false`, a number a TOML
+number, everything else a string; a list (a repeatable option, `betas`, or an option named in `lists`
+that takes a comma list in one string, like figure1's `--seeds 0,1,2`) is a TOML array or the comma
+string. Each `lm` subcommand reads the same flat keys, so one file serves `lm plan` and `lm train`.
+
+A `.json` file is read as a run's `config.json` by the commands that train (`task`: "bios" for
+`train`, "lm" for `lm train` and `lm plan`): its train_config, the model fields the command can
+override, the preset and the dataset path become the values, and its other sections are ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+
+from biosrecall.cli.options import FieldValue
+from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_json_object
+
+# The command that trains each task of a run's config.json, for the error when the wrong one reads it.
+TRAINED_BY = {"bios": "biosrecall train", "lm": "biosrecall lm train"}
+_TOML_HELP = "TOML file of option values keyed by option name (batch_size = 64); the command line wins."
+_RUN_HELP = " Also a run's config.json, to train that run again."
+
+
+def config_option(lists: tuple[str, ...] = (), task: str | None = None):
+    """The eager `--config FILE` option. `lists`: string options whose value is a comma list (a TOML
+    array is joined with commas for them); `task`: the run kind ("bios", "lm") whose config.json the
+    command also reads."""
+    return click.option(
+        "--config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=functools.partial(_load, lists=lists, task=task),
+        help=_TOML_HELP + (_RUN_HELP if task else ""),
+    )
+
+
+def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], task: str | None):
+    if path is None:
+        return None
+    by_key = _parameters_by_key(ctx.command)
+    if path.suffix == ".json":
+        data = _run_config(path, task, ctx, by_key)
+    else:
+        data = _read_toml(path)
+        unknown = sorted(key for key in data if key.replace("-", "_") not in by_key)
+        if unknown:
+            raise click.BadParameter(_unknown_keys(path, unknown, ctx, by_key))
+    defaults: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    for key, value in data.items():
+        option = by_key[key.replace("-", "_")]
+        if option.name in named:
+            raise click.BadParameter(f"{path}: {named[option.name]} and {key} set the same option")
+        named[option.name] = key
+        defaults[option.name] = _checked(path, key, value, option, ctx, lists)
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return path
+
+
+def _parameters_by_key(command: click.Command) -> dict[str, click.Option]:
+    """Every option but --config under its parameter name and each of its flags (underscored)."""
+    return {
+        key: option
+        for option in command.params
+        if isinstance(option, click.Option) and option.name != "config"
+        for key in (option.name, *(flag.lstrip("-").replace("-", "_") for flag in option.opts))
+    }
+
+
+def _unknown_keys(path: Path, unknown: list[str], ctx: click.Context, by_key: dict) -> str:
+    close = [m for key in unknown for m in difflib.get_close_matches(key.replace("-", "_"), by_key, 1)]
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return f"{path}: unknown key(s) {', '.join(unknown)} for `{ctx.command_path}`{hint}"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"cannot read {path}: not UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line N, column M)" or "(at end ...)"
+        end = f"(at the end, line {len(text.splitlines()) or 1})"
+        message = str(exc).replace("(at end of document)", end)
+        raise click.BadParameter(f"{path} is not valid TOML: {message}") from None
+
+
+def _run_config(path: Path, task: str | None, ctx: click.Context, by_key: dict) -> dict[str, Any]:
+    """The option values a run's config.json records (train config, model overrides, preset, data)."""
+    if task is None:
+        raise click.BadParameter(
+            f"{path}: `{ctx.command_path}` reads TOML config files; a .json one is a run's config.json, "
+            "read by `biosrecall train`, `lm train` and `lm plan`"
+        )
+    try:
+        record = read_json_object(path, "run config", required=("task", "train_config", "model_config"))
+    except BiosrecallError as exc:
+        raise click.BadParameter(str(exc)) from None
+    sections = {
+        name: record[name] for name in ("task", "train_config", "model_config", "dataset") if name in record
+    }
+    if not all(isinstance(section, dict) for section in sections.values()):
+        raise click.BadParameter(f"run config {path} is corrupt: its sections must be objects")
+    if sections["task"].get("name") != task:
+        made_by = TRAINED_BY.get(sections["task"].get("name"), "another command")
+        raise click.BadParameter(f"{path} records a run of `{made_by}`, not of `{ctx.command_path}`")
+    values = {key: value for key, value in sections["train_config"].items() if value is not None}
+    values.update({key: value for key, value in sections["model_config"].items() if value is not None})
+    values["preset"] = sections["task"].get("preset")
+    values["data"] = sections.get("dataset", {}).get("path")
+    # Keys that are not options here (plan, versions, the model fields the preset fixes) are ignored.
+    return {key: value for key, value in values.items() if key in by_key and value is not None}
+
+
+def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.Context, lists) -> Any:
+    """The value as the command line would give it, after checking it as click would (type, callback)."""
+    expected, allowed = _expected(option, lists)
+    if isinstance(value, bool) != (bool in allowed) or not isinstance(value, allowed):
+        raise click.BadParameter(f"{path}: {key} takes {expected}, got {_toml_type(value)} {value!r}")
+    raw = _as_typed(path, key, value, option, lists)
+    try:
+        option.process_value(ctx, raw)
+    except click.BadParameter as exc:
+        message = exc.message if exc.message.startswith(key) else f"{key}: {exc.message}"
+        raise click.BadParameter(f"{path}: {message}") from None
+    except BiosrecallError as exc:
+        raise click.BadParameter(f"{path}: {key}: {exc}") from None
+    return raw
+
+
+def _expected(option: click.Option, lists) -> tuple[str, tuple[type, ...]]:
+    """(what the option takes, in words; the TOML value types that can hold it)."""
+    kind = option.type.kind if isinstance(option.type, FieldValue) else None
+    if option.multiple:
+        return "an array or a string", (list, str, int, float)
+    if kind is tuple:
+        items = "names" if option.type.item is str else "numbers"
+        return f"an array of {items}", (list, str)
+    if option.name in lists:
+        return "an array or a comma-separated string", (list, str, int, float)
+    if option.is_flag or option.type is click.BOOL:
+        return "true or false", (bool,)
+    if kind is int or isinstance(option.type, click.types.IntParamType):
+        return "an integer", (int,)
+    if kind is float or isinstance(option.type, click.types.FloatParamType):
+        return "a number", (int, float)
+    return "a string", (str,)
+
+
+def _as_typed(path: Path, key: str, value: Any, option: click.Option, lists) -> Any:
+    """A list as the command line gives it: a tuple of strings for a repeatable option, one comma
+    string for a `lists` option; a TrainConfig list field takes the array itself (`check_field`)."""
+    if isinstance(value, int | float) and (option.multiple or option.name in lists):
+        value = [value]  # one number where a list goes: `seeds = 0`, `depths = 8`
+    if not isinstance(value, list) or (isinstance(option.type, FieldValue) and not option.multiple):
+        return (value,) if option.multiple else value
+    bad = [item for item in value if isinstance(item, bool) or not isinstance(item, str | int | float)]
+    if bad:
+        raise click.BadParameter(
+            f"{path}: {key} takes strings or numbers, got {_toml_type(bad[0])} {bad[0]!r}"
+        )
+    items = tuple(str(item) for item in value)
+    return items if option.multiple else ",".join(items)
+
+
+def _toml_type(value: Any) -> str:
+    return type(value).__name__.replace("dict", "table").replace("list", "array")

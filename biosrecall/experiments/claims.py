@@ -1,0 +1,243 @@
+"""The paper's Figure-1 statements, each judged from the recall table: holds, does not hold, inconclusive.
+
+    claims = judge_claims(curves)          # curves: one row per run, seed, fraction and depth (bits)
+    write_claims(claims, "runs/figure1")   # claims.csv and claims.md
+
+Each claim is a metric computed on every seed separately (a paired difference where it compares two
+schedules, since the seeds share people), a 95% t interval over seeds (`biosrecall.stats`) and a
+threshold. The verdict is "holds" when the whole interval is on the claim's side of the threshold,
+"does not hold" when the whole interval is on the other side, and "inconclusive" when it straddles
+it or there is only one seed (no interval). A claim whose runs were not trained (no `--fixed-sweep`,
+no `--update-matched`) is "not measured". Thresholds live in `CLAIMS`, each with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from biosrecall.atomic import atomic_write_text
+from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED
+from biosrecall.outputs import write_table
+from biosrecall.stats import seed_interval
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
+TRAINING_RANGE = (1, 16)  # the depths uniform and the fixed-first finish sample
+BEYOND = (17, 64)
+NEAR_K4 = (2, 8)  # "near the training depth": within a factor of two of K=4
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    statement: str
+    metric: str
+    above: bool  # the claim says the metric is above the threshold (False: below)
+    threshold: float
+    why: str
+    measure: Callable[[pd.DataFrame], float]  # one seed's rows -> the metric (NaN: cannot be computed)
+
+
+def _bits(rows: pd.DataFrame, name: str, fraction: float, depths: tuple[int, int]) -> pd.Series:
+    """Bits per person of run `name` at `fraction`, indexed by depth, over the inclusive depth range."""
+    part = rows[(rows["name"] == name) & np.isclose(rows["fraction"], fraction)]
+    part = part[part["depth"].between(*depths)]
+    return part.set_index("depth")["bits"].sort_index()
+
+
+def _mean(rows, name, fraction, depths) -> float:
+    values = _bits(rows, name, fraction, depths)
+    return float(values.mean()) if len(values) else math.nan
+
+
+def _ceiling(rows: pd.DataFrame) -> float:
+    return float(rows["ceiling_bits"].iloc[0]) if len(rows) else math.nan
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    # Below a tenth of a bit a run has recalled nothing, and a ratio of two noise levels means nothing.
+    return numerator / denominator if denominator > 0.1 else math.nan
+
+
+def _collapse(rows: pd.DataFrame) -> float:
+    at_k4 = _bits(rows, FIXED_K4, 0.45, (4, 4))
+    return _ratio(_mean(rows, FIXED_K4, 0.45, BEYOND), float(at_k4.iloc[0]) if len(at_k4) else math.nan)
+
+
+def _flatness_gap(rows: pd.DataFrame) -> float:
+    spread = [_bits(rows, name, 0.45, (1, 64)).std(ddof=0) for name in (FIXED_K4, UNIFORM)]
+    return float(spread[0] - spread[1]) / _ceiling(rows)
+
+
+def _decline(rows: pd.DataFrame) -> float:
+    inside, beyond = _mean(rows, UNIFORM, 1.0, TRAINING_RANGE), _mean(rows, UNIFORM, 1.0, BEYOND)
+    return 1 - _ratio(beyond, inside)
+
+
+def _own_depth_advantage(rows: pd.DataFrame) -> float:
+    """Mean over the fixed-K models of (bits at their own K - mean bits at the other models' K)."""
+    names = sorted({n for n in rows["name"] if n.startswith("fixed_k") and n[7:].isdigit()})
+    depths = {name: int(name[7:]) for name in names}
+    if len(names) < 2:
+        return math.nan
+    advantages = []
+    for name, own in depths.items():
+        curve = _bits(rows, name, 1.0, (1, 64))
+        others = [curve.get(k, math.nan) for other, k in depths.items() if other != name]
+        advantages.append(curve.get(own, math.nan) - float(np.mean(others)))
+    return float(np.mean(advantages)) / _ceiling(rows)
+
+
+CLAIMS = (
+    Claim(
+        "fixed_beats_uniform_near_k4_at_45",
+        "At 45%, fixed K=4 recalls more than uniform near its training depth",
+        "fixed K=4 minus uniform, mean bits over K=2..8, at 45% (paired by seed)",
+        True,
+        0.0,
+        "the paper states a direction, not a size; the interval over seeds carries the uncertainty",
+        lambda r: _mean(r, FIXED_K4, 0.45, NEAR_K4) - _mean(r, UNIFORM, 0.45, NEAR_K4),
+    ),
+    Claim(
+        "fixed_collapses_beyond_training_at_45",
+        "At 45%, fixed K=4 collapses beyond the training range",
+        "fixed K=4 at 45%: mean bits over K=17..64 / bits at K=4",
+        False,
+        0.5,
+        "'collapses' read as keeping less than half of its K=4 recall on average beyond K=16",
+        _collapse,
+    ),
+    Claim(
+        "uniform_flatter_than_fixed_at_45",
+        "At 45%, uniform is flatter across serving depths than fixed K=4",
+        "std of bits over K=1..64, fixed K=4 minus uniform, as a share of the ceiling, at 45%",
+        True,
+        0.0,
+        "a direction; a uniform run that recalls nothing is trivially flat, so read it with row 1",
+        _flatness_gap,
+    ),
+    Claim(
+        "fixed_first_near_ceiling_at_100",
+        "At 100%, fixed-first stays within 10% of the ceiling at every depth K=1..64",
+        "fixed-first at 100%: worst bits over K=1..64 / ceiling",
+        True,
+        0.9,
+        "the paper's 'within 10% of the ceiling', applied to the worst depth",
+        lambda r: _bits(r, FIXED_FIRST, 1.0, (1, 64)).min() / _ceiling(r),
+    ),
+    Claim(
+        "uniform_broad_at_100",
+        "At 100%, uniform has broad recall",
+        "uniform at 100%: mean bits over K=1..16 / ceiling",
+        True,
+        0.5,
+        "'broad recall' read as at least half the ceiling across the depths it trained on",
+        lambda r: _mean(r, UNIFORM, 1.0, TRAINING_RANGE) / _ceiling(r),
+    ),
+    Claim(
+        "uniform_declines_beyond_16_at_100",
+        "At 100%, uniform declines beyond K=16",
+        "uniform at 100%: 1 - mean bits over K=17..64 / mean over K=1..16",
+        True,
+        0.1,
+        "a drop under 10% is within the depth-to-depth ripple of these curves",
+        _decline,
+    ),
+    Claim(
+        "fixed_k_best_near_own_depth",
+        "Each fixed-K model is best near its own training depth (Figure 5, needs --fixed-sweep)",
+        "mean over fixed-K models of bits at own K minus mean at the other models' K, / ceiling, at 100%",
+        True,
+        0.0,
+        "a direction: on average a model recalls more at its own depth than at its neighbours'",
+        _own_depth_advantage,
+    ),
+    Claim(
+        "varied_depth_costs_at_matched_updates",
+        "Control: at 100%, fixed K=4 recalls more than update-matched uniform near K=4",
+        "fixed K=4 minus update-matched uniform, mean bits over K=2..8, at 100% (needs --update-matched)",
+        True,
+        0.0,
+        "separates the depth schedule from the step count: both ran the same number of updates",
+        lambda r: _mean(r, FIXED_K4, 1.0, NEAR_K4) - _mean(r, UPDATE_MATCHED, 1.0, NEAR_K4),
+    ),
+    Claim(
+        "fewer_updates_cost_uniform_at_100",
+        "Control: at 100%, update-matched uniform recalls more than FLOP-matched uniform",
+        "update-matched minus FLOP-matched uniform, mean bits over K=1..16, at 100% (needs --update-matched)",
+        True,
+        0.0,
+        "a direction: how much of uniform's gap is its smaller number of optimizer steps",
+        lambda r: _mean(r, UPDATE_MATCHED, 1.0, TRAINING_RANGE) - _mean(r, UNIFORM, 1.0, TRAINING_RANGE),
+    ),
+)
+
+
+def verdict(low: float, high: float, threshold: float, above: bool) -> str:
+    """holds / does not hold / inconclusive from an interval; no interval (one seed) is inconclusive."""
+    if math.isnan(low) or math.isnan(high):
+        return INCONCLUSIVE
+    if above:
+        return HOLDS if low > threshold else FAILS if high <= threshold else INCONCLUSIVE
+    return HOLDS if high < threshold else FAILS if low >= threshold else INCONCLUSIVE
+
+
+def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
+    """One row per claim. `curves`: whole-person recall, columns name, seed, fraction, depth, bits,
+    ceiling_bits (a run per name and seed)."""
+    rows = []
+    for claim in claims:
+        values = [claim.measure(part) for _, part in curves.groupby("seed", sort=True)]
+        measured = [v for v in values if not math.isnan(v)]
+        interval = seed_interval(measured)
+        result = verdict(interval.low, interval.high, claim.threshold, claim.above)
+        rows.append(
+            {
+                "claim": claim.key,
+                "statement": claim.statement,
+                "metric": claim.metric,
+                "threshold": f"{'>' if claim.above else '<'} {claim.threshold:g}",
+                "mean": interval.mean,
+                "low": interval.low,
+                "high": interval.high,
+                "n_seeds": interval.n,
+                "per_seed": ";".join(f"{v:.4g}" for v in values),
+                "verdict": result if measured else NOT_MEASURED,
+                "why_threshold": claim.why,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def claims_markdown(claims: pd.DataFrame) -> str:
+    """The claims as a Markdown table (what the README's claims section is generated from)."""
+    lines = [
+        "| claim | metric | threshold | measured (95% interval, seeds) | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for row in claims.itertuples():
+        lines.append(
+            f"| {row.statement} | {row.metric} | {row.threshold} | {_measured(row)} | **{row.verdict}** |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _measured(row) -> str:
+    if row.n_seeds == 0:
+        return "-"
+    if math.isnan(row.low):
+        return f"{row.mean:.3g} (one seed, no interval)"
+    return f"{row.mean:.3g} [{row.low:.3g}, {row.high:.3g}], n={row.n_seeds}"
+
+
+def write_claims(claims: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """OUT/claims.csv (and .parquet) and OUT/claims.md."""
+    out_dir = Path(out_dir)
+    written = write_table(claims, out_dir / "claims")
+    atomic_write_text(out_dir / "claims.md", claims_markdown(claims))
+    return [*written, out_dir / "claims.md"]

@@ -1,0 +1,177 @@
+"""Guarding a Figure-1 output folder: continue one made with these settings, refuse or replace another.
+
+    data_dirs = prepare_output(out_dir, record, settings, datasets, overwrite, check_plans)
+
+`figure1.json` records what an output's results depend on (the preset and its settings, the trainer
+settings but the training seed, the dataset seeding). Seeds, controls, the learning-rate grid and the
+Figure-5 sweep are not part of it: each run has its own folder, so a rerun that adds seeds or controls
+continues the output, which is how a study is run in parts. Anything else that differs is refused with
+one `BiosrecallError` line naming the difference, before anything is touched; `overwrite` replaces the
+output instead, once the new settings have been checked, and puts it back if they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.serving import serving_names
+from biosrecall.files import read_json_object, require_keys
+from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
+from biosrecall.train.config import RESUMABLE_DIFFERENCES
+
+RECORD, DATA, RUNS = "figure1.json", "data", "runs"
+# Every entry figure1 makes in its output folder besides the above: what `overwrite` replaces.
+RESULT_STEMS = (
+    "figure1", "figure5", "recall_curve", "recall_curve_seeds", "fixed_sweep", "fixed_sweep_seeds",
+    "summary", "summary_runs", "fixed_sweep_summary", "fixed_sweep_summary_runs", "claims", "lr_grid",
+)  # fmt: skip
+RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md")
+_SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
+
+
+def identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The settings a figure1 record's results depend on, under the names a refusal shows them by."""
+    skip = {*RESUMABLE_DIFFERENCES, "seed"}
+    train = {k: v for k, v in record["train_config"].items() if k not in skip}
+    budget, budget_of = train.pop("budget", None), train.pop("budget_of", None)
+    return {
+        "preset": record["preset"],
+        **record["settings"],
+        **train,
+        "budget": budget_of if budget is None else budget,
+        "dataset_seed": record.get("dataset_seed", record["train_config"].get("seed")),
+        "schedules": record.get("schedules"),
+        "fractions": record.get("fractions"),
+    }
+
+
+def differences(out_dir: Path, record: dict[str, Any], datasets: dict[int, Path], people: int) -> list[str]:
+    """How what `out_dir` already holds differs from what these settings make; [] when it can be reused.
+
+    `datasets` maps each dataset seed this call uses to its folder."""
+    path = out_dir / RECORD
+    if os.path.lexists(path):
+        try:
+            stored = read_json_object(path, "figure1 record", required=("preset", "settings", "train_config"))
+            for key in ("settings", "train_config"):
+                require_keys(stored[key], (), f"figure1 record {key}", path)
+        except BiosrecallError as exc:
+            return [str(exc)]
+        old, new = identity(stored), identity(record)
+        keys = dict.fromkeys([*new, *old])  # this call's order: the stored record's keys are sorted
+        changed = [
+            f"{key} was {old.get(key)}, now {new.get(key)}" for key in keys if old.get(key) != new.get(key)
+        ]
+        if changed:
+            return changed
+    elif os.path.lexists(out_dir / RUNS):
+        return [f"it holds {RUNS}/ but no {RECORD} saying how they were trained"]
+    return [d for seed, data_dir in datasets.items() for d in _dataset_differences(data_dir, people, seed)]
+
+
+def _dataset_differences(data_dir: Path, people: int, seed: int) -> list[str]:
+    """Whether a dataset folder is the one these settings ask for ([] also when there is none yet)."""
+    from biosrecall.bios import load_dataset
+
+    if not os.path.lexists(data_dir):
+        return []
+    try:
+        dataset = load_dataset(data_dir)
+    except BiosrecallError as exc:
+        return [f"its dataset is unusable: {exc}"]
+    found = (dataset.num_people, dataset.manifest.get("seed"))
+    if found == (people, seed):
+        return []
+    return [f"its dataset has {found[0]} people (seed {found[1]}), now {people} (seed {seed})"]
+
+
+def refusal(out_dir: Path, found: list[str]) -> BiosrecallError:
+    shown = "; ".join(found[:_SHOWN_DIFFERENCES])
+    if len(found) > _SHOWN_DIFFERENCES:
+        shown += f"; and {len(found) - _SHOWN_DIFFERENCES} more"
+    return BiosrecallError(
+        f"{out_dir} was made with other settings ({shown}); rerun with the settings it was made with to "
+        "continue it, pass --overwrite to replace it, or choose another --out"
+    )
+
+
+def prepare_output(
+    out_dir: Path, record, datasets: dict[int, Path], people: int, overwrite: bool, check: Callable[[], None]
+) -> None:
+    """Check the settings against what the output holds, make the missing datasets and run `check`
+    (every run's plan) before anything trains.
+
+    A mistake found here leaves the output as it was: a folder this call created is removed, and what
+    `overwrite` moved aside is put back.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
+    created, aside = not out_dir.exists(), None
+    try:
+        found = differences(out_dir, record, datasets, people)
+        if found and not overwrite:
+            raise refusal(out_dir, found)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        aside = _move_aside(out_dir) if found else None
+        for seed, data_dir in datasets.items():
+            _make_dataset(data_dir, people, seed)
+        check()
+    except BaseException:
+        if aside is not None:
+            _put_back(out_dir, aside)
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _make_dataset(data_dir: Path, people: int, seed: int) -> None:
+    """Kept when present (`differences` has checked it), generated otherwise."""
+    from biosrecall.bios import generate_dataset
+
+    if not os.path.lexists(data_dir):
+        generate_dataset(data_dir, people=people, seed=seed)
+
+
+def made_names(out_dir: Path) -> list[str]:
+    """Every entry figure1 made in `out_dir`: what `overwrite` replaces."""
+    names = [RECORD, RUNS, *serving_names()]
+    names += [p.name for p in out_dir.glob(f"{DATA}*")]
+    names += [stem + suffix for stem in RESULT_STEMS for suffix in RESULT_SUFFIXES]
+    return names
+
+
+def _move_aside(out_dir: Path) -> Path | None:
+    """Move what figure1 made in `out_dir` into one hidden sibling folder; returns it (None: nothing).
+
+    The folder is deleted once the new settings are checked; should this process die first, the next
+    `output_lock(out_dir)` removes it. The record moves last, so until everything else has gone a
+    plain rerun still refuses the output rather than reusing part of it.
+    """
+    present = [name for name in made_names(out_dir) if os.path.lexists(out_dir / name)]
+    if not present:
+        return None
+    target = out_dir.resolve()
+    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
+    for name in sorted(present, key=lambda name: name == RECORD):
+        os.replace(out_dir / name, aside / name)
+    return aside
+
+
+def _put_back(out_dir: Path, aside: Path) -> None:
+    """Undo `_move_aside`: what was made meanwhile (a new dataset) gives way to what was there."""
+    for entry in aside.iterdir():
+        made = out_dir / entry.name
+        if made.is_dir() and not made.is_symlink():
+            shutil.rmtree(made)
+        elif os.path.lexists(made):
+            made.unlink()
+        os.replace(entry, made)
+    aside.rmdir()

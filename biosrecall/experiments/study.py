@@ -1,0 +1,153 @@
+"""The runs a Figure-1 study trains: schedules x seeds, the controls, the learning-rate grid, Figure 5.
+
+    study = StudyOptions(seeds=(0, 1, 2), update_matched=True, lr_grid=(3e-3, 1e-2, 3e-2))
+    grid = grid_runs(study, preset_lr=1e-2)             # phase 1: each schedule at each lr, first seed
+    runs = study_runs(study, best_lr, fixed4_updates)   # phase 2: every seed at each schedule's own lr
+
+Every run has a folder `runs/seed<seed>/<label>` under the study's output, where the label is the
+run's name, plus `_lr<lr>` when it trains at another learning rate than the preset's. A grid point and
+the main run it selects are one folder, trained once, and runs that differ only in seed share their
+label: that is the group the tables aggregate over (`biosrecall.stats`), and what
+`biosrecall recall-curve OUT/runs/seed*/fixed_k4 --aggregate-seeds` groups by.
+
+Roles: `main` (the paper's three schedules), `control` (update-matched uniform: uniform for as many
+updates as fixed K=4, so it spends more FLOPs and separates "fewer optimizer steps" from "varied
+depth"), `sweep` (fixed K, the paper's Figure 5) and `grid` (a learning rate that lost its grid).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from biosrecall.errors import BiosrecallError
+
+# The paper's three schedules, in legend order: run name -> schedule spec.
+MAIN_SCHEDULES = {
+    "fixed_k4": "fixed:4",
+    "fixed_first_k4_80": "fixed_first:k0=4,switch=0.8,finish=uniform",
+    "uniform_1_16": "uniform:1-16",
+}
+FIXED_K4, FIXED_FIRST, UNIFORM = MAIN_SCHEDULES
+UPDATE_MATCHED = "uniform_1_16_update_matched"
+MAX_SEEDS = 32
+MAX_GRID = 8
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """What a Figure-1 study trains beyond one seed of the three schedules."""
+
+    seeds: tuple[int, ...] = (0,)
+    """Training seeds: each changes the initial weights, the batches and the depth draws."""
+    dataset_seed_per_run: bool = False
+    """Give each seed its own people (dataset seed = training seed); by default every seed trains on
+    the dataset of the first seed, so only the training randomness varies."""
+    update_matched: bool = False
+    """Add the update-matched uniform control (uniform for as many updates as fixed K=4)."""
+    lr_grid: tuple[float, ...] = ()
+    """Peak learning rates to try per schedule (first seed, base budget); each schedule then runs at
+    its own best by mean recalled bits over K=1..16 at 100%. Empty: every schedule at the preset's lr."""
+    fixed_sweep: tuple[int, ...] = ()
+    """Also train fixed-depth runs at these K (Figure 5), at every seed."""
+    model_overrides: dict = field(default_factory=dict)
+    """Architecture changes for every run, e.g. {"norm": "sandwich", "init_state": "noise"}."""
+
+    def __post_init__(self) -> None:
+        check_seeds(self.seeds)
+        check_lr_grid(self.lr_grid)
+        if any(not isinstance(k, int) or k < 1 for k in self.fixed_sweep):
+            raise BiosrecallError(f"--fixed-sweep depths must be positive integers (got {self.fixed_sweep})")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the study."""
+
+    name: str
+    schedule: str
+    seed: int
+    lr: float
+    role: str
+    label: str  # what runs differing only in seed share: the name, plus the lr when not the preset's
+    updates: int | None = None  # None: the study's matched FLOP budget
+
+    @property
+    def folder(self) -> Path:
+        return Path(f"seed{self.seed}") / self.label
+
+
+def make_run(name: str, schedule: str, seed: int, lr: float, role: str, preset_lr: float, updates=None):
+    label = name if lr == preset_lr else f"{name}_lr{format_lr(lr)}"
+    return RunSpec(name, schedule, seed, lr, role, label, updates)
+
+
+def check_seeds(seeds) -> None:
+    if not seeds:
+        raise BiosrecallError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
+    if any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise BiosrecallError(f"--seeds must be non-negative integers (got {list(seeds)})")
+    if len(set(seeds)) != len(seeds):
+        repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+        raise BiosrecallError(f"--seeds repeats {', '.join(map(str, repeated))}; give each seed once")
+    if len(seeds) > MAX_SEEDS:
+        raise BiosrecallError(f"--seeds lists {len(seeds)} seeds; at most {MAX_SEEDS}")
+
+
+def check_lr_grid(grid) -> None:
+    bad = [lr for lr in grid if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0)]
+    if bad:
+        raise BiosrecallError(f"--lr-grid values must be positive learning rates (got {bad[0]})")
+    if len(set(grid)) != len(grid):
+        raise BiosrecallError(f"--lr-grid repeats a value ({list(grid)}); give each learning rate once")
+    if len(grid) > MAX_GRID:
+        raise BiosrecallError(f"--lr-grid lists {len(grid)} values; at most {MAX_GRID}")
+
+
+def format_lr(lr: float) -> str:
+    """3e-3 -> "0.003": short, exact for the usual grids, and safe in a folder name."""
+    return f"{lr:.6g}"
+
+
+def grid_runs(study: StudyOptions, preset_lr: float) -> list[RunSpec]:
+    """Phase 1: each main schedule at each grid learning rate, first seed. Empty without a grid."""
+    seed = study.seeds[0]
+    return [
+        make_run(name, spec, seed, lr, "grid", preset_lr)
+        for name, spec in MAIN_SCHEDULES.items()
+        for lr in study.lr_grid
+    ]
+
+
+def study_runs(
+    study: StudyOptions, best_lr: dict[str, float], preset_lr: float, fixed4_updates: int
+) -> list[RunSpec]:
+    """Phase 2: every seed of the main schedules at their own learning rate, then the controls.
+
+    The control uses uniform's learning rate; the Figure-5 runs use fixed K=4's, the closest tuned
+    schedule (tuning every K would multiply the grid)."""
+    runs = []
+    for seed in study.seeds:
+        runs += [
+            make_run(name, spec, seed, best_lr[name], "main", preset_lr)
+            for name, spec in MAIN_SCHEDULES.items()
+        ]
+        if study.update_matched:
+            uniform_lr = best_lr[UNIFORM]
+            runs.append(
+                make_run(
+                    UPDATE_MATCHED, "uniform:1-16", seed, uniform_lr, "control", preset_lr, fixed4_updates
+                )
+            )
+        runs += [
+            make_run(f"fixed_k{k}", f"fixed:{k}", seed, best_lr[FIXED_K4], "sweep", preset_lr)
+            for k in study.fixed_sweep
+            if k != 4
+        ]
+    return runs
+
+
+def dataset_seed(study: StudyOptions, seed: int) -> int:
+    """The people a run trains on: its own seed's with `dataset_seed_per_run`, else the first seed's."""
+    return seed if study.dataset_seed_per_run else study.seeds[0]

@@ -1,0 +1,132 @@
+"""Load a Hugging Face causal LM folder (model and tokenizer) for scoring, offline, with one-line errors.
+
+    loaded = load_hf_model("exported/ff", device="cpu")      # loaded.model, loaded.tokenizer
+    loaded.provenance       # the `biosrecall` section of a biosrecall export's config.json, else None
+
+Only local folders are read (`local_files_only`), so nothing is downloaded. A folder whose config
+names its own modeling code (`auto_map`) runs that code only with `trust_remote_code=True`; the one
+exception is a biosrecall export whose modeling file is byte-identical to the template this package
+ships, since that code is biosrecall's own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.hf import quiet_transformers, require_transformers
+
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A causal LM ready for inference, its tokenizer, and where it came from."""
+
+    model: object
+    tokenizer: object
+    path: Path
+    model_type: str
+    provenance: dict | None
+
+
+def is_biosrecall_export(folder: Path) -> bool:
+    """The folder holds a biosrecall export whose modeling code is exactly this package's template."""
+    from biosrecall.hf.export import MODELING_FILE, TEMPLATE
+
+    config = _read_config(folder)
+    code = folder / MODELING_FILE
+    if config.get("model_type") != "biosrecall_looped" or not code.is_file():
+        return False
+    return code.read_bytes() == TEMPLATE.read_bytes()
+
+
+def _read_config(folder: Path) -> dict:
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _not_a_causal_lm(folder: Path, why: str) -> BiosrecallError:
+    return BiosrecallError(f"--hf-model {folder} is not a Hugging Face causal language model folder ({why})")
+
+
+def load_hf_model(
+    model_dir: str | Path, device: torch.device, trust_remote_code: bool | None = None
+) -> LoadedModel:
+    """The model (in eval mode on `device`) and tokenizer of a local folder; see the module docstring."""
+    transformers = require_transformers()
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise BiosrecallError(f"--hf-model folder {folder} not found")
+    if not (folder / CONFIG_FILE).is_file():
+        raise _not_a_causal_lm(folder, f"no {CONFIG_FILE}")
+    config_json = _read_config(folder)
+    trust = is_biosrecall_export(folder) if trust_remote_code is None else trust_remote_code
+    if config_json.get("auto_map") and not trust:
+        raise BiosrecallError(
+            f"--hf-model {folder} defines its own modeling code (auto_map in {CONFIG_FILE}); pass "
+            "--trust-remote-code to run it"
+        )
+    with quiet_transformers():
+        return _load(transformers, folder, config_json, trust, device)
+
+
+def _load(transformers, folder: Path, config_json: dict, trust: bool, device: torch.device) -> LoadedModel:
+    from biosrecall.train.checkpoint import first_line
+
+    options = {"trust_remote_code": trust, "local_files_only": True}
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder, **options)
+    except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for a foreign folder
+        raise _not_a_causal_lm(folder, first_line(exc)) from None
+    if not _causal(config, config_json):
+        why = f"transformers has no causal language model for its {type(config).__name__}"
+        raise _not_a_causal_lm(folder, why)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, **options)
+    except Exception as exc:
+        raise _not_a_causal_lm(folder, first_line(exc)) from None
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **options)
+    except Exception as exc:
+        raise BiosrecallError(
+            f"--hf-model {folder} has no tokenizer AutoTokenizer can load ({first_line(exc)})"
+        ) from None
+    model.to(device)
+    model.eval()
+    provenance = (
+        getattr(config, "biosrecall", None) if config_json.get("model_type") == "biosrecall_looped" else None
+    )
+    return LoadedModel(model, tokenizer, folder, str(getattr(config, "model_type", "")), provenance or None)
+
+
+def _causal(config, config_json: dict) -> bool:
+    """transformers knows a causal LM for this config, or the folder's own code declares one."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return type(config) in MODEL_FOR_CAUSAL_LM_MAPPING or "AutoModelForCausalLM" in (
+        config_json.get("auto_map") or {}
+    )
+
+
+def check_depth_argument(loaded: LoadedModel, depth_arg: str) -> None:
+    """Refuse a depth argument the model's forward does not name (a `**kwargs` catch-all could drop it
+    silently, giving the same curve at every depth)."""
+    parameters = inspect.signature(loaded.model.forward).parameters
+    if depth_arg not in parameters or parameters[depth_arg].kind not in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    ):
+        named = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        raise BiosrecallError(
+            f"--depth-arg {depth_arg}: the forward of {loaded.path} ({type(loaded.model).__name__}) takes "
+            f"no argument of that name (it takes {', '.join(named)})"
+        )

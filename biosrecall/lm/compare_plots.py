@@ -1,0 +1,129 @@
+"""The figures of `lm compare` (`biosrecall.lm.compare`), drawn from its seed-aggregated tables.
+
+    fig = plot_nll_vs_depth(comparison.curves, order)        # then biosrecall.outputs.save_figure
+    plot_nll_vs_compute(comparison.summaries, order)
+    plot_nll_vs_exit_depth(comparison.exits, order)
+    plot_harness_vs_depth(comparison.harness, comparison.curves, order)
+
+Each run keeps one colour and marker (its place in `order`) in every figure. A value with a 95%
+interval over seeds (`<value>_low`, `<value>_high`) is drawn as its mean with a shaded band, and the
+legend gives the seed count; a single seed has no interval and draws the line alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from biosrecall.lm.evaluate import BASELINE
+from biosrecall.outputs import COLORS, MARKERS
+
+BAND_ALPHA = 0.2
+
+
+def _labels(frame: pd.DataFrame, order: Sequence[str]) -> dict[str, str]:
+    """Legend label per run in `order` (so a run keeps its colour and marker in every figure)."""
+    present = set(frame["run"])
+    runs = frame.drop_duplicates("run").set_index("run").loc[[r for r in order if r in present]]
+    runs = runs.reset_index()[["run", "schedule"]]
+    shared = runs["schedule"].duplicated(keep=False)
+    labels = {
+        run: f"{schedule} ({Path(run).name})" if repeat else schedule
+        for run, schedule, repeat in zip(runs["run"], runs["schedule"], shared, strict=True)
+    }
+    if "n_seeds" in frame:
+        seeds = frame.groupby("run")["n_seeds"].max()
+        labels = {
+            run: f"{label}, {seeds[run]} seeds" if seeds[run] > 1 else label for run, label in labels.items()
+        }
+    return labels
+
+
+def _style(order: Sequence[str], run: str) -> dict:
+    index = list(order).index(run)
+    return {"color": COLORS[index % len(COLORS)], "marker": MARKERS[index % len(MARKERS)]}
+
+
+def _line(ax, rows: pd.DataFrame, x: str, y: str, label: str, **style) -> None:
+    """`y` against `x` through `rows`, with its seed band where it has one."""
+    ax.plot(rows[x], rows[y], label=label, markersize=4, linewidth=1.2, **style)
+    low, high = rows.get(f"{y}_low"), rows.get(f"{y}_high")
+    if low is not None and np.isfinite(high.to_numpy(dtype=float)).any():
+        ax.fill_between(rows[x], low, high, color=style["color"], alpha=BAND_ALPHA, linewidth=0)
+
+
+def _finish(ax, xlabel: str, ylabel: str, legend: bool = True) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7)
+
+
+def _draw_nll_vs_depth(ax, curves: pd.DataFrame, order: Sequence[str]) -> None:
+    for run, label in _labels(curves, order).items():
+        rows = curves[curves["run"] == run].sort_values("depth")
+        _line(ax, rows, "depth", "nll", label, **_style(order, run))
+    ax.set_xticks(sorted(curves["depth"].unique()))
+    _finish(ax, "serving depth K", "validation NLL (nats / token)")
+
+
+def plot_nll_vs_depth(curves: pd.DataFrame, order: Sequence[str]) -> Figure:
+    """Validation NLL against serving depth, one line per run (its final checkpoint)."""
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    _draw_nll_vs_depth(fig.add_subplot(), curves, order)
+    return fig
+
+
+def plot_nll_vs_compute(summaries: pd.DataFrame, order: Sequence[str]) -> Figure:
+    """Mean serving-depth NLL against modeled training FLOPs, one line per run through its checkpoints."""
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for run, label in _labels(summaries, order).items():
+        # The switch checkpoint can coincide with a budget fraction: one point per update.
+        rows = summaries[summaries["run"] == run].drop_duplicates("update").sort_values("flops")
+        _line(ax, rows, "flops", "mean_nll", label, **_style(order, run))
+    _finish(ax, "modeled training compute (FLOPs)", "mean serving-depth NLL")
+    return fig
+
+
+def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
+    """Validation NLL against mean depth per token: each run's fixed-depth curve as a line (its colour)
+    and each exit criterion kind as points joined by a dashed line."""
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for run, label in _labels(exits, order).items():
+        color = _style(order, run)["color"]
+        for kind_index, (kind, rows) in enumerate(exits[exits["run"] == run].groupby("kind", sort=False)):
+            rows = rows.sort_values("mean_depth")
+            style = {"linestyle": "-", "marker": None} if kind == BASELINE else {
+                "linestyle": "--", "marker": MARKERS[kind_index % len(MARKERS)]}  # fmt: skip
+            name = f"{label}: {'fixed depth' if kind == BASELINE else kind}"
+            _line(ax, rows, "mean_depth", "nll", name, color=color, **style)
+    _finish(ax, "mean block iterations per token", "validation NLL (nats / token)")
+    return fig
+
+
+def plot_harness_vs_depth(harness: pd.DataFrame, curves: pd.DataFrame, order: Sequence[str]) -> Figure:
+    """Validation NLL against serving depth, next to one panel per lm-eval task and metric."""
+    panels = list(harness[["task", "metric"]].drop_duplicates().itertuples(index=False))
+    columns = min(3, len(panels) + 1)
+    rows_count = -(-(len(panels) + 1) // columns)
+    fig = Figure(figsize=(4.2 * columns, 3.4 * rows_count), layout="constrained")
+    axes = fig.subplots(rows_count, columns, squeeze=False).flatten()
+    _draw_nll_vs_depth(axes[0], curves, order)
+    for ax, (task, metric) in zip(axes[1:], panels, strict=False):
+        shown = harness[(harness["task"] == task) & (harness["metric"] == metric)]
+        for run, label in _labels(shown, order).items():
+            rows = shown[shown["run"] == run].sort_values("depth")
+            _line(ax, rows, "depth", "value", label, **_style(order, run))
+        ax.set_xticks(sorted(shown["depth"].unique()))
+        ax.set_title(task, fontsize=9)
+        _finish(ax, "serving depth K", metric, legend=False)  # the NLL panel's legend names every run
+    for ax in axes[len(panels) + 1 :]:
+        ax.set_visible(False)
+    return fig

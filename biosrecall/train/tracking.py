@@ -1,0 +1,298 @@
+"""Experiment tracking: every metrics.jsonl record and the run's config, also sent to TensorBoard, W&B or
+Trackio.
+
+    TrainConfig(..., log=("tensorboard", "wandb"))   # the CLI: biosrecall train ... --log tensorboard,wandb
+    tensorboard --logdir runs/ff/tensorboard
+
+The trainer wraps its progress reporter in a `TrackingReporter` (`with_trackers`; on rank 0 only under
+torchrun). Each tracker starts when training starts and is sent the resolved config (config.json, with
+this call's train config) and then every update's record with the update as its step. metrics.jsonl
+stays the record of a run: a tracker that fails to start, or fails later, is one warning line on stderr
+and is dropped, and training goes on. A tracker that is not installed is a mistake refused before
+anything trains (`require_installed`, which `TrainConfig.validate` calls).
+
+A resumed run continues its tracker runs:
+- tensorboard: RUN/tensorboard/ gets a new event file that starts with a purge at the resumed update,
+  so TensorBoard hides what a killed process logged after its last save (as metrics.jsonl drops it);
+- wandb: the run id is kept in RUN/trackers.json and the run is resumed by it (W&B takes no step twice,
+  so the updates it already has are not sent again); offline runs keep the id for `wandb sync`;
+- trackio: the run name is kept in RUN/trackers.json and the run is continued by name (resume="allow").
+Tracker runs are named after the run folder (Trackio's with a random suffix, since a name identifies
+a Trackio run); W&B runs go to the project $WANDB_PROJECT (default "biosrecall"), Trackio runs to
+"biosrecall".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from biosrecall.errors import BiosrecallError
+
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+"""Each tracker's name (as --log takes it) and the module it needs."""
+INSTALL_HINT = "pip install 'biosrecall[track]'"
+PROJECT = "biosrecall"
+TENSORBOARD_DIR = "tensorboard"
+IDS_FILE = "trackers.json"
+"""In the run folder: the W&B run id and Trackio run name a resumed run continues."""
+
+
+def parse_trackers(value: Any) -> tuple[str, ...]:
+    """The tracker names of `value` (a name, a comma list, or a list of them), each once, in order."""
+    parts = [value] if isinstance(value, str) else value
+    if not isinstance(parts, list | tuple) or not all(isinstance(part, str) for part in parts):
+        raise BiosrecallError(f"log takes tracker names ({', '.join(TRACKERS)}), got {value!r}")
+    names = [name.strip() for part in parts for name in part.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TRACKERS]
+    if unknown:
+        raise BiosrecallError(f"unknown tracker {unknown[0]!r} in log (choose from {', '.join(TRACKERS)})")
+    return tuple(dict.fromkeys(names))
+
+
+def require_installed(names: tuple[str, ...]) -> None:
+    """Refuse trackers whose library is missing, naming the extra that installs them."""
+    missing = [name for name in names if importlib.util.find_spec(TRACKERS[name]) is None]
+    if missing:
+        what = f"tracker {missing[0]} is" if len(missing) == 1 else f"trackers {', '.join(missing)} are"
+        raise BiosrecallError(f"{what} not installed: {INSTALL_HINT}")
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """What a tracker is told when training starts."""
+
+    folder: Path
+    """Where the run writes now (for a new run a temporary folder until its first save; see `moved_to`)."""
+    name: str
+    """The run folder as the user named it (e.g. runs/ff): W&B's run name, the start of Trackio's."""
+    config: dict[str, Any]
+    """The resolved config: config.json with this call's train config."""
+    first_update: int
+    """0 for a new run; the update a resumed run continues from."""
+
+
+class Tracker(Protocol):
+    name: str
+
+    def start(self, run: TrackedRun) -> None: ...
+
+    def log(self, record: dict[str, float], step: int) -> None: ...
+
+    def moved_to(self, folder: Path) -> None:
+        """The run folder was renamed (a new run swapped into place after its first save)."""
+
+    def finish(self) -> None: ...
+
+
+class TensorBoardTracker:
+    """Event files in RUN/tensorboard/ (through torch.utils.tensorboard)."""
+
+    name = "tensorboard"
+
+    def start(self, run: TrackedRun) -> None:
+        self.writer = self._open(run.folder, purge_step=run.first_update or None)
+        self.writer.add_text("config", f"```\n{json.dumps(run.config, indent=2)}\n```", run.first_update)
+        self.writer.flush()
+
+    @staticmethod
+    def _open(folder: Path, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(folder / TENSORBOARD_DIR), purge_step=purge_step)
+
+    def log(self, record: dict[str, float], step: int) -> None:
+        if self.writer is None:
+            self.writer = self._open(self.folder)  # a second event file, which TensorBoard joins
+        for key, value in record.items():
+            self.writer.add_scalar(key, value, step)
+        # The writer reopens its file by path: everything must be on disk before the folder is renamed.
+        self.writer.flush()
+
+    def moved_to(self, folder: Path) -> None:
+        self.finish()
+        self.folder = folder
+
+    def finish(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+class WandbTracker:
+    """A W&B run resumed by the id kept in RUN/trackers.json ($WANDB_MODE=offline works without a login)."""
+
+    name = "wandb"
+
+    def start(self, run: TrackedRun) -> None:
+        import wandb
+
+        ids = _stored_ids(run.folder).get(self.name) or {
+            "id": secrets.token_hex(4),  # as W&B makes them: 8 characters of [0-9a-z]
+            "project": os.environ.get("WANDB_PROJECT") or PROJECT,
+        }
+        _store_ids(run.folder, self.name, ids)
+        self.run = wandb.init(
+            project=ids["project"],
+            id=ids["id"],
+            name=run.name,
+            config=run.config,
+            resume="allow",
+            settings=wandb.Settings(console="off"),  # leave the process's stdout and stderr alone
+        )
+
+    def log(self, record: dict[str, float], step: int) -> None:
+        if step >= self.run.step:  # a resumed run already holds the earlier steps
+            self.run.log(record, step=step)
+
+    def moved_to(self, folder: Path) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class TrackioTracker:
+    """A Trackio run (a local SQLite database, or a Space with $TRACKIO_SPACE_ID) continued by the name
+    kept in RUN/trackers.json."""
+
+    name = "trackio"
+
+    def start(self, run: TrackedRun) -> None:
+        import trackio
+
+        ids = _stored_ids(run.folder).get(self.name) or {
+            "project": PROJECT,
+            "name": f"{run.name}-{secrets.token_hex(3)}",  # run names identify a run within its project
+        }
+        _store_ids(run.folder, self.name, ids)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's own output
+            self.run = trackio.init(
+                project=ids["project"], name=ids["name"], config=run.config, resume="allow"
+            )
+
+    def log(self, record: dict[str, float], step: int) -> None:
+        self.run.log(record, step=step)
+
+    def moved_to(self, folder: Path) -> None:
+        pass
+
+    def finish(self) -> None:
+        import trackio
+
+        with contextlib.redirect_stdout(sys.stderr):
+            trackio.finish()  # the current run, this one; unlike Run.finish it is not finished again at exit
+
+
+ADAPTERS: dict[str, Callable[[], Tracker]] = {
+    "tensorboard": TensorBoardTracker,
+    "wandb": WandbTracker,
+    "trackio": TrackioTracker,
+}
+
+
+def _stored_ids(folder: Path) -> dict[str, Any]:
+    from biosrecall.files import read_json_object
+
+    path = folder / IDS_FILE
+    return read_json_object(path, "tracker ids") if os.path.lexists(path) else {}
+
+
+def _store_ids(folder: Path, tracker: str, ids: dict[str, str]) -> None:
+    from biosrecall.atomic import atomic_write_json
+
+    stored = _stored_ids(folder)
+    if stored.get(tracker) != ids:
+        atomic_write_json(folder / IDS_FILE, {**stored, tracker: ids})
+
+
+def with_trackers(reporter, config, setup):
+    """`reporter`, also sending each record to the trackers `config.log` names (on the main process of
+    a run only; `setup` is the trainer's `RunSetup`, whose folder moves when a new run is swapped in)."""
+    if not config.log or not setup.dist.is_main:
+        return reporter
+    trackers = [ADAPTERS[name]() for name in config.log]
+    return TrackingReporter(reporter, trackers, lambda: setup.run_dir, str(setup.final_dir), config.to_dict())
+
+
+class TrackingReporter:
+    """A progress reporter that also drives trackers; see the module docstring."""
+
+    def __init__(self, inner, trackers: list[Tracker], folder: Callable[[], Path], name: str, train_config):
+        self.inner, self.trackers, self.folder, self.name = inner, trackers, folder, name
+        self.train_config = train_config
+        self.started_in: Path | None = None
+
+    def start(self, total: int, done: int) -> None:
+        from biosrecall.train.run_dir import read_config
+
+        self.inner.start(total, done)
+        self.started_in = self.folder()
+        config = json.loads(json.dumps({**read_config(self.started_in), "train_config": self.train_config}))
+        run = TrackedRun(self.started_in, self.name, config, done)
+        self._each("start", lambda tracker: tracker.start(run))
+
+    def update(self, record: dict[str, Any]) -> None:
+        self.inner.update(record)
+        self._follow_move()
+        scalars = {key: value for key, value in record.items() if key != "update" and _is_number(value)}
+        self._each("log", lambda tracker: tracker.log(scalars, record["update"]))
+
+    def message(self, text: str) -> None:
+        self.inner.message(text)
+
+    def close(self) -> None:
+        try:
+            self._follow_move()
+            self._each("finish", lambda tracker: tracker.finish())
+        finally:
+            self.trackers = []
+            self.inner.close()
+
+    def _follow_move(self) -> None:
+        folder = self.folder()
+        if self.started_in is not None and folder != self.started_in:
+            self.started_in = folder
+            self._each("follow the run folder", lambda tracker: tracker.moved_to(folder))
+
+    def _each(self, action: str, call: Callable[[Tracker], None]) -> None:
+        """`call` on every tracker; one that raises is dropped with one warning line."""
+        for tracker in list(self.trackers):
+            try:
+                call(tracker)
+            except Exception as exc:  # noqa: BLE001 - any tracker failure must leave training running
+                self.trackers.remove(tracker)
+                _warn(f"{tracker.name} failed to {action} ({_one_line(exc)}); {_CONTINUING}")
+                if action not in ("start", "finish"):
+                    _finish_quietly(tracker)
+
+
+_CONTINUING = "training goes on without it (metrics.jsonl holds every record)"
+
+
+def _finish_quietly(tracker: Tracker) -> None:
+    with contextlib.suppress(Exception):  # it has already been reported as failed
+        tracker.finish()
+
+
+def _warn(text: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"warning: {text}", file=sys.stderr)  # keeps a progress bar intact
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
