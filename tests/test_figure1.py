@@ -48,7 +48,11 @@ def test_seeds_are_aggregated_with_intervals_and_every_claim_is_judged(figure1_o
     table = pd.read_parquet(figure1_out / "recall_curve.parquet")
     assert sorted(table["seed"].unique()) == [0, 1]
     # The seeds share the people but not the training: their curves differ.
-    whole = table[table["attribute"] == "all"].set_index(["label", "fraction", "depth", "seed"])["bits"].sort_index()
+    whole = (
+        table[table["attribute"] == "all"]
+        .set_index(["label", "fraction", "depth", "seed"])["bits"]
+        .sort_index()
+    )
     assert not np.allclose(whole.xs(0, level="seed"), whole.xs(1, level="seed"))
     seeds = pd.read_parquet(figure1_out / "recall_curve_seeds.parquet")
     assert (seeds["n_seeds"] == 2).all() and (seeds["bits_low"] <= seeds["bits"]).all()
