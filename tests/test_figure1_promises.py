@@ -22,6 +22,7 @@ import threading
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from biosrecall.bios.templates import load_templates
@@ -375,11 +376,19 @@ class TestStudyInParts:
 
     def test_adding_a_seed_and_a_control_continues_the_output(self, output_copy, tiny_preset, capsys):
         kept = {name: path.stat().st_mtime_ns for name, path in self._finals(output_copy, 0).items()}
-        assert run_cli(figure1_args(output_copy, "--seeds", "0,1", "--update-matched")) == 0
+        extra = ("--seeds", "0,1", "--update-matched", "--lr-grid", "5e-3,1e-2")
+        assert run_cli(figure1_args(output_copy, *extra)) == 0
         after = {name: p.stat().st_mtime_ns for name, p in self._finals(output_copy, 0).items()}
         assert {name: after[name] for name in kept} == kept  # the finished runs were not retrained
-        for seed in (0, 1):
-            assert set(self._finals(output_copy, seed)) == {*RUN_NAMES, "uniform_1_16_update_matched"}
+        grid = pd.read_csv(output_copy / "lr_grid.csv")
+        assert len(grid) == 2 * len(RUN_NAMES) and grid.groupby("name")["chosen"].sum().eq(1).all()
+        chosen = {row.name: row.lr for row in grid[grid["chosen"]].itertuples()}
+        labels = {name: name if lr == TINY.lr else f"{name}_lr{lr:g}" for name, lr in chosen.items()}
+        control = "uniform_1_16_update_matched"
+        control_label = (
+            control if chosen["uniform_1_16"] == TINY.lr else f"{control}_lr{chosen['uniform_1_16']:g}"
+        )
+        assert {*labels.values(), control_label} <= set(self._finals(output_copy, 1))  # seed 1 at the winners
         claims = (output_copy / "claims.md").read_text()
         assert "n=2" in claims  # every measured claim now has two seeds
         assert record(output_copy)["study"]["seeds"] == [0, 1]

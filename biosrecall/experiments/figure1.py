@@ -45,6 +45,7 @@ from biosrecall.experiments.study import (
     study_runs,
 )
 from biosrecall.locking import output_lock
+from biosrecall.outputs import write_table
 from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.loop import Interrupted
@@ -140,11 +141,11 @@ def run_figure1(
     with output_lock(out_dir):
         output.prepare_output(out_dir, record, datasets, settings.people, overwrite, trainer.check_plans)
         atomic_write_json(out_dir / RECORD, record)
-        grid, best_lr = _tune_learning_rates(trainer, study, settings, device)
+        best_lr = _tune_learning_rates(out_dir, trainer, study, settings, device)
         specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
         trained = trainer.train_all(specs)
         curves = _evaluate(trained, FRACTIONS, settings, device)
-        written = write_study_results(out_dir, curves, grid)
+        written = write_study_results(out_dir, curves)
         headline, served = _serving(out_dir, trained, study, settings, device)
     runs = {str(spec.folder): path for spec, path in trained.items()}
     figures = written.figures + served
@@ -262,13 +263,15 @@ class _Trainer:
         return run_dir
 
 
-def _tune_learning_rates(trainer: _Trainer, study: StudyOptions, settings: Figure1Preset, device: str):
-    """(grid table or None, each main schedule's learning rate): the grid's winners, or the preset's."""
+def _tune_learning_rates(out_dir: Path, trainer: _Trainer, study: StudyOptions, settings, device: str):
+    """Each main schedule's learning rate: the grid's winners (OUT/lr_grid.*, written as soon as the
+    grid is done, before the other seeds train), or the preset's."""
     if not study.lr_grid:
-        return None, {name: settings.lr for name in MAIN_SCHEDULES}
+        return {name: settings.lr for name in MAIN_SCHEDULES}
     trained = trainer.train_all(grid_runs(study, settings.lr))
     grid = grid_table(_evaluate(trained, (1.0,), settings, device))
-    return grid, chosen_lr(grid)
+    write_table(grid, out_dir / "lr_grid")
+    return chosen_lr(grid)
 
 
 def _evaluate(trained: dict[RunSpec, Path], fractions, settings: Figure1Preset, device: str) -> pd.DataFrame:

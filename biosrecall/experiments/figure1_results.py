@@ -1,7 +1,7 @@
 """What a Figure-1 study writes from its recall table: per-run and seed-aggregated tables, figures, claims.
 
     curves = label_runs(table, specs)          # recall_curves' table, with name/label/seed/lr/role columns
-    files = write_study_results(out_dir, curves, grid_table)
+    files = write_study_results(out_dir, curves)
 
 Files (every table as CSV and parquet, every figure as PNG and PDF):
 
@@ -14,7 +14,7 @@ Files (every table as CSV and parquet, every figure as PNG and PDF):
     figure1                the main schedules' means with shaded intervals; controls as thin lines
     fixed_sweep*, figure5  the same for the fixed-K runs (Figure 5), when there are any
     claims.csv/.md         `biosrecall.experiments.claims`
-    lr_grid.csv            every learning-rate grid point, its score and which one each schedule kept
+    lr_grid (by figure1)   every learning-rate grid point, its score and which one each schedule kept
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class StudyTables:
     figures: list[Path]
 
 
-def write_study_results(out_dir: Path, curves: pd.DataFrame, grid: pd.DataFrame | None) -> StudyTables:
+def write_study_results(out_dir: Path, curves: pd.DataFrame) -> StudyTables:
     """Write every table, figure and the claims."""
     main = curves[curves["role"].isin(["main", "control"])]
     summary, figures = _plot(main, out_dir, "figure1", "recall_curve", "summary")
@@ -79,8 +79,6 @@ def write_study_results(out_dir: Path, curves: pd.DataFrame, grid: pd.DataFrame 
         figures += _plot(sweep, out_dir, "figure5", "fixed_sweep", "fixed_sweep_summary")[1]
     claims = judge_claims(curves[(curves["attribute"] == "all") & (curves["role"] != "grid")])
     write_claims(claims, out_dir)
-    if grid is not None:
-        write_table(grid, out_dir / "lr_grid")
     return StudyTables(summary, claims, figures)
 
 

@@ -1,6 +1,6 @@
 """The run folder: creation rules, `config.json`, and the `metrics.jsonl` log.
 
-    RUN_DIR/config.json      arguments, resolved model and train configs, plan, versions
+    RUN_DIR/config.json      task, dataset, resolved model and train configs, plan, versions, machine
     RUN_DIR/metrics.jsonl    one JSON line per update
     RUN_DIR/checkpoints/     see `biosrecall.train.checkpoint`
 
