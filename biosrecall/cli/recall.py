@@ -163,7 +163,10 @@ def recall_curve(
         options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
         # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag.
         options.update(depth_arg=depth_arg, trust_remote_code=True if trust_remote_code else None)
-        _score_hf(hf_model, data_dir, _parse_depths(depths), options, out_dir, metric)
+        from biosrecall.diagnose.options import parse_depth_list  # the one depth-list parser
+
+        chosen = None if depths is None else parse_depth_list(depths, "--depths")
+        _score_hf(hf_model, data_dir, chosen, options, out_dir, metric)
         return
     from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
 
@@ -246,20 +249,6 @@ def _write_seed_curves(table, groups, out_dir: Path) -> list[Path]:
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
     click.echo(summary[shown].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     return written
-
-
-def _parse_depths(text: str | None) -> list[int] | None:
-    from biosrecall.errors import BiosrecallError
-
-    if text is None:
-        return None
-    try:
-        depths = [int(part) for part in text.split(",")]
-    except ValueError:
-        depths = []
-    if not depths or min(depths) < 1:
-        raise BiosrecallError(f"--depths takes a comma list of integers >= 1 such as 1,2,4 (got {text!r})")
-    return depths
 
 
 def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None) -> list[Path]:
