@@ -29,10 +29,12 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/biosrecall figure1 --preset quick --out runs/demo
 
 ## Lint, format check, then every test (slow ones included), with every optional extra installed.
+## Two workers (pytest-xdist), each test file on one of them so its module fixtures are built once:
+## the tests run single-threaded (tests/conftest.py), so two use both cores of a laptop-class machine.
 test: $(VENV)/.extras
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 ## Everyday loop while developing: skip tests marked slow.
 test-fast: $(VENV)/.installed

@@ -1,5 +1,5 @@
-"""Helpers shared by the bad-input and hostile-input suites: run the CLI in-process, and snapshot a
-folder so a test can assert that a refused command touched nothing.
+"""Helpers shared by the test suites: run the CLI in-process, snapshot a folder so a test can assert
+that a refused command touched nothing, and find a free port for torchrun.
 
     before = snapshot(folder)
     code, stderr = run_cli(["train", ...], capsys)
@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
 import traceback
 from pathlib import Path
 
 from biosrecall.cli import main
+
+
+def free_port() -> int:
+    """A TCP port no process listens on now, for a torchrun rendezvous (tests run in parallel)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def snapshot(root: Path) -> dict[str, tuple]:

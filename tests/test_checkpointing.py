@@ -11,7 +11,6 @@ The sharded checkpointer runs on two gloo processes on the CPU, like the FSDP ru
 from __future__ import annotations
 
 import shutil
-import socket
 from contextlib import nullcontext
 from pathlib import Path
 from unittest import mock
@@ -19,6 +18,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from harness import free_port
 
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.train import distributed
@@ -175,12 +175,6 @@ def exercise_on_rank(rank: int, world_size: int, port: int, kind: str, run_dir: 
         exercise(DistInfo(rank=rank, world_size=world_size), kind, run_dir)
     finally:
         torch.distributed.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_local_checkpointer_saves_restores_and_survives_a_kill_while_deleting(tmp_path):

@@ -13,7 +13,6 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from harness import free_port
 from safetensors.torch import load_file
 
 from biosrecall.cli import main
@@ -182,12 +182,6 @@ def test_plan_prints_the_paper_runs_tokens_and_flops(capsys, config, schedule, u
 
 
 # ---- torchrun: DDP and FSDP2 against one process, resume from a sharded checkpoint ----------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def lm_train_command(data, run_dir, processes: int, *extra) -> list[str]:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from harness import free_port
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
@@ -159,7 +160,7 @@ def test_two_process_ddp_matches_one_process(dataset, tmp_path):
         "--nproc_per_node",
         "2",
         "--master_port",
-        "29517",
+        str(free_port()),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(

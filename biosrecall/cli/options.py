@@ -78,7 +78,8 @@ class FieldValue(click.ParamType):
                 return tuple(self.item(part.strip()) for part in value.split(",") if part.strip())
             return self.kind(value.strip())
         except ValueError:
-            expected = {int: "an integer", float: "a number", tuple: "comma-separated fractions"}
+            items = "update counts" if self.item is int else "fractions"
+            expected = {int: "an integer", float: "a number", tuple: f"comma-separated {items}"}
             raise BiosrecallError(f"expected {expected[self.kind]}, got {value!r}") from None
 
 
@@ -100,8 +101,17 @@ def _train_option(name: str, annotation: Any, default: Any, help_text: str) -> C
         names = FieldValue(name, kind, item=str)
         return click.option(flag, name, type=names, multiple=True, callback=_joined, help=help_text)
     if kind is tuple:
-        default = ",".join(map(str, default))
+        item = _item(annotation)
+        default = None if default is None else ",".join(map(str, default))
+        return click.option(flag, name, type=FieldValue(name, kind, item), default=default, help=help_text)
     return click.option(flag, name, type=FieldValue(name, kind), default=default, help=help_text)
+
+
+def _item(annotation: Any) -> type:
+    """The item type of a tuple annotation such as `tuple[int, ...] | None`."""
+    if get_origin(annotation) in (types.UnionType,):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    return get_args(annotation)[0]
 
 
 def _joined(ctx, param, value: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:

@@ -4,6 +4,7 @@
         --budget-of fixed:4:2000
     torchrun --nproc_per_node 2 -m biosrecall train ...   # data-parallel (DDP, or --parallel fsdp)
     biosrecall train ... --log tensorboard --log wandb     # also to trackers (biosrecall.train.tracking)
+    biosrecall train ... --from runs/trunk --at-update 640 # a finishing branch (biosrecall.train.branch)
 
 The trainer options come from `TrainConfig` (see `biosrecall.cli.options`), shared with `lm train`.
 """
@@ -27,21 +28,35 @@ MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 @click.option(
     "--preset", default="bios-cpu", show_default=True, help="Model preset (see `biosrecall flops`)."
 )
+@click.option(
+    "--from",
+    "parent",
+    type=click.Path(),
+    default=None,
+    help="Branch: start from this run's saved state after --at-update updates instead of from scratch "
+    "(the updates before it must be the ones this run would train: same model, data, seed and batch, "
+    "and the same depth and learning rate at every update).",
+)
+@click.option(
+    "--at-update", type=int, default=None, help="Branch point: the parent's update count to start from."
+)
 @trainer_options(overrides=MODEL_OVERRIDES, run=True)
-def train(data_dir, run_dir, preset, resume, overwrite, quiet, **options):
+def train(data_dir, run_dir, preset, parent, at_update, resume, overwrite, quiet, **options):
     """Train a looped transformer on a bioS dataset at a modeled-FLOP budget.
 
     Prints the plan (updates, switch update, FLOPs, tokens, parameters, estimated time), trains,
     keeps weights at each budget fraction under OUT/checkpoints/<fraction>/ and a resumable
     OUT/checkpoints/latest, and logs every update to OUT/metrics.jsonl."""
     from biosrecall.train.bios_training import train_bios
+    from biosrecall.train.branch import branch_of
     from biosrecall.train.loop import Interrupted, TrainingDiverged
     from biosrecall.train.progress import make_reporter
 
     config, overrides = split_options(options)
+    branch = branch_of(parent, at_update)
     reporter = make_reporter(quiet, config.log_every)
     try:
-        result = train_bios(data_dir, run_dir, config, preset, overrides, resume, overwrite, reporter)
+        result = train_bios(data_dir, run_dir, config, preset, overrides, resume, overwrite, reporter, branch)
     except (TrainingDiverged, Interrupted) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(130 if isinstance(exc, Interrupted) else 1) from None

@@ -72,7 +72,11 @@ def train_bios(
     resume: bool = False,
     overwrite: bool = False,
     reporter=None,
+    branch=None,
 ) -> TrainResult:
-    """Train on the bioS dataset in `data_dir` with the shared trainer (see `run_task`)."""
+    """Train on the bioS dataset in `data_dir` with the shared trainer (see `run_task`); a `branch`
+    (`biosrecall.train.branch.Branch`) starts from another run's saved state."""
     task = bios_training_task(data_dir, preset, model_overrides)
-    return run_task(task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter)
+    return run_task(
+        task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter, branch=branch
+    )

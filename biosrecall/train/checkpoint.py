@@ -98,6 +98,11 @@ def fraction_dirname(fraction: float) -> str:
     return repr(float(fraction))
 
 
+def update_dirname(update: int) -> str:
+    """The folder of a state kept after `update` updates for branching (`TrainConfig.keep_updates`)."""
+    return f"update-{int(update):08d}"
+
+
 def checkpoint_dir(run_dir: str | Path, fraction: float | str) -> Path:
     name = fraction if isinstance(fraction, str) else fraction_dirname(fraction)
     return Path(run_dir) / "checkpoints" / name

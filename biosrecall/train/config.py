@@ -67,8 +67,16 @@ class TrainConfig:
     warmup: float = 0.05
     """Linear warm-up length as a fraction of the planned updates."""
 
+    warmup_updates: int | None = None
+    """Warm-up length in updates instead of a fraction (runs that branch from one trunk need the same
+    absolute warm-up)."""
+
     lr_schedule: str = "cosine"
-    """cosine (warm-up, then cosine decay) or wsd (warm-up, stable, linear decay over the last 20%)."""
+    """cosine (warm-up, then cosine decay) or wsd (warm-up, stable, then linear decay over the last
+    `decay` share of the updates)."""
+
+    decay: float | None = None
+    """wsd: the share of the updates in the final linear decay [default: 0.2]."""
 
     weight_decay: float = 0.1
     """AdamW decoupled weight decay on matrices (norms, biases and embeddings are not decayed)."""
@@ -101,6 +109,10 @@ class TrainConfig:
 
     checkpoint_fractions: tuple[float, ...] = DEFAULT_FRACTIONS
     """Budget fractions at which a weights checkpoint is kept (1.0 is always the final update)."""
+
+    keep_updates: tuple[int, ...] | None = None
+    """Also keep the whole training state after each of these updates (checkpoints/update-N/): the
+    points other runs can branch from (`train --from RUN --at-update N`)."""
 
     save_every: int = 200
     """Updates between refreshes of the resumable `latest` checkpoint."""
@@ -151,6 +163,7 @@ RESUMABLE_DIFFERENCES = {
     "path",
     "threads",
     "log",
+    "keep_updates",
     "extra",
 }
 
@@ -195,6 +208,8 @@ LIMITS: dict[str, Limit] = {
     "lr": Limit(float, 0, 1, low_open=True, why="AdamW moves every weight by about lr per update"),
     "min_lr_ratio": Limit(float, 0, 1),
     "warmup": Limit(float, 0, 1, high_open=True),
+    "warmup_updates": Limit(int, 0, MAX_UPDATES, why=_RUN),
+    "decay": Limit(float, 0, 1, low_open=True),
     "weight_decay": Limit(float, 0, _FLOAT_MAX),
     "grad_clip": Limit(float, 0, float(np.finfo(np.float32).max), why="gradient norms are float32"),
     "seed": Limit(int, 0, MAX_SEED, why="seeds are signed 64-bit integers"),
@@ -214,7 +229,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
     "parallel": PARALLEL_MODES,
 }
-_UNSET_ALLOWED = {"budget", "budget_of", "updates", "seq_len", "threads"}
+_UNSET_ALLOWED = {
+    "budget", "budget_of", "updates", "seq_len", "threads", "warmup_updates", "decay", "keep_updates"
+}  # fmt: skip
 
 
 def check_field(name: str, value: Any) -> Any:
@@ -226,6 +243,8 @@ def check_field(name: str, value: Any) -> Any:
         return check_number(name, value, LIMITS[name])
     if name in ITEM_LIMITS:
         return _check_items(name, value, ITEM_LIMITS[name])
+    if name == "keep_updates":
+        return check_updates_list(name, value)
     if name in CHOICES:
         if value not in CHOICES[name]:
             raise BiosrecallError(f"{name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
@@ -294,6 +313,14 @@ def _check_items(name: str, value: Any, limit: Limit) -> tuple[float, ...]:
     return tuple(sorted(set(items))) if name == "checkpoint_fractions" else items
 
 
+def check_updates_list(name: str, value: Any) -> tuple[int, ...]:
+    """A non-empty list of update counts (each at least 1), sorted without repeats."""
+    if not isinstance(value, list | tuple) or not value:
+        raise BiosrecallError(f"{name} must be a non-empty list of update counts, got {value!r}")
+    limit = LIMITS["updates"]
+    return tuple(sorted({check_number(f"each of {name}", item, limit) for item in value}))
+
+
 def _check_combination(config: TrainConfig) -> None:
     """Rules between fields that hold whatever the model (the run size is `validate`'s)."""
     if config.batch_size % config.grad_accum:
@@ -301,6 +328,8 @@ def _check_combination(config: TrainConfig) -> None:
             f"grad accumulation {config.grad_accum} must be at least 1 and divide the batch size "
             f"{config.batch_size}"
         )
+    if config.decay is not None and config.lr_schedule != "wsd":
+        raise BiosrecallError(f"decay applies to lr_schedule wsd only, not {config.lr_schedule}")
     if config.seq_len is not None:
         check_tokens_per_update(config.batch_size * config.seq_len)
     if config.lr * config.weight_decay >= 1:

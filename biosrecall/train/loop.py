@@ -94,16 +94,20 @@ def run_training(
     resume: bool = False,
     overwrite: bool = False,
     reporter=None,
+    branch=None,
 ) -> TrainResult:
     """Plan, build, (resume,) and train; returns where the checkpoints are.
 
     The run folder is locked for the whole call (a second writer or resumer fails at once naming this
-    process); it may not be, contain or lie inside the data it trains on."""
+    process); it may not be, contain or lie inside the data it trains on. A `branch`
+    (`biosrecall.train.branch.Branch`) starts a new run from another run's saved state."""
     reporter = reporter or SilentReporter()
     record = record or {}
     check_output_path(run_dir, [(record.get("dataset") or {}).get("path")])
     with _run_lock(run_dir), ExitStack() as building:
-        setup = prepare_run(model_config, config, run_dir, record, resume, overwrite, reporter, building)
+        setup = prepare_run(
+            model_config, config, run_dir, record, resume, overwrite, reporter, building, branch
+        )
         reporter = with_trackers(reporter, config, setup)  # config.log's trackers get every record too
         try:
             result = _train(setup, config, source, reporter)
@@ -122,7 +126,7 @@ def _run_lock(run_dir: str | Path):
 
 
 def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) -> TrainResult:
-    state = _restore(setup, source) if setup.resume_from else _LoopState()
+    state = _restore(setup, source, config) if setup.resume_from else _LoopState()
     metrics = MetricsLog(setup.run_dir, state.update) if setup.dist.is_main else None
     if setup.resume_from and setup.dist.is_main:
         remove_leftovers(setup.run_dir)
@@ -225,6 +229,8 @@ def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None
     kept_dirs = [(fraction, ckpt.checkpoint_dir(setup.run_dir, fraction)) for fraction in crossed]
     if state.update == setup.plan.switch_update:
         kept_dirs.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.SWITCH)))
+    if state.update in (config.keep_updates or ()):
+        kept_dirs.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.update_dirname(state.update))))
     state.fractions_done.extend(crossed)
     if kept_dirs:
         kept = [(path, _meta(setup, state, fraction)) for fraction, path in kept_dirs]
@@ -270,19 +276,24 @@ def _swap_run_into_place(setup: RunSetup, metrics) -> None:
         metrics.moved_to(setup.final_dir)
 
 
-def _restore(setup: RunSetup, source: BatchSource) -> _LoopState:
-    """Load weights, optimizer, batch source and loop counters from `latest`."""
+def _restore(setup: RunSetup, source: BatchSource, config: TrainConfig) -> _LoopState:
+    """Load weights, optimizer, batch source and loop counters from `latest` (or a branch's parent)."""
     try:
         meta, source_state = setup.checkpointer.restore(setup.resume_from)
     except ckpt.DamagedCheckpoint as exc:
+        if setup.branching:
+            raise
         raise ckpt.damaged_latest(setup.run_dir, setup.resume_from, exc) from None
     source.load_state_dict(source_state)
+    done = meta["fractions_done"]
+    if setup.branching:  # the parent's fractions are of its own budget; those of ours passed are skipped
+        done = fractions_crossed(config.checkpoint_fractions, [], meta["flops"], setup.plan.budget, False)
     return _LoopState(
         update=meta["update"],
         flops=meta["flops"],
         tokens=meta["tokens"],
         real_tokens=meta["real_tokens"],
-        fractions_done=list(meta["fractions_done"]),
+        fractions_done=list(done),
         last_loss=meta["loss"],
         wall_seconds=meta["wall_seconds"],
         saved_update=meta["update"],

@@ -29,17 +29,32 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=1e-8, foreach=True)
 
 
+def warmup_updates(total: int, config: TrainConfig) -> int:
+    """How many of `total` updates warm up: `warmup_updates`, or the `warmup` fraction (at least 1)."""
+    if config.warmup_updates is not None:
+        return config.warmup_updates
+    return max(1, round(config.warmup * total)) if config.warmup > 0 else 0
+
+
+def decay_start(total: int, config: TrainConfig) -> int:
+    """The first update of wsd's linear decay: before it, the rate is the peak whatever `total` is, so
+    runs of every length share that stretch (the trunk that finishing branches start from)."""
+    # The default is written as 0.8, not 1 - 0.2 (one ulp apart), so existing runs keep their rates.
+    stable = 0.8 if config.decay is None else 1.0 - config.decay
+    return max(warmup_updates(total, config), round(stable * total))
+
+
 def learning_rate(update: int, total: int, config: TrainConfig) -> float:
     """LR for 0-based `update` out of `total`: linear warm-up, then cosine or warmup-stable-decay."""
-    warmup = max(1, round(config.warmup * total)) if config.warmup > 0 else 0
+    warmup = warmup_updates(total, config)
     peak, floor = config.lr, config.lr * config.min_lr_ratio
     if update < warmup:
         return peak * (update + 1) / warmup
     if config.lr_schedule == "wsd":
-        decay_start = max(warmup, round(0.8 * total))
-        if update < decay_start:
+        first = decay_start(total, config)
+        if update < first:
             return peak
-        progress = (update - decay_start) / max(1, total - 1 - decay_start)
+        progress = (update - first) / max(1, total - 1 - first)
         return peak + (floor - peak) * min(1.0, progress)
     progress = (update - warmup) / max(1, total - 1 - warmup)
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))

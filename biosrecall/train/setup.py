@@ -29,6 +29,7 @@ from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.train import checkpoint as ckpt
 from biosrecall.train import distributed
+from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
 from biosrecall.train.checkpointing import Checkpointer, LocalCheckpointer
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
 from biosrecall.train.optim import build_optimizer
@@ -56,6 +57,8 @@ class RunSetup:
     """The run folder the user named."""
     publish: Callable[[], None] | None = None
     """Swaps the new run into `final_dir` (rank 0; a no-op elsewhere); None once done or when resuming."""
+    branching: bool = False
+    """`resume_from` is another run's state (`biosrecall.train.branch`), not this run's own."""
 
 
 def prepare_run(
@@ -67,9 +70,11 @@ def prepare_run(
     overwrite,
     reporter,
     building: ExitStack,
+    branch: Branch | None = None,
 ) -> RunSetup:
     """Check everything, plan, build the model, and (for a new run) start its folder under a temporary
-    name in `building` (see `run_dir.start_run_folder`), which `RunSetup.publish` swaps into place."""
+    name in `building` (see `run_dir.start_run_folder`), which `RunSetup.publish` swaps into place.
+    A new `branch` starts from its parent's state (checked by `branch.check_branch`)."""
     config.validate()
     model_config.validate()
     final_dir = Path(run_dir)
@@ -77,10 +82,20 @@ def prepare_run(
     dist, device, autocast = _join_devices(config)
     plan = make_plan(model_config, config)
     record = {**record, "model_config": model_config.to_dict(), "train_config": config.to_dict()}
-    resume_from = _check_resume(final_dir, record, plan, config) if resume else None
+    if branch is not None:
+        record["branch"] = branch_record(branch)
+    if resume:
+        resume_from = _check_resume(final_dir, record, plan, config)
+    elif branch is not None:
+        resume_from = find_state(branch)
+        check_branch(branch, record, plan, config, make_plan)
+    else:
+        resume_from = None
     folder = final_dir if resume else _new_run_folder(final_dir, replace, dist, building)
     if dist.is_main and not resume:
         write_config(folder, {**record, "plan": plan_summary(plan, model_config)})
+        if branch is not None:
+            copy_parent_metrics(branch, folder)
     distributed.barrier(dist)
     raw_model, model, optimizer = _build_model(model_config, config, dist, device)
     setup = RunSetup(
@@ -97,6 +112,7 @@ def prepare_run(
         checkpointer=_checkpointer(folder, dist, config, raw_model, optimizer),
         final_dir=final_dir,
         publish=None if folder == final_dir else (building.close if dist.is_main else lambda: None),
+        branching=branch is not None and not resume,
     )
     if dist.is_main:
         reporter.message(describe_plan(plan, model_config, _seconds_per_flop(setup, config)))
@@ -239,7 +255,7 @@ def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConf
     """Resuming is allowed only from an intact `latest` with the same settings that change results, as
     both config.json and the checkpoint's own meta.json record them (editing one fools neither)."""
     stored = read_config(run_dir)
-    for section in ("model_config", "train_config", "dataset", "task"):
+    for section in ("model_config", "train_config", "dataset", "task", "branch"):
         _refuse_differences(section, stored.get(section), record.get(section), "")
     link = run_dir / "checkpoints" / ckpt.LATEST
     if not os.path.lexists(link):

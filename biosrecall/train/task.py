@@ -90,8 +90,10 @@ def run_task(
     resume: bool = False,
     overwrite: bool = False,
     reporter=None,
+    branch=None,
 ) -> TrainResult:
-    """Build the model config, sequence length and batch source of `task`, then run the one trainer.
+    """Build the model config, sequence length and batch source of `task`, then run the one trainer
+    (from `branch`'s parent state when given: `biosrecall.train.branch`).
 
     Every check runs before the run folder is touched."""
     model_config = task.model_config()
@@ -107,4 +109,5 @@ def run_task(
         resume=resume,
         overwrite=overwrite,
         reporter=reporter,
+        branch=branch,
     )

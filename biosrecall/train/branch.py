@@ -1,0 +1,162 @@
+"""Finishing branches: a run that starts from another run's saved state instead of from scratch.
+
+    biosrecall train --data D --out runs/trunk --schedule fixed:4 --lr-schedule wsd --warmup-updates 40 \
+        --updates 4000 --keep-updates 640,1280          # a constant-rate trunk that keeps two states
+    biosrecall train --data D --out runs/ff-800 --from runs/trunk --at-update 640 --lr-schedule wsd \
+        --warmup-updates 40 --schedule fixed_first:k0=4,switch=0.8,finish=uniform --updates 800
+
+A branch is an ordinary run with its own schedule, budget and learning-rate schedule whose first N
+updates the parent already trained. It is allowed only when they are exactly the updates it would have
+trained itself: the same model, dataset, task, seed, batch and optimizer settings, and for every update
+before N the same depth and learning rate (under wsd, the rate is the peak until the decay starts
+whatever the run's length, so a fixed-depth trunk serves every budget). The branch then ends
+bit-identical on CPU to the standalone run with its settings (tests/test_branch.py), and a budget sweep
+trains the shared trunk once. The branch's folder starts with the parent's first N metrics rows, and
+its config.json records `branch: {parent, at_update}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.model.config import ModelConfig
+from biosrecall.train import checkpoint as ckpt
+from biosrecall.train.config import TrainConfig
+from biosrecall.train.optim import learning_rate
+from biosrecall.train.run_dir import CHECKPOINTS, CONFIG_FILE, METRICS_FILE, read_config, read_metrics
+
+# What must match between parent and branch beyond the per-update depths and rates, which
+# `check_branch` compares update by update.
+SHARED_SETTINGS = ("batch_size", "grad_accum", "seq_len", "seed", "betas", "weight_decay", "grad_clip")
+SHARED_SETTINGS += ("precision", "parallel")
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Start the run from `parent`'s saved state after `at_update` updates."""
+
+    parent: Path
+    at_update: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.at_update, bool) or not isinstance(self.at_update, int) or self.at_update < 1:
+            raise BiosrecallError(f"--at-update must be a positive update count, got {self.at_update!r}")
+
+
+def branch_of(parent: str | Path | None, at_update: int | None) -> Branch | None:
+    """The branch `--from PARENT --at-update N` asks for; None when neither is given."""
+    if parent is None and at_update is None:
+        return None
+    if parent is None or at_update is None:
+        raise BiosrecallError("--from and --at-update go together: give both or neither")
+    return Branch(Path(parent), at_update)
+
+
+def find_state(branch: Branch) -> Path:
+    """The parent's saved training state after `branch.at_update` updates (a kept update-N folder, a
+    budget-fraction or switch checkpoint, or `latest`)."""
+    if not os.path.lexists(branch.parent / CONFIG_FILE):
+        raise BiosrecallError(f"cannot branch: {branch.parent} holds no run (no {CONFIG_FILE})")
+    saved = _saved_states(branch.parent / CHECKPOINTS)
+    if branch.at_update in saved:
+        return saved[branch.at_update]
+    last = max(saved, default=0)
+    if branch.at_update > last:
+        raise BiosrecallError(
+            f"cannot branch at update {branch.at_update}: {branch.parent} saved states only up to update "
+            f"{last}"
+        )
+    listed = ", ".join(map(str, sorted(saved)))
+    raise BiosrecallError(
+        f"cannot branch at update {branch.at_update}: {branch.parent} kept states after updates {listed} "
+        f"only (train it with --keep-updates {branch.at_update})"
+    )
+
+
+def _saved_states(root: Path) -> dict[int, Path]:
+    """Update -> a folder of `root` holding the whole training state after that update."""
+    found: dict[int, Path] = {}
+    if not root.is_dir():
+        return found
+    for folder in sorted(root.iterdir()):
+        if folder.name.startswith(".") or not (folder / ckpt.STATE_FILE).is_file():
+            continue
+        try:
+            update = ckpt.read_meta(folder, ckpt.RESUME_REQUIRED)["update"]
+        except ckpt.DamagedCheckpoint:
+            continue
+        found.setdefault(update, folder.resolve())
+    return found
+
+
+def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConfig, replan) -> None:
+    """Refuse a branch whose first `at_update` updates are not the parent's: model, dataset, task and
+    the shared settings must be equal, and so must every earlier update's depth and learning rate.
+    `replan(model_config, train_config)` plans the parent again (`setup.make_plan`)."""
+    stored = read_config(branch.parent)
+    for section in ("model_config", "dataset", "task"):
+        if _plain(stored.get(section)) != _plain(record.get(section)):
+            raise BiosrecallError(f"cannot branch: the parent's {section} differs from this run's")
+    parent_config = TrainConfig.from_dict(stored["train_config"])
+    for name in SHARED_SETTINGS:
+        if _plain(getattr(parent_config, name)) != _plain(getattr(config, name)):
+            raise BiosrecallError(
+                f"cannot branch: {name} differs (parent {getattr(parent_config, name)!r}, this run "
+                f"{getattr(config, name)!r})"
+            )
+    at = branch.at_update
+    if at >= plan.updates:
+        raise BiosrecallError(f"cannot branch at update {at}: this run has only {plan.updates} updates")
+    parent_plan = replan(ModelConfig.from_dict(record["model_config"]), parent_config)
+    _check_same_updates(at, parent_plan, plan, parent_config, config)
+
+
+def _check_same_updates(at: int, parent_plan, plan, parent_config: TrainConfig, config: TrainConfig) -> None:
+    depths, parent_depths = np.asarray(plan.depths[:at]), np.asarray(parent_plan.depths[:at])
+    if len(parent_depths) < at:
+        raise BiosrecallError(f"cannot branch at update {at}: the parent plans {parent_plan.updates} updates")
+    differ = np.flatnonzero(depths != parent_depths)
+    if len(differ):
+        u = int(differ[0])
+        raise BiosrecallError(
+            f"cannot branch at update {at}: update {u} trains at depth {depths[u]} here but "
+            f"{parent_depths[u]} in the parent (the schedules differ before the branch point)"
+        )
+    for u in range(at):
+        mine = learning_rate(u, plan.updates, config)
+        theirs = learning_rate(u, parent_plan.updates, parent_config)
+        if mine != theirs:
+            raise BiosrecallError(
+                f"cannot branch at update {at}: update {u} has learning rate {mine:.6g} here but "
+                f"{theirs:.6g} in the parent (use wsd with the same --lr and --warmup-updates, branching "
+                f"no later than either run's decay)"
+            )
+
+
+def copy_parent_metrics(branch: Branch, run_dir: Path) -> None:
+    """Start the branch's metrics.jsonl with the parent's rows of the updates before the branch point."""
+    rows = read_metrics(branch.parent)[: branch.at_update]
+    if len(rows) < branch.at_update:
+        raise BiosrecallError(
+            f"cannot branch: {branch.parent / METRICS_FILE} holds {len(rows)} updates, fewer than "
+            f"{branch.at_update}"
+        )
+    text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+    (run_dir / METRICS_FILE).write_text(text)
+
+
+def branch_record(branch: Branch) -> dict[str, Any]:
+    """What config.json says of the branch (a resume must name the same parent and update)."""
+    return {"parent": str(branch.parent.resolve()), "at_update": branch.at_update}
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON gives it back (tuples become lists), so stored and new values compare equal."""
+    return json.loads(json.dumps(value))
