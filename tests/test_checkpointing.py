@@ -181,6 +181,7 @@ def test_local_checkpointer_saves_restores_and_survives_a_kill_while_deleting(tm
     exercise(DistInfo(), "local", tmp_path / "run")
 
 
+@pytest.mark.distributed
 def test_sharded_checkpointer_saves_restores_and_survives_a_kill_while_deleting(tmp_path):
     torch.multiprocessing.spawn(
         exercise_on_rank, args=(2, free_port(), "sharded", tmp_path / "run"), nprocs=2, join=True

@@ -1,5 +1,6 @@
-"""`biosrecall figure1 --preset quick --seeds 0,1` end to end: the per-run and seed-aggregated tables,
-the claims, their agreement with `recall-curve --aggregate-seeds`, resumability, and the notebook."""
+"""`biosrecall figure1 --preset quick --seeds 0,1 --budgets 0.5,1,2` end to end: the per-run and
+seed-aggregated tables, the claims, their agreement with `recall-curve --aggregate-seeds`, the budget
+sweep's branches and compute-to-target, resumability, and the notebook."""
 
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ import pandas as pd
 import pytest
 
 from biosrecall.cli import main
+from biosrecall.experiments.budget_results import DEPTH_RANGES, TARGETS, saving_claim
 from biosrecall.experiments.claims import CLAIMS, FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from biosrecall.experiments.figure1 import FIGURE1_SCHEDULES, FRACTIONS
+from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
+from biosrecall.train.run_dir import read_config
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb"
+STUDY = ["--preset", "quick", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1,2"]
+CLAIM_KEYS = [claim.key for claim in CLAIMS] + [saving_claim()["claim"]]
 
 
 @pytest.fixture(scope="module")
 def figure1_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("figure1") / "out"
-    main(
-        ["figure1", "--preset", "quick", "--out", str(out), "--quiet", "--seeds", "0,1"]
-    )  # SystemExit on failure
+    main(["figure1", "--out", str(out), *STUDY])  # SystemExit on failure
     return out
 
 
@@ -62,12 +66,13 @@ def test_seeds_are_aggregated_with_intervals_and_every_claim_is_judged(figure1_o
     assert {"K=4", "K=4_low", "K=4_high", "min", "min_low", "n_seeds"} <= set(summary.columns)
     assert len(summary) == 2 * len(FIGURE1_SCHEDULES) and (summary["n_seeds"] == 2).all()
     claims = pd.read_csv(figure1_out / "claims.csv")
-    assert list(claims["claim"]) == [claim.key for claim in CLAIMS]
+    assert list(claims["claim"]) == CLAIM_KEYS
     assert set(claims["verdict"]) <= {HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED}
     measured = claims.set_index("claim")["verdict"]
     assert measured["fixed_k_best_near_own_depth"] == NOT_MEASURED  # no --fixed-sweep
     assert measured["fixed_beats_uniform_near_k4_at_45"] != NOT_MEASURED
-    assert (figure1_out / "claims.md").read_text().count("\n| ") == len(CLAIMS)  # one row per claim
+    assert measured[CLAIM_KEYS[-1]] != NOT_MEASURED  # the budget sweep ran
+    assert (figure1_out / "claims.md").read_text().count("\n| ") == len(CLAIM_KEYS)  # one row per claim
     record = json.loads((figure1_out / "figure1.json").read_text())
     assert record["study"]["seeds"] == [0, 1] and record["machine"]["cpu"]
 
@@ -103,9 +108,27 @@ def test_aggregating_runs_that_differ_in_more_than_the_seed_is_refused(figure1_o
 @pytest.mark.slow
 def test_rerunning_figure1_skips_finished_runs(figure1_out, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in (figure1_out / "runs").rglob("model.safetensors")}
-    main(["figure1", "--preset", "quick", "--out", str(figure1_out), "--quiet", "--seeds", "0,1"])
+    main(["figure1", "--out", str(figure1_out), *STUDY])
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert "figure:" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_budget_sweep_branches_from_shared_trunks_and_writes_compute_to_target(figure1_out):
+    curve = pd.read_csv(figure1_out / "budget_curve.csv")
+    assert len(curve) == len(FIGURE1_SCHEDULES) * 3 * 2 and (figure1_out / "budget_curve.png").stat().st_size
+    for _, runs in curve.groupby(["name", "seed"]):
+        assert runs.sort_values("budget_multiple")["flops"].is_monotonic_increasing
+    # Fixed-first at 1x is a branch of the seed's longest fixed K=4 run, at its switch.
+    run = figure1_out / "runs" / "seed1" / "fixed_first_k4_80_wsd_b1"
+    branch, plan = read_config(run)["branch"], read_config(run)["plan"]
+    assert branch["parent"].endswith("seed1/fixed_k4_wsd_b2") and branch["at_update"] == plan["switch_update"]
+    targets = pd.read_csv(figure1_out / "compute_to_target.csv")
+    flops = targets[targets["kind"] == "flops"]
+    assert len(flops) == len(FIGURE1_SCHEDULES) * len(TARGETS) * len(DEPTH_RANGES)
+    assert (flops["value"].notna() | (flops["note"] == "not reached within the sweep")).all()
+    savings = targets[targets["kind"] == "saving"]
+    assert set(savings["subject"]) == {f"{FIXED_FIRST} vs {UNIFORM}"}
 
 
 @pytest.mark.slow

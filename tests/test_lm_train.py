@@ -208,6 +208,7 @@ def one_process(data, tmp_path_factory):
     return run
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_two_processes_match_one_process(data, one_process, tmp_path, parallel):
@@ -246,6 +247,7 @@ def fsdp_whole(data, tmp_path_factory):
     return run
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_fsdp_resume_from_a_sharded_checkpoint_matches_an_uninterrupted_run(data, fsdp_whole, tmp_path, stop):

@@ -149,6 +149,7 @@ def test_resume_after_a_stop_matches_an_uninterrupted_run(dataset, tmp_path, sto
     assert losses[0] == losses[1]
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(dataset, tmp_path):
     args = ["--schedule", "uniform:1-16", "--budget-of", "uniform:1-16:8", "--device", "cpu"]

@@ -28,6 +28,7 @@ _COMMANDS = [
     ("biosrecall.cli.lm", "lm"),
     ("biosrecall.cli.ask", "ask"),
     ("biosrecall.cli.export", "export"),
+    ("biosrecall.cli.sweep", "sweep"),
 ]
 
 

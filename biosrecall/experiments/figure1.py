@@ -14,6 +14,7 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/runs/seed<S>/<label>/      one run folder per run (see `biosrecall.experiments.study`)
     OUT/recall_curve*, summary*.csv, figure1.*, claims.*, lr_grid.*, figure5.*, fixed_sweep*
     OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of the first seed's 100% checkpoints
+    OUT/budget_curve.*, compute_to_target.*  with budgets: the sweep (`biosrecall.experiments.budgets`)
 
 The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
 finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
@@ -34,6 +35,14 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import recall_curves, run_labels
 from biosrecall.eval.serving import write_serving_results
 from biosrecall.experiments import figure1_output as output
+from biosrecall.experiments.budget_results import (
+    budget_curve,
+    compute_to_target,
+    saving_claim,
+    write_budget_results,
+)
+from biosrecall.experiments.budgets import budget_runs, scaled_budget
+from biosrecall.experiments.claims import write_claims
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
     FIXED_K4,
@@ -145,11 +154,32 @@ def run_figure1(
         specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
         trained = trainer.train_all(specs)
         curves = _evaluate(trained, FRACTIONS, settings, device)
-        written = write_study_results(out_dir, curves)
+        written = write_study_results(out_dir, curves, [saving_claim()])
         headline, served = _serving(out_dir, trained, study, settings, device)
+        claims, swept = written.claims, []
+        if study.budgets:
+            trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, device)
+            trained = {**trained, **trained_budgets}
     runs = {str(spec.folder): path for spec, path in trained.items()}
-    figures = written.figures + served
-    return Figure1Result(out_dir, runs, curves, written.summary, written.claims, figures, headline)
+    figures = written.figures + served + swept
+    return Figure1Result(out_dir, runs, curves, written.summary, claims, figures, headline)
+
+
+def _budget_sweep(out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFrame, device: str):
+    """Train and score the budget sweep's final checkpoints; write its tables and figure, and judge
+    the compute claim (its row replaces the "not measured" one)."""
+    settings, study = trainer.settings, trainer.study
+    specs = budget_runs(study, best_lr, settings.lr, trainer.plan, trainer.warmup_updates())
+    trained = trainer.train_all(specs)
+    curves = _evaluate(trained, (1.0,), settings, device)
+    curves = curves.assign(budget_multiple=curves["run"].map({str(s.folder): s.budget for s in specs}))
+    curve = budget_curve(curves)
+    targets = compute_to_target(curve)
+    written = write_budget_results(curve, targets, out_dir)
+    row = saving_claim(targets)
+    claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
+    write_claims(claims, out_dir)
+    return trained, claims, [p for p in written if p.suffix in (".png", ".pdf")]
 
 
 def _resolve(preset: str, overrides: dict) -> Figure1Preset:
@@ -209,10 +239,28 @@ class _Trainer:
         self.settings, self.study, self.reporter_factory = settings, study, reporter_factory
 
     def run_config(self, spec: RunSpec) -> TrainConfig:
-        config = replace(self.config, schedule=spec.schedule, seed=spec.seed, lr=spec.lr)
+        config = replace(scaled_budget(self.config, spec.budget), schedule=spec.schedule, seed=spec.seed)
+        config = replace(config, lr=spec.lr, warmup_updates=spec.warmup_updates)
+        if spec.lr_schedule is not None:
+            config = replace(config, lr_schedule=spec.lr_schedule)
+        if spec.keep_updates:
+            config = replace(config, keep_updates=spec.keep_updates)
         if spec.updates is not None:  # a control matched in updates, not FLOPs
             config = replace(config, budget=None, budget_of=None, updates=spec.updates)
         return config
+
+    def plan(self, spec: RunSpec):
+        """(the plan, the TrainConfig) of one run."""
+        from biosrecall.train.setup import make_plan
+
+        config = self.run_config(spec)
+        return make_plan(self._task().model_config(), config), config
+
+    def warmup_updates(self) -> int:
+        """The budget sweep's shared warm-up: the base fixed K=4 run's."""
+        from biosrecall.train.optim import warmup_updates
+
+        return warmup_updates(self.fixed4_updates(), self.config)
 
     def _task(self):
         from biosrecall.train.bios_training import bios_training_task
@@ -237,6 +285,8 @@ class _Trainer:
         task.batch_source(self.config, resolve_seq_len(self.config, model_config, task.preset))
         best = {name: self.settings.lr for name in MAIN_SCHEDULES}
         specs = grid_runs(self.study, self.settings.lr) + study_runs(self.study, best, self.settings.lr, 1)
+        if self.study.budgets:
+            specs += budget_runs(self.study, best, self.settings.lr, self.plan, self.warmup_updates())
         for spec in specs:
             make_plan(model_config, self.run_config(spec))
 
@@ -246,6 +296,7 @@ class _Trainer:
     def train(self, spec: RunSpec) -> Path:
         """Train one run unless it is finished; resume it when it was interrupted."""
         from biosrecall.train.bios_training import train_bios
+        from biosrecall.train.branch import Branch
 
         run_dir = self.runs_dir / spec.folder
         if 1.0 in list_checkpoints(run_dir):
@@ -255,8 +306,11 @@ class _Trainer:
         data_dir = self.datasets[dataset_seed(self.study, spec.seed)]
         overrides = dict(self.settings.model_overrides)
         config, model_preset = self.run_config(spec), self.settings.model_preset
+        branch = None if spec.branch is None else Branch(self.runs_dir / spec.branch[0], spec.branch[1])
         try:
-            train_bios(data_dir, run_dir, config, model_preset, overrides, resume, not resume, reporter)
+            train_bios(
+                data_dir, run_dir, config, model_preset, overrides, resume, not resume, reporter, branch
+            )
         except Interrupted:
             # The loop's own message points at `train --resume`; here a plain call again continues.
             raise Interrupted(f"interrupted while training {spec.folder}; its progress is saved") from None

@@ -70,14 +70,15 @@ class StudyTables:
     figures: list[Path]
 
 
-def write_study_results(out_dir: Path, curves: pd.DataFrame) -> StudyTables:
-    """Write every table, figure and the claims."""
+def write_study_results(out_dir: Path, curves: pd.DataFrame, extra_claims=()) -> StudyTables:
+    """Write every table, figure and the claims (with `extra_claims` rows judged elsewhere)."""
     main = curves[curves["role"].isin(["main", "control"])]
     summary, figures = _plot(main, out_dir, "figure1", "recall_curve", "summary")
     sweep = curves[(curves["role"] == "sweep") | ((curves["name"] == FIXED_K4) & (curves["role"] == "main"))]
     if (curves["role"] == "sweep").any():
         figures += _plot(sweep, out_dir, "figure5", "fixed_sweep", "fixed_sweep_summary")[1]
     claims = judge_claims(curves[(curves["attribute"] == "all") & (curves["role"] != "grid")])
+    claims = pd.concat([claims, pd.DataFrame(list(extra_claims))], ignore_index=True)
     write_claims(claims, out_dir)
     return StudyTables(summary, claims, figures)
 

@@ -31,6 +31,7 @@ MAIN_SCHEDULES = {
 }
 FIXED_K4, FIXED_FIRST, UNIFORM = MAIN_SCHEDULES
 UPDATE_MATCHED = "uniform_1_16_update_matched"
+BUDGET_MODES = ("branch", "independent")
 MAX_SEEDS = 32
 MAX_GRID = 8
 
@@ -53,10 +54,17 @@ class StudyOptions:
     """Also train fixed-depth runs at these K (Figure 5), at every seed."""
     model_overrides: dict = field(default_factory=dict)
     """Architecture changes for every run, e.g. {"norm": "sandwich", "init_state": "noise"}."""
+    budgets: tuple[float, ...] = ()
+    """Budget sweep: train the three schedules (and the update-matched control) at these multiples of
+    the base budget, at every seed, for compute-to-target (`biosrecall.experiments.budgets`)."""
+    budget_mode: str = "branch"
+    """branch: each schedule family shares one constant-rate trunk and each budget is a decay branch
+    of it (wsd); independent: every budget is its own run with the preset's rate schedule."""
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
         check_lr_grid(self.lr_grid)
+        check_budgets(self.budgets, self.budget_mode)
         if any(not isinstance(k, int) or k < 1 for k in self.fixed_sweep):
             raise BiosrecallError(f"--fixed-sweep depths must be positive integers (got {self.fixed_sweep})")
 
@@ -72,6 +80,11 @@ class RunSpec:
     role: str
     label: str  # what runs differing only in seed share: the name, plus the lr when not the preset's
     updates: int | None = None  # None: the study's matched FLOP budget
+    budget: float = 1.0  # a multiple of the study's base budget (the budget sweep's runs)
+    lr_schedule: str | None = None  # None: the preset's
+    warmup_updates: int | None = None  # an absolute warm-up, shared by a trunk and its branches
+    branch: tuple[Path, int] | None = None  # (parent folder under runs/, update): a finishing branch
+    keep_updates: tuple[int, ...] = ()  # a trunk keeps its state after these updates for its branches
 
     @property
     def folder(self) -> Path:
@@ -93,6 +106,16 @@ def check_seeds(seeds) -> None:
         raise BiosrecallError(f"--seeds repeats {', '.join(map(str, repeated))}; give each seed once")
     if len(seeds) > MAX_SEEDS:
         raise BiosrecallError(f"--seeds lists {len(seeds)} seeds; at most {MAX_SEEDS}")
+
+
+def check_budgets(budgets, mode: str) -> None:
+    bad = [b for b in budgets if not (isinstance(b, int | float) and math.isfinite(b) and b > 0)]
+    if bad:
+        raise BiosrecallError(f"--budgets multiples must be positive (got {bad[0]})")
+    if len(set(budgets)) != len(budgets):
+        raise BiosrecallError(f"--budgets repeats a value ({list(budgets)}); give each multiple once")
+    if mode not in BUDGET_MODES:
+        raise BiosrecallError(f"--budget-mode must be one of {', '.join(BUDGET_MODES)}, got {mode!r}")
 
 
 def check_lr_grid(grid) -> None:

@@ -1,0 +1,115 @@
+"""`biosrecall sweep run|status|collect SPEC`: a grid of training runs from one TOML spec.
+
+    biosrecall sweep run sweeps/bios.toml --workers 2 --threads-per-run 1
+    biosrecall sweep run scripts/lm/sweep-200m.toml --set data=data/ultradata-math-l3
+    biosrecall sweep run sweeps/bios.toml --executor slurm --partition gpu --gpus-per-run 1 \
+        --cpus-per-run 8 --time-min 600 --array-parallelism 16     # needs biosrecall[slurm]
+    biosrecall sweep run sweeps/bios.toml --dry-run               # what each run would do; nothing runs
+    biosrecall sweep status sweeps/bios.toml [--json]
+    biosrecall sweep collect sweeps/bios.toml                      # tables into OUT/collect/
+
+Each subcommand also takes `--config FILE`, a TOML file of its own options (`workers = 2`); the spec
+format is `biosrecall.sweep.spec`; how runs are launched, resumed and recorded is
+`biosrecall.sweep.worker` and `biosrecall.sweep.executors`. `run` exits 1 when any run failed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from biosrecall.cli.config_file import config_option
+
+_SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
+
+
+@click.group()
+def sweep() -> None:
+    """Run, watch and tabulate a grid of training runs described by one TOML spec."""
+
+
+@sweep.command("run")
+@config_option()
+@_SPEC
+@click.option(
+    "--executor",
+    "kind",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Where runs go: processes on this machine, or a Slurm job array (submitit).",
+)
+@click.option("--workers", type=int, default=None, help="local: runs at the same time [default: 1].")
+@click.option("--threads-per-run", type=int, default=None, help="local: threads of each run [default: 1].")
+@click.option(
+    "--gpus-per-run", type=int, default=None, help="GPUs of each run; over 1: torchrun [default: 0]."
+)
+@click.option("--partition", default=None, help="slurm: partition [default: the cluster's].")
+@click.option("--cpus-per-run", type=int, default=None, help="slurm: CPUs of each run [default: 1].")
+@click.option(
+    "--time-min", type=int, default=None, help="slurm: time limit per run, minutes [default: 1440]."
+)
+@click.option("--array-parallelism", type=int, default=None, help="slurm: tasks at once [default: 256].")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Set an option of every run.")
+@click.option("--only", multiple=True, metavar="PATTERN", help="Only runs whose names match (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print what each run would do; launch and write nothing.")
+def run(spec_path, kind, overrides, only, dry_run, **given):
+    """Bring every run of SPEC to done: finished runs are skipped, interrupted ones resumed, the
+    others started; then each is evaluated as the spec's [eval] says. Options of the spec's
+    [executor] section are defaults for the options here."""
+    from biosrecall.sweep.engine import planned_actions, prepare, run_sweep, select_runs
+    from biosrecall.sweep.executors import make_executor
+    from biosrecall.sweep.spec import load_spec
+
+    spec = load_spec(spec_path, overrides)
+    executor = make_executor(kind, spec.executor, given)
+    runs = select_runs(spec.runs, only)
+    if dry_run:
+        for name, action, command in planned_actions(prepare(spec.out, runs, spec.evaluations, executor)):
+            click.echo(f"{action:<8} {name}" + (f"  {' '.join(command)}" if command else ""))
+        return
+    try:
+        result = run_sweep(spec.out, runs, spec.evaluations, executor, report=_report)
+    except KeyboardInterrupt as exc:
+        if str(exc):  # what still runs elsewhere (a Slurm array)
+            click.echo(str(exc), err=True)
+        raise
+    click.echo(result.summary())
+    if result.failed:
+        raise SystemExit(1)
+
+
+def _report(outcome) -> None:
+    detail = f"exit {outcome.exit_code}: {outcome.error}" if outcome.state == "failed" else outcome.action
+    click.echo(f"{outcome.state:<6} {outcome.name}  {detail}")
+
+
+@sweep.command("status")
+@config_option()
+@_SPEC
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of the table.")
+def status(spec_path, as_json):
+    """Print each run's state (done, running, failed, waiting), its updates and a detail, then counts."""
+    from biosrecall.sweep.records import format_status, status_table
+    from biosrecall.sweep.spec import load_spec
+
+    rows = status_table(load_spec(spec_path).jobs())
+    click.echo(json.dumps(rows, indent=2) if as_json else format_status(rows))
+
+
+@sweep.command("collect")
+@config_option()
+@_SPEC
+def collect(spec_path):
+    """Tabulate the finished runs of SPEC into OUT/collect/ (runs, recall curves or the LM comparison)."""
+    from biosrecall.sweep.collect import collect_sweep
+    from biosrecall.sweep.spec import load_spec
+
+    spec = load_spec(spec_path)
+    written, notes = collect_sweep(spec.out, spec.runs, spec.evaluations)
+    for note in notes:
+        click.echo(note)
+    for path in written:
+        click.echo(f"wrote {path}")

@@ -1,0 +1,37 @@
+"""Sweeps: a grid of training runs and the evaluation after each, run by an executor into run folders.
+
+    biosrecall sweep run sweeps/bios.toml --workers 2           # spec format: biosrecall.sweep.spec
+    biosrecall sweep status sweeps/bios.toml                     # done / running / failed / waiting
+    biosrecall sweep collect sweeps/bios.toml                    # OUT/collect/: runs, recall curves, ...
+
+    from biosrecall.sweep import Evaluation, LocalExecutor, SweepRun, run_sweep
+    result = run_sweep("runs/study", [SweepRun("seed0/fixed_4", "train", {...})],
+                       [Evaluation("recall-curve", {"max_depth": 64})], LocalExecutor(workers=2))
+
+Every run is a normal run folder OUT/<name>/ made by `python -m biosrecall train` (or `lm train`) in a
+subprocess; the sweep's own records and logs lie in OUT/.sweep/. Modules, from the bottom:
+`commands` (the CLI commands' options: names, words, checks), `jobs` (SweepRun, Evaluation, Job),
+`records` (each run's record and state), `worker` (one run to done), `executors` (local slots, Slurm
+through submitit), `engine` (`run_sweep`), `spec` (the TOML front-end) and `collect` (the tables).
+"""
+
+from biosrecall.sweep.collect import collect_sweep
+from biosrecall.sweep.engine import SweepResult, run_sweep
+from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
+from biosrecall.sweep.jobs import Evaluation, SweepRun
+from biosrecall.sweep.records import format_status, status_table
+from biosrecall.sweep.spec import SweepSpec, load_spec
+
+__all__ = [
+    "Evaluation",
+    "LocalExecutor",
+    "SlurmExecutor",
+    "SweepResult",
+    "SweepRun",
+    "SweepSpec",
+    "collect_sweep",
+    "format_status",
+    "load_spec",
+    "run_sweep",
+    "status_table",
+]

@@ -1,0 +1,135 @@
+"""The tables of a sweep: every finished run side by side, in OUT/collect/.
+
+    written, notes = collect_sweep(spec.out, spec.runs, spec.evaluations)
+
+Always `runs.csv` / `.parquet`: one row per run of the sweep with its labels (entry name, grid
+values), state, updates done and planned, and its last metrics.jsonl row (loss, FLOPs, tokens, wall
+seconds).
+
+bioS runs (`train`): the recall curves of every finished run (`biosrecall.eval.curves.recall_curves`
+with the sweep's `recall_curve` evaluation settings, so each checkpoint comes from the cache its
+evaluation left: `checkpoints/<label>/recall.parquet`) as `recall_curve.csv|parquet|png|pdf` and
+`summary.csv|parquet`. Runs sharing a folder name (a grid over seed: `seed<S>/<name>`) are also
+aggregated over seeds as `recall-curve --aggregate-seeds` does (`biosrecall.eval.seeds`):
+`recall_curve_seeds.*`, with `summary` over seeds and `summary_runs` per run.
+
+Language-model runs (`lm train`): once every finished run has been evaluated (`lm_eval` in the
+spec), the Figure-2 comparison of `biosrecall lm compare` (`biosrecall.lm.compare`), with seeds
+aggregated for a grid over seed (`<name>/seed<S>`); otherwise a note says why it was left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.outputs import write_table
+from biosrecall.sweep import commands
+from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs
+from biosrecall.sweep.records import finished, run_status
+from biosrecall.train.run_dir import read_metrics
+
+COLLECT = "collect"
+_LAST_METRICS = ("loss", "flops", "tokens", "wall_s")
+
+
+def collect_sweep(
+    out: str | Path, runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ()
+) -> tuple[list[Path], list[str]]:
+    """Write the sweep's tables into OUT/collect/ (module docstring); (paths written, notes)."""
+    jobs = build_jobs(out, runs, evaluations)
+    done = [job for job in jobs if finished(job.run_dir)]
+    if not done:
+        raise BiosrecallError(
+            f"no run of the sweep in {out} has finished yet (see `biosrecall sweep status`)"
+        )
+    dest = Path(out).absolute() / COLLECT
+    written = write_table(runs_table(runs, jobs), dest / "runs")
+    if runs[0].command == "train":
+        return written + _recall_tables(done, evaluations, dest), []
+    more, notes = _lm_comparison(done, jobs, dest)
+    return written + more, notes
+
+
+def runs_table(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> pd.DataFrame:
+    """One row per run: name, labels, state, updates, planned, and its last logged metrics."""
+    rows = []
+    for run, job in zip(runs, jobs, strict=True):
+        status = run_status(job)
+        metrics = read_metrics(job.run_dir) if (job.run_dir / "metrics.jsonl").is_file() else []
+        last = metrics[-1] if metrics else {}
+        row = {"run": run.name, **{str(k): _cell(v) for k, v in run.labels.items()}}
+        row.update(state=status.state, updates=status.updates, planned=status.planned)
+        row.update({key: last.get(key) for key in _LAST_METRICS})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _cell(value):
+    return ",".join(map(str, value)) if isinstance(value, list) else value
+
+
+def _recall_tables(done: list[Job], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, recall_curves, summary_table
+    from biosrecall.eval.plots import plot_recall_curves
+    from biosrecall.eval.seeds import aggregate_recall, seed_groups
+    from biosrecall.outputs import save_figure
+
+    settings = _recall_settings(evaluations)
+    run_dirs = [job.run_dir for job in done]
+    table = recall_curves(
+        run_dirs, settings["checkpoints"] or DEFAULT_CHECKPOINTS, settings["max_depth"],
+        settings["threshold"], device=settings["device"], data_dir=settings["data_dir"],
+        people=settings["people"],
+    )  # fmt: skip
+    max_depth = settings["max_depth"]
+    shown = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
+    written = write_table(table, dest / TABLE_NAME)
+    names = [path.name for path in run_dirs]
+    if len(set(names)) < len(names):  # runs sharing a folder name are seeds of one configuration
+        curves, summary, per_run = aggregate_recall(table, seed_groups(run_dirs))
+        written += write_table(curves, dest / f"{TABLE_NAME}_seeds")
+        written += write_table(summary, dest / "summary") + write_table(per_run, dest / "summary_runs")
+        table = curves
+    else:
+        written += write_table(summary_table(table, shown), dest / "summary")
+    figure = plot_recall_curves(table)
+    written += save_figure(figure, dest / TABLE_NAME)
+    plt.close(figure)
+    return written
+
+
+def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
+    """The recall-curve options of the sweep's evaluation (its defaults when it has none)."""
+    options = next((e.options for e in evaluations if e.command == "recall-curve"), {})
+    return commands.check_evaluation("recall-curve", options, "recall_curve")
+
+
+def _lm_comparison(done: list[Job], jobs: list[Job], dest: Path) -> tuple[list[Path], list[str]]:
+    from biosrecall.lm.compare import compare_runs, write_comparison
+    from biosrecall.lm.evaluate import EVAL_DIR, TABLE
+
+    missing = [job.name for job in done if not (job.run_dir / EVAL_DIR / f"{TABLE}.parquet").is_file()]
+    if missing:
+        return [], [f"lm compare left out: {len(missing)} finished run(s) not evaluated ({missing[0]}, ...)"]
+    seeded = all(re.search(r"/seed\d+$", job.name) for job in jobs)
+    if seeded:
+        groups = list(dict.fromkeys(job.run_dir.parent for job in jobs))
+        unfinished = [job.name for job in jobs if job not in done]
+        if unfinished:
+            return [], [
+                f"lm compare left out: {len(unfinished)} seed run(s) not finished ({unfinished[0]}, ...)"
+            ]
+    else:
+        groups = [job.run_dir for job in done]
+    try:
+        comparison = compare_runs(groups, aggregate_seeds=seeded)
+    except BiosrecallError as exc:
+        return [], [f"lm compare left out: {exc}"]
+    return write_comparison(comparison, dest), []

@@ -1,0 +1,178 @@
+"""The commands a sweep launches, read from their own click definitions: option names, flags and checks.
+
+    args = option_args("train", {"data": "data/bios", "schedule": "fixed:4", "seed": 0})
+    # ["--data", "data/bios", "--schedule", "fixed:4", "--seed", "0"]
+    check_training("train", options, run_dir)     # BiosrecallError unless `train` would accept them
+    canonical_key("lm train", "batch-size")       # "batch_size" (or BiosrecallError naming the key)
+
+A sweep runs `python -m biosrecall <command> ...` in a subprocess, so the command's click options are
+the one definition of what a run may set: keys are option names as in `--config` files (`batch_size`;
+`batch-size` and an option's flag name, `data` for `data_dir`, are accepted too), a flag is true or
+false, a list is a TOML array (joined with commas, or the flag repeated for a repeatable option).
+Checking a run parses exactly the words its subprocess will get with the command's own parser and
+callbacks, then builds its `TrainConfig` as the command does, so a bad value fails before anything is
+launched. This is the one module of `biosrecall.sweep` that imports the CLI (lazily): the sweep sits
+beside `cli/` as a driver of its commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from biosrecall.errors import BiosrecallError
+
+TRAINERS = ("train", "lm train")
+"""The commands a sweep trains with (bioS, language model)."""
+EVALUATIONS = {"recall-curve": "train", "lm eval": "lm train", "lm harness": "lm train"}
+"""Commands that may evaluate each finished run, and the trainer whose runs each one reads."""
+ENGINE_KEYS = ("run_dir", "resume", "overwrite", "threads")
+"""Trainer options the sweep sets itself: --out, --resume (never --overwrite), the executor's --threads."""
+EVAL_ENGINE_KEYS = {
+    "recall-curve": ("out_dir", "hf_model", "depth_arg", "depths", "trust_remote_code", "aggregate_seeds"),
+}
+"""Options an evaluation may not set: recall-curve's --out is the sweep's, and it scores runs (no
+--hf-model); its seed aggregation is `sweep collect`'s."""
+
+
+def run_size_options() -> tuple[str, ...]:
+    """budget, budget_of, updates: the one run-size setting, spelled three ways."""
+    from biosrecall.cli.options import RUN_SIZE
+
+    return RUN_SIZE
+
+
+def click_command(words: str) -> click.Command:
+    """The click command of `words` ("train", "lm train", "recall-curve", ...)."""
+    from biosrecall.cli import cli
+
+    command: click.Command = cli
+    for word in words.split():
+        found = command.commands.get(word) if isinstance(command, click.Group) else None
+        if found is None:
+            raise BiosrecallError(f"unknown command {words!r}")
+        command = found
+    return command
+
+
+def _options(command: click.Command) -> dict[str, click.Option]:
+    """Every option under its parameter name and each of its flags, underscored."""
+    return {
+        key: option
+        for option in command.params
+        if isinstance(option, click.Option)
+        for key in (option.name, *(flag.lstrip("-").replace("-", "_") for flag in option.opts))
+    }
+
+
+def canonical_key(words: str, key: str, engine_keys=()) -> str:
+    """The parameter name `key` stands for in command `words`; unknown keys and `engine_keys` (set by
+    the sweep itself) are refused with one line."""
+    options = _options(click_command(words))
+    option = options.get(key.replace("-", "_"))
+    if option is None:
+        import difflib
+
+        close = difflib.get_close_matches(key.replace("-", "_"), options, 1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise BiosrecallError(f"unknown option {key!r} for `biosrecall {words}`{hint}")
+    if option.name in engine_keys:
+        raise BiosrecallError(f"{key} is set by the sweep itself, not by a spec")
+    return option.name
+
+
+def is_path_option(words: str, name: str) -> bool:
+    """Whether the option takes a file or folder (a relative one is resolved by the spec loader)."""
+    option = _options(click_command(words)).get(name)
+    return option is not None and isinstance(option.type, click.Path)
+
+
+def is_flag_option(words: str, name: str) -> bool:
+    option = _options(click_command(words)).get(name)
+    return option is not None and option.is_flag
+
+
+def option_args(words: str, options: Mapping[str, Any]) -> list[str]:
+    """The command-line words that give `options` (keys: option names; None values are left out)."""
+    by_key = _options(click_command(words))
+    args: list[str] = []
+    for key, value in options.items():
+        option = by_key.get(key.replace("-", "_"))
+        if option is None:
+            raise BiosrecallError(f"unknown option {key!r} for `biosrecall {words}`")
+        if value is not None:
+            args += _words(option, value)
+    return args
+
+
+def _words(option: click.Option, value: Any) -> list[str]:
+    flag = next(opt for opt in option.opts if opt.startswith("--"))
+    if option.is_flag:
+        if not isinstance(value, bool):
+            raise BiosrecallError(f"{option.name} takes true or false, got {value!r}")
+        if value:
+            return [flag]
+        return [option.secondary_opts[0]] if option.secondary_opts else []
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    if option.multiple:
+        return [word for item in items for word in (flag, _text(item))]
+    if isinstance(value, list | tuple):
+        return [flag, ",".join(_text(item) for item in items)]
+    return [flag, _text(value)]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str | int | Path):
+        return str(value)
+    raise BiosrecallError(f"option values are text, numbers, true/false or lists, got {value!r}")
+
+
+def parse(words: str, args: list[str], what: str, inside=None) -> dict[str, Any]:
+    """The parameters `biosrecall <words> <args>` would get, checked by the command's own parser and
+    callbacks (and by `inside(params)`, called in the command's context as its body would be); a
+    problem is one BiosrecallError line starting with `what`."""
+    command = click_command(words)
+    try:
+        with command.make_context(f"biosrecall {words}", list(args)) as ctx:
+            params = dict(ctx.params)
+            if inside is not None:
+                inside(dict(params))
+            return params
+    except click.ClickException as exc:
+        raise BiosrecallError(f"{what}: {exc.format_message()}".replace("\n", " ")) from None
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{what}: {exc}") from None
+
+
+def check_training(words: str, options: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """Refuse `options` unless `biosrecall <words>` would start a run from them: its parser and option
+    checks, the `TrainConfig` it builds (run size given once, trackers installed), the model preset
+    and the data folder. Returns the parsed parameters."""
+    params = parse(words, [*option_args(words, options), "--out", "run"], what, inside=_build_config)
+    data = Path(params["data_dir"])
+    if not data.is_dir():
+        raise BiosrecallError(f"{what}: data folder {data} does not exist")
+    return params
+
+
+def _build_config(params: dict[str, Any]) -> None:
+    """What a training command does with its parameters before it opens anything."""
+    from biosrecall.cli.options import split_options
+    from biosrecall.model import get_preset
+
+    config, _ = split_options(params)
+    config.validate()
+    get_preset(params["preset"])
+
+
+def check_evaluation(words: str, options: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """Refuse an evaluation's options unless `biosrecall <words> RUN ...` would parse them."""
+    extra = ["--out", "eval"] if words == "recall-curve" else []
+    return parse(words, ["run", *option_args(words, options), *extra], what)

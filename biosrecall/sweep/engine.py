@@ -1,0 +1,103 @@
+"""Run a list of training runs (and the evaluations after each) through an executor.
+
+    from biosrecall.sweep import Evaluation, LocalExecutor, SweepRun, run_sweep
+
+    runs = [SweepRun(f"seed{s}/{name}", "train", {"data": "data/bios", "schedule": spec, "seed": s,
+                                                 "budget_of": "fixed:4:800"})
+            for s in (0, 1) for name, spec in (("fixed_4", "fixed:4"), ("uniform", "uniform:1-16"))]
+    result = run_sweep("runs/study", runs, [Evaluation("recall-curve", {"max_depth": 64})],
+                       LocalExecutor(workers=2, threads_per_run=1), report=print)
+    result.failed          # the Outcomes of runs that exited non-zero (each recorded, none raised)
+
+`run_sweep` checks everything first (the executor's settings, every run's options by its command's own
+rules, names), so a mistake is one `BiosrecallError` with nothing launched or written. Then, holding
+the sweep's lock (OUT/..sweep.lock: a second `run_sweep` on the same folder fails at once), it hands
+one job per run to the executor. Rerunning the same sweep is always safe: finished runs are skipped,
+interrupted ones resumed, failed ones tried again (see `biosrecall.sweep.worker`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.locking import output_lock
+from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
+from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, Job, SweepRun, build_jobs, check_runs
+from biosrecall.sweep.records import finished, read_record
+from biosrecall.sweep.worker import Outcome, train_command
+from biosrecall.train.checkpoint import latest_checkpoint
+
+Executor = LocalExecutor | SlurmExecutor
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    outcomes: list[Outcome]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if outcome.state == "failed"]
+
+    def summary(self) -> str:
+        """One line of counts per action, then one line per failed run (exit code, error, log)."""
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes:
+            key = "failed" if outcome.state == "failed" else outcome.action
+            counts[key] = counts.get(key, 0) + 1
+        lines = [f"{len(self.outcomes)} runs: " + ", ".join(f"{n} {key}" for key, n in counts.items())]
+        lines += [
+            f"failed {outcome.name} (exit {outcome.exit_code}): {outcome.error}  [log {outcome.log}]"
+            for outcome in self.failed
+        ]
+        return "\n".join(lines)
+
+
+def select_runs(runs: Sequence[SweepRun], patterns: Sequence[str]) -> list[SweepRun]:
+    """The runs whose names match any of the shell-style `patterns` (all runs when there are none)."""
+    if not patterns:
+        return list(runs)
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(run.name, pattern) for run in runs):
+            raise BiosrecallError(f"--only {pattern!r} matches no run of the sweep")
+    return [run for run in runs if any(fnmatch.fnmatchcase(run.name, p) for p in patterns)]
+
+
+def prepare(
+    out: str | Path, runs: Sequence[SweepRun], evaluations: Sequence[Evaluation], executor: Executor
+) -> list[Job]:
+    """Every check (module docstring), then the jobs; nothing is written."""
+    executor.check()
+    check_runs(runs, evaluations)
+    return build_jobs(out, runs, evaluations, executor.threads, executor.gpus_per_run)
+
+
+def run_sweep(
+    out: str | Path,
+    runs: Sequence[SweepRun],
+    evaluations: Sequence[Evaluation] = (),
+    executor: Executor | None = None,
+    report: Callable[[Outcome], None] | None = None,
+) -> SweepResult:
+    """Bring every run to done (module docstring); `report` is called with each outcome as it comes."""
+    executor = executor or LocalExecutor()
+    jobs = prepare(out, runs, evaluations, executor)
+    with output_lock(Path(out) / BOOKKEEPING, clean=False):
+        (Path(out) / BOOKKEEPING).mkdir(parents=True, exist_ok=True)
+        return SweepResult(executor.execute(jobs, report))
+
+
+def planned_actions(jobs: Sequence[Job]) -> list[tuple[str, str, list[str]]]:
+    """(name, what a run would do now, its training command) for a dry run; nothing is launched."""
+    plan = []
+    for job in jobs:
+        if finished(job.run_dir):
+            evaluated = job.eval_key is None or read_record(job.record).get("evaluated") == job.eval_key
+            plan.append((job.name, "skip" if evaluated else "evaluate", []))
+            continue
+        resume = latest_checkpoint(job.run_dir) is not None
+        plan.append((job.name, "resume" if resume else "train", train_command(job, resume)))
+    return plan

@@ -1,0 +1,189 @@
+"""Where a sweep's jobs run: worker slots on this machine, or a Slurm job array through submitit.
+
+    LocalExecutor(workers=2, threads_per_run=1).execute(jobs, report=print)
+    SlurmExecutor(partition="gpu", gpus_per_run=8, cpus_per_run=64, time_min=2880).execute(jobs)
+    SlurmExecutor(cluster="local").execute(jobs)    # the same array on this machine (the tests do this)
+
+Both run `biosrecall.sweep.worker.run_one` per job and return one `Outcome` per job, in order.
+
+Local (needs nothing installed): `workers` slots, each taking the next job when its run ends. With
+`gpus_per_run` G, slot i sees GPUs i*G .. i*G+G-1 (CUDA_VISIBLE_DEVICES) and a run with G > 1 starts
+under torchrun. A Ctrl-C stops handing out jobs and passes one SIGINT to every running child, which
+saves its `latest` checkpoint and exits; rerunning the sweep resumes those runs.
+
+Slurm (the optional extra `pip install 'biosrecall[slurm]'`, submitit >= 1.5): one array task per
+run on one node each, with `gpus_per_run` GPUs and `cpus_per_run` CPUs (threads per process: the CPUs
+shared among the GPUs' processes), `time_min` minutes, at most `array_parallelism` tasks at once, on
+`partition`. The sweep command waits for the array (run it in tmux or screen, or as a small job of its
+own) and reports each run as its task ends; submitit keeps its scripts and logs in
+OUT/.sweep/submitit/. A task the cluster killed (time limit, node failure) is recorded as failed;
+rerunning resumes it from its `latest` checkpoint. `cluster` is submitit's executor kind: "slurm",
+or "local" to run the same array as local processes (for tests; it ignores partition and time).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.sweep.jobs import Job
+from biosrecall.sweep.records import now, update_record
+from biosrecall.sweep.worker import Outcome, run_one
+from biosrecall.train.checkpoint import first_line
+
+Report = Callable[[Outcome], None]
+
+
+def _positive(name: str, value: int, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise BiosrecallError(f"{name} must be an integer of at least {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LocalExecutor:
+    """Runs jobs on this machine, `workers` at a time."""
+
+    workers: int = 1
+    """Runs at the same time."""
+    threads_per_run: int = 1
+    """Torch / OpenMP threads of each run (--threads, OMP_NUM_THREADS)."""
+    gpus_per_run: int = 0
+    """GPUs of each run (0: leave CUDA_VISIBLE_DEVICES alone; more than 1: torchrun)."""
+
+    def check(self) -> None:
+        _positive("workers", self.workers)
+        _positive("threads per run", self.threads_per_run)
+        _positive("GPUs per run", self.gpus_per_run, low=0)
+
+    @property
+    def threads(self) -> int:
+        return self.threads_per_run
+
+    def execute(self, jobs: Sequence[Job], report: Report | None = None) -> list[Outcome]:
+        pending = list(enumerate(jobs))
+        outcomes: list[Outcome | None] = [None] * len(jobs)
+        running: dict = {}
+        stop = threading.Event()
+        guard = threading.Lock()
+
+        def slot(index: int) -> None:
+            env = {}
+            if self.gpus_per_run:
+                first = index * self.gpus_per_run
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(first, first + self.gpus_per_run)))
+            while not stop.is_set():
+                with guard:
+                    if not pending:
+                        return
+                    position, job = pending.pop(0)
+                outcomes[position] = run_one(job, env, running)
+                if report is not None:
+                    report(outcomes[position])
+
+        threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except KeyboardInterrupt:
+            stop.set()
+            for process in list(running.values()):
+                process.send_signal(signal.SIGINT)  # the trainer saves `latest` and exits 130
+            for thread in threads:
+                thread.join()
+            raise
+        return [outcome for outcome in outcomes if outcome is not None]
+
+
+@dataclass(frozen=True)
+class SlurmExecutor:
+    """Runs jobs as one Slurm job array through submitit (module docstring)."""
+
+    partition: str | None = None
+    """Slurm partition [default: the cluster's]."""
+    gpus_per_run: int = 0
+    """GPUs of each run's node (more than 1: torchrun, one process per GPU)."""
+    cpus_per_run: int = 1
+    """CPUs of each run's task."""
+    time_min: int = 1440
+    """Time limit of each run's task, in minutes."""
+    array_parallelism: int = 256
+    """Array tasks running at the same time."""
+    cluster: str = "slurm"
+    """submitit's executor kind: "slurm", or "local" (the same array as processes here; for tests)."""
+
+    def check(self) -> None:
+        import_submitit()
+        _positive("GPUs per run", self.gpus_per_run, low=0)
+        for name in ("cpus_per_run", "time_min", "array_parallelism"):
+            _positive(name.replace("_", " "), getattr(self, name))
+        if self.cluster not in ("slurm", "local"):
+            raise BiosrecallError(f"cluster must be slurm or local, got {self.cluster!r}")
+
+    @property
+    def threads(self) -> int:
+        return max(1, self.cpus_per_run // max(1, self.gpus_per_run))
+
+    def execute(self, jobs: Sequence[Job], report: Report | None = None) -> list[Outcome]:
+        submitit = import_submitit()
+        executor = submitit.AutoExecutor(folder=jobs[0].bookkeeping / "submitit", cluster=self.cluster)
+        executor.update_parameters(
+            name="biosrecall-sweep", timeout_min=self.time_min, nodes=1, tasks_per_node=1,
+            gpus_per_node=self.gpus_per_run, cpus_per_task=self.cpus_per_run,
+            slurm_partition=self.partition, slurm_array_parallelism=self.array_parallelism,
+        )  # fmt: skip
+        submitted = executor.map_array(run_one, list(jobs))
+        outcomes = []
+        try:
+            for job, task in zip(jobs, submitted, strict=True):
+                outcomes.append(_result(job, task))
+                if report is not None:
+                    report(outcomes[-1])
+        except KeyboardInterrupt:
+            ids = ", ".join(task.job_id for task in submitted)
+            raise KeyboardInterrupt(f"the array keeps running (jobs {ids}); see `sweep status`") from None
+        return outcomes
+
+
+def _result(job: Job, task) -> Outcome:
+    """The task's outcome; a task that died without one (time limit, node failure) is recorded failed."""
+    try:
+        return task.result()
+    except Exception as exc:  # submitit raises its own job errors with the task's stderr appended
+        error = f"job {task.job_id}: {first_line(exc)}"
+        update_record(job, state="failed", exit_code=None, error=error, finished=now())
+        return Outcome(job.name, "failed", "trained", None, error, str(job.log))
+
+
+def import_submitit():
+    """submitit, or the one-line error naming the extra that installs it."""
+    try:
+        import submitit
+    except ImportError:
+        raise BiosrecallError("the slurm executor needs submitit: pip install 'biosrecall[slurm]'") from None
+    return submitit
+
+
+LOCAL_ONLY = ("workers", "threads_per_run")
+SLURM_ONLY = ("partition", "cpus_per_run", "time_min", "array_parallelism")
+
+
+def make_executor(kind: str, defaults: dict, given: dict) -> LocalExecutor | SlurmExecutor:
+    """The executor of `kind` ("local", "slurm") from a spec's [executor] `defaults` and the command
+    line's `given` values (None: not given); a command-line option of the other kind is refused."""
+    other = SLURM_ONLY if kind == "local" else LOCAL_ONLY
+    wrong = [name for name in other if given.get(name) is not None]
+    if wrong:
+        flag = "--" + wrong[0].replace("_", "-")
+        raise BiosrecallError(f"{flag} applies to --executor {'slurm' if kind == 'local' else 'local'} only")
+    values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    if kind == "local":
+        return LocalExecutor(**{k: v for k, v in values.items() if k not in SLURM_ONLY})
+    if kind == "slurm":
+        return SlurmExecutor(**{k: v for k, v in values.items() if k not in LOCAL_ONLY})
+    raise BiosrecallError(f"unknown executor {kind!r}; choose local or slurm")

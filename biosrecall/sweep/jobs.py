@@ -1,0 +1,175 @@
+"""What a sweep runs: named runs of one training command, the evaluations after each, and their jobs.
+
+    runs = [SweepRun("seed0/fixed_4", "train", {"data": "data/bios", "schedule": "fixed:4", "seed": 0})]
+    evaluations = [Evaluation("recall-curve", {"max_depth": 64})]
+    check_runs(runs, evaluations)             # every option checked by the command's own rules
+    jobs = build_jobs("runs/sweep", runs, evaluations, threads=1, gpus=0)
+
+A run's folder is OUT/<name>; a name is one or more `/`-separated parts of letters, digits and
+`._=,+-` (no part starting with a dot). Everything the sweep itself keeps lies under OUT/.sweep/: per
+run a record (`<name>.json`: state, exit code, error line, times), the log of its processes
+(`<name>.log`) and, for `recall-curve`, that command's output folder (`eval/<name>/`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.sweep import commands
+
+BOOKKEEPING = ".sweep"
+_PART = re.compile(r"[A-Za-z0-9_=,+-][A-Za-z0-9._=,+-]*")
+MAX_PART = 200  # file systems refuse names over 255 bytes; leave room for suffixes
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep."""
+
+    name: str
+    """Its folder under the sweep's output folder (see the module docstring for the allowed names)."""
+    command: str = "train"
+    """The training command: "train" (bioS) or "lm train"."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The command's option values keyed by option name, as in a `--config` file (None: not given, so
+    `{**config.to_dict(), "data": ..., "preset": ...}` of a TrainConfig works); relative paths are
+    relative to the current folder. --out, --resume, --overwrite and --threads are the sweep's."""
+    labels: Mapping[str, Any] = field(default_factory=dict)
+    """What tells this run apart in the sweep (grid values, entry name): columns of `collect`'s table."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A command run on each run folder once the run has finished."""
+
+    command: str
+    """"recall-curve" (bioS runs), "lm eval" or "lm harness" (language-model runs)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """That command's option values keyed by option name (the run folder is its argument)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything one worker needs to bring a run to done, as plain data (it travels to cluster nodes)."""
+
+    name: str
+    run_dir: Path
+    bookkeeping: Path
+    train_args: tuple[str, ...]
+    """`biosrecall` words of a fresh start, without --resume and --threads."""
+    eval_args: tuple[tuple[str, ...], ...]
+    """`biosrecall` words of each evaluation."""
+    threads: int
+    """Torch and OpenMP threads per process."""
+    gpus: int = 0
+    """More than one: the run is started under torchrun with one process per GPU."""
+
+    @property
+    def record(self) -> Path:
+        return self.bookkeeping / f"{self.name}.json"
+
+    @property
+    def log(self) -> Path:
+        return self.bookkeeping / f"{self.name}.log"
+
+    @property
+    def eval_key(self) -> str | None:
+        """Fingerprint of the evaluations; a done run evaluated with other settings is evaluated again."""
+        if not self.eval_args:
+            return None
+        return hashlib.sha256(json.dumps(self.eval_args).encode()).hexdigest()[:16]
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a valid run folder name (module docstring), else one BiosrecallError line."""
+    parts = name.split("/") if isinstance(name, str) else [""]
+    for part in parts:
+        if not _PART.fullmatch(part) or len(part) > MAX_PART:
+            raise BiosrecallError(
+                f"run name {name!r} is not a folder name: use parts of letters, digits and ._=,+- "
+                f"separated by /, none starting with a dot, each at most {MAX_PART} characters"
+            )
+    return name
+
+
+def check_runs(runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ()) -> None:
+    """Refuse the sweep unless every run and evaluation would start: names valid and unique (also as
+    folders: no run inside another), options accepted by their command (see `commands`)."""
+    if not runs:
+        raise BiosrecallError("the sweep has no runs")
+    seen: set[str] = set()
+    for run in runs:
+        check_name(run.name)
+        if run.command not in commands.TRAINERS:
+            raise BiosrecallError(f"run {run.name}: command must be one of {', '.join(commands.TRAINERS)}")
+        if run.name in seen:
+            raise BiosrecallError(f"two runs are named {run.name}; give them different names")
+        seen.add(run.name)
+    for name in seen:
+        parents = ["/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)]
+        if any(parent in seen for parent in parents):
+            raise BiosrecallError(f"run {name} would lie inside the folder of another run")
+    for run in runs:
+        for key, value in run.options.items():  # None: unset, as TrainConfig.to_dict() gives it
+            commands.canonical_key(run.command, key, commands.ENGINE_KEYS if value is not None else ())
+        commands.check_training(run.command, run.options, f"run {run.name}")
+    for evaluation in evaluations:
+        _check_evaluation(evaluation, {run.command for run in runs})
+
+
+def _check_evaluation(evaluation: Evaluation, trainers: set[str]) -> None:
+    reads = commands.EVALUATIONS.get(evaluation.command)
+    if reads is None:
+        raise BiosrecallError(
+            f"unknown evaluation {evaluation.command!r}; choose {', '.join(commands.EVALUATIONS)}"
+        )
+    if trainers != {reads}:
+        raise BiosrecallError(f"{evaluation.command} evaluates runs of `{reads}` only")
+    for key in evaluation.options:
+        commands.canonical_key(evaluation.command, key, commands.EVAL_ENGINE_KEYS.get(evaluation.command, ()))
+    commands.check_evaluation(evaluation.command, evaluation.options, evaluation.command)
+
+
+def build_jobs(
+    out: str | Path,
+    runs: Sequence[SweepRun],
+    evaluations: Sequence[Evaluation] = (),
+    threads: int = 1,
+    gpus: int = 0,
+) -> list[Job]:
+    """One job per run (call `check_runs` first): absolute folders and the words of every process."""
+    out = Path(out).absolute()
+    bookkeeping = out / BOOKKEEPING
+    jobs = []
+    for run in runs:
+        run_dir = out / run.name
+        options = _absolute_paths(run.command, run.options)
+        train = (*run.command.split(), *commands.option_args(run.command, options), "--out", str(run_dir))
+        evals = tuple(_eval_args(evaluation, run, run_dir, bookkeeping) for evaluation in evaluations)
+        jobs.append(Job(run.name, run_dir, bookkeeping, train, evals, threads, gpus))
+    return jobs
+
+
+def _absolute_paths(words: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Path options made absolute (from the current folder), so every worker reads the same files."""
+    return {
+        key: Path(value).expanduser().absolute()
+        if isinstance(value, str | Path) and commands.is_path_option(words, key.replace("-", "_"))
+        else value
+        for key, value in options.items()
+    }
+
+
+def _eval_args(evaluation: Evaluation, run: SweepRun, run_dir: Path, bookkeeping: Path) -> tuple[str, ...]:
+    options = _absolute_paths(evaluation.command, evaluation.options)
+    words = [*evaluation.command.split(), str(run_dir), *commands.option_args(evaluation.command, options)]
+    if evaluation.command == "recall-curve":
+        words += ["--out", str(bookkeeping / "eval" / run.name)]
+    return tuple(words)

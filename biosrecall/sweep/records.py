@@ -1,0 +1,164 @@
+"""Where each run of a sweep stands: its record in OUT/.sweep/<name>.json and its run folder.
+
+    update_record(job, state="running", pid=1234)      # atomic rewrite, other fields kept
+    status = run_status(job)                           # RunStatus(state="done", detail=..., updates=...)
+    table = status_table(jobs)                         # one row per run, for `biosrecall sweep status`
+
+A run's state, in this order:
+
+    running  its record says so and its process is alive (checked by pid on this host; a record
+             written on another host, a cluster node, is taken at its word), or the run folder's
+             lock (`biosrecall.locking`) names a live process: a run started outside the sweep
+    done     its run folder holds the final 1.0 checkpoint and, when the sweep evaluates, the record
+             says these evaluations finished
+    failed   its record holds a non-zero exit code, or says running with no process left (killed)
+    waiting  anything else: not started, interrupted (Ctrl-C or SIGTERM: exit 130 with a `latest`
+             checkpoint; rerunning resumes it), or trained but not yet evaluated
+
+A record is only a cache of what happened: the run folder decides what a rerun does (finished: skip;
+a `latest` checkpoint: resume; nothing: start).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from biosrecall.atomic import atomic_write_json
+from biosrecall.locking import lock_path
+from biosrecall.sweep.jobs import Job
+from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
+
+STATES = ("done", "running", "failed", "waiting")
+INTERRUPTED = 130  # the trainer's exit status after a Ctrl-C or SIGTERM, once `latest` is saved
+
+
+def now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A run's record, or {} when there is none yet (a damaged one counts as none: it is only a cache)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def update_record(job: Job, **changes: Any) -> dict[str, Any]:
+    """Rewrite the run's record atomically with `changes` over what it held."""
+    record = {**read_record(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
+    record.update(changes)
+    atomic_write_json(job.record, record)
+    return record
+
+
+def finished(run_dir: Path) -> bool:
+    """The run reached the end of its budget: its final (1.0) checkpoint is there."""
+    return 1.0 in list_checkpoints(run_dir)
+
+
+def pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def lock_holder(run_dir: Path) -> int | None:
+    """The live process holding the run folder's lock, found without taking the lock: the pid its lock
+    file records, if that process is alive (a killed holder leaves the file but its pid is gone)."""
+    try:
+        text = lock_path(run_dir).read_text().strip()
+    except OSError:
+        return None
+    pid = int(text) if text.isdigit() else None
+    return pid if pid_alive(pid) else None
+
+
+def record_running(record: dict[str, Any]) -> bool:
+    """The record says running and, when written on this host, its process is still alive."""
+    if record.get("state") != "running":
+        return False
+    return record.get("host") != socket.gethostname() or pid_alive(record.get("pid"))
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    name: str
+    state: str
+    detail: str
+    updates: int
+    planned: int | None
+    log: str
+
+
+def run_status(job: Job) -> RunStatus:
+    """Where `job`'s run stands (states: module docstring), with a one-line detail."""
+    record = read_record(job.record)
+    updates, planned = progress(job.run_dir)
+    state, detail = _state(job, record, updates)
+    return RunStatus(job.name, state, detail, updates, planned, str(job.log))
+
+
+def _state(job: Job, record: dict[str, Any], updates: int) -> tuple[str, str]:
+    if record_running(record):
+        return "running", f"{record.get('phase', 'train')} on {record.get('host')} (pid {record.get('pid')})"
+    holder = lock_holder(job.run_dir)
+    if holder is not None:
+        return "running", f"run folder locked by pid {holder}"
+    is_finished = finished(job.run_dir)
+    if is_finished and (job.eval_key is None or record.get("evaluated") == job.eval_key):
+        return "done", record.get("action", "finished")
+    interrupted = record.get("exit_code") == INTERRUPTED and latest_checkpoint(job.run_dir) is not None
+    if record.get("state") == "failed" and not interrupted:
+        return "failed", f"exit {record.get('exit_code')}: {record.get('error', '')}"
+    if record.get("state") == "running":  # on this host, with no process left
+        return "failed", f"stopped during {record.get('phase', 'train')} without an exit status (killed?)"
+    if is_finished:
+        return "waiting", "trained; to evaluate"
+    if latest_checkpoint(job.run_dir) is not None:
+        return "waiting", f"interrupted; resumes after update {updates}"
+    return "waiting", "not started"
+
+
+def progress(run_dir: Path) -> tuple[int, int | None]:
+    """(updates logged so far, updates planned) of a run folder, read cheaply (0, None before it exists)."""
+    try:
+        updates = (run_dir / "metrics.jsonl").read_bytes().count(b"\n")
+    except OSError:
+        updates = 0
+    try:
+        planned = json.loads((run_dir / "config.json").read_text())["plan"]["updates"]
+    except (OSError, ValueError, KeyError, TypeError):
+        planned = None
+    return updates, planned if isinstance(planned, int) else None
+
+
+def status_table(jobs: list[Job]) -> list[dict[str, Any]]:
+    """One row per run: name, state, detail, updates, planned, log."""
+    return [asdict(run_status(job)) for job in jobs]
+
+
+def format_status(rows: list[dict[str, Any]]) -> str:
+    """The status rows as a fixed-width table followed by the counts of each state."""
+    lines = [("run", "state", "updates", "detail")]
+    for row in rows:
+        planned = "?" if row["planned"] is None else str(row["planned"])
+        lines.append((row["name"], row["state"], f"{row['updates']}/{planned}", row["detail"]))
+    widths = [max(len(line[i]) for line in lines) for i in range(3)]
+    text = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}  {d}".rstrip() for a, b, c, d in lines]
+    counts = {state: sum(row["state"] == state for row in rows) for state in STATES}
+    text.append(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items()))
+    return "\n".join(text)

@@ -1,0 +1,243 @@
+"""The sweep spec: one TOML file that names a grid of runs and the evaluation after each.
+
+    spec = load_spec("sweeps/bios.toml", overrides=["data=data/bios-1k"])
+    spec.runs, spec.evaluations, spec.out          # what `run_sweep` takes
+
+    [sweep]
+    out = "../runs/bios-sweep"     # runs go to OUT/<run name>/ (required)
+    command = "train"              # "train" (bioS, the default) or "lm train"
+    [executor]                     # optional defaults of `sweep run`'s executor options
+    workers = 2                    # also threads_per_run, gpus_per_run, partition, cpus_per_run,
+                                   # time_min, array_parallelism
+    [base]                         # options of every run, keyed by the command's option names
+    data = "../data/bios"
+    preset = "bios-cpu"
+    budget_of = "fixed:4:800"
+    [grid]                         # every combination of these lists (each a non-empty array)
+    schedule = ["fixed:4", "uniform:1-16"]
+    seed = [0, 1, 2]
+    [[runs]]                       # optional named configurations: name plus option values
+    name = "ff"
+    schedule = "fixed_first:k0=4,switch=0.8,finish=uniform"
+    [eval]                         # optional: after each finished run (the command's option names)
+    recall_curve = { checkpoints = "fractions", max_depth = 64 }   # or lm_eval / lm_harness = {...}
+
+Runs: with [[runs]], each entry crossed with every combination of [grid] (one run per entry when
+there is no grid); without, one run per combination of [grid] over [base]. An entry's values and the
+grid's replace [base]'s (budget, budget_of and updates are one setting, the run's size, as on the
+command line over a --config file); a setting both an entry and the grid give is refused (the entry's
+value would be lost), as is an unknown section, key or option name, an empty grid or a grid value that
+is not a non-empty list.
+
+Names: an entry's name, then `key=value` for each grid key but seed (a value's characters outside
+letters, digits and `._=+-` become `_`), joined by commas: `ff,lr=0.001`, `schedule=fixed_4`. A grid
+over `seed` adds a folder level where the seed-aggregating readers look: `seed<S>/<name>` for `train`
+(as `figure1` and `recall-curve --aggregate-seeds` lay runs out), `<name>/seed<S>` for `lm train`
+(as `lm compare --aggregate-seeds` reads them). A grid of seeds alone names its runs `run`.
+
+Paths: `out` and every option that takes a file or folder (data, config, tokenizer) are relative to
+the folder of the spec file, so a spec means the same from any working folder. `--set KEY=VALUE`
+(`biosrecall sweep run`) replaces KEY in every run, a path relative to the current folder; it may not
+set a grid key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.sweep import commands
+from biosrecall.sweep.grid import expand_runs, option_value, resolve
+from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs, check_name
+
+SECTIONS = ("sweep", "executor", "base", "grid", "runs", "eval")
+EXECUTOR_KEYS = {
+    "workers": int, "threads_per_run": int, "gpus_per_run": int, "partition": str, "cpus_per_run": int,
+    "time_min": int, "array_parallelism": int,
+}  # fmt: skip
+EVAL_KEYS = {"recall_curve": "recall-curve", "lm_eval": "lm eval", "lm_harness": "lm harness"}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    path: Path
+    out: Path
+    command: str
+    runs: list[SweepRun]
+    evaluations: list[Evaluation]
+    executor: dict[str, Any]
+    """[executor] values (defaults of the command line's executor options)."""
+
+    def jobs(self, threads: int = 1, gpus: int = 0) -> list[Job]:
+        return build_jobs(self.out, self.runs, self.evaluations, threads, gpus)
+
+
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read and check the structure of a spec (module docstring). Option values are checked by the
+    commands themselves when the sweep runs (`biosrecall.sweep.jobs.check_runs`)."""
+    path = Path(path)
+    data = _read(path)
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise BiosrecallError(
+            f"{path}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
+        )
+    sweep = _table(data, "sweep", path)
+    _known_keys(sweep, ("out", "command"), "[sweep]", path)
+    if not isinstance(sweep.get("out"), str) or not sweep["out"]:
+        raise BiosrecallError(f'{path}: [sweep] needs out = "FOLDER", where the runs go')
+    command = sweep.get("command", "train")
+    if command not in commands.TRAINERS:
+        raise BiosrecallError(f"{path}: [sweep] command must be one of {', '.join(commands.TRAINERS)}")
+    here = path.parent
+    base = _options(command, _table(data, "base", path), "[base]", here, path)
+    grid = _grid(command, data.get("grid"), path)
+    entries = _entries(command, data.get("runs"), here, path)
+    fixed = _overrides(command, overrides, grid, path)
+    runs = expand_runs(command, base, grid, entries, fixed, here, path)
+    return SweepSpec(
+        path=path,
+        out=Path(resolve(sweep["out"], here)),
+        command=command,
+        runs=runs,
+        evaluations=_evaluations(_table(data, "eval", path), here, path),
+        executor=_executor(_table(data, "executor", path), path),
+    )
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise BiosrecallError(f"cannot read sweep spec {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BiosrecallError(f"cannot read sweep spec {path}: not UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BiosrecallError(f"{path} is not valid TOML: {exc}") from None
+
+
+def _table(data: Mapping[str, Any], name: str, path: Path) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise BiosrecallError(f"{path}: [{name}] must be a table")
+    return value
+
+
+def _known_keys(table: Mapping[str, Any], known, where: str, path: Path) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise BiosrecallError(
+            f"{path}: unknown key(s) {', '.join(unknown)} in {where}; known: {', '.join(known)}"
+        )
+
+
+def _options(command: str, table: Mapping[str, Any], where: str, here: Path, path: Path) -> dict[str, Any]:
+    """A table of option values with canonical keys; path values resolved against `here`."""
+    options: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    for key, value in table.items():
+        name = _canonical(command, key, where, path)
+        if name in named:
+            raise BiosrecallError(f"{path}: {named[name]} and {key} in {where} set the same option")
+        named[name] = key
+        options[key] = option_value(command, name, value, here, f"{where} {key}", path)
+    return options
+
+
+def _canonical(command: str, key: str, where: str, path: Path) -> str:
+    try:
+        return commands.canonical_key(command, key, commands.ENGINE_KEYS)
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{path}: {where}: {exc}") from None
+
+
+def _grid(command: str, grid: Any, path: Path) -> list[tuple[str, list[Any]]]:
+    if grid is None:
+        return []
+    if not isinstance(grid, dict) or not grid:
+        raise BiosrecallError(f"{path}: [grid] is empty; give each key a list of values, or remove it")
+    axes = []
+    for key, values in grid.items():
+        name = _canonical(command, key, "[grid]", path)
+        if not isinstance(values, list) or not values:
+            raise BiosrecallError(f"{path}: [grid] {key} must be a non-empty list of values, got {values!r}")
+        if any(name == commands.canonical_key(command, other) for other, _ in axes):
+            raise BiosrecallError(f"{path}: [grid] sets {key} twice")
+        for value in values:
+            option_value(command, name, value, None, f"[grid] {key}", path)
+        axes.append((key, values))  # as written: names are made of them; paths resolved in `_expand`
+    return axes
+
+
+def _entries(command: str, entries: Any, here: Path, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    if entries is None:
+        return []
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries) or not entries:
+        raise BiosrecallError(f"{path}: [[runs]] must be tables, each with a name and option values")
+    found = []
+    for number, entry in enumerate(entries, start=1):
+        name = entry.get("name")
+        if not isinstance(name, str):
+            raise BiosrecallError(f'{path}: [[runs]] entry {number} needs name = "..."')
+        try:
+            check_name(name)
+        except BiosrecallError as exc:
+            raise BiosrecallError(f"{path}: {exc}") from None
+        rest = {key: value for key, value in entry.items() if key != "name"}
+        found.append((name, _options(command, rest, f"[[runs]] {name}", here, path)))
+    return found
+
+
+def _overrides(command: str, overrides: Sequence[str], grid, path: Path) -> dict[str, Any]:
+    """--set KEY=VALUE pairs as options (flags read true/false; paths relative to the current folder)."""
+    fixed: dict[str, Any] = {}
+    grid_names = {commands.canonical_key(command, key) for key, _ in grid}
+    for item in overrides:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise BiosrecallError(f"--set takes KEY=VALUE, got {item!r}")
+        name = _canonical(command, key.strip(), "--set", path)
+        if name in grid_names:
+            raise BiosrecallError(f"--set {key}: {key} is a grid key of {path}")
+        if commands.is_flag_option(command, name):
+            if value.lower() not in ("true", "false"):
+                raise BiosrecallError(f"--set {key} takes true or false, got {value!r}")
+            value = value.lower() == "true"
+        fixed[key.strip()] = option_value(command, name, value, Path.cwd(), f"--set {key}", path)
+    return fixed
+
+
+def _evaluations(table: Mapping[str, Any], here: Path, path: Path) -> list[Evaluation]:
+    _known_keys(table, tuple(EVAL_KEYS), "[eval]", path)
+    evaluations = []
+    for key, options in table.items():
+        words = EVAL_KEYS[key]
+        if not isinstance(options, dict):
+            raise BiosrecallError(
+                f"{path}: [eval] {key} must be a table of {words} options ({{}} for defaults)"
+            )
+        checked = {}
+        for option, value in options.items():
+            try:
+                name = commands.canonical_key(words, option, commands.EVAL_ENGINE_KEYS.get(words, ()))
+            except BiosrecallError as exc:
+                raise BiosrecallError(f"{path}: [eval] {key}: {exc}") from None
+            checked[option] = option_value(words, name, value, here, f"[eval] {key} {option}", path)
+        evaluations.append(Evaluation(words, checked))
+    return evaluations
+
+
+def _executor(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    _known_keys(table, tuple(EXECUTOR_KEYS), "[executor]", path)
+    for key, value in table.items():
+        kind = EXECUTOR_KEYS[key]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            expected = "an integer" if kind is int else "a string"
+            raise BiosrecallError(f"{path}: [executor] {key} must be {expected}, got {value!r}")
+    return dict(table)

@@ -1,0 +1,158 @@
+"""The budget sweep: which runs it trains (trunks before their branches, each branch at the last update
+it shares with its trunk), compute-to-target on crafted curves (interpolation on log FLOPs, intervals
+over seeds, "not reached"), the compute claim, and bad input.
+
+    pytest -q tests/test_budgets.py
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biosrecall.cli import main
+from biosrecall.experiments.budget_results import (
+    budget_curve,
+    compute_to_target,
+    flops_to_target,
+    saving_claim,
+)
+from biosrecall.experiments.budgets import budget_runs, scaled_budget
+from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED, StudyOptions
+from biosrecall.train.config import TrainConfig
+
+LR = {FIXED_K4: 1e-2, FIXED_FIRST: 1e-2, UNIFORM: 1e-2}
+
+
+@dataclass
+class FakePlan:
+    updates: int
+    switch_update: int | None
+
+
+def planner(spec):
+    """Plans like the real ones in shape: fixed K=4 takes 100 updates per budget unit, fixed-first 90
+    (switching at 80%), uniform 50; the update-matched control its given updates."""
+    per_unit = {FIXED_K4: 100, FIXED_FIRST: 90, UNIFORM: 50}
+    updates = spec.updates or round(per_unit[spec.name] * spec.budget)
+    switch = round(0.8 * updates) if spec.name == FIXED_FIRST else None
+    config = TrainConfig(lr_schedule=spec.lr_schedule or "cosine", warmup_updates=spec.warmup_updates)
+    return FakePlan(updates, switch), config
+
+
+def test_branch_mode_trains_each_trunk_first_and_branches_where_it_stops_sharing():
+    study = StudyOptions(seeds=(0,), budgets=(0.5, 1, 2), update_matched=True)
+    runs = budget_runs(study, LR, 1e-2, planner, warmup_updates=5)
+    by_label = {run.label: run for run in runs}
+    assert len(runs) == 12 and all(run.lr_schedule == "wsd" and run.warmup_updates == 5 for run in runs)
+    fixed_trunk, uniform_trunk = by_label["fixed_k4_wsd_b2"], by_label[f"{UPDATE_MATCHED}_wsd_b2"]
+    assert runs.index(fixed_trunk) == 0 and fixed_trunk.branch is None
+    # fixed K=4 at 1x: 100 updates, its decay starts at 80; fixed-first at 1x: 90 updates, switch at 72.
+    assert by_label["fixed_k4_wsd_b1"].branch == (fixed_trunk.folder, 80)
+    assert by_label["fixed_first_k4_80_wsd_b1"].branch == (fixed_trunk.folder, 72)
+    assert fixed_trunk.keep_updates == (36, 40, 72, 80, 144)
+    # The update-matched control at 2x (200 updates) is the longest uniform run, so it is the trunk.
+    assert uniform_trunk.updates == 200 and uniform_trunk.branch is None
+    assert by_label["uniform_1_16_wsd_b2"].branch == (uniform_trunk.folder, 80)
+    for run in runs:
+        if run.branch is not None:
+            parent = next(r for r in runs if r.folder == run.branch[0])
+            assert runs.index(parent) < runs.index(run) and run.branch[1] in parent.keep_updates
+
+
+def test_independent_mode_reuses_the_main_runs_at_the_base_budget():
+    study = StudyOptions(seeds=(0, 1), budgets=(0.5, 1), budget_mode="independent")
+    labels = [run.label for run in budget_runs(study, LR, 1e-2, planner, warmup_updates=5)]
+    assert labels.count("fixed_k4") == 2 and "fixed_k4_b0.5" in labels
+    assert all(
+        run.branch is None and run.lr_schedule is None for run in budget_runs(study, LR, 1e-2, planner, 5)
+    )
+
+
+def test_a_multiple_scales_the_budget_it_is_given():
+    assert scaled_budget(TrainConfig(budget_of="fixed:4:800"), 0.25).budget_of == "fixed:4:200"
+    assert scaled_budget(TrainConfig(budget=2e12), 2).budget == 4e12
+
+
+def curve_rows(name: str, seed: int, bits: list[float], flops=(1e12, 1e13, 1e14)) -> list[dict]:
+    return [
+        {
+            "name": name,
+            "seed": seed,
+            "budget_multiple": m,
+            "flops": f,
+            "bits_1_16": b,
+            "bits_1_64": b,
+            "ceiling_bits": 40.0,
+        }
+        for m, f, b in zip((0.5, 1, 2), flops, bits, strict=True)
+    ]
+
+
+def test_compute_to_target_interpolates_on_log_flops_with_an_interval_over_seeds():
+    curve = pd.DataFrame(
+        curve_rows(FIXED_FIRST, 0, [10, 20, 30])
+        + curve_rows(FIXED_FIRST, 1, [10, 30, 35])
+        + curve_rows(UNIFORM, 0, [5, 10, 20])
+        + curve_rows(UNIFORM, 1, [10, 15, 25])
+    )
+    targets = compute_to_target(curve).set_index(["kind", "subject", "target", "depths"])
+    half = targets.loc[("flops", FIXED_FIRST, 0.5, "K=1..16")]
+    # 20 bits (50% of 40): seed 0 exactly at 1e13, seed 1 halfway (in log FLOPs) from 1e12 to 1e13.
+    assert half["value"] == pytest.approx(10**12.75) and half["n_seeds"] == 2
+    assert half["low"] < half["value"] < half["high"]
+    assert math.isnan(targets.loc[("flops", FIXED_FIRST, 0.9, "K=1..16"), "value"])
+    assert targets.loc[("flops", FIXED_FIRST, 0.9, "K=1..16"), "note"] == "not reached within the sweep"
+    # Savings are paired by seed: seed 0 needs 1e13 against 1e14, seed 1 10**12.5 against 10**13.5.
+    saving = targets.loc[("saving", f"{FIXED_FIRST} vs {UNIFORM}", 0.5, "K=1..16")]
+    assert saving["value"] == pytest.approx(0.9) and saving["n_seeds"] == 2
+    row = saving_claim(compute_to_target(curve))
+    assert row["verdict"] == "inconclusive" and row["n_seeds"] == 0  # 90%: neither schedule reached it
+    assert saving_claim()["verdict"] == "not measured"  # no sweep
+
+
+def test_a_target_met_by_the_smallest_budget_is_an_upper_bound():
+    points = pd.DataFrame(curve_rows(FIXED_K4, 0, [25, 30, 35]))
+    assert flops_to_target(points, "bits_1_16", 20.0) == (
+        1e12,
+        "reached at the smallest budget (an upper bound)",
+    )
+
+
+def test_the_compute_claim_is_judged_from_the_saving_interval():
+    seeds = range(3)
+    curve = pd.DataFrame(
+        [r for s in seeds for r in curve_rows(FIXED_FIRST, s, [20, 37, 39 + 0.1 * s])]
+        + [r for s in seeds for r in curve_rows(UNIFORM, s, [10, 20, 37 + 0.2 * s])]
+    )
+    row = saving_claim(compute_to_target(curve))
+    assert row["verdict"] == "holds" and row["n_seeds"] == 3 and row["low"] > 0
+
+
+def test_budget_curve_summarises_each_final_checkpoint():
+    depths = np.arange(1, 65)
+    bits = np.where(depths <= 16, 30.0, 10.0)
+    curves = pd.DataFrame(
+        {"name": FIXED_FIRST, "seed": 0, "budget_multiple": 1.0, "attribute": "all", "depth": depths,
+         "bits": bits, "flops": 5e12, "update": 300, "ceiling_bits": 33.4}
+    )  # fmt: skip
+    row = budget_curve(curves).iloc[0]
+    assert (row["bits_1_16"], row["bits_17_64"], row["worst_bits"], row["updates"]) == (30.0, 10.0, 10.0, 300)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [("0", "must be positive"), ("-1,2", "must be positive"), ("1,1", "repeats"), ("a", "comma-separated")],
+)
+def test_bad_budgets_are_one_line_exit_2_nothing_written(tmp_path: Path, capsys, value, named):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["figure1", "--preset", "quick", "--out", str(out), "--quiet", "--budgets", value])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("error: ") and named in err
+    assert list(tmp_path.iterdir()) == []

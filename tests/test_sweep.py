@@ -1,0 +1,436 @@
+"""`biosrecall sweep`: a TOML spec of runs, run by the local executor or submitit, resumed, reported.
+
+    pytest -q tests/test_sweep.py
+
+One module-wide sweep (2 tiny bioS runs that finish and are evaluated, 2 whose data is corrupt, with
+2 workers) serves the tests of rerun, failure, status and collect; the killed worker and the submitit
+path run their own single run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from harness import changes, snapshot
+
+from biosrecall.bios import generate_dataset
+from biosrecall.cli import cli, main
+from biosrecall.cli.sweep import sweep
+from biosrecall.errors import BiosrecallError
+from biosrecall.locking import output_lock
+from biosrecall.sweep import LocalExecutor, SlurmExecutor, SweepRun, load_spec, run_sweep, status_table
+from biosrecall.sweep.jobs import check_runs
+from biosrecall.train.checkpoint import list_checkpoints
+from biosrecall.train.run_dir import read_config, read_metrics
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "lm"
+TINY = """
+[base]
+data = "data"
+preset = "bios-tiny"
+batch_size = 4
+budget_of = "fixed:2:10"
+save_every = 5
+lr = 3e-3
+quiet = true
+"""
+MAIN = f"""
+[sweep]
+out = "runs"
+[executor]
+workers = 2
+{TINY}
+[grid]
+seed = [0, 1]
+[[runs]]
+name = "fixed"
+schedule = "fixed:2"
+[[runs]]
+name = "broken"
+data = "broken"
+schedule = "fixed:2"
+[eval]
+recall_curve = {{ max_depth = 4, checkpoints = "final" }}
+"""
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch):
+    """`sweep` under `biosrecall` for these tests, whether or not biosrecall.cli lists it yet."""
+    if "sweep" not in cli.commands:
+        monkeypatch.setitem(cli.commands, "sweep", sweep)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A folder with a tiny dataset `data` and a copy `broken` whose manifest is not JSON."""
+    root = tmp_path_factory.mktemp("sweep")
+    generate_dataset(root / "data", people=40, seed=3)
+    shutil.copytree(root / "data", root / "broken")
+    (root / "broken" / "manifest.json").write_text("not json")
+    return root
+
+
+@pytest.fixture(scope="module")
+def swept(folder):
+    """The main sweep, run once through the CLI: (exit code, stdout)."""
+    from click.testing import CliRunner
+
+    (folder / "main.toml").write_text(MAIN)
+    result = CliRunner().invoke(sweep, ["run", str(folder / "main.toml")])
+    return result.exit_code, result.output
+
+
+def run_cli(argv: list[str], capsys) -> tuple[object, str, str]:
+    """(exit code, stdout, stderr) of `biosrecall ARGV` run in-process."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def spec_file(folder: Path, text: str, name: str = "spec.toml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def final_mtime(run_dir: Path) -> int:
+    return (list_checkpoints(run_dir)[1.0] / "model.safetensors").stat().st_mtime_ns
+
+
+# ---- the spec --------------------------------------------------------------------------------------
+
+
+def test_grid_names_options_and_paths_relative_to_the_spec(tmp_path):
+    grid = '[grid]\nschedule = ["fixed:2", "uniform:1-4"]\nseed = [0, 1]\n'
+    spec = load_spec(spec_file(tmp_path, f'[sweep]\nout = "runs"\n{TINY}{grid}'))
+    names = [run.name for run in spec.runs]
+    assert names == [
+        "seed0/schedule=fixed_2", "seed1/schedule=fixed_2", "seed0/schedule=uniform_1-4", "seed1/schedule=uniform_1-4"
+    ]  # fmt: skip
+    run = spec.runs[2]
+    assert run.options["schedule"] == "uniform:1-4" and run.options["seed"] == 0
+    assert run.options["data"] == str(tmp_path / "data") and spec.out == tmp_path / "runs"
+    assert run.labels == {"schedule": "uniform:1-4", "seed": 0}
+
+
+def test_entries_cross_the_grid_and_a_run_size_replaces_the_base_one(tmp_path):
+    text = """
+[sweep]
+out = "lm"
+command = "lm train"
+[base]
+data = "corpus"
+updates = 100
+[grid]
+seed = [3]
+lr = [0.001]
+[[runs]]
+name = "a"
+schedule = "fixed:4"
+[[runs]]
+name = "b"
+budget_of = "fixed:4:50"
+"""
+    spec = load_spec(spec_file(tmp_path, text), overrides=["preset=lm-tiny"])
+    assert [run.name for run in spec.runs] == ["a,lr=0.001/seed3", "b,lr=0.001/seed3"]
+    assert spec.runs[0].options["updates"] == 100 and "budget_of" not in spec.runs[0].options
+    assert spec.runs[1].options["budget_of"] == "fixed:4:50" and "updates" not in spec.runs[1].options
+    assert all(run.options["preset"] == "lm-tiny" for run in spec.runs)
+
+
+def test_the_200m_spec_holds_the_runs_of_the_old_script(tmp_path):
+    spec = load_spec(SCRIPTS / "sweep-200m.toml", overrides=[f"data={tmp_path}"])
+    expected = {"uniform": "uniform:1-16", "curriculum": "curriculum:mean=8,warmup=0.75,shape=1-sqrt"}
+    for finish in ("uniform", "poisson_lognormal"):
+        for k0 in (1, 2, 4):
+            for switch in ("0.67", "0.8"):
+                expected[f"ff-k{k0}-s{switch}-{finish}"] = (
+                    f"fixed_first:k0={k0},switch={switch},finish={finish}"
+                )
+    expected["uniform-matched-k4-s0.67"] = "uniform:1-16"
+    # sweep-200m.sh launched 15 runs: uniform, 12 fixed-first, curriculum and the matched uniform.
+    assert {run.name: run.options["schedule"] for run in spec.runs} == expected and len(spec.runs) == 15
+    sizes = {run.name: (run.options.get("updates"), run.options.get("budget_of")) for run in spec.runs}
+    assert sizes.pop("uniform-matched-k4-s0.67") == (None, "fixed_first:k0=4,switch=0.67,finish=uniform:4800")
+    assert set(sizes.values()) == {(4800, None)}
+    assert spec.out == (SCRIPTS / "../../runs/200m").absolute() and spec.executor == {"gpus_per_run": 8}
+    assert [(e.command, dict(e.options)) for e in spec.evaluations] == [("lm eval", {"checkpoints": "all"})]
+    check_runs(spec.runs, spec.evaluations)  # every run starts as `lm train` would (data aside)
+    one_b = load_spec(SCRIPTS / "sweep-1b.toml", overrides=[f"data={tmp_path}"])
+    assert [run.name for run in one_b.runs] == [
+        "uniform/seed0", "ff-k4-s0.67-uniform/seed0", "ff-k4-s0.8-uniform/seed0"
+    ]  # fmt: skip
+    check_runs(one_b.runs, one_b.evaluations)
+
+
+BAD_SPECS = {
+    "unknown section": ("[sweeps]\nout = 'x'\n", "unknown section(s) sweeps"),
+    "no out": ("[sweep]\ncommand = 'train'\n", "[sweep] needs out"),
+    "unknown sweep key": ("[sweep]\nout = 'runs'\nworkers = 2\n", "unknown key(s) workers in [sweep]"),
+    "unknown option": ("[sweep]\nout = 'runs'\n[base]\nbatch_sise = 4\n", "did you mean batch_size?"),
+    "unknown grid option": ("[sweep]\nout = 'runs'\n[grid]\nsed = [1]\n", "unknown option 'sed'"),
+    "empty grid": ("[sweep]\nout = 'runs'\n[grid]\n", "[grid] is empty"),
+    "grid not a list": ("[sweep]\nout = 'runs'\n[grid]\nseed = 0\n", "seed must be a non-empty list"),
+    "grid empty list": ("[sweep]\nout = 'runs'\n[grid]\nseed = []\n", "seed must be a non-empty list"),
+    "engine option": ("[sweep]\nout = 'runs'\n[base]\nthreads = 2\n", "threads is set by the sweep itself"),
+    "bad toml": ("[sweep\nout = 'runs'\n", "is not valid TOML"),
+    "entry and grid": (
+        "[sweep]\nout = 'runs'\n[grid]\nseed = [0]\n[[runs]]\nname = 'a'\nseed = 1\n",
+        "seed is set in both [[runs]] a and [grid]",
+    ),
+    "same names": (
+        "[sweep]\nout = 'runs'\n[[runs]]\nname = 'a'\n[[runs]]\nname = 'a'\n",
+        "two runs are named a",
+    ),
+    "same after cleaning": (
+        "[sweep]\nout = 'runs'\n[grid]\nschedule = ['fixed:2', 'fixed_2']\n",
+        "two runs are named schedule=fixed_2",
+    ),
+    "bad name": ("[sweep]\nout = 'runs'\n[[runs]]\nname = '../up'\n", "is not a folder name"),
+    "unknown evaluation": ("[sweep]\nout = 'runs'\n[eval]\nrecall = {}\n", "unknown key(s) recall in [eval]"),
+}
+BAD_VALUES = {  # structurally fine specs whose values the commands themselves refuse
+    "batch size": ("batch_size = 0", "batch_size must be"),
+    "schedule": ("schedule = 'fixd:2'", "schedule"),
+    "data missing": ("data = 'nowhere'", "data folder"),
+    "learning rate": ("lr = -1.0", "lr must be"),
+    "preset": ("preset = 'bios-huge'", "unknown preset 'bios-huge'"),
+}
+
+
+@pytest.mark.parametrize("text, message", BAD_SPECS.values(), ids=BAD_SPECS.keys())
+def test_a_bad_spec_is_one_error_line_and_nothing_is_written(text, message, tmp_path, capsys):
+    path = spec_file(tmp_path, text)
+    before = snapshot(tmp_path)
+    code, _, stderr = run_cli(["sweep", "run", str(path)], capsys)
+    assert code == 2 and stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
+    assert message in stderr
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+@pytest.mark.parametrize("line, message", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_every_run_is_checked_before_anything_starts(line, message, folder, tmp_path, capsys):
+    text = (
+        f"[sweep]\nout = '{tmp_path}/runs'\n{TINY}\n[[runs]]\nname = 'good'\n[[runs]]\nname = 'bad'\n{line}\n"
+    )
+    path = spec_file(tmp_path, text.replace('data = "data"', f'data = "{folder / "data"}"'))
+    code, _, stderr = run_cli(["sweep", "run", str(path)], capsys)
+    assert code == 2 and stderr.startswith("error: run bad: ") and message in stderr, stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_executor_mistakes_are_one_error_line(folder, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # as if it were not installed
+    path = spec_file(tmp_path, f"[sweep]\nout = 'runs'\n{TINY}".replace('"data"', f'"{folder / "data"}"'))
+    code, _, stderr = run_cli(["sweep", "run", str(path), "--executor", "slurm"], capsys)
+    assert code == 2 and "pip install 'biosrecall[slurm]'" in stderr
+    code, _, stderr = run_cli(["sweep", "run", str(path), "--partition", "gpu"], capsys)
+    assert code == 2 and "--partition applies to --executor slurm only" in stderr
+    code, _, stderr = run_cli(["sweep", "run", str(path), "--workers", "0"], capsys)
+    assert code == 2 and "workers must be an integer of at least 1" in stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sweep_is_a_command_of_biosrecall():
+    from biosrecall.cli import _COMMANDS
+
+    assert ("biosrecall.cli.sweep", "sweep") in _COMMANDS  # the lead registers it in biosrecall.cli
+
+
+# ---- running ---------------------------------------------------------------------------------------
+
+
+def test_two_workers_finish_the_good_runs_and_report_the_failed_ones(folder, swept):
+    code, output = swept
+    assert code == 1, output  # a run failed: exit 1 at the end, after every other run
+    for seed in (0, 1):
+        run_dir = folder / "runs" / f"seed{seed}" / "fixed"
+        assert 1.0 in list_checkpoints(run_dir)
+        assert read_config(run_dir)["train_config"]["seed"] == seed
+        assert (list_checkpoints(run_dir)[1.0] / "recall.parquet").is_file()  # evaluated: the cache
+        record = json.loads((folder / "runs/.sweep" / f"seed{seed}" / "broken.json").read_text())
+        assert record["state"] == "failed" and record["exit_code"] == 2
+        assert "manifest.json is not valid JSON" in record["error"]
+        assert f"failed seed{seed}/broken (exit 2)" in output
+    assert "4 runs: 2 trained, 2 failed" in output
+    assert "--threads 1" in (folder / "runs/.sweep/seed0/fixed.log").read_text()
+
+
+def test_a_rerun_skips_finished_runs(folder, swept, capsys):
+    runs = [folder / "runs" / f"seed{seed}" / "fixed" for seed in (0, 1)]
+    before = [final_mtime(run) for run in runs]
+    logs = [(folder / "runs/.sweep" / f"seed{s}" / "fixed.log").read_text() for s in (0, 1)]
+    code, out, _ = run_cli(["sweep", "run", str(folder / "main.toml"), "--only", "seed*/fixed"], capsys)
+    assert code == 0 and "2 runs: 2 skipped" in out
+    assert [final_mtime(run) for run in runs] == before
+    assert [(folder / "runs/.sweep" / f"seed{s}" / "fixed.log").read_text() for s in (0, 1)] == logs
+
+
+def test_status_shows_each_state(folder, swept, capsys):
+    spec = spec_file(folder, MAIN + '[[runs]]\nname = "later"\nschedule = "fixed:2"\n', "more.toml")
+    (folder / "runs" / "seed1").mkdir(exist_ok=True)
+    with output_lock(folder / "runs" / "seed1" / "later"):  # as a trainer started by hand holds it
+        code, out, _ = run_cli(["sweep", "status", str(spec), "--json"], capsys)
+        rows = {row["name"]: row for row in json.loads(out)}
+    assert code == 0
+    states = {name: row["state"] for name, row in rows.items()}
+    assert states == {
+        "seed0/fixed": "done", "seed1/fixed": "done", "seed0/broken": "failed", "seed1/broken": "failed",
+        "seed0/later": "waiting", "seed1/later": "running",
+    }  # fmt: skip
+    assert rows["seed0/fixed"]["updates"] == rows["seed0/fixed"]["planned"] == 10
+    _, out, _ = run_cli(["sweep", "status", str(folder / "main.toml")], capsys)
+    assert "4 runs: 2 done, 0 running, 2 failed, 0 waiting" in out
+
+
+def test_collect_writes_the_tables(folder, swept, capsys):
+    code, _, _ = run_cli(["sweep", "collect", str(folder / "main.toml")], capsys)
+    assert code == 0
+    out = folder / "runs" / "collect"
+    runs = pd.read_csv(out / "runs.csv")
+    assert list(runs["run"]) == ["seed0/fixed", "seed1/fixed", "seed0/broken", "seed1/broken"]
+    assert list(runs["state"]) == ["done", "done", "failed", "failed"] and list(runs["entry"])[0] == "fixed"
+    curves = pd.read_csv(out / "recall_curve.csv")
+    assert curves["depth"].max() == 4 and curves["run"].nunique() == 2  # the evaluation's settings
+    seeds = pd.read_csv(out / "recall_curve_seeds.csv")
+    assert set(seeds["group"]) == {"fixed"} and set(seeds["n_seeds"]) == {2}
+    assert (out / "summary.csv").is_file() and (out / "recall_curve.png").is_file()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(folder, swept, capsys):
+    before = snapshot(folder / "runs")
+    code, out, _ = run_cli(["sweep", "run", str(folder / "main.toml"), "--dry-run"], capsys)
+    assert code == 0 and changes(before, snapshot(folder / "runs")) == []
+    assert "skip     seed0/fixed" in out and "train    seed0/broken" in out
+
+
+def wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_killed_run_is_resumed_on_rerun(folder, tmp_path):
+    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
+    options.update(budget_of="fixed:2:80", save_every=3, quiet=True)
+    runs = [SweepRun("long", "train", options)]
+    outcomes = []
+    sweeper = threading.Thread(target=lambda: outcomes.append(run_sweep(tmp_path / "out", runs)))
+    sweeper.start()
+    record, run_dir = tmp_path / "out/.sweep/long.json", tmp_path / "out/long"
+    wait_for(
+        lambda: (run_dir / "checkpoints/latest").exists() and len(read_metrics(run_dir)) >= 10, "updates"
+    )
+    os.kill(json.loads(record.read_text())["pid"], signal.SIGKILL)
+    sweeper.join()
+    assert [(o.state, o.exit_code, o.error) for o in outcomes[0].outcomes] == [
+        ("failed", -9, "killed by SIGKILL")
+    ]
+    assert status_table(load_jobs(tmp_path / "out", runs))[0]["state"] == "failed"
+    result = run_sweep(tmp_path / "out", runs)
+    assert [(o.state, o.action) for o in result.outcomes] == [("done", "resumed")]
+    planned = read_config(run_dir)["plan"]["updates"]
+    assert [row["update"] for row in read_metrics(run_dir)] == list(range(planned))  # each update once
+    assert "--resume" in (tmp_path / "out/.sweep/long.log").read_text().split("== ")[-1]
+
+
+def load_jobs(out, runs):
+    from biosrecall.sweep.jobs import build_jobs
+
+    return build_jobs(out, runs)
+
+
+def test_the_slurm_executor_runs_a_job_array_through_submitit(folder, tmp_path):
+    pytest.importorskip("submitit")  # the `slurm` extra; CI installs it
+    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
+    options.update(budget_of="fixed:2:10", quiet=True)
+    result = run_sweep(
+        tmp_path / "out", [SweepRun("one", "train", options)], executor=SlurmExecutor(cluster="local")
+    )
+    assert [(o.state, o.action) for o in result.outcomes] == [("done", "trained")]
+    assert 1.0 in list_checkpoints(tmp_path / "out/one")
+    assert any((tmp_path / "out/.sweep/submitit").iterdir())
+
+
+def test_the_python_api_refuses_a_bad_run_before_writing(tmp_path):
+    with pytest.raises(BiosrecallError, match="run x: data folder"):
+        run_sweep(tmp_path / "out", [SweepRun("x", "train", {"data": str(tmp_path / "none"), "updates": 5})])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_run_over_several_gpus_starts_under_torchrun(folder, tmp_path):
+    """gpus_per_run > 1 launches torchrun with one process per GPU (here on CPU: two gloo ranks)."""
+    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
+    options.update(budget_of="fixed:2:10", device="cpu", quiet=True)
+    executor = LocalExecutor(gpus_per_run=2)
+    result = run_sweep(tmp_path / "out", [SweepRun("ddp", "train", options)], executor=executor)
+    assert [(o.state, o.action) for o in result.outcomes] == [("done", "trained")], result.summary()
+    assert (
+        "torch.distributed.run --standalone --nproc_per_node 2 -m biosrecall train"
+        in (tmp_path / "out/.sweep/ddp.log").read_text()
+    )
+    assert 1.0 in list_checkpoints(tmp_path / "out/ddp")
+
+
+@pytest.mark.slow
+def test_a_language_model_sweep_is_evaluated_and_compared(tmp_path, capsys):
+    """`lm train` runs laid out as NAME/seed<S>, each evaluated by `lm eval`, compared by collect."""
+    from biosrecall.lm import Corpus, prepare_corpus
+
+    words = ["the", "cat", "dog", "sat", "ran", "on", "under", "a", "tree", "house", "big", "red"]
+    rng = random.Random(0)
+    text = "\n\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(10, 60))) for _ in range(300))
+    (tmp_path / "corpus.txt").write_text(text + "\n")
+    prepare_corpus(
+        Corpus([tmp_path / "corpus.txt"]), tmp_path / "lm", vocab_size=300, val_fraction=0.05, seed=0
+    )
+    spec = spec_file(tmp_path, """
+[sweep]
+out = "runs"
+command = "lm train"
+[base]
+data = "lm"
+preset = "lm-tiny"
+seq_len = 16
+batch_size = 8
+updates = 6
+device = "cpu"
+quiet = true
+[grid]
+seed = [0]
+[[runs]]
+name = "uniform"
+schedule = "uniform:1-16"
+[[runs]]
+name = "ff"
+schedule = "fixed_first:k0=4,switch=0.67,finish=uniform"
+[eval]
+lm_eval = { checkpoints = "all" }
+""")  # fmt: skip
+    code, out, err = run_cli(["sweep", "run", str(spec), "--workers", "2"], capsys)
+    assert code == 0 and "2 runs: 2 trained" in out, out + err
+    code, out, _ = run_cli(["sweep", "collect", str(spec)], capsys)
+    compare = pd.read_csv(tmp_path / "runs/collect/lm_compare.csv")
+    assert code == 0 and sorted(compare["run"]) == sorted(
+        str(tmp_path / "runs" / n) for n in ("ff", "uniform")
+    )
+    assert set(compare["n_seeds"]) == {1}
