@@ -9,7 +9,7 @@ per second of wall time for each layout and their ratio (above 1: parallel runs 
 layouts alternate (A B, then B A) and each keeps its faster pass, so load from other processes biases
 neither.
 
-    python benchmarks/bench_workers.py            # bios-cpu, 16 x 256, 4 runs of 30 updates: minutes
+    python benchmarks/bench_workers.py            # bios-cpu, 8 x 256, 4 runs of 40 updates: minutes
     python benchmarks/bench_workers.py --quick    # bios-tiny, 2 runs of 5 updates: a smoke check
 
 `run(quick=False) -> dict` is what `benchmarks/run_all.py` imports; its "ratios" are its table lines.
@@ -44,7 +44,7 @@ class Settings:
     """Passes over both layouts, in alternating order; each layout keeps its fastest."""
 
 
-FULL = Settings("bios-cpu", 16, 256, 1000, 4, 30, 2)
+FULL = Settings("bios-cpu", 8, 256, 250, 4, 40, 2)  # the default figure1 preset's model, batch and people
 QUICK = Settings("bios-tiny", 4, 128, 40, 2, 5, 1)
 
 

@@ -9,7 +9,7 @@ same run hold, so the table shows ratios (measured, target, ok) and keeps absolu
 
 A full run writes `benchmarks/results/<date>-<host-kind>.json` and `benchmarks/results/latest.json`
 (machine description, load average before and after, the table, every benchmark's raw result); quick
-or partial runs write `<date>-<host-kind>-quick.json` / `-partial.json` and leave `latest.json` alone.
+or partial runs write `<date>-<host-kind>-quick.json` / `-partial-<names>.json` and leave `latest.json` alone.
 """
 
 from __future__ import annotations
@@ -205,8 +205,9 @@ def host_kind(machine: dict) -> str:
 
 
 def write_results(report: dict, quick: bool, partial: bool) -> list[Path]:
+    """A partial run's file names its benchmarks, so partial runs of one day do not replace each other."""
     RESULTS.mkdir(exist_ok=True)
-    suffix = "-quick" if quick else "-partial" if partial else ""
+    suffix = "-quick" if quick else f"-partial-{'-'.join(sorted(report['benchmarks']))}" if partial else ""
     name = f"{report['date']}-{host_kind(report['machine'])}{suffix}.json"
     text = json.dumps(report, indent=2, default=str) + "\n"
     paths = [RESULTS / name] + ([] if quick or partial else [RESULTS / "latest.json"])

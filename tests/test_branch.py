@@ -7,6 +7,7 @@ could not be that run are refused with one line and nothing written.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,19 @@ def test_a_branch_equals_the_standalone_run_bit_for_bit(bios_dataset_dir, trunk,
     assert mine.keys() == theirs.keys()
     assert all(mine[name].equal(theirs[name]) for name in mine)
     assert losses(branched) == losses(standalone)
-    assert read_config(branched)["branch"] == {"parent": str(trunk.resolve()), "at_update": BRANCH_AT}
+    assert read_config(branched)["branch"] == {"path": str(trunk.resolve()), "at_update": BRANCH_AT}
+    # The branch keeps what the standalone run keeps from the branch point on: its switch (the
+    # branch point itself) and the fractions crossed later; earlier ones belong to the trunk.
+    kept = {
+        p.name
+        for p in (branched / "checkpoints").iterdir()
+        if not p.name.startswith((".", "state-", "latest"))
+    }
+    assert {"switch", "1.0"} <= kept <= {p.name for p in (standalone / "checkpoints").iterdir()}
+    switch = [
+        load_file(str(run / "checkpoints" / "switch" / "model.safetensors")) for run in (branched, standalone)
+    ]
+    assert all(switch[0][name].equal(switch[1][name]) for name in switch[0])
     # The branch is trained from the trunk: its updates before the branch point are the trunk's own.
     assert losses(branched)[:BRANCH_AT] == losses(trunk)[:BRANCH_AT]
 
@@ -77,6 +90,15 @@ def test_the_trunk_keeps_its_branch_point_and_a_branch_decays_on_its_own_schedul
     assert rates == [learning_rate(u, 10, config("fixed:2", 10)) for u in range(10)]
 
 
+def test_a_branch_on_a_moved_copy_of_the_data_trains(bios_dataset_dir, trunk, tmp_path):
+    """The dataset is matched by its manifest hash, not by where it lies."""
+    data = tmp_path / "data-elsewhere"
+    shutil.copytree(bios_dataset_dir, data)
+    run = tmp_path / "k2"
+    train_bios(data, run, config("fixed:2", 10), "bios-tiny", branch=Branch(trunk, BRANCH_AT))
+    assert 1.0 in list_checkpoints(run)
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
@@ -86,7 +108,7 @@ def test_the_trunk_keeps_its_branch_point_and_a_branch_decays_on_its_own_schedul
         (["--at-update", "8", "--batch-size", "8"], "batch_size differs"),
         (["--at-update", "8", "--warmup-updates", "3"], "update 0 has learning rate"),
         (["--at-update", "8", "--schedule", "fixed:3"], "update 0 trains at depth 3 here but 2"),
-        (["--at-update", "8", "--preset", "bios-cpu"], "the parent's model_config differs"),
+        (["--at-update", "8", "--preset", "bios-cpu"], "the parent's model_config.context_length differs"),
         (["--at-update", "0"], "--at-update must be a positive update count"),
         ([], "--from and --at-update go together"),
     ],

@@ -147,7 +147,12 @@ def test_budget_curve_summarises_each_final_checkpoint():
 
 @pytest.mark.parametrize(
     ("value", "named"),
-    [("0", "must be positive"), ("-1,2", "must be positive"), ("1,1", "repeats"), ("a", "comma-separated")],
+    [
+        ("0", "must be positive"),
+        ("-1,2", "must be positive"),
+        ("1,1", "repeats"),
+        ("a", "comma-separated numbers such as 0.5,1,2"),
+    ],
 )
 def test_bad_budgets_are_one_line_exit_2_nothing_written(tmp_path: Path, capsys, value, named):
     out = tmp_path / "out"
@@ -156,3 +161,29 @@ def test_bad_budgets_are_one_line_exit_2_nothing_written(tmp_path: Path, capsys,
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("error: ") and named in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_runs_share_a_trunk_only_at_the_same_learning_rate():
+    """A grid that gives fixed-first another rate than fixed K=4 gives it a fixed-depth trunk of its own."""
+    study = StudyOptions(seeds=(0,), budgets=(1, 2))
+    runs = budget_runs(study, {**LR, FIXED_FIRST: 3e-3}, 1e-2, planner, warmup_updates=5)
+    trunk = next(run for run in runs if run.role == "trunk")
+    assert (trunk.schedule, trunk.lr, trunk.updates, trunk.label) == (
+        "fixed:4",
+        3e-3,
+        180,
+        "fixed_k4_trunk_lr0.003_wsd",
+    )
+    assert trunk.keep_updates == (72, 144)
+    for run in runs:
+        if run.name == FIXED_FIRST:
+            assert run.branch[0] == trunk.folder and run.lr == 3e-3
+        elif run.name == FIXED_K4 and run.branch is not None:
+            assert run.branch[0].name == "fixed_k4_wsd_b2"
+
+
+def test_a_saving_from_an_upper_bound_says_so():
+    curve = pd.DataFrame(curve_rows(FIXED_FIRST, 0, [25, 30, 35]) + curve_rows(UNIFORM, 0, [10, 25, 30]))
+    saving = compute_to_target(curve).set_index(["kind", "subject", "target", "depths"])
+    row = saving.loc[("saving", f"{FIXED_FIRST} vs {UNIFORM}", 0.5, "K=1..16")]
+    assert "upper bound" in row["note"] and row["value"] == pytest.approx(1 - 1e12 / 10 ** (12 + 2 / 3))

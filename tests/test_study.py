@@ -112,7 +112,7 @@ def test_model_overrides_are_typed_and_checked():
         (["--seeds", "0,-2"], "non-negative"),
         (["--seeds", "a"], "comma-separated seeds"),
         (["--lr-grid", "1e-2,0"], "--lr-grid values must be positive"),
-        (["--lr-grid", "x"], "comma-separated learning rates"),
+        (["--lr-grid", "x"], "comma-separated numbers such as 3e-3,1e-2"),
         (["--model-override", "nrm=sandwich"], "unknown model config field 'nrm'"),
         (["--model-override", "norm=post"], "norm must be one of"),
         (["--model-override", "n_block=two"], "expected int"),

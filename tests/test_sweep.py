@@ -243,6 +243,10 @@ def test_executor_mistakes_are_one_error_line(folder, tmp_path, capsys, monkeypa
     assert code == 2 and "--partition applies to --executor slurm only" in stderr
     code, _, stderr = run_cli(["sweep", "run", str(path), "--workers", "0"], capsys)
     assert code == 2 and "workers must be an integer of at least 1" in stderr
+    monkeypatch.delitem(sys.modules, "submitit")
+    monkeypatch.setattr("shutil.which", lambda name: None)  # a machine without Slurm
+    code, _, stderr = run_cli(["sweep", "run", str(path), "--executor", "slurm"], capsys)
+    assert code == 2 and "this machine has no sbatch command" in stderr and stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists()
 
 
@@ -367,6 +371,26 @@ def test_the_slurm_executor_runs_a_job_array_through_submitit(folder, tmp_path):
     assert [(o.state, o.action) for o in result.outcomes] == [("done", "trained")]
     assert 1.0 in list_checkpoints(tmp_path / "out/one")
     assert any((tmp_path / "out/.sweep/submitit").iterdir())
+
+
+def test_a_run_the_engine_cannot_start_is_failed_and_the_queue_goes_on(folder, tmp_path, monkeypatch):
+    """An error of the engine itself (here: the run cannot be started) fails that run, not the sweep."""
+    from biosrecall.sweep import executors
+
+    real = executors.run_one
+
+    def broken_for_a(job, env, running):
+        if job.name == "a":
+            raise OSError(28, "No space left on device")
+        return real(job, env, running)
+
+    monkeypatch.setattr(executors, "run_one", broken_for_a)
+    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
+    options.update(budget_of="fixed:2:6", quiet=True)
+    runs = [SweepRun(name, "train", options) for name in ("a", "b")]
+    result = run_sweep(tmp_path / "out", runs, executor=LocalExecutor(workers=1))
+    assert [(o.name, o.state) for o in result.outcomes] == [("a", "failed"), ("b", "done")]
+    assert "No space left on device" in result.failed[0].error
 
 
 def test_the_python_api_refuses_a_bad_run_before_writing(tmp_path):

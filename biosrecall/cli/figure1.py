@@ -44,17 +44,19 @@ def parse_seeds(ctx, param, value: str) -> tuple[int, ...]:
     return seeds
 
 
+def _numbers(value: str, example: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"expected comma-separated numbers such as {example}, got {value!r}"
+        ) from None
+
+
 def parse_lr_grid(ctx, param, value: str | None) -> tuple[float, ...]:
     from biosrecall.experiments.study import check_lr_grid
 
-    if value is None:
-        return ()
-    try:
-        grid = tuple(float(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"expected comma-separated learning rates such as 3e-3,1e-2, got {value!r}"
-        ) from None
+    grid = () if value is None else _numbers(value, "3e-3,1e-2")
     check_lr_grid(grid)
     return grid
 
@@ -62,14 +64,7 @@ def parse_lr_grid(ctx, param, value: str | None) -> tuple[float, ...]:
 def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
     from biosrecall.experiments.study import BUDGET_MODES, check_budgets
 
-    if value is None:
-        return ()
-    try:
-        budgets = tuple(float(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"expected comma-separated multiples such as 0.5,1,2, got {value!r}"
-        ) from None
+    budgets = () if value is None else _numbers(value, "0.5,1,2")
     check_budgets(budgets, BUDGET_MODES[0])
     return budgets
 

@@ -41,7 +41,12 @@ def sweep() -> None:
     show_default=True,
     help="Where runs go: processes on this machine, or a Slurm job array (submitit).",
 )
-@click.option("--workers", type=int, default=None, help="local: runs at the same time [default: 1].")
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="local: runs at the same time [default: one per core; measured faster than threads per run].",
+)
 @click.option("--threads-per-run", type=int, default=None, help="local: threads of each run [default: 1].")
 @click.option(
     "--gpus-per-run", type=int, default=None, help="GPUs of each run; over 1: torchrun [default: 0]."

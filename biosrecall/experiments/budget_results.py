@@ -34,6 +34,7 @@ COMPARED = (UNIFORM, UPDATE_MATCHED)  # fixed-first's saving is reported against
 # both schedules train on (beyond K=16 uniform declines by design, so K=1..64 would favour fixed-first).
 CLAIM_TARGET, CLAIM_RANGE = 0.9, "K=1..16"
 BUDGET_NAMES = "budget_curve", "compute_to_target"
+UPPER_BOUND = "reached at the smallest budget (an upper bound)"
 
 
 def budget_curve(curves: pd.DataFrame) -> pd.DataFrame:
@@ -66,7 +67,7 @@ def flops_to_target(points: pd.DataFrame, column: str, target: float) -> tuple[f
     for i, value in enumerate(bits):
         if value >= target:
             if i == 0:
-                return flops[0], "reached at the smallest budget (an upper bound)"
+                return flops[0], UPPER_BOUND
             share = (target - bits[i - 1]) / (value - bits[i - 1])
             log_flops = math.log10(flops[i - 1]) + share * (math.log10(flops[i]) - math.log10(flops[i - 1]))
             return 10**log_flops, ""
@@ -122,15 +123,23 @@ def _needed_per_seed(curve: pd.DataFrame) -> pd.DataFrame:
 def _savings(needed: pd.DataFrame) -> list[dict]:
     """1 - FLOPs(fixed-first) / FLOPs(other) per seed, for each compared schedule, target and range."""
     rows = []
-    table = needed.pivot_table(
-        index=["target", "depths", "seed"], columns="name", values="flops", dropna=False
-    )
+    keys = ["target", "depths", "seed"]
+    table = needed.pivot_table(index=keys, columns="name", values="flops", dropna=False)
+    bounded = needed[needed["note"] == UPPER_BOUND]
     for other in COMPARED:
         if FIXED_FIRST not in table or other not in table:
             continue
         saving = 1 - table[FIXED_FIRST] / table[other]
         for (target, depths), values in saving.groupby(level=["target", "depths"], sort=False):
             interval = seed_interval(values.dropna())
+            notes = [] if interval.n == len(values) else ["seeds where either did not reach it are left out"]
+            pair = bounded[
+                np.isclose(bounded["target"], target)
+                & (bounded["depths"] == depths)
+                & bounded["name"].isin([FIXED_FIRST, other])
+            ]
+            if len(pair):
+                notes.append("a schedule reached it at the smallest budget: its FLOPs are an upper bound")
             rows.append(
                 {
                     "kind": "saving",
@@ -142,9 +151,7 @@ def _savings(needed: pd.DataFrame) -> list[dict]:
                     "high": interval.high,
                     "n_seeds": interval.n,
                     "of_seeds": len(values),
-                    "note": ""
-                    if interval.n == len(values)
-                    else "seeds where either did not reach it are left out",
+                    "note": "; ".join(notes),
                 }
             )
     return rows

@@ -12,7 +12,9 @@ Two modes (`StudyOptions.budget_mode`):
   fixed K=4 at a smaller budget branches where its own decay starts, fixed-first at its switch (where
   its decay starts too). Uniform and the update-matched control share a uniform trunk the same way.
   Each branch is bit-identical to the standalone run with its settings (`biosrecall.train.branch`), so
-  the FLOPs a budget point reports are that standalone run's, trunk included.
+  the FLOPs a budget point reports are that standalone run's, trunk included. Runs share a trunk only
+  at the same learning rate; when a learning-rate grid gives fixed-first another rate than fixed K=4,
+  fixed-first gets a fixed-depth trunk of its own (role "trunk", trained but not reported).
 - independent: every budget point is its own run with the preset's rate schedule.
 
 Folders: runs/seed<S>/<label>_b<multiple> (independent) or <label>_wsd_b<multiple> (branch), so runs of
@@ -40,6 +42,7 @@ from biosrecall.train.optim import decay_start
 
 FAMILY = {FIXED_K4: "fixed", FIXED_FIRST: "fixed", UNIFORM: "uniform", UPDATE_MATCHED: "uniform"}
 TRUNK_NAMES = (FIXED_K4, UNIFORM, UPDATE_MATCHED)  # one depth rule from start to end: a trunk can be any
+TRUNK_OF = {"fixed": FIXED_K4, "uniform": UNIFORM}  # the depth rule of a family's own trunk
 Planner = Callable[[RunSpec], tuple]  # spec -> (its Plan, its TrainConfig)
 
 
@@ -69,7 +72,7 @@ def budget_runs(
         if study.update_matched:
             points += [_update_matched(study, seed, best_lr, preset_lr, m, plan) for m in study.budgets]
         if study.budget_mode == "branch":
-            points = _as_branches(points, plan, warmup_updates)
+            points = _as_branches(points, plan, warmup_updates, preset_lr)
         runs += points
     return runs
 
@@ -93,31 +96,50 @@ def _update_matched(study, seed, best_lr, preset_lr, multiple, plan: Planner) ->
     return _point(study, UPDATE_MATCHED, seed, lr, preset_lr, multiple, fixed.updates, "uniform:1-16")
 
 
-def _as_branches(points: list[RunSpec], plan: Planner, warmup_updates: int) -> list[RunSpec]:
-    """Per family, the longest run with one depth rule becomes the trunk and every other run a branch
-    of it, at the last update the two share (the switch, or the branch's own decay start)."""
+def _as_branches(
+    points: list[RunSpec], plan: Planner, warmup_updates: int, preset_lr: float
+) -> list[RunSpec]:
+    """Per schedule family and learning rate, the longest run with one depth rule becomes the trunk
+    (or, when none is as long as the family's longest run, a trunk of its own is added) and every
+    other run a branch of it, at the last update the two share: the switch, or its own decay start."""
     points = [replace(p, warmup_updates=warmup_updates) for p in points]
     planned = {p: plan(p) for p in points}
+    groups: dict[tuple[str, float], list[RunSpec]] = {}
+    for point in points:
+        groups.setdefault((FAMILY[point.name], point.lr), []).append(point)
     ordered: list[RunSpec] = []
-    for family in dict.fromkeys(FAMILY.values()):
-        members = [p for p in points if FAMILY[p.name] == family]
-        if not members:
-            continue
-        trunk = max((p for p in members if p.name in TRUNK_NAMES), key=lambda p: planned[p][0].updates)
-        branches = []
-        for point in members:
-            if point is trunk:
-                continue
-            run_plan, config = planned[point]
-            at = decay_start(run_plan.updates, config)
-            if run_plan.switch_update is not None:
-                at = min(at, run_plan.switch_update)
-            if at <= warmup_updates:
-                raise BiosrecallError(
-                    f"budget multiple {point.budget:g} is too small to branch {point.name}: its branch "
-                    f"point {at} is inside the {warmup_updates}-update warm-up"
-                )
-            branches.append(replace(point, branch=(trunk.folder, at)))
+    for (family, lr), members in groups.items():
+        longest = max(planned[p][0].updates for p in members)
+        trunks = [p for p in members if p.name in TRUNK_NAMES and planned[p][0].updates == longest]
+        trunk = (
+            trunks[0] if trunks else _own_trunk(family, members[0], lr, longest, preset_lr, warmup_updates)
+        )
+        branches = [_branch(p, planned[p], trunk, warmup_updates) for p in members if p is not trunk]
         ordered.append(replace(trunk, keep_updates=tuple(sorted({b.branch[1] for b in branches}))))
         ordered += branches
     return ordered
+
+
+def _own_trunk(
+    family: str, member: RunSpec, lr: float, updates: int, preset_lr: float, warmup: int
+) -> RunSpec:
+    """A trunk for a family whose longest run switches depth (fixed-first at another learning rate
+    than fixed K=4's): the family's constant depth rule for as many updates. Trained, not reported."""
+    name = TRUNK_OF[family]
+    run = make_run(f"{name}_trunk", MAIN_SCHEDULES[name], member.seed, lr, "trunk", preset_lr, updates)
+    return replace(
+        run, label=f"{run.label}_wsd", lr_schedule="wsd", warmup_updates=warmup, budget=member.budget
+    )
+
+
+def _branch(point: RunSpec, planned: tuple, trunk: RunSpec, warmup_updates: int) -> RunSpec:
+    run_plan, config = planned
+    at = decay_start(run_plan.updates, config)
+    if run_plan.switch_update is not None:
+        at = min(at, run_plan.switch_update)
+    if at <= warmup_updates:
+        raise BiosrecallError(
+            f"budget multiple {point.budget:g} is too small to branch {point.name}: its branch point {at} "
+            f"is inside the {warmup_updates}-update warm-up"
+        )
+    return replace(point, branch=(trunk.folder, at))

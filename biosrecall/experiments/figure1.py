@@ -171,7 +171,8 @@ def _budget_sweep(out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFram
     settings, study = trainer.settings, trainer.study
     specs = budget_runs(study, best_lr, settings.lr, trainer.plan, trainer.warmup_updates())
     trained = trainer.train_all(specs)
-    curves = _evaluate(trained, (1.0,), settings, device)
+    reported = {spec: path for spec, path in trained.items() if spec.role != "trunk"}
+    curves = _evaluate(reported, (1.0,), settings, device)
     curves = curves.assign(budget_multiple=curves["run"].map({str(s.folder): s.budget for s in specs}))
     curve = budget_curve(curves)
     targets = compute_to_target(curve)
@@ -296,7 +297,6 @@ class _Trainer:
     def train(self, spec: RunSpec) -> Path:
         """Train one run unless it is finished; resume it when it was interrupted."""
         from biosrecall.train.bios_training import train_bios
-        from biosrecall.train.branch import Branch
 
         run_dir = self.runs_dir / spec.folder
         if 1.0 in list_checkpoints(run_dir):
@@ -306,7 +306,7 @@ class _Trainer:
         data_dir = self.datasets[dataset_seed(self.study, spec.seed)]
         overrides = dict(self.settings.model_overrides)
         config, model_preset = self.run_config(spec), self.settings.model_preset
-        branch = None if spec.branch is None else Branch(self.runs_dir / spec.branch[0], spec.branch[1])
+        branch = None if resume else self._branch(spec, reporter)
         try:
             train_bios(
                 data_dir, run_dir, config, model_preset, overrides, resume, not resume, reporter, branch
@@ -315,6 +315,20 @@ class _Trainer:
             # The loop's own message points at `train --resume`; here a plain call again continues.
             raise Interrupted(f"interrupted while training {spec.folder}; its progress is saved") from None
         return run_dir
+
+    def _branch(self, spec: RunSpec, reporter):
+        """The branch a new run starts as, or None: also when its trunk finished before this branch
+        point was asked for (a budget added later), where training from scratch gives the same run."""
+        from biosrecall.train.branch import Branch, saved_states
+
+        if spec.branch is None:
+            return None
+        parent, at = self.runs_dir / spec.branch[0], spec.branch[1]
+        if at in saved_states(parent):
+            return Branch(parent, at)
+        if reporter is not None:
+            reporter.message(f"{spec.branch[0]} kept no state at update {at}: training from the start")
+        return None
 
 
 def _tune_learning_rates(out_dir: Path, trainer: _Trainer, study: StudyOptions, settings, device: str):

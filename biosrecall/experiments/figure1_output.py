@@ -21,6 +21,7 @@ from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
+from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
 from biosrecall.train.config import RESUMABLE_DIFFERENCES
@@ -30,6 +31,7 @@ RECORD, DATA, RUNS = "figure1.json", "data", "runs"
 RESULT_STEMS = (
     "figure1", "figure5", "recall_curve", "recall_curve_seeds", "fixed_sweep", "fixed_sweep_seeds",
     "summary", "summary_runs", "fixed_sweep_summary", "fixed_sweep_summary_runs", "claims", "lr_grid",
+    *BUDGET_NAMES,
 )  # fmt: skip
 RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md")
 _SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest

@@ -12,7 +12,7 @@ before N the same depth and learning rate (under wsd, the rate is the peak until
 whatever the run's length, so a fixed-depth trunk serves every budget). The branch then ends
 bit-identical on CPU to the standalone run with its settings (tests/test_branch.py), and a budget sweep
 trains the shared trunk once. The branch's folder starts with the parent's first N metrics rows, and
-its config.json records `branch: {parent, at_update}`.
+its config.json records `branch: {path, at_update}`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,20 @@ from typing import Any
 
 import numpy as np
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.train import checkpoint as ckpt
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import learning_rate
-from biosrecall.train.run_dir import CHECKPOINTS, CONFIG_FILE, METRICS_FILE, read_config, read_metrics
+from biosrecall.train.run_dir import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    METRICS_FILE,
+    first_difference,
+    read_config,
+    read_metrics,
+)
 
 # What must match between parent and branch beyond the per-update depths and rates, which
 # `check_branch` compares update by update.
@@ -64,7 +72,7 @@ def find_state(branch: Branch) -> Path:
     budget-fraction or switch checkpoint, or `latest`)."""
     if not os.path.lexists(branch.parent / CONFIG_FILE):
         raise BiosrecallError(f"cannot branch: {branch.parent} holds no run (no {CONFIG_FILE})")
-    saved = _saved_states(branch.parent / CHECKPOINTS)
+    saved = saved_states(branch.parent)
     if branch.at_update in saved:
         return saved[branch.at_update]
     last = max(saved, default=0)
@@ -80,8 +88,9 @@ def find_state(branch: Branch) -> Path:
     )
 
 
-def _saved_states(root: Path) -> dict[int, Path]:
-    """Update -> a folder of `root` holding the whole training state after that update."""
+def saved_states(run_dir: str | Path) -> dict[int, Path]:
+    """Update -> a checkpoint folder of the run holding the whole training state after that update."""
+    root = Path(run_dir) / CHECKPOINTS
     found: dict[int, Path] = {}
     if not root.is_dir():
         return found
@@ -96,17 +105,22 @@ def _saved_states(root: Path) -> dict[int, Path]:
     return found
 
 
-def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConfig, replan) -> None:
+def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConfig, replan, ignored) -> None:
     """Refuse a branch whose first `at_update` updates are not the parent's: model, dataset, task and
-    the shared settings must be equal, and so must every earlier update's depth and learning rate.
-    `replan(model_config, train_config)` plans the parent again (`setup.make_plan`)."""
+    the shared settings must be equal (keys in `ignored` aside, such as the dataset's path), and so
+    must every earlier update's depth and learning rate. `replan(model_config, train_config)` plans
+    the parent again (`setup.make_plan`)."""
     stored = read_config(branch.parent)
     for section in ("model_config", "dataset", "task"):
-        if _plain(stored.get(section)) != _plain(record.get(section)):
-            raise BiosrecallError(f"cannot branch: the parent's {section} differs from this run's")
+        difference = first_difference(stored.get(section), record.get(section), ignored)
+        if difference is not None:
+            raise BiosrecallError(
+                f"cannot branch: the parent's {section}{difference[0]} differs from this run's "
+                f"({difference[1]!r}, here {difference[2]!r})"
+            )
     parent_config = TrainConfig.from_dict(stored["train_config"])
     for name in SHARED_SETTINGS:
-        if _plain(getattr(parent_config, name)) != _plain(getattr(config, name)):
+        if first_difference(getattr(parent_config, name), getattr(config, name)) is not None:
             raise BiosrecallError(
                 f"cannot branch: {name} differs (parent {getattr(parent_config, name)!r}, this run "
                 f"{getattr(config, name)!r})"
@@ -141,22 +155,13 @@ def _check_same_updates(at: int, parent_plan, plan, parent_config: TrainConfig, 
 
 
 def copy_parent_metrics(branch: Branch, run_dir: Path) -> None:
-    """Start the branch's metrics.jsonl with the parent's rows of the updates before the branch point."""
-    rows = read_metrics(branch.parent)[: branch.at_update]
-    if len(rows) < branch.at_update:
-        raise BiosrecallError(
-            f"cannot branch: {branch.parent / METRICS_FILE} holds {len(rows)} updates, fewer than "
-            f"{branch.at_update}"
-        )
-    text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
-    (run_dir / METRICS_FILE).write_text(text)
+    """Start the branch's metrics.jsonl with the parent's rows of the updates before the branch point
+    (the loop's `MetricsLog` then checks that they are all there)."""
+    rows = read_metrics(branch.parent, limit=branch.at_update)
+    atomic_write_text(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
 def branch_record(branch: Branch) -> dict[str, Any]:
-    """What config.json says of the branch (a resume must name the same parent and update)."""
-    return {"parent": str(branch.parent.resolve()), "at_update": branch.at_update}
-
-
-def _plain(value: Any) -> Any:
-    """`value` as JSON gives it back (tuples become lists), so stored and new values compare equal."""
-    return json.loads(json.dumps(value))
+    """What config.json says of the branch. The parent is under "path", which a resume may change
+    (`RESUMABLE_DIFFERENCES`): a moved output still resumes its branches."""
+    return {"path": str(branch.parent.resolve()), "at_update": branch.at_update}

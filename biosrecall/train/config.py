@@ -232,6 +232,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 _UNSET_ALLOWED = {
     "budget", "budget_of", "updates", "seq_len", "threads", "warmup_updates", "decay", "keep_updates"
 }  # fmt: skip
+DEFAULT_DECAY = 0.2  # wsd's decay share when `decay` is unset
 
 
 def check_field(name: str, value: Any) -> Any:

@@ -131,6 +131,8 @@ def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) 
     if setup.resume_from and setup.dist.is_main:
         remove_leftovers(setup.run_dir)
     reporter.start(setup.plan.updates, state.update)
+    if setup.branching:  # what the branch point itself earns: the switch checkpoint, a kept update
+        _maybe_checkpoint(setup, config, source, state, metrics)
     started = time.perf_counter() - state.wall_seconds
     with _stop_requests() as stop_requested, _explaining_failed_saves(setup, state):
         while state.update < setup.plan.updates:
@@ -296,7 +298,7 @@ def _restore(setup: RunSetup, source: BatchSource, config: TrainConfig) -> _Loop
         fractions_done=list(done),
         last_loss=meta["loss"],
         wall_seconds=meta["wall_seconds"],
-        saved_update=meta["update"],
+        saved_update=None if setup.branching else meta["update"],  # a branch has saved nothing yet
     )
 
 

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from biosrecall.train.config import TrainConfig
+from biosrecall.train.config import DEFAULT_DECAY, TrainConfig
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -39,8 +39,7 @@ def warmup_updates(total: int, config: TrainConfig) -> int:
 def decay_start(total: int, config: TrainConfig) -> int:
     """The first update of wsd's linear decay: before it, the rate is the peak whatever `total` is, so
     runs of every length share that stretch (the trunk that finishing branches start from)."""
-    # The default is written as 0.8, not 1 - 0.2 (one ulp apart), so existing runs keep their rates.
-    stable = 0.8 if config.decay is None else 1.0 - config.decay
+    stable = 1.0 - (DEFAULT_DECAY if config.decay is None else config.decay)
     return max(warmup_updates(total, config), round(stable * total))
 
 

@@ -220,9 +220,22 @@ class MetricsLog:
         self._handle.close()
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every logged update of a run, in order (a last line torn by a hard kill is dropped)."""
-    return _read_rows(Path(run_dir) / METRICS_FILE)
+def read_metrics(run_dir: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every logged update of a run (the first `limit`), in order (a last line torn by a hard kill is
+    dropped)."""
+    return _read_rows(Path(run_dir) / METRICS_FILE, limit)
+
+
+def first_difference(old: Any, new: Any, ignored=frozenset()) -> tuple[str, Any, Any] | None:
+    """(".key" or "", old value, new value) of the first difference between two config.json sections
+    as JSON reads them back (tuples are lists), keys in `ignored` aside; None when they agree."""
+    old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if key not in ignored and old.get(key) != new.get(key):
+                return f".{key}", old.get(key), new.get(key)
+        return None
+    return None if old == new else ("", old, new)
 
 
 def _read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:

@@ -12,7 +12,6 @@ of `latest`: anything but `RESUMABLE_DIFFERENCES` that differs is refused.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -34,7 +33,13 @@ from biosrecall.train.checkpointing import Checkpointer, LocalCheckpointer
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.progress import format_seconds
-from biosrecall.train.run_dir import prepare_run_dir, read_config, start_run_folder, write_config
+from biosrecall.train.run_dir import (
+    first_difference,
+    prepare_run_dir,
+    read_config,
+    start_run_folder,
+    write_config,
+)
 from biosrecall.train.sharded import ShardedCheckpointer
 
 
@@ -84,13 +89,7 @@ def prepare_run(
     record = {**record, "model_config": model_config.to_dict(), "train_config": config.to_dict()}
     if branch is not None:
         record["branch"] = branch_record(branch)
-    if resume:
-        resume_from = _check_resume(final_dir, record, plan, config)
-    elif branch is not None:
-        resume_from = find_state(branch)
-        check_branch(branch, record, plan, config, make_plan)
-    else:
-        resume_from = None
+    resume_from = _starting_state(final_dir, record, plan, config, resume, branch)
     folder = final_dir if resume else _new_run_folder(final_dir, replace, dist, building)
     if dist.is_main and not resume:
         write_config(folder, {**record, "plan": plan_summary(plan, model_config)})
@@ -117,6 +116,22 @@ def prepare_run(
     if dist.is_main:
         reporter.message(describe_plan(plan, model_config, _seconds_per_flop(setup, config)))
     return setup
+
+
+def _starting_state(final_dir: Path, record, plan, config: TrainConfig, resume: bool, branch) -> Path | None:
+    """The state training continues from: this run's `latest` (resume), the parent's (a new branch),
+    or None (a new run). A resumed branch continues from its own state, so its parent is not needed."""
+    if config.keep_updates and config.keep_updates[-1] > plan.updates:
+        raise BiosrecallError(
+            f"--keep-updates {config.keep_updates[-1]} is beyond this run's {plan.updates} updates"
+        )
+    if resume:
+        return _check_resume(final_dir, record, plan, config)
+    if branch is None:
+        return None
+    state = find_state(branch)
+    check_branch(branch, record, plan, config, make_plan, RESUMABLE_DIFFERENCES)
+    return state
 
 
 def _new_run_folder(run_dir: Path, replace: bool, dist, building: ExitStack) -> Path:
@@ -255,7 +270,11 @@ def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConf
     """Resuming is allowed only from an intact `latest` with the same settings that change results, as
     both config.json and the checkpoint's own meta.json record them (editing one fools neither)."""
     stored = read_config(run_dir)
-    for section in ("model_config", "train_config", "dataset", "task", "branch"):
+    # A resumed branch continues from its own `latest`: its parent matters only when named again.
+    sections = ("model_config", "train_config", "dataset", "task") + (
+        ("branch",) if "branch" in record else ()
+    )
+    for section in sections:
         _refuse_differences(section, stored.get(section), record.get(section), "")
     link = run_dir / "checkpoints" / ckpt.LATEST
     if not os.path.lexists(link):
@@ -283,21 +302,10 @@ def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConf
 
 def _refuse_differences(name: str, old: Any, new: Any, where: str) -> None:
     """Refuse `new` unless it equals `old` in every key but the documented resumable ones."""
-    old, new = _plain(old), _plain(new)
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            if key not in RESUMABLE_DIFFERENCES and old.get(key) != new.get(key):
-                raise BiosrecallError(
-                    f"cannot resume: {name}.{key} differs (run has {old.get(key)!r}, given "
-                    f"{new.get(key)!r}){where}"
-                )
-    elif old != new:
-        raise BiosrecallError(f"cannot resume: {name} differs (run has {old!r}, given {new!r}){where}")
-
-
-def _plain(value: Any) -> Any:
-    """`value` as JSON gives it back (tuples become lists), so stored and new values compare equal."""
-    return json.loads(json.dumps(value))
+    difference = first_difference(old, new, RESUMABLE_DIFFERENCES)
+    if difference is not None:
+        key, was, given = difference
+        raise BiosrecallError(f"cannot resume: {name}{key} differs (run has {was!r}, given {given!r}){where}")
 
 
 def autocast_for(device: torch.device, precision: str):
