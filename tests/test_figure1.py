@@ -122,7 +122,7 @@ def test_the_budget_sweep_branches_from_shared_trunks_and_writes_compute_to_targ
     # Fixed-first at 1x is a branch of the seed's longest fixed K=4 run, at its switch.
     run = figure1_out / "runs" / "seed1" / "fixed_first_k4_80_wsd_b1"
     branch, plan = read_config(run)["branch"], read_config(run)["plan"]
-    assert branch["parent"].endswith("seed1/fixed_k4_wsd_b2") and branch["at_update"] == plan["switch_update"]
+    assert branch["path"].endswith("seed1/fixed_k4_wsd_b2") and branch["at_update"] == plan["switch_update"]
     targets = pd.read_csv(figure1_out / "compute_to_target.csv")
     flops = targets[targets["kind"] == "flops"]
     assert len(flops) == len(FIGURE1_SCHEDULES) * len(TARGETS) * len(DEPTH_RANGES)
