@@ -1,5 +1,6 @@
 """Helpers shared by the test suites: run the CLI in-process, snapshot a folder so a test can assert
-that a refused command touched nothing, and find a free port for torchrun.
+that a refused command touched nothing, find a free port for torchrun, and launch torchrun so that a
+hang fails with every rank's Python stack.
 
     before = snapshot(folder)
     code, stderr = run_cli(["train", ...], capsys)
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -23,6 +26,24 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def run_launched(command: list[str], env: dict, timeout: float = 300) -> None:
+    """Run a torchrun command like `subprocess.run(check=True)`. Past `timeout` seconds every process
+    it started gets SIGABRT, which (with PYTHONFAULTHANDLER) prints each rank's Python stack into the
+    test's output before the test fails: a hang says where it hangs."""
+    env = {**env, "PYTHONFAULTHANDLER": "1"}
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)
+        process.wait(timeout=30)
+        raise AssertionError(
+            f"{command[:6]}... hung for {timeout:.0f}s; the ranks' stacks are above"
+        ) from None
+    if code:
+        raise subprocess.CalledProcessError(code, command)
 
 
 def snapshot(root: Path) -> dict[str, tuple]:

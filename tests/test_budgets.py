@@ -1,6 +1,7 @@
 """The budget sweep: which runs it trains (trunks before their branches, each branch at the last update
 it shares with its trunk), compute-to-target on crafted curves (interpolation on log FLOPs, intervals
-over seeds, "not reached"), the compute claim, and bad input.
+over seeds, "not reached"), the compute claim, branch against independent runs, the Markdown tables,
+and bad input.
 
     pytest -q tests/test_budgets.py
 """
@@ -20,7 +21,10 @@ from biosrecall.experiments.budget_results import (
     budget_curve,
     compute_to_target,
     flops_to_target,
+    mode_agreement,
+    modes_markdown,
     saving_claim,
+    targets_markdown,
 )
 from biosrecall.experiments.budgets import budget_runs, scaled_budget
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED, StudyOptions
@@ -187,3 +191,37 @@ def test_a_saving_from_an_upper_bound_says_so():
     saving = compute_to_target(curve).set_index(["kind", "subject", "target", "depths"])
     row = saving.loc[("saving", f"{FIXED_FIRST} vs {UNIFORM}", 0.5, "K=1..16")]
     assert "upper bound" in row["note"] and row["value"] == pytest.approx(1 - 1e12 / 10 ** (12 + 2 / 3))
+
+
+def mode_rows(seeds_bits: dict[int, float]) -> pd.DataFrame:
+    rows = [r for s, b in seeds_bits.items() for r in curve_rows(FIXED_FIRST, s, [b - 5, b, b + 5])]
+    return pd.DataFrame(rows).assign(bits_17_64=lambda t: t["bits_1_16"] / 2)
+
+
+def test_the_two_modes_agree_when_the_paired_difference_interval_holds_zero():
+    branch = mode_rows({0: 20.0, 1: 25.0, 2: 30.0})
+    same = mode_rows({0: 20.5, 1: 24.5, 2: 30.0})
+    independent = same[same["budget_multiple"] == 1]  # independent runs exist at 1x only
+    modes = mode_agreement(branch, independent).set_index("depths")
+    assert list(modes["budget_multiple"]) == [1.0, 1.0] and (modes["n_seeds"] == 3).all()
+    assert modes.loc["K=1..16", "branch"] == pytest.approx(25.0)
+    assert (
+        modes.loc["K=1..16", "difference"] == pytest.approx(0.0) and modes.loc["K=1..16", "modes"] == "agree"
+    )
+    lower = mode_rows({0: 15.0, 1: 19.0, 2: 26.0})  # 5, 6 and 4 bits below the branches
+    assert set(mode_agreement(branch, lower)["modes"]) == {"differ"}
+    one_seed = mode_agreement(branch[branch["seed"] == 0], independent)
+    assert set(one_seed["modes"]) == {"inconclusive"}
+
+
+def test_the_markdown_tables_say_not_reached_and_give_savings_as_shares():
+    curve = pd.DataFrame(
+        [r for s in range(2) for r in curve_rows(FIXED_FIRST, s, [10, 20 + s, 30])]
+        + [r for s in range(2) for r in curve_rows(UNIFORM, s, [5, 10, 20 + s])]
+    )
+    text = targets_markdown(compute_to_target(curve))
+    assert text.count("\n") == 2 + len(compute_to_target(curve))
+    assert "| fixed_first_k4_80 | 90% | K=1..16 | not reached | 0/2 | not reached within the sweep |" in text
+    assert f"| saving: {FIXED_FIRST} vs {UNIFORM} | 50% | K=1..16 | 9" in text  # about 90%
+    modes = mode_agreement(mode_rows({0: 20.0, 1: 25.0}), mode_rows({0: 21.0, 1: 25.0}))
+    assert "| fixed_first_k4_80 | 1x | K=1..16 | 22.5 [" in modes_markdown(modes)

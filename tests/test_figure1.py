@@ -129,6 +129,11 @@ def test_the_budget_sweep_branches_from_shared_trunks_and_writes_compute_to_targ
     assert (flops["value"].notna() | (flops["note"] == "not reached within the sweep")).all()
     savings = targets[targets["kind"] == "saving"]
     assert set(savings["subject"]) == {f"{FIXED_FIRST} vs {UNIFORM}"}
+    assert (figure1_out / "compute_to_target.md").read_text().count("\n") == 2 + len(targets)
+    # The 1x branches against the study's own (independent, cosine) runs, paired over both seeds.
+    modes = pd.read_csv(figure1_out / "budget_modes.csv")
+    assert set(modes["name"]) == set(FIGURE1_SCHEDULES) and (modes["budget_multiple"] == 1).all()
+    assert (modes["n_seeds"] == 2).all() and set(modes["modes"]) <= {"agree", "differ"}
 
 
 @pytest.mark.slow

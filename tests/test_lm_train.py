@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from harness import free_port
+from harness import free_port, run_launched
 from safetensors.torch import load_file
 
 from biosrecall.cli import main
@@ -194,7 +194,7 @@ def lm_train_command(data, run_dir, processes: int, *extra) -> list[str]:
 
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-LIMIT = 600  # seconds for one launched run: a hung collective fails the test instead of stalling it
+LIMIT = 300  # seconds for one launched run (about 30 here): a hang fails the test instead of stalling it
 
 
 def final_weights(run_dir) -> dict[str, torch.Tensor]:
@@ -213,7 +213,7 @@ def one_process(data, tmp_path_factory):
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_two_processes_match_one_process(data, one_process, tmp_path, parallel):
     extra = ("--updates", "10", "--parallel", parallel, "--grad-accum", "2")
-    subprocess.run(lm_train_command(data, tmp_path / "two", 2, *extra), check=True, env=ENV, timeout=LIMIT)
+    run_launched(lm_train_command(data, tmp_path / "two", 2, *extra), ENV, LIMIT)
     one, two = read_metrics(one_process), read_metrics(tmp_path / "two")
     assert [m["depth"] for m in one] == [m["depth"] for m in two]
     for a, b in zip(one, two, strict=True):
@@ -243,7 +243,7 @@ def wait_for_updates(run_dir: Path, count: int, process, timeout: float = 180) -
 def fsdp_whole(data, tmp_path_factory):
     run = tmp_path_factory.mktemp("fsdp") / "whole"
     args = ("--updates", "40", "--parallel", "fsdp", "--save-every", "4")
-    subprocess.run(lm_train_command(data, run, 2, *args), check=True, env=ENV, timeout=LIMIT)
+    run_launched(lm_train_command(data, run, 2, *args), ENV, LIMIT)
     return run
 
 
@@ -264,7 +264,7 @@ def test_fsdp_resume_from_a_sharded_checkpoint_matches_an_uninterrupted_run(data
         assert "resume with --resume" in stderr
     latest = (cut / "checkpoints" / "latest").resolve()
     assert (latest / "dcp" / ".metadata").is_file() and load_checkpoint(list_checkpoints(cut)[0.25])
-    subprocess.run([*command, "--resume"], check=True, env=ENV, timeout=LIMIT)
+    run_launched([*command, "--resume"], ENV, LIMIT)
     whole, resumed = final_weights(fsdp_whole), final_weights(cut)
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
     assert [m["loss"] for m in read_metrics(fsdp_whole)] == [m["loss"] for m in read_metrics(cut)]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from harness import free_port
+from harness import free_port, run_launched
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
@@ -164,9 +164,7 @@ def test_two_process_ddp_matches_one_process(dataset, tmp_path):
         str(free_port()),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [*torchrun, *cli_train(dataset, tmp_path / "two", *args)[1:]], check=True, env=env, timeout=600
-    )
+    run_launched([*torchrun, *cli_train(dataset, tmp_path / "two", *args)[1:]], env)
     one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert [m["depth"] for m in one] == [m["depth"] for m in two]
     for a, b in zip(one, two, strict=True):

@@ -3,7 +3,8 @@ the claim that fixed-first reaches a target with less compute than uniform.
 
     curve = budget_curve(curves)                 # curves: the sweep's final checkpoints (label_runs)
     targets = compute_to_target(curve)           # FLOPs to reach 50/75/90% of the ceiling, and savings
-    paths = write_budget_results(curve, targets, "runs/figure1")
+    modes = mode_agreement(curve, budget_curve(main_runs_at_100))   # branch vs independent at 1x
+    paths = write_budget_results(curve, targets, "runs/figure1", modes)
 
 Compute-to-target: for each seed, the budget points of a schedule, in order of FLOPs, are joined by
 straight lines in (log FLOPs, bits); the FLOPs it needs is where that line first reaches the target.
@@ -11,6 +12,11 @@ A seed whose first point already reaches it is recorded at that point (an upper 
 that never reaches it is "not reached within the sweep". The interval is the t interval over seeds
 of log10 FLOPs (`biosrecall.stats`), reported back in FLOPs. A saving is 1 - FLOPs(fixed-first) /
 FLOPs(other), paired by seed, over the seeds where both reached the target.
+
+Mode agreement: a branch (wsd rate schedule, its first updates trained by a shared trunk) and an
+independent run (the preset's cosine schedule, trained alone) at the same budget are two ways to
+measure one budget point. At a budget both were trained at, `mode_agreement` pairs them by seed: the
+modes agree when the 95% interval of the paired difference contains 0.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.claims import verdict
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import save_figure, write_table
@@ -33,7 +40,7 @@ COMPARED = (UNIFORM, UPDATE_MATCHED)  # fixed-first's saving is reported against
 # The claim: the paper's 30-50% saving, tested as a direction at 90% of the ceiling over the depths
 # both schedules train on (beyond K=16 uniform declines by design, so K=1..64 would favour fixed-first).
 CLAIM_TARGET, CLAIM_RANGE = 0.9, "K=1..16"
-BUDGET_NAMES = "budget_curve", "compute_to_target"
+BUDGET_NAMES = "budget_curve", "compute_to_target", "budget_modes"
 UPPER_BOUND = "reached at the smallest budget (an upper bound)"
 
 
@@ -216,10 +223,89 @@ def _band(axis, part: pd.DataFrame, column: str, name: str) -> None:
     axis.fill_between(stats["flops"], low, high, color=line.get_color(), alpha=0.2)
 
 
-def write_budget_results(curve: pd.DataFrame, targets: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """OUT/budget_curve.{csv,parquet,png,pdf} and OUT/compute_to_target.{csv,parquet}."""
+def mode_agreement(branches: pd.DataFrame, independent: pd.DataFrame) -> pd.DataFrame:
+    """Per schedule, depth range and budget multiple that both tables hold (`budget_curve` rows), each
+    mode's mean bits over seeds with its interval and the difference branch - independent, paired by
+    seed: "agree" when its interval contains 0, "differ" when it excludes 0, "inconclusive" (one seed)."""
+    keys = ["name", "budget_multiple", "seed"]
+    paired = branches.merge(independent, on=keys, suffixes=("_branch", "_independent"))
+    rows = []
+    for (name, multiple), part in paired.groupby(["name", "budget_multiple"], sort=False):
+        for depths, column in (("K=1..16", "bits_1_16"), ("K=17..64", "bits_17_64")):
+            branch, alone = part[f"{column}_branch"], part[f"{column}_independent"]
+            row = {"name": name, "budget_multiple": multiple, "depths": depths}
+            for mode, values in (("branch", branch), ("independent", alone), ("difference", branch - alone)):
+                interval = seed_interval(values)
+                row.update({mode: interval.mean, f"{mode}_low": interval.low, f"{mode}_high": interval.high})
+            row["n_seeds"] = seed_interval(branch - alone).n
+            row["modes"] = _agreement(row["difference_low"], row["difference_high"])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _agreement(low: float, high: float) -> str:
+    if math.isnan(low):
+        return "inconclusive"
+    return "agree" if low <= 0 <= high else "differ"
+
+
+def targets_markdown(targets: pd.DataFrame) -> str:
+    """compute_to_target as a Markdown table: FLOPs (or the saving) as "mean [low, high]" over seeds."""
+    lines = [
+        "| schedule | target | depths | FLOPs or saving [95% interval] | seeds reached | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in targets.itertuples():
+        fmt = "{:.0%}" if row.kind == "saving" else "{:.3g}"
+        value = _with_interval(row.value, row.low, row.high, fmt)
+        subject = f"saving: {row.subject}" if row.kind == "saving" else row.subject
+        lines.append(
+            f"| {subject} | {row.target:.0%} | {row.depths} | {value} | {row.n_seeds}/{row.of_seeds} "
+            f"| {row.note} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def modes_markdown(modes: pd.DataFrame) -> str:
+    """mode_agreement as a Markdown table."""
+    lines = [
+        "| schedule | budget | depths | branch (wsd) | independent (cosine) | difference | seeds | modes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in modes.itertuples():
+        cells = [
+            _with_interval(getattr(row, m), getattr(row, f"{m}_low"), getattr(row, f"{m}_high"), "{:.1f}")
+            for m in ("branch", "independent", "difference")
+        ]
+        lines.append(
+            f"| {row.name} | {row.budget_multiple:g}x | {row.depths} | "
+            + " | ".join(cells)
+            + f" | {row.n_seeds} | {row.modes} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _with_interval(mean: float, low: float, high: float, fmt: str) -> str:
+    if math.isnan(mean):
+        return "not reached"
+    if math.isnan(low):
+        return fmt.format(mean)
+    return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def write_budget_results(
+    curve: pd.DataFrame, targets: pd.DataFrame, out_dir: str | Path, modes: pd.DataFrame | None = None
+) -> list[Path]:
+    """OUT/budget_curve.{csv,parquet,png,pdf}, OUT/compute_to_target.{csv,parquet,md} and, when given,
+    OUT/budget_modes.{csv,parquet,md}."""
     out_dir = Path(out_dir)
     written = write_table(curve, out_dir / "budget_curve") + write_table(
         targets, out_dir / "compute_to_target"
     )
+    atomic_write_text(out_dir / "compute_to_target.md", targets_markdown(targets))
+    written.append(out_dir / "compute_to_target.md")
+    if modes is not None and len(modes):
+        written += write_table(modes, out_dir / "budget_modes")
+        atomic_write_text(out_dir / "budget_modes.md", modes_markdown(modes))
+        written.append(out_dir / "budget_modes.md")
     return written + save_figure(budget_figure(curve), out_dir / "budget_curve")

@@ -38,6 +38,7 @@ from biosrecall.experiments import figure1_output as output
 from biosrecall.experiments.budget_results import (
     budget_curve,
     compute_to_target,
+    mode_agreement,
     saving_claim,
     write_budget_results,
 )
@@ -158,16 +159,19 @@ def run_figure1(
         headline, served = _serving(out_dir, trained, study, settings, device)
         claims, swept = written.claims, []
         if study.budgets:
-            trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, device)
+            trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves, device)
             trained = {**trained, **trained_budgets}
     runs = {str(spec.folder): path for spec, path in trained.items()}
     figures = written.figures + served + swept
     return Figure1Result(out_dir, runs, curves, written.summary, claims, figures, headline)
 
 
-def _budget_sweep(out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFrame, device: str):
-    """Train and score the budget sweep's final checkpoints; write its tables and figure, and judge
-    the compute claim (its row replaces the "not measured" one)."""
+def _budget_sweep(
+    out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFrame, study_curves: pd.DataFrame, device: str
+):
+    """Train and score the budget sweep's final checkpoints; write its tables and figure, judge the
+    compute claim (its row replaces the "not measured" one), and, in branch mode, compare the 1x
+    branches with the study's own runs (the independent runs at 1x)."""
     settings, study = trainer.settings, trainer.study
     specs = budget_runs(study, best_lr, settings.lr, trainer.plan, trainer.warmup_updates())
     trained = trainer.train_all(specs)
@@ -176,7 +180,13 @@ def _budget_sweep(out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFram
     curves = curves.assign(budget_multiple=curves["run"].map({str(s.folder): s.budget for s in specs}))
     curve = budget_curve(curves)
     targets = compute_to_target(curve)
-    written = write_budget_results(curve, targets, out_dir)
+    modes = None
+    if study.budget_mode == "branch":
+        alone = study_curves[
+            study_curves["role"].isin(["main", "control"]) & (study_curves["fraction"] == 1.0)
+        ]
+        modes = mode_agreement(curve, budget_curve(alone.assign(budget_multiple=1.0)))
+    written = write_budget_results(curve, targets, out_dir, modes)
     row = saving_claim(targets)
     claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
     write_claims(claims, out_dir)

@@ -17,6 +17,8 @@ run K times per forward, so they keep their gathered weights after each call
 from __future__ import annotations
 
 import os
+import time
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -164,6 +166,38 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
+def finish(info: DistInfo) -> None:
+    """Tear the process group down together after a successful run.
+
+    A gloo collective can return on one rank while its last message is still on the way to another,
+    and a rank that destroys its group (or exits) then can leave its peer blocked in that collective
+    or in `destroy_process_group` for good (seen: a two-rank CPU run that wrote every checkpoint and
+    never exited). So the ranks meet on the rendezvous store, which outlives every rank under
+    torchrun, instead of in a gloo barrier: once all have finished their last collective, every rank
+    destroys its group, and none exits before all have."""
+    if not (info.enabled and dist.is_initialized()):
+        return
+    store = dist.distributed_c10d._get_default_store()
+    _store_barrier(store, "biosrecall/finish/trained", info.world_size)
+    dist.destroy_process_group()
+    _store_barrier(store, "biosrecall/finish/destroyed", info.world_size)
+
+
+def _store_barrier(store, key: str, world_size: int, timeout_s: float = 300.0) -> None:
+    """Wait until `world_size` ranks have arrived at `key`; a peer that never comes is reported, not
+    waited for forever (every file was written before this point)."""
+    store.add(key, 1)
+    deadline = time.monotonic() + timeout_s
+    while store.add(key, 0) < world_size:
+        if time.monotonic() > deadline:
+            warnings.warn(
+                f"not every rank reached {key} within {timeout_s:.0f}s; exiting anyway", stacklevel=2
+            )
+            return
+        time.sleep(0.01)
+
+
 def shutdown(info: DistInfo) -> None:
+    """Destroy the process group if `finish` did not (a failed run: peers may be gone already)."""
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

@@ -111,9 +111,7 @@ def run_training(
         reporter = with_trackers(reporter, config, setup)  # config.log's trackers get every record too
         try:
             result = _train(setup, config, source, reporter)
-            # Tear the process group down together: a rank that leaves early can leave its peer
-            # blocked in destroy_process_group forever (seen with gloo).
-            distributed.barrier(setup.dist)
+            distributed.finish(setup.dist)  # all ranks together, or one can hang at exit
             return result
         finally:
             reporter.close()
