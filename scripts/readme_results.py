@@ -2,11 +2,19 @@
 
     python scripts/readme_results.py runs/study            # rewrites README.md's generated blocks
     python scripts/readme_results.py runs/study --check    # exit 1 when README.md is out of date
+    python scripts/readme_results.py runs/sweep-quick --only compute_to_target,budget_modes
+    python scripts/readme_results.py runs/study --archive docs/results/study-default
 
 Each block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in README.md and is
 replaced by the file of the same name that `biosrecall figure1` wrote: `claims` <- claims.md,
-`summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md. A block whose file is
-missing is left as it is and named on stderr.
+`summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, and from a budget sweep
+`compute_to_target` <- compute_to_target.md, `budget_modes` <- budget_modes.md. `--only` limits the
+blocks (the README reports more than one study). A block whose file is missing is left as it is
+and named on stderr.
+
+`--archive DEST` copies the study's record (figure1.json), its Markdown tables and its CSV tables
+under 256 KB into DEST, to be committed: the README's numbers then come from files in the repository,
+and `tests/test_readme_results.py` checks that the README's blocks match them.
 """
 
 from __future__ import annotations
@@ -14,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = ("claims", "summary", "fixed_sweep_summary")
+BLOCKS = ("claims", "summary", "fixed_sweep_summary", "compute_to_target", "budget_modes")
 
 
 def provenance(study: Path, name: str) -> str:
@@ -34,6 +43,11 @@ def provenance(study: Path, name: str) -> str:
                 "--fixed-sweep " + ",".join(map(str, options.get("fixed_sweep", []))),
                 options.get("fixed_sweep"),
             ),
+            ("--budgets " + ",".join(f"{b:g}" for b in options.get("budgets", [])), options.get("budgets")),
+            (
+                f"--budget-mode {options.get('budget_mode')}",
+                options.get("budgets") and options.get("budget_mode") != "branch",
+            ),
         )
         if on
     ]
@@ -42,8 +56,8 @@ def provenance(study: Path, name: str) -> str:
     return f"*`{name}.md` of `{command}`, copied by `scripts/readme_results.py`.*\n\n"
 
 
-def rewrite(text: str, study: Path) -> str:
-    for name in BLOCKS:
+def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
+    for name in blocks:
         source = study / f"{name}.md"
         pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
         if not pattern.search(text):
@@ -56,14 +70,37 @@ def rewrite(text: str, study: Path) -> str:
     return text
 
 
+ARCHIVED_CSV_BYTES = 256 * 1024
+
+
+def archive(study: Path, dest: Path) -> list[Path]:
+    """Copy figure1.json, every *.md and every *.csv under ARCHIVED_CSV_BYTES of `study` into `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    chosen = [study / "figure1.json", *sorted(study.glob("*.md"))]
+    chosen += [p for p in sorted(study.glob("*.csv")) if p.stat().st_size < ARCHIVED_CSV_BYTES]
+    for path in chosen:
+        shutil.copyfile(path, dest / path.name)
+    return [dest / path.name for path in chosen]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path, help="A `biosrecall figure1` output folder.")
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--check", action="store_true", help="Only report whether the README is current.")
+    parser.add_argument("--only", default=",".join(BLOCKS), help="Comma-separated blocks to rewrite.")
+    parser.add_argument("--archive", type=Path, help="Copy the study's small result files here instead.")
     args = parser.parse_args()
+    if args.archive:
+        for path in archive(args.study, args.archive):
+            print(path)
+        return 0
+    blocks = args.only.split(",")
+    unknown = sorted(set(blocks) - set(BLOCKS))
+    if unknown:
+        parser.error(f"unknown block(s) {', '.join(unknown)}; choose from {', '.join(BLOCKS)}")
     old = args.readme.read_text()
-    new = rewrite(old, args.study)
+    new = rewrite(old, args.study, blocks)
     if args.check:
         return 0 if new == old else 1
     if new != old:

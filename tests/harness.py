@@ -1,6 +1,6 @@
 """Helpers shared by the test suites: run the CLI in-process, snapshot a folder so a test can assert
-that a refused command touched nothing, find a free port for torchrun, and launch torchrun so that a
-hang fails with every rank's Python stack.
+that a refused command touched nothing, find a free port for torchrun, launch torchrun so that a
+hang fails with every rank's Python stack, and wait until a launched run is mid-way.
 
     before = snapshot(folder)
     code, stderr = run_cli(["train", ...], capsys)
@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -44,6 +45,18 @@ def run_launched(command: list[str], env: dict, timeout: float = 300) -> None:
         ) from None
     if code:
         raise subprocess.CalledProcessError(code, command)
+
+
+def wait_for_updates(run_dir: Path, count: int, process: subprocess.Popen, timeout: float = 180) -> None:
+    """Until the run has logged `count` updates in its metrics.jsonl (it is then training, mid-way; the
+    folder itself appears at the run's first save)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        path = run_dir / "metrics.jsonl"
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{run_dir} did not reach {count} updates")
 
 
 def snapshot(root: Path) -> dict[str, tuple]:

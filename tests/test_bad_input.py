@@ -192,6 +192,10 @@ CASES = [
     # bf16 on CPU is supported since bf16 autocast was checked there (tests/test_bf16.py).
     Case("train-unknown-precision", [*NEW_RUN, "--precision", "fp8"], "'fp8' is not one of"),
     Case("train-unknown-preset", [*NEW_RUN, "--preset", "bios-huge"], "unknown preset 'bios-huge'"),
+    Case("train-model-override-unknown-field", [*NEW_RUN, "--model-override", "n_blok=2"],
+         "unknown model config field 'n_blok'"),
+    Case("train-model-override-disagrees", [*NEW_RUN, "--norm", "sandwich", "--model-override", "norm=pre"],
+         "--norm sandwich and --model-override norm=pre disagree"),
     Case("train-preset-vocab-mismatch", [*NEW_RUN, "--preset", "lm-tiny"], "but the dataset needs"),
     Case("train-seq-len-above-context", [*NEW_RUN, "--seq-len", "4096"], "exceeds the model's context"),
     Case("train-batch-size-zero", [*NEW_RUN, "--batch-size", "0"], "batch_size must be a positive integer"),

@@ -198,18 +198,20 @@ def mode_rows(seeds_bits: dict[int, float]) -> pd.DataFrame:
     return pd.DataFrame(rows).assign(bits_17_64=lambda t: t["bits_1_16"] / 2)
 
 
-def test_the_two_modes_agree_when_the_paired_difference_interval_holds_zero():
+def test_the_two_modes_agree_only_when_the_difference_interval_lies_within_the_margin():
+    """The margin is 10% of the 40-bit ceiling: 4 bits."""
     branch = mode_rows({0: 20.0, 1: 25.0, 2: 30.0})
     same = mode_rows({0: 20.5, 1: 24.5, 2: 30.0})
     independent = same[same["budget_multiple"] == 1]  # independent runs exist at 1x only
     modes = mode_agreement(branch, independent).set_index("depths")
     assert list(modes["budget_multiple"]) == [1.0, 1.0] and (modes["n_seeds"] == 3).all()
-    assert modes.loc["K=1..16", "branch"] == pytest.approx(25.0)
-    assert (
-        modes.loc["K=1..16", "difference"] == pytest.approx(0.0) and modes.loc["K=1..16", "modes"] == "agree"
-    )
+    assert modes.loc["K=1..16", "branch"] == pytest.approx(25.0) and modes.loc["K=1..16", "margin"] == 4.0
+    assert modes.loc["K=1..16", "difference"] == pytest.approx(0.0)
+    assert set(modes["modes"]) == {"agree"}
     lower = mode_rows({0: 15.0, 1: 19.0, 2: 26.0})  # 5, 6 and 4 bits below the branches
     assert set(mode_agreement(branch, lower)["modes"]) == {"differ"}
+    scattered = mode_rows({0: 10.0, 1: 25.0, 2: 36.0})  # differences 10, 0 and -6: holds 0, wider than 4
+    assert set(mode_agreement(branch, scattered)["modes"]) == {"inconclusive"}
     one_seed = mode_agreement(branch[branch["seed"] == 0], independent)
     assert set(one_seed["modes"]) == {"inconclusive"}
 

@@ -1,7 +1,8 @@
 """What `biosrecall figure1` promises when it is interrupted or rerun, and templates that are not files.
 
-- Ctrl-C (a real SIGINT, handled by the trainer's own signal handling) ends with exit code 130, the
-  line "rerun the same command to continue" and no traceback; the same command then finishes.
+- Ctrl-C or SIGTERM (real signals, passed by the sweep engine to the runs' `train` processes, which
+  save their progress) ends with exit code 130, the line "rerun the same command to continue" naming
+  the stopped runs and no traceback; the same command then finishes.
 - A rerun with another budget, preset, seed or people count is refused with one `error:` line naming
   the difference, leaving the output untouched; `--overwrite` then replaces it.
 - `--templates` pointing at a folder whose train.toml is a FIFO is refused at once, not read forever.
@@ -18,12 +19,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from harness import wait_for_updates
 
 from biosrecall.bios.templates import load_templates
 from biosrecall.cli import main
@@ -38,43 +39,18 @@ TINY = figure1.Figure1Preset(
     max_depth=4, eval_people=4,
 )  # fmt: skip
 RUN_NAMES = list(figure1.FIGURE1_SCHEDULES)
+# Runs long enough (a few seconds each) for a signal to arrive while they train.
+STOPPABLE = replace(TINY, budget_updates=240)
 
-# Runs `biosrecall figure1` in a fresh interpreter with the tiny preset registered. With a stop point
-# (the index of a run, and an update of it or "close"), the process sends itself SIGINT from the
-# progress reporter at that point, so the signal goes through the real handling in the trainer.
+# `biosrecall figure1` in a fresh interpreter with STOPPABLE registered as "tiny" (each run trains in
+# a `biosrecall train` process of its own, which needs no preset).
 DRIVER = """
-import os, signal, sys
-import biosrecall.train.progress as progress
+import sys
 from biosrecall.cli import main
 from biosrecall.experiments import figure1
 
 figure1.FIGURE1_PRESETS["tiny"] = figure1.Figure1Preset(**{tiny})
-stop_run, stop_at = int(sys.argv[1]), sys.argv[2]
-make_reporter, runs_started = progress.make_reporter, []
-
-
-def interrupting_reporter(quiet, log_every):
-    reporter = make_reporter(quiet, log_every)
-    start, update, close = reporter.start, reporter.update, reporter.close
-    run = len(runs_started)
-    runs_started.append(run)
-
-    def on_update(row):
-        update(row)
-        if run == stop_run and str(row["update"]) == stop_at:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    def on_close():
-        close()
-        if run == stop_run and stop_at == "close":
-            os.kill(os.getpid(), signal.SIGINT)
-
-    reporter.update, reporter.close = on_update, on_close
-    return reporter
-
-
-progress.make_reporter = interrupting_reporter
-main(sys.argv[3:])
+main(sys.argv[1:])
 """
 
 
@@ -138,35 +114,40 @@ def output_copy(finished_output, tmp_path):
 
 
 class TestCtrlC:
-    """A real SIGINT during figure1: exit 130, the rerun line, no traceback; the same command finishes."""
+    """Ctrl-C or SIGTERM during figure1: exit 130, the rerun line naming the stopped runs, no
+    traceback, their progress saved; the same command then finishes without retraining finished runs."""
 
     @pytest.mark.parametrize(
-        ("stop_run", "stop_at", "unfinished"),
+        ("stopped", "stop", "workers"),
         [
-            pytest.param(0, "3", RUN_NAMES, id="first-run-mid-training"),
-            pytest.param(2, "2", RUN_NAMES[2:], id="last-run-mid-training"),
-            pytest.param(2, "close", [], id="after-the-last-run-before-evaluation"),
+            pytest.param(0, signal.SIGINT, "1", id="first-run"),
+            pytest.param(2, signal.SIGINT, "1", id="last-run"),
+            pytest.param(1, signal.SIGTERM, "2", id="sigterm-two-workers"),
         ],
     )
-    def test_interrupt_then_plain_rerun_completes(self, tmp_path, tiny_preset, stop_run, stop_at, unfinished):
-        out = tmp_path / "out"
-        driver = DRIVER.replace("{tiny}", repr(asdict(TINY)))
-        done = subprocess.run(
-            [sys.executable, "-c", driver, str(stop_run), stop_at, *figure1_args(out)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 130, done.stderr
-        assert "Traceback" not in done.stderr and "--resume" not in done.stderr
-        last = done.stderr.strip().splitlines()[-1]
-        assert last.endswith(RERUN_HINT), done.stderr
-        if stop_at != "close":
-            assert f"training seed0/{RUN_NAMES[stop_run]}" in last
-        assert [name for name in RUN_NAMES if 1.0 not in list_checkpoints(run_dir(out, name))] == unfinished
-        if unfinished:
-            assert latest_checkpoint(run_dir(out, unfinished[0])) is not None  # its progress was saved
+    def test_interrupt_then_plain_rerun_completes(self, tmp_path, monkeypatch, stopped, stop, workers):
+        monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", STOPPABLE)
+        out, name = tmp_path / "out", RUN_NAMES[stopped]
+        args = figure1_args(out, "--workers", workers, "--threads", "1")
+        driver = DRIVER.replace("{tiny}", repr(asdict(STOPPABLE)))
+        process = subprocess.Popen([sys.executable, "-c", driver, *args], stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for_updates(run_dir(out, name), 5, process)  # the folder appears at its first save
+            process.send_signal(stop)
+        finally:
+            _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 130, stderr
+        assert "Traceback" not in stderr and "--resume" not in stderr
+        last = stderr.strip().splitlines()[-1]
+        assert last.endswith(RERUN_HINT) and f"seed0/{name}" in last and "progress is saved" in last
+        assert 1.0 not in list_checkpoints(run_dir(out, name))
+        assert latest_checkpoint(run_dir(out, name)) is not None  # its progress was saved
+        if workers == "1":  # one run at a time: the ones before it finished, the ones after never started
+            assert all(1.0 in list_checkpoints(run_dir(out, n)) for n in RUN_NAMES[:stopped])
+            assert not any(run_dir(out, n).exists() for n in RUN_NAMES[stopped + 1 :])
         kept = final_weights(out)
 
-        assert run_cli(figure1_args(out)) == 0
+        assert run_cli(args) == 0
         assert all(1.0 in list_checkpoints(run_dir(out, name)) for name in RUN_NAMES)
         assert {name: final_weights(out)[name] for name in kept} == kept  # finished runs were not retrained
         assert (out / "figure1.png").stat().st_size > 0
@@ -174,29 +155,20 @@ class TestCtrlC:
 
     @pytest.mark.slow
     def test_sigint_from_outside_during_quick_training(self, tmp_path):
-        """The real command, the real preset, Ctrl-C sent from outside while a run trains."""
+        """The real command, the real preset, Ctrl-C sent from outside while its first runs train."""
         out = tmp_path / "out"
         command = [sys.executable, "-m", "biosrecall", "figure1", "--preset", "quick", "--out", str(out)]
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        watchdog = threading.Timer(600, process.kill)
-        watchdog.start()
         try:
-            lines = []
-            for line in process.stderr:
-                lines.append(line)
-                if line.startswith("update 100/"):  # the first run is a third of the way through
-                    process.send_signal(signal.SIGINT)
-                    break
-            lines += process.stderr.readlines()
-            assert process.wait() == 130, "".join(lines)
+            wait_for_updates(run_dir(out, "fixed_k4"), 100, process, timeout=600)  # a third of the way
+            process.send_signal(signal.SIGINT)
         finally:
-            watchdog.cancel()
-        stderr = "".join(lines)
+            _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 130, stderr
         assert "Traceback" not in stderr
-        assert (
-            lines[-1].strip()
-            == f"interrupted while training seed0/fixed_k4; its progress is saved; {RERUN_HINT}"
-        )
+        last = stderr.strip().splitlines()[-1]
+        assert last.startswith("interrupted while training ") and last.endswith(RERUN_HINT)
+        assert "seed0/fixed_k4" in last and "progress is saved" in last
         # The progress is there for a rerun to continue from (the reruns themselves are the tiny-preset
         # cases above; a whole quick study here would add minutes for no new path).
         latest = read_meta(run_dir(out, "fixed_k4") / "checkpoints" / "latest")
@@ -290,9 +262,10 @@ class TestOverwrite:
         for name in RUN_NAMES:  # every run was trained again, with the new settings
             folder = run_dir(output_copy, name, new["train_config"]["seed"])
             config = json.loads((folder / "config.json").read_text())
-            assert config["train_config"] == new["train_config"] | {
-                "schedule": config["train_config"]["schedule"]
-            }
+            run_own = {
+                k: config["train_config"][k] for k in ("schedule", "threads")
+            }  # threads: the executor's
+            assert config["train_config"] == new["train_config"] | run_own
         dataset = json.loads((output_copy / figure1.DATA / "manifest.json").read_text())
         assert (dataset["num_people"], dataset["seed"]) == (
             new["settings"]["people"],

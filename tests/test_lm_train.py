@@ -15,14 +15,13 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from harness import free_port, run_launched
+from harness import free_port, run_launched, wait_for_updates
 from safetensors.torch import load_file
 
 from biosrecall.cli import main
@@ -227,16 +226,6 @@ def test_two_processes_match_one_process(data, one_process, tmp_path, parallel):
     optimizer.load_state_dict(load_training_state(list_checkpoints(tmp_path / "two")[1.0])["optimizer"])
     for param in (p for group in optimizer.param_groups for p in group["params"]):
         assert optimizer.state[param]["exp_avg"].shape == param.shape
-
-
-def wait_for_updates(run_dir: Path, count: int, process, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None:
-        path = run_dir / "metrics.jsonl"
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the run did not reach {count} updates")
 
 
 @pytest.fixture(scope="module")

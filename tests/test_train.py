@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from harness import free_port, run_launched
+from harness import free_port, run_launched, wait_for_updates
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
@@ -116,16 +115,6 @@ def cli_train(dataset, run_dir, *extra):
         "--preset", "bios-tiny", "--batch-size", "4", "--seed", "1", "--lr", "3e-3",
         "--schedule", FIG1["fixed_first"], "--budget-of", "fixed:2:60", "--save-every", "3", "--quiet", *extra,
     ]  # fmt: skip
-
-
-def wait_for_updates(run_dir, count, process, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None:
-        path = run_dir / "metrics.jsonl"
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the run did not reach {count} updates")
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import train_field_option
+from biosrecall.cli.options import parse_overrides, train_field_option
 
 RERUN_HINT = "rerun the same command to continue"
 
@@ -67,13 +67,6 @@ def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
     budgets = () if value is None else _numbers(value, "0.5,1,2")
     check_budgets(budgets, BUDGET_MODES[0])
     return budgets
-
-
-def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
-    """FIELD=VALUE pairs (repeatable or comma-separated), checked against the model config's fields."""
-    from biosrecall.model.config import parse_model_overrides
-
-    return parse_model_overrides([part for value in values for part in value.split(",") if part])
 
 
 @click.command()
@@ -145,7 +138,17 @@ def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
 @train_field_option("log")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option(
-    "--threads", type=click.IntRange(min=1), default=None, help="CPU threads [default: one per core]."
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Runs trained at the same time, each a `biosrecall train` process [default: one per core, or "
+    "one per GPU]. Logs: OUT/runs/.sweep/<run>.log.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="CPU threads of each run [default: the cores shared among the workers].",
 )
 @click.option(
     "--overwrite",
@@ -155,7 +158,7 @@ def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched, lr_grid, model_override,
-            fixed_sweep, budgets, budget_mode, log, device, threads, overwrite, quiet):  # fmt: skip
+            fixed_sweep, budgets, budget_mode, log, device, workers, threads, overwrite, quiet):  # fmt: skip
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
@@ -166,13 +169,8 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     output. A rerun with other settings is refused unless --overwrite."""
     from biosrecall.experiments.figure1 import run_figure1
     from biosrecall.experiments.study import StudyOptions
+    from biosrecall.experiments.study_engine import StudyRunFailed
     from biosrecall.train.loop import Interrupted
-    from biosrecall.train.progress import make_reporter
-
-    def reporter_for(run_name: str):
-        reporter = make_reporter(quiet, log_every=100)
-        reporter.message(f"training {run_name}")
-        return reporter
 
     study = StudyOptions(
         seeds=seeds, dataset_seed_per_run=dataset_seed_per_run, update_matched=update_matched,
@@ -181,9 +179,12 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     )  # fmt: skip
     try:
         result = run_figure1(
-            out_dir, preset, study=study, budget=budget, device=device, threads=threads, log=log,
-            overwrite=overwrite, reporter_factory=reporter_for,
+            out_dir, preset, study=study, budget=budget, device=device, threads=threads, workers=workers,
+            log=log, overwrite=overwrite, report=None if quiet else _report,
         )  # fmt: skip
+    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
+        click.echo(f"error: {exc}; {RERUN_HINT} once it is fixed", err=True)
+        raise SystemExit(1) from None
     except (Interrupted, KeyboardInterrupt) as exc:
         # Finished runs and recall caches are kept and a stopped run saved its progress, so no option
         # is needed to carry on: the same command resumes.
@@ -191,6 +192,16 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
     _print(result)
+
+
+def _report(outcome) -> None:
+    """A line before each batch of runs, then one per run as it ends (its progress is in its log)."""
+    if isinstance(outcome, str):
+        click.echo(outcome, err=True)
+    elif outcome.state == "failed":
+        click.echo(f"failed  {outcome.name}: {outcome.error}  [log {outcome.log}]", err=True)
+    elif outcome.action != "skipped":
+        click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
 
 
 def _print(result) -> None:

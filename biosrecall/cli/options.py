@@ -155,6 +155,25 @@ def trainer_options(overrides: tuple[str, ...] = (), run: bool = True) -> Callab
     return decorate
 
 
+def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
+    """--model-override: FIELD=VALUE pairs (repeatable or comma-separated), checked against the model
+    config's fields."""
+    from biosrecall.model.config import parse_model_overrides
+
+    return parse_model_overrides([part for value in values for part in value.split(",") if part])
+
+
+def merge_overrides(named: dict[str, Any], pairs: dict[str, Any]) -> dict[str, Any]:
+    """The model overrides of a command with both named options (--norm) and --model-override pairs;
+    a field set both ways to different values is refused."""
+    for name, value in pairs.items():
+        if named.get(name) is not None and named[name] != value:
+            raise BiosrecallError(
+                f"--{name.replace('_', '-')} {named[name]} and --model-override {name}={value} disagree"
+            )
+    return {**named, **pairs}
+
+
 def split_options(options: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
     """Remove the TrainConfig fields and the model overrides from parsed `options`; return a checked
     TrainConfig and the overrides (None: keep the preset's)."""

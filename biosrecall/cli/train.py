@@ -14,7 +14,7 @@ from __future__ import annotations
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import split_options, trainer_options
+from biosrecall.cli.options import merge_overrides, parse_overrides, split_options, trainer_options
 
 MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 
@@ -40,8 +40,14 @@ MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 @click.option(
     "--at-update", type=int, default=None, help="Branch point: the parent's update count to start from."
 )
+@click.option(
+    "--model-override",
+    multiple=True,
+    callback=parse_overrides,
+    help="Any other model config field, FIELD=VALUE (repeatable or comma list), e.g. n_block=2.",
+)
 @trainer_options(overrides=MODEL_OVERRIDES, run=True)
-def train(data_dir, run_dir, preset, parent, at_update, resume, overwrite, quiet, **options):
+def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, overwrite, quiet, **options):
     """Train a looped transformer on a bioS dataset at a modeled-FLOP budget.
 
     Prints the plan (updates, switch update, FLOPs, tokens, parameters, estimated time), trains,
@@ -53,6 +59,7 @@ def train(data_dir, run_dir, preset, parent, at_update, resume, overwrite, quiet
     from biosrecall.train.progress import make_reporter
 
     config, overrides = split_options(options)
+    overrides = merge_overrides(overrides, model_override)
     branch = branch_of(parent, at_update)
     reporter = make_reporter(quiet, config.log_every)
     try:

@@ -14,7 +14,12 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/runs/seed<S>/<label>/      one run folder per run (see `biosrecall.experiments.study`)
     OUT/recall_curve*, summary*.csv, figure1.*, claims.*, lr_grid.*, figure5.*, fixed_sweep*
     OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of the first seed's 100% checkpoints
-    OUT/budget_curve.*, compute_to_target.*  with budgets: the sweep (`biosrecall.experiments.budgets`)
+    OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
+                                   (`biosrecall.experiments.budgets`, `.budget_results`)
+    OUT/runs/.sweep/               each run's record and log (`biosrecall.sweep`)
+
+Every run is a `biosrecall train` process launched by the sweep engine's local executor
+(`biosrecall.experiments.study_engine`), `workers` at a time.
 
 The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
 finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
@@ -54,11 +59,11 @@ from biosrecall.experiments.study import (
     grid_runs,
     study_runs,
 )
+from biosrecall.experiments.study_engine import train_study_runs
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
-from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
+from biosrecall.sweep import LocalExecutor
 from biosrecall.train.config import TrainConfig, resolve_seq_len
-from biosrecall.train.loop import Interrupted
 from biosrecall.train.run_dir import machine, versions
 
 FIGURE1_SCHEDULES = MAIN_SCHEDULES
@@ -129,25 +134,29 @@ def run_figure1(
     budget: float | None = None,
     device: str = "auto",
     threads: int | None = None,
+    workers: int | None = None,
     log: tuple[str, ...] = (),
     overwrite: bool = False,
-    reporter_factory=None,
+    report=None,
 ) -> Figure1Result:
     """Generate (if needed), train every run of the study, evaluate, and write tables, figures, claims.
 
     Continues an output made with the same settings; refuses one made with other settings unless
-    `overwrite`. `log` names experiment trackers every run reports to (`biosrecall.train.tracking`).
-    Raises `Interrupted` (naming the run) when Ctrl-C or SIGTERM stops a run's training.
+    `overwrite`. Runs train `workers` at a time on `threads` threads each (`study_executor`); `report`
+    is called with each run's `biosrecall.sweep.worker.Outcome`. `log` names experiment trackers every
+    run reports to (`biosrecall.train.tracking`). Raises `Interrupted` (naming the runs) when Ctrl-C
+    stops training, and `StudyRunFailed` when a run fails.
     """
     study = study or StudyOptions()
     settings = _resolve(preset, study.model_overrides)
     out_dir = Path(out_dir)
-    config = replace(_train_config(settings, budget, study.seeds[0], device, threads), log=tuple(log))
+    config = replace(_train_config(settings, budget, study.seeds[0], device), log=tuple(log))
     record = _record(preset, settings, config, study)
     datasets = {
         s: _data_dir(out_dir, study, s) for s in dict.fromkeys(dataset_seed(study, s) for s in study.seeds)
     }
-    trainer = _Trainer(out_dir / RUNS, datasets, config, settings, study, reporter_factory)
+    executor = study_executor(workers, threads, device)
+    trainer = _Trainer(out_dir / RUNS, datasets, config, settings, study, (executor, report))
     with output_lock(out_dir):
         output.prepare_output(out_dir, record, datasets, settings.people, overwrite, trainer.check_plans)
         atomic_write_json(out_dir / RECORD, record)
@@ -206,7 +215,22 @@ def _resolve(preset: str, overrides: dict) -> Figure1Preset:
     return replace(settings, model_overrides=tuple(sorted(merged.items())))
 
 
-def _train_config(settings: Figure1Preset, budget, seed: int, device: str, threads) -> TrainConfig:
+def study_executor(workers: int | None, threads: int | None, device: str) -> LocalExecutor:
+    """The local executor of a study: `workers` runs at once [default: one per GPU on CUDA, else one
+    per core], each on `threads` threads [default: the cores shared among the workers]."""
+    import torch
+
+    from biosrecall.sweep.executors import usable_cores
+
+    # The device name itself is checked with the rest of the settings, before anything runs.
+    gpus = 1 if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()) else 0
+    slots = LocalExecutor(workers=workers, gpus_per_run=gpus).slots()
+    executor = LocalExecutor(workers, threads or max(1, usable_cores() // slots), gpus)
+    executor.check()
+    return executor
+
+
+def _train_config(settings: Figure1Preset, budget, seed: int, device: str) -> TrainConfig:
     """Every run's trainer settings before its schedule, seed and lr; the budget is the preset's
     unless `budget` is given."""
     return TrainConfig(
@@ -215,7 +239,6 @@ def _train_config(settings: Figure1Preset, budget, seed: int, device: str, threa
         lr=settings.lr,
         seed=seed,
         device=device,
-        threads=threads,
         checkpoint_fractions=FRACTIONS,
         budget=budget,
         budget_of=None if budget is not None else f"fixed:4:{settings.budget_updates}",
@@ -245,9 +268,9 @@ def _data_dir(out_dir: Path, study: StudyOptions, seed: int) -> Path:
 class _Trainer:
     """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones."""
 
-    def __init__(self, runs_dir: Path, datasets, config, settings, study, reporter_factory):
+    def __init__(self, runs_dir: Path, datasets, config, settings, study, engine):
         self.runs_dir, self.datasets, self.config = runs_dir, datasets, config
-        self.settings, self.study, self.reporter_factory = settings, study, reporter_factory
+        self.settings, self.study, self.engine = settings, study, engine  # (executor, report)
 
     def run_config(self, spec: RunSpec) -> TrainConfig:
         config = replace(scaled_budget(self.config, spec.budget), schedule=spec.schedule, seed=spec.seed)
@@ -301,44 +324,22 @@ class _Trainer:
         for spec in specs:
             make_plan(model_config, self.run_config(spec))
 
+    def options(self, spec: RunSpec) -> dict[str, Any]:
+        """The `biosrecall train` options of one run (threads are the executor's)."""
+        config = {k: v for k, v in self.run_config(spec).to_dict().items() if k != "threads"}
+        data_dir = self.datasets[dataset_seed(self.study, spec.seed)].resolve()
+        model = [f"{field}={value}" for field, value in self.settings.model_overrides]
+        return {
+            **config,
+            "model_override": model or None,
+            "data": str(data_dir),
+            "preset": self.settings.model_preset,
+        }
+
     def train_all(self, specs: list[RunSpec]) -> dict[RunSpec, Path]:
-        return {spec: self.train(spec) for spec in specs}
-
-    def train(self, spec: RunSpec) -> Path:
-        """Train one run unless it is finished; resume it when it was interrupted."""
-        from biosrecall.train.bios_training import train_bios
-
-        run_dir = self.runs_dir / spec.folder
-        if 1.0 in list_checkpoints(run_dir):
-            return run_dir
-        resume = latest_checkpoint(run_dir) is not None
-        reporter = self.reporter_factory(str(spec.folder)) if self.reporter_factory else None
-        data_dir = self.datasets[dataset_seed(self.study, spec.seed)]
-        overrides = dict(self.settings.model_overrides)
-        config, model_preset = self.run_config(spec), self.settings.model_preset
-        branch = None if resume else self._branch(spec, reporter)
-        try:
-            train_bios(
-                data_dir, run_dir, config, model_preset, overrides, resume, not resume, reporter, branch
-            )
-        except Interrupted:
-            # The loop's own message points at `train --resume`; here a plain call again continues.
-            raise Interrupted(f"interrupted while training {spec.folder}; its progress is saved") from None
-        return run_dir
-
-    def _branch(self, spec: RunSpec, reporter):
-        """The branch a new run starts as, or None: also when its trunk finished before this branch
-        point was asked for (a budget added later), where training from scratch gives the same run."""
-        from biosrecall.train.branch import Branch, saved_states
-
-        if spec.branch is None:
-            return None
-        parent, at = self.runs_dir / spec.branch[0], spec.branch[1]
-        if at in saved_states(parent):
-            return Branch(parent, at)
-        if reporter is not None:
-            reporter.message(f"{spec.branch[0]} kept no state at update {at}: training from the start")
-        return None
+        """Bring every run to done through the sweep engine (finished ones are skipped)."""
+        executor, report = self.engine
+        return train_study_runs(self.runs_dir, specs, self.options, executor, report)
 
 
 def _tune_learning_rates(out_dir: Path, trainer: _Trainer, study: StudyOptions, settings, device: str):

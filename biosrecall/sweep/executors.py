@@ -8,8 +8,8 @@ Both run `biosrecall.sweep.worker.run_one` per job and return one `Outcome` per 
 
 Local (needs nothing installed): `workers` slots, each taking the next job when its run ends. With
 `gpus_per_run` G, slot i sees GPUs i*G .. i*G+G-1 (CUDA_VISIBLE_DEVICES) and a run with G > 1 starts
-under torchrun. A Ctrl-C stops handing out jobs and passes one SIGINT to every running child, which
-saves its `latest` checkpoint and exits; rerunning the sweep resumes those runs.
+under torchrun. A Ctrl-C (or SIGTERM) stops handing out jobs and passes one SIGINT to every running
+child, which saves its `latest` checkpoint and exits; rerunning the sweep resumes those runs.
 
 Slurm (the optional extra `pip install 'biosrecall[slurm]'`, submitit >= 1.5): one array task per
 run on one node each, with `gpus_per_run` GPUs and `cpus_per_run` CPUs (threads per process: the CPUs
@@ -95,30 +95,54 @@ class LocalExecutor:
             if self.gpus_per_run:
                 first = index * self.gpus_per_run
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(first, first + self.gpus_per_run)))
-            while not stop.is_set():
-                with guard:
-                    if not pending:
-                        return
-                    position, job = pending.pop(0)
-                outcomes[position] = _run_guarded(job, env, running)
-                if report is not None:
-                    report(outcomes[position])
+            try:
+                while not stop.is_set():
+                    with guard:
+                        if not pending:
+                            return
+                        position, job = pending.pop(0)
+                    outcomes[position] = _run_guarded(job, env, running)
+                    if report is not None:
+                        report(outcomes[position])
+            finally:
+                ended[index].set()
 
-        threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(self.slots())]
-        for thread in threads:
-            thread.start()
+        # Slots signal their end with events, not Thread.join: on Python 3.11 a join that a Ctrl-C
+        # interrupts can leave the thread marked as ended, and the next join returns while it runs.
+        ended = [threading.Event() for _ in range(self.slots())]
+        for index in range(len(ended)):
+            threading.Thread(target=slot, args=(index,), daemon=True).start()
         try:
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(0.2)
+            with _sigterm_as_interrupt():
+                for event in ended:
+                    while not event.wait(0.2):
+                        pass
         except KeyboardInterrupt:
             stop.set()
             for process in list(running.values()):
                 process.send_signal(signal.SIGINT)  # the trainer saves `latest` and exits 130
-            for thread in threads:
-                thread.join()
+            for event in ended:  # each slot records its run's exit before it ends
+                event.wait()
             raise
         return [outcome for outcome in outcomes if outcome is not None]
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a scheduler's stop, `kill`) stops the sweep like Ctrl-C: without this the sweep would
+    die at once and leave its runs, each in a session of its own, training on unwatched."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_guarded(job: Job, env: dict, running: dict) -> Outcome:

@@ -1,0 +1,44 @@
+"""The README's result tables are the files the studies wrote: each generated block equals the archived
+file it was copied from (`scripts/readme_results.py`), with the command that made it.
+
+    pytest -q tests/test_readme_results.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHIVES = {
+    "study-default": ("claims", "summary", "fixed_sweep_summary"),
+    "budget-sweep-quick": ("compute_to_target", "budget_modes"),
+}
+
+
+def readme_results():
+    spec = importlib.util.spec_from_file_location("readme_results", ROOT / "scripts" / "readme_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("archive", "blocks"), ARCHIVES.items())
+def test_each_readme_block_is_its_archived_study_file(archive, blocks):
+    text = (ROOT / "README.md").read_text()
+    for block in blocks:
+        assert f"<!-- generated: {block} -->" in text
+    assert readme_results().rewrite(text, ROOT / "docs" / "results" / archive, blocks) == text
+
+
+def test_a_changed_number_is_caught(tmp_path):
+    module = readme_results()
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "figure1.json").write_text('{"preset": "quick", "train_config": {"seed": 0}, "study": {}}')
+    (study / "claims.md").write_text("| a | 1.0 |\n")
+    text = "x\n<!-- generated: claims -->\n| a | 2.0 |\n<!-- end: claims -->\n"
+    rewritten = module.rewrite(text, study, ("claims",))
+    assert rewritten != text and "| a | 1.0 |" in rewritten and "--preset quick --seeds 0" in rewritten

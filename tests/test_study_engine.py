@@ -1,0 +1,106 @@
+"""A study's runs through the sweep engine (`biosrecall.experiments.study_engine`): a branch starts from
+the state its trunk kept (or from scratch when the trunk kept none there, giving the same run), a
+failing run is named with its error and log while the others finish, a run another process holds is
+refused, and a study's architecture override reaches every run.
+
+    pytest -q tests/test_study_engine.py
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from biosrecall.bios.dataset import generate_dataset
+from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.study import make_run
+from biosrecall.experiments.study_engine import StudyRunFailed, train_study_runs
+from biosrecall.locking import lock_path
+from biosrecall.sweep import LocalExecutor
+from biosrecall.train.checkpoint import list_checkpoints
+from biosrecall.train.run_dir import read_config
+
+BASE = {"preset": "bios-tiny", "batch_size": 4, "seq_len": 96, "seed": 0, "lr": 1e-2,
+        "lr_schedule": "wsd", "warmup_updates": 2, "checkpoint_fractions": [1.0]}  # fmt: skip
+TRUNK = replace(
+    make_run("fixed_k4", "fixed:4", 0, 1e-2, "budget", 1e-2, updates=20), label="trunk", keep_updates=(12,)
+)
+
+
+def branch_spec(label: str, at: int):
+    spec = make_run(
+        "fixed_first_k4_80", "fixed_first:k0=4,switch=0.8,finish=uniform", 0, 1e-2, "budget", 1e-2
+    )
+    return replace(spec, label=label, updates=15, branch=(TRUNK.folder, at))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return generate_dataset(tmp_path_factory.mktemp("data") / "bios", people=8, seed=0)
+
+
+def options_for(data: Path):
+    def options_of(spec) -> dict:
+        return {**BASE, "data": str(data), "schedule": spec.schedule, "updates": spec.updates,
+                "keep_updates": list(spec.keep_updates) or None}  # fmt: skip
+
+    return options_of
+
+
+def final_weights(run: Path) -> dict:
+    return load_file(str(list_checkpoints(run)[1.0] / "model.safetensors"))
+
+
+def test_branches_start_from_the_kept_state_and_equal_a_run_from_scratch(data, tmp_path):
+    """12 is kept by the trunk: a branch. 13 is not (as for a budget added after the trunk finished):
+    trained from scratch, which is the same run, so both end with the same weights."""
+    runs = tmp_path / "runs"
+    specs = [TRUNK, branch_spec("kept", 12), branch_spec("unkept", 13)]
+    paths = train_study_runs(runs, specs, options_for(data), LocalExecutor(workers=2))
+    assert all(1.0 in list_checkpoints(paths[s]) for s in specs)
+    assert read_config(paths[specs[1]])["branch"]["at_update"] == 12
+    assert "branch" not in read_config(paths[specs[2]])
+    kept, scratch = final_weights(paths[specs[1]]), final_weights(paths[specs[2]])
+    assert all((kept[name] == scratch[name]).all() for name in kept)
+    assert (runs / ".sweep" / "seed0" / "kept.log").stat().st_size > 0  # each run's log
+
+
+def test_a_failing_run_is_named_with_its_error_and_log_and_the_others_finish(data, tmp_path):
+    runs = tmp_path / "runs"
+    not_a_dataset = tmp_path / "empty"
+    not_a_dataset.mkdir()
+    good = options_for(data)
+
+    def options_of(spec) -> dict:
+        return {**good(spec), "data": str(not_a_dataset)} if spec.label == "bad" else good(spec)
+
+    bad = replace(TRUNK, label="bad", keep_updates=())
+    with pytest.raises(StudyRunFailed) as failed:
+        train_study_runs(runs, [bad, TRUNK], options_of, LocalExecutor(workers=1))
+    message = str(failed.value)
+    assert message.startswith("run seed0/bad failed (exit 2): error: ") and "bad.log" in message
+    assert 1.0 in list_checkpoints(runs / TRUNK.folder)  # the other run still finished
+
+
+def test_a_studys_architecture_override_reaches_its_runs(data, tmp_path):
+    """figure1 --model-override passes any model field to each run's `train` (here n_block=2)."""
+    options = options_for(data)
+
+    def options_of(spec) -> dict:
+        return {**options(spec), "model_override": ["n_block=2", "norm=sandwich"]}
+
+    run = train_study_runs(tmp_path / "runs", [TRUNK], options_of, LocalExecutor(workers=1))[TRUNK]
+    model = read_config(run)["model_config"]
+    assert (model["n_block"], model["norm"]) == (2, "sandwich")
+
+
+def test_a_run_another_process_is_training_is_refused_not_evaluated(data, tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "seed0").mkdir(parents=True)
+    lock_path(runs / TRUNK.folder).write_text(str(os.getpid()))  # a live holder of the run's folder
+    with pytest.raises(BiosrecallError, match="run seed0/trunk is being trained by another process"):
+        train_study_runs(runs, [TRUNK], options_for(data), LocalExecutor(workers=1))
