@@ -176,7 +176,7 @@ def validation_windows(data_dir: Path, seq_len: int, sequences: int) -> list[np.
     """The first `sequences` validation windows (0 = all), read once and kept: every score of a
     diagnosis sees the same tokens."""
     from biosrecall.lm.loader import validation_batches
-    from biosrecall.lm.shards import load_manifest
+    from biosrecall.lm.shard_manifest import load_manifest
 
     held_out = (load_manifest(data_dir)["splits"].get("validation") or {}).get("tokens", 0)
     if not held_out:

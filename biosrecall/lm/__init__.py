@@ -13,10 +13,10 @@ prepare), `loader` (rank-sharded, resumable sequences and the fixed-order valida
 
 from biosrecall.lm.corpus import Corpus
 from biosrecall.lm.loader import ShardLoader, validation_batches
+from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.shards import (
     PrepareResult,
     ShardHeader,
-    load_manifest,
     prepare_corpus,
     read_shard,
     read_shard_header,

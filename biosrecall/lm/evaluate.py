@@ -48,7 +48,7 @@ from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, parameter_of, rows_judge
 from biosrecall.lm.loader import validation_batches
-from biosrecall.lm.shards import load_manifest
+from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.outputs import write_table
 from biosrecall.runs import load_checkpoint
 from biosrecall.train.run_dir import read_config

@@ -236,7 +236,7 @@ def check_tasks(tasks: Sequence[str], manager) -> list[str]:
 def _load_setup(run_dir: Path, checkpoint, data_dir, device: str, precision: str):
     """(run config, chosen checkpoints, tokenizer, device, autocast), all checked before any model loads."""
     from biosrecall.lm.evaluate import check_data
-    from biosrecall.lm.shards import load_manifest
+    from biosrecall.lm.shard_manifest import load_manifest
     from biosrecall.lm.tokenizer import load_tokenizer
     from biosrecall.train.distributed import resolve_device
     from biosrecall.train.run_dir import read_config

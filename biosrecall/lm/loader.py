@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.shards import SPLITS, load_manifest, read_shard
+from biosrecall.lm.shard_manifest import SPLITS, load_manifest
+from biosrecall.lm.shards import read_shard
 from biosrecall.lm.tokenizer import LMTokenizer, load_tokenizer
 
 STATE_VERSION = 1

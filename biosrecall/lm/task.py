@@ -31,7 +31,7 @@ import numpy as np
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import ShardLoader
-from biosrecall.lm.shards import load_manifest
+from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model import get_preset
 from biosrecall.train.config import TrainConfig, resolve_seq_len
