@@ -43,7 +43,7 @@ COMPARED = (UNIFORM, UPDATE_MATCHED)  # fixed-first's saving is reported against
 # both schedules train on (beyond K=16 uniform declines by design, so K=1..64 would favour fixed-first).
 CLAIM_TARGET, CLAIM_RANGE = 0.9, "K=1..16"
 BUDGET_NAMES = "budget_curve", "compute_to_target", "budget_modes"
-AGREEMENT_MARGIN = 0.1  # of the ceiling: the size of difference the paper's own "within 10%" tolerates
+AGREEMENT_MARGIN = 0.1  # of the ceiling: the tolerance of the claims table's "within 10% of the ceiling"
 UPPER_BOUND = "reached at the smallest budget (an upper bound)"
 
 

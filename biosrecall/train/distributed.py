@@ -169,14 +169,15 @@ def barrier(info: DistInfo) -> None:
 def finish(info: DistInfo) -> None:
     """Tear the process group down together after a successful run.
 
-    A gloo collective can return on one rank while its last message is still on the way to another,
-    and a rank that destroys its group (or exits) then can leave its peer blocked in that collective
-    or in `destroy_process_group` for good (seen: a two-rank CPU run that wrote every checkpoint and
-    never exited). So the ranks meet on the rendezvous store, which outlives every rank under
-    torchrun, instead of in a gloo barrier: once all have finished their last collective, every rank
-    destroys its group, and none exits before all have."""
+    Seen once in CI: a two-rank CPU (gloo) run wrote every checkpoint, one rank exited, and the other
+    never did; where it waited was not captured (the launch tests now print every rank's stack on a
+    hang). A rank that tears down its gloo connections while a peer still waits on them (in a last
+    collective or in `destroy_process_group`) can block that peer for good. So the ranks meet on the
+    rendezvous store, which outlives every rank under torchrun, rather than in a gloo barrier: once
+    all have finished their last collective, each destroys its group, and none exits before all have."""
     if not (info.enabled and dist.is_initialized()):
         return
+    # The group's own store; torch.distributed has no public accessor for it.
     store = dist.distributed_c10d._get_default_store()
     _store_barrier(store, "biosrecall/finish/trained", info.world_size)
     dist.destroy_process_group()
