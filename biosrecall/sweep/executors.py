@@ -113,7 +113,7 @@ class LocalExecutor:
         for index in range(len(ended)):
             threading.Thread(target=slot, args=(index,), daemon=True).start()
         try:
-            with _sigterm_as_interrupt():
+            with _stop_signals_as_interrupt():
                 for event in ended:
                     while not event.wait(0.2):
                         pass
@@ -128,9 +128,11 @@ class LocalExecutor:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (a scheduler's stop, `kill`) stops the sweep like Ctrl-C: without this the sweep would
-    die at once and leave its runs, each in a session of its own, training on unwatched."""
+def _stop_signals_as_interrupt():
+    """SIGINT and SIGTERM (Ctrl-C, a scheduler's stop, `kill`) stop the sweep, whatever the handlers it
+    inherited: without this, SIGTERM would kill the sweep at once and leave its runs, each in a session
+    of its own, training unwatched, and a sweep started from a script in the background (which starts
+    with SIGINT ignored) would not stop on SIGINT at all. The trainer handles both the same way."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -138,11 +140,12 @@ def _sigterm_as_interrupt():
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_guarded(job: Job, env: dict, running: dict) -> Outcome:
