@@ -113,6 +113,17 @@ def output_copy(finished_output, tmp_path):
     return out
 
 
+def stop_when_training(process: subprocess.Popen, run: Path, updates: int, stop: signal.Signals) -> str:
+    """Send `stop` once `run` has logged `updates` updates; the process's stderr once it has exited."""
+    try:
+        wait_for_updates(run, updates, process, timeout=600)
+    except AssertionError:
+        process.kill()
+        raise
+    process.send_signal(stop)
+    return process.communicate(timeout=300)[1]
+
+
 class TestCtrlC:
     """Ctrl-C or SIGTERM during figure1: exit 130, the rerun line naming the stopped runs, no
     traceback, their progress saved; the same command then finishes without retraining finished runs."""
@@ -131,11 +142,9 @@ class TestCtrlC:
         args = figure1_args(out, "--workers", workers, "--threads", "1")
         driver = DRIVER.replace("{tiny}", repr(asdict(STOPPABLE)))
         process = subprocess.Popen([sys.executable, "-c", driver, *args], stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for_updates(run_dir(out, name), 5, process)  # the folder appears at its first save
-            process.send_signal(stop)
-        finally:
-            _, stderr = process.communicate(timeout=300)
+        stderr = stop_when_training(
+            process, run_dir(out, name), 5, stop
+        )  # the folder appears at its first save
         assert process.returncode == 130, stderr
         assert "Traceback" not in stderr and "--resume" not in stderr
         last = stderr.strip().splitlines()[-1]
@@ -159,11 +168,9 @@ class TestCtrlC:
         out = tmp_path / "out"
         command = [sys.executable, "-m", "biosrecall", "figure1", "--preset", "quick", "--out", str(out)]
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for_updates(run_dir(out, "fixed_k4"), 100, process, timeout=600)  # a third of the way
-            process.send_signal(signal.SIGINT)
-        finally:
-            _, stderr = process.communicate(timeout=300)
+        stderr = stop_when_training(
+            process, run_dir(out, "fixed_k4"), 100, signal.SIGINT
+        )  # a third of the way
         assert process.returncode == 130, stderr
         assert "Traceback" not in stderr
         last = stderr.strip().splitlines()[-1]
