@@ -64,6 +64,13 @@ def seed_interval(values: Iterable[float]) -> SeedInterval:
     return SeedInterval(mean, mean - half, mean + half, n)
 
 
+def interval_text(mean: float, low: float, high: float, fmt: str = "{:.1f}") -> str:
+    """A seed interval for a table: "mean [low, high]" in `fmt`, the mean alone without one (one seed)."""
+    if pd.isna(low):
+        return fmt.format(mean)
+    return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
+
+
 def aggregate_seeds(table: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
     """One row per `keys` group: for each value column its mean (same name), `<v>_low`, `<v>_high`,
     and `n_seeds`. Each row of `table` is one seed's value; groups keep their first-seen order."""

@@ -33,7 +33,7 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.claims import verdict
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import save_figure, write_table
-from biosrecall.stats import seed_interval
+from biosrecall.stats import interval_text, seed_interval
 
 TARGETS = (0.5, 0.75, 0.9)  # shares of the ceiling
 DEPTH_RANGES = {"K=1..16": (1, 16), "K=1..64": (1, 64)}
@@ -293,11 +293,7 @@ def modes_markdown(modes: pd.DataFrame) -> str:
 
 
 def _with_interval(mean: float, low: float, high: float, fmt: str) -> str:
-    if math.isnan(mean):
-        return "not reached"
-    if math.isnan(low):
-        return fmt.format(mean)
-    return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
+    return "not reached" if math.isnan(mean) else interval_text(mean, low, high, fmt)
 
 
 def write_budget_results(

@@ -30,6 +30,7 @@ from biosrecall.eval.seeds import aggregate_recall
 from biosrecall.experiments.claims import judge_claims, write_claims
 from biosrecall.experiments.study import FIXED_K4, RunSpec
 from biosrecall.outputs import save_figure, write_table
+from biosrecall.stats import interval_text
 
 SPEC_COLUMNS = ["name", "label", "seed", "lr", "role"]
 
@@ -100,10 +101,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
 
 
 def _with_interval(row, column: str) -> str:
-    low, high = row[f"{column}_low"], row[f"{column}_high"]
-    if pd.isna(low):
-        return f"{row[column]:.1f}"
-    return f"{row[column]:.1f} [{low:.1f}, {high:.1f}]"
+    return interval_text(row[column], row[f"{column}_low"], row[f"{column}_high"])
 
 
 def grid_table(curves: pd.DataFrame, training_depth: int = 16) -> pd.DataFrame:
