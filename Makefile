@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint format bench clean
+.PHONY: demo test test-fast lint format bench docs clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,9 +13,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# The optional extras (transformers, lm-eval, trackers, datasets): every test runs with them installed.
+# The optional extras (transformers, lm-eval, trackers, datasets) and the docs tools: every test runs
+# with them installed (tests/test_docs.py builds the site).
 $(VENV)/.extras: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[dev,all]'
+	$(PY) -m pip install --quiet -e '.[dev,all,docs]'
+	touch $@
+
+$(VENV)/.docs: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[docs]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -51,5 +56,10 @@ format: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run_all.py
 
+## The documentation site into site/, in strict mode: a broken link, a missing page or a failing
+## reference (CLI or API) fails the build.
+docs: $(VENV)/.docs
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

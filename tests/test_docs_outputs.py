@@ -1,0 +1,53 @@
+"""What `biosrecall figure1` prints says what it is: every summary row names its run and schedule, a
+one-seed claims table says why its verdicts cannot decide and how to add seeds, and the output ends
+with the paths of the claims, the summary and the figure.
+
+    pytest -q tests/test_docs_outputs.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from biosrecall.cli.figure1 import _more_seeds_command, _print
+from biosrecall.experiments.figure1 import Figure1Result
+
+SCHEDULES = {"fixed_k4": "fixed:4", "uniform_1_16": "uniform:1-16"}
+
+
+def result(out_dir: Path, n_seeds: int) -> Figure1Result:
+    summary = pd.DataFrame(
+        [
+            {"group": run, "schedule": schedule, "fraction": fraction, "K=4": 1.5, "n_seeds": n_seeds}
+            for run, schedule in SCHEDULES.items()
+            for fraction in (0.45, 1.0)
+        ]
+    )
+    claims = pd.DataFrame(
+        [{"statement": "a claim", "metric": "m", "threshold": "> 0", "mean": 1.0, "low": float("nan"),
+          "high": float("nan"), "n_seeds": n_seeds, "verdict": "inconclusive"}]
+    )  # fmt: skip
+    figures = [out_dir / "figure1.png", out_dir / "figure1.pdf"]
+    return Figure1Result(out_dir, {}, pd.DataFrame(), summary, claims, figures)
+
+
+@pytest.mark.parametrize("n_seeds", [1, 3])
+def test_figure1_prints_what_each_table_is(tmp_path, capsys, n_seeds):
+    out = tmp_path / "demo"
+    _print(result(out, n_seeds), _more_seeds_command(out, "quick", (0,)))
+    printed = capsys.readouterr().out
+    summary = printed.split("claims,")[0].splitlines()[2:]  # below its title and column header
+    assert len(summary) == 4
+    for row in summary:
+        assert any(run in row and schedule in row for run, schedule in SCHEDULES.items()), row
+    one_seed_note = f"biosrecall figure1 --out {out} --preset quick --seeds 0,1,2"
+    assert ("one seed cannot decide" in printed and one_seed_note in printed) == (n_seeds == 1)
+    assert printed.rstrip().splitlines()[-4:] == [
+        f"claims:  {out / 'claims.md'}",
+        f"summary: {out / 'summary.md'}",
+        f"figure:  {out / 'figure1.png'}",
+        f"figure:  {out / 'figure1.pdf'}",
+    ]
