@@ -14,19 +14,28 @@ and `..`), so `--overwrite` can never swap away what the command reads.
     with output_lock(out_dir):                                  # biosrecall.locking: one writer per output
         with atomic_directory(out_dir, overwrite=False) as tmp:  # fill tmp; renamed to out_dir on success
             ...
+
+A write that fails (disk full, file too large, no permission) raises `WriteFailed`: one line naming
+the file that could not be written, with the reason and its errno, whichever library did the writing.
+It also takes back the folders this process created for that output: the files it wrote into them
+are deleted and the folders removed (a folder built by `atomic_directory` is never deleted this way),
+so a failed command leaves no new folder behind, only what was there before.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.locking import ASIDE_ENTRY, ASIDE_SUFFIX, TEMPORARY_SUFFIX, temporary_prefix
 
 
@@ -37,21 +46,125 @@ def _default_mode(directory: bool) -> int:
     return (0o777 if directory else 0o666) & ~umask
 
 
+# Reasons a write fails because of the disk rather than the data: reported as `WriteFailed` wherever
+# they surface, even from a library that names no file.
+DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+class WriteFailed(BiosrecallError, OSError):
+    """An output could not be written; the message names the file, the reason and its errno.
+
+    Also an `OSError` whose `errno` is the cause's, so code that handles a failed write as an OSError
+    (the trainer's checkpoint saves) still does. `path` is the file (or folder) that was not written.
+    """
+
+    path: Path
+
+
+def write_failed(path: str | Path, exc: BaseException, left: str = "") -> WriteFailed:
+    """`WriteFailed` for `path` from the exception a write raised (`left`: what was cleaned up)."""
+    code = error_number(exc)
+    if code:
+        reason = f"{os.strerror(code)} (errno {code}, {errno.errorcode.get(code, '?')})"
+    else:
+        reason = first_line(exc)
+    failed = WriteFailed(f"cannot write {path}: {reason}" + (f"; {left}" if left else ""))
+    failed.errno, failed.path = code, Path(path)
+    return failed
+
+
+def error_number(exc: BaseException) -> int | None:
+    """The errno of a failed write: the attribute, or the number a library put in its message
+    (pyarrow: "[Errno 27]", safetensors and Rust: "os error 27")."""
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int) and code > 0:
+        return code
+    found = re.search(r"(?:\[Errno |os error |errno |code: )(\d+)", str(exc), re.IGNORECASE)
+    return int(found.group(1)) if found else None
+
+
+# Folders this process created for its outputs, each with the files it wrote into it: what a failed
+# write takes back (see the module docstring). Absolute paths; shared by threads, hence the lock.
+_CREATED: dict[Path, set[Path]] = {}
+_CREATED_LOCK = threading.Lock()
+
+
+def _make_folder(folder: Path) -> None:
+    """`mkdir -p folder`, remembering which of its folders did not exist before."""
+    missing, probe = [], folder.absolute()
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with _CREATED_LOCK:
+        for created in missing:
+            _CREATED.setdefault(created, set())
+
+
+def _wrote(path: Path) -> None:
+    """Remember a file completed in a folder this process created."""
+    path = path.absolute()
+    with _CREATED_LOCK:
+        if path.parent in _CREATED:
+            _CREATED[path.parent].add(path)
+
+
+def _take_back(path: Path) -> str:
+    """After a failed write of `path`: delete what this process wrote into the folders it created
+    for it and remove those folders, deepest first; says which folder is gone ("" when none)."""
+    removed, folder = None, path.absolute().parent
+    with _CREATED_LOCK:
+        while folder in _CREATED:
+            for written in _CREATED.pop(folder):
+                written.unlink(missing_ok=True)
+            try:
+                folder.rmdir()
+            except OSError:  # something else lives there too: it stays, and so do its parents
+                break
+            removed, folder = folder, folder.parent
+    if removed is None:
+        return ""
+    shown = next((p for p in Path(path).parents if p.absolute() == removed), removed)
+    return f"{shown} was not created"
+
+
+def _failed(path: Path, exc: BaseException) -> WriteFailed:
+    """The `WriteFailed` for a write of `path` that raised `exc`, once its new folders are taken back."""
+    if isinstance(exc, WriteFailed):
+        path, exc = exc.path, exc.__cause__ or exc
+    return write_failed(path, exc, _take_back(path))
+
+
+def _is_write_failure(exc: BaseException) -> bool:
+    """An exception a write raised that is about the disk or the file, not a bug or a user mistake."""
+    if isinstance(exc, WriteFailed):
+        return True
+    if isinstance(exc, BiosrecallError) or not isinstance(exc, Exception):
+        return False
+    return error_number(exc) is not None
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file in the same folder, fsync, then rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
-    os.chmod(tmp, _default_mode(directory=False))
+    tmp = None
     try:
+        _make_folder(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
+        os.chmod(tmp, _default_mode(directory=False))
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _failed(path, exc) from exc
+        _take_back(path)
         raise
+    _wrote(path)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -67,16 +180,23 @@ def atomic_write_json(path: str | Path, obj: object) -> None:
 def atomic_write_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path for a library that writes files itself (parquet, safetensors, savefig)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, _default_mode(directory=False))
+    try:
+        _make_folder(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+        os.close(fd)
+        os.chmod(tmp, _default_mode(directory=False))
+    except OSError as exc:
+        raise _failed(path, exc) from exc
     try:
         yield Path(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if _is_write_failure(exc):
+            raise _failed(path, exc) from exc
+        _take_back(path)
         raise
+    _wrote(path)
 
 
 def check_output_dir(path: str | Path, overwrite: bool) -> Path:
@@ -155,16 +275,36 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
     if the swap fails. Without it, an output that appeared meanwhile is never replaced.
     """
     path = _swap_target(check_output_dir(path, overwrite))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = temporary_prefix(path)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=TEMPORARY_SUFFIX, dir=path.parent))
-    tmp.chmod(_default_mode(directory=True))  # mkdtemp makes 0700
+    try:
+        _make_folder(path.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent))
+        tmp.chmod(_default_mode(directory=True))  # mkdtemp makes 0700
+    except OSError as exc:
+        raise _failed(path, exc) from exc
     try:
         yield tmp
         _swap_in(tmp, path, overwrite)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        written = _written_in(exc, tmp, path)
+        if written is None:
+            _take_back(path)
+            raise
+        raise write_failed(written, exc.__cause__ or exc, _take_back(path)) from exc
+
+
+def _written_in(exc: BaseException, tmp: Path, path: Path) -> Path | None:
+    """The file of the finished folder a write inside `tmp` failed on (the folder itself when the
+    error names no file), or None when `exc` is not a failed write: a full disk whatever raised it,
+    or an error about a file inside `tmp`. A writer that knows its file raises `write_failed(file)`."""
+    if not _is_write_failure(exc):
+        return None
+    named = exc.path if isinstance(exc, WriteFailed) else getattr(exc, "filename", None)
+    if isinstance(named, str | os.PathLike):
+        relative = os.path.relpath(os.path.abspath(named), os.path.abspath(tmp))
+        if not relative.startswith(os.pardir):
+            return path / relative
+    return path if error_number(exc) in DISK_FULL else None
 
 
 def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:

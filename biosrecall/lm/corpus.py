@@ -11,7 +11,10 @@ A corpus is a list of inputs, read in the order given, each yielding documents (
 - a folder: every `.txt`, `.jsonl` and `.parquet` file under it (recursively, sorted by path,
   hidden files skipped).
 - `hf:NAME` or `hf:NAME:CONFIG`: a Hugging Face dataset, streamed, when the optional `datasets`
-  package is installed (`pip install 'biosrecall[datasets]'`); `hf_split` picks the split.
+  package is installed (`pip install 'biosrecall[datasets]'`); `hf_split` picks the split. When the
+  Hub cannot be reached (checked in seconds by `biosrecall.hub`, unless HF_HUB_OFFLINE,
+  HF_DATASETS_OFFLINE or TRANSFORMERS_OFFLINE says to stay offline and use what is cached), the
+  corpus is refused at once with one line saying how to give a local copy instead.
   The paper's corpora, with the configs and columns their dataset cards listed when this was written:
     * 200M runs: `openbmb/UltraData-Math`, level L3, i.e. the configs
       `UltraData-Math-L3-{QA,Conversation,Multi-Style,Textbook-Exercise}-Synthetic`, e.g.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -157,7 +161,7 @@ def _require_regular(path: Path) -> None:
 def _check_source(source: Source, text_column: str) -> None:
     """Fail early on problems visible without reading the documents."""
     if source.kind == "huggingface":
-        _import_datasets(source.location)
+        _check_hub(source)
         return
     try:
         with open(source.location, "rb") as handle:
@@ -252,6 +256,23 @@ def _read_parquet(path: Path, column: str) -> Iterator[str]:
         raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
 
 
+def _check_hub(source: Source) -> None:
+    """The `datasets` package is installed, and the Hub answers unless an offline variable is set
+    (the libraries would retry for half a minute before failing)."""
+    from importlib.util import find_spec
+
+    from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
+
+    if "datasets" not in sys.modules and find_spec("datasets") is None:  # found without importing it
+        _import_datasets(source.location)  # the error naming the extra
+    why = None if offline_variable() else hub_unreachable()
+    if why is not None:
+        raise BiosrecallError(
+            f"cannot reach the Hugging Face Hub for hf:{source.location} ({why}); on a machine without "
+            f"network, {dataset_download_hint(source.location)}"
+        )
+
+
 def _import_datasets(name: str):
     try:
         import datasets
@@ -269,13 +290,25 @@ def _read_hf(source: Source, split: str, column: str) -> Iterator[str]:
     try:
         rows = datasets.load_dataset(source.location, source.config, split=split, streaming=True)
     except Exception as exc:  # network, unknown name, unknown config or split: all user-facing
-        raise BiosrecallError(f"cannot load {label} (split {split}): {exc}") from exc
+        raise BiosrecallError(f"cannot load {label} (split {split}): {_hub_problem(exc, source)}") from exc
     for row in rows:
         if column not in row:
             raise BiosrecallError(f"{label} has no column {column!r} (columns: {', '.join(row)})")
         text = _as_text(row[column], label)
         if text:
             yield text
+
+
+def _hub_problem(exc: Exception, source: Source) -> str:
+    """The library's reason in one line; offline, with how to give a local copy instead."""
+    from biosrecall.errors import first_line
+    from biosrecall.hub import dataset_download_hint, offline_variable
+
+    offline = offline_variable()
+    if offline is None:
+        return first_line(exc)
+    hint = dataset_download_hint(source.location)
+    return f"{first_line(exc)} ({offline} is set, so only the local cache is read); {hint}"
 
 
 def _as_text(value: object, where: str) -> str | None:

@@ -12,10 +12,15 @@ The state is (epoch, position in this rank's order): the same on every rank, so 
 rank resumes all of them.
 
 Opening a split checks every token id against the vocabulary before any training starts, from the
-largest id each shard's manifest entry records. Folders prepared before that field existed are
-scanned once per open instead (one sequential read of the split): re-preparing a large corpus can
-take hours, a scan takes seconds, so they stay usable. Every window read is checked again, so a shard
-changed after it was prepared is still one clear error rather than an IndexError in the model.
+largest id each shard's manifest entry records. The first time a process opens a shard it also
+verifies the shard's bytes against the sha256 `lm prepare` recorded (one sequential read; see
+benchmarks/bench_data.py for its cost), so a shard damaged after prepare is one line naming it and
+the command that prepares the folder again, before any update; `set_verification(False)` (the
+`--no-verify` of `lm train` and `lm eval`) skips it. Folders prepared before checksums were recorded
+still load: their ids are scanned instead (the same one read), which finds the damage that would
+break a model, an id outside the vocabulary; re-preparing a large corpus can take hours, so they stay
+usable. Every window read is checked again, so a shard changed while a run reads it is still one
+clear error rather than an IndexError in the model.
 
     loader = ShardLoader("data/lm", context_length=1024, rank=rank, world_size=world, seed=0,
                          tokenizer="data/lm/tokenizer.json")
@@ -23,6 +28,7 @@ changed after it was prepared is still one clear error rather than an IndexError
     state = loader.state_dict()                   # save with the checkpoint ...
     loader.load_state_dict(state)                 # ... and the next batch is the one that would follow
     for rows in validation_batches("data/lm", 1024, batch_size=8, rank=rank, world_size=world): ...
+    set_verification(False)                       # trust the shards' bytes (this process, from now on)
 """
 
 from __future__ import annotations
@@ -34,13 +40,22 @@ from pathlib import Path
 import numpy as np
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.shard_manifest import SPLITS, load_manifest
+from biosrecall.lm.shard_manifest import SPLITS, load_manifest, reprepare_command
 from biosrecall.lm.shards import read_shard
 from biosrecall.lm.tokenizer import LMTokenizer, load_tokenizer
 
 STATE_VERSION = 1
 # State fields that must match for a resume to continue the same sequence of batches.
 _IDENTITY = ("split", "context_length", "seed", "world_size", "num_windows", "data_sha256")
+# Whether shards are verified when first opened, and the (file, recorded sha256) pairs this process has
+# verified: a loader per evaluation pass, or per rank in one process, reads each shard once only.
+_VERIFY = {"enabled": True}
+_VERIFIED: set[tuple[str, str | None]] = set()
+
+
+def set_verification(enabled: bool) -> None:
+    """Verify (the default) or trust the bytes of the shards this process opens from now on."""
+    _VERIFY["enabled"] = bool(enabled)
 
 
 class ShardLoader:
@@ -232,19 +247,32 @@ def _open_split(data_dir: Path, manifest: dict, split: str, expected_sha256: str
             )
         if header.tokens != entry["tokens"] or header.dtype != manifest["dtype"]:
             raise BiosrecallError(f"shard {entry['file']} does not match manifest.json (count or dtype)")
-        _check_ids(data_dir, entry, tokens, int(manifest["tokenizer"]["vocab_size"]))
+        _check_shard(data_dir, manifest, entry, tokens)
         shards.append(tokens)
     return shards
 
 
-def _check_ids(data_dir: Path, entry: dict, tokens: np.ndarray, vocab_size: int) -> None:
-    """Every id of a shard lies in the vocabulary: from its recorded largest id, or a scan when the
-    manifest predates that field (see the module docstring)."""
+def _check_shard(data_dir: Path, manifest: dict, entry: dict, tokens: np.ndarray) -> None:
+    """The shard's bytes match its recorded sha256 (first open in this process, unless verification
+    is off), and every id lies in the vocabulary: from its recorded largest id, or a scan when there
+    is no checksum to vouch for that id or no id recorded (see the module docstring)."""
+    path, expected = data_dir / entry["file"], entry.get("sha256")
+    key = (str(path.resolve()), expected)
+    verify = _VERIFY["enabled"] and key not in _VERIFIED
+    if verify and expected is not None and hashlib.sha256(tokens).hexdigest() != expected:
+        raise BiosrecallError(
+            f"shard {path} is damaged: its bytes do not match the sha256 in {data_dir / 'manifest.json'}; "
+            f"prepare the folder again: {reprepare_command(data_dir, manifest)}"
+        )
     largest = entry.get("max_token")
-    if largest is None:
+    if largest is None or (verify and expected is None):
         largest = int(tokens.max()) if tokens.size else 0
+    vocab_size = int(manifest["tokenizer"]["vocab_size"])
     if largest >= vocab_size:
         raise BiosrecallError(
-            f"shard {data_dir / entry['file']} holds token id {largest}, outside the vocabulary of "
-            f"{vocab_size} (damaged or prepared with another tokenizer)"
+            f"shard {path} holds token id {largest}, outside the vocabulary of {vocab_size} (damaged or "
+            f"prepared with another tokenizer); prepare the folder again: "
+            f"{reprepare_command(data_dir, manifest)}"
         )
+    if verify:
+        _VERIFIED.add(key)

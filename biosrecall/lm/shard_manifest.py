@@ -1,16 +1,20 @@
 """The manifest of a prepared LM shard folder: `load_manifest` reads it and checks every field a reader
 uses (types, required keys, ranges, shard names that stay inside the folder, token ids inside the
-vocabulary), naming the first bad one. The folder's layout and the shard format are described in
-`biosrecall.lm.shards`, which writes both.
+vocabulary, checksums), naming the first bad one. The folder's layout and the shard format are
+described in `biosrecall.lm.shards`, which writes both. `reprepare_command` rebuilds the `lm prepare`
+command that made a folder from what its manifest records, for messages about a damaged shard.
 
     manifest = load_manifest("data/lm-books")      # BiosrecallError naming the field, or the dict
+    reprepare_command("data/lm-books", manifest)   # "biosrecall lm prepare books/ --out data/lm-books ..."
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -105,5 +109,52 @@ def _check_split(path: Path, name: str, split: dict, vocab: int) -> None:
             raise BiosrecallError(
                 f"{path}: shard {entry['file']} holds token id {largest}, outside the vocabulary of {vocab}"
             )
+        sha = entry.get("sha256")  # absent in folders prepared before checksums were recorded
+        if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+            raise BiosrecallError(f"{path}: field '{where}.sha256' is not a sha256 hex digest")
     if counted != total:
         raise BiosrecallError(f"{path}: field '{prefix}tokens' is {total} but its shards hold {counted}")
+
+
+def reprepare_command(data_dir: str | Path, manifest: dict) -> str:
+    """The `biosrecall lm prepare` command that makes `data_dir` again from what its manifest records
+    (more than four input files are given as the folder that holds them)."""
+    source = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
+    inputs = [_input_argument(entry) for entry in source.get("inputs") or [] if isinstance(entry, dict)]
+    if len(inputs) > 4 and not any(item.startswith("hf:") for item in inputs):
+        with contextlib.suppress(ValueError):  # absolute and relative paths mixed: keep the list
+            inputs = [os.path.commonpath(inputs) or "."]
+    words = ["biosrecall", "lm", "prepare", *(inputs or ["INPUT..."]), "--out", str(data_dir), "--overwrite"]
+    if source.get("text_column", "text") != "text":
+        words += ["--text-column", str(source["text_column"])]
+    split = next(
+        (e.get("split") for e in source.get("inputs") or [] if isinstance(e, dict) and "split" in e), None
+    )
+    if split not in (None, "train"):
+        words += ["--hf-split", str(split)]
+    if source.get("max_documents"):
+        words += ["--max-documents", str(source["max_documents"])]
+    words += _tokenizer_options(manifest.get("tokenizer") or {})
+    chosen = manifest.get("split") if isinstance(manifest.get("split"), dict) else {}
+    for option, value in (("--val-fraction", chosen.get("val_fraction")), ("--seed", chosen.get("seed")),
+                          ("--shard-tokens", manifest.get("shard_tokens"))):  # fmt: skip
+        if value is not None:
+            words += [option, str(value)]
+    return shlex.join(words)
+
+
+def _input_argument(entry: dict) -> str:
+    if entry.get("kind") == "huggingface":
+        return f"hf:{entry.get('location')}" + (f":{entry['config']}" if entry.get("config") else "")
+    return str(entry.get("location"))
+
+
+def _tokenizer_options(tokenizer: dict) -> list[str]:
+    """--tokenizer for a folder made with a given tokenizer (a copy of it: the folder's own is replaced),
+    else the vocabulary size and the documents the tokenizer was trained on."""
+    if tokenizer.get("trained_on") == "given":
+        return ["--tokenizer", "COPY_OF_ITS_TOKENIZER.json"]
+    options = ["--vocab-size", str(tokenizer.get("vocab_size"))]
+    if isinstance(tokenizer.get("trained_on"), int):
+        options += ["--tokenizer-documents", str(tokenizer["trained_on"])]
+    return options

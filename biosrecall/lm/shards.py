@@ -22,7 +22,10 @@ Validation documents are chosen by document, not by token: exactly max(1, round(
 of the n documents, drawn without replacement from `numpy.random.default_rng(seed)`.
 
 Each shard's manifest entry records its largest token id (`max_token`), so a reader checks every id
-against the vocabulary when it opens the corpus, without reading the tokens. `load_manifest`
+against the vocabulary when it opens the corpus, without reading the tokens, and the sha256 of its
+token bytes (everything after the header; `sha256`), which the loader verifies the first time a
+process opens the shard (`biosrecall.lm.loader`), so a shard damaged after prepare is found before
+training rather than in the windows a run happens to read. `load_manifest`
 (`biosrecall.lm.shard_manifest`) checks every field a reader uses and names the first bad one.
 
     result = prepare_corpus(Corpus(["books/"]), "data/lm-books", vocab_size=8192, seed=0)
@@ -31,6 +34,7 @@ against the vocabulary when it opens the corpus, without reading the tokens. `lo
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import time
 from dataclasses import dataclass
@@ -134,6 +138,7 @@ class ShardWriter:
         self.shards: list[dict] = []
         self._handle = None
         self._count = 0
+        self._digest = hashlib.sha256()
 
     def add(self, tokens: np.ndarray) -> None:
         tokens = tokens.astype(self.dtype, copy=False)
@@ -144,7 +149,9 @@ class ShardWriter:
                 self._handle.write(_pack_header(self.dtype, 0, self.tokenizer_sha256))
                 self.shards.append({"file": name, "tokens": 0})
             take = min(tokens.size, self.shard_tokens - self._count)
-            self._handle.write(tokens[:take].tobytes())
+            data = tokens[:take].tobytes()
+            self._handle.write(data)
+            self._digest.update(data)
             entry = self.shards[-1]
             entry["max_token"] = max(entry.get("max_token", 0), int(tokens[:take].max()))
             self._count += take
@@ -156,11 +163,12 @@ class ShardWriter:
         self._handle.seek(0)
         self._handle.write(_pack_header(self.dtype, self._count, self.tokenizer_sha256))
         self._handle.close()
-        self.shards[-1]["tokens"] = self._count
-        self._handle, self._count = None, 0
+        self.shards[-1].update(tokens=self._count, sha256=self._digest.hexdigest())
+        self._handle, self._count, self._digest = None, 0, hashlib.sha256()
 
     def close(self) -> list[dict]:
-        """Finish the open shard; returns `[{"file", "tokens", "max_token"}, ...]` for the manifest."""
+        """Finish the open shard; returns `[{"file", "tokens", "max_token", "sha256"}, ...]` for the
+        manifest."""
         if self._handle is not None:
             self._finish_shard()
         return self.shards

@@ -1,0 +1,98 @@
+"""The Hugging Face Hub from a machine that may have no network: the offline variables, and a check
+that the Hub answers which takes seconds, not the minute of retries the libraries spend on their own.
+
+    offline_variable()         # "HF_DATASETS_OFFLINE" when that variable (or another) asks for offline
+    hub_unreachable()          # None, or why the Hub cannot be reached ("huggingface.co: Name or ...")
+    dataset_download_hint("openbmb/Ultra-FineWeb")   # how to give a local copy instead
+    check_model_folder("someone/thing")      # a --hf-model folder, or one line saying how to get one
+
+A cluster node without network is the normal case, so an `hf:` input there fails at once with one
+line saying how to point at a local copy, before any output is made.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from biosrecall.errors import BiosrecallError
+
+# The variables huggingface_hub, datasets and transformers each read to stay offline.
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+# A TCP connection to the Hub (or the proxy) takes well under a second where there is network.
+CONNECT_TIMEOUT_SECONDS = 3.0
+
+
+def offline_variable() -> str | None:
+    """The first offline variable set to a true value (1, ON, YES, TRUE, as the libraries read them)."""
+    for name in OFFLINE_VARIABLES:
+        if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return name
+    return None
+
+
+def hub_unreachable(timeout: float = CONNECT_TIMEOUT_SECONDS) -> str | None:
+    """Why no TCP connection to the Hub's endpoint ($HF_ENDPOINT) or its https proxy could be opened
+    within `timeout` seconds, or None when one could. Name resolution runs in a thread of its own, as
+    it has no timeout of its own."""
+    host, port = _address()
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc.strerror or str(exc) or type(exc).__name__)
+
+    thread = threading.Thread(target=connect, name="hub-check", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        return f"{host}: no answer within {timeout:g} s"
+    return None if outcome[0] is None else f"{host}: {outcome[0]}"
+
+
+def _address() -> tuple[str, int]:
+    """(host, port) a request to the Hub connects to first: its https proxy, when one applies."""
+    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    host = endpoint.hostname or "huggingface.co"
+    proxy = urllib.request.getproxies().get(endpoint.scheme or "https")
+    if proxy and not urllib.request.proxy_bypass(host):
+        parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        return parsed.hostname or host, parsed.port or 80
+    return host, endpoint.port or (80 if endpoint.scheme == "http" else 443)
+
+
+def dataset_download_hint(name: str) -> str:
+    """How to give a Hub dataset as local files instead (for a machine without network)."""
+    return (
+        f"download it where there is network (huggingface-cli download --repo-type dataset {name} "
+        "--local-dir DIR), copy DIR here and give its .parquet/.jsonl/.txt files or the folder instead"
+    )
+
+
+def model_download_hint(name: str) -> str:
+    """How to give a Hub model as a local folder instead (models are only read from folders)."""
+    return (
+        f"download it where there is network (huggingface-cli download {name} --local-dir DIR), copy DIR "
+        "here and pass --hf-model DIR"
+    )
+
+
+def check_model_folder(model_dir: str | Path) -> Path:
+    """`model_dir` as a Path when it is a folder; otherwise one line, saying how to download a Hub name."""
+    folder = Path(model_dir)
+    if folder.is_dir():
+        return folder
+    message = f"--hf-model folder {folder} not found"
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", str(model_dir)) and not os.path.lexists(folder.parent):
+        hint = model_download_hint(str(model_dir))
+        message += f"; models are read from local folders only (nothing is downloaded): {hint}"
+    raise BiosrecallError(message)
