@@ -16,7 +16,8 @@ repeated):
 
 Labels are the checkpoint folder names, ordered fractions first (ascending), then "switch". A
 malformed selector or a checkpoint the run does not have raises one `BiosrecallError` naming the run
-and listing what it has.
+and listing what it has. Where each file of a run folder lies is `biosrecall.train.layout`'s to say;
+this module adds the selector, the training data and the checkpoint readers on top of it.
 """
 
 from __future__ import annotations
@@ -28,21 +29,12 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.stats import check_seed_replicates
-from biosrecall.train.checkpoint import (
-    META_FILE,
-    SWITCH,
-    checkpoint_dir,
-    fraction_dirname,
-    list_checkpoints,
-    load_checkpoint,
-    load_training_state,
-    read_meta,
-)
+from biosrecall.train import layout
 from biosrecall.train.config import TrainConfig, resolve_seq_len
-from biosrecall.train.run_dir import CONFIG_FILE, read_config
+from biosrecall.train.layout import SWITCH, load_checkpoint, load_training_state, read_meta
+from biosrecall.train.run_dir import read_config
 
 __all__ = [
-    "SELECTOR_HELP",
     "Selector",
     "check_training_data",
     "fraction_of",
@@ -58,10 +50,6 @@ __all__ = [
 
 FINAL, FRACTIONS, ALL = "final", "fractions", "all"
 KEYWORDS = (FINAL, FRACTIONS, ALL, SWITCH)
-SELECTOR_HELP = (
-    "final (the largest budget fraction), fractions (every budget fraction), all (the fractions and "
-    "switch), switch, a budget fraction such as 0.45, or a comma list of these"
-)
 _DATA_KIND = {"bios": "dataset", "lm": "corpus"}
 
 
@@ -104,18 +92,15 @@ def _malformed(raw: str) -> BiosrecallError:
     )
 
 
-def kept_checkpoints(run_dir: str | Path) -> dict[str, Path]:
-    """Every kept checkpoint of a run folder by label (fractions ascending, then switch)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
-    kept = {fraction_dirname(f): path for f, path in list_checkpoints(run_dir).items()}
-    switch = checkpoint_dir(run_dir, SWITCH)
-    if (switch / META_FILE).is_file():
-        kept[SWITCH] = switch
+def _kept_checkpoints(run_dir: Path) -> dict[str, Path]:
+    """Every kept checkpoint of a run folder by label (`layout.kept_checkpoints`); a folder that holds
+    no run, or no checkpoint yet, is refused."""
+    if not layout.config_file(run_dir).is_file():
+        raise BiosrecallError(f"{run_dir} is not a run folder (no {layout.CONFIG_FILE})")
+    kept = layout.kept_checkpoints(run_dir)
     if not kept:
         raise BiosrecallError(
-            f"{run_dir} has no checkpoints yet (no folders under {run_dir / 'checkpoints'})"
+            f"{run_dir} has no checkpoints yet (no folders under {layout.checkpoints_dir(run_dir)})"
         )
     return kept
 
@@ -123,7 +108,7 @@ def kept_checkpoints(run_dir: str | Path) -> dict[str, Path]:
 def select_checkpoints(run_dir: str | Path, selector=ALL) -> dict[str, Path]:
     """The run's checkpoints named by `selector` (text, repeated values or a `Selector`), by label."""
     run_dir = Path(run_dir)
-    kept = kept_checkpoints(run_dir)
+    kept = _kept_checkpoints(run_dir)
     try:
         parsed = parse_selector(selector)
     except BiosrecallError as exc:

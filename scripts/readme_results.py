@@ -2,7 +2,6 @@
 
     python scripts/readme_results.py runs/study            # rewrites README.md's generated blocks
     python scripts/readme_results.py runs/study --check    # exit 1 when README.md is out of date
-    python scripts/readme_results.py runs/sweep-quick --only compute_to_target,budget_modes
     python scripts/readme_results.py runs/study --archive docs/results/study-default
 
 Each block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in README.md and is
@@ -14,7 +13,9 @@ and named on stderr.
 
 `--archive DEST` copies the study's record (figure1.json), its Markdown tables and its CSV tables
 under 256 KB into DEST, to be committed: the README's numbers then come from files in the repository,
-and `tests/test_readme_results.py` checks that the README's blocks match them.
+and `tests/test_readme_results.py` checks that the README's blocks match them. The README holds only
+the headline (`claims`); the documentation site's results pages read every other archived table when
+the site is built (scripts/docs_hooks.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ BLOCKS = ("claims", "summary", "fixed_sweep_summary", "compute_to_target", "budg
 
 def provenance(study: Path, name: str) -> str:
     """One line naming the study a block comes from: its preset, seeds and controls."""
+    return f"*`{name}.md` of `{study_command(study)}`, copied by `scripts/readme_results.py`.*\n\n"
+
+
+def study_command(study: Path) -> str:
+    """The `biosrecall figure1` command that made `study` (from its figure1.json)."""
     record = json.loads((study / "figure1.json").read_text())
     options = record.get("study", {})
     extras = [
@@ -52,8 +58,7 @@ def provenance(study: Path, name: str) -> str:
         if on
     ]
     seeds = ",".join(map(str, options.get("seeds", [record["train_config"]["seed"]])))
-    command = f"biosrecall figure1 --preset {record['preset']} --seeds {seeds} {' '.join(extras)}".strip()
-    return f"*`{name}.md` of `{command}`, copied by `scripts/readme_results.py`.*\n\n"
+    return f"biosrecall figure1 --preset {record['preset']} --seeds {seeds} {' '.join(extras)}".strip()
 
 
 def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:

@@ -26,8 +26,8 @@ from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.eval.sweep import exact_by_depth
 from biosrecall.runs import load_checkpoint
 from biosrecall.train.bios_training import train_bios
-from biosrecall.train.checkpoint import list_checkpoints, load_training_state
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import list_checkpoints, load_training_state
 from biosrecall.train.run_dir import read_metrics
 from biosrecall.train.setup import autocast_for
 

@@ -17,8 +17,8 @@ from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
 from biosrecall.train.bios_training import train_bios
 from biosrecall.train.branch import Branch
-from biosrecall.train.checkpoint import list_checkpoints, update_dirname
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import list_checkpoints, update_dirname
 from biosrecall.train.optim import learning_rate
 from biosrecall.train.run_dir import read_config, read_metrics
 
@@ -109,7 +109,7 @@ def test_a_branch_on_a_moved_copy_of_the_data_trains(bios_dataset_dir, trunk, tm
         (["--at-update", "8", "--warmup-updates", "3"], "update 0 has learning rate"),
         (["--at-update", "8", "--schedule", "fixed:3"], "update 0 trains at depth 3 here but 2"),
         (["--at-update", "8", "--preset", "bios-cpu"], "the parent's model_config.context_length differs"),
-        (["--at-update", "0"], "--at-update must be a positive update count"),
+        (["--at-update", "0"], "at_update must be a positive integer"),
         ([], "--from and --at-update go together"),
     ],
 )

@@ -22,15 +22,15 @@ from harness import free_port
 
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.train import distributed
-from biosrecall.train.checkpoint import (
+from biosrecall.train.checkpointers import LocalCheckpointer, fractions_crossed
+from biosrecall.train.config import TrainConfig
+from biosrecall.train.distributed import DistInfo
+from biosrecall.train.layout import (
     checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
     load_training_state,
 )
-from biosrecall.train.checkpointing import LocalCheckpointer, fractions_crossed
-from biosrecall.train.config import TrainConfig
-from biosrecall.train.distributed import DistInfo
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.sharded import ShardedCheckpointer
 from biosrecall.train.step import backward_and_clip

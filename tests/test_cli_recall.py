@@ -221,7 +221,8 @@ def write_real_run(tmp_path, people: int):
     """A run folder holding one real (untrained) bios-tiny checkpoint at fraction 1.0."""
     from biosrecall.bios import generate_dataset, load_dataset
     from biosrecall.model import LoopedTransformer, get_preset
-    from biosrecall.train.checkpoint import checkpoint_dir, save_checkpoint
+    from biosrecall.train.checkpoint_files import save_checkpoint
+    from biosrecall.train.layout import checkpoint_dir
 
     data = generate_dataset(tmp_path / "data", people=people, seed=0)
     dataset = load_dataset(data)

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
-from biosrecall.train.checkpoint import list_checkpoints, load_checkpoint
+from biosrecall.train.layout import list_checkpoints, load_checkpoint
 from biosrecall.train.run_dir import read_config, read_metrics
 
 pytestmark = pytest.mark.slow
@@ -114,17 +114,17 @@ def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(refer
 KILLED_DURING_CLEANUP = """
 import os, signal, sys
 from biosrecall.model import LoopedTransformer, get_preset
-from biosrecall.train import checkpoint
+from biosrecall.train import layout
 model = LoopedTransformer(get_preset("bios-tiny"))
 meta = {"model_config": model.config.to_dict(), "update": 1}
-checkpoint.save_latest(sys.argv[1], model, meta, {"optimizer": {}})
+layout.save_latest(sys.argv[1], model, meta, {"optimizer": {}})
 
 def rmtree_then_die(path, ignore_errors=False):
     os.remove(os.path.join(path, sorted(os.listdir(path))[0]))
     os.kill(os.getpid(), signal.SIGKILL)
 
-checkpoint.shutil.rmtree = rmtree_then_die
-checkpoint.save_latest(sys.argv[1], model, {**meta, "update": 2}, {"optimizer": {}})
+layout.shutil.rmtree = rmtree_then_die
+layout.save_latest(sys.argv[1], model, {**meta, "update": 2}, {"optimizer": {}})
 """
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import KL, Entropy, Fixed, Stable, parse_exit, token_judge
+from biosrecall.eval.exits import KL, Entropy, Fixed, Stable, exit_judge, parse_exit
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.decode import greedy_decode, uncached_greedy
 
@@ -38,7 +38,7 @@ def test_fixed_depth_decoding_equals_full_forward_greedy(overrides, depth):
     assert result.tokens == uncached_greedy(model, PROMPT, 10, depth)
     assert result.depths == [depth] * 10
     # Through the judge (a readout after every iteration, the coda cache rewritten each time) too.
-    judged = greedy_decode(model, PROMPT, 10, depth, lambda: token_judge(Fixed(depth)))
+    judged = greedy_decode(model, PROMPT, 10, depth, lambda: exit_judge(Fixed(depth)))
     assert judged == result
 
 
@@ -95,7 +95,7 @@ def _reference_token(model, tokens, exits, max_depth, judge):
 @pytest.mark.parametrize("criterion", [KL(1.0), Stable(1), Entropy(2.0)])
 def test_per_token_exit_with_the_cache_equals_cache_free_recomputation(criterion):
     model = tiny_model()
-    new_judge = lambda: token_judge(criterion)  # noqa: E731
+    new_judge = lambda: exit_judge(criterion)  # noqa: E731
     cached = greedy_decode(model, PROMPT, 8, 10, new_judge)
     expected_tokens, expected_depths = reference_decode(model, PROMPT, 8, 10, new_judge)
     assert cached.depths == expected_depths
@@ -106,7 +106,7 @@ def test_the_criteria_make_tokens_exit_at_different_depths():
     """Otherwise the test above would not exercise the early-exit cache rule."""
     model = tiny_model()
     for criterion in (KL(1.0), Stable(1), Entropy(2.0)):
-        used = greedy_decode(model, PROMPT, 8, 10, lambda c=criterion: token_judge(c)).depths
+        used = greedy_decode(model, PROMPT, 8, 10, lambda c=criterion: exit_judge(c)).depths
         assert min(used) < 10 and max(used) <= 10
         # An early exit followed by a deeper token: the later one reads the frozen K/V.
         assert any(a < b for a, b in zip(used, used[1:], strict=False))
@@ -115,7 +115,7 @@ def test_the_criteria_make_tokens_exit_at_different_depths():
 def test_decoder_refuses_what_it_cannot_do():
     model = tiny_model()
     with pytest.raises(BiosrecallError, match="cannot serve"):
-        token_judge(parse_exit("oracle")[0])
+        exit_judge(parse_exit("oracle")[0])
     with pytest.raises(BiosrecallError, match="empty"):
         greedy_decode(model, [], 3, 4)
     with pytest.raises(BiosrecallError, match="context"):
@@ -149,4 +149,4 @@ def test_ask_prints_each_token_with_its_depth_and_names_unknown_words(tmp_path, 
     assert code == 0 and all(line.endswith("depth 2") for line in out.strip().splitlines()[1:])
     _one_error_line(*run_ask([run, "Zyzzyva was born in"], capsys)[::2], "'Zyzzyva'", "vocabulary")
     _one_error_line(*run_ask([run, "born", "--exit", "oracle"], capsys)[::2], "cannot serve")
-    _one_error_line(*run_ask([run, "born", "--max-depth", 0], capsys)[::2], "max depth")
+    _one_error_line(*run_ask([run, "born", "--max-depth", 0], capsys)[::2], "max_depth")

@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 
 from biosrecall.cli import main
 from biosrecall.train.bios_training import train_bios
-from biosrecall.train.checkpoint import list_checkpoints
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import list_checkpoints
 from biosrecall.train.run_dir import read_metrics
 
 # Non-default options on purpose: they must be as reproducible as the defaults.

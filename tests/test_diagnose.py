@@ -37,8 +37,8 @@ from biosrecall.diagnose.batch_update import (
 )
 from biosrecall.diagnose.report import summarize
 from biosrecall.errors import BiosrecallError
-from biosrecall.train.checkpoint import checkpoint_dir, load_training_state
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import checkpoint_dir, load_training_state
 from biosrecall.train.optim import build_optimizer
 
 SCHEDULE = "fixed_first:k0=4,switch=0.8,finish=uniform"

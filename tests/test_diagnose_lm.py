@@ -26,8 +26,8 @@ from biosrecall.lm import Corpus, ShardLoader, prepare_corpus
 from biosrecall.lm.evaluate import depth_nll
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.task import train_lm
-from biosrecall.train.checkpoint import checkpoint_dir
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import checkpoint_dir
 
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
 SCHEDULE = "fixed_first:k0=2,switch=0.67,finish=uniform"
@@ -139,7 +139,7 @@ def no_validation(data):
     ("target", "extra", "message"),
     [
         ("run", ["--people", "5"], "--people applies to bioS runs only"),
-        ("run", ["--val-sequences", "-1"], "--val-sequences >= 0"),
+        ("run", ["--val-sequences", "-1"], "val_sequences must be a non-negative integer"),
         ("run", ["--data", "NOVAL"], "is not the one"),
         ("noval-run", ["--checkpoint", "1.0"], "has no validation split"),
     ],

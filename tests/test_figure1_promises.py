@@ -32,7 +32,7 @@ from biosrecall.cli.figure1 import RERUN_HINT
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments import figure1
 from biosrecall.paths import TEMPLATES_DIR
-from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints, read_meta
+from biosrecall.train.layout import latest_checkpoint, list_checkpoints, read_meta
 
 TINY = figure1.Figure1Preset(
     people=8, model_preset="bios-tiny", batch_size=4, seq_len=96, budget_updates=12, lr=1e-2,

@@ -27,7 +27,7 @@ from test_hostile_data import assert_refused, hidden
 from test_hostile_runs import assert_same_run, case_dir, final_weights, stopped_at, train_args, world
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.train import checkpoint, loop
+from biosrecall.train import checkpoint_files, layout, loop
 from biosrecall.train.run_dir import MetricsLog, read_config
 
 __all__ = ["case_dir", "world"]  # the shared fixtures: a fresh copy of the world per test
@@ -39,7 +39,7 @@ def full_disk(target: str, call: int = 1):
     """Make the `call`-th write of `target` (safetensors weights or torch.save state) find the disk full."""
 
     def inject(monkeypatch) -> None:
-        module, name = (checkpoint, "save_model") if target == "weights" else (torch, "save")
+        module, name = (checkpoint_files, "save_model") if target == "weights" else (torch, "save")
         real, calls = getattr(module, name), []
 
         def write(*args, **kwargs):
@@ -231,8 +231,8 @@ class TestFullDiskWhileSaving:
         assert code == 2 and stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
         assert "cannot write run" in stderr and "No space left on device (errno 28, ENOSPC)" in stderr
         assert f"still holds the complete state of update {saved}" in stderr
-        assert checkpoint.latest_checkpoint(case_dir / "run").name == f"state-{saved:08d}"
-        checkpoint.load_checkpoint(case_dir / "run" / "checkpoints" / "latest")
+        assert layout.latest_checkpoint(case_dir / "run").name == f"state-{saved:08d}"
+        checkpoint_files.load_checkpoint(case_dir / "run" / "checkpoints" / "latest")
         assert hidden(case_dir) == [] and hidden(case_dir / "run" / "checkpoints") == []
         assert run_cli(train_args("run", "--resume"), capsys) == (0, "")
         assert_same_run(case_dir / "run", world / "run")

@@ -241,10 +241,10 @@ class TestResumeChecksTheCheckpoint:
 
 DIE_AT_FIRST_SAVE = """
 import os, signal, sys
-from biosrecall.train import checkpoint
+from biosrecall.train import layout
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
-checkpoint.save_latest = die
+layout.save_latest = die
 from biosrecall.cli import main
 main(sys.argv[1:])
 """

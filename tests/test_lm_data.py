@@ -164,6 +164,7 @@ def test_hugging_face_input_is_streamed_with_config_and_split(tmp_path, monkeypa
         return iter([{"content": doc, "score": 1.0} for doc in make_documents(40, seed=8)])
 
     monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # the stand-in is local: no Hub to check
     corpus = Corpus(["hf:org/set:cfg"], text_column="content", hf_split="en", max_documents=30)
     result = prepare_corpus(
         corpus, tmp_path / "out", vocab_size=300, val_fraction=0.1, tokenizer_documents=10

@@ -13,7 +13,7 @@ import torch
 from test_decode import tiny_model
 from test_lm_train import cli, train, write_corpus
 
-from biosrecall.eval.exits import KL, Entropy, Fixed, Stable, rows_judge, token_judge
+from biosrecall.eval.exits import KL, Entropy, Fixed, Stable, exit_judge
 from biosrecall.lm import Corpus, prepare_corpus
 from biosrecall.model.decode import CachedDecoder, teacher_forced
 
@@ -24,7 +24,7 @@ WINDOWS = torch.tensor([[1, 7, 3, 12, 5, 9, 2, 30], [4, 4, 18, 0, 22, 7, 7, 1], 
 @pytest.mark.parametrize("judged", [False, True])
 def test_teacher_forcing_at_a_fixed_depth_equals_the_full_forward(depth, judged):
     model = tiny_model()
-    new_judge = (lambda: rows_judge(Fixed(depth))) if judged else None
+    new_judge = (lambda: exit_judge(Fixed(depth))) if judged else None
     steps = list(teacher_forced(model, WINDOWS, depth, new_judge))
     logits = torch.stack([step_logits for step_logits, _ in steps], dim=1)
     with torch.no_grad():
@@ -38,13 +38,13 @@ def test_rows_side_by_side_equal_each_row_decoded_alone(criterion):
     """Batched teacher forcing is the decoder's per-token semantics, row by row; and the rows really
     do exit at different depths, so rows that stopped ride along without disturbing the others."""
     model = tiny_model()
-    steps = list(teacher_forced(model, WINDOWS, 10, lambda: rows_judge(criterion)))
+    steps = list(teacher_forced(model, WINDOWS, 10, lambda: exit_judge(criterion)))
     depths = torch.stack([d for _, d in steps], dim=1)
     assert depths.min() < depths.max() <= 10
     for row, tokens in enumerate(WINDOWS.tolist()):
         decoder = CachedDecoder(model, 10)
         with torch.no_grad():
-            alone = [decoder.step(token, token_judge(criterion)) for token in tokens]
+            alone = [decoder.step(token, exit_judge(criterion)) for token in tokens]
         assert [d for _, d in alone] == depths[row].tolist()
         for (logits, _), (batched, _) in zip(alone, steps, strict=True):
             torch.testing.assert_close(batched[row], logits, rtol=0, atol=1e-9)

@@ -28,9 +28,9 @@ from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm import Corpus, ShardLoader, prepare_corpus, train_tokenizer
 from biosrecall.lm.task import LMBatchSource
-from biosrecall.train.checkpoint import list_checkpoints, load_checkpoint, load_training_state
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo, check_divisible
+from biosrecall.train.layout import list_checkpoints, load_checkpoint, load_training_state
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.run_dir import read_metrics
 

@@ -9,6 +9,7 @@ refused, and a study's architecture override reaches every run.
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from biosrecall.experiments.study import make_run
 from biosrecall.experiments.study_engine import StudyRunFailed, train_study_runs
 from biosrecall.locking import lock_path
 from biosrecall.sweep import LocalExecutor
-from biosrecall.train.checkpoint import list_checkpoints
+from biosrecall.train.layout import list_checkpoints
 from biosrecall.train.run_dir import read_config
 
 BASE = {"preset": "bios-tiny", "batch_size": 4, "seq_len": 96, "seed": 0, "lr": 1e-2,
@@ -67,6 +68,9 @@ def test_branches_start_from_the_kept_state_and_equal_a_run_from_scratch(data, t
     kept, scratch = final_weights(paths[specs[1]]), final_weights(paths[specs[2]])
     assert all((kept[name] == scratch[name]).all() for name in kept)
     assert (runs / ".sweep" / "seed0" / "kept.log").stat().st_size > 0  # each run's log
+    spec = tomllib.loads((runs / ".sweep" / "seed0" / "kept.toml").read_text())  # what its train read
+    assert (spec["from"], spec["at_update"]) == (str(runs / TRUNK.folder), 12)
+    assert spec["out"] == str(paths[specs[1]]) and spec["schedule"] == specs[1].schedule
 
 
 def test_a_failing_run_is_named_with_its_error_and_log_and_the_others_finish(data, tmp_path):

@@ -29,7 +29,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
 from biosrecall.sweep import LocalExecutor, SlurmExecutor, SweepRun, load_spec, run_sweep, status_table
 from biosrecall.sweep.jobs import check_runs
-from biosrecall.train.checkpoint import list_checkpoints
+from biosrecall.train.layout import list_checkpoints
 from biosrecall.train.run_dir import read_config, read_metrics
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "lm"
@@ -241,7 +241,7 @@ def test_executor_mistakes_are_one_error_line(folder, tmp_path, capsys, monkeypa
     code, _, stderr = run_cli(["sweep", "run", str(path), "--partition", "gpu"], capsys)
     assert code == 2 and "--partition applies to --executor slurm only" in stderr
     code, _, stderr = run_cli(["sweep", "run", str(path), "--workers", "0"], capsys)
-    assert code == 2 and "workers must be an integer of at least 1" in stderr
+    assert code == 2 and "workers must be a positive integer" in stderr
     monkeypatch.delitem(sys.modules, "submitit")
     monkeypatch.setattr("shutil.which", lambda name: None)  # a machine without Slurm
     code, _, stderr = run_cli(["sweep", "run", str(path), "--executor", "slurm"], capsys)
@@ -250,9 +250,9 @@ def test_executor_mistakes_are_one_error_line(folder, tmp_path, capsys, monkeypa
 
 
 def test_sweep_is_a_command_of_biosrecall():
-    from biosrecall.cli import _COMMANDS
+    from biosrecall.cli import COMMANDS
 
-    assert ("biosrecall.cli.sweep", "sweep") in _COMMANDS  # the lead registers it in biosrecall.cli
+    assert COMMANDS["sweep"] == ("biosrecall.cli.sweep", "sweep")  # the lead registers it in biosrecall.cli
 
 
 # ---- running ---------------------------------------------------------------------------------------

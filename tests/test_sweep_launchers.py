@@ -14,7 +14,7 @@ import pytest
 from test_sweep import folder, registered, run_cli, spec_file  # noqa: F401  (fixtures used here)
 
 from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
-from biosrecall.train.checkpoint import list_checkpoints
+from biosrecall.train.layout import list_checkpoints
 
 
 @pytest.mark.distributed

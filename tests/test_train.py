@@ -14,8 +14,8 @@ from harness import free_port, run_launched, wait_for_updates
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
-from biosrecall.train.checkpoint import list_checkpoints, load_checkpoint
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import list_checkpoints, load_checkpoint
 from biosrecall.train.run_dir import read_config, read_metrics
 
 FIG1 = {

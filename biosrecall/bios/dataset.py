@@ -57,6 +57,7 @@ from biosrecall.bios.tokenizer import (
 from biosrecall.bios.validation import check_dataset_arrays, read_manifest, verify_files
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
+from biosrecall.numbers import check_seed
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
 
 FORMAT = "biosrecall-bios-1"
@@ -152,8 +153,7 @@ def generate_dataset(
     be or hold the pools or templates it reads, and is locked for the whole call (`output_lock`).
     """
     out_dir = Path(out_dir)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise BiosrecallError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = check_seed(seed)
     sources = {
         "pools_dir": pools_dir if pools_dir is not None else POOLS_DIR,
         "templates_dir": templates_dir if templates_dir is not None else TEMPLATES_DIR,

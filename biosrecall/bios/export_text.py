@@ -41,7 +41,14 @@ import pyarrow.parquet as pq
 import tokenizers
 
 import biosrecall
-from biosrecall.atomic import atomic_directory, check_output_dir, check_output_path
+from biosrecall.atomic import (
+    WriteFailed,
+    atomic_directory,
+    check_output_dir,
+    check_output_path,
+    error_number,
+    write_failed,
+)
 from biosrecall.bios.dataset import MANIFEST, BiosDataset, load_dataset, manifest_bytes
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.bios.sampler import BatchSampler, batch_generator
@@ -119,6 +126,8 @@ def export_text(dataset_dir: str | Path, export: TextExport) -> dict:
                 }
                 manifest = _manifest(dataset, export, files)
                 (folder / MANIFEST).write_bytes(manifest_bytes(manifest))
+        except WriteFailed:  # already one line naming the file
+            raise
         except OSError as exc:
             raise BiosrecallError(f"could not write text folder {out_dir}: {exc.strerror or exc}") from exc
     return manifest
@@ -173,7 +182,12 @@ def _write(folder: Path, stem: str, text_format: str, columns: dict, chunks: Ite
     """Stream `chunks` into `<stem>.<format>`; returns the file's record count, bytes and sha256."""
     path = folder / f"{stem}.{text_format}"
     writer = _write_jsonl if text_format == "jsonl" else _write_parquet
-    records = writer(path, columns, chunks)
+    try:
+        records = writer(path, columns, chunks)
+    except (OSError, pa.ArrowException) as exc:  # a failed write() or pyarrow's error names no file
+        if error_number(exc) is None:
+            raise
+        raise write_failed(path, exc) from exc
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -1,38 +1,96 @@
 """The `biosrecall` command line: a click group whose commands only parse, call the library, and print.
 
 Every user mistake surfaces as `BiosrecallError` (or a click usage error) and is reported here, in one
-place, as a single `error: ...` line on stderr with exit code 2 and no traceback.
+place, as a single `error: ...` line on stderr with exit code 2 and no traceback. Ctrl-C and SIGTERM
+stop any command with exit code 130 and the one line `interrupted` (see `biosrecall.interrupts`).
 
     biosrecall --help
     biosrecall generate --out data/bios-1k --people 1000 --seed 0
+
+Start-up is kept cheap: a command's module is imported only when that command runs or shows its own
+help, and the command modules import torch, pandas, matplotlib and the trackers inside the functions
+that use them. So `biosrecall --help`, every `--help` and every option error return without loading
+torch (tests/test_cli_startup.py checks this).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import sys
+from pathlib import Path
 
 import click
 
-from biosrecall import __version__
+from biosrecall import __version__, interrupts
 from biosrecall.errors import BiosrecallError
 
-# (module, command attribute) pairs; each module holds one thin command.
-_COMMANDS = [
-    ("biosrecall.cli.generate", "generate"),
-    ("biosrecall.cli.generate", "pools"),
-    ("biosrecall.cli.flops", "flops"),
-    ("biosrecall.cli.train", "train"),
-    ("biosrecall.cli.recall", "recall_curve"),
-    ("biosrecall.cli.figure1", "figure1"),
-    ("biosrecall.cli.diagnose", "diagnose_update"),
-    ("biosrecall.cli.lm", "lm"),
-    ("biosrecall.cli.ask", "ask"),
-    ("biosrecall.cli.export", "export"),
-    ("biosrecall.cli.sweep", "sweep"),
-]
+# command name -> (module, attribute); each module holds one thin command (or group of them).
+COMMANDS = {
+    "generate": ("biosrecall.cli.generate", "generate"),
+    "pools": ("biosrecall.cli.generate", "pools"),
+    "flops": ("biosrecall.cli.flops", "flops"),
+    "train": ("biosrecall.cli.train", "train"),
+    "recall-curve": ("biosrecall.cli.recall", "recall_curve"),
+    "figure1": ("biosrecall.cli.figure1", "figure1"),
+    "diagnose-update": ("biosrecall.cli.diagnose", "diagnose_update"),
+    "lm": ("biosrecall.cli.lm", "lm"),
+    "ask": ("biosrecall.cli.ask", "ask"),
+    "export": ("biosrecall.cli.export", "export"),
+    "sweep": ("biosrecall.cli.sweep", "sweep"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when the command is used.
+
+    `biosrecall --help` lists every command with the first sentence of its docstring, read from the
+    module's source: importing the modules would import what the commands need. A command stopped by
+    a signal ends here with its one line (`biosrecall.interrupts`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module_name, attribute = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module_name), attribute), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # stopped here, not in click, which would print a blank line first
+            interrupts.interrupted()
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = [(name, self._described(ctx, name).get_short_help_str(limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def _described(self, ctx: click.Context, name: str) -> click.Command:
+        """The command if it is loaded, else a stand-in carrying its docstring (click shortens both alike)."""
+        if name in self.commands:
+            return self.commands[name]
+        module_name, attribute = COMMANDS[name]
+        docstring = _docstring(module_name, attribute)
+        return self.get_command(ctx, name) if docstring is None else click.Command(name, help=docstring)
+
+
+def _docstring(module_name: str, function: str) -> str | None:
+    """The docstring of a module's top-level function, from its source (None when it has none there)."""
+    spec = importlib.util.find_spec(module_name)
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return ast.get_docstring(node, clean=False)
+    return None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(__version__, prog_name="biosrecall")
 def cli() -> None:
     """Train looped transformers with different depth schedules at matched FLOPs and measure
@@ -42,22 +100,6 @@ def cli() -> None:
     (or `figure1` to do all three for the paper's Figure 1)."""
 
 
-def _register() -> None:
-    import importlib
-
-    for module_name, attribute in _COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:  # a command whose module is not written yet
-            if exc.name != module_name:
-                raise
-            continue
-        cli.add_command(getattr(module, attribute))
-
-
-_register()
-
-
 def fail(message: str) -> None:
     """Print one error line and exit 2 (the contract for every user mistake)."""
     click.echo(f"error: {message}", err=True)
@@ -65,20 +107,32 @@ def fail(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: runs the group and maps user errors to one line + exit 2."""
+    """Console-script entry point: runs the group and maps user errors to one line + exit 2.
+
+    Its first instruction makes SIGINT and SIGTERM stop the command (exit 130, one line), before any
+    command imports torch. Without `argv` it is the program itself, so once the exit status is decided
+    a late signal is ignored until the process ends; with `argv` (a call from Python) the previous
+    handlers are put back on return."""
+    previous = interrupts.stop_on_signals()
+    try:
+        _run(argv)
+    finally:
+        if argv is None:
+            interrupts.work_done()
+        else:
+            interrupts.restore(previous)
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="biosrecall", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        interrupts.interrupted()
     except click.UsageError as exc:
         fail(exc.format_message().replace("\n", " "))
     except (BiosrecallError, click.ClickException) as exc:
         fail(str(exc.message if isinstance(exc, click.ClickException) else exc).replace("\n", " "))
     except OSError as exc:  # unwritable or missing paths the library did not anticipate
         fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)

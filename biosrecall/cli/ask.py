@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.runs import SELECTOR_HELP
+from biosrecall.cli.options import Integer, checkpoint_option
+from biosrecall.numbers import DEPTH, counts
 
 
 @click.command("ask")
@@ -23,9 +24,13 @@ from biosrecall.runs import SELECTOR_HELP
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("prompt")
 @click.option("--exit", "exit_spec", default="kl:1e-3", show_default=True, help="One exit criterion.")
-@click.option("--max-depth", default=64, type=int, show_default=True, help="Most block iterations per token.")
-@click.option("--checkpoint", default="final", show_default=True, help=f"One checkpoint: {SELECTOR_HELP}.")
-@click.option("--max-new-tokens", default=8, type=int, show_default=True, help="Most tokens generated.")
+@click.option(
+    "--max-depth", default=64, type=Integer(DEPTH), show_default=True, help="Most block iterations per token."
+)
+@checkpoint_option("One checkpoint", "final")
+@click.option(
+    "--max-new-tokens", default=8, type=Integer(counts()), show_default=True, help="Most tokens generated."
+)
 @click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
 def ask(run_dir, prompt, exit_spec, max_depth, checkpoint, max_new_tokens, device, data_dir):
@@ -37,8 +42,6 @@ def ask(run_dir, prompt, exit_spec, max_depth, checkpoint, max_new_tokens, devic
     criteria = parse_exit(exit_spec)
     if len(criteria) != 1:
         raise BiosrecallError(f"--exit takes one criterion with its parameter, got {exit_spec!r}")
-    if max_new_tokens < 1:
-        raise BiosrecallError(f"--max-new-tokens must be at least 1 (got {max_new_tokens})")
     check_max_depth(max_depth)
     answer = answer_prompt(run_dir, prompt, criteria[0], max_depth, checkpoint=checkpoint,
                            max_new_tokens=max_new_tokens, device=device, data_dir=data_dir)  # fmt: skip

@@ -63,24 +63,39 @@ def config_option(lists: tuple[str, ...] = (), task: str | None = None):
 def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], task: str | None):
     if path is None:
         return None
-    by_key = _parameters_by_key(ctx.command)
+    data = file_values(ctx, path, task)
+    ctx.default_map = {**(ctx.default_map or {}), **option_defaults(ctx, path, data, lists)}
+    return path
+
+
+def file_values(ctx: click.Context, path: Path, task: str | None = ...) -> dict[str, Any]:
+    """The keys and values of the config file `path` as `ctx.command` reads it, not yet checked; `task`
+    (`config_option`'s) defaults to the command's own."""
+    if task is ...:
+        config = next(p for p in ctx.command.params if p.name == "config")
+        task = config.callback.keywords["task"]
     if path.suffix == ".json":
-        data = _run_config(path, task, ctx, by_key)
-    else:
-        data = _read_toml(path)
-        unknown = sorted(key for key in data if key.replace("-", "_") not in by_key)
-        if unknown:
-            raise click.BadParameter(_unknown_keys(path, unknown, ctx, by_key))
+        return _run_config(path, task, ctx, _parameters_by_key(ctx.command))
+    return _read_toml(path)
+
+
+def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=()) -> dict[str, Any]:
+    """The values of `data` (a config file's keys and values) by parameter name, each checked as the
+    command line would check it; a problem is one click.BadParameter naming `source` and the key. This
+    is the whole of reading a config file once it is parsed (the sweep checks its run specs with it)."""
+    by_key = _parameters_by_key(ctx.command)
+    unknown = sorted(key for key in data if key.replace("-", "_") not in by_key)
+    if unknown:
+        raise click.BadParameter(_unknown_keys(source, unknown, ctx, by_key))
     defaults: dict[str, Any] = {}
     named: dict[str, str] = {}
     for key, value in data.items():
         option = by_key[key.replace("-", "_")]
         if option.name in named:
-            raise click.BadParameter(f"{path}: {named[option.name]} and {key} set the same option")
+            raise click.BadParameter(f"{source}: {named[option.name]} and {key} set the same option")
         named[option.name] = key
-        defaults[option.name] = _checked(path, key, value, option, ctx, lists)
-    ctx.default_map = {**(ctx.default_map or {}), **defaults}
-    return path
+        defaults[option.name] = _checked(source, key, value, option, ctx, lists)
+    return defaults
 
 
 def _parameters_by_key(command: click.Command) -> dict[str, click.Option]:

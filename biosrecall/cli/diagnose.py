@@ -20,54 +20,85 @@ option, the seed included, and what was resolved).
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
-from biosrecall.runs import SELECTOR_HELP
+from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option
+from biosrecall.compute.schedules import MAX_UPDATES
+from biosrecall.diagnose.options import (
+    DEFAULT_PEOPLE,
+    DEFAULT_VAL_SEQUENCES,
+    parse_candidate_depths,
+    parse_depth_list,
+)
+from biosrecall.numbers import DEPTH, SEED, counts, rates
+from biosrecall.train.config import LIMITS
 
 
 @click.command("diagnose-update")
 @config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--checkpoint", default="switch", help=f"The one checkpoint to diagnose: {SELECTOR_HELP}.")
+@checkpoint_option("The one checkpoint to diagnose", "switch")
 @click.option(
     "--depths",
+    type=ParsedBy(parse_candidate_depths, DEPTH),
     default="4,16",
     help="The two candidate update depths SHALLOW,DEEP: distinct, shallower first.",
 )
 @click.option(
     "--after-uniform",
+    type=ParsedBy(
+        partial(parse_depth_list, option="--after-uniform", minimum=0, maximum=MAX_UPDATES), counts(low=0)
+    ),
     default="0",
     help="Diagnose after continuing the run this many updates from the checkpoint (list, e.g. 0,4,16,64).",
 )
 @click.option(
-    "--batches", default=8, type=int, help="Training batches to average over (the run's next ones)."
+    "--batches",
+    default=8,
+    type=Integer(counts()),
+    help="Training batches to average over (the run's next ones).",
 )
-@click.option("--serving-depths", default="1..16", help="Serving depths to score: a range 1..16 or a list.")
+@click.option(
+    "--serving-depths",
+    type=ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
+    default="1..16",
+    help="Serving depths to score: a range 1..16 or a list.",
+)
 @click.option(
     "--people",
     default=None,
-    type=int,
+    type=Integer(counts(low=0), below="need --people >= 0 (got {value})"),
     help=f"bioS runs: score the prompts of the first N people (0 = all) [{DEFAULT_PEOPLE}].",
 )
 @click.option(
     "--val-sequences",
     default=None,
-    type=int,
+    type=Integer(counts(low=0)),
     help="LM runs: score validation NLL on the first N validation windows of the run's corpus, "
     f"seq-len + 1 tokens each, in stream order as `lm eval` reads them (0 = all) [{DEFAULT_VAL_SEQUENCES}].",
 )
 @click.option(
     "--rms", "rms_target", default="shallow", help="Common RMS of both updates: shallow, deep, or a number."
 )
-@click.option("--seed", default=0, type=int, help="Seeds the bootstrap resampling.")
-@click.option("--bootstrap", default=2000, type=int, help="Bootstrap resamples of the batches.")
-@click.option("--level", default=0.95, type=float, help="Confidence level of the bootstrap interval.")
+@click.option("--seed", default=0, type=Integer(SEED), help="Seeds the bootstrap resampling.")
+@click.option("--bootstrap", default=2000, type=Integer(counts()), help="Bootstrap resamples of the batches.")
+@click.option(
+    "--level",
+    default=0.95,
+    type=Real(rates(0.0, 1.0, low_open=True, high_open=True)),
+    help="Confidence level of the bootstrap interval.",
+)
 @click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
-@click.option("--threads", default=None, type=int, help="CPU threads for torch (default: torch's choice).")
+@click.option(
+    "--threads",
+    default=None,
+    type=Integer(LIMITS["threads"]),
+    help="CPU threads for torch (default: torch's choice).",
+)
 @click.option(
     "--data",
     "data_dir",
@@ -109,7 +140,6 @@ def diagnose_update(
     from biosrecall.diagnose import DiagnoseOptions, parse_candidate_depths, parse_depth_list
     from biosrecall.diagnose import diagnose_update as run_diagnosis
     from biosrecall.diagnose.report import depth_average
-    from biosrecall.errors import BiosrecallError
 
     options = DiagnoseOptions(
         depths=parse_candidate_depths(depths),
@@ -124,8 +154,6 @@ def diagnose_update(
         level=level,
     )
     if threads is not None:
-        if threads < 1:
-            raise BiosrecallError(f"--threads must be at least 1 (got {threads})")
         torch.set_num_threads(threads)
     progress = None if quiet else lambda message: click.echo(message, err=True)
     result = run_diagnosis(run_dir, checkpoint, options, device=device, data_dir=data_dir, progress=progress)

@@ -15,19 +15,18 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.runs import SELECTOR_HELP
+from biosrecall.cli.options import Integer, checkpoint_option
+from biosrecall.numbers import DEPTH
 
 
 @click.command("export")
 @config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option(
-    "--checkpoint", default="final", help=f"The checkpoint to export (exactly one): {SELECTOR_HELP}."
-)
+@checkpoint_option("The checkpoint to export (exactly one)", "final")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Folder to write.")
 @click.option(
     "--num-steps",
-    type=int,
+    type=Integer(DEPTH),
     default=None,
     help="Default depth of forward and generate [default: the run's mean training depth, rounded].",
 )

@@ -16,57 +16,54 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import parse_overrides, train_field_option
+from biosrecall.cli.options import Integer, NumberList, Real, parse_overrides, train_field_option
+from biosrecall.numbers import DEPTH, SEED, counts, rates
+from biosrecall.train.config import LIMITS
 
 RERUN_HINT = "rerun the same command to continue"
 
 
-def parse_depth_list(ctx, param, value: str | None) -> tuple[int, ...]:
-    if not value:
-        return ()
-    try:
-        depths = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated depths such as 1,2,4,8, got {value!r}") from None
-    if any(k < 1 for k in depths):
-        raise click.BadParameter(f"depths must be at least 1, got {value!r}")
-    return depths
+# Each list's numbers are read and checked by its type (`NumberList`: seeds, depths, rates); the
+# callbacks add the rules of a list (no repeats, not too many).
+SEEDS = NumberList(SEED, "seeds", "0,1,2")
+DEPTHS = NumberList(DEPTH, "depths", "1,2,4,8", below="depths must be at least 1, got {value!r}")
+LEARNING_RATES = NumberList(
+    LIMITS["lr"],
+    "numbers",
+    "3e-3,1e-2",
+    below="--lr-grid values must be positive learning rates, got {value!r}",
+)
+MULTIPLES = NumberList(
+    rates(0.0, low_open=True),
+    "numbers",
+    "0.5,1,2",
+    below="--budgets multiples must be positive, got {value!r}",
+)
 
 
-def parse_seeds(ctx, param, value: str) -> tuple[int, ...]:
+def parse_depth_list(ctx, param, depths: tuple[int, ...] | None) -> tuple[int, ...]:
+    return depths or ()
+
+
+def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
     from biosrecall.experiments.study import check_seeds
 
-    try:
-        seeds = tuple(int(part) for part in value.split(",")) if value.strip() else ()
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated seeds such as 0,1,2, got {value!r}") from None
     check_seeds(seeds)
     return seeds
 
 
-def _numbers(value: str, example: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"expected comma-separated numbers such as {example}, got {value!r}"
-        ) from None
-
-
-def parse_lr_grid(ctx, param, value: str | None) -> tuple[float, ...]:
+def parse_lr_grid(ctx, param, grid: tuple[float, ...] | None) -> tuple[float, ...]:
     from biosrecall.experiments.study import check_lr_grid
 
-    grid = () if value is None else _numbers(value, "3e-3,1e-2")
-    check_lr_grid(grid)
-    return grid
+    check_lr_grid(grid or ())
+    return grid or ()
 
 
-def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
+def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float, ...]:
     from biosrecall.experiments.study import BUDGET_MODES, check_budgets
 
-    budgets = () if value is None else _numbers(value, "0.5,1,2")
-    check_budgets(budgets, BUDGET_MODES[0])
-    return budgets
+    check_budgets(budgets or (), BUDGET_MODES[0])
+    return budgets or ()
 
 
 @click.command()
@@ -75,7 +72,7 @@ def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
 @click.option("--preset", default="default", show_default=True, help="Experiment size: quick or default.")
 @click.option(
     "--budget",
-    type=float,
+    type=Real(LIMITS["budget"]),
     default=None,
     help="Matched FLOP budget [default: the preset's, what fixed K=4 spends in its updates].",
 )
@@ -83,6 +80,7 @@ def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
     "--seeds",
     default="0",
     show_default=True,
+    type=SEEDS,
     callback=parse_seeds,
     help="Training seeds, e.g. 0,1,2: every run is trained once per seed (weights, batches, depth draws) "
     "and tables, figures and claims report the mean with a 95% interval over seeds.",
@@ -100,6 +98,7 @@ def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
 )
 @click.option(
     "--lr-grid",
+    type=LEARNING_RATES,
     callback=parse_lr_grid,
     default=None,
     help="Control: train each schedule at each of these peak learning rates (first seed), keep each "
@@ -114,12 +113,14 @@ def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
 )
 @click.option(
     "--fixed-sweep",
+    type=DEPTHS,
     callback=parse_depth_list,
     default=None,
     help="Also train fixed-depth runs at these depths (e.g. 1,2,4,8) and plot them (Figure 5).",
 )
 @click.option(
     "--budgets",
+    type=MULTIPLES,
     callback=parse_budgets,
     default=None,
     help="Budget sweep: also train the schedules (and the update-matched control) at these multiples "
@@ -139,14 +140,14 @@ def parse_budgets(ctx, param, value: str | None) -> tuple[float, ...]:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=Integer(counts()),
     default=None,
     help="Runs trained at the same time, each a `biosrecall train` process [default: one per core, or "
     "one per GPU]. Logs: OUT/runs/.sweep/<run>.log.",
 )
 @click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=Integer(LIMITS["threads"]),
     default=None,
     help="CPU threads of each run [default: the cores shared among the workers].",
 )
@@ -170,6 +171,7 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     from biosrecall.experiments.figure1 import run_figure1
     from biosrecall.experiments.study import StudyOptions
     from biosrecall.experiments.study_engine import StudyRunFailed
+    from biosrecall.interrupts import work_done
     from biosrecall.train.loop import Interrupted
 
     study = StudyOptions(
@@ -191,7 +193,8 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
-    _print(result)
+    work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
+    _print(result, _more_seeds_command(out_dir, preset, seeds))
 
 
 def _report(outcome) -> None:
@@ -204,16 +207,40 @@ def _report(outcome) -> None:
         click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
 
 
-def _print(result) -> None:
+def _more_seeds_command(out_dir: Path, preset: str, seeds: tuple[int, ...]) -> str:
+    """The command that adds two seeds to this output (the finished runs are kept)."""
+    more = ",".join(str(s) for s in (*seeds, *range(max(seeds) + 1, max(seeds) + 3)))
+    return f"biosrecall figure1 --out {out_dir} --preset {preset} --seeds {more}"
+
+
+def claims_header(n_seeds: int, more_seeds: str) -> str:
+    """The line above the printed claims table: with one seed, why every verdict is inconclusive."""
+    if n_seeds > 1:
+        return f"claims, judged over {n_seeds} seeds (95% intervals):"
+    return (
+        "claims, from 1 seed: one seed cannot decide a claim (no interval), so every measured claim reads "
+        f"inconclusive; add seeds with the same options plus --seeds, e.g.\n  {more_seeds}"
+    )
+
+
+def _print(result, more_seeds: str) -> None:
+    """The summary (one row per run, schedule and budget fraction), the claims, the serving headline,
+    then the paths of the claims, the summary and the figures."""
     from biosrecall.experiments.claims import claims_markdown
 
-    shown = ["label", "fraction", "K=1", "K=4", "K=16", "K=64", "mean K<=16", "mean K>16", "min", "n_seeds"]
-    summary = result.summary[[c for c in shown if c in result.summary]]
+    shown = ["run", "schedule", "fraction", "K=1", "K=4", "K=16", "K=64", "mean K<=16", "mean K>16", "min",
+             "n_seeds"]  # fmt: skip
+    summary = result.summary.rename(columns={"group": "run"})
+    summary = summary[[c for c in shown if c in summary]]
+    click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
     click.echo(summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    click.echo(claims_header(int(result.claims["n_seeds"].max()), more_seeds))
     click.echo(claims_markdown(result.claims[["statement", "metric", "threshold", "mean", "low", "high",
                                               "n_seeds", "verdict"]]))  # fmt: skip
     if result.headline is not None:
         click.echo("mean depth to reach 95% of each run's best recall, fixed against adaptive (100% budget):")
         click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    click.echo(f"claims:  {result.out_dir / 'claims.md'}")
+    click.echo(f"summary: {result.out_dir / 'summary.md'}")
     for path in result.figures:
-        click.echo(f"figure: {path}")
+        click.echo(f"figure:  {path}")

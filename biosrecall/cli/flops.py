@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import Integer
 from biosrecall.compute.flops import (
     forward_flops_per_token,
     param_counts,
@@ -21,6 +22,8 @@ from biosrecall.compute.planner import saving_vs_uniform
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.presets import PRESETS, get_preset
+from biosrecall.numbers import DEPTH
+from biosrecall.train.config import LIMITS
 
 CURRICULUM = "curriculum:mean=8,warmup=0.75,shape=1-sqrt"
 PAPER_SCHEDULES = (
@@ -67,20 +70,25 @@ REPORTED = {
 )
 @click.option(
     "--seq-len",
-    type=int,
+    type=Integer(LIMITS["seq_len"]),
     default=None,
     help="Sequence length for attention FLOPs.  [default: preset's context length]",
 )
 @click.option(
     "--updates",
-    type=int,
+    type=Integer(
+        LIMITS["updates"],
+        "total updates",
+        below="total updates must be a positive integer, got {value}",
+        bare=True,
+    ),
     default=4800,
     help="Run length at which schedules are compared (it only moves where switches and ramps fall; "
     "4800 is the paper's 200M run).",
 )
 @click.option(
     "--backprop-depth",
-    type=int,
+    type=Integer(DEPTH, "backprop_depth"),
     default=None,
     help="Backprop only through the last k iterations.  [default: the preset's, full backprop]",
 )

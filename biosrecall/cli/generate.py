@@ -24,11 +24,20 @@ import click
 from click.core import ParameterSource
 
 from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, NAME_PARTS, generate_dataset, load_dataset
-from biosrecall.bios.export_text import DEFAULT_EXPOSURES, TEXT_FORMATS, TextExport, export_text
+from biosrecall.bios.export_text import (
+    DEFAULT_EXPOSURES,
+    MAX_EXPOSURES,
+    TEXT_FORMATS,
+    TextExport,
+    export_text,
+)
 from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import Integer
 from biosrecall.errors import BiosrecallError
+from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
+from biosrecall.numbers import SEED, counts, parse_int
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
@@ -49,8 +58,8 @@ def parse_pool_sizes(items: tuple[str, ...]) -> dict[str, int]:
     for item in items:
         name, equals, size = item.partition("=")
         try:
-            value = int(size)
-        except ValueError:
+            value = parse_int(size.strip())
+        except BiosrecallError:
             value = None
         if not equals or not name.strip() or value is None:
             raise BiosrecallError(f"--pool-size expects NAME=SIZE with an integer SIZE, got '{item}'")
@@ -139,12 +148,16 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
     default=None,
     help="Dataset folder to create (must be new or empty); not with --from-dataset.",
 )
-@click.option("--people", default=1000, show_default=True, type=int, help="Number of fictional people.")
+@click.option(
+    "--people",
+    default=1000,
+    type=Integer(counts(), below="number of people must be positive, got {value}", bare=True),
+    help="Number of fictional people.",
+)
 @click.option(
     "--seed",
     default=0,
-    show_default=True,
-    type=int,
+    type=Integer(SEED),
     help="Seed for names and attribute values, and for the phrasing and order of --export-text.",
 )
 @click.option(
@@ -191,8 +204,7 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
 @click.option(
     "--exposures",
     default=DEFAULT_EXPOSURES,
-    show_default=True,
-    type=int,
+    type=Integer(counts(high=MAX_EXPOSURES, why="the text export's limit")),
     help="With --export-text: how many times every person's biography is written, each time freshly "
     "phrased and ordered by the training sampler.",
 )
@@ -236,9 +248,12 @@ def generate(
             templates_dir=templates_dir,
             pools_dir=pools_dir,
         )
+        if export is None:
+            work_done()  # the dataset is written: a Ctrl-C during the summary interrupts nothing
         click.echo("\n".join(_summary(dataset_dir, pools_dir)))
     if export is not None:
         manifest = export_text(dataset_dir, export)
+        work_done()
         click.echo("\n".join(_text_summary(export.out_dir, manifest)))
 
 

@@ -31,10 +31,17 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import split_options, trainer_options
+from biosrecall.cli.options import (
+    CHECKPOINT_LIST,
+    Integer,
+    Real,
+    checkpoint_option,
+    split_options,
+    trainer_options,
+)
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
-from biosrecall.runs import SELECTOR_HELP
+from biosrecall.numbers import DEPTH, SEED, counts, rates
 
 DEFAULT_VOCAB_SIZE = 8192
 
@@ -60,30 +67,28 @@ def lm() -> None:
 )
 @click.option(
     "--vocab-size",
-    type=click.IntRange(min=1),
+    type=Integer(counts()),  # the tokenizer library's range is checked where it is trained
     default=None,
     help=f"Size of the byte-level BPE to train [default: {DEFAULT_VOCAB_SIZE}].",
 )
 @click.option(
     "--val-fraction",
-    type=click.FloatRange(0.0, 1.0, max_open=True),
+    type=Real(rates(0.0, 1.0, high_open=True)),
     default=0.01,
     show_default=True,
     help="Share of documents held out for validation.",
 )
 @click.option(
-    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the validation choice."
+    "--seed", type=Integer(SEED), default=0, show_default=True, help="Seed of the validation choice."
 )
 @click.option(
-    "--shard-tokens", type=click.IntRange(min=1), default=None, help="Tokens per shard file [default: 2^27]."
+    "--shard-tokens", type=Integer(counts()), default=None, help="Tokens per shard file [default: 2^27]."
 )
 @click.option("--hf-split", default="train", show_default=True, help="Split of an hf:NAME input.")
-@click.option(
-    "--max-documents", type=click.IntRange(min=1), default=None, help="Use only the first N documents."
-)
+@click.option("--max-documents", type=Integer(counts()), default=None, help="Use only the first N documents.")
 @click.option(
     "--tokenizer-documents",
-    type=click.IntRange(min=1),
+    type=Integer(counts()),
     default=None,
     help="Train the tokenizer on the first N training documents only [default: all].",
 )
@@ -178,20 +183,42 @@ def _train_config(options: dict):
     return config, overrides, preset, tokenizer
 
 
+def _no_verify_option(command):
+    """--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
+    return click.option(
+        "--no-verify",
+        is_flag=True,
+        help="Skip checking each shard's bytes against the sha256 `lm prepare` recorded (one read of the "
+        "data when a shard is first opened).",
+    )(command)
+
+
+def _apply_no_verify(no_verify: bool) -> None:
+    if no_verify:
+        from biosrecall.lm.loader import set_verification
+
+        set_verification(False)
+
+
 @lm.command("train")
 @click.option("--data", "data_dir", required=True, type=click.Path(path_type=Path), help="Prepared folder.")
 @click.option("--out", "run_dir", required=True, type=click.Path(path_type=Path), help="Run folder.")
+@_no_verify_option
 @_lm_options(run=True)
-def _train(data_dir: Path, run_dir: Path, resume: bool, overwrite: bool, quiet: bool, **options) -> None:
+def _train(
+    data_dir: Path, run_dir: Path, no_verify: bool, resume: bool, overwrite: bool, quiet: bool, **options
+) -> None:
     """Train a looped LM on prepared shards with a depth schedule (the same trainer as `biosrecall
     train`); run under torchrun for DDP or --parallel fsdp. Prints the plan first; keeps weights at
     each budget fraction and a resumable `latest` (sharded under FSDP) in OUT/checkpoints/."""
     from biosrecall.lm.task import train_lm
+    from biosrecall.train.distributed import is_main_process
     from biosrecall.train.loop import Interrupted, TrainingDiverged
     from biosrecall.train.progress import make_reporter
 
+    _apply_no_verify(no_verify)
     config, overrides, preset, tokenizer = _train_config(options)
-    main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 reports
+    main_rank = is_main_process()  # under torchrun only rank 0 reports
     reporter = make_reporter(quiet or not main_rank, config.log_every)
     try:
         result = train_lm(
@@ -219,7 +246,7 @@ def _train(data_dir: Path, run_dir: Path, resume: bool, overwrite: bool, quiet: 
 @click.option(
     "--nproc-per-node",
     "processes",
-    type=click.IntRange(min=1),
+    type=Integer(counts()),
     default=None,
     help="Processes the run will use [default: $WORLD_SIZE or 1].",
 )
@@ -237,15 +264,7 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
 @lm.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--checkpoint",
-    "--checkpoints",
-    "checkpoints",
-    multiple=True,
-    default=("final",),
-    show_default=True,
-    help=f"Checkpoints to evaluate (repeatable): {SELECTOR_HELP}.",
-)
+@checkpoint_option("Checkpoints to evaluate (repeatable)", ("final",), multiple=True, plural_flag=True)
 @click.option(
     "--data",
     "data_dir",
@@ -255,15 +274,15 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
 )
 @click.option(
     "--max-depth",
-    type=click.IntRange(min=1),
+    type=Integer(DEPTH, below="{value} is not in the range x>=1."),
     default=16,
     show_default=True,
     help="Evaluate serving depths 1..N (one N-iteration pass per batch).",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--batch-size", type=Integer(counts()), default=8, show_default=True)
 @click.option(
     "--max-sequences",
-    type=click.IntRange(min=1),
+    type=Integer(counts()),
     default=None,
     help="Use only the first N validation sequences [default: all].",
 )
@@ -278,12 +297,23 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
 )
 @click.option(
     "--val-sequences",
-    type=click.IntRange(min=1),
+    type=Integer(counts()),
     default=None,
     help="Validation windows scored with --exit (one token at a time, so slow) [default: 64].",
 )
+@_no_verify_option
 def evaluate(
-    runs, checkpoints, data_dir, max_depth, batch_size, max_sequences, device, precision, exits, val_sequences
+    runs,
+    checkpoints,
+    data_dir,
+    max_depth,
+    batch_size,
+    max_sequences,
+    device,
+    precision,
+    exits,
+    val_sequences,
+    no_verify,
 ) -> None:
     """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
@@ -292,6 +322,7 @@ def evaluate(
     from biosrecall.lm.evaluate import check_servable, evaluate_run, summarize
     from biosrecall.runs import select_checkpoints
 
+    _apply_no_verify(no_verify)
     criteria = check_servable(parse_exits(exits)) if exits else []
     if val_sequences is not None and not criteria:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
@@ -316,7 +347,7 @@ def evaluate(
             click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
         click.echo(f"wrote {Path(run) / 'eval' / 'nll.csv'} and nll.parquet")
         if criteria:
-            options = {"checkpoints": checkpoints, "data_dir": data_dir, "max_depth": max_depth}
+            options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
             options.update(batch_size=batch_size, device=device, precision=precision)
             _evaluate_exits(run, criteria, val_sequences, options)
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import Integer, NumberList, Real, checkpoint_option
 from biosrecall.errors import BiosrecallError
-from biosrecall.runs import SELECTOR_HELP
+from biosrecall.numbers import DEPTH, counts, rates
 
 
 def _comma_list(ctx, param, values: tuple[str, ...]) -> list[str]:
@@ -23,13 +24,10 @@ def _comma_list(ctx, param, values: tuple[str, ...]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-def _depth_list(ctx, param, values: tuple[str, ...]) -> list[int]:
-    parts = _comma_list(ctx, param, values)
-    try:
-        depths = [int(part) for part in parts]
-    except ValueError:
-        raise click.BadParameter(f"serving depths are whole numbers, got {','.join(parts)!r}") from None
-    if not depths or min(depths) < 1:
+def _depth_list(ctx, param, values: tuple[tuple[int, ...], ...]) -> list[int]:
+    """The depths of a repeatable option whose values are comma lists (each read by `NumberList`)."""
+    depths = [depth for value in values for depth in value]
+    if not depths:
         raise click.BadParameter("serving depths must be at least 1")
     return depths
 
@@ -46,30 +44,23 @@ def _depth_list(ctx, param, values: tuple[str, ...]) -> list[int]:
 )
 @click.option(
     "--depths",
+    type=NumberList(DEPTH, "serving depths", "4,8,16", below="serving depths must be at least 1"),
     multiple=True,
     default=("4,8,16",),
     show_default=True,
     callback=_depth_list,
     help="Serving depths (repeatable or a comma list); each one is a separate evaluation.",
 )
-@click.option(
-    "--checkpoint",
-    "--checkpoints",
-    "checkpoints",
-    multiple=True,
-    default=("final",),
-    show_default=True,
-    help=f"Checkpoints to score (repeatable): {SELECTOR_HELP}.",
-)
+@checkpoint_option("Checkpoints to score (repeatable)", ("final",), multiple=True, plural_flag=True)
 @click.option(
     "--limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Real(rates(0.0, low_open=True)),
     default=None,
     help="Score only the first N documents of each task (a number below 1: that fraction).",
 )
 @click.option(
     "--num-fewshot",
-    type=click.IntRange(min=0),
+    type=Integer(counts(low=0)),
     default=None,
     help="Few-shot examples per prompt [default: each task's own].",
 )
@@ -79,7 +70,7 @@ def _depth_list(ctx, param, values: tuple[str, ...]) -> list[int]:
     default=None,
     help="Folder of lm-eval task YAML files to add to the known tasks.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--batch-size", type=Integer(counts()), default=16, show_default=True)
 @click.option(
     "--data",
     "data_dir",

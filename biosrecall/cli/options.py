@@ -31,11 +31,18 @@ import click
 from click.core import ParameterSource
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.model.config import INIT_STATES, INJECTIONS, NORMS, ModelConfig
+from biosrecall.model.config import INIT_STATES, INJECTIONS, MAX_VOCAB, NORMS, ModelConfig
+from biosrecall.numbers import DEPTH, Limit, check_number, counts, parse_float, parse_int, split_list
 from biosrecall.train.config import CHOICES, TrainConfig, check_field
 
 _MODEL_CHOICES = {"injection": INJECTIONS, "init_state": INIT_STATES, "norm": NORMS}
 RUN_SIZE = ("budget", "budget_of", "updates")
+# The checkpoint selector's syntax (parsed by `biosrecall.runs`), in words for `--checkpoint`'s help;
+# written here, not in `runs`, so that help needs no torch.
+SELECTOR_HELP = (
+    "final (the largest budget fraction), fractions (every budget fraction), all (the fractions and "
+    "switch), switch, a budget fraction such as 0.45, or a comma list of these"
+)
 RUN_FLAGS = {
     "resume": "Continue the run in --out from its `latest` checkpoint.",
     "overwrite": "Replace an existing run in --out (once the new one is checked).",
@@ -73,14 +80,125 @@ class FieldValue(click.ParamType):
     def _parse(self, value: Any) -> Any:
         if not isinstance(value, str) or self.kind is str:
             return value
+        if self.kind is not tuple:
+            return _READERS[self.kind](value)
+        if self.item is str:
+            return tuple(part.strip() for part in value.split(",") if part.strip())
         try:
-            if self.kind is tuple:
-                return tuple(self.item(part.strip()) for part in value.split(",") if part.strip())
-            return self.kind(value.strip())
-        except ValueError:
+            return tuple(_READERS[self.item](item) for item in split_list(value))
+        except BiosrecallError:
             items = "update counts" if self.item is int else "fractions"
-            expected = {int: "an integer", float: "a number", tuple: f"comma-separated {items}"}
-            raise BiosrecallError(f"expected {expected[self.kind]}, got {value!r}") from None
+            raise BiosrecallError(f"expected comma-separated {items}, got {value!r}") from None
+
+
+_READERS = {int: parse_int, float: parse_float}
+
+
+class _Number:
+    """A numeric option: its text read by `parse_int` or `parse_float` (ASCII only; other text is
+    "'４' is not a valid integer.", click's words), then checked against the `Limit` of its kind
+    (`biosrecall.numbers`: SEED, DEPTH, counts(...) or rates(...)) by `check_number`, the rule every
+    command and `TrainConfig` apply; the message names `label` (default: the parameter).
+
+    `below`: the words (with {value}) of a refusal under the floor, for options whose message users
+    knew before the rule (the values refused are the rule's); `bare`: print them without click's
+    "Invalid value for '--option':", as the library printed them."""
+
+    def __init__(self, limit: Limit, label: str | None = None, below: str | None = None, bare: bool = False):
+        self.limit, self.label, self.below, self.bare = limit, label, below, bare
+
+    def convert(self, value: Any, param, ctx) -> Any:
+        try:
+            number = _READERS[self.limit.kind](value) if isinstance(value, str) else value
+        except BiosrecallError:
+            self.fail(f"{value!r} is not a valid {self.name}.", param, ctx)
+        if self.below is not None and _is_integer(number) and _under(number, self.limit):
+            if self.bare:
+                raise BiosrecallError(self.below.format(value=number))
+            self.fail(self.below.format(value=number), param, ctx)
+        try:
+            return check_number(self.label or param.name, number, self.limit)
+        except BiosrecallError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Integer(_Number, click.types.IntParamType):
+    """An integer option: a seed, a depth or a count (see `_Number`)."""
+
+
+class Real(_Number, click.types.FloatParamType):
+    """A real-valued option (a rate, fraction, level or budget) with a float `Limit`
+    (`biosrecall.numbers.rates`), read by `parse_float` (see `_Number`)."""
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _under(number: float, limit: Limit) -> bool:
+    """Below the floor of `limit` (or on it, when the floor is open)."""
+    return number < limit.low or (limit.low_open and number == limit.low)
+
+
+class NumberList(click.ParamType):
+    """A comma list of numbers ("0,1,2"), each read and checked as `Integer` or `Real` reads one; a
+    tuple. `noun` and `example` word the refusal of a list that does not parse; `below` (with {value},
+    the whole text) that of an item under the floor."""
+
+    name = "text"  # shown as TEXT in help, as before
+
+    def __init__(self, limit: Limit, noun: str, example: str, below: str | None = None):
+        self.limit, self.noun, self.example, self.below = limit, noun, example, below
+
+    def convert(self, value: Any, param, ctx) -> tuple:
+        if isinstance(value, tuple):
+            return value
+        try:
+            items = [_READERS[self.limit.kind](item) for item in split_list(value)]
+        except BiosrecallError:
+            self.fail(
+                f"expected comma-separated {self.noun} such as {self.example}, got {value!r}", param, ctx
+            )
+        if self.below is not None and any(_under(item, self.limit) for item in items):
+            self.fail(self.below.format(value=value), param, ctx)
+        try:
+            return tuple(check_number(self.noun, item, self.limit) for item in items)
+        except BiosrecallError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class ParsedBy(click.ParamType):
+    """Text that one of the library's parsers checks (a depth list with ranges such as 1..16), kept
+    as text for the command; `limit` is the kind of its numbers."""
+
+    name = "text"  # shown as TEXT in help, as before
+
+    def __init__(self, parser: Callable[[str], Any], limit: Limit):
+        self.parser, self.limit = parser, limit
+
+    def convert(self, value: Any, param, ctx) -> str:
+        try:
+            self.parser(value)
+        except BiosrecallError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
+
+CHECKPOINT_FLAGS = ("--checkpoint", "--checkpoints")
+CHECKPOINT_LIST = CHECKPOINT_FLAGS[1].lstrip("-")
+"""The parameter of a repeatable --checkpoint (named after its plural flag)."""
+
+
+def checkpoint_option(what: str, default: Any, multiple: bool = False, plural_flag: bool = False,
+                      note: str = "") -> Callable:  # fmt: skip
+    """--checkpoint, the run checkpoint selector (`biosrecall.runs`), for every command that reads one.
+    `what` begins its help; `multiple`: repeatable, the parameter `CHECKPOINT_LIST` (a tuple);
+    `plural_flag`: --checkpoints is a second spelling; `note` ends the help."""
+    flags = CHECKPOINT_FLAGS if plural_flag else CHECKPOINT_FLAGS[:1]
+    name = CHECKPOINT_LIST if multiple else "checkpoint"
+    return click.option(
+        *flags, name, multiple=multiple, default=default, help=f"{what}: {SELECTOR_HELP}.{note}"
+    )
 
 
 def _kind(annotation: Any) -> type:
@@ -128,9 +246,15 @@ def train_field_option(name: str) -> Callable:
     )
 
 
+_OVERRIDE_LIMITS = {
+    "backprop_depth": DEPTH,
+    "vocab_size": counts(high=MAX_VOCAB, why="64 x the largest LLM vocabularies"),
+}
+
+
 def _override_option(name: str, help_text: str) -> Callable:
     flag = "--" + name.replace("_", "-")
-    kind = click.Choice(_MODEL_CHOICES[name]) if name in _MODEL_CHOICES else int
+    kind = click.Choice(_MODEL_CHOICES[name]) if name in _MODEL_CHOICES else Integer(_OVERRIDE_LIMITS[name])
     return click.option(flag, name, type=kind, default=None, help=f"{help_text} [default: the preset's]")
 
 

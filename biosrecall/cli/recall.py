@@ -37,36 +37,44 @@ num_steps unless --depth-arg says otherwise; another model is scored at one dept
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.runs import SELECTOR_HELP
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, ParsedBy, checkpoint_option
+from biosrecall.diagnose.options import parse_depth_list
+from biosrecall.numbers import DEPTH, counts
 
 DEFAULT_OUT = Path("recall-curve")
 RUN_BATCH_SIZE = 256
-RUN_ONLY = ("checkpoints", "max_depth", "refresh", "exits", "aggregate_seeds")
+RUN_ONLY = (CHECKPOINT_LIST, "max_depth", "refresh", "exits", "aggregate_seeds")
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
 @click.command("recall-curve")
 @config_option(lists=("depths",))
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
+@checkpoint_option("Checkpoints to evaluate (repeatable)", None, multiple=True, note=" [default: fractions]")
 @click.option(
-    "--checkpoint",
-    "checkpoints",
-    multiple=True,
-    help=f"Checkpoints to evaluate (repeatable): {SELECTOR_HELP}. [default: fractions]",
+    "--max-depth",
+    default=64,
+    type=Integer(
+        DEPTH, below="--max-depth must be at least 1 (got {value}), the max depth any query reaches"
+    ),
+    help="Evaluate serving depths 1..max-depth.",
 )
-@click.option("--max-depth", default=64, type=int, help="Evaluate serving depths 1..max-depth.")
 @click.option(
-    "--threshold", default=4, type=int, help="A fact is recalled when this many of its templates are exact."
+    "--threshold",
+    default=4,
+    type=Integer(counts(), below="--threshold must be at least 1 (got {value})"),
+    help="A fact is recalled when this many of its templates are exact.",
 )
 @click.option(
     "--batch-size",
     default=None,
-    type=int,
+    type=Integer(counts()),
     help="Evaluation rows per forward pass [default: 256 for runs, 64 with --hf-model].",
 )
 @click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
@@ -93,7 +101,10 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 )
 @click.option("--refresh", is_flag=True, help="Re-evaluate even when a cached result is current.")
 @click.option(
-    "--people", type=int, default=None, help="Score only the first N people (faster) [default: everyone]."
+    "--people",
+    type=Integer(counts()),
+    default=None,
+    help="Score only the first N people (faster) [default: everyone].",
 )
 @click.option(
     "--exit",
@@ -123,6 +134,7 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 )
 @click.option(
     "--depths",
+    type=ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH),
     default=None,
     help="With --hf-model and a depth argument: depths to score, a comma list [default: 1,2,4,8,16,32,64].",
 )
@@ -163,8 +175,6 @@ def recall_curve(
         options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
         # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag.
         options.update(depth_arg=depth_arg, trust_remote_code=True if trust_remote_code else None)
-        from biosrecall.diagnose.options import parse_depth_list  # the one depth-list parser
-
         chosen = None if depths is None else parse_depth_list(depths, "--depths")
         _score_hf(hf_model, data_dir, chosen, options, out_dir, metric)
         return
@@ -205,7 +215,7 @@ def _given(name: str) -> bool:
 
 
 def _flag(name: str) -> str:
-    return "--" + {"checkpoints": "checkpoint", "exits": "exit"}.get(name, name).replace("_", "-")
+    return "--" + {CHECKPOINT_LIST: "checkpoint", "exits": "exit"}.get(name, name).replace("_", "-")
 
 
 def _check_mode(run_dirs, hf_model, data_dir) -> None:
@@ -247,7 +257,8 @@ def _write_seed_curves(table, groups, out_dir: Path) -> list[Path]:
     written += save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME)
     shown = [c for c in summary.columns if not c.endswith(("_low", "_high"))]
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
-    click.echo(summary[shown].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    named = summary[shown].rename(columns={"group": "run"})  # a group is the run its seeds repeat
+    click.echo(named.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     return written
 
 
@@ -267,6 +278,9 @@ def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None) -> 
 
 def _score_hf(hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str) -> None:
     """--hf-model: score the model, then write and print what recall-curve writes for runs."""
+    from biosrecall.hub import check_model_folder
+
+    check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
     from biosrecall.hf.scoring import DEFAULT_BATCH_SIZE, plot_hf_recall, score_hf_model
 
     batch_size = DEFAULT_BATCH_SIZE if options["batch_size"] is None else options["batch_size"]
@@ -314,7 +328,8 @@ def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) 
     )
     written, headline = write_frontier(out_dir, frontier)
     shown = frontier[frontier["kind"] != "fixed-depth"]
-    columns = ["run", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth", "flops_per_query"]
+    columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
+    columns.append("flops_per_query")
     click.echo("adaptive exit:")
     click.echo(shown[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     click.echo("mean depth to reach 95% of each run's best recall:")

@@ -21,6 +21,8 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import Integer
+from biosrecall.numbers import counts
 
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
 
@@ -43,20 +45,32 @@ def sweep() -> None:
 )
 @click.option(
     "--workers",
-    type=int,
+    type=Integer(counts()),
     default=None,
     help="local: runs at the same time [default: one per core; measured faster than threads per run].",
 )
-@click.option("--threads-per-run", type=int, default=None, help="local: threads of each run [default: 1].")
 @click.option(
-    "--gpus-per-run", type=int, default=None, help="GPUs of each run; over 1: torchrun [default: 0]."
+    "--threads-per-run", type=Integer(counts()), default=None, help="local: threads of each run [default: 1]."
+)
+@click.option(
+    "--gpus-per-run",
+    type=Integer(counts(low=0)),
+    default=None,
+    help="GPUs of each run; over 1: torchrun [default: 0].",
 )
 @click.option("--partition", default=None, help="slurm: partition [default: the cluster's].")
-@click.option("--cpus-per-run", type=int, default=None, help="slurm: CPUs of each run [default: 1].")
 @click.option(
-    "--time-min", type=int, default=None, help="slurm: time limit per run, minutes [default: 1440]."
+    "--cpus-per-run", type=Integer(counts()), default=None, help="slurm: CPUs of each run [default: 1]."
 )
-@click.option("--array-parallelism", type=int, default=None, help="slurm: tasks at once [default: 256].")
+@click.option(
+    "--time-min",
+    type=Integer(counts()),
+    default=None,
+    help="slurm: time limit per run, minutes [default: 1440].",
+)
+@click.option(
+    "--array-parallelism", type=Integer(counts()), default=None, help="slurm: tasks at once [default: 256]."
+)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Set an option of every run.")
 @click.option("--only", multiple=True, metavar="PATTERN", help="Only runs whose names match (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Print what each run would do; launch and write nothing.")

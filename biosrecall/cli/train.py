@@ -14,7 +14,15 @@ from __future__ import annotations
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import merge_overrides, parse_overrides, split_options, trainer_options
+from biosrecall.cli.options import (
+    Integer,
+    merge_overrides,
+    parse_overrides,
+    split_options,
+    trainer_options,
+)
+from biosrecall.model.presets import DEFAULT_BIOS_PRESET
+from biosrecall.numbers import counts
 
 MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 
@@ -26,7 +34,7 @@ MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 )
 @click.option("--out", "run_dir", required=True, type=click.Path(), help="Run folder to create (or resume).")
 @click.option(
-    "--preset", default="bios-cpu", show_default=True, help="Model preset (see `biosrecall flops`)."
+    "--preset", default=DEFAULT_BIOS_PRESET, show_default=True, help="Model preset (see `biosrecall flops`)."
 )
 @click.option(
     "--from",
@@ -38,7 +46,10 @@ MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
     "and the same depth and learning rate at every update).",
 )
 @click.option(
-    "--at-update", type=int, default=None, help="Branch point: the parent's update count to start from."
+    "--at-update",
+    type=Integer(counts()),
+    default=None,
+    help="Branch point: the parent's update count to start from.",
 )
 @click.option(
     "--model-override",
@@ -53,6 +64,7 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     Prints the plan (updates, switch update, FLOPs, tokens, parameters, estimated time), trains,
     keeps weights at each budget fraction under OUT/checkpoints/<fraction>/ and a resumable
     OUT/checkpoints/latest, and logs every update to OUT/metrics.jsonl."""
+    from biosrecall.interrupts import work_done
     from biosrecall.train.bios_training import train_bios
     from biosrecall.train.branch import branch_of
     from biosrecall.train.loop import Interrupted, TrainingDiverged
@@ -67,6 +79,7 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     except (TrainingDiverged, Interrupted) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(130 if isinstance(exc, Interrupted) else 1) from None
+    work_done()  # the run is trained and saved: a Ctrl-C from here on changes nothing
     if not quiet:
         click.echo(
             f"trained {result.updates} updates, {result.flops:.3e} FLOPs in {result.wall_seconds:.1f}s"

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from biosrecall.errors import BiosrecallError
-from biosrecall.model.config import MAX_DEPTH, MAX_SEED
+from biosrecall.numbers import MAX_DEPTH, check_seed
 
 STREAM = 0x64657074  # separates depth draws from any other stream seeded by (seed, update)
 MAX_SUPPORT = 32 * MAX_DEPTH  # an uncapped Poisson-lognormal's distribution is a table over 1..this
@@ -37,8 +36,7 @@ def draw(seed: int, update: int) -> tuple[float, float]:
 
 def draws(seed: int, total: int) -> tuple[np.ndarray, np.ndarray]:
     """Primitive draws of updates 0..total-1 (as two arrays), cached per seed."""
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed <= MAX_SEED:
-        raise BiosrecallError(f"seed must be an integer in 0..2^63-1, got {seed!r}")
+    check_seed(seed)
     u, z = _CACHE.pop(int(seed), (np.empty(0), np.empty(0)))
     if len(u) < total:
         extra = np.array([draw(seed, i) for i in range(len(u), total)]).reshape(-1, 2)

@@ -44,7 +44,7 @@ from biosrecall.compute.depth_draws import (
     poisson_lognormal_pmf,
 )
 from biosrecall.errors import BiosrecallError
-from biosrecall.model.config import MAX_DEPTH
+from biosrecall.numbers import MAX_DEPTH, parse_float, parse_int
 
 # Each update's draw costs one seeded generator (about 40 us) and a plan keeps about 40 bytes per update:
 # the longest run plans in under a minute and 40 MB.
@@ -287,6 +287,9 @@ def parse_schedule(text: str) -> Schedule:
     """The one parser from text (see the module docstring) to a schedule; a malformed or impossible
     schedule is a `BiosrecallError` quoting the text and naming the bad part."""
     text = text.strip() if isinstance(text, str) else ""
+    foreign = next((char for char in text if not char.isascii()), None)
+    # A spec is recorded as written: a full-width digit or a look-alike letter would be kept.
+    _require(foreign is None, f"schedule {text!r}: {foreign!r} is not ASCII; write schedules in ASCII")
     name, _, body = text.partition(":")
     name = name.strip().lower().replace("-", "_")
     problem = f"unknown schedule {name!r} in {text!r}" if name else "empty schedule"
@@ -299,8 +302,8 @@ def parse_schedule(text: str) -> Schedule:
 
 def _value(raw: str, kind: type, key: str) -> int | float:
     try:
-        return kind(raw)
-    except ValueError:
+        return parse_int(raw) if kind is int else parse_float(raw)
+    except BiosrecallError:
         raise BiosrecallError(f"{key}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import MAX_DEPTH, check_count, check_depth, parse_float, parse_int, split_list
 
 DEFAULT_PEOPLE = 100
 DEFAULT_VAL_SEQUENCES = 64
@@ -115,8 +116,8 @@ def _check_rms(value: Any) -> str | float:
     if value in RMS_MODES:
         return value
     try:
-        number = float(value)
-    except (TypeError, ValueError):
+        number = parse_float(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):  # a BiosrecallError is a ValueError
         number = math.nan
     if not (math.isfinite(number) and number > 0):
         raise BiosrecallError(f"--rms takes shallow, deep or a positive number (got {value!r})")
@@ -137,9 +138,11 @@ def parse_candidate_depths(text: str) -> tuple[int, int]:
     """--depths "4,16" -> (4, 16): two distinct depths, shallower first. A depth compared with itself is
     refused here as a user's mistake, though `DiagnoseOptions` runs it as the null control."""
     try:
-        depths = _check_candidates(int(part) for part in str(text).split(","))
-    except ValueError:
+        depths = _check_candidates(parse_int(part) for part in split_list(str(text)))
+    except ValueError:  # a BiosrecallError is one
         raise BiosrecallError(f"{CANDIDATES_HELP} (got {text!r})") from None
+    for depth in depths:
+        check_depth(depth, "--depths")
     if depths[0] == depths[1]:
         raise BiosrecallError(
             f"--depths {text} compares depth {depths[0]} with itself, which gives an advantage of 0 by "
@@ -148,17 +151,23 @@ def parse_candidate_depths(text: str) -> tuple[int, int]:
     return depths
 
 
-def parse_depth_list(text: str, option: str = "--serving-depths", minimum: int = 1) -> list[int]:
-    """ "1..16", "4,16", "1..8,16" -> sorted distinct integers >= minimum (one-line error otherwise)."""
-    values = []
-    for part in str(text).replace(" ", "").split(","):
-        low, dots, high = part.partition("..")
-        try:
-            values += range(int(low), int(high) + 1) if dots else [int(part)]
-        except ValueError:
-            raise BiosrecallError(
-                f"{option} takes integers or ranges such as 1..16 or 4,16 (got {text!r})"
-            ) from None
-    if not values or min(values) < minimum:
+def parse_depth_list(
+    text: str, option: str = "--serving-depths", minimum: int = 1, maximum: int = MAX_DEPTH
+) -> list[int]:
+    """ "1..16", "4,16", "1..8,16" -> sorted distinct integers in minimum .. maximum (one-line error
+    otherwise), written in ASCII digits (`biosrecall.numbers`)."""
+    spans = []
+    try:
+        for part in split_list(str(text)):
+            low, dots, high = part.partition("..")
+            first = parse_int(low.strip(" "))
+            spans.append((first, parse_int(high.strip(" ")) if dots else first))
+    except BiosrecallError:
+        raise BiosrecallError(
+            f"{option} takes integers or ranges such as 1..16 or 4,16 (got {text!r})"
+        ) from None
+    spans = [(first, last) for first, last in spans if first <= last]  # 5..2 holds no value
+    if not spans or min(first for first, _ in spans) < minimum:
         raise BiosrecallError(f"{option} needs values >= {minimum} (got {text!r})")
-    return sorted(set(values))
+    check_count(max(last for _, last in spans), option, minimum, maximum, why="")  # before any range is built
+    return sorted({value for first, last in spans for value in range(first, last + 1)})

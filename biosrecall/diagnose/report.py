@@ -32,6 +32,7 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_json
 from biosrecall.diagnose.options import DiagnoseOptions
 from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
+from biosrecall.stats import interval_text
 
 ADVANTAGE = "_advantage"  # the per-batch frame has one METRIC_advantage column per metric
 
@@ -136,7 +137,8 @@ def _panel(ax, result: DiagnosisResult, metric: str) -> None:
     for i, (after, curve) in enumerate(rows.groupby("after_uniform", sort=True)):
         x = curve["serving_depth"].to_numpy(dtype=float)
         avg = averages.loc[(metric, after)]
-        label = f"after {after} updates: avg {avg['mean']:+.3g} [{avg['ci_low']:+.3g}, {avg['ci_high']:+.3g}]"
+        average = interval_text(avg["mean"], avg["ci_low"], avg["ci_high"], "{:+.3g}")
+        label = f"after {after} updates: avg {average}"
         color = COLORS[i % len(COLORS)]
         ax.fill_between(x, curve["ci_low"], curve["ci_high"], color=color, alpha=0.18, lw=0)
         ax.plot(x, curve["mean"], color=color, marker=MARKERS[i % len(MARKERS)], ms=4, lw=1.6, label=label)

@@ -40,13 +40,13 @@ import pyarrow.parquet as pq
 import torch
 
 from biosrecall import runs
-from biosrecall.atomic import atomic_write_path
+from biosrecall.atomic import DISK_FULL, WriteFailed, atomic_write_path
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, exact_by_depth
 from biosrecall.runs import load_checkpoint, read_meta
-from biosrecall.train.checkpoint import META_FILE
 from biosrecall.train.distributed import resolve_device
+from biosrecall.train.layout import META_FILE
 
 CACHE_FILE = "recall.parquet"
 CACHE_FORMAT = 1
@@ -136,13 +136,18 @@ def read_cache(checkpoint: Path, key: dict) -> pd.DataFrame | None:
 
 
 def write_cache(checkpoint: Path, key: dict, table: pd.DataFrame) -> None:
-    """Keep the table next to the checkpoint; a read-only run folder only costs a re-evaluation later."""
+    """Keep the table next to the checkpoint; a read-only run folder only costs a re-evaluation later.
+
+    A full disk is an error naming the cache file, though: the results could not be written either,
+    and finding out only after every other checkpoint was evaluated would waste that time."""
     arrow = pa.Table.from_pandas(table, preserve_index=False)
     metadata = {**(arrow.schema.metadata or {}), CACHE_METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
     try:
         with atomic_write_path(Path(checkpoint) / CACHE_FILE) as tmp:
             pq.write_table(arrow.replace_schema_metadata(metadata), tmp)
-    except OSError as exc:
+    except WriteFailed as exc:
+        if exc.errno in DISK_FULL:
+            raise
         log.warning("could not cache recall next to %s: %s", checkpoint, exc)
 
 

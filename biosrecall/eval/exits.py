@@ -13,8 +13,8 @@ Each criterion is a small named object with one parameter, written on the comman
     trail = LogitTrail()
     stats = trail.observe(logits)                          # after each iteration: StepStats per row
     criteria[0].holds(depth, stats)                        # bool per row
-    judge = token_judge(criteria[0])                       # per token, for model.decode
-    judge = rows_judge(criteria[0])                        # one token in each of B rows: bool [B]
+    judge = exit_judge(criteria[0])                        # for model.decode: logits [V] or [B, V]
+                                                           # -> stop? (bool, or bool [B] per row)
 
 A query (or a token) exits at the first depth where its criterion holds, and always at the max depth
 (`check_max_depth`, default 64). For a whole query the statistics of its answer-predicting positions
@@ -31,8 +31,10 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import parse_float, parse_int
 
 DEFAULT_MAX_DEPTH = 64
+_CANNOT_SERVE = "the oracle criterion needs the answer: it scores queries, it cannot serve"
 # A bare criterion name expands to this threshold sweep, strictest-last.
 DEFAULT_SWEEPS = {
     "fixed": (1, 2, 4, 8, 16, 32, 64),
@@ -146,7 +148,7 @@ class Oracle:
 
     def holds(self, depth: int, stats: StepStats):
         if stats.exact is None:
-            raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
+            raise BiosrecallError(_CANNOT_SERVE)
         return stats.exact
 
 
@@ -173,8 +175,8 @@ def depth_cap(criterion: Criterion, max_depth: int) -> int:
 
 def _number(name: str, value: str, raw: str) -> float:
     try:
-        number = float(value)
-    except ValueError:
+        number = parse_float(value)  # ASCII only, like every number (biosrecall.numbers)
+    except BiosrecallError:
         raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
     if not math.isfinite(number) or number <= 0:
         raise BiosrecallError(f"exit criterion {raw!r}: the {name} threshold must be a positive number")
@@ -183,8 +185,8 @@ def _number(name: str, value: str, raw: str) -> float:
 
 def _count(name: str, value: str, raw: str) -> int:
     try:
-        number = int(value)
-    except ValueError:
+        number = parse_int(value)
+    except BiosrecallError:
         raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a whole number") from None
     if number < 1:
         raise BiosrecallError(f"exit criterion {raw!r}: {name} needs a whole number of at least 1")
@@ -225,23 +227,19 @@ def parse_exits(text) -> list[Criterion]:
     return list(dict.fromkeys(criteria))
 
 
-def token_judge(criterion: Criterion):
-    """A fresh judge for one token of `biosrecall.model.decode`: judge(depth, logits [V]) -> stop?"""
-    if isinstance(criterion, Oracle):
-        raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
-    trail = LogitTrail()
-
-    def judge(depth: int, logits: torch.Tensor) -> bool:
-        return bool(criterion.holds(depth, trail.observe(logits)))
-
-    return judge
+def check_servable(criteria) -> list[Criterion]:
+    """The criteria, if a per-token exit can use every one (the oracle reads the answer, so it cannot)."""
+    if not criteria:
+        raise BiosrecallError("no exit criterion given")
+    if any(isinstance(criterion, Oracle) for criterion in criteria):
+        raise BiosrecallError(_CANNOT_SERVE)
+    return list(criteria)
 
 
-def rows_judge(criterion: Criterion):
-    """A fresh judge for one token in each of several rows (`biosrecall.model.decode.teacher_forced`):
-    judge(depth, logits [B, V]) -> bool [B], the rows where the criterion holds."""
-    if isinstance(criterion, Oracle):
-        raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
+def exit_judge(criterion: Criterion):
+    """A fresh judge for one token of each row (`biosrecall.model.decode`): judge(depth, logits
+    [..., V]) -> bool [...], where the criterion holds; one token's logits [V] give a single bool."""
+    check_servable([criterion])
     trail = LogitTrail()
 
     def judge(depth: int, logits: torch.Tensor) -> torch.Tensor:

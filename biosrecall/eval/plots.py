@@ -26,7 +26,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.outputs import COLORS, MARKERS, save_figure
-from biosrecall.train.checkpoint import SWITCH
+from biosrecall.train.layout import SWITCH
 
 METRICS = ("bits", "attribute")
 TRAINING_DEPTH = 16

@@ -257,12 +257,12 @@ def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, check
     exit: (word, depth) per generated token, up to a full stop or a separator."""
     from biosrecall.bios import load_dataset
     from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
-    from biosrecall.eval.exits import token_judge
+    from biosrecall.eval.exits import exit_judge
     from biosrecall.model.decode import greedy_decode
     from biosrecall.train.distributed import resolve_device
 
     cap = depth_cap(criterion, max_depth)
-    judge = None if isinstance(criterion, Fixed) else (lambda: token_judge(criterion))
+    judge = None if isinstance(criterion, Fixed) else (lambda: exit_judge(criterion))
     _, path = runs.select_checkpoint(run_dir, checkpoint)
     meta = runs.read_meta(path)
     dataset_path = runs.training_data_of(run_dir, meta, data_dir)

@@ -24,7 +24,7 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import write_table
-from biosrecall.stats import seed_interval
+from biosrecall.stats import interval_text, seed_interval
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
 TRAINING_RANGE = (1, 16)  # the depths uniform and the fixed-first finish sample
@@ -230,9 +230,10 @@ def claims_markdown(claims: pd.DataFrame) -> str:
 def _measured(row) -> str:
     if row.n_seeds == 0:
         return "-"
+    measured = interval_text(row.mean, row.low, row.high, "{:.3g}")
     if math.isnan(row.low):
-        return f"{row.mean:.3g} (one seed, no interval)"
-    return f"{row.mean:.3g} [{row.low:.3g}, {row.high:.3g}], n={row.n_seeds}"
+        return f"{measured} (one seed, no interval)"
+    return f"{measured}, n={row.n_seeds}"
 
 
 def write_claims(claims: pd.DataFrame, out_dir: str | Path) -> list[Path]:

@@ -16,10 +16,11 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of the first seed's 100% checkpoints
     OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
                                    (`biosrecall.experiments.budgets`, `.budget_results`)
-    OUT/runs/.sweep/               each run's record and log (`biosrecall.sweep`)
+    OUT/runs/.sweep/               each run's spec (<run>.toml), record and log (`biosrecall.sweep`)
 
-Every run is a `biosrecall train` process launched by the sweep engine's local executor
-(`biosrecall.experiments.study_engine`), `workers` at a time.
+Every run is a `biosrecall train --config OUT/runs/.sweep/<run>.toml` process launched by the sweep
+engine's local executor (`biosrecall.experiments.study_engine`), `workers` at a time; the study builds
+each run's `TrainConfig` once and that file holds it (`biosrecall.sweep.run_spec`).
 
 The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
 finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,7 @@ from biosrecall.experiments.study import (
     MAIN_SCHEDULES,
     RunSpec,
     StudyOptions,
+    dataset_folders,
     dataset_seed,
     grid_runs,
     study_runs,
@@ -63,6 +66,7 @@ from biosrecall.experiments.study_engine import train_study_runs
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
 from biosrecall.sweep import LocalExecutor
+from biosrecall.sweep.run_spec import config_options
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.run_dir import machine, versions
 
@@ -152,20 +156,19 @@ def run_figure1(
     out_dir = Path(out_dir)
     config = replace(_train_config(settings, budget, study.seeds[0], device), log=tuple(log))
     record = _record(preset, settings, config, study)
-    datasets = {
-        s: _data_dir(out_dir, study, s) for s in dict.fromkeys(dataset_seed(study, s) for s in study.seeds)
-    }
     executor = study_executor(workers, threads, device)
-    trainer = _Trainer(out_dir / RUNS, datasets, config, settings, study, (executor, report))
+    trainer = _Trainer(out_dir, config, settings, study, (executor, report))
     with output_lock(out_dir):
-        output.prepare_output(out_dir, record, datasets, settings.people, overwrite, trainer.check_plans)
+        output.prepare_output(
+            out_dir, record, trainer.datasets, settings.people, overwrite, trainer.check_plans
+        )
         atomic_write_json(out_dir / RECORD, record)
-        best_lr = _tune_learning_rates(out_dir, trainer, study, settings, device)
+        best_lr = _tune_learning_rates(out_dir, trainer, settings, device)
         specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
         trained = trainer.train_all(specs)
         curves = _evaluate(trained, FRACTIONS, settings, device)
         written = write_study_results(out_dir, curves, [saving_claim()])
-        headline, served = _serving(out_dir, trained, study, settings, device)
+        headline, served = _serving(out_dir, trained, study.seeds[0], settings, device)
         claims, swept = written.claims, []
         if study.budgets:
             trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves, device)
@@ -261,34 +264,42 @@ def _record(preset: str, settings: Figure1Preset, config: TrainConfig, study: St
     return json.loads(json.dumps(record))
 
 
-def _data_dir(out_dir: Path, study: StudyOptions, seed: int) -> Path:
-    return out_dir / (f"{DATA}_seed{seed}" if study.dataset_seed_per_run else DATA)
-
-
 class _Trainer:
-    """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones."""
+    """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones.
 
-    def __init__(self, runs_dir: Path, datasets, config, settings, study, engine):
-        self.runs_dir, self.datasets, self.config = runs_dir, datasets, config
-        self.settings, self.study, self.engine = settings, study, engine  # (executor, report)
+    Each run's `TrainConfig` is built once (`run_config`) and handed to its `biosrecall train` process
+    as its run spec (`run_options`, `biosrecall.sweep.run_spec`); the dataset is read and checked once
+    per study (`task`)."""
+
+    def __init__(self, out_dir: Path, config, settings, study, engine):
+        self.runs_dir, self.datasets = out_dir / RUNS, dataset_folders(study, out_dir / DATA)
+        self.config, self.settings, self.study = config, settings, study
+        self.engine = engine  # (executor, report)
+        self._configs: dict[RunSpec, TrainConfig] = {}
 
     def run_config(self, spec: RunSpec) -> TrainConfig:
-        config = replace(scaled_budget(self.config, spec.budget), schedule=spec.schedule, seed=spec.seed)
-        config = replace(config, lr=spec.lr, warmup_updates=spec.warmup_updates)
-        if spec.lr_schedule is not None:
-            config = replace(config, lr_schedule=spec.lr_schedule)
-        if spec.keep_updates:
-            config = replace(config, keep_updates=spec.keep_updates)
-        if spec.updates is not None:  # a control matched in updates, not FLOPs
-            config = replace(config, budget=None, budget_of=None, updates=spec.updates)
-        return config
+        """The run's TrainConfig: the study's at the run's budget multiple, with its schedule, seed,
+        learning rate and warm-up, and what it alone sets (rate schedule, kept states, update count)."""
+        if spec not in self._configs:
+            changes: dict[str, Any] = {
+                "schedule": spec.schedule, "seed": spec.seed, "lr": spec.lr,
+                "warmup_updates": spec.warmup_updates,
+            }  # fmt: skip
+            if spec.lr_schedule is not None:
+                changes["lr_schedule"] = spec.lr_schedule
+            if spec.keep_updates:
+                changes["keep_updates"] = spec.keep_updates
+            if spec.updates is not None:  # a control matched in updates, not FLOPs
+                changes.update(budget=None, budget_of=None, updates=spec.updates)
+            self._configs[spec] = replace(scaled_budget(self.config, spec.budget), **changes)
+        return self._configs[spec]
 
     def plan(self, spec: RunSpec):
         """(the plan, the TrainConfig) of one run."""
         from biosrecall.train.setup import make_plan
 
         config = self.run_config(spec)
-        return make_plan(self._task().model_config(), config), config
+        return make_plan(self.task.model_config(), config), config
 
     def warmup_updates(self) -> int:
         """The budget sweep's shared warm-up: the base fixed K=4 run's."""
@@ -296,7 +307,10 @@ class _Trainer:
 
         return warmup_updates(self.fixed4_updates(), self.config)
 
-    def _task(self):
+    @cached_property
+    def task(self):
+        """The bioS task on the first dataset, read and checked once (every dataset has the same
+        vocabulary, so one plans every run); first asked for once the datasets exist."""
         from biosrecall.train.bios_training import bios_training_task
 
         data_dir = next(iter(self.datasets.values()))
@@ -305,7 +319,7 @@ class _Trainer:
     def fixed4_updates(self) -> int:
         from biosrecall.train.setup import make_plan
 
-        model_config = self._task().model_config()
+        model_config = self.task.model_config()
         return make_plan(model_config, replace(self.config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
 
     def check_plans(self) -> None:
@@ -314,7 +328,7 @@ class _Trainer:
         from biosrecall.train.setup import make_plan
 
         self.config.validate()
-        task = self._task()
+        task = self.task
         model_config = task.model_config()
         task.batch_source(self.config, resolve_seq_len(self.config, model_config, task.preset))
         best = {name: self.settings.lr for name in MAIN_SCHEDULES}
@@ -324,27 +338,26 @@ class _Trainer:
         for spec in specs:
             make_plan(model_config, self.run_config(spec))
 
-    def options(self, spec: RunSpec) -> dict[str, Any]:
-        """The `biosrecall train` options of one run (threads are the executor's)."""
-        config = {k: v for k, v in self.run_config(spec).to_dict().items() if k != "threads"}
-        data_dir = self.datasets[dataset_seed(self.study, spec.seed)].resolve()
+    def run_options(self, spec: RunSpec) -> dict[str, Any]:
+        """What the run's spec holds: its TrainConfig, dataset, model preset and overrides."""
         model = [f"{field}={value}" for field, value in self.settings.model_overrides]
-        return {
-            **config,
-            "model_override": model or None,
-            "data": str(data_dir),
-            "preset": self.settings.model_preset,
-        }
+        return config_options(
+            self.run_config(spec),
+            model_override=model or None,
+            data=str(self.datasets[dataset_seed(self.study, spec.seed)].resolve()),
+            preset=self.settings.model_preset,
+        )
 
     def train_all(self, specs: list[RunSpec]) -> dict[RunSpec, Path]:
         """Bring every run to done through the sweep engine (finished ones are skipped)."""
         executor, report = self.engine
-        return train_study_runs(self.runs_dir, specs, self.options, executor, report)
+        return train_study_runs(self.runs_dir, specs, self.run_options, executor, report)
 
 
-def _tune_learning_rates(out_dir: Path, trainer: _Trainer, study: StudyOptions, settings, device: str):
+def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings, device: str):
     """Each main schedule's learning rate: the grid's winners (OUT/lr_grid.*, written as soon as the
     grid is done, before the other seeds train), or the preset's."""
+    study = trainer.study
     if not study.lr_grid:
         return {name: settings.lr for name in MAIN_SCHEDULES}
     trained = trainer.train_all(grid_runs(study, settings.lr))
@@ -360,10 +373,10 @@ def _evaluate(trained: dict[RunSpec, Path], fractions, settings: Figure1Preset, 
     return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
 
 
-def _serving(out_dir: Path, trained: dict[RunSpec, Path], study, settings: Figure1Preset, device: str):
-    """Adaptive-depth serving of the first seed's main runs at 100% (one seed: a serving comparison,
-    not a claim)."""
-    first = [path for spec, path in trained.items() if spec.role == "main" and spec.seed == study.seeds[0]]
+def _serving(out_dir: Path, trained: dict[RunSpec, Path], seed: int, settings: Figure1Preset, device: str):
+    """Adaptive-depth serving of the `seed` (the first seed's) main runs at 100% (one seed: a serving
+    comparison, not a claim)."""
+    first = [path for spec, path in trained.items() if spec.role == "main" and spec.seed == seed]
     final, people = str(max(FRACTIONS)), settings.eval_people
     served, headline = write_serving_results(
         out_dir, first, final, settings.max_depth, device=device, people=people

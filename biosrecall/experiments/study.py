@@ -174,3 +174,12 @@ def study_runs(
 def dataset_seed(study: StudyOptions, seed: int) -> int:
     """The people a run trains on: its own seed's with `dataset_seed_per_run`, else the first seed's."""
     return seed if study.dataset_seed_per_run else study.seeds[0]
+
+
+def dataset_folders(study: StudyOptions, data_dir: Path) -> dict[int, Path]:
+    """Dataset seed -> its folder: `data_dir` for the one dataset every seed shares, or
+    `<data_dir>_seed<S>` for each seed's own with `dataset_seed_per_run`."""
+    seeds = dict.fromkeys(dataset_seed(study, seed) for seed in study.seeds)
+    if not study.dataset_seed_per_run:
+        return {seed: data_dir for seed in seeds}
+    return {seed: data_dir.with_name(f"{data_dir.name}_seed{seed}") for seed in seeds}

@@ -3,14 +3,15 @@
     executor = LocalExecutor(workers=2, threads_per_run=1)       # figure1 --workers 2 --threads 1
     paths = train_study_runs(out / "runs", specs, options_of, executor, report=print)
 
-`figure1` decides what to train (`biosrecall.experiments.study`, `.budgets`) and how each run is
-configured (`options_of(spec)`: the `train` options of one run). This module hands the runs to
-`biosrecall.sweep.run_sweep`, so a study gets what every sweep gets: worker slots (2 workers x 1
-thread trained 1.75x the updates per second of 1 x 2 on 2 cores), finished runs skipped, interrupted
-ones resumed, a record and a log per run under runs/.sweep/. Runs that start from nothing (trunks,
-independent runs) go first; a branch starts only once its trunk has finished, from the state the trunk
-kept at the branch point, or from scratch when the trunk kept none there (a budget added after the
-trunk finished), which trains the same run.
+`figure1` decides what to train (`biosrecall.experiments.study`, `.budgets`) and builds each run's
+`TrainConfig` once (`options_of(spec)`: the values of the run's spec, `biosrecall.sweep.run_spec`).
+This module hands the runs to `biosrecall.sweep.run_sweep`, which starts each as `biosrecall train
+--config runs/.sweep/<run>.toml`, as in any sweep, so a study gets what every sweep gets: worker slots
+(2 workers x 1 thread trained 1.75x the updates per second of 1 x 2 on 2 cores), finished runs
+skipped, interrupted ones resumed, a record and a log per run under runs/.sweep/. Runs that start
+from nothing (trunks, independent runs) go first; a branch starts only once its trunk has finished,
+from the state the trunk kept at the branch point, or from scratch when the trunk kept none there (a
+budget added after the trunk finished), which trains the same run.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.study import RunSpec
 from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
 from biosrecall.sweep.jobs import BOOKKEEPING
-from biosrecall.sweep.records import finished
-from biosrecall.train.checkpoint import latest_checkpoint
+from biosrecall.train.layout import finished, latest_checkpoint, saved_states
 from biosrecall.train.loop import Interrupted
 
 OptionsOf = Callable[[RunSpec], dict[str, Any]]
@@ -73,12 +73,10 @@ def train_study_runs(
 
 
 def _options(runs_dir: Path, spec: RunSpec, options_of: OptionsOf) -> dict[str, Any]:
-    """The run's `train` options, with --from/--at-update for a branch whose trunk kept that state."""
+    """The run's spec values, with `from`/`at_update` for a branch whose trunk kept that state."""
     options = options_of(spec)
     if spec.branch is None or finished(runs_dir / spec.folder):
         return options
-    from biosrecall.train.branch import saved_states
-
     trunk, at = runs_dir / spec.branch[0], spec.branch[1]
     if at in saved_states(trunk):
         return {**options, "from": str(trunk), "at_update": at}

@@ -45,7 +45,7 @@ class CardFacts:
 def cached_recall(checkpoint: Path, manifest_hash: str) -> tuple[pd.DataFrame | None, str]:
     """The checkpoint's cached recall table and a sentence on how it was computed, or (None, reason)."""
     from biosrecall.eval.curves import CACHE_FILE, CACHE_FORMAT, CACHE_METADATA_KEY
-    from biosrecall.train.checkpoint import META_FILE
+    from biosrecall.train.layout import META_FILE
 
     path = Path(checkpoint) / CACHE_FILE
     if not path.is_file():

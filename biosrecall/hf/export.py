@@ -38,7 +38,14 @@ from pathlib import Path
 import torch
 
 from biosrecall import runs
-from biosrecall.atomic import atomic_directory, check_output_dir, check_output_path
+from biosrecall.atomic import (
+    WriteFailed,
+    atomic_directory,
+    check_output_dir,
+    check_output_path,
+    error_number,
+    write_failed,
+)
 from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
 from biosrecall.hf.card import CardFacts, cached_recall, model_card
@@ -86,13 +93,25 @@ def export_run(
         recall, note = cached_recall(path, dataset.manifest_hash)
         try:
             with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
-                hf_model.save_pretrained(tmp)
+                _save_weights(hf_model, tmp)
                 shutil.copyfile(TEMPLATE, tmp / MODELING_FILE)
                 save_tokenizer(dataset.tokenizer, model.config.context_length, tmp)
                 (tmp / "README.md").write_text(model_card(facts, recall, note), encoding="utf-8")
+        except WriteFailed:  # already one line naming the file
+            raise
         except OSError as exc:
             raise BiosrecallError(f"could not write {out_dir}: {exc.strerror or exc}") from None
     return out_dir
+
+
+def _save_weights(hf_model, folder: Path) -> None:
+    """save_pretrained, whose safetensors error on a full disk names no file: name the weights file."""
+    try:
+        hf_model.save_pretrained(folder)
+    except Exception as exc:
+        if error_number(exc) is None:
+            raise
+        raise write_failed(folder / "model.safetensors", exc) from exc
 
 
 def _first_person():

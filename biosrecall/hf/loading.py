@@ -3,7 +3,9 @@
     loaded = load_hf_model("exported/ff", device="cpu")      # loaded.model, loaded.tokenizer
     loaded.provenance       # the `biosrecall` section of a biosrecall export's config.json, else None
 
-Only local folders are read (`local_files_only`), so nothing is downloaded. A folder whose config
+Only local folders are read (`local_files_only`), so nothing is downloaded and an offline machine
+never waits on the Hub; a name that is no folder but looks like a Hub model (`someone/thing`) is
+refused at once, saying how to download it. A folder whose config
 names its own modeling code (`auto_map`) runs that code only with `trust_remote_code=True`; the one
 exception is a biosrecall export whose modeling file is byte-identical to the template this package
 ships, since that code is biosrecall's own.
@@ -20,6 +22,7 @@ import torch
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
+from biosrecall.hub import check_model_folder
 
 CONFIG_FILE = "config.json"
 
@@ -63,9 +66,7 @@ def load_hf_model(
 ) -> LoadedModel:
     """The model (in eval mode on `device`) and tokenizer of a local folder; see the module docstring."""
     transformers = require_transformers()
-    folder = Path(model_dir)
-    if not folder.is_dir():
-        raise BiosrecallError(f"--hf-model folder {folder} not found")
+    folder = check_model_folder(model_dir)
     if not (folder / CONFIG_FILE).is_file():
         raise _not_a_causal_lm(folder, f"no {CONFIG_FILE}")
     config_json = _read_config(folder)
@@ -80,7 +81,7 @@ def load_hf_model(
 
 
 def _load(transformers, folder: Path, config_json: dict, trust: bool, device: torch.device) -> LoadedModel:
-    from biosrecall.train.checkpoint import first_line
+    from biosrecall.errors import first_line
 
     options = {"trust_remote_code": trust, "local_files_only": True}
     try:

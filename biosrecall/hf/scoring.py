@@ -43,6 +43,7 @@ from biosrecall.hf.prompts import (
     encode_rows,
     eval_texts,
 )
+from biosrecall.hub import check_model_folder
 
 DEFAULT_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_BATCH_SIZE = 64
@@ -74,6 +75,7 @@ def score_hf_model(
     from biosrecall.train.distributed import resolve_device
 
     _check_numbers(threshold, batch_size, people)
+    check_model_folder(model_dir)  # before the dataset: a Hub name is refused at once
     dataset = load_dataset(data_dir)
     eval_set = dataset.eval_set(None if people is None else np.arange(min(people, dataset.num_people)))
     check_threshold(eval_set, threshold)

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from biosrecall import runs
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, parameter_of, rows_judge
+from biosrecall.eval.exits import Fixed, check_max_depth, check_servable, depth_cap, exit_judge, parameter_of
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.outputs import write_table
@@ -136,7 +136,7 @@ def evaluate_run(
         model, meta = load_checkpoint(path, device=setup.device)
         batches = validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=max_sequences)
         table = depth_nll(model, batches, depths, setup.device, setup.autocast)
-        tables.append(_describe(table, run_dir, setup.config, name, meta))
+        tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
     write_table(result, run_dir / EVAL_DIR / TABLE)
     return result
@@ -148,7 +148,7 @@ def criterion_nll(model, windows: Sequence[np.ndarray], criterion, max_depth: in
     from biosrecall.model.decode import teacher_forced
 
     cap = depth_cap(criterion, max_depth)
-    new_judge = None if isinstance(criterion, Fixed) else (lambda: rows_judge(criterion))
+    new_judge = None if isinstance(criterion, Fixed) else (lambda: exit_judge(criterion))
     total, depths = torch.zeros((), dtype=torch.float64, device=device), []
     for rows in windows:
         window = torch.from_numpy(rows).to(device)
@@ -183,15 +183,6 @@ def exit_nll(
     return pd.DataFrame.from_records(records)
 
 
-def check_servable(criteria) -> list:
-    """The criteria a per-token exit can use (the oracle reads the answer, so it cannot)."""
-    if not criteria:
-        raise BiosrecallError("no exit criterion given")
-    for criterion in criteria:
-        rows_judge(criterion)
-    return list(criteria)
-
-
 def evaluate_exits(
     run_dir: str | Path,
     criteria,
@@ -214,14 +205,17 @@ def evaluate_exits(
     for name, path in setup.chosen.items():
         model, meta = load_checkpoint(path, device=setup.device)
         table = exit_nll(model, windows, criteria, max_depth, setup.device, setup.autocast)
-        tables.append(_describe(table, run_dir, setup.config, name, meta))
+        tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
     write_table(result, run_dir / EVAL_DIR / EXIT_TABLE)
     return result
 
 
-def _describe(table: pd.DataFrame, run_dir: Path, config: dict, name: str, meta: dict) -> pd.DataFrame:
-    """Prefix a depth table with the run and checkpoint columns."""
+def with_checkpoint_columns(
+    table: pd.DataFrame, run_dir: Path, config: dict, name: str, meta: dict
+) -> pd.DataFrame:
+    """`table` prefixed with the run and checkpoint columns (run, schedule, checkpoint, update, flops,
+    train_tokens, wall_seconds) of checkpoint `name` of `run_dir`; `lm eval` and `lm harness` share it."""
     columns = {
         "run": run_dir.name,
         "schedule": config["plan"]["schedule"],

@@ -27,7 +27,7 @@ table, RUN/eval/harness.csv and .parquet (or `out`), one row per (checkpoint, ta
 run, schedule, checkpoint, update, flops, train_tokens, wall_seconds, task, metric, depth, value,
 stderr (lm-eval's standard error of the score; NaN where it gives none). Next to it, harness.json
 records the lm-eval version, the tasks as asked, every evaluated task's config, version and n-shot,
-the limit and the depths. Each call replaces both files.
+the limit, the depths and the evaluated checkpoints. Each call replaces both files.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import torch
 from biosrecall import runs
 from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
+from biosrecall.lm.evaluate import check_data, with_checkpoint_columns
 from biosrecall.outputs import write_table
 
 EVAL_DIR = "eval"
@@ -235,7 +236,6 @@ def check_tasks(tasks: Sequence[str], manager) -> list[str]:
 
 def _load_setup(run_dir: Path, checkpoint, data_dir, device: str, precision: str):
     """(run config, chosen checkpoints, tokenizer, device, autocast), all checked before any model loads."""
-    from biosrecall.lm.evaluate import check_data
     from biosrecall.lm.shard_manifest import load_manifest
     from biosrecall.lm.tokenizer import load_tokenizer
     from biosrecall.train.distributed import resolve_device
@@ -314,7 +314,8 @@ def evaluate_harness(
                 log_samples=False,
             )  # fmt: skip
             rows = pd.DataFrame(result_rows(results), columns=["task", "metric", "value", "stderr"])
-            tables.append(_describe(rows.assign(depth=depth), run_dir, config, name, meta))
+            rows.insert(2, "depth", depth)
+            tables.append(with_checkpoint_columns(rows, run_dir, config, name, meta))
             record = results
     table = pd.concat(tables, ignore_index=True)
     base = Path(out) if out is not None else run_dir / EVAL_DIR / TABLE
@@ -326,28 +327,13 @@ def evaluate_harness(
     return table
 
 
-def _describe(rows: pd.DataFrame, run_dir: Path, config: dict, name: str, meta: dict) -> pd.DataFrame:
-    """The run and checkpoint columns, then task, metric, depth, value, stderr."""
-    columns = {
-        "run": run_dir.name,
-        "schedule": config["plan"]["schedule"],
-        "checkpoint": name,
-        "update": int(meta["update"]),
-        "flops": float(meta["flops"]),
-        "train_tokens": int(meta["tokens"]),
-        "wall_seconds": float(meta["wall_seconds"]),
-    }
-    scores = {c: rows[c] for c in ("task", "metric", "depth", "value", "stderr")}
-    return pd.DataFrame({**columns, **scores})
-
-
 def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, include_path) -> str:
     """harness.json: what produced the table (lm-eval's task configs hold functions: kept as text)."""
     record = {
         "lm_eval_version": lm_eval_version(),
         "tasks": list(tasks),
         "depths": list(depths),
-        "checkpoints": list(chosen),
+        "evaluated_checkpoints": list(chosen),
         "limit": limit,
         "num_fewshot": num_fewshot,
         "include_path": None if include_path is None else str(include_path),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.runs import check_replicates
-from biosrecall.train.run_dir import CONFIG_FILE
+from biosrecall.train.layout import CONFIG_FILE
 
 __all__ = ["check_replicates", "expand_groups"]
 

@@ -17,21 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import MAX_DEPTH, MAX_SEED, parse_float, parse_int
 
 POSITIONS = ("rope", "learned")
 NORMS = ("pre", "sandwich")
 MLPS = ("swiglu", "gelu")
 INJECTIONS = ("concat", "add", "none")
 INIT_STATES = ("zeros", "noise")
-# Stated maxima, so that a mistyped number is refused before anything is allocated: a training update
-# runs the block K times (K in the thousands is no experiment anyone runs), and the largest LLM
-# vocabularies hold a few hundred thousand tokens.
-MAX_DEPTH = 1024
-"""Deepest recurrence a schedule may name (fixed K, uniform range, k0, cap) and deepest backprop depth."""
+# Stated maxima, so that a mistyped number is refused before anything is allocated: MAX_DEPTH and
+# MAX_SEED are `biosrecall.numbers`' (one rule per kind of number), and the largest LLM vocabularies
+# hold a few hundred thousand tokens.
 MAX_VOCAB = 2**24
 """Largest vocabulary (16,777,216 ids, 64 x the largest LLM vocabularies)."""
-MAX_SEED = 2**63 - 1
-"""Largest seed (seeds are drawn into signed 64-bit integers by numpy and torch)."""
 
 
 @dataclass(frozen=True)
@@ -198,13 +195,13 @@ def _typed(field: dataclasses.Field, text: str) -> Any:
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
     try:
         if kind.startswith("int"):
-            return None if text == "None" and "None" in kind else int(text)
+            return None if text == "None" and "None" in kind else parse_int(text)
         if kind.startswith("float"):
-            return float(text)
+            return parse_float(text)
         if kind.startswith("bool"):
             if text.lower() not in ("true", "false", "1", "0"):
                 raise ValueError
             return text.lower() in ("true", "1")
-    except ValueError:
+    except ValueError:  # a BiosrecallError is a ValueError
         raise BiosrecallError(f"model override {field.name}={text!r}: expected {kind}") from None
     return text

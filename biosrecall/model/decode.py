@@ -10,7 +10,7 @@ per-token exit.
         ...                                             # per position: logits [B, V], exit depths [B]
 
 `new_judge()` returns a fresh judge for one token; `judge(depth, logits [V])` is asked after each
-iteration's readout and returns True to stop (`biosrecall.eval.exits.token_judge` builds one from an
+iteration's readout and returns True to stop (`biosrecall.eval.exits.exit_judge` builds one from an
 exit criterion). Every token stops at `max_depth` at the latest.
 
 Cache semantics. The prompt minus its last token is prefilled in one pass at `max_depth` iterations.
@@ -19,7 +19,8 @@ iterations 1, 2, ... with a readout (coda + head) after each until its judge say
 At iteration i it attends to the cached K/V of iteration i of every earlier token; an earlier token
 that stopped at e' < i offers the K/V of its last iteration e' instead (as Huginn does). In the coda
 every earlier token offers the K/V of its readout at its own exit depth. Without a judge no token
-stops early, so the cache holds exactly what `forward(tokens, max_depth)` computes.
+stops early, so the cache holds exactly what `forward(tokens, max_depth)` computes. Every layer
+runs through the model's own `TransformerLayer` with a `KVCache`, so both share one arithmetic.
 
 Teacher forcing (`teacher_forced`, for scoring NLL with per-token exit). The given tokens [B, T] are
 fed one position at a time, B rows side by side, with no prefill: every position, the first one
@@ -39,10 +40,10 @@ import torch
 import torch.nn.functional as F
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.model.layers import Rope, TransformerLayer, apply_rope
+from biosrecall.model.layers import KVCache, Rope
 
 Judge = Callable[[int, torch.Tensor], bool]
-# (depth, logits [B, V]) -> bool [B]: which rows stop (`biosrecall.eval.exits.rows_judge`)
+# (depth, logits [B, V]) -> bool [B]: which rows stop (`biosrecall.eval.exits.exit_judge`)
 RowsJudge = Callable[[int, torch.Tensor], torch.Tensor]
 
 
@@ -52,39 +53,6 @@ class Decoded:
 
     tokens: list[int]
     depths: list[int]
-
-
-def _attend(
-    layer: TransformerLayer, x: torch.Tensor, rope: Rope, cache: torch.Tensor, start: int
-) -> torch.Tensor:
-    """Attention of `x` [1, T, d] at positions start.. over the cache [2, 1, ctx, n, hd], after writing
-    this call's keys and values into it (the same arithmetic as `CausalSelfAttention`)."""
-    attn = layer.attn
-    batch, length, width = x.shape
-    qkv = attn.qkv(x).view(batch, length, 3, attn.n_heads, attn.head_dim)
-    qk, v = qkv[:, :, :2], qkv[:, :, 2]
-    if rope is not None:
-        qk = apply_rope(qk, rope)
-    q, k = qk.unbind(dim=2)
-    end = start + length
-    cache[0, :, start:end], cache[1, :, start:end] = k, v
-    keys, values = cache[0, :, :end].transpose(1, 2), cache[1, :, :end].transpose(1, 2)
-    # Under bf16 autocast the cache (in the parameters' dtype) is wider than the queries.
-    keys, values = keys.to(q.dtype), values.to(q.dtype)
-    # Prefill starts at 0, so its block of queries is square and causal; a single query sees everything.
-    y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, is_causal=length > 1)
-    return attn.proj(y.transpose(1, 2).reshape(batch, length, width))
-
-
-def _layer_step(layer: TransformerLayer, x: torch.Tensor, rope: Rope, cache: torch.Tensor, start: int):
-    """`TransformerLayer.forward` for positions start.. with earlier positions' K/V from the cache."""
-    n = layer.norms
-    attended = _attend(layer, n[0](x), rope, cache, start)
-    if layer.sandwich:
-        x = n[1](x + attended)
-        return n[3](x + layer.mlp(n[2](x)))
-    x = x + attended
-    return x + layer.mlp(n[1](x))
 
 
 class CachedDecoder:
@@ -111,20 +79,20 @@ class CachedDecoder:
     def _begin(self, tokens: torch.Tensor, rope: Rope):
         x = self.model.embed_at(tokens, self.length)
         for j, layer in enumerate(self.model.prelude):
-            x = _layer_step(layer, x, rope, self.prelude[j], self.length)
+            x = layer(x, rope, cache=KVCache(self.prelude[j], self.length))
         return self.model.begin_state(x, self.length)
 
     def _iteration(self, state, inject, depth: int, rope: Rope) -> torch.Tensor:
         x = self.model.block_input(state, inject)
         for j, layer in enumerate(self.model.block):
-            x = _layer_step(layer, x, rope, self.block[depth - 1, j], self.length)
+            x = layer(x, rope, cache=KVCache(self.block[depth - 1, j], self.length))
         return x
 
     def _readout(self, state: torch.Tensor, rope: Rope, head: bool = True) -> torch.Tensor | None:
         model = self.model
         x = model.state_norm(state)
         for j, layer in enumerate(model.coda):
-            x = _layer_step(layer, x, rope, self.coda[j], self.length)
+            x = layer(x, rope, cache=KVCache(self.coda[j], self.length))
         if not head:
             return None
         weight = model.embed.weight if model.head is None else model.head.weight
@@ -147,7 +115,7 @@ class CachedDecoder:
         """Append one token; return its next-token logits [V] and the depth it stopped at."""
         rows_judge = None
         if judge is not None:
-            rows_judge = lambda depth, logits: torch.tensor([judge(depth, logits[0])])  # noqa: E731
+            rows_judge = lambda depth, logits: torch.tensor([bool(judge(depth, logits[0]))])  # noqa: E731
         logits, depths = self.step_rows(torch.tensor([token]), rows_judge)
         return logits[0], int(depths[0])
 

@@ -3,21 +3,36 @@
     layer = TransformerLayer(cfg)                # cfg: a ModelConfig
     cos, sin = rope_tables(cfg)                  # [context_length, head_dim / 2] each
     y = layer(x, rope=torch.stack((cos[:T], sin[:T]), -1))   # x: [B, T, d]; rope=None without RoPE
+    y = layer(x, rope, cache=KVCache(store, start))          # positions start.. of a cached sequence
 
 Attention goes through `torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, so GPUs
-use flash kernels. All projections are bias-free; the FLOP account in `compute/flops.py` counts
-exactly the matmuls made here (norms, RoPE and activations are not counted).
+use flash kernels. With a `KVCache` (the incremental decoder, `model/decode.py`) a layer writes its
+keys and values into the cache and attends over every cached position, with the same arithmetic.
+All projections are bias-free; the FLOP account in `compute/flops.py` counts exactly the matmuls made
+here (norms, RoPE and activations are not counted).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 
 Rope = torch.Tensor | None  # fp32 [T, head_dim / 2, 2]: (cos, sin) of t theta_j for position t, pair j
+
+
+class KVCache(NamedTuple):
+    """One layer's keys and values of a sequence: `store` [2, B, context_length, n_heads, head_dim]
+    (K then V, in the parameters' dtype) holds positions 0..start-1; a call with this cache computes
+    positions start.., writes their keys and values into `store`, and attends over all of them."""
+
+    store: torch.Tensor
+    start: int
 
 
 class RMSNorm(nn.Module):
@@ -65,25 +80,46 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.attend_at = _attend_at  # `TransformerLayer.compile` swaps in a version kept out of graphs
 
-    def forward(self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
         """[B, T, d], or [P, d] for the queries at the True entries of `positions` (bool [B, T]), in
-        row-major order. Keys and values always come from every position."""
+        row-major order. Keys and values always come from every position, the cached ones included."""
         batch, seq, width = x.shape
         qkv = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
         if rope is not None:
             qk = apply_rope(qk, rope)
         q, k = qk.unbind(dim=2)
-        if positions is None:
+        if positions is not None:
+            return self.proj(self.attend_at(q, k, v, positions).flatten(1))
+        if cache is None:
             y = F.scaled_dot_product_attention(
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
             )
-            return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
-        return self.proj(_attend_at(q, k, v, positions).flatten(1))
+        else:
+            y = _attend_cached(q, k, v, cache)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
 
 
-@torch.compiler.disable  # data-dependent shapes (nonzero, max): eager, not a graph break per call
+def _attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Attention output [B, n, T, hd] of the queries at positions start.. ([B, T, n, hd] inputs) over
+    the cache, after writing this call's keys and values into it."""
+    store, start = cache
+    end = start + q.shape[1]
+    if q.shape[1] > 1 and start > 0:
+        # One causal block only lines up with the keys when it starts the sequence (a prefill).
+        raise BiosrecallError("a cached layer takes several positions only at the start of a sequence")
+    store[0, :, start:end], store[1, :, start:end] = k, v
+    keys, values = store[0, :, :end].transpose(1, 2), store[1, :, :end].transpose(1, 2)
+    # Under bf16 autocast the cache (in the parameters' dtype) is wider than the queries.
+    keys, values = keys.to(q.dtype), values.to(q.dtype)
+    # A prefill's block of queries is square and causal; a single query sees everything.
+    return F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, is_causal=q.shape[1] > 1)
+
+
 def _attend_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Causal attention output [P, n, hd] for the queries at `positions` only ([B, T, n, hd] inputs).
 
@@ -141,11 +177,15 @@ class TransformerLayer(nn.Module):
         n_norms = 4 if self.sandwich else 2
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
 
-    def forward(self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
         """[B, T, d], or [P, d] at the True entries of `positions`: equal to forward(x)[positions], but
-        the queries, projections and MLP run only there (a readout that needs a few positions)."""
+        the queries, projections and MLP run only there (a readout that needs a few positions). With
+        `cache` instead, x holds positions cache.start.. and earlier positions' keys and values come
+        from it."""
         n = self.norms
-        attended = self.attn(n[0](x), rope, positions)
+        attended = self.attn(n[0](x), rope, positions, cache)
         if positions is not None:
             x = x[positions]
         if self.sandwich:
@@ -153,3 +193,11 @@ class TransformerLayer(nn.Module):
             return n[3](x + self.mlp(n[2](x)))
         x = x + attended
         return x + self.mlp(n[1](x))
+
+    def compile(self, *args, **kwargs) -> None:
+        """`nn.Module.compile`, with the attention at selected positions left eager: its shapes depend
+        on the data (nonzero, max), so inside a graph it would break the graph on every call. The
+        exclusion is applied here rather than as a decorator because `torch.compiler.disable` imports
+        torch._dynamo (over a second), which eager use never needs."""
+        self.attn.attend_at = torch.compiler.disable(_attend_at)
+        super().compile(*args, **kwargs)

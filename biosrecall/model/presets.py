@@ -33,6 +33,9 @@ from typing import Any
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 
+DEFAULT_BIOS_PRESET = "bios-cpu"
+"""The preset a bioS run trains when none is named (`biosrecall train --preset`)."""
+
 PRESETS: dict[str, ModelConfig] = {
     "bios-tiny": ModelConfig(
         vocab_size=256, d_model=32, n_heads=2, d_mlp=64, n_prelude=1, n_block=1, n_coda=1, context_length=128

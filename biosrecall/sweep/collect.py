@@ -30,7 +30,8 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.outputs import write_table
 from biosrecall.sweep import commands
 from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs
-from biosrecall.sweep.records import finished, run_status
+from biosrecall.sweep.records import run_status
+from biosrecall.train.layout import finished, metrics_file
 from biosrecall.train.run_dir import read_metrics
 
 COLLECT = "collect"
@@ -60,7 +61,7 @@ def runs_table(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> pd.DataFrame:
     rows = []
     for run, job in zip(runs, jobs, strict=True):
         status = run_status(job)
-        metrics = read_metrics(job.run_dir) if (job.run_dir / "metrics.jsonl").is_file() else []
+        metrics = read_metrics(job.run_dir) if metrics_file(job.run_dir).is_file() else []
         last = metrics[-1] if metrics else {}
         row = {"run": run.name, **{str(k): _cell(v) for k, v in run.labels.items()}}
         row.update(state=status.state, updates=status.updates, planned=status.planned)
@@ -82,9 +83,11 @@ def _recall_tables(done: list[Job], evaluations: Sequence[Evaluation], dest: Pat
     from biosrecall.outputs import save_figure
 
     settings = _recall_settings(evaluations)
+    # The parameter --checkpoint fills, named by the command's own definition.
+    selector = settings[commands.canonical_key("recall-curve", "checkpoint")]
     run_dirs = [job.run_dir for job in done]
     table = recall_curves(
-        run_dirs, settings["checkpoints"] or DEFAULT_CHECKPOINTS, settings["max_depth"],
+        run_dirs, selector or DEFAULT_CHECKPOINTS, settings["max_depth"],
         settings["threshold"], device=settings["device"], data_dir=settings["data_dir"],
         people=settings["people"],
     )  # fmt: skip

@@ -1,18 +1,17 @@
 """The commands a sweep launches, read from their own click definitions: option names, flags and checks.
 
-    args = option_args("train", {"data": "data/bios", "schedule": "fixed:4", "seed": 0})
-    # ["--data", "data/bios", "--schedule", "fixed:4", "--seed", "0"]
-    check_training("train", options, run_dir)     # BiosrecallError unless `train` would accept them
+    check_training("train", options, "run x")      # BiosrecallError unless `train --config` would start it
     canonical_key("lm train", "batch-size")       # "batch_size" (or BiosrecallError naming the key)
+    args = option_args("recall-curve", {"max_depth": 64})     # ["--max-depth", "64"] (evaluations)
 
-A sweep runs `python -m biosrecall <command> ...` in a subprocess, so the command's click options are
-the one definition of what a run may set: keys are option names as in `--config` files (`batch_size`;
-`batch-size` and an option's flag name, `data` for `data_dir`, are accepted too), a flag is true or
-false, a list is a TOML array (joined with commas, or the flag repeated for a repeatable option).
-Checking a run parses exactly the words its subprocess will get with the command's own parser and
-callbacks, then builds its `TrainConfig` as the command does, so a bad value fails before anything is
-launched. This is the one module of `biosrecall.sweep` that imports the CLI (lazily): the sweep sits
-beside `cli/` as a driver of its commands.
+A sweep runs `python -m biosrecall <command> --config <run spec>` in a subprocess, so the command's
+click options are the one definition of what a run may set: keys are option names as in `--config`
+files (`batch_size`; `batch-size` and an option's flag name, `data` for `data_dir`, are accepted too),
+a flag is true or false, a list is a TOML array. Checking a run reads its run spec's text
+(`biosrecall.sweep.run_spec`) with the command's own `--config` reader, parser and callbacks, then
+builds its `TrainConfig` as the command does, so a bad value fails before anything is launched. An
+evaluation is given its options as command-line words. This is the one module of `biosrecall.sweep`
+that imports the CLI (lazily): the sweep sits beside `cli/` as a driver of its commands.
 """
 
 from __future__ import annotations
@@ -51,7 +50,10 @@ def click_command(words: str) -> click.Command:
 
     command: click.Command = cli
     for word in words.split():
-        found = command.commands.get(word) if isinstance(command, click.Group) else None
+        # get_command, not .commands: the CLI group imports a command's module only when asked for it
+        found = (
+            command.get_command(click.Context(command), word) if isinstance(command, click.Group) else None
+        )
         if found is None:
             raise BiosrecallError(f"unknown command {words!r}")
         command = found
@@ -134,13 +136,15 @@ def _text(value: Any) -> str:
     raise BiosrecallError(f"option values are text, numbers, true/false or lists, got {value!r}")
 
 
-def parse(words: str, args: list[str], what: str, inside=None) -> dict[str, Any]:
+def parse(words: str, args: list[str], what: str, inside=None, config=None) -> dict[str, Any]:
     """The parameters `biosrecall <words> <args>` would get, checked by the command's own parser and
-    callbacks (and by `inside(params)`, called in the command's context as its body would be); a
-    problem is one BiosrecallError line starting with `what`."""
+    callbacks (and by `inside(params)`, called in the command's context as its body would be); with
+    `config` (a parsed `--config` document), as if `--config` had given it. A problem is one
+    BiosrecallError line starting with `what`."""
     command = click_command(words)
+    defaults = _config_defaults(command, config, what) if config is not None else None
     try:
-        with command.make_context(f"biosrecall {words}", list(args)) as ctx:
+        with command.make_context(f"biosrecall {words}", list(args), default_map=defaults) as ctx:
             params = dict(ctx.params)
             if inside is not None:
                 inside(dict(params))
@@ -151,11 +155,40 @@ def parse(words: str, args: list[str], what: str, inside=None) -> dict[str, Any]
         raise BiosrecallError(f"{what}: {exc}") from None
 
 
+def config_file_values(words: str, path: str | Path) -> dict[str, Any]:
+    """The values of the `--config` file `path` as `biosrecall <words>` reads it (keys as written)."""
+    from biosrecall.cli.config_file import file_values
+
+    try:
+        return file_values(click.Context(click_command(words)), Path(path))
+    except click.BadParameter as exc:
+        raise BiosrecallError(exc.message) from None
+
+
+def _config_defaults(command: click.Command, config: dict[str, Any], what: str) -> dict[str, Any]:
+    """What `command --config FILE` takes from a file holding `config` (the command's own reader)."""
+    from biosrecall.cli.config_file import option_defaults
+
+    try:
+        return option_defaults(click.Context(command), what, config)
+    except click.BadParameter as exc:  # its message already names `what` and the key
+        raise BiosrecallError(exc.message) from None
+
+
 def check_training(words: str, options: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """Refuse `options` unless `biosrecall <words>` would start a run from them: its parser and option
-    checks, the `TrainConfig` it builds (run size given once, trackers installed), the model preset
-    and the data folder. Returns the parsed parameters."""
-    params = parse(words, [*option_args(words, options), "--out", "run"], what, inside=_build_config)
+    """Refuse `options` unless `biosrecall <words> --config SPEC` would start a run from their run spec
+    (`biosrecall.sweep.run_spec`): its reader, parser and option checks, the `TrainConfig` it builds
+    (run size given once, trackers installed), the model preset and the data folder. Returns the
+    parsed parameters."""
+    import tomllib
+
+    from biosrecall.sweep.run_spec import run_spec_text
+
+    try:
+        spec = tomllib.loads(run_spec_text(options))
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{what}: {exc}") from None
+    params = parse(words, ["--out", "run"], what, inside=_build_config, config=spec)
     data = Path(params["data_dir"])
     if not data.is_dir():
         raise BiosrecallError(f"{what}: data folder {data} does not exist")

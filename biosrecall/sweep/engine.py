@@ -27,9 +27,9 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, Job, SweepRun, build_jobs, check_runs
-from biosrecall.sweep.records import finished, read_record
+from biosrecall.sweep.records import read_record
 from biosrecall.sweep.worker import Outcome, train_command
-from biosrecall.train.checkpoint import latest_checkpoint
+from biosrecall.train.layout import finished, latest_checkpoint
 
 Executor = LocalExecutor | SlurmExecutor
 

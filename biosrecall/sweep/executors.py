@@ -31,11 +31,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.sweep.jobs import Job
 from biosrecall.sweep.records import now, update_record
 from biosrecall.sweep.worker import Outcome, run_one
-from biosrecall.train.checkpoint import first_line
 
 Report = Callable[[Outcome], None]
 

@@ -63,6 +63,15 @@ def expand_runs(command, base, grid, entries, fixed, here: Path, path: Path) -> 
     return runs
 
 
+def with_config_file(command: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run's spec holds: `options` over the values of the `config` file they name, if any (the
+    file's run size replaced by theirs), as `--config FILE` under the options on a command line meant."""
+    if options.get("config") is None:
+        return dict(options)
+    base = commands.config_file_values(command, options["config"])
+    return _replace(command, base, {key: value for key, value in options.items() if key != "config"})
+
+
 def _no_overlap(command: str, tables, path: Path) -> None:
     owner: dict[str, str] = {}
     for where, table in tables:

@@ -7,8 +7,9 @@
 
 A run's folder is OUT/<name>; a name is one or more `/`-separated parts of letters, digits and
 `._=,+-` (no part starting with a dot). Everything the sweep itself keeps lies under OUT/.sweep/: per
-run a record (`<name>.json`: state, exit code, error line, times), the log of its processes
-(`<name>.log`) and, for `recall-curve`, that command's output folder (`eval/<name>/`).
+run its run spec (`<name>.toml`, the file its `train --config` reads: `biosrecall.sweep.run_spec`), a
+record (`<name>.json`: state, exit code, error line, times), the log of its processes (`<name>.log`)
+and, for `recall-curve`, that command's output folder (`eval/<name>/`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep import commands
+from biosrecall.sweep.run_spec import run_spec_text, spec_path
 
 BOOKKEEPING = ".sweep"
 _PART = re.compile(r"[A-Za-z0-9_=,+-][A-Za-z0-9._=,+-]*")
@@ -39,8 +41,8 @@ class SweepRun:
     """The training command: "train" (bioS) or "lm train"."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The command's option values keyed by option name, as in a `--config` file (None: not given, so
-    `{**config.to_dict(), "data": ..., "preset": ...}` of a TrainConfig works); relative paths are
-    relative to the current folder. --out, --resume, --overwrite and --threads are the sweep's."""
+    `run_spec.config_options(config, data=..., preset=...)` of a TrainConfig works); relative paths
+    are relative to the current folder. --out, --resume, --overwrite and --threads are the sweep's."""
     labels: Mapping[str, Any] = field(default_factory=dict)
     """What tells this run apart in the sweep (grid values, entry name): columns of `collect`'s table."""
 
@@ -62,8 +64,10 @@ class Job:
     name: str
     run_dir: Path
     bookkeeping: Path
+    spec_text: str
+    """The run spec (its options and --out as TOML), written to `spec` before the run is trained."""
     train_args: tuple[str, ...]
-    """`biosrecall` words of a fresh start, without --resume and --threads."""
+    """`biosrecall` words of a fresh start, without --resume and --threads: `train --config <spec>`."""
     eval_args: tuple[tuple[str, ...], ...]
     """`biosrecall` words of each evaluation."""
     threads: int
@@ -78,6 +82,10 @@ class Job:
     @property
     def log(self) -> Path:
         return self.bookkeeping / f"{self.name}.log"
+
+    @property
+    def spec(self) -> Path:
+        return spec_path(self.bookkeeping, self.name)
 
     @property
     def eval_key(self) -> str | None:
@@ -119,7 +127,7 @@ def check_runs(runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ())
     for run in runs:
         for key, value in run.options.items():  # None: unset, as TrainConfig.to_dict() gives it
             commands.canonical_key(run.command, key, commands.ENGINE_KEYS if value is not None else ())
-        commands.check_training(run.command, run.options, f"run {run.name}")
+        commands.check_training(run.command, _spec_options(run), f"run {run.name}")
     for evaluation in evaluations:
         _check_evaluation(evaluation, {run.command for run in runs})
 
@@ -144,17 +152,25 @@ def build_jobs(
     threads: int = 1,
     gpus: int = 0,
 ) -> list[Job]:
-    """One job per run (call `check_runs` first): absolute folders and the words of every process."""
+    """One job per run (call `check_runs` first): absolute folders, each run's spec and the words of
+    every process."""
     out = Path(out).absolute()
     bookkeeping = out / BOOKKEEPING
     jobs = []
     for run in runs:
         run_dir = out / run.name
-        options = _absolute_paths(run.command, run.options)
-        train = (*run.command.split(), *commands.option_args(run.command, options), "--out", str(run_dir))
+        spec = run_spec_text({**_absolute_paths(run.command, _spec_options(run)), "out": run_dir})
+        train = (*run.command.split(), "--config", str(spec_path(bookkeeping, run.name)))
         evals = tuple(_eval_args(evaluation, run, run_dir, bookkeeping) for evaluation in evaluations)
-        jobs.append(Job(run.name, run_dir, bookkeeping, train, evals, threads, gpus))
+        jobs.append(Job(run.name, run_dir, bookkeeping, spec, train, evals, threads, gpus))
     return jobs
+
+
+def _spec_options(run: SweepRun) -> dict[str, Any]:
+    """The run's options with those of the `config` file they name merged in (`grid.with_config_file`)."""
+    from biosrecall.sweep.grid import with_config_file  # grid builds SweepRuns: it imports this module
+
+    return with_config_file(run.command, run.options)
 
 
 def _absolute_paths(words: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.atomic import atomic_write_json
-from biosrecall.locking import lock_path
 from biosrecall.sweep.jobs import Job
-from biosrecall.train.checkpoint import latest_checkpoint, list_checkpoints
+from biosrecall.train.layout import config_file, finished, latest_checkpoint, lock_file, metrics_file
 
 STATES = ("done", "running", "failed", "waiting")
 INTERRUPTED = 130  # the trainer's exit status after a Ctrl-C or SIGTERM, once `latest` is saved
@@ -59,11 +58,6 @@ def update_record(job: Job, **changes: Any) -> dict[str, Any]:
     return record
 
 
-def finished(run_dir: Path) -> bool:
-    """The run reached the end of its budget: its final (1.0) checkpoint is there."""
-    return 1.0 in list_checkpoints(run_dir)
-
-
 def pid_alive(pid: Any) -> bool:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
@@ -80,7 +74,7 @@ def lock_holder(run_dir: Path) -> int | None:
     """The live process holding the run folder's lock, found without taking the lock: the pid its lock
     file records, if that process is alive (a killed holder leaves the file but its pid is gone)."""
     try:
-        text = lock_path(run_dir).read_text().strip()
+        text = lock_file(run_dir).read_text().strip()
     except OSError:
         return None
     pid = int(text) if text.isdigit() else None
@@ -136,11 +130,11 @@ def _state(job: Job, record: dict[str, Any], updates: int) -> tuple[str, str]:
 def progress(run_dir: Path) -> tuple[int, int | None]:
     """(updates logged so far, updates planned) of a run folder, read cheaply (0, None before it exists)."""
     try:
-        updates = (run_dir / "metrics.jsonl").read_bytes().count(b"\n")
+        updates = metrics_file(run_dir).read_bytes().count(b"\n")
     except OSError:
         updates = 0
     try:
-        planned = json.loads((run_dir / "config.json").read_text())["plan"]["updates"]
+        planned = json.loads(config_file(run_dir).read_text())["plan"]["updates"]
     except (OSError, ValueError, KeyError, TypeError):
         planned = None
     return updates, planned if isinstance(planned, int) else None

@@ -10,7 +10,8 @@ task, so a run is handled the same way everywhere:
 - a finished run (final 1.0 checkpoint) is not trained again; an interrupted one (a `latest`
   checkpoint) is resumed with --resume; anything else starts fresh (a run killed before its first
   save left only a hidden temporary, which the trainer clears);
-- training is `python -m biosrecall <command> ... --threads M` with OMP_NUM_THREADS=M, or, with more
+- training is `python -m biosrecall <command> --config OUT/.sweep/<name>.toml --threads M` with
+  OMP_NUM_THREADS=M (the run spec, `biosrecall.sweep.run_spec`, written just before), or, with more
   than one GPU, the same under `python -m torch.distributed.run --standalone --nproc_per_node G`;
 - then each evaluation (`biosrecall recall-curve RUN ...`, `lm eval RUN ...`) unless the record says
   the same evaluations already finished.
@@ -33,16 +34,10 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.sweep.jobs import Job
-from biosrecall.sweep.records import (
-    finished,
-    lock_holder,
-    now,
-    read_record,
-    record_running,
-    update_record,
-)
-from biosrecall.train.checkpoint import latest_checkpoint
+from biosrecall.sweep.records import lock_holder, now, read_record, record_running, update_record
+from biosrecall.train.layout import finished, latest_checkpoint
 
 MAX_ERROR = 300
 
@@ -85,6 +80,7 @@ def run_one(
     if not finished(job.run_dir):
         resume = latest_checkpoint(job.run_dir) is not None
         action = "resumed" if resume else "trained"
+        atomic_write_text(job.spec, job.spec_text)
         code, error = _launch(job, "train", action, train_command(job, resume), env, processes)
         if code != 0:
             return _failed(job, code, error, action)

@@ -16,6 +16,7 @@ import numpy as np
 
 from biosrecall.bios import BatchSampler, batch_generator, load_dataset
 from biosrecall.errors import BiosrecallError
+from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.loop import TrainResult
 from biosrecall.train.task import TrainingTask, VocabularyRule, run_task
@@ -45,7 +46,7 @@ class BiosBatchSource:
 
 
 def bios_training_task(
-    data_dir: str | Path, preset: str = "bios-cpu", model_overrides: dict[str, Any] | None = None
+    data_dir: str | Path, preset: str = DEFAULT_BIOS_PRESET, model_overrides: dict[str, Any] | None = None
 ) -> TrainingTask:
     """The bioS task on the dataset folder `data_dir` (read and validated here)."""
     dataset = load_dataset(data_dir)
@@ -67,7 +68,7 @@ def train_bios(
     data_dir: str | Path,
     run_dir: str | Path,
     config: TrainConfig,
-    preset: str = "bios-cpu",
+    preset: str = DEFAULT_BIOS_PRESET,
     model_overrides: dict[str, Any] | None = None,
     resume: bool = False,
     overwrite: bool = False,

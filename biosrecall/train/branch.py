@@ -28,17 +28,10 @@ import numpy as np
 from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.train import checkpoint as ckpt
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.layout import CONFIG_FILE, config_file, metrics_file, saved_states
 from biosrecall.train.optim import learning_rate
-from biosrecall.train.run_dir import (
-    CHECKPOINTS,
-    CONFIG_FILE,
-    METRICS_FILE,
-    first_difference,
-    read_config,
-    read_metrics,
-)
+from biosrecall.train.run_dir import first_difference, read_config, read_metrics
 
 # What must match between parent and branch beyond the per-update depths and rates, which
 # `check_branch` compares update by update.
@@ -69,8 +62,8 @@ def branch_of(parent: str | Path | None, at_update: int | None) -> Branch | None
 
 def find_state(branch: Branch) -> Path:
     """The parent's saved training state after `branch.at_update` updates (a kept update-N folder, a
-    budget-fraction or switch checkpoint, or `latest`)."""
-    if not os.path.lexists(branch.parent / CONFIG_FILE):
+    budget-fraction or switch checkpoint, or `latest`: `layout.saved_states`)."""
+    if not os.path.lexists(config_file(branch.parent)):
         raise BiosrecallError(f"cannot branch: {branch.parent} holds no run (no {CONFIG_FILE})")
     saved = saved_states(branch.parent)
     if branch.at_update in saved:
@@ -86,23 +79,6 @@ def find_state(branch: Branch) -> Path:
         f"cannot branch at update {branch.at_update}: {branch.parent} kept states after updates {listed} "
         f"only (train it with --keep-updates {branch.at_update})"
     )
-
-
-def saved_states(run_dir: str | Path) -> dict[int, Path]:
-    """Update -> a checkpoint folder of the run holding the whole training state after that update."""
-    root = Path(run_dir) / CHECKPOINTS
-    found: dict[int, Path] = {}
-    if not root.is_dir():
-        return found
-    for folder in sorted(root.iterdir()):
-        if folder.name.startswith(".") or not (folder / ckpt.STATE_FILE).is_file():
-            continue
-        try:
-            update = ckpt.read_meta(folder, ckpt.RESUME_REQUIRED)["update"]
-        except ckpt.DamagedCheckpoint:
-            continue
-        found.setdefault(update, folder.resolve())
-    return found
 
 
 def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConfig, replan, ignored) -> None:
@@ -158,7 +134,7 @@ def copy_parent_metrics(branch: Branch, run_dir: Path) -> None:
     """Start the branch's metrics.jsonl with the parent's rows of the updates before the branch point
     (the loop's `MetricsLog` then checks that they are all there)."""
     rows = read_metrics(branch.parent, limit=branch.at_update)
-    atomic_write_text(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    atomic_write_text(metrics_file(run_dir), "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
 def branch_record(branch: Branch) -> dict[str, Any]:

@@ -13,7 +13,6 @@ budget, budget_of and updates.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -23,6 +22,7 @@ from biosrecall.compute.flops import MAX_TOKENS_PER_UPDATE, check_tokens_per_upd
 from biosrecall.compute.schedules import MAX_UPDATES, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import MAX_SEED
+from biosrecall.numbers import FLOAT_MAX, SEED, Limit, check_number
 from biosrecall.train.tracking import parse_trackers, require_installed
 
 DEFAULT_FRACTIONS = (0.25, 0.45, 0.67, 0.8, 1.0)
@@ -168,39 +168,11 @@ RESUMABLE_DIFFERENCES = {
 }
 
 
-@dataclass(frozen=True)
-class Limit:
-    """The values a numeric field may take: finite numbers of `kind` (int or float) from low to high."""
-
-    kind: type
-    low: float
-    high: float
-    low_open: bool = False
-    """`low` itself is refused."""
-    high_open: bool = False
-    """`high` itself is refused."""
-    why: str = ""
-    """Why the upper end is where it is (said when a value exceeds it)."""
-
-    def describe(self) -> str:
-        """The allowed values in words, e.g. 'a positive integer' or 'a number in [0, 1)'."""
-        if self.kind is int:
-            return "a positive integer" if self.low == 1 else "a non-negative integer"
-        if self.high == _FLOAT_MAX:
-            return f"a {'positive' if self.low_open else 'non-negative'} finite number"
-        return f"a number in {self.interval()}"
-
-    def interval(self) -> str:
-        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        return f"{left}{self.low:g}, {self.high:g}{right}"
-
-
-_FLOAT_MAX = np.finfo(np.float64).max
 _TOKENS = "the limit on tokens per update"
 _RUN = "the planner draws and prices every update"
 _INT64 = "counts are signed 64-bit integers"
 LIMITS: dict[str, Limit] = {
-    "budget": Limit(float, 0, _FLOAT_MAX, low_open=True),
+    "budget": Limit(float, 0, FLOAT_MAX, low_open=True),
     "updates": Limit(int, 1, MAX_UPDATES, why=_RUN),
     "batch_size": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
     "grad_accum": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
@@ -210,9 +182,9 @@ LIMITS: dict[str, Limit] = {
     "warmup": Limit(float, 0, 1, high_open=True),
     "warmup_updates": Limit(int, 0, MAX_UPDATES, why=_RUN),
     "decay": Limit(float, 0, 1, low_open=True),
-    "weight_decay": Limit(float, 0, _FLOAT_MAX),
+    "weight_decay": Limit(float, 0, FLOAT_MAX),
     "grad_clip": Limit(float, 0, float(np.finfo(np.float32).max), why="gradient norms are float32"),
-    "seed": Limit(int, 0, MAX_SEED, why="seeds are signed 64-bit integers"),
+    "seed": SEED,
     "threads": Limit(int, 1, MAX_THREADS, why="more than any CPU has cores"),
     # Intervals may exceed the run (10**9: "only at the end"), so only the integer range bounds them.
     "save_every": Limit(int, 1, MAX_SEED, why=_INT64),
@@ -264,41 +236,9 @@ def check_field(name: str, value: Any) -> Any:
         parse_schedule(value)
     elif name == "budget_of":
         split_budget_of(value)
-    elif value not in ("auto", "cpu", "cuda") and not (value[:5] == "cuda:" and value[5:].isdigit()):
+    elif value not in ("auto", "cpu", "cuda") and not (value[:5] == "cuda:" and _is_index(value[5:])):
         raise BiosrecallError(f"unknown device {value!r} (use auto, cpu, cuda or cuda:N)")
     return value
-
-
-def check_number(name: str, value: Any, limit: Limit) -> int | float:
-    """`value` as `limit.kind`, refused (naming `name`) unless finite and within the limit."""
-    number = _as_number(value, limit.kind)
-    bad_type = number is None or (limit.kind is float and not math.isfinite(number))
-    if bad_type or number < limit.low or (limit.low_open and number == limit.low):
-        raise BiosrecallError(f"{name} must be {limit.describe()}, got {_show(value)}")
-    if number > limit.high or (limit.high_open and number == limit.high):
-        reason = f" ({limit.why})" if limit.why else ""
-        if limit.kind is float:
-            raise BiosrecallError(f"{name} must be {limit.describe()}{reason}, got {_show(value)}")
-        raise BiosrecallError(f"{name} must be at most {limit.high:,}{reason}, got {_show(value)}")
-    return number
-
-
-def _show(value: Any) -> str:
-    """repr of a value, with a number of hundreds of digits cut short."""
-    text = repr(value)
-    return text if len(text) <= 30 else f"{text[:12]}... ({len(text)} characters)"
-
-
-def _as_number(value: Any, kind: type) -> int | float | None:
-    """int or float (by `kind`) of a number that is one; None for bools, strings, non-numbers."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        return None
-    if kind is int:
-        return int(value) if isinstance(value, int | np.integer) else None
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond float range
-        return math.inf
 
 
 def _check_items(name: str, value: Any, limit: Limit) -> tuple[float, ...]:
@@ -338,6 +278,11 @@ def _check_combination(config: TrainConfig) -> None:
             f"lr x weight_decay must be below 1 (each update scales decayed weights by 1 - lr x "
             f"weight_decay), got {config.lr:g} x {config.weight_decay:g}"
         )
+
+
+def _is_index(text: str) -> bool:
+    """A device index: ASCII digits only (str.isdigit also takes other scripts' digits)."""
+    return text.isascii() and text.isdigit()
 
 
 def split_budget_of(text: Any) -> tuple[str, int]:

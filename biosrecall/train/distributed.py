@@ -43,6 +43,12 @@ class DistInfo:
         return self.world_size > 1
 
 
+def is_main_process() -> bool:
+    """Whether this process is rank 0 of its torchrun launch (or not under torchrun), the one that
+    reports and writes; usable before the process group is joined."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def resolve_device(name: str) -> torch.device:
     """ "auto" picks CUDA when present; asking for CUDA without it is a user error."""
     if name == "auto":

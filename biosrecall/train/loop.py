@@ -1,6 +1,6 @@
 """The one training loop, shared by bioS and the language-model pipeline.
 
-    result = run_training(model_config, train_config, source, run_dir, record=..., reporter=...)
+    result = run_training(model_config, train_config, source, run_dir, seq_len=..., record=..., reporter=...)
 
 A run spends a modeled-FLOP budget: the planner fixes the number of updates and every update's depth
 up front (depths come from (seed, update)), the loop adds each update's FLOPs from the one FLOP
@@ -8,7 +8,7 @@ account, and weights are kept when the running total crosses each checkpoint fra
 Batches come from a `BatchSource` whose `batch(update)` is a pure function of the update index (or
 which carries a resumable state), so an interrupted run resumed from `latest` ends bit-identical to
 an uninterrupted one on CPU. The loop saves and restores through the run's `Checkpointer`
-(`checkpointing.py`) without knowing how the run is parallel, and takes each update with the one
+(`checkpointers.py`), at the paths `layout.py` names, without knowing how the run is parallel, and takes each update with the one
 training step of `step.py` (which the update diagnostic shares).
 
 `run_training` holds the run folder's lock (`biosrecall.locking.output_lock`) for its whole call, so a
@@ -19,7 +19,6 @@ holds the last complete state, from which `--resume` continues bit-identically.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -31,14 +30,13 @@ import numpy as np
 
 from biosrecall.atomic import check_output_path
 from biosrecall.locking import output_lock
-from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed
-from biosrecall.train.checkpointing import fractions_crossed
+from biosrecall.train import checkpoint_files, distributed, layout
+from biosrecall.train.checkpointers import fractions_crossed
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter
-from biosrecall.train.run_dir import MetricsLog, remove_leftovers
-from biosrecall.train.setup import RunSetup, prepare_run
+from biosrecall.train.run_dir import MetricsLog
+from biosrecall.train.setup import RunSetup, damaged_latest, prepare_run
 from biosrecall.train.step import NonFiniteLoss, backward_and_clip
 from biosrecall.train.tracking import with_trackers
 
@@ -90,13 +88,15 @@ def run_training(
     source: BatchSource,
     run_dir: str | Path,
     *,
+    seq_len: int,
     record: dict[str, Any] | None = None,
     resume: bool = False,
     overwrite: bool = False,
     reporter=None,
     branch=None,
 ) -> TrainResult:
-    """Plan, build, (resume,) and train; returns where the checkpoints are.
+    """Plan, build, (resume,) and train; returns where the checkpoints are. `seq_len` is the length of
+    `source`'s sequences, resolved once by the caller (`config.resolve_seq_len`).
 
     The run folder is locked for the whole call (a second writer or resumer fails at once naming this
     process); it may not be, contain or lie inside the data it trains on. A `branch`
@@ -106,7 +106,7 @@ def run_training(
     check_output_path(run_dir, [(record.get("dataset") or {}).get("path")])
     with _run_lock(run_dir), ExitStack() as building:
         setup = prepare_run(
-            model_config, config, run_dir, record, resume, overwrite, reporter, building, branch
+            model_config, config, seq_len, run_dir, record, resume, overwrite, reporter, building, branch
         )
         reporter = with_trackers(reporter, config, setup)  # config.log's trackers get every record too
         try:
@@ -120,14 +120,14 @@ def run_training(
 
 def _run_lock(run_dir: str | Path):
     """The run folder's lock; under torchrun only rank 0 takes it (every other rank would find it held)."""
-    return output_lock(run_dir) if int(os.environ.get("RANK", "0")) == 0 else nullcontext()
+    return output_lock(run_dir) if distributed.is_main_process() else nullcontext()
 
 
 def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) -> TrainResult:
     state = _restore(setup, source, config) if setup.resume_from else _LoopState()
     metrics = MetricsLog(setup.run_dir, state.update) if setup.dist.is_main else None
     if setup.resume_from and setup.dist.is_main:
-        remove_leftovers(setup.run_dir)
+        layout.remove_leftovers(setup.run_dir)
     reporter.start(setup.plan.updates, state.update)
     if setup.branching:  # what the branch point itself earns: the switch checkpoint, a kept update
         _maybe_checkpoint(setup, config, source, state, metrics)
@@ -147,7 +147,7 @@ def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) 
                 raise Interrupted(f"interrupted at update {state.update}; resume with --resume")
     if metrics:
         metrics.close()
-    checkpoints = ckpt.list_checkpoints(setup.run_dir)
+    checkpoints = layout.list_checkpoints(setup.run_dir)
     return TrainResult(
         setup.run_dir, state.update, state.flops, checkpoints, state.last_loss, state.wall_seconds
     )
@@ -158,16 +158,16 @@ def _explaining_failed_saves(setup: RunSetup, state: _LoopState):
     """A failed write (disk full, no permission) ends the run with one line saying what is left."""
     try:
         yield
-    except ckpt.SaveFailed as exc:
+    except checkpoint_files.SaveFailed as exc:
         if state.saved_update is None:
             before = "is as it was before" if setup.final_dir.exists() else "was not created"
             left = f"nothing of this run was kept, and {setup.final_dir} {before}"
         else:
             left = (
-                f"{setup.final_dir / 'checkpoints' / ckpt.LATEST} still holds the complete state of "
+                f"{layout.latest_link(setup.final_dir)} still holds the complete state of "
                 f"update {state.saved_update}: resume with --resume once the problem is fixed"
             )
-        raise ckpt.SaveFailed(f"{exc}; {left}") from None
+        raise checkpoint_files.SaveFailed(f"{exc}; {left}") from None
 
 
 def _one_update(setup: RunSetup, config: TrainConfig, source: BatchSource, state: _LoopState) -> dict:
@@ -226,11 +226,11 @@ def _maybe_checkpoint(setup, config, source, state: _LoopState, metrics) -> None
     crossed = fractions_crossed(
         config.checkpoint_fractions, state.fractions_done, state.flops, setup.plan.budget, finished
     )
-    kept_dirs = [(fraction, ckpt.checkpoint_dir(setup.run_dir, fraction)) for fraction in crossed]
+    kept_dirs = [(fraction, layout.checkpoint_dir(setup.run_dir, fraction)) for fraction in crossed]
     if state.update == setup.plan.switch_update:
-        kept_dirs.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.SWITCH)))
+        kept_dirs.append((None, layout.checkpoint_dir(setup.run_dir, layout.SWITCH)))
     if state.update in (config.keep_updates or ()):
-        kept_dirs.append((None, ckpt.checkpoint_dir(setup.run_dir, ckpt.update_dirname(state.update))))
+        kept_dirs.append((None, layout.checkpoint_dir(setup.run_dir, layout.update_dirname(state.update))))
     state.fractions_done.extend(crossed)
     if kept_dirs:
         kept = [(path, _meta(setup, state, fraction)) for fraction, path in kept_dirs]
@@ -268,7 +268,7 @@ def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metric
 def _swap_run_into_place(setup: RunSetup, metrics) -> None:
     """Swap the new run (built under a temporary name so far) into the folder the user named; a
     replaced run is moved aside first and deleted only once the new one is in place."""
-    with ckpt.writing(setup.final_dir):
+    with checkpoint_files.writing(setup.final_dir):
         setup.publish()
     setup.publish = None
     setup.run_dir = setup.checkpointer.run_dir = setup.final_dir
@@ -280,10 +280,10 @@ def _restore(setup: RunSetup, source: BatchSource, config: TrainConfig) -> _Loop
     """Load weights, optimizer, batch source and loop counters from `latest` (or a branch's parent)."""
     try:
         meta, source_state = setup.checkpointer.restore(setup.resume_from)
-    except ckpt.DamagedCheckpoint as exc:
+    except checkpoint_files.DamagedCheckpoint as exc:
         if setup.branching:
             raise
-        raise ckpt.damaged_latest(setup.run_dir, setup.resume_from, exc) from None
+        raise damaged_latest(setup.run_dir, setup.resume_from, exc) from None
     source.load_state_dict(source_state)
     done = meta["fractions_done"]
     if setup.branching:  # the parent's fractions are of its own budget; those of ours passed are skipped

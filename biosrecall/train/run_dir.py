@@ -2,7 +2,7 @@
 
     RUN_DIR/config.json      task, dataset, resolved model and train configs, plan, versions, machine
     RUN_DIR/metrics.jsonl    one JSON line per update
-    RUN_DIR/checkpoints/     see `biosrecall.train.checkpoint`
+    RUN_DIR/checkpoints/     see `biosrecall.train.layout`, which names every path of a run folder
 
 A run folder is refused when it already holds a run, unless the user resumes or overwrites it (a run
 killed before its first resumable state holds nothing to lose and is simply replaced). A new run is
@@ -28,18 +28,13 @@ import torch
 
 from biosrecall import __version__
 from biosrecall.atomic import atomic_directory, atomic_write_json, atomic_write_text
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object, require_keys, require_regular_file
-from biosrecall.locking import remove_stale_temporaries
-from biosrecall.train.checkpoint import first_line, writing
+from biosrecall.train.checkpoint_files import writing
+from biosrecall.train.layout import CONFIG_FILE, config_file, holds_nothing_resumable, metrics_file
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
 # What every later stage reads from config.json (resume, evaluation, the diagnostic).
 REQUIRED_SECTIONS = ("model_config", "train_config", "plan")
-# A hidden temporary of an atomic write inside the run folder: `.<name>.XXXXXXXX.tmp` or `.old`.
-_LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.(?:tmp|old)")
 
 
 def versions() -> dict[str, str]:
@@ -94,7 +89,7 @@ def prepare_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> bool:
     if os.path.lexists(run_dir) and not run_dir.is_dir():
         raise BiosrecallError(f"run folder {run_dir} exists and is not a folder")
     if resume:
-        if not os.path.lexists(run_dir / CONFIG_FILE):
+        if not os.path.lexists(config_file(run_dir)):
             raise BiosrecallError(f"cannot resume: {run_dir} holds no run (no {CONFIG_FILE})")
         return False
     if not run_dir.is_dir() or not any(run_dir.iterdir()):
@@ -104,17 +99,6 @@ def prepare_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> bool:
     raise BiosrecallError(f"run folder {run_dir} already holds files (pass --resume or --overwrite)")
 
 
-def holds_nothing_resumable(run_dir: Path) -> bool:
-    """A run killed before its first checkpoint: its own files only, and no checkpoint folder yet."""
-    names = {entry.name for entry in run_dir.iterdir()}
-    if CONFIG_FILE not in names or not names <= {CONFIG_FILE, METRICS_FILE, CHECKPOINTS}:
-        return False
-    checkpoints = run_dir / CHECKPOINTS
-    if not checkpoints.is_dir() or checkpoints.is_symlink():
-        return not os.path.lexists(checkpoints)
-    return all(entry.name.startswith(".") for entry in checkpoints.iterdir())
-
-
 def start_run_folder(run_dir: str | Path, replace: bool, building: ExitStack) -> Path:
     """A temporary sibling of `run_dir` to build the new run in. `building.close()` swaps it into place
     (a replaced run is moved aside first and deleted only once the new one is in); an exception
@@ -122,26 +106,15 @@ def start_run_folder(run_dir: str | Path, replace: bool, building: ExitStack) ->
     return building.enter_context(atomic_directory(run_dir, overwrite=replace))
 
 
-def remove_leftovers(run_dir: Path) -> None:
-    """Delete the hidden temporaries killed saves left in the run folder (call holding its lock)."""
-    for folder in (run_dir, run_dir / CHECKPOINTS):
-        names = {found.group(1) for entry in _entries(folder) if (found := _LEFTOVER.fullmatch(entry.name))}
-        for name in sorted(names):
-            remove_stale_temporaries(folder / name)
-
-
-def _entries(folder: Path) -> list[Path]:
-    return list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
-
-
 def write_config(run_dir: Path, record: dict[str, Any]) -> None:
-    with writing(run_dir / CONFIG_FILE):
-        atomic_write_json(run_dir / CONFIG_FILE, {**record, "versions": versions(), "machine": machine()})
+    path = config_file(run_dir)
+    with writing(path):
+        atomic_write_json(path, {**record, "versions": versions(), "machine": machine()})
 
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:
     """A run's `config.json`, checked to hold valid model and train configs and a plan."""
-    path = Path(run_dir) / CONFIG_FILE
+    path = config_file(run_dir)
     if not os.path.lexists(path):
         raise BiosrecallError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
     record = read_json_object(path, "run config", required=REQUIRED_SECTIONS)
@@ -186,7 +159,7 @@ class MetricsLog:
     (no buffer), so a failed or killed run leaves whole rows and at most one torn last line."""
 
     def __init__(self, run_dir: Path, resume_from_update: int = 0):
-        self.path = run_dir / METRICS_FILE
+        self.path = metrics_file(run_dir)
         kept = _read_rows(self.path, limit=resume_from_update) if resume_from_update else []
         if len(kept) < resume_from_update:
             raise BiosrecallError(
@@ -200,7 +173,7 @@ class MetricsLog:
 
     def moved_to(self, run_dir: Path) -> None:
         """The run folder was renamed (a new run swapped into place); the open file moved with it."""
-        self.path = run_dir / METRICS_FILE
+        self.path = metrics_file(run_dir)
 
     def append(self, record: dict[str, Any]) -> None:
         if record.get("update") != self.next_update:
@@ -223,7 +196,7 @@ class MetricsLog:
 def read_metrics(run_dir: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Every logged update of a run (the first `limit`), in order (a last line torn by a hard kill is
     dropped)."""
-    return _read_rows(Path(run_dir) / METRICS_FILE, limit)
+    return _read_rows(metrics_file(run_dir), limit)
 
 
 def first_difference(old: Any, new: Any, ignored=frozenset()) -> tuple[str, Any, Any] | None:

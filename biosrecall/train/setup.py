@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,10 @@ from biosrecall.compute.flops import param_counts, update_flops
 from biosrecall.compute.planner import budget_of, plan_run, plan_updates
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
-from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed
+from biosrecall.train import checkpoint_files, distributed, layout
 from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
-from biosrecall.train.checkpointing import Checkpointer, LocalCheckpointer
-from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
+from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer
+from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len, split_budget_of
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.progress import format_seconds
 from biosrecall.train.run_dir import (
@@ -49,6 +49,7 @@ class RunSetup:
     """Where the run writes now: for a new run, a temporary folder until its first resumable state."""
     dist: distributed.DistInfo
     device: torch.device
+    seq_len: int
     plan: Any
     model: torch.nn.Module
     raw_model: torch.nn.Module
@@ -69,6 +70,7 @@ class RunSetup:
 def prepare_run(
     model_config,
     config: TrainConfig,
+    seq_len: int,
     run_dir,
     record,
     resume,
@@ -79,17 +81,18 @@ def prepare_run(
 ) -> RunSetup:
     """Check everything, plan, build the model, and (for a new run) start its folder under a temporary
     name in `building` (see `run_dir.start_run_folder`), which `RunSetup.publish` swaps into place.
+    `seq_len` is the run's sequence length (`config.resolve_seq_len`, decided once by the task layer).
     A new `branch` starts from its parent's state (checked by `branch.check_branch`)."""
     config.validate()
     model_config.validate()
     final_dir = Path(run_dir)
     replace = prepare_run_dir(final_dir, resume, overwrite)
     dist, device, autocast = _join_devices(config)
-    plan = make_plan(model_config, config)
+    plan = make_plan(model_config, config, seq_len)
     record = {**record, "model_config": model_config.to_dict(), "train_config": config.to_dict()}
     if branch is not None:
         record["branch"] = branch_record(branch)
-    resume_from = _starting_state(final_dir, record, plan, config, resume, branch)
+    resume_from = _starting_state(final_dir, record, plan, config, seq_len, resume, branch)
     folder = final_dir if resume else _new_run_folder(final_dir, replace, dist, building)
     if dist.is_main and not resume:
         write_config(folder, {**record, "plan": plan_summary(plan, model_config)})
@@ -101,6 +104,7 @@ def prepare_run(
         run_dir=folder,
         dist=dist,
         device=device,
+        seq_len=seq_len,
         plan=plan,
         model=model,
         raw_model=raw_model,
@@ -118,9 +122,13 @@ def prepare_run(
     return setup
 
 
-def _starting_state(final_dir: Path, record, plan, config: TrainConfig, resume: bool, branch) -> Path | None:
+def _starting_state(
+    final_dir: Path, record, plan, config: TrainConfig, seq_len: int, resume: bool, branch
+) -> Path | None:
     """The state training continues from: this run's `latest` (resume), the parent's (a new branch),
-    or None (a new run). A resumed branch continues from its own state, so its parent is not needed."""
+    or None (a new run). A resumed branch continues from its own state, so its parent is not needed.
+    The parent is planned again with this run's sequence length, which `check_branch` requires it
+    shares."""
     if config.keep_updates and config.keep_updates[-1] > plan.updates:
         raise BiosrecallError(
             f"--keep-updates {config.keep_updates[-1]} is beyond this run's {plan.updates} updates"
@@ -130,7 +138,7 @@ def _starting_state(final_dir: Path, record, plan, config: TrainConfig, resume: 
     if branch is None:
         return None
     state = find_state(branch)
-    check_branch(branch, record, plan, config, make_plan, RESUMABLE_DIFFERENCES)
+    check_branch(branch, record, plan, config, partial(make_plan, seq_len=seq_len), RESUMABLE_DIFFERENCES)
     return state
 
 
@@ -191,10 +199,12 @@ def _meta_base(plan, config: TrainConfig, record: dict[str, Any]) -> dict[str, A
     }
 
 
-def make_plan(model_config, config: TrainConfig):
-    """The number of updates and their depths that spend the budget (one planner for every run)."""
+def make_plan(model_config, config: TrainConfig, seq_len: int | None = None):
+    """The number of updates and their depths that spend the budget (one planner for every run).
+    A run passes the `seq_len` it resolved; without it, it is resolved here."""
     schedule = parse_schedule(config.schedule)
-    seq_len = resolve_seq_len(config, model_config)
+    if seq_len is None:
+        seq_len = resolve_seq_len(config, model_config)
     tokens = config.batch_size * seq_len
     backprop = model_config.backprop_depth
     if config.updates is not None:
@@ -209,16 +219,11 @@ def make_plan(model_config, config: TrainConfig):
         )
     budget = config.budget
     if budget is None:
-        spec, _, updates = config.budget_of.rpartition(":")
-        if not spec or not updates.isdigit() or int(updates) < 1:
-            raise BiosrecallError(
-                f"--budget-of takes SPEC:UPDATES (e.g. fixed:4:2000), got {config.budget_of!r}"
-            )
-        reference = parse_schedule(spec)
+        spec, updates = split_budget_of(config.budget_of)
         budget = budget_of(
             model_config,
-            reference,
-            int(updates),
+            parse_schedule(spec),
+            updates,
             tokens,
             config.seed,
             seq_len=seq_len,
@@ -252,7 +257,7 @@ def _seconds_per_flop(setup: RunSetup, config: TrainConfig) -> float | None:
     """Time two forward+backward passes at depth 4 (weights untouched) to estimate the wall time."""
     if setup.device.type != "cpu" or setup.dist.enabled:
         return None
-    seq_len = resolve_seq_len(config, setup.raw_model.config)
+    seq_len = setup.seq_len
     tokens = torch.zeros(config.batch_size, seq_len, dtype=torch.long, device=setup.device)
     elapsed = 0.0
     for _ in range(2):  # the first call pays one-off allocation costs
@@ -276,15 +281,15 @@ def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConf
     )
     for section in sections:
         _refuse_differences(section, stored.get(section), record.get(section), "")
-    link = run_dir / "checkpoints" / ckpt.LATEST
+    link = layout.latest_link(run_dir)
     if not os.path.lexists(link):
         raise BiosrecallError(f"cannot resume: {run_dir} has no saved checkpoint yet")
     latest = link.resolve()
     try:
-        meta = ckpt.read_meta(latest, ckpt.RESUME_REQUIRED)
-        ckpt.model_config_of(latest, meta)
-    except ckpt.DamagedCheckpoint as exc:
-        raise ckpt.damaged_latest(run_dir, latest, exc) from None
+        meta = checkpoint_files.read_meta(latest, checkpoint_files.RESUME_REQUIRED)
+        checkpoint_files.model_config_of(latest, meta)
+    except checkpoint_files.DamagedCheckpoint as exc:
+        raise damaged_latest(run_dir, latest, exc) from None
     expected = {  # causes before consequences: the model and schedule fix the budget's updates
         "model_config": record["model_config"],
         "schedule": plan.schedule,
@@ -298,6 +303,21 @@ def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConf
         if section in meta:
             _refuse_differences(section, meta[section], record.get(section), f" (checkpoint {latest})")
     return latest
+
+
+def damaged_latest(run_dir: str | Path, latest: Path, problem: BiosrecallError) -> BiosrecallError:
+    """The resume error for a damaged `latest`: what is wrong, and the newest checkpoint left intact."""
+    found = layout.newest_intact_checkpoint(run_dir, besides=latest)
+    if found is None:
+        return BiosrecallError(
+            f"cannot resume: {problem}; no intact checkpoint is left in {run_dir} (start over with --overwrite)"
+        )
+    path, update = found
+    return BiosrecallError(
+        f"cannot resume: {problem}; the newest intact checkpoint is {path} (update {update}): "
+        f"point latest at it (ln -sfn {path.name} {layout.latest_link(run_dir)}) and resume again, or "
+        "start over with --overwrite"
+    )
 
 
 def _refuse_differences(name: str, old: Any, new: Any, where: str) -> None:

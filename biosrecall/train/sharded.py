@@ -1,7 +1,7 @@
 """Checkpoints of FSDP runs: sharded `torch.distributed.checkpoint` (DCP) state and full exports.
 
 Under `torchrun ... --parallel fsdp` no rank holds the whole model, so `prepare_run` gives the trainer
-a `ShardedCheckpointer` (the `Checkpointer` interface of `checkpointing.py`), whose every method is
+a `ShardedCheckpointer` (the `Checkpointer` interface of `checkpointers.py`), whose every method is
 collective (all ranks call it):
 
     RUN_DIR/checkpoints/latest -> state-<update>/
@@ -11,11 +11,11 @@ collective (all ranks call it):
         training_state.pt    the batch source's state (the optimizer lives in dcp/)
 
 The folder is assembled under a temporary name and renamed into place before `latest` is swapped by
-the same `checkpoint.swap_latest` as single-process runs use, so a kill at any moment leaves a
+the same `layout.swap_latest` as single-process runs use, so a kill at any moment leaves a
 complete state behind.
 
 Kept checkpoints (budget fractions, the switch, the final one) use the one single-file format of
-`checkpoint.py`: full weights are gathered on rank 0 (on the CPU) and written with `save_checkpoint`,
+`checkpoint_files.py`: full weights are gathered on rank 0 (on the CPU) and written with `save_checkpoint`,
 with the full optimizer state converted to `torch.optim`'s own layout. `load_checkpoint`, evaluation
 and the update diagnostic therefore read FSDP runs exactly like single-process ones.
 """
@@ -38,10 +38,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from biosrecall.errors import BiosrecallError
-from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed
-from biosrecall.train.checkpointing import Checkpointer, KeptCheckpoint
+from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.train import checkpoint_files, distributed, layout
+from biosrecall.train.checkpointers import Checkpointer, KeptCheckpoint
 
 DCP_DIR = "dcp"
 
@@ -52,25 +51,26 @@ class ShardedCheckpointer(Checkpointer):
     def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
         """Every rank writes its shards into `.state-<update>.tmp/`; rank 0 adds the sidecar, renames
         the folder into place and points `latest` at it."""
-        root = self.run_dir / "checkpoints"
-        name = ckpt.state_dirname(meta["update"])
-        tmp = root / f".{name}.tmp"
+        state = layout.state_dir(self.run_dir, meta["update"])
+        tmp = layout.temporary_path(state)
         if self.dist.is_main:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier save
-            with ckpt.writing(tmp):
+            with checkpoint_files.writing(tmp):
                 tmp.mkdir(parents=True)
         distributed.barrier(self.dist)
         dcp.save(self._sharded_state(), checkpoint_id=tmp / DCP_DIR)
         if self.dist.is_main:
-            with ckpt.writing(root / name):
-                ckpt.write_meta(tmp, meta)
-                ckpt.write_training_state(tmp / ckpt.STATE_FILE, {"source": source_state})
-                if (root / name).exists():  # the same update saved twice (a stop right after a save)
-                    ckpt.hide_state(root / name)
-                os.replace(tmp, root / name)
-            ckpt.swap_latest(root, name)
+            with checkpoint_files.writing(state):
+                checkpoint_files.write_meta(tmp, meta)
+                checkpoint_files.write_training_state(
+                    tmp / checkpoint_files.STATE_FILE, {"source": source_state}
+                )
+                if state.exists():  # the same update saved twice (a stop right after a save)
+                    layout.hide_state(state)
+                os.replace(tmp, state)
+            layout.swap_latest(self.run_dir, meta["update"])
         distributed.barrier(self.dist)
-        return root / name
+        return state
 
     def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if not (path / DCP_DIR).is_dir():
@@ -79,14 +79,14 @@ class ShardedCheckpointer(Checkpointer):
                 "--parallel mode"
             )
         # Building the state first gives every tensor (optimizer moments included) a place to load into.
-        meta = ckpt.read_meta(path)
-        source_state = ckpt.load_training_state(path, optimizer=False)["source"]
+        meta = checkpoint_files.read_meta(path)
+        source_state = checkpoint_files.load_training_state(path, optimizer=False)["source"]
         state = self._sharded_state()
         try:
             dcp.load(state, checkpoint_id=path / DCP_DIR)
         except Exception as exc:  # DCP wraps each rank's failure (missing or truncated shards)
-            raise ckpt.DamagedCheckpoint(
-                f"sharded state {path / DCP_DIR} is corrupt: {ckpt.first_line(exc)}"
+            raise checkpoint_files.DamagedCheckpoint(
+                f"sharded state {path / DCP_DIR} is corrupt: {first_line(exc)}"
             ) from None
         set_state_dict(
             self.model,
@@ -105,7 +105,7 @@ class ShardedCheckpointer(Checkpointer):
             model = full_model(self.model.config, model_state)
             training_state = {"optimizer": indexed_optimizer_state(optimizer_state), "source": source_state}
             for path, meta in kept:
-                ckpt.save_checkpoint(path, model, meta, training_state)
+                checkpoint_files.save_checkpoint(path, model, meta, training_state)
         distributed.barrier(self.dist)
 
     def _sharded_state(self) -> dict[str, Any]:

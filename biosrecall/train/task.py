@@ -105,6 +105,7 @@ def run_task(
         config,
         source,
         run_dir,
+        seq_len=seq_len,
         record=record,
         resume=resume,
         overwrite=overwrite,

@@ -6,11 +6,11 @@ knowing how the run is parallel. `prepare_run` picks the implementation:
     meta, source_state = checkpointer.restore(path)                    # weights and optimizer loaded
 
 - `LocalCheckpointer` (one process, or DDP where every rank holds the whole model): rank 0 writes the
-  single-file format of `checkpoint.py`.
+  single-file format of `checkpoint_files.py`.
 - `ShardedCheckpointer` (FSDP, in `sharded.py`): every call is collective; `latest` is a sharded
   `torch.distributed.checkpoint`, kept checkpoints are gathered into the single-file format.
 
-Both publish `latest` through `checkpoint.swap_latest`, so a kill at any moment leaves a complete
+Both publish `latest` through `layout.swap_latest`, so a kill at any moment leaves a complete
 state behind. Which kept checkpoints an update earns is the pure function `fractions_crossed`.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from biosrecall.train import checkpoint as ckpt
-from biosrecall.train import distributed
+from biosrecall.errors import first_line
+from biosrecall.train import checkpoint_files, distributed, layout
 from biosrecall.train.distributed import DistInfo
 
 KeptCheckpoint = tuple[Path, dict[str, Any]]  # (folder, meta) of a checkpoint to keep
@@ -62,17 +62,17 @@ class LocalCheckpointer(Checkpointer):
         if self.dist.is_main:
             training_state = self._training_state(source_state)
             for path, meta in kept:
-                ckpt.save_checkpoint(path, self.model, meta, training_state)
+                checkpoint_files.save_checkpoint(path, self.model, meta, training_state)
 
     def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
         if self.dist.is_main:
-            ckpt.save_latest(self.run_dir, self.model, meta, self._training_state(source_state))
+            layout.save_latest(self.run_dir, self.model, meta, self._training_state(source_state))
         distributed.barrier(self.dist)
-        return self.run_dir / "checkpoints" / ckpt.state_dirname(meta["update"])
+        return layout.state_dir(self.run_dir, meta["update"])
 
     def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        saved, meta = ckpt.load_checkpoint(path)
-        training_state = ckpt.load_training_state(path)
+        saved, meta = checkpoint_files.load_checkpoint(path)
+        training_state = checkpoint_files.load_training_state(path)
         self.model.load_state_dict(saved.state_dict())
         load_optimizer_state(self.optimizer, training_state["optimizer"], path)
         return meta, training_state["source"]
@@ -86,8 +86,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     try:
         optimizer.load_state_dict(state)
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
-        raise ckpt.DamagedCheckpoint(
-            f"the optimizer state in {path / ckpt.STATE_FILE} does not fit the model: {ckpt.first_line(exc)}"
+        raise checkpoint_files.DamagedCheckpoint(
+            f"the optimizer state in {path / checkpoint_files.STATE_FILE} does not fit the model: "
+            f"{first_line(exc)}"
         ) from None
 
 

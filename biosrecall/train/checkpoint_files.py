@@ -1,24 +1,24 @@
-"""The one checkpoint format: a folder with `model.safetensors` and a `meta.json` sidecar, and its readers.
+"""The file format of one checkpoint folder: `model.safetensors`, a `meta.json` sidecar and, where
+kept, `training_state.pt`, with their one writer and their checked readers.
 
-    RUN_DIR/checkpoints/<fraction>/model.safetensors   weights (safetensors; tied weights handled)
-    RUN_DIR/checkpoints/<fraction>/meta.json           model config, schedule, update, FLOPs, tokens,
-                                                       seed, dataset hash, metrics so far
-    RUN_DIR/checkpoints/<fraction>/training_state.pt   optimizer state (for the update diagnostic)
-    RUN_DIR/checkpoints/switch/                        the same at a schedule's switch update
-    RUN_DIR/checkpoints/latest -> state-<update>/      the same plus `training_state.pt` (optimizer,
-                                                       data-loader state) for `--resume`
+    CHECKPOINT/model.safetensors   weights (safetensors; tied weights handled)
+    CHECKPOINT/meta.json           model config, schedule, update, FLOPs, tokens, seed, dataset hash,
+                                   metrics so far
+    CHECKPOINT/training_state.pt   optimizer and batch-source state (resume, branches, the diagnostic)
 
-Each checkpoint folder is built under a temporary name and renamed into place; `latest` is a symbolic
-link swapped by rename once the new state folder is complete, and only then is the old one deleted.
-So a crash at any moment leaves a complete checkpoint behind, never a half-written one, and a write
-that fails (disk full, no permission) raises `SaveFailed`, one line with the path and the errno.
+Where such folders sit in a run folder (`checkpoints/<fraction>/`, `switch/`, `state-N/` behind
+`latest`) is `biosrecall.train.layout`'s business; modules outside `train/` read checkpoints through
+it or through `biosrecall.runs`. A folder is built under a temporary name and renamed into place
+(`save_checkpoint`), so a crash leaves a complete checkpoint or none, and a write that fails (disk full,
+no permission) raises `SaveFailed`, one line with the path and the errno.
 
-Every command reads these files through `read_meta`, `load_checkpoint` and `load_training_state`
-only. Each checks what it reads (types, required keys, value ranges) and turns any damage into a
-`DamagedCheckpoint`, one line naming the file and the problem:
+`read_meta`, `load_checkpoint` and `load_training_state` check what they read (types, required keys,
+value ranges) and turn any damage into a `DamagedCheckpoint`, one line naming the file and the problem:
 
     model, meta = load_checkpoint("runs/ff/checkpoints/0.45")
-    list_checkpoints("runs/ff")  # {0.25: Path(...), 0.45: Path(...), ...}
+
+Importing this module does not import torch (a command that only lists checkpoints never needs it);
+the functions that write or load tensors import it when first called.
 """
 
 from __future__ import annotations
@@ -28,25 +28,23 @@ import json
 import math
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
 
 from biosrecall.atomic import atomic_directory
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object, require_regular_file
+
+if TYPE_CHECKING:
+    import torch
 
 MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
 STATE_FILE = "training_state.pt"
-LATEST = "latest"
-SWITCH = "switch"  # weights and optimizer at a schedule's switch update (fixed-first)
 # What every checkpoint's meta.json holds, and what a resume reads on top (see `loop._meta`).
 META_REQUIRED = ("model_config", "update")
 RESUME_REQUIRED = (
@@ -78,12 +76,6 @@ def save_failed(path: str | Path, exc: BaseException) -> SaveFailed:
     return SaveFailed(f"cannot write {path}: {reason}")
 
 
-def first_line(exc: BaseException) -> str:
-    """The first sentence of an exception's message (libraries' messages can run over many lines)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0].split(". ")[0][:200] if lines else type(exc).__name__
-
-
 @contextmanager
 def writing(path: str | Path) -> Iterator[None]:
     """Turn an I/O failure inside the block into `SaveFailed` naming `path`."""
@@ -91,21 +83,6 @@ def writing(path: str | Path) -> Iterator[None]:
         yield
     except (OSError, SafetensorError) as exc:
         raise save_failed(path, exc) from None
-
-
-def fraction_dirname(fraction: float) -> str:
-    """`0.45` -> "0.45", `1` -> "1.0": the shortest text that reads back as the same float."""
-    return repr(float(fraction))
-
-
-def update_dirname(update: int) -> str:
-    """The folder of a state kept after `update` updates for branching (`TrainConfig.keep_updates`)."""
-    return f"update-{int(update):08d}"
-
-
-def checkpoint_dir(run_dir: str | Path, fraction: float | str) -> Path:
-    name = fraction if isinstance(fraction, str) else fraction_dirname(fraction)
-    return Path(run_dir) / "checkpoints" / name
 
 
 def save_checkpoint(
@@ -122,6 +99,13 @@ def save_checkpoint(
         if training_state is not None:
             write_training_state(tmp / STATE_FILE, training_state)
     return path
+
+
+def save_model(model: torch.nn.Module, filename: str, metadata: dict[str, str]) -> None:
+    """safetensors' `save_model`, imported on first use (it imports torch)."""
+    from safetensors.torch import save_model as save
+
+    save(model, filename, metadata=metadata)
 
 
 def write_meta(folder: Path, meta: dict[str, Any]) -> None:
@@ -148,6 +132,8 @@ class _WriteRecorder:
 
 def write_training_state(path: Path, state: dict[str, Any]) -> None:
     """torch.save `state` to `path`; a failed write raises its OSError (errno and all)."""
+    import torch
+
     with open(path, "wb") as handle:
         recorder = _WriteRecorder(handle)
         try:
@@ -156,53 +142,6 @@ def write_training_state(path: Path, state: dict[str, Any]) -> None:
             if recorder.error is not None:
                 raise recorder.error from None
             raise
-
-
-def state_dirname(update: int) -> str:
-    """The folder of the resumable state after `update` updates (`latest` points at one of them)."""
-    return f"state-{int(update):08d}"
-
-
-def save_latest(
-    run_dir: str | Path, model: torch.nn.Module, meta: dict[str, Any], training_state: dict[str, Any]
-) -> Path:
-    """Write `state-<update>/`, point `latest` at it by an atomic link swap, then drop older states."""
-    root = Path(run_dir) / "checkpoints"
-    name = state_dirname(meta["update"])
-    save_checkpoint(root / name, model, meta, training_state)
-    swap_latest(root, name)
-    return root / name
-
-
-def swap_latest(root: Path, name: str) -> None:
-    """Point `root/latest` at the complete folder `root/name` by one atomic rename of a fresh link, then
-    delete every other state. Each is first hidden by one rename, so a kill during the slow delete
-    leaves only a hidden leftover (deleted by the next swap), never a visible half-deleted state."""
-    link_tmp = root / f".{LATEST}.tmp"
-    with writing(root / LATEST):
-        link_tmp.unlink(missing_ok=True)
-        os.symlink(name, link_tmp)
-        os.replace(link_tmp, root / LATEST)
-        for old in root.glob("state-*"):
-            if old.name != name:
-                hide_state(old)
-    for leftover in root.glob(".state-*.old"):
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
-def hide_state(state: Path) -> Path:
-    """Rename a state folder to `.<name>.old` (one atomic step), where the next `swap_latest` deletes it."""
-    hidden = state.parent / f".{state.name}.old"
-    if hidden.exists():  # left by a kill during an earlier delete
-        shutil.rmtree(hidden)
-    os.replace(state, hidden)
-    return hidden
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The folder `latest` points at, or None when the run has not saved one yet."""
-    link = Path(run_dir) / "checkpoints" / LATEST
-    return link.resolve() if link.exists() else None
 
 
 # ---- reading ---------------------------------------------------------------------------------------
@@ -286,6 +225,8 @@ def model_config_of(path: str | Path, meta: dict[str, Any]):
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     """Rebuild the model described by the sidecar and load its weights; returns (model, meta)."""
+    from safetensors.torch import load_model
+
     from biosrecall.model import LoopedTransformer
 
     path = Path(path)
@@ -324,6 +265,8 @@ def _really_missing(model: torch.nn.Module, missing: list[str]) -> bool:
 def load_training_state(path: str | Path, optimizer: bool = True) -> dict[str, Any]:
     """`training_state.pt` of a checkpoint: the batch source's state under "source" and, with
     `optimizer`, the optimizer's state dict under "optimizer". Loaded as data only (no code runs)."""
+    import torch
+
     path = Path(path)
     absent = f"{path} holds no optimizer state (it was written by another version)"
     state_path = _checkpoint_file(path, STATE_FILE, "training state", absent)
@@ -337,59 +280,3 @@ def load_training_state(path: str | Path, optimizer: bool = True) -> dict[str, A
         if not isinstance(value, dict) or any(name not in value for name in inner):
             raise DamagedCheckpoint(f"training state {state_path} is corrupt: no valid {key!r} entry")
     return state
-
-
-def list_checkpoints(run_dir: str | Path) -> dict[float, Path]:
-    """Budget-fraction checkpoints of a run, sorted by fraction (the `latest` folder is not listed)."""
-    root = Path(run_dir) / "checkpoints"
-    found = {}
-    if root.is_dir():
-        for child in root.iterdir():
-            if (
-                child.name.startswith((".", "state-"))
-                or child.name == LATEST
-                or not (child / META_FILE).is_file()
-            ):
-                continue
-            try:
-                found[float(child.name)] = child
-            except ValueError:
-                continue
-    return dict(sorted(found.items()))
-
-
-def newest_intact_checkpoint(run_dir: str | Path, besides: Path | None = None) -> tuple[Path, int] | None:
-    """The kept or state folder with the highest update (other than `besides`) whose meta, weights
-    and training state all load: what a run whose `latest` is damaged can still resume from."""
-    root = Path(run_dir) / "checkpoints"
-    found = []
-    for child in sorted(root.iterdir()) if root.is_dir() else []:
-        if child.name.startswith(".") or child.is_symlink() or child.resolve() == besides:
-            continue
-        try:
-            found.append((read_meta(child, RESUME_REQUIRED)["update"], child))
-        except BiosrecallError:
-            continue
-    for update, child in sorted(found, reverse=True):
-        try:
-            load_checkpoint(child)
-            load_training_state(child)
-        except BiosrecallError:
-            continue
-        return child, update
-    return None
-
-
-def damaged_latest(run_dir: str | Path, latest: Path, problem: BiosrecallError) -> BiosrecallError:
-    """The resume error for a damaged `latest`: what is wrong, and the newest checkpoint left intact."""
-    link = Path(run_dir) / "checkpoints" / LATEST
-    found = newest_intact_checkpoint(run_dir, besides=latest)
-    if found is None:
-        return BiosrecallError(
-            f"cannot resume: {problem}; no intact checkpoint is left in {run_dir} (start over with --overwrite)"
-        )
-    path, update = found
-    return BiosrecallError(
-        f"cannot resume: {problem}; the newest intact checkpoint is {path} (update {update}): "
-        f"point latest at it (ln -sfn {path.name} {link}) and resume again, or start over with --overwrite"
-    )
