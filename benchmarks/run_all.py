@@ -82,7 +82,10 @@ def data_rows(r: dict) -> list[dict]:
     return [
         row("data batch tokens/s / 1M target", r["tokens_per_s"] / r["target_tokens_per_s"], 1.0,
             context=f"{r['tokens_per_s'] / 1e6:.2f}M tokens/s, {r['batch_ms']} ms per {r['batch_shape']} "
-            f"batch; generate {r['people']:,} people {r['generate_s']} s")
+            f"batch; generate {r['people']:,} people {r['generate_s']} s"),
+        row("data LM shard first open, sha256 verified / not", r["shard_verify_ratio"],
+            context=f"{r['shard_verified_open_s']} vs {r['shard_open_s']} s for {r['shard_tokens']:,} "
+            f"tokens; {r['shard_verify_gb_per_s']} GB/s hashed (--no-verify skips it)"),
     ]  # fmt: skip
 
 

@@ -6,7 +6,10 @@
 A stop is a call of a biosrecall function that receives the value (equal str/Path, or the same
 object / an equal dataclass) as an argument, or an argument holding it (a config, a task, a dict;
 up to two levels). Consecutive stops in one module collapse into one
-visit; a return is a visit to a module that was visited before and left.
+visit; a return is a visit to a module that was visited before and left. A loop (the training loop
+draws a batch, then saves, every update) repeats the same hand-overs: `detours` counts only the
+returns that arrive by a hand-over (module -> module) not seen before, so a loop counts once however
+many times it runs.
 """
 
 import os
@@ -67,15 +70,18 @@ def report():
         if not visits or visits[-1] != module:
             visits.append(module)
     seen, returns, per_module = set(), 0, Counter()
-    for module in visits:
+    handovers, detours = set(), 0
+    for previous, module in zip([None, *visits], visits, strict=False):
         if module in seen:
             returns += 1
             per_module[module] += 1
+            detours += (previous, module) not in handovers
         seen.add(module)
+        handovers.add((previous, module))
     print(
         f"stops (function calls): {len(stops)}; modules: {len(set(m for m, _ in stops))}; "
-        f"visits: {len(visits)}; returns: {returns}; most returns to one module: "
-        f"{per_module.most_common(1)}"
+        f"visits: {len(visits)}; returns: {returns}; detours (returns by a new hand-over): {detours}; "
+        f"most returns to one module: {per_module.most_common(1)}"
     )
     print(" -> ".join(m.removeprefix("biosrecall.") for m in visits))
 

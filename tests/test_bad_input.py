@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 import pytest
 import torch
 from harness import changes as diff
@@ -91,7 +92,8 @@ def run_process(argv: list[str]) -> tuple[object, str]:
 def command_exists(path: tuple[str, ...]) -> bool:
     group = cli
     for name in path:
-        group = getattr(group, "commands", {}).get(name)
+        # get_command, not .commands: the lazy group loads a command's module only when asked
+        group = group.get_command(None, name) if isinstance(group, click.Group) else None
         if group is None:
             return False
     return True

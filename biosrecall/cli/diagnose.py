@@ -36,12 +36,13 @@ from biosrecall.diagnose.options import (
 )
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
+from biosrecall.train.layout import SWITCH
 
 
 @click.command("diagnose-update")
 @config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@checkpoint_option("The one checkpoint to diagnose", "switch")
+@checkpoint_option("The one checkpoint to diagnose", SWITCH)
 @click.option(
     "--depths",
     type=ParsedBy(parse_candidate_depths, DEPTH),

@@ -319,8 +319,9 @@ def evaluate(
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
     from biosrecall.eval.exits import parse_exits
-    from biosrecall.lm.evaluate import check_servable, evaluate_run, summarize
+    from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
     from biosrecall.runs import select_checkpoints
+    from biosrecall.train.layout import eval_dir
 
     _apply_no_verify(no_verify)
     criteria = check_servable(parse_exits(exits)) if exits else []
@@ -345,7 +346,7 @@ def evaluate(
                 f"K={d}:{nll:.4f}" for d, nll in zip(rows["depth"], rows["nll"], strict=True)
             )
             click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
-        click.echo(f"wrote {Path(run) / 'eval' / 'nll.csv'} and nll.parquet")
+        click.echo(f"wrote {eval_dir(run) / TABLE}.csv and {TABLE}.parquet")
         if criteria:
             options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
             options.update(batch_size=batch_size, device=device, precision=precision)
@@ -354,7 +355,8 @@ def evaluate(
 
 def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: dict) -> None:
     """Score and print NLL with per-token exit, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, evaluate_exits
+    from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, EXIT_TABLE, evaluate_exits
+    from biosrecall.train.layout import eval_dir
 
     table = evaluate_exits(run, criteria, sequences=sequences or DEFAULT_EXIT_SEQUENCES, **options)
     for checkpoint, rows in table[table["kind"] == BASELINE].groupby("checkpoint", sort=False):
@@ -366,7 +368,7 @@ def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: d
             f"{run} [{row.checkpoint}] exit {row.criterion}: NLL {row.nll:.5f}  mean depth "
             f"{row.mean_depth:.2f}  p95 depth {row.p95_depth:g}  ({row.eval_tokens} tokens)"
         )
-    click.echo(f"wrote {Path(run) / 'eval' / 'nll_exit.csv'} and nll_exit.parquet")
+    click.echo(f"wrote {eval_dir(run) / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
 
 
 @lm.command("compare", short_help="Figure-2 comparison of evaluated LM runs against uniform.")

@@ -24,6 +24,7 @@ from biosrecall.diagnose.options import DiagnoseOptions
 from biosrecall.diagnose.report import DiagnosisResult, summarize
 from biosrecall.diagnose.run_state import RunState, check_continuation, continue_run, load_run_state
 from biosrecall.diagnose.tasks import HIGHER_IS_BETTER, DiagnosisTask
+from biosrecall.train.layout import SWITCH
 from biosrecall.train.run_dir import versions
 
 
@@ -103,7 +104,7 @@ def _batch_frame(depths, base: dict, scores: dict, candidates: dict) -> pd.DataF
 
 def diagnose_update(
     run_dir: str | Path,
-    checkpoint: str | float = "switch",
+    checkpoint: str | float = SWITCH,
     options: DiagnoseOptions | None = None,
     *,
     device: str = "auto",

@@ -28,6 +28,7 @@ from biosrecall.diagnose.tasks import DiagnosisTask, RunInfo, load_task
 from biosrecall.errors import BiosrecallError
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import resolve_device
+from biosrecall.train.layout import SWITCH
 from biosrecall.train.loop import BatchSource
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.run_dir import read_config
@@ -58,7 +59,7 @@ class RunState:
 
 
 def load_run_state(
-    run_dir, checkpoint="switch", device="auto", data_dir=None, people=None, val_sequences=None
+    run_dir, checkpoint=SWITCH, device="auto", data_dir=None, people=None, val_sequences=None
 ) -> tuple[RunState, DiagnosisTask]:
     """The run at the one checkpoint `checkpoint` selects, its optimizer rebuilt as the trainer builds it,
     and what the diagnostic scores on it (`people`: bioS runs only, `val_sequences`: LM runs only; None =

@@ -46,9 +46,9 @@ from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_ta
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, exact_by_depth
 from biosrecall.runs import load_checkpoint, read_meta
 from biosrecall.train.distributed import resolve_device
-from biosrecall.train.layout import META_FILE
+from biosrecall.train.layout import META_FILE, RECALL_CACHE_FILE, recall_cache_file
 
-CACHE_FILE = "recall.parquet"
+CACHE_FILE = RECALL_CACHE_FILE  # still imported from here (`biosrecall.hf.card`, the tests)
 CACHE_FORMAT = 1
 CACHE_METADATA_KEY = b"biosrecall"
 TABLE_NAME = "recall_curve"
@@ -121,7 +121,7 @@ def cache_key(
 
 def read_cache(checkpoint: Path, key: dict) -> pd.DataFrame | None:
     """The cached table cut to `key["max_depth"]`, or None when absent, unreadable or stale."""
-    path = Path(checkpoint) / CACHE_FILE
+    path = recall_cache_file(checkpoint)
     if not path.is_file():
         return None
     try:
@@ -143,7 +143,7 @@ def write_cache(checkpoint: Path, key: dict, table: pd.DataFrame) -> None:
     arrow = pa.Table.from_pandas(table, preserve_index=False)
     metadata = {**(arrow.schema.metadata or {}), CACHE_METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
     try:
-        with atomic_write_path(Path(checkpoint) / CACHE_FILE) as tmp:
+        with atomic_write_path(recall_cache_file(checkpoint)) as tmp:
             pq.write_table(arrow.replace_schema_metadata(metadata), tmp)
     except WriteFailed as exc:
         if exc.errno in DISK_FULL:

@@ -46,8 +46,8 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import check_data, with_checkpoint_columns
 from biosrecall.outputs import write_table
+from biosrecall.train.layout import eval_dir
 
-EVAL_DIR = "eval"
 TABLE = "harness"
 RECORD_SUFFIX = ".json"
 EXTRA = "pip install 'biosrecall[eval]'"
@@ -318,7 +318,7 @@ def evaluate_harness(
             tables.append(with_checkpoint_columns(rows, run_dir, config, name, meta))
             record = results
     table = pd.concat(tables, ignore_index=True)
-    base = Path(out) if out is not None else run_dir / EVAL_DIR / TABLE
+    base = Path(out) if out is not None else eval_dir(run_dir) / TABLE
     written = write_table(table, base)
     atomic_write_text(
         written[0].with_suffix(RECORD_SUFFIX),
@@ -346,5 +346,5 @@ def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, inclu
 
 def read_harness_table(run_dir: str | Path) -> pd.DataFrame | None:
     """A run's lm-eval table (`evaluate_harness`), or None when it has none."""
-    path = Path(run_dir) / EVAL_DIR / f"{TABLE}.parquet"
+    path = eval_dir(run_dir) / f"{TABLE}.parquet"
     return pd.read_parquet(path) if path.is_file() else None

@@ -175,7 +175,7 @@ def parse_model_overrides(pairs: list[str]) -> dict[str, Any]:
     """`["norm=sandwich", "n_block=2"]` -> {"norm": "sandwich", "n_block": 2}, each value converted to
     its field's type and checked by building a config with it; an unknown field or an invalid value is
     a `BiosrecallError` naming it."""
-    from biosrecall.model.presets import get_preset
+    from biosrecall.model.presets import DEFAULT_BIOS_PRESET, get_preset
 
     fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
     overrides: dict[str, Any] = {}
@@ -187,7 +187,7 @@ def parse_model_overrides(pairs: list[str]) -> dict[str, Any]:
         if name not in fields:
             raise BiosrecallError(f"unknown model config field {name!r} in override {pair!r}")
         overrides[name] = _typed(fields[name], text.strip())
-    get_preset("bios-cpu").replace(**overrides)  # validates every value, naming the field
+    get_preset(DEFAULT_BIOS_PRESET).replace(**overrides)  # validates every value, naming the field
     return overrides
 
 

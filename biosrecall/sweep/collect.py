@@ -31,7 +31,7 @@ from biosrecall.outputs import write_table
 from biosrecall.sweep import commands
 from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs
 from biosrecall.sweep.records import run_status
-from biosrecall.train.layout import finished, metrics_file
+from biosrecall.train.layout import eval_dir, finished, metrics_file
 from biosrecall.train.run_dir import read_metrics
 
 COLLECT = "collect"
@@ -116,9 +116,9 @@ def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
 
 def _lm_comparison(done: list[Job], jobs: list[Job], dest: Path) -> tuple[list[Path], list[str]]:
     from biosrecall.lm.compare import compare_runs, write_comparison
-    from biosrecall.lm.evaluate import EVAL_DIR, TABLE
+    from biosrecall.lm.evaluate import TABLE
 
-    missing = [job.name for job in done if not (job.run_dir / EVAL_DIR / f"{TABLE}.parquet").is_file()]
+    missing = [job.name for job in done if not (eval_dir(job.run_dir) / f"{TABLE}.parquet").is_file()]
     if missing:
         return [], [f"lm compare left out: {len(missing)} finished run(s) not evaluated ({missing[0]}, ...)"]
     seeded = all(re.search(r"/seed\d+$", job.name) for job in jobs)

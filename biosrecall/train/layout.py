@@ -8,12 +8,15 @@
     RUN_DIR/checkpoints/state-00000800/  the resumable state after update 800 ...
     RUN_DIR/checkpoints/latest           ... a symbolic link to the newest one
     RUN_DIR/checkpoints/.<name>.tmp|.old temporaries of interrupted saves (hidden: names start with ".")
+    RUN_DIR/eval/                        `lm eval` and `lm harness` tables (`biosrecall.lm.evaluate`)
     .RUN_DIR.lock                        beside the folder: held by the one process writing the run
 
 Every checkpoint folder holds the files of `biosrecall.train.checkpoint_files` (`model.safetensors`,
-`meta.json`, `training_state.pt`). The trainer writes through this module (`save_latest` swaps `latest`
-to a complete new state by one rename, so a kill at any moment leaves a complete state behind); every
-other module finds a run's files here or through `biosrecall.runs` and spells no name of its own:
+`meta.json`, `training_state.pt`); a kept one also holds the table `recall-curve` caches there
+(`recall.parquet`, `biosrecall.eval.curves`). The trainer writes through this module (`save_latest`
+swaps `latest` to a complete new state by one rename, so a kill at any moment leaves a complete state
+behind); every other module finds a run's files here or through `biosrecall.runs` and spells no name
+of its own:
 
     list_checkpoints("runs/ff")     # {0.25: Path(".../checkpoints/0.25"), ..., 1.0: ...}
     kept_checkpoints("runs/ff")     # {"0.25": ..., "1.0": ..., "switch": ...}
@@ -53,16 +56,19 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINTS",
     "CONFIG_FILE",
+    "EVAL_DIR",
     "LATEST",
     "METRICS_FILE",
     "META_FILE",
     "MODEL_FILE",
+    "RECALL_CACHE_FILE",
     "STATE_FILE",
     "SWITCH",
     "DamagedCheckpoint",
     "checkpoint_dir",
     "checkpoints_dir",
     "config_file",
+    "eval_dir",
     "finished",
     "fraction_dirname",
     "hidden_path",
@@ -78,6 +84,7 @@ __all__ = [
     "metrics_file",
     "newest_intact_checkpoint",
     "read_meta",
+    "recall_cache_file",
     "remove_leftovers",
     "save_latest",
     "saved_states",
@@ -93,6 +100,8 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 SWITCH = "switch"
+EVAL_DIR = "eval"
+RECALL_CACHE_FILE = "recall.parquet"
 _STATE_PREFIX = "state-"
 _UPDATE_PREFIX = "update-"
 # The hidden temporary of an atomic write (`biosrecall.atomic`): `.<name>.XXXXXXXX.tmp` or `.old`.
@@ -111,6 +120,16 @@ def metrics_file(run_dir: str | Path) -> Path:
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINTS
+
+
+def eval_dir(run_dir: str | Path) -> Path:
+    """Where `lm eval` and `lm harness` write their tables by default."""
+    return Path(run_dir) / EVAL_DIR
+
+
+def recall_cache_file(checkpoint: str | Path) -> Path:
+    """The recall table `recall-curve` caches inside a checkpoint folder."""
+    return Path(checkpoint) / RECALL_CACHE_FILE
 
 
 def lock_file(run_dir: str | Path) -> Path:

@@ -40,7 +40,6 @@ from biosrecall.train.run_dir import (
     start_run_folder,
     write_config,
 )
-from biosrecall.train.sharded import ShardedCheckpointer
 
 
 @dataclass
@@ -165,8 +164,12 @@ def _join_devices(config: TrainConfig):
 
 def _checkpointer(run_dir: Path, dist, config: TrainConfig, model, optimizer) -> Checkpointer:
     """FSDP: no rank holds the whole model, so every save and restore is collective and sharded."""
-    sharded = dist.enabled and config.parallel == "fsdp"
-    return (ShardedCheckpointer if sharded else LocalCheckpointer)(run_dir, dist, model, optimizer)
+    if dist.enabled and config.parallel == "fsdp":
+        # Imported here: torch.distributed.checkpoint costs about 0.5 s of every other run's start-up.
+        from biosrecall.train.sharded import ShardedCheckpointer
+
+        return ShardedCheckpointer(run_dir, dist, model, optimizer)
+    return LocalCheckpointer(run_dir, dist, model, optimizer)
 
 
 def _build_model(model_config, config: TrainConfig, dist: distributed.DistInfo, device: torch.device):
