@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import parse_float
 from biosrecall.stats import check_seed_replicates
 from biosrecall.train import layout
 from biosrecall.train.config import TrainConfig, resolve_seq_len
@@ -77,8 +78,8 @@ def parse_selector(text: str | float | Iterable[str | float] | Selector) -> Sele
 
 def _fraction(part: str, raw: str) -> float:
     try:
-        value = float(part)
-    except ValueError:
+        value = parse_float(part)
+    except BiosrecallError:
         raise _malformed(raw) from None
     if not (math.isfinite(value) and 0 < value <= 1):
         raise _malformed(raw)

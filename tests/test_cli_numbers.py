@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import click
 import pytest
+from harness import changes, snapshot
 
 from biosrecall.cli import cli, main
 from biosrecall.cli.options import FieldValue, Integer, NumberList, ParsedBy, Real
@@ -146,3 +147,66 @@ def test_ascii_numbers_are_read_as_before():
     for text in ("１.5", "1_0.5", " 1.5", "0x1p3", ""):
         with pytest.raises(BiosrecallError, match="expected a number"):
             parse_float(text)
+
+
+# ---- numbers inside text options --------------------------------------------------------------------
+
+# Each option's text holds a number where "{}" is; every form below is one that int() or float() would
+# read (or str.isdigit would pass) but the one ASCII rule refuses.
+IN_TEXT = {
+    "fullwidth": "４",
+    "arabic-indic": "٣",
+    "superscript": "²",
+    "underscore": "1_0",
+}
+TEXT_OPTIONS = {
+    "schedule": ["train", "--data", "d", "--out", "o", "--schedule", "fixed:{}"],
+    "budget-of depth": ["train", "--data", "d", "--out", "o", "--budget-of", "fixed:{}:30"],
+    "budget-of updates": ["train", "--data", "d", "--out", "o", "--budget-of", "fixed:4:3{}"],
+    "exit": ["recall-curve", "run", "--exit", "entropy:{}.5"],
+    "pool-size": ["generate", "--out", "o", "--pool-size", "employer={}0"],
+    "model-override": ["train", "--data", "d", "--out", "o", "--model-override", "d_model={}4"],
+    "checkpoint": ["recall-curve", "run", "--checkpoint", "0.{}"],
+}
+
+
+def _text_cases():
+    for option, template in TEXT_OPTIONS.items():
+        for form, digits in IN_TEXT.items():
+            argv = [part.replace("{}", digits) for part in template]
+            yield pytest.param(argv, digits, id=f"{option} {form}")
+
+
+def fake_run(folder):
+    """A folder that passes for a run with a checkpoint at 0.45, for the commands that read
+    --checkpoint only once they have found the run's checkpoints."""
+    (folder / "run" / "checkpoints" / "0.45").mkdir(parents=True)
+    (folder / "run" / "config.json").write_text("{}")
+    (folder / "run" / "checkpoints" / "0.45" / "meta.json").write_text("{}")
+
+
+@pytest.mark.parametrize(("argv", "digits"), list(_text_cases()))
+def test_a_number_inside_a_text_option_is_ascii_too(argv, digits, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    fake_run(tmp_path)
+    before = snapshot(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert info.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert digits in lines[0], lines[0]  # refused for the number, not for something else
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["²", "٣", "+1_0", b"\xff\xfe"], ids=["superscript", "arabic", "underscore", "bytes"]
+)
+def test_a_lock_file_that_holds_no_ascii_pid_names_no_holder(text, tmp_path):
+    """`sweep status` reads a run's lock file for its holder; str.isdigit passed '²', which int() refused."""
+    from biosrecall.sweep.records import lock_holder
+    from biosrecall.train.layout import lock_file
+
+    path = lock_file(tmp_path / "run")
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert lock_holder(tmp_path / "run") is None

@@ -1,8 +1,9 @@
 """An unreachable Hugging Face Hub: `lm prepare hf:NAME` and `--hf-model NAME` fail at once with one
 line saying how to give a local copy, the offline variables are honoured, and nothing is written.
 
-The Hub is made unreachable by pointing HF_ENDPOINT at a local port nothing listens on, so these
-tests behave the same on a machine with network.
+The Hub is made unreachable by pointing HF_ENDPOINT at a local port nothing listens on (or one whose
+listener never answers), so these tests behave the same on a machine with network. Each failing
+command must end within FAST seconds: a bound on what a user waits for, not a benchmark.
 
     pytest -q tests/test_offline_hub.py
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -19,14 +21,21 @@ from harness import changes, snapshot
 from biosrecall.cli import main
 from biosrecall.hub import hub_unreachable, offline_variable
 
+FAST = 5.0  # seconds: the libraries' own retries took 26 s and more
+
 
 def cli(capsys, *argv: str) -> tuple[int, str]:
+    """Run the command in this process; (exit status, stderr), once it has ended within FAST seconds."""
+    start = time.monotonic()
     try:
         main([str(a) for a in argv])
         code = 0
     except SystemExit as exc:
         code = exc.code
-    return code, capsys.readouterr().err
+    elapsed = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert elapsed < FAST, (elapsed, err)
+    return code, err
 
 
 def one_line(code: int, err: str) -> str:
@@ -48,8 +57,27 @@ def no_hub(monkeypatch, tmp_path):
     return tmp_path
 
 
+@pytest.fixture
+def silent_hub(no_hub, monkeypatch):
+    """HF_ENDPOINT on a local port whose listener never accepts: the system completes the connection
+    (the backlog), and nothing is ever said on it, as with a hung proxy."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{sock.getsockname()[1]}")
+        yield no_hub
+
+
 def test_an_unreachable_hub_is_found_and_named(no_hub):
     assert hub_unreachable().startswith("127.0.0.1: ")
+
+
+def test_prepare_from_a_hub_that_never_answers_fails_within_seconds(silent_hub, capsys):
+    before = snapshot(silent_hub)
+    line = one_line(*cli(capsys, "lm", "prepare", "hf:someone/thing", "--out", "shards"))
+    assert "cannot reach the Hugging Face Hub for hf:someone/thing (127.0.0.1: " in line
+    assert "--local-dir DIR" in line
+    assert changes(before, snapshot(silent_hub)) == []
 
 
 def test_prepare_from_an_unreachable_hub_fails_at_once_saying_how_to_use_a_local_copy(no_hub, capsys):

@@ -9,11 +9,14 @@ lock, no output folder that is not complete (a stopped run's folder holds only c
 
 Moments are events (a file appears, a line is printed), not fixed delays, so the cases hold however
 loaded the machine is. The time before the entry point runs (the interpreter starting) is Python's.
+The installed console script is also stopped at fixed delays from 0.1 s on, as a user would stop it:
+wherever a delay lands on a given machine, the same outcome holds.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from biosrecall.cli import main
 from biosrecall.interrupts import INTERRUPTED, STOP_SIGNALS
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX
 from biosrecall.runs import load_checkpoint, select_checkpoints
+from biosrecall.train import layout
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/<pid>/status")
 
@@ -219,13 +223,12 @@ FIGURE1 = ["figure1", "--preset", "tiny", "--out", "out", "--seeds", "0", "--wor
 FIGURE1_STOPS = ("interrupted", "rerun the same command to continue")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "moment",
     [
-        pytest.param(at_start, id="starting"),
-        pytest.param(when_exists("out/**/metrics.jsonl"), id="training"),
-        pytest.param(when_printed, id="printed"),
+        pytest.param(at_start, id="starting"),  # stops while importing: a fraction of a second
+        pytest.param(when_exists("out/**/metrics.jsonl"), id="training", marks=pytest.mark.slow),
+        pytest.param(when_printed, id="printed", marks=pytest.mark.slow),  # a whole tiny study
     ],
 )
 def test_figure1_stops_cleanly_or_finishes(tmp_path, moment):
@@ -234,6 +237,71 @@ def test_figure1_stops_cleanly_or_finishes(tmp_path, moment):
     assert leftovers(tmp_path) == []
     if moment is when_printed:
         assert code == 0 and (tmp_path / "out" / "claims.csv").is_file(), stderr
+
+
+# ---- the console script, at fixed delays ------------------------------------------------------------
+
+# Seconds after the process starts. On an idle machine generate ends after about 0.5 s, so its later
+# delays come after the end; train imports torch until about 2 s and trains until about 3 s.
+DELAYS = (0.1, 0.3, 1.0, 3.0)
+
+
+@pytest.fixture(scope="module")
+def console_script() -> str:
+    """The installed `biosrecall` script: beside this interpreter (a virtual environment), or on PATH."""
+    beside = Path(sys.executable).with_name("biosrecall")
+    found = str(beside) if beside.is_file() else shutil.which("biosrecall")
+    if found is None:
+        pytest.skip("the biosrecall console script is not installed (pip install -e .)")
+    return found
+
+
+def at_delay(seconds: float) -> Callable[[subprocess.Popen], bool]:
+    """The moment `seconds` after the start, if the process is still running then."""
+
+    def moment(process: subprocess.Popen) -> bool:
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return True
+        return False  # ended before the delay: nothing to send
+
+    return moment
+
+
+def run_script(script: str, argv: list[str], cwd: Path, seconds: float, sig: int) -> tuple[int, str]:
+    """Start the console script, send `sig` `seconds` later; (exit status, stderr)."""
+    process = subprocess.Popen(
+        [script, *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    code, _, stderr = stop(process, at_delay(seconds), sig)
+    return code, stderr
+
+
+@pytest.mark.parametrize("seconds", DELAYS)
+def test_the_console_script_generates_or_stops_at_any_delay(console_script, tmp_path, seconds):
+    code, stderr = run_script(console_script, GENERATE, tmp_path, seconds, signal.SIGINT)
+    assert_stopped_or_finished(code, stderr)
+    assert leftovers(tmp_path) == []
+    if code == 0 or (tmp_path / "out").exists():
+        assert load_dataset(tmp_path / "out").num_people == 200
+
+
+@pytest.mark.parametrize(
+    "seconds, sig",
+    [*((s, signal.SIGINT) for s in DELAYS), (2.5, signal.SIGTERM)],
+    ids=[*(f"SIGINT-{s}" for s in DELAYS), "SIGTERM-2.5"],
+)
+def test_the_console_script_trains_or_stops_at_any_delay(console_script, dataset, tmp_path, seconds, sig):
+    code, stderr = run_script(console_script, train_args(dataset), tmp_path, seconds, sig)
+    assert_stopped_or_finished(code, stderr, TRAIN_STOPS)
+    assert leftovers(tmp_path) == []
+    run = tmp_path / "run"
+    if code == 0:
+        assert_trained(run)
+    elif run.exists():  # a stopped run keeps only checkpoints that load (resuming is tested above)
+        for checkpoint in layout.kept_checkpoints(run).values():
+            load_checkpoint(checkpoint)
 
 
 # ---- the handlers themselves ------------------------------------------------------------------------

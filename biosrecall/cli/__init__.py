@@ -107,15 +107,21 @@ def fail(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: runs the group and maps user errors to one line + exit 2.
+    """The command line: runs the group and maps user errors to one line + exit 2.
 
     Its first instruction makes SIGINT and SIGTERM stop the command (exit 130, one line), before any
     command imports torch. Without `argv` it is the program itself, so once the exit status is decided
     a late signal is ignored until the process ends; with `argv` (a call from Python) the previous
-    handlers are put back on return."""
-    previous = interrupts.stop_on_signals()
+    handlers are put back on return.
+
+    `python -m biosrecall` and the console script (`biosrecall.__main__`) have installed the same
+    handlers already, before this module's imports; installing them again changes nothing."""
+    previous: interrupts.Handlers = {}
     try:
+        previous = interrupts.stop_on_signals()
         _run(argv)
+    except KeyboardInterrupt:  # a signal in the instant before _run's own handling began
+        interrupts.interrupted()
     finally:
         if argv is None:
             interrupts.work_done()

@@ -43,8 +43,10 @@ from biosrecall.numbers import DEPTH
 def export(run_dir, checkpoint, out_dir, num_steps, data_dir, overwrite):
     """Export a run's checkpoint as a Hugging Face transformers model folder with a model card."""
     from biosrecall.hf.export import export_run
+    from biosrecall.interrupts import work_done
 
     written = export_run(
         run_dir, out_dir, checkpoint, num_steps=num_steps, data_dir=data_dir, overwrite=overwrite
     )
+    work_done()  # the folder is swapped in whole: a signal from here on changes nothing
     click.echo(f"wrote {written}")

@@ -196,9 +196,9 @@ def recall_curve(
     )
     shown_depths = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
     if groups is None:
-        written = _write_curves(table, out_dir, metric, shown_depths)
+        written = _write_curves(table, out_dir, metric, shown_depths, last=not criteria)
     else:
-        written = _write_seed_curves(table, groups, out_dir)
+        written = _write_seed_curves(table, groups, out_dir, last=not criteria)
     if criteria:
         options = {"max_depth": max_depth, "threshold": threshold, "batch_size": batch_size}
         options.update(device=device, data_dir=data_dir, people=people)
@@ -240,9 +240,9 @@ def _seed_groups(run_dirs):
     return seed_groups(run_dirs)
 
 
-def _write_seed_curves(table, groups, out_dir: Path) -> list[Path]:
+def _write_seed_curves(table, groups, out_dir: Path, last: bool) -> list[Path]:
     """--aggregate-seeds: every run's table, the curves and summary over seeds, and the figure of the
-    means with their intervals; prints the summary."""
+    means with their intervals; prints the summary. `last`: these are the command's last outputs."""
     from biosrecall.atomic import atomic_write_text
     from biosrecall.eval.curves import TABLE_NAME
     from biosrecall.eval.plots import plot_recall_curves
@@ -255,6 +255,7 @@ def _write_seed_curves(table, groups, out_dir: Path) -> list[Path]:
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
         written.append(out_dir / f"{name}.csv")
     written += save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME)
+    _outputs_complete(last)
     shown = [c for c in summary.columns if not c.endswith(("_low", "_high"))]
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
     named = summary[shown].rename(columns={"group": "run"})  # a group is the run its seeds repeat
@@ -262,8 +263,9 @@ def _write_seed_curves(table, groups, out_dir: Path) -> list[Path]:
     return written
 
 
-def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None) -> list[Path]:
-    """The long table and the figure into out_dir; print the summary. Returns the paths written."""
+def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None, last: bool = True) -> list[Path]:
+    """The long table and the figure into out_dir; print the summary. Returns the paths written.
+    `last`: these are the command's last outputs."""
     from biosrecall.eval.curves import TABLE_NAME, summary_table
     from biosrecall.eval.plots import plot_recall_curves
     from biosrecall.outputs import save_figure, write_table
@@ -271,6 +273,7 @@ def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None) -> 
     written = write_table(table, out_dir / TABLE_NAME)
     fig = plot_recall_curves(table, metric=metric) if fig is None else fig
     written += save_figure(fig, out_dir / TABLE_NAME)
+    _outputs_complete(last)
     click.echo("recalled bits per person:")
     click.echo(summary_table(table, shown_depths).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     return written
@@ -301,6 +304,15 @@ def _score_hf(hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Pa
         click.echo(f"wrote {path}")
 
 
+def _outputs_complete(last: bool) -> None:
+    """Once the last file is written, a signal while the results print would turn a finished command
+    into exit 130: from then on it is ignored. Not before: evaluating exits can take minutes."""
+    if last:
+        from biosrecall.interrupts import work_done
+
+        work_done()
+
+
 def _parse_exits(exits, max_depth: int) -> list:
     """The criteria of --exit (none when absent), checked before any model runs."""
     if not exits:
@@ -327,6 +339,7 @@ def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) 
         people=options["people"],
     )
     written, headline = write_frontier(out_dir, frontier)
+    _outputs_complete(True)  # the exit frontier is always written last
     shown = frontier[frontier["kind"] != "fixed-depth"]
     columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
     columns.append("flops_per_query")

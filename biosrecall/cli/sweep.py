@@ -123,11 +123,13 @@ def status(spec_path, as_json):
 @_SPEC
 def collect(spec_path):
     """Tabulate the finished runs of SPEC into OUT/collect/ (runs, recall curves or the LM comparison)."""
+    from biosrecall.interrupts import work_done
     from biosrecall.sweep.collect import collect_sweep
     from biosrecall.sweep.spec import load_spec
 
     spec = load_spec(spec_path)
     written, notes = collect_sweep(spec.out, spec.runs, spec.evaluations)
+    work_done()  # the tables are written: a signal while they are listed changes nothing
     for note in notes:
         click.echo(note)
     for path in written:

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.atomic import atomic_write_json
+from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import parse_int
 from biosrecall.sweep.jobs import Job
 from biosrecall.train.layout import config_file, finished, latest_checkpoint, lock_file, metrics_file
 
@@ -75,10 +77,19 @@ def lock_holder(run_dir: Path) -> int | None:
     file records, if that process is alive (a killed holder leaves the file but its pid is gone)."""
     try:
         text = lock_file(run_dir).read_text().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # unreadable or damaged: it names no live holder
         return None
-    pid = int(text) if text.isdigit() else None
+    pid = _recorded_pid(text)
     return pid if pid_alive(pid) else None
+
+
+def _recorded_pid(text: str) -> int | None:
+    """The pid in a lock file's text, or None when it is not one: str.isdigit also takes digits such
+    as '²' that int() then refuses, so the one rule for integers reads it."""
+    try:
+        return parse_int(text)
+    except BiosrecallError:
+        return None
 
 
 def record_running(record: dict[str, Any]) -> bool:
