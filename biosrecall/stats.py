@@ -10,6 +10,10 @@ independent unit here (a seed changes the weights, the batches and the depth dra
 interval is wide at n=3 (t = 4.30) and says so honestly. People are not resampled: every seed scores
 the same people, so their variation is inside each seed's number already. One seed has no interval
 (low = high = NaN), which the claims read as "inconclusive".
+
+`seeds_to_decide(mean, sd, threshold)` is the planning side of the same interval: the seed count at
+which it would exclude the threshold if the observed mean and per-seed sd held (`sd_from_interval`
+recovers the sd from a written interval).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from biosrecall.errors import BiosrecallError
 
 LEVEL = 0.95
 SEED_COLUMN = "seed"
+SEEDS_CAP = 1000  # seeds_to_decide searches no further: a claim needing more is not one to plan for
 # Two-sided 95% Student t critical values t(0.975, df) for df = 1..30 (standard tables).
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -62,6 +67,26 @@ def seed_interval(values: Iterable[float]) -> SeedInterval:
         return SeedInterval(mean, math.nan, math.nan, 1)
     half = t_critical(n - 1) * float(array.std(ddof=1)) / math.sqrt(n)
     return SeedInterval(mean, mean - half, mean + half, n)
+
+
+def sd_from_interval(low: float, high: float, n: int) -> float:
+    """The per-seed sd behind a `seed_interval` of `n` values (half-width t(0.975, n-1) * sd / sqrt(n))."""
+    return (high - low) / 2 * math.sqrt(n) / t_critical(n - 1)
+
+
+def seeds_to_decide(mean: float, sd: float, threshold: float, cap: int = SEEDS_CAP) -> int | None:
+    """The smallest n >= 2 with |mean - threshold| > t(0.975, n-1) * sd / sqrt(n): the seed count whose
+    95% interval would exclude `threshold` if this mean and per-seed sd held. None when no n up to
+    `cap` does (always when mean == threshold). A planning estimate: new seeds move the mean and sd.
+
+    The right side shrinks as n grows, so the first n that passes is the answer and every larger one
+    passes too; an interval that already excludes the threshold gives its own n or a smaller one.
+    """
+    gap = abs(mean - threshold)
+    for n in range(2, cap + 1):
+        if gap > t_critical(n - 1) * sd / math.sqrt(n):
+            return n
+    return None
 
 
 def interval_text(mean: float, low: float, high: float, fmt: str = "{:.1f}") -> str:

@@ -3,6 +3,7 @@
     python scripts/readme_results.py runs/study            # rewrites README.md's generated blocks
     python scripts/readme_results.py runs/study --check    # exit 1 when README.md is out of date
     python scripts/readme_results.py runs/study --archive docs/results/study-default
+    python scripts/readme_results.py docs/results/study-default --refresh-claims
 
 Each block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in README.md and is
 replaced by the file of the same name that `biosrecall figure1` wrote: `claims` <- claims.md,
@@ -10,6 +11,10 @@ replaced by the file of the same name that `biosrecall figure1` wrote: `claims` 
 `compute_to_target` <- compute_to_target.md, `budget_modes` <- budget_modes.md. `--only` limits the
 blocks (the README reports more than one study). A block whose file is missing is left as it is
 and named on stderr.
+
+`--refresh-claims` rewrites the study's claims.csv and claims.md from its own claims.csv, with the
+columns and table this version of biosrecall writes (`biosrecall.experiments.claims_plan`), so an
+archived study gains a new column (`seeds_to_decide`) without being rerun; its other cells are kept.
 
 `--archive DEST` copies the study's record (figure1.json), its Markdown tables and its CSV tables
 under 256 KB into DEST, to be committed: the README's numbers then come from files in the repository,
@@ -27,38 +32,28 @@ import shutil
 import sys
 from pathlib import Path
 
+from biosrecall.experiments.study import figure1_command
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = ("claims", "summary", "fixed_sweep_summary", "compute_to_target", "budget_modes")
 
 
 def provenance(study: Path, name: str) -> str:
-    """One line naming the study a block comes from: its preset, seeds and controls."""
-    return f"*`{name}.md` of `{study_command(study)}`, copied by `scripts/readme_results.py`.*\n\n"
+    """One line naming the study a block comes from: its seed count first (a reader sees how many
+    seeds decided the table before the table), then its preset, seeds and controls."""
+    record = json.loads((study / "figure1.json").read_text())
+    seeds = len(record.get("study", {}).get("seeds", [record["train_config"]["seed"]]))
+    return (
+        f"*{seeds} {'seed' if seeds == 1 else 'seeds'}: `{name}.md` of `{study_command(study)}`, copied by "
+        "`scripts/readme_results.py`.*\n\n"
+    )
 
 
 def study_command(study: Path) -> str:
     """The `biosrecall figure1` command that made `study` (from its figure1.json)."""
     record = json.loads((study / "figure1.json").read_text())
-    options = record.get("study", {})
-    extras = [
-        flag
-        for flag, on in (
-            ("--update-matched", options.get("update_matched")),
-            ("--lr-grid " + ",".join(f"{lr:g}" for lr in options.get("lr_grid", [])), options.get("lr_grid")),
-            (
-                "--fixed-sweep " + ",".join(map(str, options.get("fixed_sweep", []))),
-                options.get("fixed_sweep"),
-            ),
-            ("--budgets " + ",".join(f"{b:g}" for b in options.get("budgets", [])), options.get("budgets")),
-            (
-                f"--budget-mode {options.get('budget_mode')}",
-                options.get("budgets") and options.get("budget_mode") != "branch",
-            ),
-        )
-        if on
-    ]
-    seeds = ",".join(map(str, options.get("seeds", [record["train_config"]["seed"]])))
-    return f"biosrecall figure1 --preset {record['preset']} --seeds {seeds} {' '.join(extras)}".strip()
+    options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
+    return figure1_command(record["preset"], options)
 
 
 def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
@@ -95,7 +90,18 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="Only report whether the README is current.")
     parser.add_argument("--only", default=",".join(BLOCKS), help="Comma-separated blocks to rewrite.")
     parser.add_argument("--archive", type=Path, help="Copy the study's small result files here instead.")
+    parser.add_argument(
+        "--refresh-claims",
+        action="store_true",
+        help="Rewrite the study's claims.csv/.md from its claims.csv.",
+    )
     args = parser.parse_args()
+    if args.refresh_claims:
+        from biosrecall.experiments.claims_plan import refresh_claims
+
+        for path in refresh_claims(args.study):
+            print(path)
+        return 0
     if args.archive:
         for path in archive(args.study, args.archive):
             print(path)

@@ -14,6 +14,7 @@ import pytest
 
 from biosrecall.cli.figure1 import _more_seeds_command, _print
 from biosrecall.experiments.figure1 import Figure1Result
+from biosrecall.experiments.study import StudyOptions
 
 SCHEDULES = {"fixed_k4": "fixed:4", "uniform_1_16": "uniform:1-16"}
 
@@ -37,7 +38,7 @@ def result(out_dir: Path, n_seeds: int) -> Figure1Result:
 @pytest.mark.parametrize("n_seeds", [1, 3])
 def test_figure1_prints_what_each_table_is(tmp_path, capsys, n_seeds):
     out = tmp_path / "demo"
-    _print(result(out, n_seeds), _more_seeds_command(out, "quick", (0,)))
+    _print(result(out, n_seeds), _more_seeds_command(out, "quick", StudyOptions(seeds=(0,))))
     printed = capsys.readouterr().out
     summary = printed.split("claims,")[0].splitlines()[2:]  # below its title and column header
     assert len(summary) == 4
@@ -51,3 +52,13 @@ def test_figure1_prints_what_each_table_is(tmp_path, capsys, n_seeds):
         f"figure:  {out / 'figure1.png'}",
         f"figure:  {out / 'figure1.pdf'}",
     ]
+
+
+def test_the_add_seeds_command_keeps_the_study_options(tmp_path):
+    study = StudyOptions(seeds=(0, 1), update_matched=True, lr_grid=(3e-3, 1e-2), fixed_sweep=(8,),
+                         budgets=(0.5, 1.0), budget_mode="independent", model_overrides={"n_block": 2})  # fmt: skip
+    assert _more_seeds_command(tmp_path, "default", study) == (
+        f"biosrecall figure1 --out {tmp_path} --preset default --seeds 0,1,2,3 --update-matched "
+        "--lr-grid 0.003,0.01 --fixed-sweep 8 --budgets 0.5,1 --budget-mode independent "
+        "--model-override n_block=2"
+    )

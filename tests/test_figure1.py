@@ -1,11 +1,16 @@
-"""`biosrecall figure1 --preset quick --seeds 0,1 --budgets 0.5,1,2` end to end: the per-run and
-seed-aggregated tables, the claims, their agreement with `recall-curve --aggregate-seeds`, the budget
-sweep's branches and compute-to-target, resumability, and the notebook."""
+"""`biosrecall figure1 --seeds 0,1 --budgets 0.5,1,2` end to end, on the quick preset at half its budget:
+the per-run and seed-aggregated tables, the claims, their agreement with `recall-curve
+--aggregate-seeds`, the budget sweep's branches and compute-to-target, resumability, and the notebook.
+
+Half the budget (150 fixed K=4 updates) halves the suite's longest fixture; the runs still learn
+enough that the seeds' curves differ. The quick preset itself runs in `make demo` and in
+tests/test_figure1_promises.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +20,22 @@ import pytest
 from biosrecall.cli import main
 from biosrecall.experiments.budget_results import DEPTH_RANGES, TARGETS, saving_claim
 from biosrecall.experiments.claims import CLAIMS, FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
-from biosrecall.experiments.figure1 import FIGURE1_SCHEDULES, FRACTIONS
+from biosrecall.experiments.figure1 import FIGURE1_PRESETS, FIGURE1_SCHEDULES, FRACTIONS
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
 from biosrecall.train.run_dir import read_config
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb"
-STUDY = ["--preset", "quick", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1,2"]
+HALF_QUICK = replace(FIGURE1_PRESETS["quick"], budget_updates=150)
+STUDY = ["--preset", "quick-half", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1,2"]
 CLAIM_KEYS = [claim.key for claim in CLAIMS] + [saving_claim()["claim"]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def half_quick_preset():
+    """Registered for the whole module: the rerun test looks the preset up by name again."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(FIGURE1_PRESETS, "quick-half", HALF_QUICK)
+        yield
 
 
 @pytest.fixture(scope="module")

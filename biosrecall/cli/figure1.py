@@ -3,6 +3,7 @@
 biosrecall figure1 --out runs/figure1 --preset quick      # a few minutes: the smoke test
 biosrecall figure1 --out runs/figure1                     # the default, sized for a 2-core CPU
 biosrecall figure1 --out runs/study --seeds 0,1,2 --update-matched --fixed-sweep 2,8   # the README study
+biosrecall figure1 --out runs/study --plan     # each claim's verdict and seeds to decide; trains nothing
 
 Ctrl-C (or SIGTERM) stops it with exit code 130 and the line "rerun the same command to continue";
 the same command then carries on where it stopped. A rerun with other settings is refused (exit 2)
@@ -158,8 +159,15 @@ def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float,
     "refusing it. An output made with these settings is continued either way.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Train nothing: print each claim of the finished output --out with its verdict, seed count and "
+    "seeds to decide (a planning estimate), and the command that runs that many seeds. Other options "
+    "are ignored.",
+)
 def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched, lr_grid, model_override,
-            fixed_sweep, budgets, budget_mode, log, device, workers, threads, overwrite, quiet):  # fmt: skip
+            fixed_sweep, budgets, budget_mode, log, device, workers, threads, overwrite, quiet, plan):  # fmt: skip
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
@@ -168,6 +176,11 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     Rerunning the same command skips finished runs and resumes interrupted ones (Ctrl-C stops with
     exit code 130), so a long study can be run in parts; adding seeds or controls continues the
     output. A rerun with other settings is refused unless --overwrite."""
+    if plan:  # reads figure1.json and claims.csv only: no training, no torch
+        from biosrecall.experiments.claims_plan import plan_text
+
+        click.echo(plan_text(out_dir))
+        return
     from biosrecall.experiments.figure1 import run_figure1
     from biosrecall.experiments.study import StudyOptions
     from biosrecall.experiments.study_engine import StudyRunFailed
@@ -194,7 +207,7 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
     work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
-    _print(result, _more_seeds_command(out_dir, preset, seeds))
+    _print(result, _more_seeds_command(out_dir, preset, study))
 
 
 def _report(outcome) -> None:
@@ -207,10 +220,15 @@ def _report(outcome) -> None:
         click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
 
 
-def _more_seeds_command(out_dir: Path, preset: str, seeds: tuple[int, ...]) -> str:
-    """The command that adds two seeds to this output (the finished runs are kept)."""
-    more = ",".join(str(s) for s in (*seeds, *range(max(seeds) + 1, max(seeds) + 3)))
-    return f"biosrecall figure1 --out {out_dir} --preset {preset} --seeds {more}"
+def _more_seeds_command(out_dir: Path, preset: str, study) -> str:
+    """The command that adds two seeds to this output, with its other options (finished runs are kept)."""
+    from dataclasses import asdict
+
+    from biosrecall.experiments.study import figure1_command
+
+    seeds = study.seeds
+    more = (*seeds, *range(max(seeds) + 1, max(seeds) + 3))
+    return figure1_command(preset, {**asdict(study), "seeds": more}, out_dir)
 
 
 def claims_header(n_seeds: int, more_seeds: str) -> str:
@@ -226,7 +244,7 @@ def claims_header(n_seeds: int, more_seeds: str) -> str:
 def _print(result, more_seeds: str) -> None:
     """The summary (one row per run, schedule and budget fraction), the claims, the serving headline,
     then the paths of the claims, the summary and the figures."""
-    from biosrecall.experiments.claims import claims_markdown
+    from biosrecall.experiments.claims import claims_markdown, earlier_looks
 
     shown = ["run", "schedule", "fraction", "K=1", "K=4", "K=16", "K=64", "mean K<=16", "mean K>16", "min",
              "n_seeds"]  # fmt: skip
@@ -234,9 +252,12 @@ def _print(result, more_seeds: str) -> None:
     summary = summary[[c for c in shown if c in summary]]
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
     click.echo(summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    click.echo(claims_header(int(result.claims["n_seeds"].max()), more_seeds))
-    click.echo(claims_markdown(result.claims[["statement", "metric", "threshold", "mean", "low", "high",
-                                              "n_seeds", "verdict"]]))  # fmt: skip
+    n_seeds = int(result.claims["n_seeds"].max())
+    click.echo(claims_header(n_seeds, more_seeds))
+    columns = ["claim", "statement", "metric", "threshold", "mean", "low", "high", "n_seeds", "verdict"]
+    claims = result.claims[[c for c in columns if c in result.claims]]
+    looks = earlier_looks(result.out_dir, n_seeds) if "claim" in claims else []
+    click.echo(claims_markdown(claims, looks))
     if result.headline is not None:
         click.echo("mean depth to reach 95% of each run's best recall, fixed against adaptive (100% budget):")
         click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))

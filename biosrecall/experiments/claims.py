@@ -9,6 +9,11 @@ threshold. The verdict is "holds" when the whole interval is on the claim's side
 "does not hold" when the whole interval is on the other side, and "inconclusive" when it straddles
 it or there is only one seed (no interval). A claim whose runs were not trained (no `--fixed-sweep`,
 no `--update-matched`) is "not measured". Thresholds live in `CLAIMS`, each with its reason.
+
+Each row also says how many seeds would decide it (`seeds_to_decide`, a planning estimate from its
+mean and interval: `biosrecall.stats.seeds_to_decide`). When a rerun judges the claims over another
+number of seeds, the claims it replaces are kept as `claims_at_<n>seeds.csv` and `claims.md` shows
+their verdicts beside the new ones, so a study extended after a look says so.
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_text
+from biosrecall.atomic import atomic_write_bytes, atomic_write_text
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import write_table
-from biosrecall.stats import interval_text, seed_interval
+from biosrecall.stats import SEEDS_CAP, interval_text, sd_from_interval, seed_interval, seeds_to_decide
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
 TRAINING_RANGE = (1, 16)  # the depths uniform and the fixed-first finish sample
 BEYOND = (17, 64)
 NEAR_K4 = (2, 8)  # "near the training depth": within a factor of two of K=4
+SEEDS_TO_DECIDE = "seeds_to_decide"  # the last column of claims.csv
+EARLIER_LOOK = "claims_at_{n}seeds.csv"  # the claims as judged over n seeds, before the study was extended
 
 
 @dataclass(frozen=True)
@@ -214,17 +221,72 @@ def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def claims_markdown(claims: pd.DataFrame) -> str:
-    """The claims as a Markdown table (what the README's claims section is generated from)."""
+def decide_text(mean: float, low: float, high: float, n_seeds: int, threshold) -> str:
+    """The seeds-to-decide cell of a claims row: a count, ">1000" past the search, "never" when the
+    mean sits on the threshold with some spread, "" without an interval (one seed, or not measured)."""
+    if n_seeds < 2 or math.isnan(low) or math.isnan(high):
+        return ""
+    value = _threshold_value(threshold)
+    if high == low:  # no spread: decided at any count, on the threshold too (`verdict` reads it as failing)
+        return "2"
+    if mean == value:
+        return "never"
+    needed = seeds_to_decide(mean, sd_from_interval(low, high, n_seeds), value)
+    return f">{SEEDS_CAP}" if needed is None else str(needed)
+
+
+def _threshold_value(threshold) -> float:
+    """The number of a threshold cell ("> 0.5"; a bare number is accepted too)."""
+    return float(threshold.split()[-1]) if isinstance(threshold, str) else float(threshold)
+
+
+def with_seeds_to_decide(claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims with their `seeds_to_decide` column (text, so ">1000" and "" sit beside counts)."""
+    cells = [
+        decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold)
+        for row in claims.itertuples()
+    ]
+    return claims.drop(columns=[SEEDS_TO_DECIDE], errors="ignore").assign(**{SEEDS_TO_DECIDE: cells})
+
+
+def claims_markdown(claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]] = ()) -> str:
+    """The claims as a Markdown table (what the README's claims section is generated from).
+
+    `earlier`: (seed count, claims) of each earlier look (`earlier_looks`); each adds a verdict column
+    beside the current one, and a line above the table says the study was extended after it."""
+    looks = [(n, dict(zip(table["claim"], table["verdict"], strict=True))) for n, table in earlier]
+    header = [*(f"verdict at {n} seeds" for n, _ in looks), "verdict", "seeds to decide (planning estimate)"]
     lines = [
-        "| claim | metric | threshold | measured (95% interval, seeds) | verdict |",
-        "|---|---|---|---|---|",
+        "| claim | metric | threshold | measured (95% interval, seeds) | " + " | ".join(header) + " |",
+        "|---|---|---|---|" + "---|" * len(header),
     ]
     for row in claims.itertuples():
-        lines.append(
-            f"| {row.statement} | {row.metric} | {row.threshold} | {_measured(row)} | **{row.verdict}** |"
-        )
-    return "\n".join(lines) + "\n"
+        before = [verdicts.get(getattr(row, "claim", None), "-") for _, verdicts in looks]
+        decide = decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold) or "-"
+        cells = [
+            row.statement,
+            row.metric,
+            row.threshold,
+            _measured(row),
+            *before,
+            f"**{row.verdict}**",
+            decide,
+        ]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return _look_note([n for n, _ in looks]) + "\n".join(lines) + "\n"
+
+
+def _look_note(counts: list[int]) -> str:
+    """The line above an extended study's table: when it was looked at, and where those claims are."""
+    if not counts:
+        return ""
+    files = ", ".join(EARLIER_LOOK.format(n=n) for n in counts)
+    seen = " and ".join(map(str, counts))
+    looks, its = ("An earlier look", "its") if len(counts) == 1 else ("Earlier looks", "their")
+    return (
+        f"*{looks} judged these claims at {seen} seeds ({files}): {its} verdicts are shown before "
+        "the current one.*\n\n"
+    )
 
 
 def _measured(row) -> str:
@@ -236,9 +298,54 @@ def _measured(row) -> str:
     return f"{measured}, n={row.n_seeds}"
 
 
+def read_claims(path: str | Path) -> pd.DataFrame:
+    """A claims.csv as written: floats read back exactly, text cells kept as text."""
+    text = {"per_seed": str, SEEDS_TO_DECIDE: str, "threshold": str, "verdict": str}
+    return pd.read_csv(path, engine="python", dtype=text)  # Python's float(): exact on every pandas
+
+
+def seed_count(claims: pd.DataFrame) -> int:
+    """The seed count claims were judged over: the most any row had (a row not measured has 0)."""
+    return int(claims["n_seeds"].max()) if len(claims) else 0
+
+
+def keep_earlier_look(out_dir: Path, claims: pd.DataFrame) -> Path | None:
+    """Before `claims` replace an OUT/claims.csv judged over another seed count, keep that file as
+    claims_at_<n>seeds.csv (an existing one is the first look at n seeds and stays). Returns it.
+
+    A look at one seed is not kept: every verdict there is inconclusive, so nothing could have
+    stopped or steered the study."""
+    current = out_dir / "claims.csv"
+    if not current.is_file():
+        return None
+    data = current.read_bytes()
+    try:
+        n = seed_count(read_claims(current))
+    except (ValueError, KeyError, pd.errors.ParserError):
+        return None  # not a claims table figure1 wrote: there is no look to keep
+    target = out_dir / EARLIER_LOOK.format(n=n)
+    if n < 2 or n == seed_count(claims) or target.exists():
+        return None
+    atomic_write_bytes(target, data)
+    return target
+
+
+def earlier_looks(out_dir: Path, current: int) -> list[tuple[int, pd.DataFrame]]:
+    """(seed count, claims) of every claims_at_<n>seeds.csv in `out_dir` but the current count, by count."""
+    looks = []
+    for path in out_dir.glob(EARLIER_LOOK.format(n="*")):
+        count = path.name.removeprefix("claims_at_").removesuffix("seeds.csv")
+        if count.isdigit() and int(count) != current:
+            looks.append((int(count), read_claims(path)))
+    return sorted(looks, key=lambda look: look[0])
+
+
 def write_claims(claims: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """OUT/claims.csv (and .parquet) and OUT/claims.md."""
+    """OUT/claims.csv (and .parquet) and OUT/claims.md, with `seeds_to_decide`; claims judged earlier
+    over another seed count are kept first (`keep_earlier_look`) and shown in claims.md."""
     out_dir = Path(out_dir)
-    written = write_table(claims, out_dir / "claims")
-    atomic_write_text(out_dir / "claims.md", claims_markdown(claims))
-    return [*written, out_dir / "claims.md"]
+    kept = keep_earlier_look(out_dir, claims)
+    written = write_table(with_seeds_to_decide(claims), out_dir / "claims")
+    earlier = earlier_looks(out_dir, seed_count(claims)) if "claim" in claims else []
+    atomic_write_text(out_dir / "claims.md", claims_markdown(claims, earlier))
+    return [*written, out_dir / "claims.md", *([kept] if kept else [])]

@@ -6,8 +6,9 @@
 settings but the training seed, the dataset seeding). Seeds, controls, the learning-rate grid and the
 Figure-5 sweep are not part of it: each run has its own folder, so a rerun that adds seeds or controls
 continues the output, which is how a study is run in parts. Anything else that differs is refused with
-one `BiosrecallError` line naming the difference, before anything is touched; `overwrite` replaces the
-output instead, once the new settings have been checked, and puts it back if they fail.
+one `BiosrecallError` line naming the difference (first the seeds it already holds that the new seed
+list repeats), before anything is touched; `overwrite` replaces the output instead, once the new
+settings have been checked, and puts it back if they fail.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
+from biosrecall.experiments.claims import EARLIER_LOOK
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
 from biosrecall.train.config import RESUMABLE_DIFFERENCES
@@ -71,10 +73,23 @@ def differences(out_dir: Path, record: dict[str, Any], datasets: dict[int, Path]
             f"{key} was {old.get(key)}, now {new.get(key)}" for key in keys if old.get(key) != new.get(key)
         ]
         if changed:
-            return changed
+            return _repeated_seeds(stored, record) + changed
     elif os.path.lexists(out_dir / RUNS):
         return [f"it holds {RUNS}/ but no {RECORD} saying how they were trained"]
     return [d for seed, data_dir in datasets.items() for d in _dataset_differences(data_dir, people, seed)]
+
+
+def _repeated_seeds(stored: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    """The seeds this call lists that the output already holds runs of, as the first difference: their
+    runs were trained under the stored settings, so they are the collision a reader needs named."""
+    study = stored.get("study")
+    held = study.get("seeds", []) if isinstance(study, dict) else [stored["train_config"].get("seed")]
+    held = held if isinstance(held, list) else []  # a malformed record names no seeds
+    repeated = [seed for seed in record["study"]["seeds"] if seed in held]
+    if not repeated:
+        return []
+    named = f"seed {repeated[0]} is" if len(repeated) == 1 else f"seeds {', '.join(map(str, repeated))} are"
+    return [f"{named} already in it under those settings"]
 
 
 def _dataset_differences(data_dir: Path, people: int, seed: int) -> list[str]:
@@ -146,6 +161,7 @@ def made_names(out_dir: Path) -> list[str]:
     """Every entry figure1 made in `out_dir`: what `overwrite` replaces."""
     names = [RECORD, RUNS, *serving_names()]
     names += [p.name for p in out_dir.glob(f"{DATA}*")]
+    names += [p.name for p in out_dir.glob(EARLIER_LOOK.format(n="*"))]  # the claims of earlier looks
     names += [stem + suffix for stem in RESULT_STEMS for suffix in RESULT_SUFFIXES]
     return names
 

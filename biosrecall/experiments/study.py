@@ -69,6 +69,30 @@ class StudyOptions:
             raise BiosrecallError(f"--fixed-sweep depths must be positive integers (got {self.fixed_sweep})")
 
 
+def figure1_command(preset: str, options: dict, out_dir: str | Path | None = None) -> str:
+    """The `biosrecall figure1` command of a study: `options` are its `StudyOptions` as a dict (as
+    figure1.json records them, or `dataclasses.asdict`). Defaults are left out, so the command reads
+    as a user would type it; `--out` comes first when given."""
+    flags = [f"--out {out_dir}"] if out_dir is not None else []
+    flags += [f"--preset {preset}", "--seeds " + ",".join(map(str, options.get("seeds", (0,))))]
+    if options.get("update_matched"):
+        flags.append("--update-matched")
+    if options.get("lr_grid"):
+        flags.append("--lr-grid " + ",".join(f"{lr:g}" for lr in options["lr_grid"]))
+    if options.get("fixed_sweep"):
+        flags.append("--fixed-sweep " + ",".join(map(str, options["fixed_sweep"])))
+    if options.get("budgets"):
+        flags.append("--budgets " + ",".join(f"{b:g}" for b in options["budgets"]))
+        if options.get("budget_mode", "branch") != "branch":
+            flags.append(f"--budget-mode {options['budget_mode']}")
+    if options.get("dataset_seed_per_run"):
+        flags.append("--dataset-seed-per-run")
+    if options.get("model_overrides"):
+        pairs = ",".join(f"{field}={value}" for field, value in options["model_overrides"].items())
+        flags.append(f"--model-override {pairs}")
+    return "biosrecall figure1 " + " ".join(flags)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run of the study."""

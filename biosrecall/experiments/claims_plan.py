@@ -1,0 +1,128 @@
+"""Planning seeds from a finished Figure-1 output: each claim's verdict, seed count and seeds to decide.
+
+    print(plan_text("runs/study"))     # what `biosrecall figure1 --plan --out runs/study` prints
+    refresh_claims("docs/results/study-default")   # rewrite claims.csv/.md from the folder's claims.csv
+
+Both read only the output's figure1.json and claims.csv, so they train nothing and load no torch, and
+they work on an archived study that keeps nothing else. `seeds_to_decide` is recomputed from each
+row's mean and 95% interval (`biosrecall.stats.sd_from_interval`), so an output written before that
+column existed is planned the same way. A folder that is not a finished figure1 output is refused with
+one `BiosrecallError` line, before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from biosrecall.atomic import atomic_write_path, atomic_write_text
+from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.claims import (
+    SEEDS_TO_DECIDE,
+    claims_markdown,
+    earlier_looks,
+    read_claims,
+    seed_count,
+    with_seeds_to_decide,
+)
+from biosrecall.experiments.study import MAX_SEEDS, figure1_command
+from biosrecall.files import read_json_object
+
+RECORD = "figure1.json"  # biosrecall.experiments.figure1_output.RECORD, without importing the trainer
+NEEDED = ("claim", "threshold", "mean", "low", "high", "n_seeds", "verdict")
+UNDECIDED = "inconclusive"
+
+
+def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
+    """(figure1.json, claims.csv) of a finished figure1 output; BiosrecallError for any other folder."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        why = "it is not a folder" if out_dir.exists() else "no such folder"
+        raise BiosrecallError(f"{out_dir} is not a figure1 output: {why}")
+    if not (out_dir / RECORD).exists():
+        raise BiosrecallError(f"{out_dir} is not a figure1 output: it has no {RECORD}")
+    record = read_json_object(out_dir / RECORD, "figure1 record", required=("preset", "train_config"))
+    claims_path = out_dir / "claims.csv"
+    if not claims_path.is_file():
+        raise BiosrecallError(
+            f"{out_dir} has no claims.csv yet: rerun the command that made it to finish the study"
+        )
+    try:
+        claims = read_claims(claims_path)
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise BiosrecallError(f"{claims_path} is not a claims table: {exc}") from None
+    missing = [column for column in NEEDED if column not in claims]
+    if missing:
+        raise BiosrecallError(f"{claims_path} is not a claims table: it has no {', '.join(missing)}")
+    return record, claims
+
+
+def plan_table(claims: pd.DataFrame) -> pd.DataFrame:
+    """claim, verdict, n_seeds and seeds_to_decide of each row, the estimate recomputed."""
+    table = with_seeds_to_decide(claims)[["claim", "verdict", "n_seeds", SEEDS_TO_DECIDE]]
+    return table.rename(columns={SEEDS_TO_DECIDE: f"{SEEDS_TO_DECIDE} (planning estimate)"})
+
+
+def plan_text(out_dir: str | Path) -> str:
+    """What `figure1 --plan` prints: the table, then the seed count the undecided claims need and the
+    command that trains that many (the finished runs are kept)."""
+    record, claims = read_output(out_dir)
+    table = plan_table(claims)
+    lines = [
+        f"claims of {out_dir}, judged over {seed_count(claims)} seeds; seeds_to_decide is a planning",
+        "estimate: the seed count whose 95% interval would exclude the threshold if the observed mean and",
+        "per-seed sd held (docs/concepts/seeds-and-verdicts.md).",
+        _text_table(table),
+        _next_step(record, claims, table.iloc[:, -1], out_dir),
+    ]
+    return "\n".join(lines)
+
+
+def _text_table(table: pd.DataFrame) -> str:
+    """Columns padded to their widest cell, left-aligned: claim keys read as a list."""
+    rows = [list(map(str, table.columns)), *([str(v) for v in row] for row in table.itertuples(index=False))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir) -> str:
+    """The line after the table: how many seeds the undecided claims need, and how to run them."""
+    undecided = estimates[claims["verdict"].eq(UNDECIDED).to_numpy()]
+    counts = [int(value) for value in undecided if str(value).isdigit()]
+    if seed_count(claims) < 2:
+        return "one seed has no interval, so no estimate: rerun with at least two seeds, then plan again."
+    if not len(undecided):
+        return "no measured claim is inconclusive: more seeds are not needed to decide them."
+    if not counts:
+        return "no inconclusive claim is decided within the search by this estimate."
+    needed = max(counts)
+    if needed > MAX_SEEDS:
+        return (
+            f"the inconclusive claims need up to {needed} seeds by this estimate; --seeds takes {MAX_SEEDS}."
+        )
+    seeds = list(record.get("study", {}).get("seeds", [record["train_config"]["seed"]]))
+    seeds += range(max(seeds) + 1, max(seeds) + 1 + needed - len(seeds))
+    options = {**record.get("study", {}), "seeds": seeds}
+    return (
+        f"the inconclusive claims need up to {needed} seeds by this estimate; fix the count before "
+        f"looking again, and run it with:\n  {figure1_command(record['preset'], options, out_dir)}"
+    )
+
+
+def refresh_claims(out_dir: str | Path) -> list[Path]:
+    """Rewrite OUT/claims.csv (and .parquet if there is one) and claims.md from OUT/claims.csv, with
+    the columns and table this version writes: the kept columns' cells are not changed."""
+    out_dir = Path(out_dir)
+    _, claims = read_output(out_dir)
+    table = with_seeds_to_decide(claims)
+    written = [out_dir / "claims.csv"]
+    with atomic_write_path(written[0]) as tmp:
+        table.to_csv(tmp, index=False)
+    if (out_dir / "claims.parquet").is_file():
+        with atomic_write_path(out_dir / "claims.parquet") as tmp:
+            table.to_parquet(tmp, index=False)
+        written.append(out_dir / "claims.parquet")
+    looks = earlier_looks(out_dir, seed_count(claims))
+    atomic_write_text(out_dir / "claims.md", claims_markdown(claims, looks))
+    return [*written, out_dir / "claims.md"]
