@@ -293,7 +293,7 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     "exits",
     multiple=True,
     help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
-    "entropy:H; a bare name sweeps its thresholds. Capped at --max-depth.",
+    "entropy:H, latent:EPS, accel:EPS; a bare name sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
     "--val-sequences",

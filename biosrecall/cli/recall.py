@@ -111,7 +111,7 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     "exits",
     multiple=True,
     help="Exit criteria to score (repeatable or a comma list): fixed:K, kl:EPS, stable:M, entropy:H, "
-    "oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
+    "latent:EPS, accel:EPS (no readout: the recurrent state's change), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
     "--aggregate-seeds",

@@ -5,6 +5,8 @@
     update_flops(cfg, depth=4, tokens=524_288)        # a whole update
     param_counts(cfg)                                 # parameters by component
     recompute_flops_per_token(cfg, depth=16)          # extra, with activation checkpointing
+    serving_flops(cfg, length=15, depth=4, checked=2, readouts=4)  # one query, read out per iteration
+    readout_flops(cfg, positions=15, checked=2)       # one readout, the head at 2 of 15 positions
 
 Every other module (planner, trainer, `biosrecall flops`, benchmarks) asks here; nothing else
 multiplies parameter counts by 2 or 6.
@@ -40,6 +42,15 @@ context (head and attention FLOPs) or more prelude/coda layers raise r and shrin
 recurrent block lowers r and raises it (r -> 0 gives the upper bound s (8.5 - K0) / 8.5). `lm-200m`
 has r = 1.11 (1.12 in forward FLOPs, what `recurrent_ratio` returns), which gives the paper's
 45.3 / 54.3 / 31.3% to within 0.2 points. Truncated backprop makes C(K) flatter beyond k and the savings smaller.
+
+Serving (`serving_flops`, what the exit frontier charges a query). A query of T input tokens whose
+last P are checked (bioS: the answer-predicting positions) runs the prelude and K iterations at all T
+and then reads out: the coda at all T (causal attention: the checked positions need every earlier
+position's coda keys and values), except that the last coda layer's attention scores, output
+projection and MLP and the head run at the P checked positions only, exactly what the model computes
+with `positions=` (its fused QKV projection still makes queries everywhere). A criterion that reads
+logits pays one readout per iteration, a readout-free one its norms (4 d FLOPs per checked position
+and check) and one readout; a fixed depth pays one.
 
 Activation checkpointing (`--activation-checkpointing`) reruns the forward of every gradient-carrying
 iteration during backward: `recompute_flops_per_token` is that cost, a line of its own. It is not part
@@ -217,18 +228,44 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     return counts
 
 
-def readout_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
-    """Forward FLOPs per token of one readout of the recurrent state (coda + head): what an
-    adaptive-depth server pays after every iteration to decide whether to stop."""
-    fwd = forward_flops_per_token(cfg, seq_len)
-    return fwd.coda + fwd.head
+STATE_CHECK_FLOPS_PER_WIDTH = 4
+"""FLOPs per model dimension of one readout-free check at one position: two squared norms of
+d-vectors (the difference and the state), 2 FLOPs per multiply-add like the matmuls."""
 
 
-def serving_flops_per_token(
-    cfg: ModelConfig, depth: float, seq_len: int | None = None, readout_every_iteration: bool = True
-) -> float:
-    """Forward FLOPs per token served at depth K: `at_depth(K)`, plus K - 1 extra readouts when the
-    state is read out after every iteration (an exit criterion) rather than once (a fixed depth)."""
-    fwd = forward_flops_per_token(cfg, seq_len)
-    extra = (depth - 1) * readout_flops_per_token(cfg, seq_len) if readout_every_iteration else 0
-    return fwd.at_depth(depth) + extra
+def readout_flops(cfg: ModelConfig, positions: int, checked: int) -> int:
+    """Forward FLOPs of one readout (coda + head) of a query read at `checked` positions, the last of
+    which is position `positions` - 1 (a query's input ends there). Causal attention makes the checked
+    positions attend to the coda keys and values of every position before them, so every coda layer
+    runs at all `positions`, except that the last one's attention scores, output projection and MLP,
+    and the head, run only at the checked ones; its fused QKV projection still makes queries at every
+    position, as the model does (`LoopedTransformer._readout` with `positions=`)."""
+    positions, checked = _seq_len(cfg, positions), int(checked)
+    if not 1 <= checked <= positions:
+        raise BiosrecallError(f"checked positions must be 1..{positions}, got {checked}")
+    d = cfg.d_model
+    mm, att = _layer(cfg, positions)
+    head = 2 * d * cfg.vocab_size * checked
+    if cfg.n_coda == 0:
+        return head
+    mlp = mm - 8 * d * d
+    last = 6 * d * d * positions + checked * (att + 2 * d * d + mlp)
+    return (cfg.n_coda - 1) * (mm + att) * positions + last + head
+
+
+def serving_flops(
+    cfg: ModelConfig, length: int, depth: int, checked: int, readouts: int = 1, state_checks: int = 0
+) -> int:
+    """Forward FLOPs of serving one query of `length` input tokens read at its last `checked`
+    positions, to exit depth `depth`: the prelude and `depth` iterations at every position,
+    `readouts` readouts (`readout_flops`: one for a fixed depth, one per checked iteration for a
+    criterion that reads out, the last being the answer) and `state_checks` readout-free checks at
+    each checked position (`STATE_CHECK_FLOPS_PER_WIDTH` x d each)."""
+    fwd = forward_flops_per_token(cfg, _seq_len(cfg, length))
+    if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
+        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
+    if readouts < 1 or state_checks < 0:
+        raise BiosrecallError(f"a served query reads out at least once ({readouts=}, {state_checks=})")
+    recurrent = length * (fwd.prelude + fwd.injection + int(depth) * fwd.iteration)
+    checks = int(state_checks) * int(checked) * STATE_CHECK_FLOPS_PER_WIDTH * cfg.d_model
+    return recurrent + int(readouts) * readout_flops(cfg, length, checked) + checks

@@ -6,6 +6,11 @@ Each criterion is a small named object with one parameter, written on the comman
     kl:eps       KL(p_k || p_{k-1}) between successive readouts is below eps (never at depth 1)
     stable:m     the argmax has stayed the same for m iterations (a change at depth k resets the count)
     entropy:h    the entropy (nats) of the readout is below h
+    latent:eps   the recurrent state's relative change ||s_k - s_{k-1}|| / ||s_k|| is below eps (never at
+                 depth 1; Huginn's latent-difference exit, default 0.03 there): no readout needed
+    accel:eps    the relative second difference ||s_k - 2 s_{k-1} + s_{k-2}|| / ||s_k|| is below eps at
+                 two iterations in a row (never before depth 4; the two-scale rule of arXiv 2509.23314):
+                 no readout needed
     oracle       the smallest depth at which the answer is exact (depth 1 when none is): an upper
                  bound on what any criterion could achieve; it needs the answer, so it only scores
 
@@ -15,11 +20,17 @@ Each criterion is a small named object with one parameter, written on the comman
     criteria[0].holds(depth, stats)                        # bool per row
     judge = exit_judge(criteria[0])                        # for model.decode: logits [V] or [B, V]
                                                            # -> stop? (bool, or bool [B] per row)
+    StateTrail().observe(state)                            # latent and accel of states [..., d]
+
+What a criterion reads (`reads`): "logits" (kl, stable, entropy: a readout after every iteration),
+"state" (latent, accel: the recurrent state only, so the one readout is at the exit depth; their
+judge has `reads_state` set and is given the state [..., d] instead of logits), or None (fixed and
+the oracle need no decision). `compute.flops.serving_flops` prices each accordingly.
 
 A query (or a token) exits at the first depth where its criterion holds, and always at the max depth
 (`check_max_depth`, default 64). For a whole query the statistics of its answer-predicting positions
-are reduced so that a criterion holds only when it holds at every position: the largest KL and
-entropy, the smallest unchanged count, and exact only when every position is.
+are reduced so that a criterion holds only when it holds at every position: the largest KL,
+entropy, latent and accel, the smallest unchanged count, and exact only when every position is.
 """
 
 from __future__ import annotations
@@ -41,17 +52,22 @@ DEFAULT_SWEEPS = {
     "kl": (1e-1, 1e-2, 1e-3, 1e-4, 1e-5),
     "stable": (1, 2, 3, 4, 6, 8),
     "entropy": (1.0, 0.5, 0.2, 0.1, 0.05, 0.01),
+    "latent": (0.1, 0.05, 0.03, 0.01, 0.003, 0.001),
+    "accel": (0.1, 0.05, 0.03, 0.01, 0.003, 0.001),
 }
 
 
 @dataclass(frozen=True)
 class StepStats:
-    """What a criterion may look at after one iteration, one entry per row (a query or a token)."""
+    """What a criterion may look at after one iteration, one entry per row (a query or a token); a
+    field is None when nothing computed it (the state fields without a `StateTrail`, for one)."""
 
-    kl: torch.Tensor | np.ndarray  # KL(p_k || p_{k-1}) in nats; +inf at depth 1
-    entropy: torch.Tensor | np.ndarray  # entropy of p_k in nats
-    unchanged: torch.Tensor | np.ndarray  # iterations the argmax has not changed (0 at depth 1)
+    kl: torch.Tensor | np.ndarray | None = None  # KL(p_k || p_{k-1}) in nats; +inf at depth 1
+    entropy: torch.Tensor | np.ndarray | None = None  # entropy of p_k in nats
+    unchanged: torch.Tensor | np.ndarray | None = None  # iterations the argmax has not changed (0 at depth 1)
     exact: torch.Tensor | np.ndarray | None = None  # every answer position right (scoring only)
+    latent: torch.Tensor | np.ndarray | None = None  # relative state change; +inf at depth 1
+    accel: torch.Tensor | np.ndarray | None = None  # larger of the last two relative second differences
 
 
 class LogitTrail:
@@ -78,12 +94,39 @@ class LogitTrail:
         return StepStats(kl=kl, entropy=entropy, unchanged=unchanged)
 
 
+class StateTrail:
+    """Follows successive recurrent states of the same rows and yields their `StepStats` (latent and
+    accel only). Norms are taken in at least float32, so a bf16 state does not round the change away."""
+
+    def __init__(self) -> None:
+        self._state: torch.Tensor | None = None
+        self._step: torch.Tensor | None = None
+        self._second: torch.Tensor | None = None
+
+    def observe(self, state: torch.Tensor) -> StepStats:
+        """Statistics of `state` [..., d] against the previous calls' (the first call is depth 1)."""
+        state = state.to(torch.promote_types(state.dtype, torch.float32))
+        scale = torch.linalg.vector_norm(state, dim=-1).clamp_min(torch.finfo(state.dtype).tiny)
+        inf = torch.full_like(scale, math.inf)
+        step = second = None
+        if self._state is not None:
+            step = state - self._state
+        if step is not None and self._step is not None:
+            second = torch.linalg.vector_norm(step - self._step, dim=-1) / scale
+        latent = inf if step is None else torch.linalg.vector_norm(step, dim=-1) / scale
+        # Below eps at two iterations in a row is the larger of the last two below eps.
+        accel = inf if second is None or self._second is None else torch.maximum(second, self._second)
+        self._state, self._step, self._second = state, step, second
+        return StepStats(latent=latent, accel=accel)
+
+
 @dataclass(frozen=True)
 class Fixed:
     """Stop at depth K."""
 
     depth: int
     name = "fixed"
+    reads = None
 
     def holds(self, depth: int, stats: StepStats):
         # depth may be a column of depths; adding it to a zeroed statistic broadcasts it to the rows
@@ -100,6 +143,7 @@ class KL:
 
     eps: float
     name = "kl"
+    reads = "logits"
 
     def holds(self, depth: int, stats: StepStats):
         return stats.kl < self.eps
@@ -115,6 +159,7 @@ class Stable:
 
     iterations: int
     name = "stable"
+    reads = "logits"
 
     def holds(self, depth: int, stats: StepStats):
         return stats.unchanged >= self.iterations
@@ -130,6 +175,7 @@ class Entropy:
 
     nats: float
     name = "entropy"
+    reads = "logits"
 
     def holds(self, depth: int, stats: StepStats):
         return stats.entropy < self.nats
@@ -145,6 +191,7 @@ class Oracle:
 
     name = "oracle"
     spec = "oracle"
+    reads = None
 
     def holds(self, depth: int, stats: StepStats):
         if stats.exact is None:
@@ -152,7 +199,49 @@ class Oracle:
         return stats.exact
 
 
-Criterion = Fixed | KL | Stable | Entropy | Oracle
+def _state_field(stats: StepStats, name: str):
+    value = getattr(stats, name)
+    if value is None:
+        raise BiosrecallError(f"the {name} criterion needs the recurrent state, which these statistics lack")
+    return value
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Stop when the state's relative change ||s_k - s_{k-1}|| / ||s_k|| < eps (no readout)."""
+
+    eps: float
+    name = "latent"
+    reads = "state"
+    span = 2  # states one check compares: it is made from depth 2 on
+
+    def holds(self, depth: int, stats: StepStats):
+        return _state_field(stats, "latent") < self.eps
+
+    @property
+    def spec(self) -> str:
+        return f"latent:{self.eps:g}"
+
+
+@dataclass(frozen=True)
+class Accel:
+    """Stop when the relative second difference of the state is below eps at two iterations in a row
+    (no readout)."""
+
+    eps: float
+    name = "accel"
+    reads = "state"
+    span = 3  # a second difference compares three states: made from depth 3 on
+
+    def holds(self, depth: int, stats: StepStats):
+        return _state_field(stats, "accel") < self.eps
+
+    @property
+    def spec(self) -> str:
+        return f"accel:{self.eps:g}"
+
+
+Criterion = Fixed | KL | Stable | Entropy | Latent | Accel | Oracle
 
 
 def parameter_of(criterion: Criterion) -> float:
@@ -198,6 +287,8 @@ _BUILDERS = {
     "kl": lambda v, raw: KL(_number("kl", v, raw)),
     "stable": lambda v, raw: Stable(_count("stable", v, raw)),
     "entropy": lambda v, raw: Entropy(_number("entropy", v, raw)),
+    "latent": lambda v, raw: Latent(_number("latent", v, raw)),
+    "accel": lambda v, raw: Accel(_number("accel", v, raw)),
 }
 
 
@@ -238,11 +329,13 @@ def check_servable(criteria) -> list[Criterion]:
 
 def exit_judge(criterion: Criterion):
     """A fresh judge for one token of each row (`biosrecall.model.decode`): judge(depth, logits
-    [..., V]) -> bool [...], where the criterion holds; one token's logits [V] give a single bool."""
+    [..., V]) -> bool [...], where the criterion holds; one token's logits [V] give a single bool.
+    A readout-free criterion's judge (`reads_state` True) takes the recurrent state [..., d] instead."""
     check_servable([criterion])
-    trail = LogitTrail()
+    trail = StateTrail() if criterion.reads == "state" else LogitTrail()
 
-    def judge(depth: int, logits: torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(criterion.holds(depth, trail.observe(logits)), dtype=torch.bool)
+    def judge(depth: int, values: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(criterion.holds(depth, trail.observe(values)), dtype=torch.bool)
 
+    judge.reads_state = criterion.reads == "state"
     return judge

@@ -1,9 +1,10 @@
 """Adaptive-depth serving scored from the all-depth pass: recall against compute per exit criterion.
 
-A bioS query runs one iteration, reads out at its answer-predicting positions, and stops at the first
-depth where its exit criterion (`biosrecall.eval.exits`) holds at every one of them, or at the max
-depth. That is realisable and exact, so the whole frontier comes from `answer_stats_by_depth`'s one
-pass per checkpoint.
+A bioS query runs one iteration, checks its answer-predicting positions (a readout there, or for
+`latent`/`accel` the recurrent state there), and stops at the first depth where its exit criterion
+(`biosrecall.eval.exits`) holds at every one of them, or at the max depth. That is realisable and
+exact, so the whole frontier comes from `answer_stats_by_depth`'s one pass per checkpoint, and, when a
+readout-free criterion is scored, `state_stats_by_depth`'s pass over the same queries.
 
     table = exit_frontier(["runs/fixed4", "runs/uniform"], parse_exits("kl,stable:2,oracle"))
     headline = headline_table(table)       # per run: depth needed for 95% of its best recall
@@ -12,11 +13,14 @@ pass per checkpoint.
 
 Frontier table (one row per run, checkpoint and criterion): run, schedule, checkpoint, fraction,
 criterion (its text, or "K=<k>" for the fixed-depth baseline), kind ("fixed-depth", "fixed", "kl",
-"stable", "entropy", "oracle"), parameter, bits (recalled bits per person, `threshold` of 5 templates),
-recall, exact (share of exact queries), mean_depth, p95_depth, flops_per_query (modeled forward FLOPs
-over the query's input tokens; a criterion pays a readout after every iteration,
-`compute.flops.serving_flops_per_token`, while the fixed-depth baseline, `fixed:K` and the oracle,
-which need no decision, read out once).
+"stable", "entropy", "latent", "accel", "oracle"), parameter, bits (recalled bits per person,
+`threshold` of 5 templates), recall, exact (share of exact queries), mean_depth, p95_depth,
+flops_per_query (mean modeled forward FLOPs per query, `compute.flops.serving_flops`: the prelude and
+every iteration over the query's input tokens, and a readout whose head runs only at the answer
+positions; a criterion that reads logits pays one readout per iteration, a readout-free one its norms
+per iteration and one readout at the exit depth, and the fixed-depth baseline, `fixed:K` and the
+oracle, which need no decision, one readout), flops_account (`FLOPS_ACCOUNT`: which accounting priced
+the row; a folder priced by another is recomputed, not kept).
 
 `write_serving_results` writes the frontier table and figure and the headline table into one folder
 (what `biosrecall figure1` adds for its 100% checkpoints, with the `SERVING_CRITERIA` list), and keeps
@@ -26,6 +30,7 @@ them when they are already there for the same runs, criteria and max depth.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,18 +38,32 @@ import pandas as pd
 import torch
 
 from biosrecall import runs
-from biosrecall.compute.flops import serving_flops_per_token
+from biosrecall.compute.flops import serving_flops
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import Fixed, Oracle, StepStats, check_max_depth, depth_cap, parameter_of
+from biosrecall.eval.exits import (
+    Fixed,
+    Oracle,
+    StateTrail,
+    StepStats,
+    check_max_depth,
+    depth_cap,
+    parameter_of,
+)
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, score_exact
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, answer_stats_by_depth, plan_batches
 
 BASELINE = "fixed-depth"
 TABLE_NAME = "exit_frontier"
 HEADLINE_NAME = "exit_headline"
 RECALL_SHARE = 0.95
-# figure1's default: KL at a few thresholds, argmax stability, entropy, and the oracle's upper bound.
-SERVING_CRITERIA = "kl:1e-2,kl:1e-3,kl:1e-4,stable:2,stable:4,entropy:0.5,entropy:0.1,oracle"
+FLOPS_ACCOUNT = "checked-positions"
+"""The `flops_per_query` accounting (the head only at checked positions); before it, every position."""
+# figure1's default: KL at a few thresholds, argmax stability, entropy, the readout-free latent
+# (Huginn's 0.03) and accel, and the oracle's upper bound.
+SERVING_CRITERIA = (
+    "kl:1e-2,kl:1e-3,kl:1e-4,stable:2,stable:4,entropy:0.5,entropy:0.1,"
+    "latent:0.03,latent:0.01,accel:0.03,accel:0.01,oracle"
+)
 
 
 def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
@@ -53,9 +72,7 @@ def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
     if cap > len(stats.exact):
         raise BiosrecallError(f"statistics cover {len(stats.exact)} depths, {cap} needed")
     depths = np.arange(1, cap + 1)[:, None]
-    cut = StepStats(
-        **{name: np.asarray(getattr(stats, name))[:cap] for name in ("kl", "entropy", "unchanged", "exact")}
-    )
+    cut = StepStats(**{name: None if v is None else np.asarray(v)[:cap] for name, v in vars(stats).items()})
     holds = np.asarray(criterion.holds(depths, cut), dtype=bool)
     holds = np.broadcast_to(holds, cut.exact.shape).copy()
     if isinstance(criterion, Oracle):
@@ -65,15 +82,22 @@ def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
     return holds.argmax(axis=0) + 1
 
 
-def query_flops(config, lengths: np.ndarray, depths: np.ndarray, readout_every_iteration: bool) -> np.ndarray:
-    """Modeled forward FLOPs of each query: its input tokens x per-token serving FLOPs at its depth."""
+def query_flops(
+    config, lengths: np.ndarray, checked: np.ndarray, depths: np.ndarray, criterion=None
+) -> np.ndarray:
+    """Modeled forward FLOPs of each query (`compute.flops.serving_flops`): `lengths` input tokens,
+    the last `checked` of them answer-predicting, served to `depths` under `criterion` (None: a fixed
+    depth); what the criterion reads sets the readouts and the readout-free checks it pays for."""
     if config is None:
         return np.full(len(depths), math.nan)
+    reads = None if criterion is None else criterion.reads
     flops = np.zeros(len(depths))
-    pairs = np.stack([lengths, depths], axis=1)
-    for length, depth in np.unique(pairs, axis=0):
-        per_token = serving_flops_per_token(config, int(depth), int(length), readout_every_iteration)
-        flops[(lengths == length) & (depths == depth)] = length * per_token
+    triples = np.stack([lengths, checked, depths], axis=1)
+    for length, count, depth in np.unique(triples, axis=0):
+        readouts = int(depth) if reads == "logits" else 1
+        checks = max(0, int(depth) - criterion.span + 1) if reads == "state" else 0
+        cost = serving_flops(config, int(length), int(depth), int(count), readouts, checks)
+        flops[(lengths == length) & (checked == count) & (depths == depth)] = cost
     return flops
 
 
@@ -90,6 +114,7 @@ def _row(name: str, kind: str, parameter, exact_at, depths, flops, scoring) -> d
         "mean_depth": float(np.mean(depths)),
         "p95_depth": float(np.percentile(depths, 95)),
         "flops_per_query": float(np.mean(flops)),
+        "flops_account": FLOPS_ACCOUNT,
     }
 
 
@@ -98,18 +123,18 @@ def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, 
     """One checkpoint's frontier: the fixed-depth baseline K = 1..max_depth, then each criterion."""
     max_depth = check_max_depth(max_depth)
     exact = np.asarray(stats.exact, dtype=bool)
-    lengths = np.asarray(eval_set.answer_start) + np.asarray(eval_set.answer_len) - 1
+    checked = np.asarray(eval_set.answer_len)
+    lengths = np.asarray(eval_set.answer_start) + checked - 1
     columns = np.arange(exact.shape[1])
     scoring = (eval_set, pool_sizes, threshold)
     records = []
     for k in range(1, max_depth + 1):
         depths = np.full(exact.shape[1], k)
-        flops = query_flops(config, lengths, depths, readout_every_iteration=False)
+        flops = query_flops(config, lengths, checked, depths)
         records.append(_row(f"K={k}", BASELINE, k, exact[k - 1], depths, flops, scoring))
     for criterion in criteria:
         depths = exit_depths(criterion, stats, max_depth)
-        every = not isinstance(criterion, Fixed | Oracle)
-        flops = query_flops(config, lengths, depths, readout_every_iteration=every)
+        flops = query_flops(config, lengths, checked, depths, criterion)
         parameter = parameter_of(criterion)
         exact_at = exact[depths - 1, columns]
         records.append(_row(criterion.spec, criterion.name, parameter, exact_at, depths, flops, scoring))
@@ -151,8 +176,8 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
     for job in jobs:
         dataset, eval_set = datasets[job.dataset_path], eval_sets[job.dataset_path]
         model, _ = runs.load_checkpoint(job.path, device=device)
-        stats = answer_stats_by_depth(model, eval_set, max_depth, batch_size=batch_size,
-                                      progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
+        stats = query_stats_by_depth(model, eval_set, max_depth, criteria, batch_size=batch_size,
+                                     progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
         config = getattr(model, "config", None)
         table = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, max_depth, config, threshold)
         tables.append(pd.concat([pd.DataFrame([_labels(job)] * len(table)), table], axis=1))
@@ -160,6 +185,52 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return pd.concat(tables, ignore_index=True)
+
+
+def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -> StepStats:
+    """`answer_stats_by_depth` (`options` go to it), with latent and accel from
+    `state_stats_by_depth` when a criterion reads the state."""
+    stats = answer_stats_by_depth(model, eval_set, max_depth, **options)
+    if not any(criterion.reads == "state" for criterion in criteria):
+        return stats
+    batch_size = options.get("batch_size", DEFAULT_BATCH_SIZE)
+    return replace(stats, **state_stats_by_depth(model, eval_set, max_depth, batch_size=batch_size))
+
+
+def state_stats_by_depth(model, eval_set, max_depth: int, *, batch_size: int = DEFAULT_BATCH_SIZE) -> dict:
+    """{"latent", "accel"}: numpy [max_depth, M] (row k - 1 is depth k), per query the largest over its
+    answer-predicting positions of `StateTrail`'s statistics, from the model's own all-depth pass (the
+    state after each iteration is what its last block layer returns)."""
+    max_depth = check_max_depth(max_depth)
+    blocks = getattr(model, "block", None)
+    if not blocks:
+        raise BiosrecallError("latent and accel need a looped model whose recurrent block can be observed")
+    device = next(model.parameters()).device
+    fields = {name: np.zeros((max_depth, len(eval_set.answer_start))) for name in ("latent", "accel")}
+    with torch.inference_mode():
+        for rows in plan_batches(eval_set, batch_size):
+            batch = answer_batch(eval_set, rows, device)
+            for depth, stats in enumerate(_observed_states(model, blocks[-1], batch, max_depth)):
+                for name, values in fields.items():
+                    per_row = torch.full((len(rows),), -math.inf, dtype=torch.float64, device=device)
+                    per_row.scatter_reduce_(0, batch.row_of_target, getattr(stats, name).double(), "amax")
+                    values[depth, rows] = per_row.cpu().numpy()
+    return fields
+
+
+def _observed_states(model, last_layer, batch, max_depth: int) -> list[StepStats]:
+    """`StateTrail` statistics at the batch's answer positions after each of `max_depth` iterations."""
+    trail, observed = StateTrail(), []
+    record = lambda _layer, _inputs, state: observed.append(trail.observe(state[batch.positions]))  # noqa: E731
+    handle = last_layer.register_forward_hook(record)
+    try:
+        for _ in model.forward_all_depths(batch.tokens, [max_depth], positions=batch.positions):
+            pass  # one readout at the max depth: the states are what is wanted
+    finally:
+        handle.remove()
+    if len(observed) != max_depth:
+        raise BiosrecallError(f"the block ran {len(observed)} times for {max_depth} iterations")
+    return observed
 
 
 def _shallowest(rows: pd.DataFrame, target: float) -> pd.Series | None:
@@ -213,9 +284,10 @@ def _current_headline(out_dir: Path, run_dirs, criteria, max_depth: int) -> pd.D
         scored = set(frontier.loc[frontier["kind"] != BASELINE, "criterion"])
         deepest = int(frontier.loc[frontier["kind"] == BASELINE, "parameter"].max())
         same_runs = set(frontier["run"]) == set(run_labels(run_dirs))
+        priced = bool((frontier["flops_account"] == FLOPS_ACCOUNT).all())
     except (OSError, ValueError, KeyError):
         return None
-    current = same_runs and scored == {c.spec for c in criteria} and deepest == max_depth
+    current = same_runs and priced and scored == {c.spec for c in criteria} and deepest == max_depth
     return headline if current else None
 
 

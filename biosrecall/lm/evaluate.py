@@ -22,15 +22,16 @@ eval_tokens. The mean serving-depth NLL is the unweighted mean of `nll` over dep
 Per-token exit (`evaluate_exits`, exit criteria of `biosrecall.eval.exits`, capped at the max serving
 depth) scores the first `sequences` validation windows with `biosrecall.model.decode.teacher_forced`:
 each window is fed one token at a time through the KV-cached decoder, every position stops at the
-first depth its criterion holds on its own readout, and its next-token distribution is read there;
-later positions attend to an earlier one's last-iteration K/V (the decoder's cache semantics). That
-is sequential in position, so it is far slower than the one-pass sweep, hence the smaller default
-window count. Each position is a decision of its own, so a criterion's NLL is not the NLL of any one
-fixed depth; to compare like with like the table also holds the fixed-depth baseline on the same
-windows. It goes to RUN_DIR/eval/nll_exit.{csv,parquet}, one row per (checkpoint, criterion): the run
-columns above, then criterion (its text, or "K=<k>" for the baseline), kind ("fixed-depth", "fixed",
-"kl", "stable", "entropy"), parameter, nll, mean_depth, p95_depth (exit depth over target tokens),
-eval_tokens.
+first depth its criterion holds on its own readout (on its own recurrent state for the readout-free
+`latent` and `accel`), and its next-token distribution is read there; later positions attend to an
+earlier one's last-iteration K/V (the decoder's cache semantics). That is sequential in position, so
+it is far slower than the one-pass sweep, hence the smaller default window count. Each position is
+a decision of its own, so a criterion's NLL is not the NLL of any one fixed depth; to compare like
+with like the table also holds the fixed-depth baseline on the same windows. It goes to
+RUN_DIR/eval/nll_exit.{csv,parquet}, one row per (checkpoint, criterion): the run columns above,
+then criterion (its text, or "K=<k>" for the baseline), kind ("fixed-depth", "fixed",
+"kl", "stable", "entropy", "latent", "accel"), parameter, nll, mean_depth, p95_depth (exit depth over
+target tokens), eval_tokens.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.outputs import write_table
 from biosrecall.runs import load_checkpoint
+from biosrecall.train.layout import EVAL_DIR, eval_dir
 from biosrecall.train.run_dir import read_config
 
 SERVING_DEPTHS = tuple(range(1, 17))
-EVAL_DIR = "eval"
 TABLE = "nll"
 EXIT_TABLE = "nll_exit"
 BASELINE = "fixed-depth"
@@ -138,7 +139,7 @@ def evaluate_run(
         table = depth_nll(model, batches, depths, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
-    write_table(result, run_dir / EVAL_DIR / TABLE)
+    write_table(result, eval_dir(run_dir) / TABLE)
     return result
 
 
@@ -207,7 +208,7 @@ def evaluate_exits(
         table = exit_nll(model, windows, criteria, max_depth, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
-    write_table(result, run_dir / EVAL_DIR / EXIT_TABLE)
+    write_table(result, eval_dir(run_dir) / EXIT_TABLE)
     return result
 
 
@@ -230,7 +231,7 @@ def with_checkpoint_columns(
 
 def read_table(run_dir: str | Path) -> pd.DataFrame:
     """A run's evaluation table, with a pointer to `lm eval` when there is none."""
-    path = Path(run_dir) / EVAL_DIR / f"{TABLE}.parquet"
+    path = eval_dir(run_dir) / f"{TABLE}.parquet"
     if not path.is_file():
         raise BiosrecallError(
             f"{run_dir} has no {EVAL_DIR}/{TABLE}.parquet (run `biosrecall lm eval {run_dir}`)"
@@ -258,5 +259,5 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
 
 def read_exit_table(run_dir: str | Path) -> pd.DataFrame | None:
     """A run's per-token exit table (`evaluate_exits`), or None when it has none."""
-    path = Path(run_dir) / EVAL_DIR / f"{EXIT_TABLE}.parquet"
+    path = eval_dir(run_dir) / f"{EXIT_TABLE}.parquet"
     return pd.read_parquet(path) if path.is_file() else None

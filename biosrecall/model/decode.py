@@ -11,11 +11,14 @@ per-token exit.
 
 `new_judge()` returns a fresh judge for one token; `judge(depth, logits [V])` is asked after each
 iteration's readout and returns True to stop (`biosrecall.eval.exits.exit_judge` builds one from an
-exit criterion). Every token stops at `max_depth` at the latest.
+exit criterion). Every token stops at `max_depth` at the latest. A judge with `reads_state` set (a
+readout-free criterion: `latent`, `accel`) is asked with the token's recurrent state [d] instead, and
+the token is read out only once, at the depth it stops at.
 
 Cache semantics. The prompt minus its last token is prefilled in one pass at `max_depth` iterations.
 Every later token (the last prompt token, then each generated one) runs the prelude once, then block
-iterations 1, 2, ... with a readout (coda + head) after each until its judge says stop at depth e.
+iterations 1, 2, ... with a readout (coda + head) after each (after the last only, for a judge that
+reads the state) until its judge says stop at depth e.
 At iteration i it attends to the cached K/V of iteration i of every earlier token; an earlier token
 that stopped at e' < i offers the K/V of its last iteration e' instead (as Huginn does). In the coda
 every earlier token offers the K/V of its readout at its own exit depth. Without a judge no token
@@ -43,8 +46,24 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.layers import KVCache, Rope
 
 Judge = Callable[[int, torch.Tensor], bool]
-# (depth, logits [B, V]) -> bool [B]: which rows stop (`biosrecall.eval.exits.exit_judge`)
+# (depth, logits [B, V]) -> bool [B]: which rows stop (`biosrecall.eval.exits.exit_judge`); with
+# `reads_state` set it is given the state [B, d] of the new token instead
 RowsJudge = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+def _reads_state(judge) -> bool:
+    """The judge decides from the recurrent state rather than a readout (a readout-free criterion)."""
+    return bool(getattr(judge, "reads_state", False))
+
+
+def _one_row(judge: Judge) -> RowsJudge:
+    """A one-token judge as the judge of a single row, reading what it reads."""
+
+    def rows_judge(depth: int, values: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([bool(judge(depth, values[0]))])
+
+    rows_judge.reads_state = _reads_state(judge)
+    return rows_judge
 
 
 @dataclass(frozen=True)
@@ -113,9 +132,7 @@ class CachedDecoder:
 
     def step(self, token: int, judge: Judge | None = None) -> tuple[torch.Tensor, int]:
         """Append one token; return its next-token logits [V] and the depth it stopped at."""
-        rows_judge = None
-        if judge is not None:
-            rows_judge = lambda depth, logits: torch.tensor([bool(judge(depth, logits[0]))])  # noqa: E731
+        rows_judge = None if judge is None else _one_row(judge)
         logits, depths = self.step_rows(torch.tensor([token]), rows_judge)
         return logits[0], int(depths[0])
 
@@ -124,7 +141,8 @@ class CachedDecoder:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append one token to every row (int [B]); return each row's next-token logits [B, V] at the
         depth it stopped at, and those depths (int [B]). Without a judge every row runs to the max
-        depth with a single readout."""
+        depth with a single readout; with one that reads the state, a readout happens only at a depth
+        where some row stops."""
         self._check_room(1)
         ids = tokens.view(self.rows, 1).to(self.block.device)
         rope = self.model.rope_at(self.length, 1)
@@ -136,8 +154,9 @@ class CachedDecoder:
             state = self._iteration(state, inject, depth, rope)
             if judge is None and depth < self.max_depth:
                 continue  # a fixed depth needs no decision, so no intermediate readout
-            logits = self._readout(state, rope)
-            stop = ~done if depth == self.max_depth else ~done & judge(depth, logits).to(done.device)
+            stop, logits = self._decide(depth, state, rope, judge, done)
+            if logits is None:
+                continue
             coda = self.coda[:, :, :, self.length]  # [layer, K/V, row, head, dim]
             first = kept_logits is None
             kept_logits = logits if first else torch.where(stop[:, None], logits, kept_logits)
@@ -151,6 +170,16 @@ class CachedDecoder:
         self._freeze_block(exits)
         self.length += 1
         return kept_logits, exits
+
+    def _decide(self, depth: int, state, rope: Rope, judge: RowsJudge | None, done: torch.Tensor):
+        """(rows that stop at `depth`, the readout's logits [B, V]); the logits are None when a judge
+        that reads the state stops no row, because then nothing needs reading out."""
+        last = depth == self.max_depth
+        if judge is not None and _reads_state(judge):
+            stop = ~done if last else ~done & judge(depth, state[:, -1]).to(done.device)
+            return stop, (self._readout(state, rope) if bool(stop.any()) else None)
+        logits = self._readout(state, rope)
+        return (~done if last else ~done & judge(depth, logits).to(done.device)), logits
 
     def _freeze_block(self, exits: torch.Tensor) -> None:
         """At the newest position, iterations beyond a row's exit depth get the K/V of its exit one."""
