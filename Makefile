@@ -41,7 +41,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.extras
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not distributed"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not distributed" --durations=25
 	$(PY) -m pytest -q -m distributed
 
 ## Everyday loop while developing: skip tests marked slow.
