@@ -87,6 +87,10 @@ def error_number(exc: BaseException) -> int | None:
 # write takes back (see the module docstring). Absolute paths; shared by threads, hence the lock.
 _CREATED: dict[Path, set[Path]] = {}
 _CREATED_LOCK = threading.Lock()
+# Folder -> the inode of the complete folder this process is swapping in (`atomic_directory`): a
+# command stopped by a signal after its output was committed has finished its work (`committed`).
+# Recorded before the rename, because the signal can land between the rename and the next bytecode.
+_SWAPPED_IN: dict[Path, int] = {}
 
 
 def _make_folder(folder: Path) -> None:
@@ -307,6 +311,16 @@ def _written_in(exc: BaseException, tmp: Path, path: Path) -> Path | None:
     return path if error_number(exc) in DISK_FULL else None
 
 
+def committed(path: str | Path) -> bool:
+    """Whether this process swapped a complete folder into place at `path` (`atomic_directory`): the
+    folder there is the one it built (a rename keeps the inode)."""
+    inode = _SWAPPED_IN.get(Path(path).absolute())
+    try:
+        return inode is not None and os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
 def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
     """Rename `tmp` to `path`; an existing `path` (with `overwrite`) is moved aside first, put back on
     failure, and deleted once the new folder is in place."""
@@ -316,6 +330,7 @@ def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
             prefix = temporary_prefix(path)
             aside = Path(tempfile.mkdtemp(prefix=prefix, suffix=ASIDE_SUFFIX, dir=path.parent))
             os.replace(path, aside / ASIDE_ENTRY)
+        _SWAPPED_IN[Path(path).absolute()] = os.stat(tmp).st_ino
         os.replace(tmp, path)
     except BaseException as exc:
         if aside is not None and os.path.lexists(aside / ASIDE_ENTRY) and not os.path.lexists(path):

@@ -124,6 +124,7 @@ def when_exists(pattern: str) -> Callable[[Path], Callable[[subprocess.Popen], b
 # ---- generate ---------------------------------------------------------------------------------------
 
 GENERATE = ["generate", "--out", "out", "--people", "200", "--seed", "3"]
+WRITTEN = when_exists("out")  # the complete folder is swapped into place under this name
 
 
 @pytest.mark.parametrize(
@@ -132,7 +133,7 @@ GENERATE = ["generate", "--out", "out", "--people", "200", "--seed", "3"]
         pytest.param(at_start, signal.SIGINT, id="starting"),
         pytest.param(when_exists(".out.*.tmp"), signal.SIGINT, id="writing"),
         pytest.param(when_exists(".out.*.tmp"), signal.SIGTERM, id="writing-SIGTERM"),
-        pytest.param(when_exists("out"), signal.SIGINT, id="written"),
+        pytest.param(WRITTEN, signal.SIGINT, id="written"),
     ],
 )
 def test_generate_stops_cleanly_or_finishes(tmp_path, moment, sig):
@@ -141,6 +142,8 @@ def test_generate_stops_cleanly_or_finishes(tmp_path, moment, sig):
     assert leftovers(tmp_path) == []
     if code == 0 or (tmp_path / "out").exists():
         assert load_dataset(tmp_path / "out").num_people == 200  # complete: it loads and checks out
+    if moment is WRITTEN:  # the dataset was in place when the signal came: nothing was interrupted
+        assert (code, stderr) == (0, ""), stderr
 
 
 def test_generate_exits_0_once_it_has_printed_its_result(tmp_path):

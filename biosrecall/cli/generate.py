@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from biosrecall.atomic import committed
 from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, NAME_PARTS, generate_dataset, load_dataset
 from biosrecall.bios.export_text import (
     DEFAULT_EXPOSURES,
@@ -238,16 +239,22 @@ def generate(
     if export is not None:  # refuse a bad text output before the dataset is written
         export.check(inputs=[dataset_dir, pools_dir or POOLS_DIR, templates_dir or TEMPLATES_DIR])
     if from_dataset is None:
-        generate_dataset(
-            dataset_dir,
-            people=people,
-            seed=seed,
-            pool_sizes=parse_pool_sizes(pool_sizes),
-            holdout_eval_templates=holdout_eval_templates,
-            overwrite=overwrite,
-            templates_dir=templates_dir,
-            pools_dir=pools_dir,
-        )
+        try:
+            generate_dataset(
+                dataset_dir,
+                people=people,
+                seed=seed,
+                pool_sizes=parse_pool_sizes(pool_sizes),
+                holdout_eval_templates=holdout_eval_templates,
+                overwrite=overwrite,
+                templates_dir=templates_dir,
+                pools_dir=pools_dir,
+            )
+        except KeyboardInterrupt:
+            # Stopped after the dataset was swapped into place (while letting go of the lock, say):
+            # nothing was interrupted, so the command goes on as if the signal came a moment later.
+            if not committed(dataset_dir):
+                raise
         if export is None:
             work_done()  # the dataset is written: a Ctrl-C during the summary interrupts nothing
         click.echo("\n".join(_summary(dataset_dir, pools_dir)))
