@@ -37,6 +37,7 @@ COMMANDS = {
     "diagnose-update": ("biosrecall.cli.diagnose", "diagnose_update"),
     "lm": ("biosrecall.cli.lm", "lm"),
     "ask": ("biosrecall.cli.ask", "ask"),
+    "gate": ("biosrecall.cli.gate", "gate"),
     "export": ("biosrecall.cli.export", "export"),
     "sweep": ("biosrecall.cli.sweep", "sweep"),
 }

@@ -23,7 +23,13 @@ from biosrecall.numbers import DEPTH, counts
 @config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("prompt")
-@click.option("--exit", "exit_spec", default="kl:1e-3", show_default=True, help="One exit criterion.")
+@click.option(
+    "--exit",
+    "exit_spec",
+    default="kl:1e-3",
+    show_default=True,
+    help="One exit criterion (recall-curve's; gate:DELTA needs `biosrecall gate train` first).",
+)
 @click.option(
     "--max-depth", default=64, type=Integer(DEPTH), show_default=True, help="Most block iterations per token."
 )

@@ -111,7 +111,8 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     "exits",
     multiple=True,
     help="Exit criteria to score (repeatable or a comma list): fixed:K, kl:EPS, stable:M, entropy:H, "
-    "latent:EPS, accel:EPS (no readout: the recurrent state's change), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
+    "latent:EPS, accel:EPS (no readout: the recurrent state's change), gate:DELTA (the learned gate of "
+    "`biosrecall gate train`, recall lost <= DELTA), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
     "--aggregate-seeds",
@@ -181,6 +182,10 @@ def recall_curve(
     from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
 
     criteria = _parse_exits(exits, max_depth)
+    if criteria:  # a gate:DELTA without its fitted gate is refused before anything is written
+        from biosrecall.eval.gate import check_gates
+
+        check_gates(run_dirs, criteria, checkpoints or DEFAULT_CHECKPOINTS, max_depth)
     groups = _seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
     batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
     table = recall_curves(

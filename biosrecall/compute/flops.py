@@ -6,6 +6,7 @@
     param_counts(cfg)                                 # parameters by component
     recompute_flops_per_token(cfg, depth=16)          # extra, with activation checkpointing
     serving_flops(cfg, length=15, depth=4, checked=2, readouts=4)  # one query, read out per iteration
+    serving_flops(cfg, 15, 4, 2, gate_checks=3)       # one query under the learned exit gate
     readout_flops(cfg, positions=15, checked=2)       # one readout, the head at 2 of 15 positions
 
 Every other module (planner, trainer, `biosrecall flops`, benchmarks) asks here; nothing else
@@ -233,6 +234,13 @@ STATE_CHECK_FLOPS_PER_WIDTH = 4
 d-vectors (the difference and the state), 2 FLOPs per multiply-add like the matmuls."""
 
 
+GATE_CHECK_FLOPS_PER_WIDTH = 4
+"""FLOPs per model dimension of one learned-gate check at one position (`biosrecall.eval.gate`):
+LayerNorm then Linear(d, 1). The Linear is one dot product (2 d); the LayerNorm's variance is a sum
+of squares (2 d); its mean and centring are additions, counted 0 like every norm, and its affine
+weight and bias fold into the Linear's, so they cost nothing at serving."""
+
+
 def readout_flops(cfg: ModelConfig, positions: int, checked: int) -> int:
     """Forward FLOPs of one readout (coda + head) of a query read at `checked` positions, the last of
     which is position `positions` - 1 (a query's input ends there). Causal attention makes the checked
@@ -253,19 +261,24 @@ def readout_flops(cfg: ModelConfig, positions: int, checked: int) -> int:
     return (cfg.n_coda - 1) * (mm + att) * positions + last + head
 
 
-def serving_flops(
-    cfg: ModelConfig, length: int, depth: int, checked: int, readouts: int = 1, state_checks: int = 0
-) -> int:
+def serving_flops(cfg: ModelConfig, length: int, depth: int, checked: int, readouts: int = 1,
+                  state_checks: int = 0, gate_checks: int = 0) -> int:  # fmt: skip
     """Forward FLOPs of serving one query of `length` input tokens read at its last `checked`
     positions, to exit depth `depth`: the prelude and `depth` iterations at every position,
     `readouts` readouts (`readout_flops`: one for a fixed depth, one per checked iteration for a
     criterion that reads out, the last being the answer) and `state_checks` readout-free checks at
-    each checked position (`STATE_CHECK_FLOPS_PER_WIDTH` x d each)."""
+    each checked position (`STATE_CHECK_FLOPS_PER_WIDTH` x d each) and `gate_checks` learned-gate
+    checks there (`GATE_CHECK_FLOPS_PER_WIDTH` x d each)."""
     fwd = forward_flops_per_token(cfg, _seq_len(cfg, length))
     if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
         raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
-    if readouts < 1 or state_checks < 0:
-        raise BiosrecallError(f"a served query reads out at least once ({readouts=}, {state_checks=})")
+    if readouts < 1 or state_checks < 0 or gate_checks < 0:
+        raise BiosrecallError(
+            f"a served query reads out at least once ({readouts=}, {state_checks=}, {gate_checks=})"
+        )
     recurrent = length * (fwd.prelude + fwd.injection + int(depth) * fwd.iteration)
-    checks = int(state_checks) * int(checked) * STATE_CHECK_FLOPS_PER_WIDTH * cfg.d_model
+    per_position = (
+        int(state_checks) * STATE_CHECK_FLOPS_PER_WIDTH + int(gate_checks) * GATE_CHECK_FLOPS_PER_WIDTH
+    )
+    checks = per_position * int(checked) * cfg.d_model
     return recurrent + int(readouts) * readout_flops(cfg, length, checked) + checks

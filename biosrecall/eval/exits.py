@@ -11,6 +11,10 @@ Each criterion is a small named object with one parameter, written on the comman
     accel:eps    the relative second difference ||s_k - 2 s_{k-1} + s_{k-2}|| / ||s_k|| is below eps at
                  two iterations in a row (never before depth 4; the two-scale rule of arXiv 2509.23314):
                  no readout needed
+    gate:delta   the learned exit gate of the run's checkpoint (`biosrecall gate train`,
+                 `biosrecall.eval.gate`) at the threshold calibrated so that the recall lost against
+                 the best fixed depth stays under delta (in (0, 1)) with the confidence it was fitted
+                 at; parsed here as `Gate(delta)` and resolved against a run by `eval.gate.resolve_gates`
     oracle       the smallest depth at which the answer is exact (depth 1 when none is): an upper
                  bound on what any criterion could achieve; it needs the answer, so it only scores
 
@@ -25,7 +29,9 @@ Each criterion is a small named object with one parameter, written on the comman
 What a criterion reads (`reads`): "logits" (kl, stable, entropy: a readout after every iteration),
 "state" (latent, accel: the recurrent state only, so the one readout is at the exit depth; their
 judge has `reads_state` set and is given the state [..., d] instead of logits), or None (fixed and
-the oracle need no decision). `compute.flops.serving_flops` prices each accordingly.
+the oracle need no decision), or "gate" (the learned gate: its logit from the state, one LayerNorm
+and Linear per checked position and iteration; its judge too is given the state).
+`compute.flops.serving_flops` prices each accordingly.
 
 A query (or a token) exits at the first depth where its criterion holds, and always at the max depth
 (`check_max_depth`, default 64). For a whole query the statistics of its answer-predicting positions
@@ -54,7 +60,12 @@ DEFAULT_SWEEPS = {
     "entropy": (1.0, 0.5, 0.2, 0.1, 0.05, 0.01),
     "latent": (0.1, 0.05, 0.03, 0.01, 0.003, 0.001),
     "accel": (0.1, 0.05, 0.03, 0.01, 0.003, 0.001),
+    "gate": (0.2, 0.1, 0.05, 0.02, 0.01),  # delta: the recall loss allowed, strictest last
 }
+_UNRESOLVED_GATE = (
+    "gate:{delta:g} needs the run's fitted exit gate, which only bioS runs have "
+    "(`biosrecall gate train RUN`; language-model gates are not implemented)"
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class StepStats:
     exact: torch.Tensor | np.ndarray | None = None  # every answer position right (scoring only)
     latent: torch.Tensor | np.ndarray | None = None  # relative state change; +inf at depth 1
     accel: torch.Tensor | np.ndarray | None = None  # larger of the last two relative second differences
+    gate: torch.Tensor | np.ndarray | None = None  # learned gate logit (smallest over a query's positions)
 
 
 class LogitTrail:
@@ -241,7 +253,24 @@ class Accel:
         return f"accel:{self.eps:g}"
 
 
-Criterion = Fixed | KL | Stable | Entropy | Latent | Accel | Oracle
+@dataclass(frozen=True)
+class Gate:
+    """The learned exit gate at recall loss delta, before it is resolved against a run's fitted gate
+    (`biosrecall.eval.gate.resolve_gates` turns it into a `GateExit`, which serves and scores)."""
+
+    delta: float
+    name = "gate"
+    reads = "gate"
+
+    def holds(self, depth: int, stats: StepStats):
+        raise BiosrecallError(_UNRESOLVED_GATE.format(delta=self.delta))
+
+    @property
+    def spec(self) -> str:
+        return f"gate:{self.delta:g}"
+
+
+Criterion = Fixed | KL | Stable | Entropy | Latent | Accel | Gate | Oracle
 
 
 def parameter_of(criterion: Criterion) -> float:
@@ -259,7 +288,9 @@ def check_max_depth(max_depth: int) -> int:
 def depth_cap(criterion: Criterion, max_depth: int) -> int:
     """The deepest a query can go under `criterion`: max_depth, or K for fixed:K when smaller."""
     max_depth = check_max_depth(max_depth)
-    return min(criterion.depth, max_depth) if isinstance(criterion, Fixed) else max_depth
+    # fixed:K stops at K; a resolved gate (`eval.gate.GateExit`) at its reference depth
+    limit = criterion.depth if isinstance(criterion, Fixed) else getattr(criterion, "cap", max_depth)
+    return min(limit, max_depth)
 
 
 def _number(name: str, value: str, raw: str) -> float:
@@ -269,6 +300,16 @@ def _number(name: str, value: str, raw: str) -> float:
         raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
     if not math.isfinite(number) or number <= 0:
         raise BiosrecallError(f"exit criterion {raw!r}: the {name} threshold must be a positive number")
+    return number
+
+
+def _delta(value: str, raw: str) -> float:
+    try:
+        number = parse_float(value)
+    except BiosrecallError:
+        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
+    if not 0 < number < 1:  # also refuses nan and the infinities
+        raise BiosrecallError(f"exit criterion {raw!r}: the recall loss delta must lie in (0, 1)")
     return number
 
 
@@ -289,6 +330,7 @@ _BUILDERS = {
     "entropy": lambda v, raw: Entropy(_number("entropy", v, raw)),
     "latent": lambda v, raw: Latent(_number("latent", v, raw)),
     "accel": lambda v, raw: Accel(_number("accel", v, raw)),
+    "gate": lambda v, raw: Gate(_delta(v, raw)),
 }
 
 
@@ -324,6 +366,9 @@ def check_servable(criteria) -> list[Criterion]:
         raise BiosrecallError("no exit criterion given")
     if any(isinstance(criterion, Oracle) for criterion in criteria):
         raise BiosrecallError(_CANNOT_SERVE)
+    unresolved = next((criterion for criterion in criteria if isinstance(criterion, Gate)), None)
+    if unresolved is not None:
+        raise BiosrecallError(_UNRESOLVED_GATE.format(delta=unresolved.delta))
     return list(criteria)
 
 
@@ -332,6 +377,8 @@ def exit_judge(criterion: Criterion):
     [..., V]) -> bool [...], where the criterion holds; one token's logits [V] give a single bool.
     A readout-free criterion's judge (`reads_state` True) takes the recurrent state [..., d] instead."""
     check_servable([criterion])
+    if criterion.reads == "gate":
+        return criterion.judge()  # a resolved gate (`eval.gate.GateExit`) judges from the state itself
     trail = StateTrail() if criterion.reads == "state" else LogitTrail()
 
     def judge(depth: int, values: torch.Tensor) -> torch.Tensor:

@@ -259,7 +259,7 @@ def plot_recall_curves(
     return fig
 
 
-EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "latent", "accel", "oracle")
+EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "latent", "accel", "gate", "oracle")
 
 
 def _draw_frontier(ax, rows: pd.DataFrame, run_styles: dict) -> None:

@@ -13,7 +13,7 @@ readout-free criterion is scored, `state_stats_by_depth`'s pass over the same qu
 
 Frontier table (one row per run, checkpoint and criterion): run, schedule, checkpoint, fraction,
 criterion (its text, or "K=<k>" for the fixed-depth baseline), kind ("fixed-depth", "fixed", "kl",
-"stable", "entropy", "latent", "accel", "oracle"), parameter, bits (recalled bits per person,
+"stable", "entropy", "latent", "accel", "gate", "oracle"), parameter, bits (recalled bits per person,
 `threshold` of 5 templates), recall, exact (share of exact queries), mean_depth, p95_depth,
 flops_per_query (mean modeled forward FLOPs per query, `compute.flops.serving_flops`: the prelude and
 every iteration over the query's input tokens, and a readout whose head runs only at the answer
@@ -96,7 +96,8 @@ def query_flops(
     for length, count, depth in np.unique(triples, axis=0):
         readouts = int(depth) if reads == "logits" else 1
         checks = max(0, int(depth) - criterion.span + 1) if reads == "state" else 0
-        cost = serving_flops(config, int(length), int(depth), int(count), readouts, checks)
+        gates = criterion.checks(int(depth)) if reads == "gate" else 0
+        cost = serving_flops(config, int(length), int(depth), int(count), readouts, checks, gates)
         flops[(lengths == length) & (checked == count) & (depths == depth)] = cost
     return flops
 
@@ -161,12 +162,14 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
                   people: int | None = None) -> pd.DataFrame:  # fmt: skip
     """The frontier table (module doc) of the selected checkpoints of each run."""
     from biosrecall.eval.curves import load_checked_datasets, plan_jobs
+    from biosrecall.eval.gate import check_gates, resolve_gates
     from biosrecall.train.distributed import resolve_device
 
     max_depth = check_max_depth(max_depth)
     if people is not None and people < 1:
         raise BiosrecallError(f"--people must be at least 1 (got {people})")
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
+    check_gates(run_dirs, criteria, checkpoints, max_depth)  # every gate before the first model runs
     datasets = load_checked_datasets(jobs)
     eval_sets = {path: _eval_set(dataset, people) for path, dataset in datasets.items()}
     for eval_set in eval_sets.values():
@@ -175,11 +178,12 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
     tables = []
     for job in jobs:
         dataset, eval_set = datasets[job.dataset_path], eval_sets[job.dataset_path]
+        resolved = resolve_gates(criteria, job.run_dir, job.label, job.path, max_depth)
         model, _ = runs.load_checkpoint(job.path, device=device)
-        stats = query_stats_by_depth(model, eval_set, max_depth, criteria, batch_size=batch_size,
+        stats = query_stats_by_depth(model, eval_set, max_depth, resolved, batch_size=batch_size,
                                      progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
         config = getattr(model, "config", None)
-        table = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, max_depth, config, threshold)
+        table = exit_rows(stats, eval_set, dataset.pool_sizes, resolved, max_depth, config, threshold)
         tables.append(pd.concat([pd.DataFrame([_labels(job)] * len(table)), table], axis=1))
         del model
         if torch.cuda.is_available():
@@ -189,12 +193,19 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
 
 def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -> StepStats:
     """`answer_stats_by_depth` (`options` go to it), with latent and accel from
-    `state_stats_by_depth` when a criterion reads the state."""
+    `state_stats_by_depth` when a criterion reads the state, and the gate logits of a resolved
+    `gate:delta` (`eval.gate.gate_scores_by_depth`; every one in a list shares one checkpoint's gate)."""
     stats = answer_stats_by_depth(model, eval_set, max_depth, **options)
-    if not any(criterion.reads == "state" for criterion in criteria):
-        return stats
     batch_size = options.get("batch_size", DEFAULT_BATCH_SIZE)
-    return replace(stats, **state_stats_by_depth(model, eval_set, max_depth, batch_size=batch_size))
+    if any(criterion.reads == "state" for criterion in criteria):
+        stats = replace(stats, **state_stats_by_depth(model, eval_set, max_depth, batch_size=batch_size))
+    gate = next((criterion for criterion in criteria if criterion.reads == "gate"), None)
+    if gate is not None:
+        from biosrecall.eval.gate import gate_scores_by_depth
+
+        scores = gate_scores_by_depth(model, gate.head, eval_set, max_depth, gate.cap, batch_size)
+        stats = replace(stats, gate=scores)
+    return stats
 
 
 def state_stats_by_depth(model, eval_set, max_depth: int, *, batch_size: int = DEFAULT_BATCH_SIZE) -> dict:
@@ -330,12 +341,14 @@ def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, check
     from biosrecall.bios import load_dataset
     from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
     from biosrecall.eval.exits import exit_judge
+    from biosrecall.eval.gate import resolve_gates
     from biosrecall.model.decode import greedy_decode
     from biosrecall.train.distributed import resolve_device
 
+    label, path = runs.select_checkpoint(run_dir, checkpoint)
+    criterion = resolve_gates([criterion], run_dir, label, path, max_depth)[0]
     cap = depth_cap(criterion, max_depth)
     judge = None if isinstance(criterion, Fixed) else (lambda: exit_judge(criterion))
-    _, path = runs.select_checkpoint(run_dir, checkpoint)
     meta = runs.read_meta(path)
     dataset_path = runs.training_data_of(run_dir, meta, data_dir)
     tokenizer = load_dataset(dataset_path).tokenizer

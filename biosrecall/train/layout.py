@@ -9,6 +9,8 @@
     RUN_DIR/checkpoints/latest           ... a symbolic link to the newest one
     RUN_DIR/checkpoints/.<name>.tmp|.old temporaries of interrupted saves (hidden: names start with ".")
     RUN_DIR/eval/                        `lm eval` and `lm harness` tables (`biosrecall.lm.evaluate`)
+    RUN_DIR/gates/<label>/               the learned exit gate of checkpoint <label> (`gate train`,
+                                         `biosrecall.eval.gate`): gate.json and calibration.npz
     .RUN_DIR.lock                        beside the folder: held by the one process writing the run
 
 Every checkpoint folder holds the files of `biosrecall.train.checkpoint_files` (`model.safetensors`,
@@ -57,6 +59,9 @@ __all__ = [
     "CHECKPOINTS",
     "CONFIG_FILE",
     "EVAL_DIR",
+    "GATES_DIR",
+    "GATE_CALIBRATION_FILE",
+    "GATE_RECORD_FILE",
     "LATEST",
     "METRICS_FILE",
     "META_FILE",
@@ -70,6 +75,7 @@ __all__ = [
     "config_file",
     "eval_dir",
     "finished",
+    "gate_dir",
     "fraction_dirname",
     "hidden_path",
     "hide_state",
@@ -102,6 +108,9 @@ LATEST = "latest"
 SWITCH = "switch"
 EVAL_DIR = "eval"
 RECALL_CACHE_FILE = "recall.parquet"
+GATES_DIR = "gates"
+GATE_RECORD_FILE = "gate.json"
+GATE_CALIBRATION_FILE = "calibration.npz"
 _STATE_PREFIX = "state-"
 _UPDATE_PREFIX = "update-"
 # The hidden temporary of an atomic write (`biosrecall.atomic`): `.<name>.XXXXXXXX.tmp` or `.old`.
@@ -125,6 +134,11 @@ def checkpoints_dir(run_dir: str | Path) -> Path:
 def eval_dir(run_dir: str | Path) -> Path:
     """Where `lm eval` and `lm harness` write their tables by default."""
     return Path(run_dir) / EVAL_DIR
+
+
+def gate_dir(run_dir: str | Path, label: str) -> Path:
+    """The folder of the learned exit gate fitted on checkpoint `label` (`biosrecall gate train`)."""
+    return Path(run_dir) / GATES_DIR / label
 
 
 def recall_cache_file(checkpoint: str | Path) -> Path:

@@ -1,0 +1,80 @@
+"""`biosrecall gate`: the learned exit gate of a bioS run (`biosrecall.eval.gate`).
+
+    biosrecall gate train runs/ff                       # the final checkpoint's gate
+    biosrecall gate train runs/ff --checkpoint 0.45,final --confidence 0.9
+    biosrecall recall-curve runs/ff --checkpoint final --exit gate:0.05
+    biosrecall ask runs/ff "Ada Quill Morrison was born in" --exit gate:0.1
+
+`gate train` fits the gate on the training phrasings of a seeded share of the people, calibrates its
+threshold for each delta on the rest and writes RUN/gates/<label>/ (gate.json, calibration.npz); it
+prints, per delta, the calibrated threshold and the calibration queries' mean exit depth.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option
+from biosrecall.numbers import DEPTH, SEED, counts, rates
+
+
+@click.group()
+def gate() -> None:
+    """Learned exit gate: fit and calibrate it on a bioS run, then serve with --exit gate:DELTA."""
+
+
+@gate.command("train", short_help="Fit and calibrate the exit gate of a bioS run's checkpoints.")
+@config_option()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@checkpoint_option("Checkpoints to fit a gate for (repeatable)", ("final",), multiple=True)
+@click.option(
+    "--max-depth",
+    default=64,
+    type=Integer(DEPTH),
+    show_default=True,
+    help="Deepest fixed depth searched for the reference (the best fixed depth, where the gate stops at the latest).",
+)
+@click.option(
+    "--seed", default=0, type=Integer(SEED), show_default=True, help="Seed of the people split and the fit."
+)
+@click.option(
+    "--confidence",
+    default=0.95,
+    type=Real(rates(0, 1, low_open=True, high_open=True)),
+    show_default=True,
+    help="Confidence of the calibration bound: recall lost <= delta with this probability.",
+)
+@click.option(
+    "--batch-size", default=256, type=Integer(counts()), show_default=True, help="Rows per forward pass."
+)
+@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+def train(run_dir, max_depth, seed, confidence, batch_size, device, data_dir, **selected):
+    """Fit the learned exit gate of RUN_DIR's checkpoints on the training phrasings of its dataset and
+    calibrate its threshold per delta on held-out people; write RUN_DIR/gates/<label>/."""
+    from biosrecall.eval.gate_fit import fit_gates
+    from biosrecall.interrupts import work_done
+
+    written = fit_gates(run_dir, selected[CHECKPOINT_LIST], max_depth=max_depth, seed=seed,
+                        confidence=confidence, batch_size=batch_size, device=device, data_dir=data_dir)  # fmt: skip
+    work_done()
+    for folder in written:
+        _report(folder)
+
+
+def _report(folder: Path) -> None:
+    import json
+
+    from biosrecall.train.layout import GATE_RECORD_FILE
+
+    record = json.loads((folder / GATE_RECORD_FILE).read_text(encoding="utf-8"))
+    click.echo(f"wrote {folder}")
+    click.echo(f"  reference depth {record['reference_depth']} (best fixed depth on the fitting people), "
+               f"confidence {record['confidence']:g}")  # fmt: skip
+    for row in record["calibration"]["deltas"]:
+        threshold = "never early" if row["threshold"] is None else f"logit >= {row['threshold']:g}"
+        click.echo(f"  gate:{row['delta']:g}  {threshold}, mean depth {row['mean_depth']:.2f}, "
+                   f"{row['losses']}/{row['queries']} calibration queries lost")  # fmt: skip

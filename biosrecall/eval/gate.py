@@ -1,0 +1,333 @@
+"""The learned exit gate: a LayerNorm + Linear from the recurrent state to one logit, fitted on a
+frozen bioS checkpoint and calibrated so that `gate:delta` loses at most delta of recall.
+
+    biosrecall gate train runs/ff --checkpoint final        # fit_and_save("runs/ff", "final")
+    biosrecall recall-curve runs/ff --checkpoint final --exit gate:0.05
+    biosrecall ask runs/ff "Ada Quill Morrison was born in" --exit gate:0.1
+
+Design.
+- Head: logit_k(s) = w . LayerNorm(s) + b + c_k on the state s after iteration k (what the last block
+  layer returns) at each answer-predicting position. LayerNorm and Linear are shared over iterations,
+  and only a scalar bias c_k is per iteration: the block is shared, so its states live in one space
+  where "this position has settled" can be one direction, and per-iteration weights would have
+  max_depth times the parameters with a max_depth-th of the data each; c_k keeps the depth prior.
+  A query's logit at depth k is the smallest over its positions, so it stops only when all have settled.
+- Target: the answer read at depth k already equals the answer at the gate's maximum depth, which
+  is the reference depth R, the best fixed depth on the fitting people (the shallowest best). Chosen
+  over Ouro's loss-improvement rule because it is what calibration then controls (agreement with R
+  implies no recall lost against R), it needs no constants tuned to a loss scale (Ouro's 50 and 0.005
+  are for LM losses, where a bioS answer's loss falls to ~0), and it is binary, so plain BCE fits it.
+  R rather than depth 64 because a run trained at K=4 may degrade far past it: a gate asked to agree
+  with depth 64 would learn to wait for a worse answer.
+- Data and calibration: training phrasings only (`biosrecall.eval.gate_data`), a seeded split of
+  people; the threshold for each delta by the fixed-sequence binomial test there.
+- Cost: 4 d FLOPs per checked position and iteration (`compute.flops.GATE_CHECK_FLOPS_PER_WIDTH`),
+  checked at depths 1 .. exit (never at R, where every query stops), plus one readout at the exit.
+
+Files (`train.layout.gate_dir`): RUN/gates/<label>/gate.json (the record: seed, hashes of the
+checkpoint weights, model config and dataset, the head's weights, the delta grid with its calibrated
+thresholds, versions) and calibration.npz (the calibration queries' gate logits and exact flags, so
+that any delta in (0, 1) is calibrated the same way at use). A gate is used only on the checkpoint and
+model it was fitted on; anything else is one error line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_max_depth
+from biosrecall.eval.gate_data import calibrate
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
+from biosrecall.train import layout
+
+FORMAT = "biosrecall-exit-gate-1"
+TARGET = "the answer at depth k equals the answer at the reference depth (the best fixed depth)"
+BOUND = "Learn-then-Test fixed-sequence testing with binomial p-values, one query per fact"
+DEFAULT_CONFIDENCE = 0.95
+FIT_STEPS, LEARNING_RATE = 300, 0.05
+
+
+class GateHead(torch.nn.Module):
+    """logit = Linear(LayerNorm(state)) + bias of the iteration (module doc)."""
+
+    def __init__(self, width: int, depths: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.linear = torch.nn.Linear(width, 1)
+        self.depth_bias = torch.nn.Parameter(torch.zeros(max(1, depths)))
+
+    def forward(self, states: torch.Tensor, depth: torch.Tensor | int) -> torch.Tensor:
+        """Logits [...] of states [..., d] after iteration `depth` (an int, or one per state)."""
+        index = torch.as_tensor(depth, device=states.device) - 1
+        return self.linear(self.norm(states.float())).squeeze(-1) + self.depth_bias[index]
+
+    def weights(self) -> dict:
+        return {
+            name: value.detach().cpu().double().flatten().tolist()
+            for name, value in self.state_dict().items()
+        }
+
+    @classmethod
+    def from_weights(cls, weights: dict) -> GateHead:
+        head = cls(len(weights["norm.weight"]), len(weights["depth_bias"]))
+        shapes = {name: value.shape for name, value in head.state_dict().items()}
+        head.load_state_dict(
+            {k: torch.tensor(v, dtype=torch.float32).view(shapes[k]) for k, v in weights.items()}
+        )
+        return head.eval()
+
+
+# ---- the all-depth pass --------------------------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    """Per depth k (row k - 1): the states [D, P, d] and argmax [D, P] at every answer-predicting
+    position, and exact [D, M] per query; `query_of` [P] maps a position to its query."""
+
+    states: torch.Tensor
+    argmax: torch.Tensor
+    exact: np.ndarray
+    query_of: torch.Tensor
+
+
+def _batch_states(model, batch, depth: int, readouts: bool):
+    """States after each of `depth` iterations at the batch's positions, and (with `readouts`) the
+    logits there at every depth (else only at `depth`)."""
+    states = []
+    hook = model.block[-1].register_forward_hook(
+        lambda _m, _i, out: states.append(out[batch.positions].float())
+    )
+    try:
+        depths = range(1, depth + 1) if readouts else [depth]
+        logits = [out for _, out in model.forward_all_depths(batch.tokens, depths, positions=batch.positions)]
+    finally:
+        hook.remove()
+    if len(states) != depth:
+        raise BiosrecallError(f"the block ran {len(states)} times for {depth} iterations")
+    return states, logits
+
+
+def trace_queries(model, queries, depth: int, batch_size: int = DEFAULT_BATCH_SIZE) -> Trace:
+    """The `Trace` of `queries` (an `EvalSet`) at depths 1..depth, one all-depth pass per batch."""
+    device = next(model.parameters()).device
+    states, argmax, query_of = [], [], []
+    exact = np.zeros((depth, len(queries)), dtype=bool)
+    with torch.inference_mode():
+        for rows in plan_batches(queries, batch_size):
+            batch = answer_batch(queries, rows, device)
+            seen, logits = _batch_states(model, batch, depth, readouts=True)
+            states.append(torch.stack(seen).cpu())
+            argmax.append(torch.stack([out.argmax(-1) for out in logits]).cpu())
+            exact[:, rows] = torch.stack([exact_rows(out, batch) for out in logits]).cpu().numpy()
+            query_of.append(torch.as_tensor(rows)[batch.row_of_target.cpu()])
+    return Trace(torch.cat(states, 1), torch.cat(argmax, 1), exact, torch.cat(query_of))
+
+
+def query_logits(head: GateHead, states: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
+    """[D, M]: per depth, the smallest gate logit over each query's positions (states [D, P, d])."""
+    depths = torch.arange(1, len(states) + 1)[:, None]
+    with torch.inference_mode():
+        logits = head(states, depths).double()
+    out = torch.full((len(states), queries), float("inf"), dtype=torch.float64)
+    index = query_of.expand(len(states), -1)
+    return out.scatter_reduce(1, index, logits, "amin", include_self=True).numpy()
+
+
+def gate_scores_by_depth(model, head: GateHead, eval_set, max_depth: int, cap: int,
+                         batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:  # fmt: skip
+    """[max_depth, M] whole-query gate logits of `eval_set` at depths 1 .. cap - 1 (-inf deeper, where
+    the gate is not asked), from the model's own pass (readout only at the last depth needed)."""
+    scores = np.full((check_max_depth(max_depth), len(eval_set)), -np.inf)
+    if cap <= 1:
+        return scores
+    device = next(model.parameters()).device
+    head = head.to(device)
+    with torch.inference_mode():
+        for rows in plan_batches(eval_set, batch_size):
+            batch = answer_batch(eval_set, rows, device)
+            seen, _ = _batch_states(model, batch, cap - 1, readouts=False)
+            local = query_logits(head, torch.stack(seen), batch.row_of_target, len(rows))
+            scores[: cap - 1, rows] = local
+    return scores
+
+
+# ---- fitting -------------------------------------------------------------------------------------
+
+
+def reference_depth(exact: np.ndarray) -> int:
+    """The best fixed depth of `exact` [D, M] (row k - 1 is depth k): the shallowest with most exact."""
+    return int(np.argmax(np.asarray(exact).mean(axis=1))) + 1
+
+
+def train_head(trace: Trace, reference: int, seed: int) -> tuple[GateHead, dict]:
+    """Fit the head on depths 1 .. reference - 1 to the target (module doc); returns it and a summary."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = GateHead(trace.states.shape[-1], reference - 1)
+    if reference == 1:
+        return head.eval(), {"positions": 0, "target_rate": float("nan"), "loss": float("nan")}
+    depths = reference - 1
+    inputs = trace.states[:depths].reshape(-1, trace.states.shape[-1])
+    depth_of = torch.arange(1, depths + 1).repeat_interleave(trace.states.shape[1])
+    target = (trace.argmax[:depths] == trace.argmax[reference - 1]).reshape(-1).float()
+    optimizer = torch.optim.Adam(head.parameters(), lr=LEARNING_RATE)
+    for _ in range(FIT_STEPS):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(head(inputs, depth_of), target)
+        loss.backward()
+        optimizer.step()
+    summary = {
+        "positions": int(inputs.shape[0]),
+        "target_rate": float(target.mean()),
+        "loss": float(loss.detach()),
+    }
+    return head.eval(), summary
+
+
+# ---- records and use -----------------------------------------------------------------------------
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_hash(meta: dict) -> str:
+    """sha256 of the checkpoint's model config, as canonical JSON: which architecture it is."""
+    return hashlib.sha256(json.dumps(meta["model_config"], sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class FittedGate:
+    """A gate read back and checked against its checkpoint: record, head, calibration arrays."""
+
+    record: dict
+    head: GateHead
+    scores: np.ndarray
+    exact: np.ndarray
+
+    @property
+    def reference(self) -> int:
+        return int(self.record["reference_depth"])
+
+    def calibration(self, delta: float):
+        alpha = round(1.0 - float(self.record["confidence"]), 12)
+        return calibrate(self.scores, self.exact, self.reference, delta, alpha)
+
+
+def _fit_command(run_dir, label: str) -> str:
+    return f"`biosrecall gate train {run_dir} --checkpoint {label}`"
+
+
+def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
+    """The gate of checkpoint `label` of `run_dir`, refused unless fitted on that very checkpoint."""
+    from biosrecall.runs import read_meta
+
+    folder = layout.gate_dir(run_dir, label)
+    record_path = folder / layout.GATE_RECORD_FILE
+    if not record_path.is_file():
+        raise BiosrecallError(
+            f"{run_dir} has no exit gate for checkpoint {label}: fit one with {_fit_command(run_dir, label)}"
+        )
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        with np.load(folder / layout.GATE_CALIBRATION_FILE, allow_pickle=False) as arrays:
+            scores, exact = arrays["scores"], arrays["exact"]
+        head = GateHead.from_weights(record["weights"])
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise BiosrecallError(
+            f"the exit gate in {folder} is unreadable ({type(exc).__name__}); refit it with {_fit_command(run_dir, label)}"
+        ) from None
+    meta = read_meta(checkpoint)
+    if record.get("model_hash") != model_hash(meta):
+        raise BiosrecallError(
+            f"the exit gate in {folder} was fitted on another model (model hash {str(record.get('model_hash'))[:12]}, this checkpoint's {model_hash(meta)[:12]}); refit it with {_fit_command(run_dir, label)}"
+        )
+    found = file_hash(Path(checkpoint) / layout.MODEL_FILE)
+    if record.get("checkpoint_hash") != found:
+        raise BiosrecallError(
+            f"the exit gate in {folder} was fitted on another checkpoint (weights hash {str(record.get('checkpoint_hash'))[:12]}, this one's {found[:12]}); refit it with {_fit_command(run_dir, label)}"
+        )
+    return FittedGate(record, head, scores, exact)
+
+
+@dataclass(frozen=True, eq=False)
+class GateExit:
+    """`gate:delta` resolved against one checkpoint's gate: stop at the first depth whose logit is at
+    least `threshold` (None: never early), and at `cap`, the gate's reference depth, at the latest."""
+
+    delta: float
+    threshold: float | None
+    cap: int
+    head: GateHead = field(repr=False)
+    name = "gate"
+    reads = "gate"
+
+    @property
+    def spec(self) -> str:
+        return f"gate:{self.delta:g}"
+
+    def holds(self, depth, stats):
+        values = np.asarray(stats.gate)
+        return np.zeros(values.shape, dtype=bool) if self.threshold is None else values >= self.threshold
+
+    def checks(self, depth: int) -> int:
+        """Gate checks a query stopping at `depth` paid for: one per iteration before the cap."""
+        return 0 if self.threshold is None else min(int(depth), self.cap - 1)
+
+    def judge(self):
+        """A per-token judge for the decoder: given the state [..., d] after iteration `depth`."""
+
+        def judge(depth: int, state: torch.Tensor) -> torch.Tensor:
+            if self.threshold is None or depth >= self.cap:
+                return torch.zeros(state.shape[:-1], dtype=torch.bool)
+            with torch.inference_mode():
+                return (self.head.to(state.device)(state, depth) >= self.threshold).cpu()
+
+        judge.reads_state = True
+        return judge
+
+
+def resolve_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> list:
+    """The criteria with every `gate:delta` bound to the checkpoint's fitted gate (others unchanged)."""
+    if not any(isinstance(criterion, Gate) for criterion in criteria):
+        return list(criteria)
+    fitted = load_gate(run_dir, label, checkpoint)
+    if fitted.reference > check_max_depth(max_depth):
+        raise BiosrecallError(
+            f"the exit gate of {run_dir} @ {label} serves up to depth {fitted.reference}, deeper than --max-depth {max_depth}"
+        )
+    resolved = []
+    for criterion in criteria:
+        if isinstance(criterion, Gate):
+            threshold = fitted.calibration(criterion.delta).threshold
+            criterion = GateExit(criterion.delta, threshold, fitted.reference, fitted.head)
+        resolved.append(criterion)
+    return resolved
+
+
+def check_gates(run_dirs, criteria, checkpoints, max_depth: int) -> None:
+    """Refuse, before anything runs or is written, a `gate:delta` that some selected checkpoint of
+    `run_dirs` has no fitted gate for (or a gate fitted elsewhere)."""
+    from biosrecall import runs
+
+    if any(isinstance(criterion, Gate) for criterion in criteria):
+        for run_dir in run_dirs:
+            for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
+                resolve_gates(criteria, run_dir, label, path, max_depth)
+
+
+def deltas() -> tuple[float, ...]:
+    """The delta grid every record calibrates (a bare `gate` sweeps it)."""
+    return DEFAULT_SWEEPS["gate"]

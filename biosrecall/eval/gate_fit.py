@@ -1,0 +1,156 @@
+"""`biosrecall gate train`: fit, calibrate and store the learned exit gate of a bioS run's checkpoints
+(what the gate is and why: `biosrecall.eval.gate`; its data and bound: `biosrecall.eval.gate_data`).
+
+    written = fit_gates("runs/ff", "final", max_depth=64, seed=0, confidence=0.95)
+    # -> [Path("runs/ff/gates/1.0")], each holding gate.json and calibration.npz
+
+Everything is checked (the selector, the dataset on disk and its hash, the numbers) before the first
+model loads, and each gate folder is written atomically, so a refusal or a crash writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.exits import check_max_depth
+from biosrecall.eval.gate import (
+    BOUND,
+    DEFAULT_CONFIDENCE,
+    FIT_STEPS,
+    FORMAT,
+    LEARNING_RATE,
+    TARGET,
+    deltas,
+    file_hash,
+    model_hash,
+    query_logits,
+    reference_depth,
+    trace_queries,
+    train_head,
+)
+from biosrecall.eval.gate_data import (
+    CALIBRATION_SHARE,
+    MAX_FIT_QUERIES,
+    calibrate,
+    gate_queries,
+    split_people,
+)
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
+from biosrecall.numbers import check_seed
+from biosrecall.train import layout
+
+
+def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, Path]]:
+    """(label, checkpoint, meta, dataset folder) of every selected checkpoint, all checked first."""
+    from biosrecall import runs
+
+    planned = []
+    for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
+        meta = runs.read_meta(path)
+        if (meta.get("task") or {}).get("name") == "lm":
+            raise BiosrecallError(
+                f"{run_dir} is a language-model run; `gate train` fits bioS runs only so far"
+            )
+        planned.append((label, path, meta, runs.training_data_of(run_dir, meta, data_dir)))
+    return planned
+
+
+def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 0,
+              confidence: float = DEFAULT_CONFIDENCE, batch_size: int = DEFAULT_BATCH_SIZE,
+              device: str = "auto", data_dir=None) -> list[Path]:  # fmt: skip
+    """Fit and store the gate of each selected checkpoint of `run_dir`; returns the gate folders."""
+    from biosrecall import runs
+    from biosrecall.bios import load_dataset
+    from biosrecall.locking import output_lock
+    from biosrecall.train.distributed import resolve_device
+
+    run_dir, max_depth, seed = Path(run_dir), check_max_depth(max_depth), check_seed(seed)
+    if not (isinstance(confidence, float | int) and 0 < confidence < 1):
+        raise BiosrecallError(f"--confidence must lie in (0, 1) (got {confidence})")
+    planned = _plan(run_dir, checkpoints, data_dir)
+    datasets = {}
+    for _, _, meta, data_path in planned:
+        datasets.setdefault(data_path, load_dataset(data_path))
+        runs.check_training_data(run_dir, meta, data_path, datasets[data_path].manifest_hash)
+    device, written = resolve_device(str(device)), []
+    with output_lock(run_dir, clean=False):
+        for label, path, meta, data_path in planned:
+            model, _ = runs.load_checkpoint(path, device=device)
+            settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
+            record, arrays = fit_gate(model, datasets[data_path], settings, batch_size)
+            record.update(checkpoint=label, checkpoint_hash=file_hash(path / layout.MODEL_FILE),
+                          model_hash=model_hash(meta), data_hash=datasets[data_path].manifest_hash)  # fmt: skip
+            written.append(write_gate(layout.gate_dir(run_dir, label), record, arrays))
+    return written
+
+
+def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZE) -> tuple[dict, dict]:
+    """(record without the checkpoint's hashes, calibration arrays) of a gate fitted on `model`;
+    `settings`: seed, confidence, max_depth and optionally reference (else the best fixed depth)."""
+    seed, confidence, max_depth = settings["seed"], settings["confidence"], settings["max_depth"]
+    fit_people, held_people = split_people(dataset.num_people, seed)
+    fit = gate_queries(dataset, fit_people, seed=seed, limit=MAX_FIT_QUERIES)
+    held = gate_queries(dataset, held_people, one_per_fact=True, seed=seed)
+    trace = trace_queries(model, fit, max_depth, batch_size)
+    # A given reference (settings["reference"], for experiments and tests) replaces the best fixed depth.
+    reference = min(settings.get("reference") or reference_depth(trace.exact), max_depth)
+    head, summary = train_head(trace, reference, seed)
+    del trace  # the fitting states are the largest thing held; the calibration pass needs room
+    held_trace = trace_queries(model, held, reference, batch_size)
+    scores = query_logits(head, held_trace.states[: reference - 1], held_trace.query_of, len(held))
+    exact = held_trace.exact
+    calibrations = [
+        calibrate(scores, exact, reference, delta, round(1 - confidence, 12)) for delta in deltas()
+    ]
+    record = _record(settings, reference, summary, head, calibrations)
+    record["fit"].update(people=len(fit_people), queries=len(fit))
+    record["calibration"].update(people=len(held_people), queries=len(held),
+                                 reference_exact=float(exact[reference - 1].mean()))  # fmt: skip
+    return record, {"scores": scores, "exact": exact}
+
+
+def _versions() -> dict:
+    import torch
+
+    import biosrecall
+
+    return {"biosrecall": biosrecall.__version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}  # fmt: skip
+
+
+def _record(settings: dict, reference: int, summary: dict, head, calibrations) -> dict:
+    clean = lambda value: None if isinstance(value, float) and math.isnan(value) else value  # noqa: E731
+    return {
+        "format": FORMAT,
+        "seed": settings["seed"],
+        "confidence": settings["confidence"],
+        "max_depth": settings["max_depth"],
+        "reference_depth": reference,
+        "target": TARGET,
+        "bound": BOUND,
+        "fit": {
+            "steps": FIT_STEPS,
+            "learning_rate": LEARNING_RATE,
+            **{k: clean(v) for k, v in summary.items()},
+        },
+        "calibration": {"share": CALIBRATION_SHARE, "deltas": [c.as_record() for c in calibrations]},
+        "weights": head.weights(),
+        "versions": _versions(),
+    }
+
+
+def write_gate(folder: Path, record: dict, arrays: dict) -> Path:
+    """Write one gate folder (record and calibration arrays) atomically, replacing an older one."""
+    import json
+
+    from biosrecall.atomic import atomic_directory
+
+    with atomic_directory(folder, overwrite=True) as tmp:
+        (tmp / layout.GATE_RECORD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        np.savez(tmp / layout.GATE_CALIBRATION_FILE, **arrays)
+    return folder
