@@ -106,6 +106,9 @@ SEED = Limit(int, 0, MAX_SEED, why="seeds are signed 64-bit integers")
 """Every seed: an integer in 0 .. MAX_SEED."""
 DEPTH = Limit(int, 1, MAX_DEPTH, why="deeper than any schedule or serving depth may go")
 """Every recurrent depth, trained, served or backpropagated: an integer in 1 .. MAX_DEPTH."""
+EXPOSURES = Limit(float, 0, FLOAT_MAX, low_open=True)
+"""Every mean number of exposures per person (`train --exposures`): a positive finite number, a
+fraction such as 0.5 included (it is a mean over people, not a count each one meets)."""
 _INT64 = "counts are signed 64-bit integers"
 
 

@@ -31,6 +31,7 @@ BASE_ARGS = ["--data", "data", "--preset", "bios-tiny", "--batch-size", "4", "--
              "--checkpoint-fractions", "0.5,1.0", "--quiet"]  # fmt: skip
 RUN_ARGS = [*BASE_ARGS, "--budget-of", "fixed:2:8"]
 NEW_RUN = ["train", "--out", "newrun", *RUN_ARGS]
+EXPOSURES_RUN = ["train", "--out", "newrun", *BASE_ARGS]
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +190,24 @@ CASES = [
     Case("train-budget-and-budget-of", [*NEW_RUN, "--budget", "1e12"], "give exactly one of --budget"),
     Case("train-budget-of-malformed", [*NEW_RUN, "--budget-of", "fixed:4:many"],
          "--budget-of takes SPEC:UPDATES"),
+    # --exposures E sizes a run by its data (every biography seen E times), so it stands alone
+    *(Case(f"train-exposures-{name}", [*EXPOSURES_RUN, "--exposures", value],
+           "exposures must be a positive finite number")
+      for name, value in (("zero", "0"), ("negative", "-3"), ("infinite", "inf"), ("nan", "nan"))),
+    Case("train-exposures-not-ascii", [*EXPOSURES_RUN, "--exposures", "\u0665"], "expected a number, got '\u0665'"),
+    Case("train-exposures-and-budget", [*EXPOSURES_RUN, "--exposures", "5", "--budget", "1e12"],
+         "--exposures sets the run's length itself (every biography seen E times); give it without --budget"),
+    Case("train-exposures-and-updates", [*EXPOSURES_RUN, "--exposures", "5", "--updates", "4"],
+         "give it without --updates"),
+    Case("train-exposures-and-budget-of", [*NEW_RUN, "--exposures", "5"], "give it without --budget-of"),
+    Case("train-exposures-in-config-file", [*EXPOSURES_RUN, "--config", "exposures.toml"],
+         "exposures.toml: exposures must be a positive finite number, got -1.5",
+         prepare=lambda w: (w / "exposures.toml").write_text("exposures = -1.5\n")),
+    Case("train-exposures-too-many", [*EXPOSURES_RUN, "--exposures", "1e9"],
+         "beyond the planner's limit of 1,000,000"),
+    Case("train-exposures-on-a-standard-transformer-at-depth-4",
+         [*EXPOSURES_RUN, "--exposures", "1", "--preset", "bios-tiny-std-params", "--schedule", "fixed:4"],
+         "no recurrent block (a standard transformer, one depth): train it with --schedule fixed:1"),
     Case("train-unknown-device", [*NEW_RUN, "--device", "tpu"], "unknown device 'tpu'"),
     Case("train-cuda-absent", [*NEW_RUN, "--device", "cuda"], "no CUDA device", skip_if="cuda"),
     # bf16 on CPU is supported since bf16 autocast was checked there (tests/test_bf16.py).

@@ -119,14 +119,20 @@ class BatchSampler:
         """int64 [batch_size, seq_len + 1]: whole biographies separated by `sep`, then `pad_id`."""
         return self.layout(rng).tokens
 
-    def layout(self, rng: np.random.Generator) -> BatchLayout:
-        """The batch plus where each biography, sentence and template went (for tests and inspection)."""
+    def people(self, rng: np.random.Generator) -> np.ndarray:
+        """int64 [K]: the person of every biography in the batch drawn from `rng`, in batch order,
+        without assembling its tokens (what `biosrecall.bios.exposures` counts); equal to
+        `layout(rng).person` for a generator in the same state."""
+        return self._pack(rng)[1]
+
+    def _pack(self, rng: np.random.Generator):
+        """Draw the candidates and their templates and keep the prefix of each row that fits: (flat
+        candidate index, person, templates by attribute, length with separator, end column) of each
+        kept biography. Whether one fits does not depend on its sentence order, drawn after this."""
         store, columns = self._store, self.biographies_per_row
         candidates = self._draw_people(rng).ravel()
-        n_attr = len(ATTRIBUTES)
-        draw = rng.random((len(candidates), n_attr))
+        draw = rng.random((len(candidates), len(ATTRIBUTES)))
         template = self._template_first + (draw * self._template_count).astype(np.int64)  # by attribute
-        order = np.argsort(rng.random((len(candidates), n_attr)), axis=1)  # attribute of each sentence
         sentence_length = (
             self._literal_length[template]
             + store.name_length[candidates][:, None]
@@ -135,11 +141,18 @@ class BatchSampler:
         unit_length = 1 + sentence_length.sum(axis=1)  # biography plus its leading separator
         end_in_row = np.cumsum(unit_length.reshape(-1, columns), axis=1).ravel()
         kept = np.flatnonzero(end_in_row <= self.row_length)  # a prefix of each row's candidates
-        person, length = candidates[kept], unit_length[kept]
+        return kept, candidates[kept], template[kept], unit_length[kept], end_in_row[kept]
+
+    def layout(self, rng: np.random.Generator) -> BatchLayout:
+        """The batch plus where each biography, sentence and template went (for tests and inspection)."""
+        store, columns = self._store, self.biographies_per_row
+        kept, person, template, length, end = self._pack(rng)
+        candidates = self.batch_size * columns
+        order = np.argsort(rng.random((candidates, len(ATTRIBUTES))), axis=1)  # attribute of each sentence
         attribute = order[kept]
-        template = np.take_along_axis(template[kept], attribute, axis=1)
+        template = np.take_along_axis(template, attribute, axis=1)
         starts, lengths = self._runs(person, attribute, template)
-        row, start = kept // columns, end_in_row[kept] - length
+        row, start = kept // columns, end - length
         tokens = np.full((self.batch_size, self.row_length), self.pad_id, dtype=np.int64)
         tokens.ravel()[expand_runs(row * self.row_length + start, length)] = store.tokens[
             expand_runs(starts, lengths)

@@ -2,6 +2,10 @@
 
     biosrecall flops --preset lm-200m
     biosrecall flops --preset bios-cpu --schedule fixed:4 --schedule uniform:1-16 --seq-len 128
+    biosrecall flops --preset bios-cpu --preset bios-cpu-std-params --preset bios-cpu-std-flops
+
+A standard-transformer baseline (no recurrent block) has one depth: it is shown at K = 1 with how it
+matches its looped preset, and without schedules (every depth would cost the same).
 
 Every number comes from `biosrecall.compute` (the one FLOP account); this module only formats.
 """
@@ -12,6 +16,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
+from biosrecall.compute.baselines import describe_match
 from biosrecall.compute.flops import (
     forward_flops_per_token,
     param_counts,
@@ -117,20 +122,20 @@ def flops(
 
 def _report(name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int) -> list[str]:
     tie = "tied" if cfg.tie_embeddings else "untied"
+    if cfg.recurrent:
+        layers = f"{cfg.n_prelude} + {cfg.n_block} x K + {cfg.n_coda}"
+        savings = _savings(name, cfg, specs, seq_len, updates)
+    else:
+        layers = f"{cfg.n_prelude + cfg.n_coda} (standard transformer, no recurrent block)"
+        savings = ["  schedules: none (one depth, trained at fixed:1: every depth would cost the same)"]
     lines = [
         f"{name}: width {cfg.d_model}, {cfg.n_heads} heads, {cfg.mlp} MLP {cfg.d_mlp}, layers "
-        f"{cfg.n_prelude} + {cfg.n_block} x K + {cfg.n_coda}, context {cfg.context_length}, "
+        f"{layers}, context {cfg.context_length}, "
         f"vocab {cfg.vocab_size} ({tie} head), {cfg.injection} injection, {cfg.norm}-norm",
+        *([match] if (match := describe_match(name)) else []),
         "",
     ]
-    return (
-        lines
-        + _parameters(cfg)
-        + [""]
-        + _per_token(cfg, seq_len)
-        + [""]
-        + _savings(name, cfg, specs, seq_len, updates)
-    )
+    return lines + _parameters(cfg) + [""] + _per_token(cfg, seq_len) + [""] + savings
 
 
 def _parameters(cfg: ModelConfig) -> list[str]:
@@ -146,12 +151,13 @@ def _per_token(cfg: ModelConfig, seq_len: int | None) -> list[str]:
     fwd = forward_flops_per_token(cfg, seq_len)
     keep = "full" if cfg.backprop_depth is None else f"last {cfg.backprop_depth} iterations"
     rows = []
-    for label, depths in (
+    depth_rows = (
         ("K = 1", [1]),
         ("K = 4", [4]),
         ("K = 8.5 (mean of U{1..16})", range(1, 17)),
         ("K = 16", [16]),
-    ):
+    )
+    for label, depths in depth_rows if cfg.recurrent else (("K = 1 (its one depth)", [1]),):
         forward = sum(fwd.at_depth(k) for k in depths) / len(depths)
         rows.append(
             (label, forward, sum(train_flops_per_token(cfg, k, seq_len) for k in depths) / len(depths))
@@ -163,6 +169,9 @@ def _per_token(cfg: ModelConfig, seq_len: int | None) -> list[str]:
     parts = ", ".join(
         f"{name} {getattr(fwd, name) / scale:.4g}" for name in ("prelude", "injection", "coda", "head")
     )
+    if not cfg.recurrent:  # r divides by the iteration's FLOPs, which are 0 here
+        lines.append(f"  forward {unit}: {fwd.non_recurrent / scale:.4g} ({parts}), no iteration")
+        return lines
     lines.append(
         f"  forward {unit}: per iteration {fwd.iteration / scale:.4g}, non-recurrent "
         f"{fwd.non_recurrent / scale:.4g} ({parts}); r = non-recurrent / iteration = {recurrent_ratio(cfg, seq_len):.3f}"

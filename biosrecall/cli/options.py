@@ -33,10 +33,12 @@ from click.core import ParameterSource
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import INIT_STATES, INJECTIONS, MAX_VOCAB, NORMS, ModelConfig
 from biosrecall.numbers import DEPTH, Limit, check_number, counts, parse_float, parse_int, split_list
-from biosrecall.train.config import CHOICES, TrainConfig, check_field
+from biosrecall.train.config import CHOICES, RUN_SIZE, TrainConfig, check_field
 
 _MODEL_CHOICES = {"injection": INJECTIONS, "init_state": INIT_STATES, "norm": NORMS}
-RUN_SIZE = ("budget", "budget_of", "updates")
+BIOS_ONLY = ("exposures",)
+"""TrainConfig fields that only a bioS run has (people whose biographies are counted): `lm train` and
+`lm plan` have no such option."""
 # The checkpoint selector's syntax (parsed by `biosrecall.runs`), in words for `--checkpoint`'s help;
 # written here, not in `runs`, so that help needs no torch.
 SELECTOR_HELP = (
@@ -258,14 +260,14 @@ def _override_option(name: str, help_text: str) -> Callable:
     return click.option(flag, name, type=kind, default=None, help=f"{help_text} [default: the preset's]")
 
 
-def trainer_options(overrides: tuple[str, ...] = (), run: bool = True) -> Callable:
-    """Decorator adding every TrainConfig field as an option, then the ModelConfig `overrides`, then (with
-    `run`) --resume, --overwrite and --quiet."""
+def trainer_options(overrides: tuple[str, ...] = (), run: bool = True, bios: bool = True) -> Callable:
+    """Decorator adding every TrainConfig field as an option (without `bios`, not the `BIOS_ONLY` ones),
+    then the ModelConfig `overrides`, then (with `run`) --resume, --overwrite and --quiet."""
     hints, docs = get_type_hints(TrainConfig), field_docs(TrainConfig)
     options = [
         _train_option(f.name, hints[f.name], f.default, docs[f.name])
         for f in fields(TrainConfig)
-        if f.default is not MISSING
+        if f.default is not MISSING and (bios or f.name not in BIOS_ONLY)
     ]
     options += [_override_option(name, field_docs(ModelConfig)[name]) for name in overrides]
     if run:
@@ -302,18 +304,18 @@ def split_options(options: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]
     """Remove the TrainConfig fields and the model overrides from parsed `options`; return a checked
     TrainConfig and the overrides (None: keep the preset's)."""
     _run_size_from_command_line(options)
-    config = TrainConfig(**{f.name: options.pop(f.name) for f in fields(TrainConfig)})
+    config = TrainConfig(**{f.name: options.pop(f.name, f.default) for f in fields(TrainConfig)})
     model_fields = {f.name for f in fields(ModelConfig)}
     return config, {name: options.pop(name) for name in list(options) if name in model_fields}
 
 
 def _run_size_from_command_line(options: dict[str, Any]) -> None:
-    """--budget, --budget-of and --updates are one setting spelled three ways: one given on the command
-    line replaces whichever a --config file gave (a repeated run may change its size)."""
+    """--budget, --budget-of, --updates and --exposures are one setting spelled four ways: one given on
+    the command line replaces whichever a --config file gave (a repeated run may change its size)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return
-    sources = {name: ctx.get_parameter_source(name) for name in RUN_SIZE}
+    sources = {name: ctx.get_parameter_source(name) for name in RUN_SIZE if name in options}
     if ParameterSource.COMMANDLINE in sources.values():
         for name, source in sources.items():
             if source is ParameterSource.DEFAULT_MAP:

@@ -19,6 +19,10 @@ checkpoint's meta.json. A
 request is served from the cache when everything matches and the cached max depth is at least the one
 asked for, so re-plotting never re-evaluates.
 
+A standard-transformer baseline (a bios-*-std preset: no recurrent block) has one serving depth. It is
+scored there once, and its rows are repeated at every depth 1..max_depth (`served_exact`): its output
+is the same whatever depth is asked for, so its curve is flat and compares with a looped run's at any K.
+
 Table (one row per run, checkpoint, depth and attribute, "all" for the whole person): run, schedule,
 checkpoint (its label: "0.45", "1.0", "switch"), fraction, update, flops, budget, depth, attribute,
 recall, bits, exact, exact_template_0..4, ceiling_bits, chance_bits, threshold, manifest_hash.
@@ -173,7 +177,7 @@ def evaluate_checkpoint(
     table = None if refresh else read_cache(job.path, key)
     if table is None:
         model, _ = load_checkpoint(job.path, device=resolve_device(str(device)))
-        exact = exact_by_depth(
+        exact = served_exact(
             model,
             eval_set,
             max_depth,
@@ -186,6 +190,17 @@ def evaluate_checkpoint(
         table["manifest_hash"] = dataset.manifest_hash
         write_cache(job.path, key, table)
     return _label(table, job)
+
+
+def served_exact(model, eval_set, max_depth: int, **options) -> np.ndarray:
+    """bool [max_depth, M], as `exact_by_depth`. A standard transformer (no recurrent block,
+    `ModelConfig.recurrent` False) computes the same function at every depth, so it is scored once, at
+    its one depth, and that row stands for each depth asked: a flat curve, at the cost of one. A model
+    without a `config` (a stand-in in tests) is taken as recurrent."""
+    if getattr(getattr(model, "config", None), "recurrent", True):
+        return exact_by_depth(model, eval_set, max_depth, **options)
+    once = exact_by_depth(model, eval_set, 1, **options)
+    return np.repeat(once, max_depth, axis=0)
 
 
 def _label(table: pd.DataFrame, job: CheckpointJob) -> pd.DataFrame:

@@ -47,7 +47,9 @@ class ModelConfig:
     n_prelude: int
     """Untied layers applied once before the loop; their output `e` is injected every iteration."""
     n_block: int
-    """Layers inside the recurrent block; the block (these layers together) is applied K times."""
+    """Layers inside the recurrent block; the block (these layers together) is applied K times. 0 (with
+    `injection="none"`): no recurrent block, a standard transformer whose output is the same at every
+    depth (`recurrent` is False; the bios-*-std presets)."""
     n_coda: int
     """Untied layers applied once after the loop, before the final norm and the head."""
     context_length: int
@@ -87,14 +89,20 @@ class ModelConfig:
         self.validate()
 
     @property
+    def recurrent(self) -> bool:
+        """The depth K changes the function: False for a standard transformer (`n_block` 0), whose
+        every depth is its one depth, 1."""
+        return self.n_block > 0
+
+    @property
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.d_model // self.n_heads
 
     def validate(self) -> None:
         """Raise `BiosrecallError` naming the first field whose value is impossible."""
-        _positive_ints(self, ("vocab_size", "d_model", "n_heads", "d_mlp", "n_block", "context_length"))
-        _non_negative_ints(self, ("n_prelude", "n_coda", "init_state_seed"))
+        _positive_ints(self, ("vocab_size", "d_model", "n_heads", "d_mlp", "context_length"))
+        _non_negative_ints(self, ("n_prelude", "n_block", "n_coda", "init_state_seed"))
         if self.vocab_size < 2:
             raise BiosrecallError(f"vocab_size must be at least 2, got {self.vocab_size}")
         _at_most(self, "vocab_size", MAX_VOCAB)
@@ -120,6 +128,12 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
                 raise BiosrecallError(f"{name} must be a positive finite number, got {value!r}")
+        if self.n_block == 0 and self.injection != "none":
+            # An adapter alone, applied K times, would still be a recurrence (a linear one).
+            raise BiosrecallError(
+                f"n_block 0 (no recurrent block: a standard transformer) needs injection none, got "
+                f"{self.injection!r}"
+            )
         if not isinstance(self.tie_embeddings, bool):
             raise BiosrecallError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         if self.backprop_depth is not None:

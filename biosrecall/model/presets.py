@@ -21,6 +21,21 @@ tied head counted once; `biosrecall flops --preset NAME` prints the split):
 - `lm-1b`      width 2048, 16 heads, SwiGLU 7168, 4 + 7xK + 4, context 2048, vocab 32768:
   987,824,128 parameters; K0 = 4 at 67% / 80% saves 30.8 / 36.8% (reported 30.8 / 36.9).
 
+Standard-transformer baselines (`standard_transformer`): a looped preset's width, heads, MLP, context
+and vocabulary with L untied layers and no recurrent block (n_block 0, injection none: one depth,
+trained at fixed:1). Each is the whole number of layers closest to its looped preset, by the account
+of `biosrecall.compute.flops` (tests/test_baselines.py checks both the counts and the choice of L):
+
+- `bios-tiny-std-params` 3 layers: 39,168 parameters, 0.950 of bios-tiny's (non-embedding 0.938).
+- `bios-tiny-std-flops`  6 layers: training FLOPs per token 0.964 of bios-tiny's at K = 4 (forward
+  0.959); 70,080 parameters.
+- `bios-cpu-std-params`  3 layers: 1,164,288 parameters, 0.973 of bios-cpu's (non-embedding 0.951).
+- `bios-cpu-std-flops`   6 layers: training FLOPs per token 0.967 of bios-cpu's at K = 4 (forward
+  0.964); 1,804,032 parameters, 1.90 x bios-cpu's non-embedding ones.
+
+What no whole layer matches is the looped model's concat adapter: 2 d^2 parameters, and 2 d^2 FLOPs
+per token per iteration plus once for the injection.
+
 The bios vocabularies are defaults only: the trainer replaces them with the dataset tokenizer's size.
 Everything else uses the `ModelConfig` defaults: RoPE, pre-norm, concat injection, zero initial
 state, full backprop through depth.
@@ -74,6 +89,30 @@ PRESETS: dict[str, ModelConfig] = {
         context_length=2048,
     ),
 }
+
+
+def standard_transformer(looped: ModelConfig, layers: int) -> ModelConfig:
+    """A standard transformer of `looped`'s shape: `layers` untied layers, no recurrent block.
+
+    The layers are the prelude: embed, `layers` pre-norm layers, then the model's two RMSNorms (state
+    and final, one after the other: a final norm with a second learned scale) and the head. With
+    n_block 0 and no injection every depth computes the same function, at the same modeled cost."""
+    return looped.replace(n_prelude=layers, n_block=0, n_coda=0, injection="none")
+
+
+BASELINES: dict[str, tuple[str, str, int]] = {
+    "bios-tiny-std-params": ("bios-tiny", "parameters", 3),
+    "bios-tiny-std-flops": ("bios-tiny", "flops", 6),
+    "bios-cpu-std-params": ("bios-cpu", "parameters", 3),
+    "bios-cpu-std-flops": ("bios-cpu", "flops", 6),
+}
+"""Baseline preset -> (the looped preset it matches, what it matches: parameters, or training FLOPs per
+token at `BASELINE_DEPTH`, and its layers)."""
+BASELINE_DEPTH = 4
+"""The looped depth whose FLOPs per token the flops-matched baselines match (fixed:4, the paper's K0)."""
+PRESETS.update(
+    {name: standard_transformer(PRESETS[looped], layers) for name, (looped, _, layers) in BASELINES.items()}
+)
 
 
 def get_preset(name: str, **overrides: Any) -> ModelConfig:

@@ -38,7 +38,7 @@ EVAL_ENGINE_KEYS = {
 
 
 def run_size_options() -> tuple[str, ...]:
-    """budget, budget_of, updates: the one run-size setting, spelled three ways."""
+    """budget, budget_of, updates, exposures: the one run-size setting, spelled four ways."""
     from biosrecall.cli.options import RUN_SIZE
 
     return RUN_SIZE

@@ -83,7 +83,7 @@ def _no_overlap(command: str, tables, path: Path) -> None:
 
 
 def _setting(command: str, key: str) -> str:
-    """The option `key` names; budget, budget_of and updates are one setting (the run's size)."""
+    """The option `key` names; budget, budget_of, updates and exposures are one setting (the run's size)."""
     name = commands.canonical_key(command, key)
     return "run size" if name in commands.run_size_options() else name
 

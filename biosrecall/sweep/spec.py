@@ -24,7 +24,7 @@
 
 Runs: with [[runs]], each entry crossed with every combination of [grid] (one run per entry when
 there is no grid); without, one run per combination of [grid] over [base]. An entry's values and the
-grid's replace [base]'s (budget, budget_of and updates are one setting, the run's size, as on the
+grid's replace [base]'s (budget, budget_of, updates and exposures are one setting, the run's size, as on the
 command line over a --config file); a setting both an entry and the grid give is refused (the entry's
 value would be lost), as is an unknown section, key or option name, an empty grid or a grid value that
 is not a non-empty list.

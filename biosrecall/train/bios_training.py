@@ -4,7 +4,8 @@
     result = train_bios("data/bios-1k", "runs/ff", TrainConfig(schedule="fixed_first:k0=4,switch=0.8",
                         budget_of="fixed:4:2000"), preset="bios-cpu")
 
-Everything but the batches is the shared task layer (`biosrecall.train.task`) and trainer.
+Everything but the batches (and the count of their biographies that sizes a run by `--exposures`,
+`biosrecall.bios.exposures`) is the shared task layer (`biosrecall.train.task`) and trainer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from biosrecall.bios import BatchSampler, batch_generator, load_dataset
+from biosrecall.bios.exposures import plan_exposures
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.train.config import TrainConfig
@@ -61,6 +63,7 @@ def bios_training_task(
         ),
         data_record=lambda source: record,
         model_overrides=model_overrides,
+        exposures=lambda source, asked: plan_exposures(source.sampler, source.seed, asked),
     )
 
 

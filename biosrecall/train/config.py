@@ -8,7 +8,7 @@ The CLI builds its trainer options from these fields (name, default, and the doc
 resolved model config and the plan) so a run can be repeated exactly or resumed only with the same
 settings. A TrainConfig checks every field on construction, with the same `check_field` each CLI option
 applies, so an impossible one never exists; `validate()` adds the rule a plan needs: exactly one of
-budget, budget_of and updates.
+budget, budget_of, updates and exposures.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from biosrecall.compute.flops import MAX_TOKENS_PER_UPDATE, check_tokens_per_upd
 from biosrecall.compute.schedules import MAX_UPDATES, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import MAX_SEED
-from biosrecall.numbers import FLOAT_MAX, SEED, Limit, check_number
+from biosrecall.numbers import EXPOSURES, FLOAT_MAX, SEED, Limit, check_number
 from biosrecall.train.tracking import parse_trackers, require_installed
 
 DEFAULT_FRACTIONS = (0.25, 0.45, 0.67, 0.8, 1.0)
 LR_SCHEDULES = ("cosine", "wsd")
+RUN_SIZE = ("budget", "budget_of", "updates", "exposures")
+"""The fields that set a run's length: one setting spelled four ways, exactly one given."""
 PRECISIONS = ("auto", "fp32", "bf16")
 PARALLEL_MODES = ("ddp", "fsdp")
 MAX_THREADS = 1024  # more than any CPU has cores; a larger count is a typo
@@ -48,6 +50,11 @@ class TrainConfig:
     updates: int | None = None
     """Instead of a budget: exactly this many updates, the budget being what they spend (runs matched in
     tokens rather than FLOPs, like the paper's LM runs)."""
+
+    exposures: float | None = None
+    """Instead of a budget (bioS runs): as many updates as it takes to show every person's biography
+    this many times on average, counted on the run's own batches, e.g. 100; the FLOPs follow from it
+    (see `biosrecall.bios.exposures`)."""
 
     batch_size: int = 32
     """Sequences per update (the global batch: split across processes under torchrun)."""
@@ -136,10 +143,7 @@ class TrainConfig:
         """Check every field again (they may have been reassigned), that the run size is given once and
         that the trackers of `log` are installed (a run read back elsewhere need not have them)."""
         self.__post_init__()
-        if sum(value is not None for value in (self.budget, self.budget_of, self.updates)) != 1:
-            raise BiosrecallError(
-                "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES or --updates N"
-            )
+        _check_run_size(self)
         require_installed(self.log)
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,6 +178,7 @@ _INT64 = "counts are signed 64-bit integers"
 LIMITS: dict[str, Limit] = {
     "budget": Limit(float, 0, FLOAT_MAX, low_open=True),
     "updates": Limit(int, 1, MAX_UPDATES, why=_RUN),
+    "exposures": EXPOSURES,
     "batch_size": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
     "grad_accum": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
     "seq_len": Limit(int, 1, MAX_TOKENS_PER_UPDATE, why=_TOKENS),
@@ -202,7 +207,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "parallel": PARALLEL_MODES,
 }
 _UNSET_ALLOWED = {
-    "budget", "budget_of", "updates", "seq_len", "threads", "warmup_updates", "decay", "keep_updates"
+    "budget", "budget_of", "updates", "exposures", "seq_len", "threads", "warmup_updates", "decay",
+    "keep_updates",
 }  # fmt: skip
 DEFAULT_DECAY = 0.2  # wsd's decay share when `decay` is unset
 
@@ -277,6 +283,21 @@ def _check_combination(config: TrainConfig) -> None:
         raise BiosrecallError(
             f"lr x weight_decay must be below 1 (each update scales decayed weights by 1 - lr x "
             f"weight_decay), got {config.lr:g} x {config.weight_decay:g}"
+        )
+
+
+def _check_run_size(config: TrainConfig) -> None:
+    """The run's length is given once: a FLOP budget, a schedule's spend, an update count or exposures."""
+    given = [name for name in RUN_SIZE if getattr(config, name) is not None]
+    if config.exposures is not None and len(given) > 1:
+        others = " or ".join(f"--{name.replace('_', '-')}" for name in given if name != "exposures")
+        raise BiosrecallError(
+            "--exposures sets the run's length itself (every biography seen E times); give it "
+            f"without {others}"
+        )
+    if len(given) != 1:
+        raise BiosrecallError(
+            "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES, --updates N or --exposures E"
         )
 
 

@@ -94,9 +94,11 @@ def run_training(
     overwrite: bool = False,
     reporter=None,
     branch=None,
+    exposures=None,
 ) -> TrainResult:
     """Plan, build, (resume,) and train; returns where the checkpoints are. `seq_len` is the length of
-    `source`'s sequences, resolved once by the caller (`config.resolve_seq_len`).
+    `source`'s sequences, resolved once by the caller (`config.resolve_seq_len`); `exposures` counts
+    the updates of a run sized by `config.exposures` (`setup.make_plan`).
 
     The run folder is locked for the whole call (a second writer or resumer fails at once naming this
     process); it may not be, contain or lie inside the data it trains on. A `branch`
@@ -106,7 +108,17 @@ def run_training(
     check_output_path(run_dir, [(record.get("dataset") or {}).get("path")])
     with _run_lock(run_dir), ExitStack() as building:
         setup = prepare_run(
-            model_config, config, seq_len, run_dir, record, resume, overwrite, reporter, building, branch
+            model_config,
+            config,
+            seq_len,
+            run_dir,
+            record,
+            resume,
+            overwrite,
+            reporter,
+            building,
+            branch,
+            exposures=exposures,
         )
         reporter = with_trackers(reporter, config, setup)  # config.log's trackers get every record too
         try:

@@ -77,24 +77,27 @@ def prepare_run(
     reporter,
     building: ExitStack,
     branch: Branch | None = None,
+    exposures=None,
 ) -> RunSetup:
     """Check everything, plan, build the model, and (for a new run) start its folder under a temporary
     name in `building` (see `run_dir.start_run_folder`), which `RunSetup.publish` swaps into place.
     `seq_len` is the run's sequence length (`config.resolve_seq_len`, decided once by the task layer).
-    A new `branch` starts from its parent's state (checked by `branch.check_branch`)."""
+    A new `branch` starts from its parent's state (checked by `branch.check_branch`); `exposures`
+    (E -> `Exposures`) sizes a run given `config.exposures` (see `make_plan`)."""
     config.validate()
     model_config.validate()
     final_dir = Path(run_dir)
     replace = prepare_run_dir(final_dir, resume, overwrite)
     dist, device, autocast = _join_devices(config)
-    plan = make_plan(model_config, config, seq_len)
+    plan = make_plan(model_config, config, seq_len, exposures)
+    shown = None if config.exposures is None else exposures(config.exposures)  # counted once: cached
     record = {**record, "model_config": model_config.to_dict(), "train_config": config.to_dict()}
     if branch is not None:
         record["branch"] = branch_record(branch)
-    resume_from = _starting_state(final_dir, record, plan, config, seq_len, resume, branch)
+    resume_from = _starting_state(final_dir, record, plan, config, seq_len, resume, branch, exposures)
     folder = final_dir if resume else _new_run_folder(final_dir, replace, dist, building)
     if dist.is_main and not resume:
-        write_config(folder, {**record, "plan": plan_summary(plan, model_config)})
+        write_config(folder, {**record, "plan": plan_summary(plan, model_config, shown)})
         if branch is not None:
             copy_parent_metrics(branch, folder)
     distributed.barrier(dist)
@@ -117,12 +120,12 @@ def prepare_run(
         branching=branch is not None and not resume,
     )
     if dist.is_main:
-        reporter.message(describe_plan(plan, model_config, _seconds_per_flop(setup, config)))
+        reporter.message(describe_plan(plan, model_config, _seconds_per_flop(setup, config), shown))
     return setup
 
 
 def _starting_state(
-    final_dir: Path, record, plan, config: TrainConfig, seq_len: int, resume: bool, branch
+    final_dir: Path, record, plan, config: TrainConfig, seq_len: int, resume: bool, branch, exposures
 ) -> Path | None:
     """The state training continues from: this run's `latest` (resume), the parent's (a new branch),
     or None (a new run). A resumed branch continues from its own state, so its parent is not needed.
@@ -137,7 +140,8 @@ def _starting_state(
     if branch is None:
         return None
     state = find_state(branch)
-    check_branch(branch, record, plan, config, partial(make_plan, seq_len=seq_len), RESUMABLE_DIFFERENCES)
+    replan = partial(make_plan, seq_len=seq_len, exposures=exposures)
+    check_branch(branch, record, plan, config, replan, RESUMABLE_DIFFERENCES)
     return state
 
 
@@ -202,55 +206,63 @@ def _meta_base(plan, config: TrainConfig, record: dict[str, Any]) -> dict[str, A
     }
 
 
-def make_plan(model_config, config: TrainConfig, seq_len: int | None = None):
+def make_plan(model_config, config: TrainConfig, seq_len: int | None = None, exposures=None):
     """The number of updates and their depths that spend the budget (one planner for every run).
-    A run passes the `seq_len` it resolved; without it, it is resolved here."""
+    A run passes the `seq_len` it resolved; without it, it is resolved here. A run sized by
+    `config.exposures` takes the updates `exposures(E)` counts on its batches (the task's counter,
+    `biosrecall.bios.exposures`) at the FLOPs they cost."""
     schedule = parse_schedule(config.schedule)
+    _check_depths(model_config, schedule)
     if seq_len is None:
         seq_len = resolve_seq_len(config, model_config)
     tokens = config.batch_size * seq_len
-    backprop = model_config.backprop_depth
-    if config.updates is not None:
-        return plan_updates(
-            model_config,
-            schedule,
-            config.updates,
-            tokens,
-            config.seed,
-            seq_len=seq_len,
-            backprop_depth=backprop,
-        )
+    sized = {"seq_len": seq_len, "backprop_depth": model_config.backprop_depth}
+    updates = config.updates
+    if config.exposures is not None:
+        if exposures is None:
+            raise BiosrecallError(
+                "--exposures counts the biographies of a bioS dataset's people; size this run with "
+                "--budget, --budget-of or --updates"
+            )
+        updates = exposures(config.exposures).updates
+    if updates is not None:
+        return plan_updates(model_config, schedule, updates, tokens, config.seed, **sized)
     budget = config.budget
     if budget is None:
-        spec, updates = split_budget_of(config.budget_of)
-        budget = budget_of(
-            model_config,
-            parse_schedule(spec),
-            updates,
-            tokens,
-            config.seed,
-            seq_len=seq_len,
-            backprop_depth=backprop,
+        spec, spec_updates = split_budget_of(config.budget_of)
+        budget = budget_of(model_config, parse_schedule(spec), spec_updates, tokens, config.seed, **sized)
+    return plan_run(model_config, schedule, tokens, budget, config.seed, **sized)
+
+
+def _check_depths(model_config, schedule) -> None:
+    """A model without a recurrent block (a standard transformer, `ModelConfig.recurrent`) has one
+    depth: its runs train at fixed:1, so that no record names depths the model does not have."""
+    if not model_config.recurrent and schedule.max_depth != 1:
+        raise BiosrecallError(
+            f"this model has no recurrent block (a standard transformer, one depth): train it with "
+            f"--schedule fixed:1, not {schedule.spec}"
         )
-    return plan_run(
-        model_config, schedule, tokens, budget, config.seed, seq_len=seq_len, backprop_depth=backprop
-    )
 
 
-def plan_summary(plan, model_config) -> dict[str, Any]:
-    return {
+def plan_summary(plan, model_config, exposures=None) -> dict[str, Any]:
+    """config.json's plan; a run sized by exposures also records how often each person was shown."""
+    summary = {
         **plan.summary(),
         "tokens": int(plan.tokens_per_update * plan.updates),
         "parameters": param_counts(model_config),
     }
+    if exposures is not None:
+        summary["exposures"] = exposures.summary()
+    return summary
 
 
-def describe_plan(plan, model_config, seconds_per_flop: float | None) -> str:
+def describe_plan(plan, model_config, seconds_per_flop: float | None, exposures=None) -> str:
     total = param_counts(model_config)["total"]
     switch = "-" if plan.switch_update is None else str(plan.switch_update)
     eta = "?" if seconds_per_flop is None else format_seconds(plan.total_flops * seconds_per_flop)
+    shown = "" if exposures is None else f"{exposures.describe()}  "
     return (
-        f"plan: {plan.schedule}  updates {plan.updates}  switch at {switch}  "
+        f"plan: {plan.schedule}  updates {plan.updates}  {shown}switch at {switch}  "
         f"FLOPs {plan.total_flops:.3e} of budget {plan.budget:.3e}  "
         f"tokens {plan.tokens_per_update * plan.updates:,}  parameters {total:,}  est. time {eta}"
     )

@@ -14,6 +14,7 @@ plan, loop, checkpoints, resume) is the same code for every task:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,10 @@ class TrainingTask:
     data_record: Callable[[BatchSource], dict[str, Any]]
     """batch source -> what config.json and every checkpoint record about the data (path, hash...)."""
     model_overrides: dict[str, Any] | None = None
+    exposures: Callable[[BatchSource, float], Any] | None = None
+    """(batch source, E) -> the run length that shows every person's biography E times on average
+    (`biosrecall.bios.exposures.Exposures`); None: the task has no people to count, and a run sized
+    by `exposures` is refused."""
 
     def model_config(self):
         return build_model_config(self.preset, self.vocab_size, self.model_overrides, self.vocab_rule)
@@ -100,6 +105,7 @@ def run_task(
     seq_len = resolve_seq_len(config, model_config, task.preset)
     source = task.batch_source(config, seq_len)
     record = {"task": {"name": task.name, "preset": task.preset}, "dataset": task.data_record(source)}
+    exposures = None if task.exposures is None else functools.cache(functools.partial(task.exposures, source))
     return run_training(
         model_config,
         config,
@@ -111,4 +117,5 @@ def run_task(
         overwrite=overwrite,
         reporter=reporter,
         branch=branch,
+        exposures=exposures,
     )
