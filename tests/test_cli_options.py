@@ -21,7 +21,7 @@ FIELDS = [f.name for f in fields(TrainConfig)]
 def command(path: tuple[str, ...]):
     group = cli
     for name in path:
-        group = group.commands[name]
+        group = group.get_command(None, name)  # the lazy group loads the command when asked
     return group
 
 

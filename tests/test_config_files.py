@@ -23,7 +23,9 @@ from biosrecall.train.config import TrainConfig
 def leaf_commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command a user can run, subcommands of groups included."""
     found = []
-    for name, command in sorted(group.commands.items()):
+    # list_commands/get_command, not .commands: the lazy group loads a command's module when asked
+    for name in group.list_commands(None):
+        command = group.get_command(None, name)
         if isinstance(command, click.Group):
             found += leaf_commands(command, (*path, name))
         else:
@@ -37,7 +39,7 @@ COMMANDS = leaf_commands()
 def command(path: tuple[str, ...]) -> click.Command:
     group = cli
     for name in path:
-        group = group.commands[name]
+        group = group.get_command(None, name)
     return group
 
 
