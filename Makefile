@@ -15,9 +15,13 @@ $(VENV)/.installed: pyproject.toml
 
 # The optional extras (transformers, lm-eval, trackers, datasets) and the docs tools: every test runs
 # with them installed (tests/test_docs.py builds the site).
-$(VENV)/.extras: $(VENV)/.installed
+# One pip resolution for everything (not the base install, then the extras): a fresh `make test` is
+# the CI path, and each resolution of this many packages costs seconds.
+$(VENV)/.extras: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[dev,all,docs]'
-	touch $@
+	touch $(VENV)/.installed $@
 
 $(VENV)/.docs: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[docs]'

@@ -83,25 +83,44 @@ def error_number(exc: BaseException) -> int | None:
     return int(found.group(1)) if found else None
 
 
-# Folders this process created for its outputs, each with the files it wrote into it: what a failed
-# write takes back (see the module docstring). Absolute paths; shared by threads, hence the lock.
+# Folders the running command created for its outputs, each with the files it wrote into it: what a
+# failed write takes back (see the module docstring). Absolute paths; shared by threads, hence the
+# lock. Kept only inside `command_outputs` (the command line wraps every command in it): a notebook's
+# later failed write must not take back what an earlier call finished in the same folder.
 _CREATED: dict[Path, set[Path]] = {}
 _CREATED_LOCK = threading.Lock()
+_COMMANDS_RUNNING = [0]
 # Folder -> the inode of the complete folder this process is swapping in (`atomic_directory`): a
 # command stopped by a signal after its output was committed has finished its work (`committed`).
 # Recorded before the rename, because the signal can land between the rename and the next bytecode.
 _SWAPPED_IN: dict[Path, int] = {}
 
 
+@contextmanager
+def command_outputs() -> Iterator[None]:
+    """One command's outputs: if one of its writes fails, the folders it created and what it wrote
+    into them are taken back. Outside it (a call from Python) a failed write removes only its own
+    temporary."""
+    with _CREATED_LOCK:
+        _CREATED.clear()
+        _COMMANDS_RUNNING[0] += 1
+    try:
+        yield
+    finally:
+        with _CREATED_LOCK:
+            _COMMANDS_RUNNING[0] -= 1
+            _CREATED.clear()
+
+
 def _make_folder(folder: Path) -> None:
-    """`mkdir -p folder`, remembering which of its folders did not exist before."""
+    """`mkdir -p folder`, remembering (inside a command) which of its folders did not exist before."""
     missing, probe = [], folder.absolute()
     while not os.path.lexists(probe) and probe != probe.parent:
         missing.append(probe)
         probe = probe.parent
     folder.mkdir(parents=True, exist_ok=True)
     with _CREATED_LOCK:
-        for created in missing:
+        for created in missing if _COMMANDS_RUNNING[0] else ():
             _CREATED.setdefault(created, set())
 
 

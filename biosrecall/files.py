@@ -10,6 +10,7 @@ that it holds UTF-8 JSON, that the top level is an object and that the required 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 from collections.abc import Iterable
@@ -17,6 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 hex digest of a file's bytes, read in 1 MiB chunks (datasets, corpora and weights can be
+    large): the one file hash behind manifests, corpus records and gate records."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def require_regular_file(path: str | Path, what: str) -> Path:

@@ -53,7 +53,7 @@ def study_command(study: Path) -> str:
     """The `biosrecall figure1` command that made `study` (from its figure1.json)."""
     record = json.loads((study / "figure1.json").read_text())
     options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
-    return figure1_command(record["preset"], options)
+    return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
 
 
 def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:

@@ -218,8 +218,9 @@ def test_a_gate_with_a_deeper_reference_is_checked_per_iteration(world, capsys, 
 
     from biosrecall import runs
     from biosrecall.bios import load_dataset
-    from biosrecall.eval.gate import file_hash, model_hash
+    from biosrecall.eval.gate import model_hash
     from biosrecall.eval.gate_fit import fit_gate, write_gate
+    from biosrecall.files import file_sha256
 
     root, data, run_dir = world
     label, path = runs.select_checkpoint(run_dir, "0.8")
@@ -227,7 +228,7 @@ def test_a_gate_with_a_deeper_reference_is_checked_per_iteration(world, capsys, 
     record, arrays = fit_gate(
         model, load_dataset(data), {"seed": 1, "confidence": 0.95, "max_depth": 8, "reference": 4}
     )
-    record.update(checkpoint=label, checkpoint_hash=file_hash(path / "model.safetensors"),
+    record.update(checkpoint=label, checkpoint_hash=file_sha256(path / "model.safetensors"),
                   model_hash=model_hash(meta), data_hash=load_dataset(data).manifest_hash)  # fmt: skip
     write_gate(gate_dir(run_dir, label), record, arrays)
     assert record["reference_depth"] == 4

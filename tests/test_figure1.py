@@ -1,10 +1,10 @@
-"""`biosrecall figure1 --seeds 0,1 --budgets 0.5,1,2` end to end, on the quick preset at half its budget:
+"""`biosrecall figure1 --seeds 0,1 --budgets 0.5,1` end to end, on the quick preset at half its budget:
 the per-run and seed-aggregated tables, the claims, their agreement with `recall-curve
 --aggregate-seeds`, the budget sweep's branches and compute-to-target, resumability, and the notebook.
 
-Half the budget (150 fixed K=4 updates) halves the suite's longest fixture; the runs still learn
-enough that the seeds' curves differ. The quick preset itself runs in `make demo` and in
-tests/test_figure1_promises.py."""
+Half the budget (150 fixed K=4 updates), half the people scored (20 of 40) and two budget multiples
+cut the suite's longest fixture (220 s to 85 s); the runs still learn enough that the seeds' curves
+differ. The quick preset itself runs in `make demo` and in tests/test_figure1_promises.py."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
 from biosrecall.train.run_dir import read_config
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb"
-HALF_QUICK = replace(FIGURE1_PRESETS["quick"], budget_updates=150)
-STUDY = ["--preset", "quick-half", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1,2"]
+HALF_QUICK = replace(FIGURE1_PRESETS["quick"], budget_updates=150, eval_people=20)
+STUDY = ["--preset", "quick-half", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1"]
 CLAIM_KEYS = [claim.key for claim in CLAIMS] + [saving_claim()["claim"]]
 
 
@@ -95,7 +95,7 @@ def test_seeds_are_aggregated_with_intervals_and_every_claim_is_judged(figure1_o
 def test_recall_curve_aggregate_seeds_agrees_with_figure1(figure1_out, tmp_path):
     runs = sorted((figure1_out / "runs").glob("seed*/fixed_k4"))
     out = tmp_path / "rc"
-    main(["recall-curve", *map(str, runs), "--aggregate-seeds", "--out", str(out), "--people", "40"])
+    main(["recall-curve", *map(str, runs), "--aggregate-seeds", "--out", str(out), "--people", "20"])
     ours = pd.read_csv(out / "summary.csv").set_index("fraction")
     theirs = pd.read_csv(figure1_out / "summary.csv")
     theirs = theirs[theirs["group"] == "fixed_k4"].set_index("fraction")
@@ -130,13 +130,13 @@ def test_rerunning_figure1_skips_finished_runs(figure1_out, capsys):
 @pytest.mark.slow
 def test_the_budget_sweep_branches_from_shared_trunks_and_writes_compute_to_target(figure1_out):
     curve = pd.read_csv(figure1_out / "budget_curve.csv")
-    assert len(curve) == len(FIGURE1_SCHEDULES) * 3 * 2 and (figure1_out / "budget_curve.png").stat().st_size
+    assert len(curve) == len(FIGURE1_SCHEDULES) * 2 * 2 and (figure1_out / "budget_curve.png").stat().st_size
     for _, runs in curve.groupby(["name", "seed"]):
         assert runs.sort_values("budget_multiple")["flops"].is_monotonic_increasing
     # Fixed-first at 1x is a branch of the seed's longest fixed K=4 run, at its switch.
     run = figure1_out / "runs" / "seed1" / "fixed_first_k4_80_wsd_b1"
     branch, plan = read_config(run)["branch"], read_config(run)["plan"]
-    assert branch["path"].endswith("seed1/fixed_k4_wsd_b2") and branch["at_update"] == plan["switch_update"]
+    assert branch["path"].endswith("seed1/fixed_k4_wsd_b1") and branch["at_update"] == plan["switch_update"]
     targets = pd.read_csv(figure1_out / "compute_to_target.csv")
     flops = targets[targets["kind"] == "flops"]
     assert len(flops) == len(FIGURE1_SCHEDULES) * len(TARGETS) * len(DEPTH_RANGES)

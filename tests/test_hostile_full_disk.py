@@ -46,12 +46,14 @@ main(sys.argv[1:])
 CLAIMS = """
 import sys
 import pandas as pd
+from biosrecall.atomic import command_outputs
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import write_claims
 row = {"statement": "looped beats fixed", "metric": "bits", "threshold": 1.0, "mean": 2.0, "low": 1.5,
        "high": 2.5, "n_seeds": 2, "verdict": "supported"}
 try:
-    write_claims(pd.DataFrame([row] * 200), sys.argv[1])
+    with command_outputs():  # as a command runs it: its new folders go if a write fails
+        write_claims(pd.DataFrame([row] * 200), sys.argv[1])
 except BiosrecallError as exc:  # what the CLI makes of it
     print(f"error: {exc}", file=sys.stderr)
     sys.exit(2)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import biosrecall
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.cli import main
 from biosrecall.interrupts import INTERRUPTED, STOP_SIGNALS
@@ -110,10 +111,6 @@ def leftovers(folder: Path) -> list[str]:
 
 def at_start(cwd: Path) -> Callable[[subprocess.Popen], bool]:
     return after_start
-
-
-def when_printed(cwd: Path) -> Callable[[subprocess.Popen], bool]:
-    return after_first_line
 
 
 def when_exists(pattern: str) -> Callable[[Path], Callable[[subprocess.Popen], bool]]:
@@ -230,16 +227,14 @@ FIGURE1_STOPS = ("interrupted", "rerun the same command to continue")
     "moment",
     [
         pytest.param(at_start, id="starting"),  # stops while importing: a fraction of a second
-        # (stopped while training: tests/test_figure1_promises.py, TestCtrlC, then resumed)
-        pytest.param(when_printed, id="printed", marks=pytest.mark.slow),  # a whole tiny study
+        # Stopped while training, then resumed: tests/test_figure1_promises.py, TestCtrlC. A signal
+        # after the output is complete meets the same `work_done` as generate's and train's below.
     ],
 )
 def test_figure1_stops_cleanly_or_finishes(tmp_path, moment):
     code, stdout, stderr = stop(start(FIGURE1, tmp_path, driver=FIGURE1_DRIVER), moment(tmp_path))
     assert_stopped_or_finished(code, stderr, FIGURE1_STOPS)
     assert leftovers(tmp_path) == []
-    if moment is when_printed:
-        assert code == 0 and (tmp_path / "out" / "claims.csv").is_file(), stderr
 
 
 # ---- the console script, at fixed delays ------------------------------------------------------------
@@ -257,6 +252,16 @@ def console_script() -> str:
     if found is None:
         pytest.skip("the biosrecall console script is not installed (pip install -e .)")
     return found
+
+
+def before_the_first_instruction(code: int, stderr: str) -> bool:
+    """The signal came while Python itself was still starting, before the console script reached the
+    package's first instruction (on a loaded machine 0.1 s can be that early): no handler of ours can
+    exist yet, so Python's default applies. Told by a traceback with no frame in the package; the
+    callers still check that nothing was written."""
+    frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
+    package = str(Path(biosrecall.__file__).parent) + os.sep
+    return code == -signal.SIGINT and bool(frames) and not any(package in f for f in frames)
 
 
 def at_delay(seconds: float) -> Callable[[subprocess.Popen], bool]:
@@ -284,7 +289,8 @@ def run_script(script: str, argv: list[str], cwd: Path, seconds: float, sig: int
 @pytest.mark.parametrize("seconds", DELAYS)
 def test_the_console_script_generates_or_stops_at_any_delay(console_script, tmp_path, seconds):
     code, stderr = run_script(console_script, GENERATE, tmp_path, seconds, signal.SIGINT)
-    assert_stopped_or_finished(code, stderr)
+    if not before_the_first_instruction(code, stderr):
+        assert_stopped_or_finished(code, stderr)
     assert leftovers(tmp_path) == []
     if code == 0 or (tmp_path / "out").exists():
         assert load_dataset(tmp_path / "out").num_people == 200
@@ -297,7 +303,8 @@ def test_the_console_script_generates_or_stops_at_any_delay(console_script, tmp_
 )
 def test_the_console_script_trains_or_stops_at_any_delay(console_script, dataset, tmp_path, seconds, sig):
     code, stderr = run_script(console_script, train_args(dataset), tmp_path, seconds, sig)
-    assert_stopped_or_finished(code, stderr, TRAIN_STOPS)
+    if not before_the_first_instruction(code, stderr):
+        assert_stopped_or_finished(code, stderr, TRAIN_STOPS)
     assert leftovers(tmp_path) == []
     run = tmp_path / "run"
     if code == 0:

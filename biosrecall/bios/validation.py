@@ -9,7 +9,6 @@ that names the folder and the problem.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -25,7 +24,7 @@ from biosrecall.bios.pools import ATTRIBUTES, MIN_POOL_SIZE, NAME_PARTS
 from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import require_regular_file
+from biosrecall.files import file_sha256, require_regular_file
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
 
@@ -135,14 +134,6 @@ def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
     return raw, manifest
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_files(folder: Path, manifest: dict, expected: Sequence[str]) -> None:
     """Every expected file is listed in the manifest, present, and matches its recorded sha256."""
     files = manifest.get("files")
@@ -153,7 +144,7 @@ def verify_files(folder: Path, manifest: dict, expected: Sequence[str]) -> None:
         if not os.path.lexists(path):
             raise _fail(folder, f"{name} is missing")
         require_regular_file(path, f"dataset {folder}:")
-        if _file_sha256(path) != files[name]:
+        if file_sha256(path) != files[name]:
             raise _fail(folder, f"{name} does not match its sha256 in manifest.json (changed or corrupted)")
 
 

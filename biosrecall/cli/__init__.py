@@ -131,8 +131,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str] | None) -> None:
+    from biosrecall.atomic import command_outputs
+
     try:
-        cli.main(args=argv, prog_name="biosrecall", standalone_mode=False)
+        with command_outputs():  # a failed write takes back the folders this command made
+            cli.main(args=argv, prog_name="biosrecall", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -207,7 +207,7 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
     work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
-    _print(result, _more_seeds_command(out_dir, preset, study))
+    _print(result, _more_seeds_command(out_dir, preset, study, budget))
 
 
 def _report(outcome) -> None:
@@ -220,7 +220,7 @@ def _report(outcome) -> None:
         click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
 
 
-def _more_seeds_command(out_dir: Path, preset: str, study) -> str:
+def _more_seeds_command(out_dir: Path, preset: str, study, budget: float | None = None) -> str:
     """The command that adds two seeds to this output, with its other options (finished runs are kept)."""
     from dataclasses import asdict
 
@@ -228,7 +228,7 @@ def _more_seeds_command(out_dir: Path, preset: str, study) -> str:
 
     seeds = study.seeds
     more = (*seeds, *range(max(seeds) + 1, max(seeds) + 3))
-    return figure1_command(preset, {**asdict(study), "seeds": more}, out_dir)
+    return figure1_command(preset, {**asdict(study), "seeds": more}, out_dir, budget)
 
 
 def claims_header(n_seeds: int, more_seeds: str) -> str:

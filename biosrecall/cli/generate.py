@@ -252,8 +252,8 @@ def generate(
             )
         except KeyboardInterrupt:
             # Stopped after the dataset was swapped into place (while letting go of the lock, say):
-            # nothing was interrupted, so the command goes on as if the signal came a moment later.
-            if not committed(dataset_dir):
+            # nothing was interrupted, unless a text export was still to come (it is not started).
+            if export is not None or not committed(dataset_dir):
                 raise
         if export is None:
             work_done()  # the dataset is written: a Ctrl-C during the summary interrupts nothing

@@ -45,6 +45,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_max_depth
 from biosrecall.eval.gate_data import calibrate
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
+from biosrecall.files import file_sha256, read_json_object
 from biosrecall.train import layout
 
 FORMAT = "biosrecall-exit-gate-1"
@@ -195,14 +196,6 @@ def train_head(trace: Trace, reference: int, seed: int) -> tuple[GateHead, dict]
 # ---- records and use -----------------------------------------------------------------------------
 
 
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def model_hash(meta: dict) -> str:
     """sha256 of the checkpoint's model config, as canonical JSON: which architecture it is."""
     return hashlib.sha256(json.dumps(meta["model_config"], sort_keys=True).encode()).hexdigest()
@@ -230,6 +223,10 @@ def _fit_command(run_dir, label: str) -> str:
     return f"`biosrecall gate train {run_dir} --checkpoint {label}`"
 
 
+# What `gate train` records and `load_gate` reads (a record without them is refused in one line).
+GATE_RECORD_KEYS = ("weights", "reference_depth", "confidence", "model_hash", "checkpoint_hash")
+
+
 def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
     """The gate of checkpoint `label` of `run_dir`, refused unless fitted on that very checkpoint."""
     from biosrecall.runs import read_meta
@@ -240,8 +237,8 @@ def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
         raise BiosrecallError(
             f"{run_dir} has no exit gate for checkpoint {label}: fit one with {_fit_command(run_dir, label)}"
         )
+    record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
         with np.load(folder / layout.GATE_CALIBRATION_FILE, allow_pickle=False) as arrays:
             scores, exact = arrays["scores"], arrays["exact"]
         head = GateHead.from_weights(record["weights"])
@@ -254,7 +251,7 @@ def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
         raise BiosrecallError(
             f"the exit gate in {folder} was fitted on another model (model hash {str(record.get('model_hash'))[:12]}, this checkpoint's {model_hash(meta)[:12]}); refit it with {_fit_command(run_dir, label)}"
         )
-    found = file_hash(Path(checkpoint) / layout.MODEL_FILE)
+    found = file_sha256(Path(checkpoint) / layout.MODEL_FILE)
     if record.get("checkpoint_hash") != found:
         raise BiosrecallError(
             f"the exit gate in {folder} was fitted on another checkpoint (weights hash {str(record.get('checkpoint_hash'))[:12]}, this one's {found[:12]}); refit it with {_fit_command(run_dir, label)}"

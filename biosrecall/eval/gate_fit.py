@@ -11,7 +11,6 @@ model loads, and each gate folder is written atomically, so a refusal or a crash
 from __future__ import annotations
 
 import math
-import platform
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,6 @@ from biosrecall.eval.gate import (
     LEARNING_RATE,
     TARGET,
     deltas,
-    file_hash,
     model_hash,
     query_logits,
     reference_depth,
@@ -41,6 +39,7 @@ from biosrecall.eval.gate_data import (
     split_people,
 )
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
+from biosrecall.files import file_sha256
 from biosrecall.numbers import check_seed
 from biosrecall.train import layout
 
@@ -55,6 +54,11 @@ def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, P
         if (meta.get("task") or {}).get("name") == "lm":
             raise BiosrecallError(
                 f"{run_dir} is a language-model run; `gate train` fits bioS runs only so far"
+            )
+        if meta["model_config"].get("n_block", 1) == 0:
+            raise BiosrecallError(
+                f"{run_dir} is a standard transformer (no recurrent block): it has one depth, so there "
+                "is no exit for a gate to learn"
             )
         planned.append((label, path, meta, runs.training_data_of(run_dir, meta, data_dir)))
     return planned
@@ -83,7 +87,7 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
             model, _ = runs.load_checkpoint(path, device=device)
             settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
             record, arrays = fit_gate(model, datasets[data_path], settings, batch_size)
-            record.update(checkpoint=label, checkpoint_hash=file_hash(path / layout.MODEL_FILE),
+            record.update(checkpoint=label, checkpoint_hash=file_sha256(path / layout.MODEL_FILE),
                           model_hash=model_hash(meta), data_hash=datasets[data_path].manifest_hash)  # fmt: skip
             written.append(write_gate(layout.gate_dir(run_dir, label), record, arrays))
     return written
@@ -115,12 +119,9 @@ def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZ
 
 
 def _versions() -> dict:
-    import torch
+    from biosrecall.train.run_dir import versions
 
-    import biosrecall
-
-    return {"biosrecall": biosrecall.__version__, "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version()}  # fmt: skip
+    return versions()
 
 
 def _record(settings: dict, reference: int, summary: dict, head, calibrations) -> dict:

@@ -106,7 +106,7 @@ def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir
     options = {**record.get("study", {}), "seeds": seeds}
     return (
         f"the inconclusive claims need up to {needed} seeds by this estimate; fix the count before "
-        f"looking again, and run it with:\n  {figure1_command(record['preset'], options, out_dir)}"
+        f"looking again, and run it with:\n  {figure1_command(record['preset'], options, out_dir, record['train_config'].get('budget'))}"
     )
 
 

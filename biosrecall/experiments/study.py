@@ -69,12 +69,16 @@ class StudyOptions:
             raise BiosrecallError(f"--fixed-sweep depths must be positive integers (got {self.fixed_sweep})")
 
 
-def figure1_command(preset: str, options: dict, out_dir: str | Path | None = None) -> str:
+def figure1_command(
+    preset: str, options: dict, out_dir: str | Path | None = None, budget: float | None = None
+) -> str:
     """The `biosrecall figure1` command of a study: `options` are its `StudyOptions` as a dict (as
-    figure1.json records them, or `dataclasses.asdict`). Defaults are left out, so the command reads
-    as a user would type it; `--out` comes first when given."""
+    figure1.json records them, or `dataclasses.asdict`), `budget` its `--budget` if one was given.
+    Defaults are left out, so the command reads as a user would type it; `--out` comes first."""
     flags = [f"--out {out_dir}"] if out_dir is not None else []
     flags += [f"--preset {preset}", "--seeds " + ",".join(map(str, options.get("seeds", (0,))))]
+    if budget is not None:
+        flags.append(f"--budget {budget:g}")
     if options.get("update_matched"):
         flags.append("--update-matched")
     if options.get("lr_grid"):

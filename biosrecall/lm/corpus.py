@@ -35,7 +35,6 @@ found in a folder, is refused before anything is read), and a line or document m
 
 from __future__ import annotations
 
-import hashlib
 import json
 import stat
 import sys
@@ -45,6 +44,7 @@ from itertools import islice
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import file_sha256
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
@@ -112,7 +112,7 @@ class Corpus:
             if source.kind == "huggingface":
                 entry.update(config=source.config, split=self.hf_split)
             else:
-                entry.update(bytes=Path(source.location).stat().st_size, sha256=_file_sha256(source.location))
+                entry.update(bytes=Path(source.location).stat().st_size, sha256=file_sha256(source.location))
             entries.append(entry)
         return {"inputs": entries, "text_column": self.text_column, "max_documents": self.max_documents}
 
@@ -263,7 +263,9 @@ def _check_hub(source: Source) -> None:
 
     from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
 
-    if "datasets" not in sys.modules and find_spec("datasets") is None:  # found without importing it
+    # Found without importing it; a None in sys.modules is a module Python was told not to import.
+    loaded = sys.modules.get("datasets", False)
+    if loaded is None or (loaded is False and find_spec("datasets") is None):
         _import_datasets(source.location)  # the error naming the extra
     why = None if offline_variable() else hub_unreachable()
     if why is not None:
@@ -322,11 +324,3 @@ def _as_text(value: object, where: str) -> str | None:
             f"{where}: a document longer than {MAX_DOCUMENT_CHARS:,} characters (the limit)"
         )
     return value if value.strip() else None
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -12,7 +12,7 @@ per-token exit.
 `new_judge()` returns a fresh judge for one token; `judge(depth, logits [V])` is asked after each
 iteration's readout and returns True to stop (`biosrecall.eval.exits.exit_judge` builds one from an
 exit criterion). Every token stops at `max_depth` at the latest. A judge with `reads_state` set (a
-readout-free criterion: `latent`, `accel`) is asked with the token's recurrent state [d] instead, and
+readout-free criterion: `latent`, `accel`, or the learned `gate`) is asked with the token's recurrent state [d] instead, and
 the token is read out only once, at the depth it stops at.
 
 Cache semantics. The prompt minus its last token is prefilled in one pass at `max_depth` iterations.
