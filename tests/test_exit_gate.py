@@ -17,6 +17,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from hf_fixtures import one_error_line, run_cli
 
 from biosrecall.cli import main
 from biosrecall.compute.flops import GATE_CHECK_FLOPS_PER_WIDTH, serving_flops
@@ -30,21 +31,7 @@ MARKER = "Zqxmark"
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error_line(code: int, err: str, *needles: str) -> str:
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+    return run_cli(args, capsys)
 
 
 def _quiet(*args) -> None:
