@@ -31,17 +31,17 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
+from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import (
-    CHECKPOINT_LIST,
     Integer,
     Real,
-    checkpoint_option,
     split_options,
     trainer_options,
 )
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
-from biosrecall.numbers import DEPTH, SEED, counts, rates
+from biosrecall.numbers import SEED, counts, rates
 
 DEFAULT_VOCAB_SIZE = 8192
 
@@ -183,27 +183,10 @@ def _train_config(options: dict):
     return config, overrides, preset, tokenizer
 
 
-def _no_verify_option(command):
-    """--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
-    return click.option(
-        "--no-verify",
-        is_flag=True,
-        help="Skip checking each shard's bytes against the sha256 `lm prepare` recorded (one read of the "
-        "data when a shard is first opened).",
-    )(command)
-
-
-def _apply_no_verify(no_verify: bool) -> None:
-    if no_verify:
-        from biosrecall.lm.loader import set_verification
-
-        set_verification(False)
-
-
 @lm.command("train")
 @click.option("--data", "data_dir", required=True, type=click.Path(path_type=Path), help="Prepared folder.")
 @click.option("--out", "run_dir", required=True, type=click.Path(path_type=Path), help="Run folder.")
-@_no_verify_option
+@no_verify_option
 @_lm_options(run=True)
 def _train(
     data_dir: Path, run_dir: Path, no_verify: bool, resume: bool, overwrite: bool, quiet: bool, **options
@@ -216,7 +199,7 @@ def _train(
     from biosrecall.train.loop import Interrupted, TrainingDiverged
     from biosrecall.train.progress import make_reporter
 
-    _apply_no_verify(no_verify)
+    apply_no_verify(no_verify)
     config, overrides, preset, tokenizer = _train_config(options)
     main_rank = is_main_process()  # under torchrun only rank 0 reports
     reporter = make_reporter(quiet or not main_rank, config.log_every)
@@ -261,116 +244,6 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     click.echo("\n".join(plan_lines(config, preset, overrides, processes, data_dir)))
 
 
-@lm.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
-@config_option()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@checkpoint_option("Checkpoints to evaluate (repeatable)", ("final",), multiple=True, plural_flag=True)
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Prepared folder whose validation split to use [default: the run's own].",
-)
-@click.option(
-    "--max-depth",
-    type=Integer(DEPTH, below="{value} is not in the range x>=1."),
-    default=16,
-    show_default=True,
-    help="Evaluate serving depths 1..N (one N-iteration pass per batch).",
-)
-@click.option("--batch-size", type=Integer(counts()), default=8, show_default=True)
-@click.option(
-    "--max-sequences",
-    type=Integer(counts()),
-    default=None,
-    help="Use only the first N validation sequences [default: all].",
-)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--precision", default="auto", show_default=True, help="auto (bf16 on CUDA), fp32 or bf16.")
-@click.option(
-    "--exit",
-    "exits",
-    multiple=True,
-    help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
-    "entropy:H, latent:EPS, accel:EPS; a bare name sweeps its thresholds. Capped at --max-depth.",
-)
-@click.option(
-    "--val-sequences",
-    type=Integer(counts()),
-    default=None,
-    help="Validation windows scored with --exit (one token at a time, so slow) [default: 64].",
-)
-@_no_verify_option
-def evaluate(
-    runs,
-    checkpoints,
-    data_dir,
-    max_depth,
-    batch_size,
-    max_sequences,
-    device,
-    precision,
-    exits,
-    val_sequences,
-    no_verify,
-) -> None:
-    """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
-    the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
-    .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.eval.exits import parse_exits
-    from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
-    from biosrecall.runs import select_checkpoints
-    from biosrecall.train.layout import eval_dir
-
-    _apply_no_verify(no_verify)
-    criteria = check_servable(parse_exits(exits)) if exits else []
-    if val_sequences is not None and not criteria:
-        raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
-    for run in runs:  # every run's selection is checked before the first one is evaluated
-        select_checkpoints(run, checkpoints)
-    for run in runs:
-        table = evaluate_run(
-            run,
-            checkpoints=checkpoints,
-            data_dir=data_dir,
-            depths=range(1, max_depth + 1),
-            batch_size=batch_size,
-            max_sequences=max_sequences,
-            device=device,
-            precision=precision,
-        )
-        for summary in summarize(table).itertuples(index=False):
-            rows = table[table["checkpoint"] == summary.checkpoint]
-            by_depth = "  ".join(
-                f"K={d}:{nll:.4f}" for d, nll in zip(rows["depth"], rows["nll"], strict=True)
-            )
-            click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
-        click.echo(f"wrote {eval_dir(run) / TABLE}.csv and {TABLE}.parquet")
-        if criteria:
-            options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
-            options.update(batch_size=batch_size, device=device, precision=precision)
-            _evaluate_exits(run, criteria, val_sequences, options)
-
-
-def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: dict) -> None:
-    """Score and print NLL with per-token exit, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, EXIT_TABLE, evaluate_exits
-    from biosrecall.train.layout import eval_dir
-
-    table = evaluate_exits(run, criteria, sequences=sequences or DEFAULT_EXIT_SEQUENCES, **options)
-    for checkpoint, rows in table[table["kind"] == BASELINE].groupby("checkpoint", sort=False):
-        by_depth = "  ".join(f"{c}:{nll:.4f}" for c, nll in zip(rows["criterion"], rows["nll"], strict=True))
-        click.echo(f"{run} [{checkpoint}] same windows, fixed depth  {by_depth}")
-    shown = table[table["kind"] != BASELINE]
-    for row in shown.itertuples(index=False):
-        click.echo(
-            f"{run} [{row.checkpoint}] exit {row.criterion}: NLL {row.nll:.5f}  mean depth "
-            f"{row.mean_depth:.2f}  p95 depth {row.p95_depth:g}  ({row.eval_tokens} tokens)"
-        )
-    click.echo(f"wrote {eval_dir(run) / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
-
-
 @lm.command("compare", short_help="Figure-2 comparison of evaluated LM runs against uniform.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -408,7 +281,6 @@ def compare(runs, out_dir, reference, aggregate_seeds) -> None:
         click.echo(f"wrote {path}")
 
 
-# `lm harness` lives in its own module (lm-eval's many options); registered here under `lm`.
-from biosrecall.cli.lm_harness import harness  # noqa: E402  (after `lm` exists)
-
+# `lm eval` and `lm harness` live in modules of their own (their many options); registered here.
+lm.add_command(evaluate, "eval")
 lm.add_command(harness)

@@ -1,0 +1,144 @@
+"""`biosrecall lm eval`: validation NLL of trained LM runs at each serving depth, and with per-token
+exit; also the `--no-verify` option that `lm train` shares. Registered under `lm` by `biosrecall.cli.lm`.
+
+    biosrecall lm eval runs/200m/uniform [--checkpoints all]        # NLL at serving depths 1..16
+    biosrecall lm eval runs/200m/uniform --exit kl:5e-4,stable:2     # and with per-token exit
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from biosrecall.cli.config_file import config_option
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
+from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import DEPTH, counts
+
+
+def no_verify_option(command):
+    """--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
+    return click.option(
+        "--no-verify",
+        is_flag=True,
+        help="Skip checking each shard's bytes against the sha256 `lm prepare` recorded (one read of the "
+        "data when a shard is first opened).",
+    )(command)
+
+
+def apply_no_verify(no_verify: bool) -> None:
+    if no_verify:
+        from biosrecall.lm.loader import set_verification
+
+        set_verification(False)
+
+
+@click.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
+@config_option()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@checkpoint_option("Checkpoints to evaluate (repeatable)", ("final",), multiple=True, plural_flag=True)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Prepared folder whose validation split to use [default: the run's own].",
+)
+@click.option(
+    "--max-depth",
+    type=Integer(DEPTH, below="{value} is not in the range x>=1."),
+    default=16,
+    show_default=True,
+    help="Evaluate serving depths 1..N (one N-iteration pass per batch).",
+)
+@click.option("--batch-size", type=Integer(counts()), default=8, show_default=True)
+@click.option(
+    "--max-sequences",
+    type=Integer(counts()),
+    default=None,
+    help="Use only the first N validation sequences [default: all].",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--precision", default="auto", show_default=True, help="auto (bf16 on CUDA), fp32 or bf16.")
+@click.option(
+    "--exit",
+    "exits",
+    multiple=True,
+    help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
+    "entropy:H, latent:EPS, accel:EPS; a bare name sweeps its thresholds. Capped at --max-depth.",
+)
+@click.option(
+    "--val-sequences",
+    type=Integer(counts()),
+    default=None,
+    help="Validation windows scored with --exit (one token at a time, so slow) [default: 64].",
+)
+@no_verify_option
+def evaluate(
+    runs,
+    checkpoints,
+    data_dir,
+    max_depth,
+    batch_size,
+    max_sequences,
+    device,
+    precision,
+    exits,
+    val_sequences,
+    no_verify,
+) -> None:
+    """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
+    the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
+    .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
+    from biosrecall.eval.exits import parse_exits
+    from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
+    from biosrecall.runs import select_checkpoints
+    from biosrecall.train.layout import eval_dir
+
+    apply_no_verify(no_verify)
+    criteria = check_servable(parse_exits(exits)) if exits else []
+    if val_sequences is not None and not criteria:
+        raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
+    for run in runs:  # every run's selection is checked before the first one is evaluated
+        select_checkpoints(run, checkpoints)
+    for run in runs:
+        table = evaluate_run(
+            run,
+            checkpoints=checkpoints,
+            data_dir=data_dir,
+            depths=range(1, max_depth + 1),
+            batch_size=batch_size,
+            max_sequences=max_sequences,
+            device=device,
+            precision=precision,
+        )
+        for summary in summarize(table).itertuples(index=False):
+            rows = table[table["checkpoint"] == summary.checkpoint]
+            by_depth = "  ".join(
+                f"K={d}:{nll:.4f}" for d, nll in zip(rows["depth"], rows["nll"], strict=True)
+            )
+            click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
+        click.echo(f"wrote {eval_dir(run) / TABLE}.csv and {TABLE}.parquet")
+        if criteria:
+            options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
+            options.update(batch_size=batch_size, device=device, precision=precision)
+            _evaluate_exits(run, criteria, val_sequences, options)
+
+
+def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: dict) -> None:
+    """Score and print NLL with per-token exit, next to the fixed-depth NLL on the same windows."""
+    from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, EXIT_TABLE, evaluate_exits
+    from biosrecall.train.layout import eval_dir
+
+    table = evaluate_exits(run, criteria, sequences=sequences or DEFAULT_EXIT_SEQUENCES, **options)
+    for checkpoint, rows in table[table["kind"] == BASELINE].groupby("checkpoint", sort=False):
+        by_depth = "  ".join(f"{c}:{nll:.4f}" for c, nll in zip(rows["criterion"], rows["nll"], strict=True))
+        click.echo(f"{run} [{checkpoint}] same windows, fixed depth  {by_depth}")
+    shown = table[table["kind"] != BASELINE]
+    for row in shown.itertuples(index=False):
+        click.echo(
+            f"{run} [{row.checkpoint}] exit {row.criterion}: NLL {row.nll:.5f}  mean depth "
+            f"{row.mean_depth:.2f}  p95 depth {row.p95_depth:g}  ({row.eval_tokens} tokens)"
+        )
+    click.echo(f"wrote {eval_dir(run) / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
