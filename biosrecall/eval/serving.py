@@ -162,23 +162,23 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
                   people: int | None = None) -> pd.DataFrame:  # fmt: skip
     """The frontier table (module doc) of the selected checkpoints of each run."""
     from biosrecall.eval.curves import load_checked_datasets, plan_jobs
-    from biosrecall.eval.gate import check_gates, resolve_gates
+    from biosrecall.eval.gate import resolve_gates
     from biosrecall.train.distributed import resolve_device
 
     max_depth = check_max_depth(max_depth)
     if people is not None and people < 1:
         raise BiosrecallError(f"--people must be at least 1 (got {people})")
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
-    check_gates(run_dirs, criteria, checkpoints, max_depth)  # every gate before the first model runs
+    # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
+    resolved_by_job = [resolve_gates(criteria, j.run_dir, j.label, j.path, max_depth) for j in jobs]
     datasets = load_checked_datasets(jobs)
     eval_sets = {path: _eval_set(dataset, people) for path, dataset in datasets.items()}
     for eval_set in eval_sets.values():
         check_threshold(eval_set, threshold)
     device = resolve_device(str(device))
     tables = []
-    for job in jobs:
+    for job, resolved in zip(jobs, resolved_by_job, strict=True):
         dataset, eval_set = datasets[job.dataset_path], eval_sets[job.dataset_path]
-        resolved = resolve_gates(criteria, job.run_dir, job.label, job.path, max_depth)
         model, _ = runs.load_checkpoint(job.path, device=device)
         stats = query_stats_by_depth(model, eval_set, max_depth, resolved, batch_size=batch_size,
                                      progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
