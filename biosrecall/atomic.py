@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_ENTRY, ASIDE_SUFFIX, TEMPORARY_SUFFIX, temporary_prefix
 
 
@@ -173,7 +174,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     tmp = None
     try:
         _make_folder(path.parent)
-        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
+        with held():  # a signal waits until `tmp` names the file the clean-up below removes
+            fd, tmp = tempfile.mkstemp(
+                prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent
+            )
         os.chmod(tmp, _default_mode(directory=False))
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -202,19 +206,18 @@ def atomic_write_json(path: str | Path, obj: object) -> None:
 @contextmanager
 def atomic_write_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path for a library that writes files itself (parquet, safetensors, savefig)."""
-    path = Path(path)
+    path, tmp = Path(path), None
     try:
         _make_folder(path.parent)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+        with held():  # a signal waits until `tmp` names the file the clean-up below removes
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
         os.close(fd)
         os.chmod(tmp, _default_mode(directory=False))
-    except OSError as exc:
-        raise _failed(path, exc) from exc
-    try:
         yield Path(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         if _is_write_failure(exc):
             raise _failed(path, exc) from exc
         _take_back(path)
@@ -297,23 +300,35 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
     With `overwrite`, an existing folder is replaced only after the new one is complete, and restored
     if the swap fails. Without it, an output that appeared meanwhile is never replaced.
     """
-    path = _swap_target(check_output_dir(path, overwrite))
+    path, tmp = _swap_target(check_output_dir(path, overwrite)), None
     try:
-        _make_folder(path.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent))
-        tmp.chmod(_default_mode(directory=True))  # mkdtemp makes 0700
-    except OSError as exc:
-        raise _failed(path, exc) from exc
-    try:
+        with held():  # a signal waits until `tmp` names the folder the clean-up below removes
+            tmp = _temporary_folder(path)
         yield tmp
         _swap_in(tmp, path, overwrite)
     except BaseException as exc:
+        if tmp is None:  # nothing was made (a failure to make it is already named)
+            raise
         shutil.rmtree(tmp, ignore_errors=True)
         written = _written_in(exc, tmp, path)
         if written is None:
             _take_back(path)
             raise
         raise write_failed(written, exc.__cause__ or exc, _take_back(path)) from exc
+
+
+def _temporary_folder(path: Path) -> Path:
+    """A new empty sibling of `path` under a temporary name; nothing is left when making it fails."""
+    tmp = None
+    try:
+        _make_folder(path.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent))
+        tmp.chmod(_default_mode(directory=True))  # mkdtemp makes 0700
+        return tmp
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise _failed(path, exc) from exc
 
 
 def _written_in(exc: BaseException, tmp: Path, path: Path) -> Path | None:
@@ -347,7 +362,8 @@ def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
     try:
         if overwrite and os.path.lexists(path):
             prefix = temporary_prefix(path)
-            aside = Path(tempfile.mkdtemp(prefix=prefix, suffix=ASIDE_SUFFIX, dir=path.parent))
+            with held():  # a signal waits until `aside` names the folder the clean-up below removes
+                aside = Path(tempfile.mkdtemp(prefix=prefix, suffix=ASIDE_SUFFIX, dir=path.parent))
             os.replace(path, aside / ASIDE_ENTRY)
         _SWAPPED_IN[Path(path).absolute()] = os.stat(tmp).st_ino
         os.replace(tmp, path)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -62,6 +64,36 @@ def _forget_caught_interrupt() -> None:
     # it was caught, and under `python -m` kills the process with SIGINT at exit (status -2 instead of
     # ours). Every string `exec` starts by clearing that memory, so an empty one is enough.
     exec("", {})
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for a few instructions that must not be cut apart (creating a temporary
+    name and recording it for clean-up): a signal that arrives meanwhile is noted, and handled as
+    usual when the block ends, where the caller's clean-up already knows the name.
+
+    A Python-level handler, not a blocked signal mask: the kernel hands a process's signal to any of
+    its threads (numpy's and torch's pools included), and Python runs the handler in the main thread
+    whichever thread received it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = _set_all(lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        restore(previous)
+        if noted:
+            _deliver(noted[0], previous[noted[0]])
+
+
+def _deliver(signum: int, handler: object) -> None:
+    """Handle a signal that `held` noted, as `handler` (the one in place before) would have."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
 
 
 def interrupted() -> NoReturn:

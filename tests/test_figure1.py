@@ -1,10 +1,12 @@
-"""`biosrecall figure1 --seeds 0,1 --budgets 0.5,1` end to end, on the quick preset at half its budget:
-the per-run and seed-aggregated tables, the claims, their agreement with `recall-curve
---aggregate-seeds`, the budget sweep's branches and compute-to-target, resumability, and the notebook.
+"""`biosrecall figure1 --seeds 0,1 --budgets 0.5,1` end to end, on a small task: the per-run and
+seed-aggregated tables, the claims, their agreement with `recall-curve --aggregate-seeds`, the budget
+sweep's branches and compute-to-target, resumability, and the notebook.
 
-Half the budget (150 fixed K=4 updates), half the people scored (20 of 40) and two budget multiples
-cut the suite's longest fixture (220 s to 85 s); the runs still learn enough that the seeds' curves
-differ. The quick preset itself runs in `make demo` and in tests/test_figure1_promises.py."""
+The quick preset's model and batch on 10 people, 100 fixed K=4 updates and serving depths 1..24 keep
+the suite's longest fixture to about a minute on 2 cores (the quick preset at half its budget took
+125 s); the runs still learn enough that the seeds' curves differ, and depths beyond 16 are scored.
+The quick preset itself runs in `make demo` and, stopped while it trains, in
+tests/test_figure1_promises.py."""
 
 from __future__ import annotations
 
@@ -25,16 +27,17 @@ from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
 from biosrecall.train.run_dir import read_config
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb"
-HALF_QUICK = replace(FIGURE1_PRESETS["quick"], budget_updates=150, eval_people=20)
-STUDY = ["--preset", "quick-half", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1"]
+SMALL = replace(FIGURE1_PRESETS["quick"], people=10, seq_len=96, budget_updates=100, max_depth=24)
+DEPTHS = list(range(1, SMALL.max_depth + 1))
+STUDY = ["--preset", "small", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1"]
 CLAIM_KEYS = [claim.key for claim in CLAIMS] + [saving_claim()["claim"]]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def half_quick_preset():
+def small_preset():
     """Registered for the whole module: the rerun test looks the preset up by name again."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(FIGURE1_PRESETS, "quick-half", HALF_QUICK)
+        patch.setitem(FIGURE1_PRESETS, "small", SMALL)
         yield
 
 
@@ -46,13 +49,13 @@ def figure1_out(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_quick_figure1_writes_the_table_the_summary_and_the_figure(figure1_out):
+def test_figure1_writes_the_table_the_summary_and_the_figure(figure1_out):
     for name in ("figure1.png", "figure1.pdf", "recall_curve.csv", "recall_curve.parquet", "summary.csv"):
         assert (figure1_out / name).stat().st_size > 0, name
     table = pd.read_parquet(figure1_out / "recall_curve.parquet")
     assert set(table["run"]) == {f"seed{seed}/{name}" for name in FIGURE1_SCHEDULES for seed in (0, 1)}
     assert sorted(table["fraction"].unique()) == list(FRACTIONS)
-    assert sorted(table["depth"].unique()) == list(range(1, 65))
+    assert sorted(table["depth"].unique()) == DEPTHS
     # One matched budget: every run's final checkpoint spent it to within one update.
     final = table[table["fraction"] == 1.0].groupby("run")["flops"].first()
     budget = table["budget"].iloc[0]
@@ -95,7 +98,8 @@ def test_seeds_are_aggregated_with_intervals_and_every_claim_is_judged(figure1_o
 def test_recall_curve_aggregate_seeds_agrees_with_figure1(figure1_out, tmp_path):
     runs = sorted((figure1_out / "runs").glob("seed*/fixed_k4"))
     out = tmp_path / "rc"
-    main(["recall-curve", *map(str, runs), "--aggregate-seeds", "--out", str(out), "--people", "20"])
+    main(["recall-curve", *map(str, runs), "--aggregate-seeds", "--out", str(out),
+          "--max-depth", str(SMALL.max_depth)])  # fmt: skip
     ours = pd.read_csv(out / "summary.csv").set_index("fraction")
     theirs = pd.read_csv(figure1_out / "summary.csv")
     theirs = theirs[theirs["group"] == "fixed_k4"].set_index("fraction")
@@ -151,7 +155,7 @@ def test_the_budget_sweep_branches_from_shared_trunks_and_writes_compute_to_targ
 
 
 @pytest.mark.slow
-def test_the_notebook_runs_top_to_bottom_on_the_quick_output(figure1_out, monkeypatch):
+def test_the_notebook_runs_top_to_bottom_on_the_output(figure1_out, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("BIOSRECALL_FIGURE1", str(figure1_out))

@@ -40,7 +40,7 @@ TINY = figure1.Figure1Preset(
 )  # fmt: skip
 RUN_NAMES = list(figure1.FIGURE1_SCHEDULES)
 # Runs long enough (a few seconds each) for a signal to arrive while they train.
-STOPPABLE = replace(TINY, budget_updates=240)
+STOPPABLE = replace(TINY, budget_updates=120)
 
 # `biosrecall figure1` in a fresh interpreter with STOPPABLE registered as "tiny" (each run trains in
 # a `biosrecall train` process of its own, which needs no preset).

@@ -25,6 +25,7 @@ from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.experiments.claims import EARLIER_LOOK
 from biosrecall.files import read_json_object, require_keys
+from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
 from biosrecall.train.config import RESUMABLE_DIFFERENCES
 
@@ -135,7 +136,8 @@ def prepare_output(
         if found and not overwrite:
             raise refusal(out_dir, found)
         out_dir.mkdir(parents=True, exist_ok=True)
-        aside = _move_aside(out_dir) if found else None
+        with held():  # a signal waits until `aside` names what the clean-up below puts back
+            aside = _move_aside(out_dir) if found else None
         for seed, data_dir in datasets.items():
             _make_dataset(data_dir, people, seed)
         check()
