@@ -30,7 +30,10 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb
 SMALL = replace(FIGURE1_PRESETS["quick"], people=10, seq_len=96, budget_updates=100, max_depth=24)
 DEPTHS = list(range(1, SMALL.max_depth + 1))
 STUDY = ["--preset", "small", "--quiet", "--seeds", "0,1", "--budgets", "0.5,1"]
-CLAIM_KEYS = [claim.key for claim in CLAIMS] + [saving_claim()["claim"]]
+SERVING_KEYS = [
+    f"{kind}_{name}" for name in FIGURE1_SCHEDULES for kind in ("serving_pays", "oracle_headroom")
+]
+CLAIM_KEYS = [claim.key for claim in CLAIMS] + SERVING_KEYS + [saving_claim()["claim"]]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -16,6 +16,7 @@ from test_figure1_promises import TINY, figure1_args, final_weights, run_cli
 from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.serving import BASELINE, HEADLINE_NAME, SERVING_CRITERIA, TABLE_NAME, serving_names
 from biosrecall.experiments import figure1
+from biosrecall.experiments.claims import INCONCLUSIVE, NOT_MEASURED, read_claims
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,8 @@ def test_frontier_and_headline_of_the_final_checkpoints(finished):
     for name in serving_names():
         assert (finished / name).stat().st_size > 0, name
     frontier = pd.read_parquet(finished / f"{TABLE_NAME}.parquet")
-    assert set(frontier["run"]) == set(figure1.FIGURE1_SCHEDULES)
+    runs = {f"seed0/{name}" for name in figure1.FIGURE1_SCHEDULES}  # labelled as in the recall tables
+    assert set(frontier["run"]) == runs
     assert set(frontier["checkpoint"]) == {"1.0"}
     scored = frontier[frontier["kind"] != BASELINE]
     assert set(scored["criterion"]) == {c.spec for c in parse_exits(SERVING_CRITERIA)}
@@ -47,11 +49,25 @@ def test_frontier_and_headline_of_the_final_checkpoints(finished):
     recall = pd.read_parquet(finished / "recall_curve.parquet")
     final = recall[(recall["fraction"] == 1.0) & (recall["attribute"] == "all")]
     for run, rows in frontier[frontier["kind"] == BASELINE].groupby("run"):  # same scoring as Figure 1
-        expected = final[final["run"] == f"seed0/{run}"].set_index("depth")["bits"]
+        expected = final[final["run"] == run].set_index("depth")["bits"]
         assert rows.set_index("parameter")["bits"].to_numpy() == pytest.approx(expected.to_numpy())
     headline = pd.read_parquet(finished / f"{HEADLINE_NAME}.parquet")
-    assert sorted(headline["run"]) == sorted(figure1.FIGURE1_SCHEDULES)
+    assert set(headline["run"]) == runs
     assert (headline["checkpoint"] == "1.0").all()
+
+
+def test_the_claims_gain_two_serving_rows_per_schedule(finished):
+    claims = read_claims(finished / "claims.csv")
+    keys = [
+        f"{kind}_{name}" for name in figure1.FIGURE1_SCHEDULES for kind in ("serving_pays", "oracle_headroom")
+    ]
+    assert [key for key in claims["claim"] if key in keys] == keys
+    served = claims.set_index("claim").loc[keys]
+    assert (served["n_seeds"] <= 1).all() and set(served["verdict"]) <= {
+        INCONCLUSIVE,
+        NOT_MEASURED,
+    }  # one seed
+    assert (finished / "claims.md").read_text().count("At 100%, the oracle depth recalls more") == 3
 
 
 def test_an_output_without_them_is_continued_and_gains_them(finished, tmp_path, tiny_preset, capsys):

@@ -7,8 +7,6 @@ frontier, and a frontier priced by the old accounting is recomputed rather than 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -127,11 +125,11 @@ def test_a_frontier_priced_by_another_account_is_not_kept(frontier_inputs, tmp_p
         [{"run": "r", "schedule": "fixed:4", "checkpoint": "1.0", "fraction": 1.0}] * len(rows)
     )
     write_frontier(tmp_path, pd.concat([labels, rows], axis=1))
-    assert _current_headline(tmp_path, [Path("r")], criteria, 8) is not None
+    assert _current_headline(tmp_path, ["r"], criteria, 8) is not None
     for stale in (
         lambda f: f.assign(flops_account="every-position"),
         lambda f: f.drop(columns="flops_account"),
     ):
         frontier = pd.read_parquet(tmp_path / "exit_frontier.parquet")
         stale(frontier).to_parquet(tmp_path / "exit_frontier.parquet")
-        assert _current_headline(tmp_path, [Path("r")], criteria, 8) is None
+        assert _current_headline(tmp_path, ["r"], criteria, 8) is None

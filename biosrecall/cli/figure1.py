@@ -171,7 +171,8 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
-    adaptive-depth serving of the first seed's 100% checkpoints (exit_frontier.*, exit_headline.*).
+    adaptive-depth serving of every seed's 100% checkpoints (exit_frontier.*, exit_headline.*) and
+    judge whether an exit criterion pays (two claims rows per schedule).
 
     Rerunning the same command skips finished runs and resumes interrupted ones (Ctrl-C stops with
     exit code 130), so a long study can be run in parts; adding seeds or controls continues the

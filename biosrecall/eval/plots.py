@@ -26,6 +26,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.outputs import COLORS, MARKERS, save_figure
+from biosrecall.stats import seed_interval
 from biosrecall.train.layout import SWITCH
 
 METRICS = ("bits", "attribute")
@@ -262,11 +263,22 @@ def plot_recall_curves(
 EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "latent", "accel", "gate", "oracle")
 
 
+def _seed_groups(rows: pd.DataFrame) -> pd.Series:
+    """The line each frontier row belongs to: its run label without a leading `seed<S>/`, so the
+    seeds of one study run (`biosrecall figure1`) share a line."""
+    return rows["run"].str.replace(r"^seed\d+/", "", regex=True)
+
+
 def _draw_frontier(ax, rows: pd.DataFrame, run_styles: dict) -> None:
-    """One line per run and criterion kind (its thresholds sorted by cost); the run keeps its colour,
-    the kind its line style and marker; the oracle is a lone star."""
-    for (run, kind), line in rows.groupby(["run", "kind"], sort=False):
-        line = line.sort_values("flops_per_query")
+    """One line per run (the mean over its seeds) and criterion kind, its thresholds sorted by cost,
+    with a 95% band over seeds where there are several; the run keeps its colour, the kind its line
+    style and marker; the oracle is a lone star."""
+    rows = rows.assign(line=_seed_groups(rows))
+    for (run, kind), line in rows.groupby(["line", "kind"], sort=False):
+        points = line.groupby("criterion", sort=False).agg(
+            flops=("flops_per_query", "mean"), bits=("bits", "mean"),
+            bits_list=("bits", list),
+        ).sort_values("flops")  # fmt: skip
         kind_index = EXIT_KINDS.index(kind) if kind in EXIT_KINDS else len(EXIT_KINDS)
         style = {
             "color": run_styles[run]["color"],
@@ -274,17 +286,21 @@ def _draw_frontier(ax, rows: pd.DataFrame, run_styles: dict) -> None:
             "linestyle": "none" if kind == "oracle" else LINESTYLES[kind_index % len(LINESTYLES)],
             "lw": 2.0 if kind == "fixed-depth" else 1.3,
         }
-        ax.plot(line["flops_per_query"], line["bits"], ms=5, label=f"{run}: {kind}", **style)
+        ax.plot(points["flops"], points["bits"], ms=5, label=f"{run}: {kind}", **style)
+        bands = [seed_interval(values) for values in points["bits_list"]]
+        if kind != "oracle" and all(band.n > 1 for band in bands):
+            low, high = [band.low for band in bands], [band.high for band in bands]
+            ax.fill_between(points["flops"], low, high, color=style["color"], alpha=0.12, lw=0)
 
 
 def plot_exit_frontier(frontier: pd.DataFrame) -> Figure:
     """Recalled bits per person against modeled FLOPs per query, one panel per budget fraction: the
-    fixed-depth curve of each run as the baseline and one line per exit criterion kind
-    (the table of `biosrecall.eval.serving.exit_frontier`)."""
+    fixed-depth curve of each run as the baseline and one line per exit criterion kind, the seeds of
+    a study run averaged with a 95% band (the table of `biosrecall.eval.serving.exit_frontier`)."""
     if frontier.empty:
         raise BiosrecallError("nothing to plot: the exit frontier table is empty")
     fractions = sorted(frontier["fraction"].unique())
-    run_styles = curve_styles(frontier["run"])
+    run_styles = curve_styles(_seed_groups(frontier).unique())
     fig = Figure(figsize=(1.0 + 4.6 * len(fractions), 4.8), layout="constrained")
     axes = fig.subplots(1, len(fractions), sharey=True, squeeze=False)[0]
     for ax, fraction in zip(axes, fractions, strict=True):

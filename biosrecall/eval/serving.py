@@ -282,11 +282,9 @@ def serving_names() -> list[str]:
     return frontier + [f"{HEADLINE_NAME}.{fmt}" for fmt in TABLE_FORMATS]
 
 
-def _current_headline(out_dir: Path, run_dirs, criteria, max_depth: int) -> pd.DataFrame | None:
+def _current_headline(out_dir: Path, labels: list[str], criteria, max_depth: int) -> pd.DataFrame | None:
     """The headline already in `out_dir` when every serving file is there and the frontier holds
-    these runs, criteria and depths; None otherwise (also when a file is unreadable)."""
-    from biosrecall.eval.curves import run_labels
-
+    these runs (by label), criteria and depths; None otherwise (also when a file is unreadable)."""
     if not all((out_dir / name).is_file() for name in serving_names()):
         return None
     try:
@@ -294,7 +292,7 @@ def _current_headline(out_dir: Path, run_dirs, criteria, max_depth: int) -> pd.D
         headline = pd.read_parquet(out_dir / f"{HEADLINE_NAME}.parquet")
         scored = set(frontier.loc[frontier["kind"] != BASELINE, "criterion"])
         deepest = int(frontier.loc[frontier["kind"] == BASELINE, "parameter"].max())
-        same_runs = set(frontier["run"]) == set(run_labels(run_dirs))
+        same_runs = set(frontier["run"]) == set(labels)
         priced = bool((frontier["flops_account"] == FLOPS_ACCOUNT).all())
     except (OSError, ValueError, KeyError):
         return None
@@ -303,19 +301,23 @@ def _current_headline(out_dir: Path, run_dirs, criteria, max_depth: int) -> pd.D
 
 
 def write_serving_results(out_dir, run_dirs, checkpoints="final", max_depth: int = 64, criteria=None,
-                          **options) -> tuple[list[Path], pd.DataFrame]:  # fmt: skip
+                          labels=None, **options) -> tuple[list[Path], pd.DataFrame]:  # fmt: skip
     """Frontier table and figure and headline table of `run_dirs` in `out_dir` (`SERVING_CRITERIA` by
     default; `options` go to `exit_frontier`), kept when they already cover these runs and criteria;
-    returns the figure's files and the headline."""
+    returns the figure's files and the headline. `labels` name the runs in the tables (default: their
+    folder names, `eval.curves.run_labels`)."""
+    from biosrecall.eval.curves import run_labels
     from biosrecall.eval.exits import parse_exits
 
     out_dir = Path(out_dir)
     criteria = parse_exits(SERVING_CRITERIA) if criteria is None else list(criteria)
     figure = out_dir / TABLE_NAME
-    headline = _current_headline(out_dir, run_dirs, criteria, max_depth)
+    labels = run_labels(run_dirs) if labels is None else list(labels)
+    headline = _current_headline(out_dir, labels, criteria, max_depth)
     if headline is not None:
         return [figure.with_suffix(".png"), figure.with_suffix(".pdf")], headline
     frontier = exit_frontier(run_dirs, criteria, checkpoints, max_depth, **options)
+    frontier["run"] = frontier["run"].map(dict(zip(run_labels(run_dirs), labels, strict=True)))
     written, headline = write_frontier(out_dir, frontier)
     return [path for path in written if path.suffix in (".png", ".pdf")], headline
 

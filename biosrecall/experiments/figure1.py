@@ -13,7 +13,7 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/data/ (data_seed<S>/)      the bioS dataset (one per seed with `dataset_seed_per_run`)
     OUT/runs/seed<S>/<label>/      one run folder per run (see `biosrecall.experiments.study`)
     OUT/recall_curve*, summary*.csv, figure1.*, claims.*, lr_grid.*, figure5.*, fixed_sweep*
-    OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of the first seed's 100% checkpoints
+    OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of every seed's 100% checkpoints
     OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
                                    (`biosrecall.experiments.budgets`, `.budget_results`)
     OUT/runs/.sweep/               each run's spec (<run>.toml), record and log (`biosrecall.sweep`)
@@ -40,7 +40,6 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import recall_curves, run_labels
-from biosrecall.eval.serving import write_serving_results
 from biosrecall.experiments import figure1_output as output
 from biosrecall.experiments.budget_results import (
     budget_curve,
@@ -63,6 +62,7 @@ from biosrecall.experiments.study import (
     study_runs,
 )
 from biosrecall.experiments.study_engine import train_study_runs
+from biosrecall.experiments.study_serving import serve_study
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
 from biosrecall.sweep import LocalExecutor
@@ -168,8 +168,8 @@ def run_figure1(
         trained = trainer.train_all(specs)
         curves = _evaluate(trained, FRACTIONS, settings, device)
         written = write_study_results(out_dir, curves, [saving_claim()])
-        headline, served = _serving(out_dir, trained, study.seeds[0], settings, device)
-        claims, swept = written.claims, []
+        headline, served, claims = _serving(out_dir, trained, settings, device, written.claims)
+        swept = []
         if study.budgets:
             trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves, device)
             trained = {**trained, **trained_budgets}
@@ -373,12 +373,15 @@ def _evaluate(trained: dict[RunSpec, Path], fractions, settings: Figure1Preset, 
     return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
 
 
-def _serving(out_dir: Path, trained: dict[RunSpec, Path], seed: int, settings: Figure1Preset, device: str):
-    """Adaptive-depth serving of the `seed` (the first seed's) main runs at 100% (one seed: a serving
-    comparison, not a claim)."""
-    first = [path for spec, path in trained.items() if spec.role == "main" and spec.seed == seed]
-    final, people = str(max(FRACTIONS)), settings.eval_people
-    served, headline = write_serving_results(
-        out_dir, first, final, settings.max_depth, device=device, people=people
+def _serving(out_dir: Path, trained, settings: Figure1Preset, device: str, claims: pd.DataFrame):
+    """Score adaptive-depth serving of every main run's 100% checkpoint and add its claims rows
+    before the compute claim (which stays last, where the budget sweep replaces it); returns the
+    headline, the frontier figure's files and the claims, written."""
+    main_runs = {spec: path for spec, path in trained.items() if spec.role == "main"}
+    headline, figures, rows = serve_study(
+        out_dir, main_runs, settings.max_depth, device, settings.eval_people
     )
-    return headline, served
+    compute = claims["claim"] == saving_claim()["claim"]
+    claims = pd.concat([claims[~compute], rows, claims[compute]], ignore_index=True)
+    write_claims(claims, out_dir)
+    return headline, figures, claims

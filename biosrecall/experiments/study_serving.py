@@ -1,0 +1,125 @@
+"""Adaptive-depth serving of a study's final checkpoints on every seed, judged as two claims per schedule.
+
+    headline, figures, rows = serve_study(out_dir, trained, max_depth=64, device="cpu", people=None)
+    rows = serving_claims(frontier, names)      # names: frontier run label -> (schedule name, seed)
+
+`biosrecall figure1` scores the exit criteria of `biosrecall.eval.serving` on the 100% checkpoint of
+every main run (each schedule on each seed), writes the frontier and headline tables and the frontier
+figure (one line per schedule and criterion kind, the mean over seeds with a 95% band), and adds two
+rows per schedule to claims.csv, judged over seeds like the others (`biosrecall.experiments.claims`):
+
+- `serving_pays_<name>`: the best realisable criterion reaches 95% of the run's best fixed-depth
+  recall with fewer FLOPs per query than the cheapest fixed depth that does. The metric is the ratio
+  of the two costs (below 1: the criterion pays). A seed on which no criterion reaches the target is
+  charged the deepest fixed depth, where every criterion stops at the latest: serving it costs that.
+- `oracle_headroom_<name>`: the oracle (each query at its shallowest correct depth, not realisable)
+  recalls more than the best fixed depth: the headroom a per-query depth could ever win.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from biosrecall.eval.serving import BASELINE, RECALL_SHARE, TABLE_NAME, headline_table, write_serving_results
+from biosrecall.experiments.claims import NOT_MEASURED, verdict
+from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
+from biosrecall.stats import seed_interval
+
+PAYS_THRESHOLD = 1.0
+"""The serving claim holds when the whole interval of adaptive / fixed FLOPs per query is below 1."""
+HEADROOM_THRESHOLD = 0.0
+"""The oracle claim holds when the whole interval of oracle minus best fixed-depth bits is above 0."""
+SPOKEN = {FIXED_K4: "fixed K=4", FIXED_FIRST: "fixed-first", UNIFORM: "uniform"}
+"""How the statements name the main runs, as the other claims do."""
+
+
+def serve_study(out_dir: Path, main_runs: Mapping, max_depth: int, device: str, people: int | None):
+    """Score serving of `main_runs` ({spec: run folder}, each spec with `.folder`, `.name` and `.seed`)
+    at their final checkpoint into `out_dir`; returns (headline, figure files, the claims rows)."""
+    labels = [str(spec.folder) for spec in main_runs]  # seed<S>/<name>, as in the recall tables
+    figures, headline = write_serving_results(
+        out_dir, list(main_runs.values()), "final", max_depth, labels=labels, device=device, people=people
+    )
+    frontier = pd.read_parquet(Path(out_dir) / f"{TABLE_NAME}.parquet")
+    names = {label: (spec.name, spec.seed) for label, spec in zip(labels, main_runs, strict=True)}
+    return headline, figures, serving_claims(frontier, names)
+
+
+def serving_claims(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
+    """The two claims rows of every schedule name, in claims.csv's columns, from a frontier table."""
+    headline = headline_table(frontier).set_index("run")
+    per_run = {}
+    for run, rows in frontier.groupby("run", sort=False):
+        if run in names:
+            per_run[run] = (_cost_ratio(rows, headline.loc[run]), _headroom(rows))
+    rows = []
+    for name in dict.fromkeys(name for name, _ in names.values()):
+        runs = sorted((seed, run) for run, (n, seed) in names.items() if n == name and run in per_run)
+        ratios = [per_run[run][0] for _, run in runs]
+        headrooms = [per_run[run][1] for _, run in runs]
+        spoken = SPOKEN.get(name, name)
+        rows.append(_row(f"serving_pays_{name}", _pays_text(spoken), ratios, PAYS_THRESHOLD, False))
+        rows.append(
+            _row(f"oracle_headroom_{name}", _headroom_text(spoken), headrooms, HEADROOM_THRESHOLD, True)
+        )
+    return pd.DataFrame(rows)
+
+
+def _cost_ratio(rows: pd.DataFrame, headline: pd.Series) -> float:
+    """Adaptive / fixed FLOPs per query at the headline's target; the deepest fixed depth's cost when
+    no realisable criterion reaches it; NaN when the run recalls nothing (no target to reach)."""
+    fixed = float(headline["fixed_flops"])
+    if not headline["best_bits"] > 0 or math.isnan(fixed):
+        return math.nan
+    adaptive = float(headline["adaptive_flops"])
+    if math.isnan(adaptive):
+        adaptive = float(rows.loc[rows["kind"] == BASELINE, "flops_per_query"].max())
+    return adaptive / fixed
+
+
+def _headroom(rows: pd.DataFrame) -> float:
+    oracle = rows.loc[rows["kind"] == "oracle", "bits"]
+    best = rows.loc[rows["kind"] == BASELINE, "bits"].max()
+    return float(oracle.iloc[0]) - float(best) if len(oracle) else math.nan
+
+
+def _pays_text(run: str) -> tuple[str, str, str]:
+    share = f"{RECALL_SHARE:.0%}"
+    return (
+        f"At 100%, an exit criterion serves {run} with fewer FLOPs per query than a fixed depth",
+        f"best realisable criterion / cheapest fixed depth, FLOPs per query to reach {share} of the "
+        "run's best fixed-depth recall",
+        "a criterion pays only if it costs less than the fixed depth it replaces; the interval over seeds "
+        "carries the uncertainty",
+    )
+
+
+def _headroom_text(run: str) -> tuple[str, str, str]:
+    return (
+        f"At 100%, the oracle depth recalls more than the best fixed depth of {run}",
+        "oracle minus best fixed-depth recall, bits per person",
+        "the headroom of per-query depth: the most any exit criterion could gain",
+    )
+
+
+def _row(key: str, text: tuple[str, str, str], values: list[float], threshold: float, above: bool) -> dict:
+    statement, metric, why = text
+    measured = [v for v in values if not math.isnan(v)]
+    interval = seed_interval(measured)
+    return {
+        "claim": key,
+        "statement": statement,
+        "metric": metric,
+        "threshold": f"{'>' if above else '<'} {threshold:g}",
+        "mean": interval.mean,
+        "low": interval.low,
+        "high": interval.high,
+        "n_seeds": interval.n,
+        "per_seed": ";".join(f"{v:.4g}" for v in values),
+        "verdict": verdict(interval.low, interval.high, threshold, above) if measured else NOT_MEASURED,
+        "why_threshold": why,
+    }
