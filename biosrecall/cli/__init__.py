@@ -34,6 +34,7 @@ COMMANDS = {
     "train": ("biosrecall.cli.train", "train"),
     "recall-curve": ("biosrecall.cli.recall", "recall_curve"),
     "figure1": ("biosrecall.cli.figure1", "figure1"),
+    "capacity": ("biosrecall.cli.capacity", "capacity"),
     "diagnose-update": ("biosrecall.cli.diagnose", "diagnose_update"),
     "lm": ("biosrecall.cli.lm", "lm"),
     "ask": ("biosrecall.cli.ask", "ask"),

@@ -1,0 +1,150 @@
+"""`biosrecall capacity`: stored bits per parameter of looped models and standard baselines, at matched exposures.
+
+biosrecall capacity --out runs/capacity --preset bios-tiny --people 20,40 --exposures 20   # minutes
+biosrecall capacity --out runs/capacity --people 50,100,200 --seeds 0,1,2 --exposures 100  # the study
+
+Trains the three Figure-1 schedules and the `<preset>-std-params` / `<preset>-std-flops` baselines at
+every people count and seed, each for `--exposures` views of every biography, scores their stored
+bits (`biosrecall.experiments.capacity`) and writes OUT/capacity.{csv,md,png} and
+OUT/capacity_claims.{csv,md}. Rerunning the same command skips finished runs and resumes stopped ones
+(Ctrl-C: exit code 130); adding seeds or people counts trains only what is new.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from biosrecall.cli.config_file import config_option
+from biosrecall.cli.figure1 import DEPTHS, RERUN_HINT, SEEDS, parse_seeds
+from biosrecall.cli.options import Integer, NumberList, Real
+from biosrecall.model.presets import DEFAULT_BIOS_PRESET
+from biosrecall.numbers import EXPOSURES, counts
+from biosrecall.train.config import LIMITS
+
+PEOPLE = NumberList(counts(), "people counts", "50,100,200")
+
+
+def parse_people(ctx, param, people: tuple[int, ...]) -> tuple[int, ...]:
+    from biosrecall.experiments.capacity import check_people
+
+    check_people(people)
+    return people
+
+
+def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
+    from biosrecall.experiments.capacity import check_depths
+
+    check_depths(depths)
+    return depths
+
+
+@click.command()
+@config_option(lists=("people", "seeds", "depths"))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@click.option(
+    "--preset",
+    default=DEFAULT_BIOS_PRESET,
+    show_default=True,
+    help="Looped model preset with -std-params and -std-flops baselines (bios-tiny or bios-cpu).",
+)
+@click.option(
+    "--people",
+    default="50,100,200",
+    show_default=True,
+    type=PEOPLE,
+    callback=parse_people,
+    help="People counts of the sweep, one dataset each (more people, more facts to store).",
+)
+@click.option(
+    "--seeds",
+    default="0",
+    show_default=True,
+    type=SEEDS,
+    callback=parse_seeds,
+    help="Training seeds, e.g. 0,1,2; the claims need two or more (95% t interval over seeds).",
+)
+@click.option(
+    "--exposures",
+    type=Real(EXPOSURES),
+    default=100.0,
+    show_default=True,
+    help="Mean exposures per person of every run: its length (the 3.3 paper's 100 gives ~1 bit/param).",
+)
+@click.option("--batch-size", type=Integer(LIMITS["batch_size"]), default=8, show_default=True,
+              help="Sequences per update.")  # fmt: skip
+@click.option("--seq-len", type=Integer(LIMITS["seq_len"]), default=None,
+              help="Tokens per sequence [default: the preset's context].")  # fmt: skip
+@click.option("--lr", type=Real(LIMITS["lr"]), default=1e-2, show_default=True, help="Peak learning rate.")
+@click.option(
+    "--depths",
+    default="1,4,16,64",
+    show_default=True,
+    type=DEPTHS,
+    callback=parse_depths,
+    help="Serving depths each looped model is scored at (a baseline has one depth, 1).",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--workers", type=Integer(counts()), default=None,
+              help="Runs trained at the same time [default: one per core, or one per GPU].")  # fmt: skip
+@click.option("--threads", type=Integer(LIMITS["threads"]), default=None,
+              help="CPU threads of each run [default: the cores shared among the workers].")  # fmt: skip
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr, depths, device, workers,
+             threads, quiet):  # fmt: skip
+    """Measure stored bits per parameter of the three schedules and two standard-transformer baselines
+    over a people sweep at matched exposures, and judge the capacity claims.
+
+    Writes capacity.csv/.md (every run and the mean over seeds, 95% t intervals), capacity.png and
+    capacity_claims.csv/.md. Rerunning the same command skips finished runs and resumes stopped ones;
+    an output made with another preset, exposures, batch, sequence length or lr is refused."""
+    from biosrecall.experiments.capacity import CapacityOptions, run_capacity
+    from biosrecall.experiments.study_engine import StudyRunFailed
+    from biosrecall.interrupts import work_done
+    from biosrecall.train.loop import Interrupted
+
+    options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths)
+    try:
+        result = run_capacity(
+            out_dir,
+            options,
+            device=device,
+            threads=threads,
+            workers=workers,
+            report=None if quiet else _report,
+        )
+    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
+        click.echo(f"error: {exc}; {RERUN_HINT} once it is fixed", err=True)
+        raise SystemExit(1) from None
+    except (Interrupted, KeyboardInterrupt) as exc:
+        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
+        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
+        raise SystemExit(130) from None
+    work_done()  # the outputs are written: a Ctrl-C while printing them changes nothing
+    _print(result)
+
+
+def _report(outcome) -> None:
+    """A line before each batch of runs, then one per run as it ends."""
+    if isinstance(outcome, str):
+        click.echo(outcome, err=True)
+    elif outcome.state == "failed":
+        click.echo(f"failed  {outcome.name}: {outcome.error}  [log {outcome.log}]", err=True)
+    elif outcome.action != "skipped":
+        click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
+
+
+def _print(result) -> None:
+    from biosrecall.experiments.capacity_results import claims_markdown
+
+    n_seeds = int(result.claims["n_seeds"].max())
+    if n_seeds < 2:  # say why before the reader sees a column of "inconclusive"
+        click.echo("claims, from 1 seed: one seed has no interval, so no claim can be decided (add --seeds)")
+    click.echo(claims_markdown(result.claims))
+    for what, name in (
+        ("tables", "capacity.md"),
+        ("claims", "capacity_claims.md"),
+        ("figure", "capacity.png"),
+    ):
+        click.echo(f"{what}: {result.out_dir / name}")

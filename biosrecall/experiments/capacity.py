@@ -1,0 +1,351 @@
+"""Knowledge capacity at matched exposures: stored bits of looped and standard models against people.
+
+    from biosrecall.experiments.capacity import CapacityOptions, run_capacity
+    options = CapacityOptions(preset="bios-tiny", people=(50, 100, 200), seeds=(0, 1, 2), exposures=100)
+    result = run_capacity("runs/capacity", options)     # or: biosrecall capacity --out runs/capacity ...
+
+For every people count it generates a dataset, then trains, at every seed, the three schedules of
+Figure 1 on the looped preset (fixed K=4, fixed-first, uniform 1..16) and its two standard-transformer
+baselines (`<preset>-std-params`, `<preset>-std-flops`, at their one depth), each run as long as it
+takes to show every person's biography `exposures` times (`biosrecall.bios.exposures`), so every
+model sees the same data and only what it spends differs. Each final checkpoint is scored by
+`biosrecall.eval.stored_bits.stored_bits_table` at the serving depths (a baseline at depth 1 only),
+and `biosrecall.experiments.capacity_results` writes the tables, the claims and the figure. Layout:
+
+    OUT/capacity.json                     settings, seeds, people, versions, machine, the runs
+    OUT/data/people<N>/                   the bioS dataset of N people (seed `DATA_SEED`)
+    OUT/runs/seed<S>/people<N>/<model>/   one run folder each (model: fixed_k4, ..., std_params)
+    OUT/runs/.sweep/                      each run's spec, record and log (`biosrecall.sweep`)
+    OUT/capacity*.csv/.md/.png, OUT/capacity_claims.*   (`capacity_results`)
+
+Runs go through the sweep engine like figure1's (`biosrecall.experiments.study_engine`): the same
+command run again skips finished runs and resumes stopped ones, and more seeds or people counts only
+train what is new. Other settings (preset, exposures, batch, sequence length, lr) are refused on an
+existing output. The whole call holds the output's lock (`biosrecall.locking.output_lock`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from biosrecall.atomic import atomic_write_json
+from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.study import MAIN_SCHEDULES, RunSpec, check_seeds
+from biosrecall.locking import output_lock
+from biosrecall.numbers import EXPOSURES, check_count, check_depth, check_number
+
+RECORD, DATA, RUNS = "capacity.json", "data", "runs"
+DATA_SEED = 0
+"""Every people count's dataset seed: all seeds and models of a count train on the same people, so
+two models' numbers are compared paired by seed (only the training randomness differs)."""
+BASELINES = {"std_params": "std-params", "std_flops": "std-flops"}
+"""Baseline run name -> the suffix of its preset (`biosrecall.model.presets.BASELINES`)."""
+BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it accepts
+DEFAULT_PEOPLE = (50, 100, 200)
+DEFAULT_DEPTHS = (1, 4, 16, 64)
+IDENTITY = ("preset", "exposures", "batch_size", "seq_len", "lr")
+"""What an output's runs depend on beside their people and seed: a rerun must repeat these."""
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """What a capacity study trains and scores; checked on construction."""
+
+    preset: str = "bios-cpu"
+    """Looped model preset; it needs `<preset>-std-params` and `<preset>-std-flops` baselines."""
+    people: tuple[int, ...] = DEFAULT_PEOPLE
+    """People counts of the sweep, one dataset each."""
+    seeds: tuple[int, ...] = (0,)
+    """Training seeds (weights, batches, depth draws)."""
+    exposures: float = 100.0
+    """Mean exposures per person of every run (the 3.3 paper's 100 gives about 1 bit per parameter)."""
+    batch_size: int = 8
+    """Sequences per update."""
+    seq_len: int | None = None
+    """Tokens per sequence [default: the preset's context]."""
+    lr: float = 1e-2
+    """Peak learning rate of every run."""
+    depths: tuple[int, ...] = DEFAULT_DEPTHS
+    """Serving depths each looped model is scored at (a baseline has one, 1)."""
+
+    def __post_init__(self) -> None:
+        check_people(self.people)
+        check_seeds(self.seeds)
+        check_number("exposures", self.exposures, EXPOSURES)
+        check_depths(self.depths)
+        model_presets(self.preset)
+
+
+def check_people(people) -> None:
+    if not people:
+        raise BiosrecallError("--people is empty; give at least one count, e.g. --people 50,100,200")
+    for count in people:
+        check_count(count, "people counts")
+    repeated = sorted({n for n in people if list(people).count(n) > 1})
+    if repeated:
+        raise BiosrecallError(f"--people repeats {', '.join(map(str, repeated))}; give each count once")
+
+
+def check_depths(depths) -> None:
+    if not depths:
+        raise BiosrecallError("--depths is empty; give at least one serving depth, e.g. --depths 1,4,16,64")
+    for depth in depths:
+        check_depth(depth, "depths")
+    if len(set(depths)) != len(depths):
+        raise BiosrecallError(f"--depths repeats a value ({list(depths)}); give each depth once")
+
+
+def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:
+    """Run name -> (schedule, model preset, kind "looped" or "baseline") for the study of `preset`."""
+    from biosrecall.model.presets import BASELINES as KNOWN
+    from biosrecall.model.presets import PRESETS
+
+    if preset not in PRESETS:
+        raise BiosrecallError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    with_baselines = sorted({looped for looped, _, _ in KNOWN.values()})
+    if any(f"{preset}-{suffix}" not in KNOWN for suffix in BASELINES.values()):
+        raise BiosrecallError(
+            f"preset {preset!r} has no standard-transformer baselines; choose one of: {', '.join(with_baselines)}"
+        )
+    runs = {name: (schedule, preset, "looped") for name, schedule in MAIN_SCHEDULES.items()}
+    for name, suffix in BASELINES.items():
+        runs[name] = (BASELINE_SCHEDULE, f"{preset}-{suffix}", "baseline")
+    return runs
+
+
+@dataclass(frozen=True)
+class CapacityRun:
+    """One training run: its sweep spec (folder seed<S>/people<N>/<name>), people and model preset."""
+
+    spec: RunSpec
+    people: int
+    model_preset: str
+    kind: str
+
+
+def capacity_runs(options: CapacityOptions) -> list[CapacityRun]:
+    """Every run of the study: people counts x seeds x (three schedules, two baselines)."""
+    runs = []
+    for people in options.people:
+        for seed in options.seeds:
+            for name, (schedule, preset, kind) in model_presets(options.preset).items():
+                role = "main" if kind == "looped" else kind
+                spec = RunSpec(name, schedule, seed, options.lr, role, f"people{people}/{name}")
+                runs.append(CapacityRun(spec, people, preset, kind))
+    return runs
+
+
+@dataclass
+class CapacityResult:
+    out_dir: Path
+    table: Any  # pandas DataFrame: one row per run and serving depth (capacity.csv)
+    summary: Any  # the same over seeds: mean and 95% t interval (capacity_summary.csv)
+    claims: Any  # capacity_claims.csv
+    files: list[Path]
+
+
+def run_capacity(
+    out_dir: str | Path,
+    options: CapacityOptions,
+    *,
+    device: str = "auto",
+    threads: int | None = None,
+    workers: int | None = None,
+    report=None,
+) -> CapacityResult:
+    """Generate the datasets, train every run (skipping finished ones), score, write the results.
+
+    Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
+    training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
+    from biosrecall.experiments.capacity_results import write_capacity_results
+    from biosrecall.experiments.figure1 import study_executor
+    from biosrecall.experiments.study_engine import train_study_runs
+
+    out_dir, runs = Path(out_dir), capacity_runs(options)
+    base = _base_config(options, device)
+    record = _record(options, base, runs)
+    executor = study_executor(workers, threads, device)
+    with output_lock(out_dir):
+        datasets = _prepare(out_dir, options, record, base, runs)
+        atomic_write_json(out_dir / RECORD, record)
+        by_spec = {run.spec: run for run in runs}
+
+        def options_of(spec: RunSpec) -> dict[str, Any]:
+            run = by_spec[spec]
+            return _run_options(run, base, datasets[run.people])
+
+        trained = train_study_runs(out_dir / RUNS, list(by_spec), options_of, executor, report)
+        table = score_runs(runs, trained, datasets, options, device)
+        written = write_capacity_results(out_dir, table)
+    return CapacityResult(out_dir, table, written.summary, written.claims, written.files)
+
+
+def _base_config(options: CapacityOptions, device: str):
+    """Every run's trainer settings before its schedule and seed: sized by exposures, one checkpoint."""
+    from biosrecall.train.config import TrainConfig
+
+    return TrainConfig(
+        schedule=MAIN_SCHEDULES["fixed_k4"],
+        exposures=float(options.exposures),
+        batch_size=options.batch_size,
+        seq_len=options.seq_len,
+        lr=options.lr,
+        seed=options.seeds[0],
+        device=device,
+        checkpoint_fractions=(1.0,),
+    )
+
+
+def _run_config(run: CapacityRun, base):
+    return replace(base, schedule=run.spec.schedule, seed=run.spec.seed)
+
+
+def _run_options(run: CapacityRun, base, data_dir: Path) -> dict[str, Any]:
+    from biosrecall.sweep.run_spec import config_options
+
+    return config_options(_run_config(run, base), data=str(data_dir.resolve()), preset=run.model_preset)
+
+
+def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str, Any]:
+    """What capacity.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
+    from biosrecall.train.run_dir import machine, versions
+
+    record = {
+        "settings": {key: getattr(options, key) for key in IDENTITY},
+        "people": options.people,
+        "seeds": options.seeds,
+        "depths": options.depths,
+        "data_seed": DATA_SEED,
+        "models": {
+            name: dict(zip(("schedule", "preset", "kind"), v, strict=True))
+            for name, v in model_presets(options.preset).items()
+        },  # fmt: skip
+        "train_config": base.to_dict(),
+        "runs": [str(run.spec.folder) for run in runs],
+        "versions": versions(),
+        "machine": machine(),
+    }
+    return json.loads(json.dumps(record))
+
+
+def _prepare(out_dir: Path, options, record, base, runs) -> dict[int, Path]:
+    """Refuse an output made with other settings, make the missing datasets and plan every kind of
+    run, before anything trains; a folder this call created is removed again if that fails."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
+    _check_same_settings(out_dir, record)
+    created = not out_dir.exists()
+    datasets = {people: out_dir / DATA / f"people{people}" for people in options.people}
+    try:
+        for people, folder in datasets.items():
+            _dataset(folder, people)
+        _check_plans(runs, base, datasets)
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return datasets
+
+
+def _check_same_settings(out_dir: Path, record: dict[str, Any]) -> None:
+    from biosrecall.files import read_json_object
+
+    path = out_dir / RECORD
+    if not os.path.lexists(path):
+        if os.path.lexists(out_dir / RUNS):
+            raise BiosrecallError(f"{out_dir} holds {RUNS}/ but no {RECORD} saying how they were trained")
+        return
+    stored = read_json_object(path, "capacity record", required=("settings",))["settings"]
+    changed = [f"{key} was {stored.get(key)}, now {value}" for key, value in record["settings"].items()
+               if stored.get(key) != value]  # fmt: skip
+    if changed:
+        raise BiosrecallError(
+            f"{out_dir} was made with other settings ({'; '.join(changed)}); rerun with the settings "
+            "it was made with to continue it, or choose another --out"
+        )
+
+
+def _dataset(folder: Path, people: int) -> None:
+    """Kept when it is the one asked for, generated when missing, refused otherwise."""
+    from biosrecall.bios import generate_dataset, load_dataset
+
+    if not os.path.lexists(folder):
+        generate_dataset(folder, people=people, seed=DATA_SEED)
+        return
+    dataset = load_dataset(folder)
+    if (dataset.num_people, dataset.manifest.get("seed")) != (people, DATA_SEED):
+        raise BiosrecallError(f"dataset {folder} is not {people} people of seed {DATA_SEED}; remove it")
+
+
+def _check_plans(runs: list[CapacityRun], base, datasets: dict[int, Path]) -> None:
+    """Plan each model at every people count (first seed): an exposure count beyond the planner's
+    limit, a sequence too short for a biography or a schedule a preset refuses fails here."""
+    from biosrecall.train.bios_training import bios_training_task
+    from biosrecall.train.config import resolve_seq_len
+    from biosrecall.train.setup import make_plan
+
+    first = runs[0].spec.seed
+    for run in (r for r in runs if r.spec.seed == first):
+        config = _run_config(run, base)
+        config.validate()
+        task = bios_training_task(datasets[run.people], run.model_preset)
+        model_config = task.model_config()
+        seq_len = resolve_seq_len(config, model_config, task.preset)
+        source = task.batch_source(config, seq_len)
+        make_plan(model_config, config, seq_len, lambda asked, s=source, t=task: t.exposures(s, asked))
+
+
+def score_runs(runs: list[CapacityRun], trained: dict, datasets: dict[int, Path], options, device: str):
+    """One row per run and serving depth: `stored_bits_table` of its final checkpoint, labelled."""
+    import pandas as pd
+
+    from biosrecall.bios import load_dataset
+    from biosrecall.train.distributed import resolve_device
+
+    device = resolve_device(str(device))
+    loaded = {people: load_dataset(folder) for people, folder in datasets.items()}
+    eval_sets = {people: dataset.eval_set() for people, dataset in loaded.items()}
+    tables = [
+        _score(run, trained[run.spec], loaded[run.people], eval_sets[run.people], options, device)
+        for run in runs
+    ]
+    return pd.concat(tables, ignore_index=True)
+
+
+def _score(run: CapacityRun, run_dir: Path, dataset, eval_set, options, device):
+    """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
+    what it cost: mean exposures, updates and training FLOPs."""
+    import pandas as pd
+
+    from biosrecall.eval.stored_bits import stored_bits_table
+    from biosrecall.files import read_json_object
+    from biosrecall.runs import check_training_data
+    from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
+    from biosrecall.train.layout import config_file, list_checkpoints
+
+    checkpoint = list_checkpoints(run_dir)[1.0]
+    meta = read_meta(checkpoint)
+    check_training_data(run_dir, meta, dataset.path, dataset.manifest_hash)
+    model, _ = load_checkpoint(checkpoint, device=device)
+    depths = options.depths if model.config.recurrent else (1,)
+    table = stored_bits_table(model, eval_set, dataset.pool_sizes, depths=depths, device=device)
+    plan = read_json_object(config_file(run_dir), "run config", required=("plan",))["plan"]
+    labels = {
+        "people": run.people, "name": run.spec.name, "kind": run.kind, "schedule": run.spec.schedule,
+        "model_preset": run.model_preset, "seed": run.spec.seed,
+    }  # fmt: skip
+    costs = {
+        "exposures": float(options.exposures),
+        "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
+        "updates": int(meta["update"]),
+        "train_flops": float(meta.get("flops", math.nan)),
+        "run": str(run.spec.folder),
+    }
+    front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
+    return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)

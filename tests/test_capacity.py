@@ -1,0 +1,175 @@
+"""`biosrecall capacity`: tables, claims and figure of a tiny sweep, reruns that train nothing, bad input.
+
+    pytest -q tests/test_capacity.py            # the end-to-end study is marked slow
+    pytest -q tests/test_capacity.py -m "not slow"
+
+The study trains bios-tiny's three schedules and its two baselines at 6 and 12 people on seed 0,
+3 exposures each (10 runs of a few updates; each a `biosrecall train` process, whose start-up is
+nearly all of its time); the claims, over seeds, are judged on made-up tables whose verdicts are known.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from harness import changes, run_cli, snapshot
+
+from biosrecall.cli import main
+from biosrecall.experiments import capacity_results as results
+from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
+from biosrecall.train.checkpoint_files import MODEL_FILE
+
+VERDICTS = {HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED}
+MODELS = {"fixed_k4", "fixed_first_k4_80", "uniform_1_16", "std_params", "std_flops"}
+PEOPLE, SEEDS, DEPTHS = (6, 12), (0,), (1, 2, 4)
+COLUMNS = {
+    "people", "name", "kind", "seed", "depth", "exact_bits", "loss_bound_bits", "ceiling_bits",
+    "parameters", "non_embedding_parameters", "exact_bits_per_param", "exact_bits_per_nonembedding_param",
+    "loss_bound_bits_per_param", "loss_bound_bits_per_nonembedding_param", "exposures", "exposures_mean",
+    "updates", "train_flops",
+}  # fmt: skip
+
+
+def capacity_args(out, *extra: str) -> list[str]:
+    return [
+        "capacity", "--out", str(out), "--preset", "bios-tiny", "--people", ",".join(map(str, PEOPLE)),
+        "--seeds", ",".join(map(str, SEEDS)), "--exposures", "3", "--batch-size", "4", "--seq-len", "96",
+        "--depths", ",".join(map(str, DEPTHS)), "--workers", "2", "--threads", "1", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The tiny study's output folder, trained once for the module."""
+    out = tmp_path_factory.mktemp("capacity") / "out"
+    try:
+        main(capacity_args(out))
+    except SystemExit as exc:
+        assert exc.code in (0, None), f"capacity exited {exc.code}"
+    return out
+
+
+def final_weights(out) -> dict[str, int]:
+    return {
+        str(p.relative_to(out)): p.stat().st_mtime_ns
+        for p in out.glob(f"runs/*/*/*/checkpoints/1.0/{MODEL_FILE}")
+    }
+
+
+@pytest.mark.slow
+def test_tables_hold_every_run_and_depth(study):
+    table = pd.read_csv(study / "capacity.csv")
+    assert set(table.columns) >= COLUMNS
+    assert set(table["name"]) == MODELS and set(table["people"]) == set(PEOPLE)
+    assert set(table["seed"]) == set(SEEDS)
+    looped, baselines = table[table["kind"] == "looped"], table[table["kind"] == "baseline"]
+    assert len(looped) == len(PEOPLE) * len(SEEDS) * 3 * len(DEPTHS)
+    assert len(baselines) == len(PEOPLE) * len(SEEDS) * 2 and set(baselines["depth"]) == {1}
+    assert table["exact_bits"].between(0, table["ceiling_bits"]).all()
+    assert (table["loss_bound_bits"] <= table["ceiling_bits"] + 1e-9).all()
+    assert (table["exposures_mean"] >= 3).all() and (table["train_flops"] > 0).all()
+    ratio = table["exact_bits"] / table["parameters"]
+    assert ratio.sub(table["exact_bits_per_param"]).abs().max() < 1e-12
+    summary = pd.read_csv(study / "capacity_summary.csv")
+    assert len(summary) == len(PEOPLE) * (3 * len(DEPTHS) + 2) and (summary["n_seeds"] == len(SEEDS)).all()
+    assert {"exact_bits_low", "exact_bits_high", "loss_bound_bits_per_param_low"} <= set(summary.columns)
+    markdown = (study / "capacity.md").read_text()
+    assert "## Mean over seeds" in markdown and "std_params (baseline)" in markdown
+    assert (study / "capacity.png").stat().st_size > 0
+    record = json.loads((study / "capacity.json").read_text())
+    assert record["seeds"] == list(SEEDS) and record["people"] == list(PEOPLE)
+    assert record["settings"]["preset"] == "bios-tiny" and "torch" in record["versions"]
+
+
+@pytest.mark.slow
+def test_claims_are_three_rows_with_verdicts(study):
+    claims = pd.read_csv(study / "capacity_claims.csv")
+    assert list(claims["claim"]) == [
+        "baseline_one_bit_per_param", "looped_no_more_per_param", "fixed_first_near_uniform_at_saturation"
+    ]  # fmt: skip
+    assert set(claims["verdict"]) <= VERDICTS
+    # 12 people hold a few hundred bits, far from 0.7 bits per parameter of a 39k-parameter model.
+    assert claims["verdict"].iloc[0] == NOT_MEASURED and "sweep up to at least" in claims["note"].iloc[0]
+    assert (claims["n_seeds"] <= len(SEEDS)).all()
+    assert "verdict" in (study / "capacity_claims.md").read_text()
+
+
+@pytest.mark.slow
+def test_rerun_trains_nothing_and_other_settings_are_refused(study, capsys):
+    weights = final_weights(study)
+    assert len(weights) == len(PEOPLE) * len(SEEDS) * len(MODELS)
+    code, _ = run_cli(capacity_args(study), capsys)
+    assert code == 0 and final_weights(study) == weights
+    before = snapshot(study)
+    code, err = run_cli(capacity_args(study, "--lr", "0.02"), capsys)
+    assert code == 2 and err.startswith("error:") and "lr was 0.01, now 0.02" in err
+    assert changes(before, snapshot(study)) == []
+
+
+BAD_INPUTS = [
+    ["--exposures", "0"], ["--exposures", "-2"], ["--exposures", "inf"], ["--exposures", "nan"],
+    ["--people", "6,6"], ["--people", "0,6"], ["--people", "-3"], ["--seeds", "0,0"],
+    ["--depths", "1,1"], ["--preset", "bios-tiny-std-params"], ["--preset", "nonesuch"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda bad: " ".join(bad))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, bad):
+    before = snapshot(tmp_path)
+    code, err = run_cli(capacity_args(tmp_path / "out", *bad), capsys)
+    assert code == 2, err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+def made_up(
+    baseline: list[float], uniform_bits: dict[int, float], first_share: float, ceiling: float = 1e6
+) -> pd.DataFrame:
+    """A capacity table of 100-parameter models: per people count and seed, std_params at
+    `baseline[seed]` bits per parameter, uniform storing `uniform_bits[people]` x (1 + seed/100) at
+    every depth, fixed-first `first_share` of that; `ceiling` bits at every count."""
+    rows = []
+    for seed, per_param in enumerate(baseline):
+        for people, bits in uniform_bits.items():
+            rows.append({"people": people, "name": results.STD_PARAMS, "seed": seed, "depth": 1,
+                         "exact_bits": per_param * 100, results.MEASURE: per_param})  # fmt: skip
+            for depth in (1, 4):
+                stored = bits * (1 + seed / 100)
+                for name, share in ((UNIFORM, 1.0), (FIXED_FIRST, first_share)):
+                    rows.append({"people": people, "name": name, "seed": seed, "depth": depth,
+                                 "exact_bits": stored * share, results.MEASURE: stored * share / 100})  # fmt: skip
+    return pd.DataFrame(rows).assign(parameters=100, ceiling_bits=ceiling)
+
+
+def verdicts(table: pd.DataFrame) -> list[str]:
+    return list(results.judge_capacity_claims(table)["verdict"])
+
+
+def test_claims_are_judged_from_the_data():
+    # Baseline at ~1 bit/param, uniform (0.5 bits/param) below it, fixed-first at 95% of uniform.
+    assert verdicts(made_up([1.0, 1.02, 0.98], {10: 40, 20: 50}, 0.95)) == [HOLDS, HOLDS, HOLDS]
+    # Baseline far from 1 bit/param, uniform above it, fixed-first at half of uniform.
+    assert verdicts(made_up([0.1, 0.11, 0.12], {10: 40, 20: 50}, 0.5)) == [FAILS, FAILS, FAILS]
+    # One seed: no interval, nothing decided.
+    assert verdicts(made_up([1.0], {10: 40, 20: 50}, 0.95)) == [INCONCLUSIVE] * 3
+    # A uniform that stores nothing leaves fixed-first's ratio undefined.
+    assert verdicts(made_up([1.0, 1.02, 0.98], {10: 0, 20: 0}, 0.95))[2] == NOT_MEASURED
+    # 50 bits of facts cannot make 0.7 bits on each of 100 parameters: the band is out of reach.
+    claims = results.judge_capacity_claims(made_up([0.3, 0.31, 0.29], {10: 40, 20: 50}, 0.95, ceiling=50))
+    assert claims["verdict"].iloc[0] == NOT_MEASURED and "at least 28 people" in claims["note"].iloc[0]
+
+
+def test_saturation_is_the_largest_count_near_the_most_bits():
+    assert results.saturation_people(made_up([1.0, 1.0], {10: 40, 20: 80, 40: 79}, 1.0)) == 40
+    assert results.saturation_people(made_up([1.0, 1.0], {10: 40, 20: 80, 40: 60}, 1.0)) == 20
+
+
+def test_band_verdict():
+    assert results.band_verdict(0.8, 1.2) == HOLDS
+    assert results.band_verdict(0.1, 0.5) == FAILS and results.band_verdict(1.4, 2.0) == FAILS
+    assert results.band_verdict(0.5, 0.9) == INCONCLUSIVE
+    assert results.band_verdict(math.nan, math.nan) == INCONCLUSIVE
