@@ -19,6 +19,9 @@ its answer positions, and --out gets:
                                              query for each criterion, next to the fixed-depth curve
     exit_headline.csv, .parquet              per run: mean depth to reach 95% of its best recall,
                                              adaptive vs fixed
+    exit_token_gap.csv, .parquet             with --per-token: each criterion decided per answer token
+                                             in the KV-cached decoder, against whole-query exit
+                                             (`biosrecall.eval.token_exit`)
 
 Each checkpoint's result is cached as `checkpoints/<label>/recall.parquet`, so re-plotting (another
 --metric, fewer runs, a smaller --max-depth) does not re-evaluate; --refresh forces it.
@@ -49,7 +52,7 @@ from biosrecall.numbers import DEPTH, counts
 
 DEFAULT_OUT = Path("recall-curve")
 RUN_BATCH_SIZE = 256
-RUN_ONLY = (CHECKPOINT_LIST, "max_depth", "refresh", "exits", "aggregate_seeds")
+RUN_ONLY = (CHECKPOINT_LIST, "max_depth", "refresh", "exits", "per_token", "aggregate_seeds")
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
@@ -115,6 +118,12 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     "`biosrecall gate train`, recall lost <= DELTA), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
+    "--per-token",
+    is_flag=True,
+    help="With --exit: also decide each criterion per answer token in the KV-cached decoder and "
+    "compare its recall with whole-query exit at the same mean depth (exit_token_gap.*; slower).",
+)
+@click.option(
     "--aggregate-seeds",
     is_flag=True,
     help="Runs sharing a folder name are seeds of one configuration (figure1's runs/seed*/NAME): "
@@ -159,6 +168,7 @@ def recall_curve(
     refresh,
     people,
     exits,
+    per_token,
     aggregate_seeds,
     hf_model,
     depth_arg,
@@ -182,6 +192,8 @@ def recall_curve(
     from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
 
     criteria = _parse_exits(exits, max_depth)
+    if per_token and not criteria:
+        raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
     if criteria:  # a gate:DELTA without its fitted gate is refused before anything is written
         from biosrecall.eval.gate import check_gates
 
@@ -206,7 +218,7 @@ def recall_curve(
         written = _write_seed_curves(table, groups, out_dir, last=not criteria)
     if criteria:
         options = {"max_depth": max_depth, "threshold": threshold, "batch_size": batch_size}
-        options.update(device=device, data_dir=data_dir, people=people)
+        options.update(device=device, data_dir=data_dir, people=people, per_token=per_token)
         written += _score_exits(run_dirs, criteria, checkpoints or DEFAULT_CHECKPOINTS, out_dir, options)
     for path in written:
         click.echo(f"wrote {path}")
@@ -344,7 +356,9 @@ def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) 
         people=options["people"],
     )
     written, headline = write_frontier(out_dir, frontier)
-    _outputs_complete(True)  # the exit frontier is always written last
+    if options["per_token"]:
+        written += _score_per_token(run_dirs, criteria, checkpoints, out_dir, options)
+    _outputs_complete(True)  # the exit results are always written last
     shown = frontier[frontier["kind"] != "fixed-depth"]
     columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
     columns.append("flops_per_query")
@@ -352,4 +366,21 @@ def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) 
     click.echo(shown[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     click.echo("mean depth to reach 95% of each run's best recall:")
     click.echo(headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    return written
+
+
+def _score_per_token(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) -> list[Path]:
+    """Decide the criteria per answer token; write and print the gap to whole-query exit."""
+    from biosrecall.eval.token_exit import TABLE_NAME, token_exit_gap
+    from biosrecall.outputs import write_table
+
+    gap = token_exit_gap(
+        run_dirs, criteria, checkpoints, options["max_depth"], people=options["people"],
+        device=options["device"], data_dir=options["data_dir"], threshold=options["threshold"],
+    )  # fmt: skip
+    written = write_table(gap, out_dir / TABLE_NAME)
+    columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth", "whole_query_bits"]
+    columns += ["gap_vs_whole_query", "gap_vs_fixed_depth"]
+    click.echo("per-token against whole-query exit:")
+    click.echo(gap[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     return written

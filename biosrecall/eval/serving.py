@@ -142,13 +142,15 @@ def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, 
     return pd.DataFrame.from_records(records)
 
 
-def _eval_set(dataset, people: int | None):
+def scored_eval_set(dataset, people: int | None):
+    """The evaluation rows of the first `people` people (None: everyone)."""
     if people is None or people >= dataset.num_people:
         return dataset.eval_set()
     return dataset.eval_set(np.arange(people))
 
 
-def _labels(job) -> dict:
+def job_columns(job) -> dict:
+    """The label columns of a checkpoint's rows: run, schedule, checkpoint, fraction."""
     fraction = runs.fraction_of(job.label)
     if fraction is None:
         fraction = float(job.meta.get("flops", math.nan)) / float(job.meta.get("budget", math.nan))
@@ -172,7 +174,7 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
     # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
     resolved_by_job = [resolve_gates(criteria, j.run_dir, j.label, j.path, max_depth) for j in jobs]
     datasets = load_checked_datasets(jobs)
-    eval_sets = {path: _eval_set(dataset, people) for path, dataset in datasets.items()}
+    eval_sets = {path: scored_eval_set(dataset, people) for path, dataset in datasets.items()}
     for eval_set in eval_sets.values():
         check_threshold(eval_set, threshold)
     device = resolve_device(str(device))
@@ -184,7 +186,7 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
                                      progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
         config = getattr(model, "config", None)
         table = exit_rows(stats, eval_set, dataset.pool_sizes, resolved, max_depth, config, threshold)
-        tables.append(pd.concat([pd.DataFrame([_labels(job)] * len(table)), table], axis=1))
+        tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(table)), table], axis=1))
         del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

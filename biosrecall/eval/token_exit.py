@@ -1,0 +1,104 @@
+"""Per-token exit against whole-query exit on bioS: what deciding the depth token by token costs.
+
+    table = token_exit_gap(["runs/figure1/runs/seed0/uniform_1_16"], parse_exits("kl:1e-3,stable:2"))
+    biosrecall recall-curve RUN --exit kl:1e-3,stable:2 --per-token    # writes exit_token_gap.*
+
+Whole-query exit (`biosrecall.eval.serving`) runs a query to one depth and reads every answer token
+there. Per-token exit runs each token through the KV-cached decoder (`biosrecall.model.decode`,
+teacher forcing), where every token stops at the first depth its own criterion holds, and a later
+token attends to an earlier one's state at the depth that token stopped at (as Huginn does). That is
+how a generating model exits, and its failure mode: an earlier token that stopped shallow offers
+shallow keys and values to every token after it.
+
+Per run, checkpoint and realisable criterion, one row: per_token_bits (recalled bits per person, 4 of
+5 templates exact, from teacher-forced answers: an answer is exact when every answer token is the
+argmax, which is what greedy decoding would produce) and per_token_mean_depth (over the answer
+tokens), whole_query_bits and whole_query_mean_depth (the same criterion, whole query),
+fixed_bits_at_same_depth (the fixed-depth curve interpolated at the per-token mean depth), and the
+gaps: per_token_bits minus each of the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from biosrecall import runs
+from biosrecall.eval.exits import exit_judge
+from biosrecall.eval.recall import DEFAULT_THRESHOLD, score_exact
+from biosrecall.eval.serving import BASELINE, exit_rows, job_columns, query_stats_by_depth, scored_eval_set
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
+from biosrecall.model.decode import teacher_forced
+
+TABLE_NAME = "exit_token_gap"
+UNDECIDED_KINDS = ("fixed-depth", "fixed", "oracle")
+"""Rows that decide nothing per token (a fixed depth is the same either way; the oracle reads the answer)."""
+
+
+def per_token_exact(model, eval_set, criterion, max_depth: int, batch_size: int = DEFAULT_BATCH_SIZE):
+    """bool [M] (each eval-set row's answer exact under per-token exit) and the mean exit depth of
+    the answer tokens."""
+    device = next(model.parameters()).device
+    exact = np.zeros(len(eval_set.answer_start), dtype=bool)
+    depth_sum, depth_count = 0.0, 0
+    for rows in plan_batches(eval_set, batch_size):
+        batch = answer_batch(eval_set, rows, device)
+        steps = list(teacher_forced(model, batch.tokens, max_depth, lambda: exit_judge(criterion)))
+        logits = torch.stack([step[0] for step in steps], dim=1)  # [B, T, V]
+        depths = torch.stack([step[1] for step in steps], dim=1)  # [B, T]
+        exact[rows] = exact_rows(logits[batch.positions], batch).cpu().numpy()
+        depth_sum += float(depths[batch.positions].sum())
+        depth_count += int(batch.positions.sum())
+    return exact, depth_sum / depth_count
+
+
+def gap_rows(model, eval_set, pool_sizes, criteria, max_depth: int, threshold: int = DEFAULT_THRESHOLD,
+             batch_size: int = DEFAULT_BATCH_SIZE) -> pd.DataFrame:  # fmt: skip
+    """One checkpoint's rows (module doc) for every criterion that decides per token."""
+    stats = query_stats_by_depth(model, eval_set, max_depth, criteria, batch_size=batch_size)
+    config = getattr(model, "config", None)
+    whole = exit_rows(stats, eval_set, pool_sizes, criteria, max_depth, config, threshold)
+    fixed = whole[whole["kind"] == BASELINE].sort_values("mean_depth")
+    records = []
+    for criterion in criteria:
+        if criterion.name in UNDECIDED_KINDS:
+            continue
+        exact, mean_depth = per_token_exact(model, eval_set, criterion, max_depth, batch_size)
+        bits = score_exact(exact, eval_set, pool_sizes, threshold).bits_per_person
+        same = whole[whole["criterion"] == criterion.spec].iloc[0]
+        at_depth = float(np.interp(mean_depth, fixed["mean_depth"], fixed["bits"]))
+        records.append({
+            "criterion": criterion.spec,
+            "per_token_bits": bits,
+            "per_token_mean_depth": mean_depth,
+            "whole_query_bits": float(same["bits"]),
+            "whole_query_mean_depth": float(same["mean_depth"]),
+            "fixed_bits_at_same_depth": at_depth,
+            "gap_vs_whole_query": bits - float(same["bits"]),
+            "gap_vs_fixed_depth": bits - at_depth,
+        })  # fmt: skip
+    return pd.DataFrame.from_records(records)
+
+
+def token_exit_gap(run_dirs, criteria, checkpoints="final", max_depth: int = 64, *, people: int | None = None,
+                   device: str = "auto", data_dir=None, threshold: int = DEFAULT_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+    """The gap table (module doc) of the selected checkpoints of each run."""
+    from biosrecall.eval.curves import load_checked_datasets, plan_jobs
+    from biosrecall.eval.gate import resolve_gates
+    from biosrecall.train.distributed import resolve_device
+
+    jobs = plan_jobs(list(run_dirs), checkpoints, data_dir)
+    resolved_by_job = [resolve_gates(criteria, j.run_dir, j.label, j.path, max_depth) for j in jobs]
+    datasets = load_checked_datasets(jobs)
+    device = resolve_device(str(device))
+    tables = []
+    for job, resolved in zip(jobs, resolved_by_job, strict=True):
+        dataset = datasets[job.dataset_path]
+        model, _ = runs.load_checkpoint(job.path, device=device)
+        with torch.inference_mode():
+            rows = gap_rows(
+                model, scored_eval_set(dataset, people), dataset.pool_sizes, resolved, max_depth, threshold
+            )
+        tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(rows)), rows], axis=1))
+    return pd.concat(tables, ignore_index=True)
