@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import DEPTHS, RERUN_HINT, SEEDS, parse_seeds
+from biosrecall.cli.figure1 import DEPTHS, RERUN_HINT, SEEDS, parse_seeds, report_outcome
 from biosrecall.cli.options import Integer, NumberList, Real
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import EXPOSURES, counts
@@ -112,7 +112,7 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
             device=device,
             threads=threads,
             workers=workers,
-            report=None if quiet else _report,
+            report=None if quiet else report_outcome,
         )
     except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
         click.echo(f"error: {exc}; {RERUN_HINT} once it is fixed", err=True)
@@ -123,16 +123,6 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
         raise SystemExit(130) from None
     work_done()  # the outputs are written: a Ctrl-C while printing them changes nothing
     _print(result)
-
-
-def _report(outcome) -> None:
-    """A line before each batch of runs, then one per run as it ends."""
-    if isinstance(outcome, str):
-        click.echo(outcome, err=True)
-    elif outcome.state == "failed":
-        click.echo(f"failed  {outcome.name}: {outcome.error}  [log {outcome.log}]", err=True)
-    elif outcome.action != "skipped":
-        click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
 
 
 def _print(result) -> None:

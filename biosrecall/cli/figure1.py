@@ -196,7 +196,7 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     try:
         result = run_figure1(
             out_dir, preset, study=study, budget=budget, device=device, threads=threads, workers=workers,
-            log=log, overwrite=overwrite, report=None if quiet else _report,
+            log=log, overwrite=overwrite, report=None if quiet else report_outcome,
         )  # fmt: skip
     except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
         click.echo(f"error: {exc}; {RERUN_HINT} once it is fixed", err=True)
@@ -211,8 +211,9 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     _print(result, _more_seeds_command(out_dir, preset, study, budget))
 
 
-def _report(outcome) -> None:
-    """A line before each batch of runs, then one per run as it ends (its progress is in its log)."""
+def report_outcome(outcome) -> None:
+    """A study's progress on stderr (figure1's and capacity's): a line before each batch of runs,
+    then one per run as it ends (its progress is in its log)."""
     if isinstance(outcome, str):
         click.echo(outcome, err=True)
     elif outcome.state == "failed":
