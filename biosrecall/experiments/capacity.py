@@ -325,9 +325,8 @@ def _score(run: CapacityRun, run_dir: Path, dataset, eval_set, options, device):
 
     from biosrecall.eval.stored_bits import stored_bits_table
     from biosrecall.files import read_json_object
-    from biosrecall.runs import check_training_data
-    from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
-    from biosrecall.train.layout import config_file, list_checkpoints
+    from biosrecall.runs import check_training_data, load_checkpoint
+    from biosrecall.train.layout import config_file, list_checkpoints, read_meta
 
     checkpoint = list_checkpoints(run_dir)[1.0]
     meta = read_meta(checkpoint)
