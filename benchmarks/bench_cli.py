@@ -1,6 +1,6 @@
 """Command-line start-up benchmark: what a user waits for before `--help` prints or training begins.
 
-Two ratios, every process measured side by side in one run (in rotating order, medians of a few
+Three ratios, every process measured side by side in one run (in rotating order, medians of a few
 repeats, so a busy moment of a shared machine biases none of them):
 
 - `biosrecall --help` wall time over `python -c pass` (each 5 times a round): the cost of the command
@@ -10,7 +10,10 @@ repeats, so a busy moment of a shared machine biases none of them):
   from the process start to the moment the first line of its `metrics.jsonl` appears, minus that
   line's `wall_s` (the trainer's own clock from the start of its loop to the end of update 0). What is
   left is start-up: imports, reading the dataset, building the model, the plan and the run folder. The
-  run is the tiny `bios-tiny` preset on a tiny generated dataset, so nothing here is training.
+  run is the tiny `bios-tiny` preset on a tiny generated dataset, so nothing here is training;
+- the same start-up of a `train` forked warm, as a sweep starts its runs (`biosrecall.sweep.warm`),
+  over the cold process's: what every run of a study saves. The warm server starts in round 0, which
+  is dropped, as a sweep pays it once.
 
 Each process is `python -m biosrecall ...`, the way the sweep engine starts its runs; the console
 script `biosrecall` runs the same entry point.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,12 +37,13 @@ import time
 from pathlib import Path
 
 from biosrecall.bios import generate_dataset
+from biosrecall.sweep.warm import start_warm
 from biosrecall.train.layout import metrics_file
 
 PRESET = "bios-tiny"
 PEOPLE = 40
 POLL_S = 0.002  # how often the first metrics line is looked for: the error it adds to each start-up
-PROCESSES = ("pass", "help", "import torch", "train")
+PROCESSES = ("pass", "help", "import torch", "train", "warm train")
 # The two fast processes run this many times a round: tens of milliseconds swing most with load.
 FAST = {"pass": 5, "help": 5}
 
@@ -57,7 +62,7 @@ def _train_command(data: Path, run_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _first_metrics_line(path: Path, process: subprocess.Popen) -> tuple[dict, float]:
+def _first_metrics_line(path: Path, process) -> tuple[dict, float]:
     """The first complete metrics row and when it appeared; fails if the process ends without one."""
     while True:
         if path.is_file():
@@ -65,19 +70,23 @@ def _first_metrics_line(path: Path, process: subprocess.Popen) -> tuple[dict, fl
             if "\n" in text:
                 return json.loads(text.split("\n", 1)[0]), time.perf_counter()
         if process.poll() is not None:
-            raise RuntimeError(f"train exited with {process.returncode} before its first update")
+            raise RuntimeError("train exited before its first update")
         time.sleep(POLL_S)
 
 
-def _train_start_up(data: Path, run_dir: Path) -> dict:
+def _train_start_up(data: Path, run_dir: Path, warm: bool = False) -> dict:
     """Seconds from the process start to its first update, and the whole process's wall time."""
     command = _train_command(data, run_dir)
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if warm:
+        log = run_dir.parent / f"{run_dir.name}.log"
+        process = start_warm(command[3:], log, {**os.environ, "OMP_NUM_THREADS": "1"})
+    else:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     row, seen = _first_metrics_line(metrics_file(run_dir), process)
-    _, err = process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"train failed ({process.returncode}): {err.decode()[-500:]}")
+    code = process.wait()
+    if code != 0:
+        raise RuntimeError(f"train failed with exit status {code}: {' '.join(command)}")
     return {"before_first_update_s": seen - start - row["wall_s"], "process_s": time.perf_counter() - start}
 
 
@@ -90,14 +99,15 @@ def _measure(workdir: Path, repeats: int) -> dict[str, list[float]]:
         "help": [sys.executable, "-m", "biosrecall", "--help"],
         "import torch": python + ["import torch"],
     }
-    times: dict[str, list[float]] = {name: [] for name in (*PROCESSES, "train process")}
+    times: dict[str, list[float]] = {name: [] for name in (*PROCESSES, "train process", "warm train process")}
     for number in range(repeats + 1):  # round 0 warms the page cache and is dropped
         for name in PROCESSES[number % len(PROCESSES) :] + PROCESSES[: number % len(PROCESSES)]:
-            if name == "train":
-                measured = _train_start_up(data, workdir / f"run{number}")
+            if name in ("train", "warm train"):
+                run_dir = workdir / f"{name.replace(' ', '-')}{number}"
+                measured = _train_start_up(data, run_dir, warm=name == "warm train")
                 if number:
-                    times["train"].append(measured["before_first_update_s"])
-                    times["train process"].append(measured["process_s"])
+                    times[name].append(measured["before_first_update_s"])
+                    times[f"{name} process"].append(measured["process_s"])
             else:
                 seconds = [_wall(commands[name]) for _ in range(FAST.get(name, 1))]
                 if number:
@@ -116,15 +126,19 @@ def run(quick: bool = False) -> dict:
     ms = {name: round(statistics.median(values) * 1000, 1) for name, values in times.items()}
     help_ratio = ms["help"] / ms["pass"]
     train_ratio = ms["train"] / ms["import torch"]
+    warm_ratio = ms["warm train"] / ms["train"]
     report = {"name": "cli", "repeats": repeats, "preset": PRESET, "people": PEOPLE, "median_ms": ms}
     report["times_s"] = {name: [round(t, 4) for t in values] for name, values in times.items()}
     report["help_ratio"], report["train_ratio"] = round(help_ratio, 2), round(train_ratio, 2)
+    report["warm_ratio"] = round(warm_ratio, 3)
     report["ratios"] = [
         _row("cli `biosrecall --help` / `python -c pass`", help_ratio,
              f"{ms['help']:.0f} vs {ms['pass']:.0f} ms; `import torch` alone {ms['import torch']:.0f} ms"),
         _row("cli `train` start-up to first update / `import torch`", train_ratio,
              f"{ms['train']:.0f} vs {ms['import torch']:.0f} ms; whole 2-update {PRESET} process "
              f"{ms['train process']:.0f} ms"),
+        _row("sweep run forked warm: `train` start-up to first update / cold process", warm_ratio,
+             f"{ms['warm train']:.0f} vs {ms['train']:.0f} ms; whole warm process {ms['warm train process']:.0f} ms"),
     ]  # fmt: skip
     return report
 
@@ -137,6 +151,7 @@ def main() -> None:
         print(f"{name:<14} {value:8.1f} ms (median)")
     print(f"biosrecall --help / python -c pass:          {report['help_ratio']:.2f}")
     print(f"train start-up to first update / import torch: {report['train_ratio']:.2f}")
+    print(f"warm train start-up / cold train start-up:     {report['warm_ratio']:.3f}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ task, so a run is handled the same way everywhere:
   checkpoint) is resumed with --resume; anything else starts fresh (a run killed before its first
   save left only a hidden temporary, which the trainer clears);
 - training is `python -m biosrecall <command> --config OUT/.sweep/<name>.toml --threads M` with
-  OMP_NUM_THREADS=M (the run spec, `biosrecall.sweep.run_spec`, written just before), or, with more
-  than one GPU, the same under `python -m torch.distributed.run --standalone --nproc_per_node G`;
+  OMP_NUM_THREADS=M (the run spec, `biosrecall.sweep.run_spec`, written just before), forked from a
+  server that has imported torch already (`biosrecall.sweep.warm`), or, with more than one GPU, the
+  same under `python -m torch.distributed.run --standalone --nproc_per_node G` in a subprocess;
 - then each evaluation (`biosrecall recall-curve RUN ...`, `lm eval RUN ...`) unless the record says
   the same evaluations already finished.
 
@@ -37,9 +38,11 @@ from pathlib import Path
 from biosrecall.atomic import atomic_write_text
 from biosrecall.sweep.jobs import Job
 from biosrecall.sweep.records import lock_holder, now, read_record, record_running, update_record
+from biosrecall.sweep.warm import WarmProcess, start_warm, warm_start_enabled
 from biosrecall.train.layout import finished, latest_checkpoint
 
 MAX_ERROR = 300
+PROGRAM = [sys.executable, "-m", "biosrecall"]
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,13 @@ def train_command(job: Job, resume: bool) -> list[str]:
     if job.gpus > 1:
         launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(job.gpus)]
         return [sys.executable, *launcher, "-m", "biosrecall", *tail]
-    return [sys.executable, "-m", "biosrecall", *tail]
+    return [*PROGRAM, *tail]
 
 
 def run_one(
     job: Job,
     env: Mapping[str, str] | None = None,
-    processes: MutableMapping[str, subprocess.Popen] | None = None,
+    processes: MutableMapping[str, subprocess.Popen | WarmProcess] | None = None,
 ) -> Outcome:
     """Bring `job`'s run to done (module docstring). `env`: extra environment (a GPU slot's
     CUDA_VISIBLE_DEVICES); `processes`: where the running child is registered, for the executor to
@@ -88,9 +91,7 @@ def run_one(
     if job.eval_key is not None and record.get("evaluated") != job.eval_key:
         action = "evaluated" if action == "skipped" else action
         for args in job.eval_args:
-            code, error = _launch(
-                job, "eval", action, [sys.executable, "-m", "biosrecall", *args], env, processes
-            )
+            code, error = _launch(job, "eval", action, [*PROGRAM, *args], env, processes)
             if code != 0:
                 return _failed(job, code, error, action)
         record = update_record(job, evaluated=job.eval_key)
@@ -105,18 +106,22 @@ def _launch(
     action: str,
     argv: list[str],
     env: Mapping[str, str] | None,
-    processes: MutableMapping[str, subprocess.Popen] | None,
+    processes: MutableMapping[str, subprocess.Popen | WarmProcess] | None,
 ) -> tuple[int, str]:
-    """Run one process of the job with its output appended to the log; (exit code, error line)."""
+    """Run one process of the job with its output appended to the log; (exit code, error line). A
+    plain `biosrecall` command is forked warm; anything else (torchrun) starts as a subprocess."""
     environment = {**os.environ, "OMP_NUM_THREADS": str(job.threads), **(env or {})}
     with open(job.log, "ab") as log:
         log.write(f"== {now()} {phase}: {shlex.join(argv)}\n".encode())
         log.flush()
         start = log.tell()
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
-            start_new_session=True,
-        )  # fmt: skip
+        if argv[: len(PROGRAM)] == PROGRAM and warm_start_enabled(environment):
+            process = start_warm(argv[len(PROGRAM) :], job.log, environment)
+        else:
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
+                start_new_session=True,
+            )  # fmt: skip
     update_record(
         job, state="running", phase=phase, action=action, host=socket.gethostname(), pid=process.pid,
         command=argv, started=now(), exit_code=None, error="",
