@@ -8,29 +8,32 @@ TORCH ?= torch==2.13.0
 # torch comes from pip (which finds the CPU build); the project and its extras from uv, which resolves
 # and downloads them in parallel (about 11 s against pip's 150 s for every extra on a 2-core machine).
 # uv keeps the installed torch, which satisfies the project's range. Where uv cannot be had or fails,
-# pip installs the same requirements, only slower.
+# pip installs the same requirements, only slower. EXTRAS: the extras of each target, set beside it.
 define install
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --python $(PY) -e '$(1)' \
-		|| $(PY) -m pip install --quiet -e '$(1)'
+	$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[$(EXTRAS)]' \
+		|| $(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 endef
 
 .PHONY: demo test test-fast lint format bench docs clean
 
+$(VENV)/.installed: EXTRAS = dev
 $(VENV)/.installed: pyproject.toml
-	$(call install,.[dev])
+	$(install)
 	touch $@
 
 # The optional extras (transformers, lm-eval, trackers, datasets) and the docs tools: every test runs
 # with them installed (tests/test_docs.py builds the site), in one resolution: a fresh `make test` is
 # the CI path.
+$(VENV)/.extras: EXTRAS = dev,all,docs
 $(VENV)/.extras: pyproject.toml
-	$(call install,.[dev,all,docs])
+	$(install)
 	touch $(VENV)/.installed $@
 
+$(VENV)/.docs: EXTRAS = docs
 $(VENV)/.docs: $(VENV)/.installed
-	$(call install,.[docs])
+	$(install)
 	touch $@
 
 venv: $(VENV)/.installed

@@ -9,10 +9,11 @@
                        [Evaluation("recall-curve", {"max_depth": 64})], LocalExecutor(workers=2))
 
 Every run is a normal run folder OUT/<name>/ made by `python -m biosrecall train` (or `lm train`) in a
-subprocess; the sweep's own records and logs lie in OUT/.sweep/. Modules, from the bottom:
-`commands` (the CLI commands' options: names, words, checks), `jobs` (SweepRun, Evaluation, Job),
-`records` (each run's record and state), `worker` (one run to done), `executors` (local slots, Slurm
-through submitit), `engine` (`run_sweep`), `spec` (the TOML front-end) and `collect` (the tables).
+process of its own, forked from a server that has imported torch already; the sweep's own records and
+logs lie in OUT/.sweep/. Modules, from the bottom: `commands` (the CLI commands' options: names,
+words, checks), `jobs` (SweepRun, Evaluation, Job), `records` (each run's record and state), `warm`
+(processes forked warm), `worker` (one run to done), `executors` (local slots, Slurm through
+submitit), `engine` (`run_sweep`), `spec` (the TOML front-end) and `collect` (the tables).
 """
 
 from biosrecall.sweep.collect import collect_sweep
