@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 define install
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[$(EXTRAS)]' \
+	$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) -e '.[$(EXTRAS)]' \
 		|| $(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 endef
 

@@ -130,9 +130,11 @@ def test_one_checkpoint_commands_refuse_a_selector_naming_several(tmp_path):
 # ---- the data a run was trained on ------------------------------------------------------------------
 
 
-def test_training_data_is_the_recorded_folder_or_the_override(tmp_path):
+def test_training_data_is_the_recorded_folder_or_the_override(tmp_path, monkeypatch):
     data = tmp_path / "data"
     data.mkdir()
+    (tmp_path / "cwd" / "inner").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cwd" / "inner")  # where "../data" names no folder
     record = {"task": {"name": "lm"}, "dataset": {"path": str(data), "manifest_hash": "abc"}}
     run = make_run(tmp_path, dataset=record["dataset"])
     assert training_data_of(run, record) == data
