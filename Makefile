@@ -51,11 +51,13 @@ demo: $(VENV)/.installed
 ## the tests run single-threaded (tests/conftest.py), so two use both cores of a laptop-class machine.
 ## The multi-process (gloo) tests run afterwards on their own: on an oversubscribed CPU a gloo rank
 ## can be starved long enough to hang its peer.
+## The suite starts hundreds of Python processes: where the environment forbids bytecode caches
+## (PYTHONDONTWRITEBYTECODE), each would compile the package, and pytest rewrite the test modules, anew.
 test: $(VENV)/.extras
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not distributed" --durations=25
-	$(PY) -m pytest -q -m distributed
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n 2 --dist loadfile -m "not distributed" --durations=25
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -m distributed
 
 ## Everyday loop while developing: skip tests marked slow.
 test-fast: $(VENV)/.installed

@@ -36,3 +36,14 @@ def bios_dataset(bios_dataset_dir):
 
 
 # ---- end bios --------------------------------------------------------------------------------------
+
+
+# ---- order: the files with slow tests first --------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files holding slow tests run first (each file stays in its own order): `make test` hands files
+    to two workers as they free up, and a long file handed out last would leave the other worker idle
+    while it runs."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
