@@ -6,9 +6,11 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 
 # torch comes from pip (which finds the CPU build); the project and its extras from uv, which resolves
-# and downloads them in parallel (about 11 s against pip's 150 s for every extra on a 2-core machine).
-# uv keeps the installed torch, which satisfies the project's range. Where uv cannot be had or fails,
-# pip installs the same requirements, only slower. EXTRAS: the extras of each target, set beside it.
+# and downloads them in parallel (40 s against pip's 150 s for every extra on a 2-core machine), and
+# compiles their bytecode as pip does (without it, where Python may not cache bytecode, every process
+# would compile pandas and transformers anew). uv keeps the installed torch, which satisfies the
+# project's range. Where uv cannot be had or fails, pip installs the same requirements, only slower.
+# EXTRAS: the extras of each target, set beside it.
 define install
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
