@@ -38,6 +38,7 @@ from pathlib import Path
 
 from biosrecall.bios import generate_dataset
 from biosrecall.sweep.warm import start_warm
+from biosrecall.sweep.worker import PROGRAM
 from biosrecall.train.layout import metrics_file
 
 PRESET = "bios-tiny"
@@ -56,7 +57,7 @@ def _wall(command: list[str]) -> float:
 
 def _train_command(data: Path, run_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "biosrecall", "train", "--data", str(data), "--out", str(run_dir),
+        *PROGRAM, "train", "--data", str(data), "--out", str(run_dir),
         "--preset", PRESET, "--schedule", "fixed:1", "--updates", "2", "--batch-size", "2",
         "--checkpoint-fractions", "1.0", "--quiet",
     ]  # fmt: skip
@@ -80,7 +81,7 @@ def _train_start_up(data: Path, run_dir: Path, warm: bool = False) -> dict:
     start = time.perf_counter()
     if warm:
         log = run_dir.parent / f"{run_dir.name}.log"
-        process = start_warm(command[3:], log, {**os.environ, "OMP_NUM_THREADS": "1"})
+        process = start_warm(command[len(PROGRAM) :], log, {**os.environ, "OMP_NUM_THREADS": "1"})
     else:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     row, seen = _first_metrics_line(metrics_file(run_dir), process)
@@ -96,7 +97,7 @@ def _measure(workdir: Path, repeats: int) -> dict[str, list[float]]:
     python = [sys.executable, "-c"]
     commands = {
         "pass": python + ["pass"],
-        "help": [sys.executable, "-m", "biosrecall", "--help"],
+        "help": [*PROGRAM, "--help"],
         "import torch": python + ["import torch"],
     }
     times: dict[str, list[float]] = {name: [] for name in (*PROCESSES, "train process", "warm train process")}

@@ -12,22 +12,25 @@ follows it, to the moment `claims.csv` was written, is evaluation, serving and t
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import datetime
 from pathlib import Path
+
+from biosrecall.sweep.records import read_record
+from biosrecall.train.run_dir import read_metrics
 
 
 def _time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _processes(log: Path, finished: float) -> list[tuple[str, float]]:
-    """(phase, seconds) of every process in a run's sweep log."""
+def _processes(log: Path, finished: float) -> list[tuple[str, float, float]]:
+    """(phase, start, seconds) of every process in a run's sweep log (`biosrecall.sweep.worker`
+    heads each with "== TIME PHASE: COMMAND")."""
     heads = [line.split(" ", 3)[1:3] for line in log.read_text().splitlines() if line.startswith("== ")]
     starts = [(_time(stamp), phase.rstrip(":")) for stamp, phase in heads]
     ends = [start for start, _ in starts[1:]] + [finished]
-    return [(phase, end - start) for (start, phase), end in zip(starts, ends, strict=True)]
+    return [(phase, start, end - start) for (start, phase), end in zip(starts, ends, strict=True)]
 
 
 def shares(out: Path) -> dict[str, float]:
@@ -35,14 +38,12 @@ def shares(out: Path) -> dict[str, float]:
     train_s = loop_s = 0.0
     first, last = float("inf"), 0.0
     for path in records:
-        record = json.loads(path.read_text())
+        record = read_record(path)
         finished = _time(record["finished"])
         spans = _processes(path.with_suffix(".log"), finished)
-        train_s += sum(seconds for phase, seconds in spans if phase == "train")
-        metrics = Path(record["run_dir"]) / "metrics.jsonl"
-        loop_s += json.loads(metrics.read_text().splitlines()[-1])["wall_s"]
-        head = path.with_suffix(".log").read_text().split(" ", 2)[1]
-        first, last = min(first, _time(head)), max(last, finished)
+        train_s += sum(seconds for phase, _, seconds in spans if phase == "train")
+        loop_s += read_metrics(record["run_dir"])[-1]["wall_s"]
+        first, last = min(first, spans[0][1]), max(last, finished)
     return {
         "runs": len(records),
         "train process seconds": train_s,

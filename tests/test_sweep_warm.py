@@ -16,15 +16,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+from harness import wait_for_updates
 
 from biosrecall.bios.dataset import generate_dataset
 from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
 from biosrecall.sweep.warm import SWITCH, start_warm
 from biosrecall.train.layout import latest_checkpoint, list_checkpoints
+from biosrecall.train.run_dir import read_metrics
 
 TINY = ["--preset", "bios-tiny", "--batch-size", "4", "--seq-len", "96", "--schedule", "fixed:2"]
 
@@ -62,10 +63,7 @@ def test_sigint_stops_a_run_in_a_session_of_its_own_with_its_progress_saved(data
     log, run = tmp_path / "run.log", tmp_path / "run"
     args = ["train", "--data", str(data), "--out", str(run), "--updates", "3000", "--quiet", *TINY]
     process = start_warm(args, log, environment())
-    deadline = time.monotonic() + 120
-    while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().count("\n") >= 3:
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
+    wait_for_updates(run, 3, process)
     assert os.getsid(process.pid) == process.pid  # a Ctrl-C at the terminal reaches the sweep only
     process.send_signal(signal.SIGINT)
     assert process.wait() == 130, log.read_text()
@@ -83,6 +81,6 @@ def test_a_warm_run_trains_the_same_numbers_as_a_cold_one(data, tmp_path, monkey
         result = run_sweep(out, [SweepRun("a", "train", options)], executor=LocalExecutor(workers=1))
         assert [outcome.state for outcome in result.outcomes] == ["done"]
         final = list_checkpoints(out / "a")[1.0]
-        losses = [json.loads(line)["loss"] for line in (out / "a" / "metrics.jsonl").read_text().splitlines()]
+        losses = [row["loss"] for row in read_metrics(out / "a")]
         finals[switch] = ((final / "model.safetensors").read_bytes(), losses)
     assert finals["1"] == finals["0"]
