@@ -171,6 +171,24 @@ def test_cli_scores_exits_end_to_end(tmp_path, capsys):
     assert "adaptive exit" in stdout and "95%" in stdout
 
 
+def test_frontier_is_cached_per_checkpoint_and_rescored_only_for_new_criteria(tmp_path, capsys):
+    """What lets a study archived without its weights be re-tabulated and extended by seeds."""
+    run, _, _ = write_real_run(tmp_path, people=6)
+    args = [run, "--max-depth", 4, "--device", "cpu", "--exit"]
+    assert run_cli([*args, "kl:1e-3,latent:0.03", "--out", tmp_path / "a"], capsys)[0] == 0
+    assert list(run.glob("checkpoints/*/exits.parquet"))
+    for weights in run.glob("checkpoints/*/model.safetensors"):
+        weights.unlink()
+    code, _, stderr = run_cli([*args, "kl:1e-3,latent:0.03", "--out", tmp_path / "b"], capsys)
+    assert code == 0, stderr
+    for name in ("exit_frontier.parquet", "recall_curve.parquet"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "a" / name), pd.read_parquet(tmp_path / "b" / name)
+        )
+    code, _, stderr = run_cli([*args, "kl:1e-2,latent:0.03", "--out", tmp_path / "c"], capsys)
+    assert code == 2 and "model.safetensors" in stderr, "another criterion is scored from the weights"
+
+
 @pytest.mark.parametrize(
     "extra, needle",
     [

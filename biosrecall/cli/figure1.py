@@ -4,6 +4,7 @@ biosrecall figure1 --out runs/figure1 --preset quick      # a few minutes: the s
 biosrecall figure1 --out runs/figure1                     # the default, sized for a 2-core CPU
 biosrecall figure1 --out runs/study --seeds 0,1,2 --update-matched --fixed-sweep 2,8   # the README study
 biosrecall figure1 --out runs/study --plan     # each claim's verdict and seeds to decide; trains nothing
+biosrecall figure1 --out runs/study --archive docs/results/study   # the study without weights, to commit
 
 Ctrl-C (or SIGTERM) stops it with exit code 130 and the line "rerun the same command to continue";
 the same command then carries on where it stopped. A rerun with other settings is refused (exit 2)
@@ -166,8 +167,18 @@ def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float,
     "seeds to decide (a planning estimate), and the command that runs that many seeds. Other options "
     "are ignored.",
 )
+@click.option(
+    "--archive",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DEST",
+    help="Train nothing: copy the finished output --out into DEST without its weights and training "
+    "states (small enough to commit). A copy of DEST continues the study: the same command with more "
+    "--seeds trains only the new seeds. --overwrite replaces an existing DEST.",
+)
 def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched, lr_grid, model_override,
-            fixed_sweep, budgets, budget_mode, log, device, workers, threads, overwrite, quiet, plan):  # fmt: skip
+            fixed_sweep, budgets, budget_mode, log, device, workers, threads, overwrite, quiet, plan,
+            archive):  # fmt: skip
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
@@ -181,6 +192,14 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         from biosrecall.experiments.claims_plan import plan_text
 
         click.echo(plan_text(out_dir))
+        return
+    if archive is not None:  # copies files: no training, no torch
+        from biosrecall.experiments.study_archive import archive_study
+
+        files, size = archive_study(out_dir, archive, overwrite=overwrite)
+        click.echo(
+            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
+        )
         return
     from biosrecall.experiments.figure1 import run_figure1
     from biosrecall.experiments.study import StudyOptions

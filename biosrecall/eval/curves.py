@@ -12,12 +12,11 @@ depth or threshold) is found before any model runs and raised as one `Biosrecall
 The dataset is `biosrecall.runs.training_data_of` the checkpoint (recorded, or `data_dir` when passed);
 its manifest hash must equal the checkpoint's.
 
-Cache: each checkpoint's table (every depth 1..max_depth) is kept as `checkpoints/<label>/
-recall.parquet`; its parquet metadata (key "biosrecall") holds the evaluation key: cache format,
-max_depth, threshold, people (None = everyone), the dataset's manifest_hash and the sha256 of the
-checkpoint's meta.json. A
+Cache (`biosrecall.eval.table_cache`): each checkpoint's table (every depth 1..max_depth) is kept as
+`checkpoints/<label>/recall.parquet` with its evaluation key: cache format, max_depth, threshold,
+people (None = everyone), the dataset's manifest_hash and the sha256 of the checkpoint's meta.json. A
 request is served from the cache when everything matches and the cached max depth is at least the one
-asked for, so re-plotting never re-evaluates.
+asked for, so re-plotting never re-evaluates, and needs no weights.
 
 A standard-transformer baseline (a bios-*-std preset: no recurrent block) has one serving depth. It is
 scored there once, and its rows are repeated at every depth 1..max_depth (`served_exact`): its output
@@ -30,36 +29,29 @@ recall, bits, exact, exact_template_0..4, ceiling_bits, chance_bits, threshold, 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from biosrecall import runs
-from biosrecall.atomic import DISK_FULL, WriteFailed, atomic_write_path
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, exact_by_depth
+from biosrecall.eval.table_cache import METADATA_KEY, checkpoint_key, read_cached, write_cached
 from biosrecall.runs import load_checkpoint, read_meta
 from biosrecall.train.distributed import resolve_device
-from biosrecall.train.layout import META_FILE, RECALL_CACHE_FILE, recall_cache_file
+from biosrecall.train.layout import RECALL_CACHE_FILE, recall_cache_file
 
 CACHE_FILE = RECALL_CACHE_FILE  # still imported from here (`biosrecall.hf.card`, the tests)
 CACHE_FORMAT = 1
-CACHE_METADATA_KEY = b"biosrecall"
+CACHE_METADATA_KEY = METADATA_KEY  # still imported from here (`biosrecall.hf.card`)
 TABLE_NAME = "recall_curve"
 RUN_COLUMNS = ["run", "schedule", "checkpoint", "fraction", "update", "flops", "budget"]
 DEFAULT_CHECKPOINTS = "fractions"
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -112,47 +104,26 @@ def load_checked_datasets(jobs: list[CheckpointJob]) -> dict[Path, object]:
 def cache_key(
     checkpoint: Path, manifest_hash: str, max_depth: int, threshold: int, people: int | None = None
 ) -> dict:
-    meta_digest = hashlib.sha256((Path(checkpoint) / META_FILE).read_bytes()).hexdigest()
-    return {
-        "format": CACHE_FORMAT,
-        "people": people,
-        "max_depth": int(max_depth),
-        "threshold": int(threshold),
-        "manifest_hash": manifest_hash,
-        "meta_sha256": meta_digest,
-    }
+    return checkpoint_key(
+        checkpoint,
+        format=CACHE_FORMAT,
+        people=people,
+        max_depth=int(max_depth),
+        threshold=int(threshold),
+        manifest_hash=manifest_hash,
+    )
 
 
 def read_cache(checkpoint: Path, key: dict) -> pd.DataFrame | None:
     """The cached table cut to `key["max_depth"]`, or None when absent, unreadable or stale."""
-    path = recall_cache_file(checkpoint)
-    if not path.is_file():
-        return None
-    try:
-        stored = json.loads(pq.read_schema(path).metadata[CACHE_METADATA_KEY])
-        table = pd.read_parquet(path)
-    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
-        return None
-    same = all(stored.get(k) == v for k, v in key.items() if k != "max_depth")
-    if not same or stored.get("max_depth", 0) < key["max_depth"]:
+    table = read_cached(recall_cache_file(checkpoint), key, at_least=("max_depth",))
+    if table is None:
         return None
     return table[table["depth"] <= key["max_depth"]].reset_index(drop=True)
 
 
 def write_cache(checkpoint: Path, key: dict, table: pd.DataFrame) -> None:
-    """Keep the table next to the checkpoint; a read-only run folder only costs a re-evaluation later.
-
-    A full disk is an error naming the cache file, though: the results could not be written either,
-    and finding out only after every other checkpoint was evaluated would waste that time."""
-    arrow = pa.Table.from_pandas(table, preserve_index=False)
-    metadata = {**(arrow.schema.metadata or {}), CACHE_METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
-    try:
-        with atomic_write_path(recall_cache_file(checkpoint)) as tmp:
-            pq.write_table(arrow.replace_schema_metadata(metadata), tmp)
-    except WriteFailed as exc:
-        if exc.errno in DISK_FULL:
-            raise
-        log.warning("could not cache recall next to %s: %s", checkpoint, exc)
+    write_cached(recall_cache_file(checkpoint), key, table)
 
 
 def evaluate_checkpoint(

@@ -22,6 +22,10 @@ per iteration and one readout at the exit depth, and the fixed-depth baseline, `
 oracle, which need no decision, one readout), flops_account (`FLOPS_ACCOUNT`: which accounting priced
 the row; a folder priced by another is recomputed, not kept).
 
+Each checkpoint's rows are cached in its folder (`exits.parquet`, `biosrecall.eval.table_cache`) under
+the criteria, depth, threshold, people, dataset and accounting they were scored with, so a study rerun
+or extended by seeds scores only new checkpoints (learned gates apart: they are always rescored).
+
 `write_serving_results` writes the frontier table and figure and the headline table into one folder
 (what `biosrecall figure1` adds for its 100% checkpoints, with the `SERVING_CRITERIA` list), and keeps
 them when they are already there for the same runs, criteria and max depth.
@@ -51,11 +55,14 @@ from biosrecall.eval.exits import (
 )
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, score_exact
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, answer_stats_by_depth, plan_batches
+from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
+from biosrecall.train.layout import exits_cache_file
 
 BASELINE = "fixed-depth"
 TABLE_NAME = "exit_frontier"
 HEADLINE_NAME = "exit_headline"
 RECALL_SHARE = 0.95
+EXITS_CACHE_FORMAT = 1
 FLOPS_ACCOUNT = "checked-positions"
 """The `flops_per_query` accounting (the head only at checked positions); before it, every position."""
 # figure1's default: KL at a few thresholds, argmax stability, entropy, the readout-free latent
@@ -178,19 +185,44 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
     for eval_set in eval_sets.values():
         check_threshold(eval_set, threshold)
     device = resolve_device(str(device))
+    scoring = {"threshold": threshold, "people": people, "batch_size": batch_size, "progress": progress}
     tables = []
     for job, resolved in zip(jobs, resolved_by_job, strict=True):
-        dataset, eval_set = datasets[job.dataset_path], eval_sets[job.dataset_path]
+        table = checkpoint_exits(job, datasets[job.dataset_path], eval_sets[job.dataset_path], resolved,
+                                 max_depth, device, **scoring)  # fmt: skip
+        tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(table)), table], axis=1))
+    return pd.concat(tables, ignore_index=True)
+
+
+def checkpoint_exits(job, dataset, eval_set, criteria, max_depth: int, device, *, threshold: int,
+                     people: int | None, batch_size: int, progress: bool | None) -> pd.DataFrame:  # fmt: skip
+    """`exit_rows` of one checkpoint, from its cache when current (`exits.parquet`, kept like the
+    recall cache by `biosrecall.eval.table_cache`); a learned gate's rows are never cached, since
+    the gate may be refitted without the checkpoint changing."""
+    cached = not any(criterion.reads == "gate" for criterion in criteria)
+    key = checkpoint_key(
+        job.path,
+        format=EXITS_CACHE_FORMAT,
+        criteria=[criterion.spec for criterion in criteria],
+        max_depth=int(max_depth),
+        threshold=int(threshold),
+        people=people,
+        manifest_hash=dataset.manifest_hash,
+        flops_account=FLOPS_ACCOUNT,
+    )
+    table = read_cached(exits_cache_file(job.path), key) if cached else None
+    if table is None:
         model, _ = runs.load_checkpoint(job.path, device=device)
-        stats = query_stats_by_depth(model, eval_set, max_depth, resolved, batch_size=batch_size,
+        stats = query_stats_by_depth(model, eval_set, max_depth, criteria, batch_size=batch_size,
                                      progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
         config = getattr(model, "config", None)
-        table = exit_rows(stats, eval_set, dataset.pool_sizes, resolved, max_depth, config, threshold)
-        tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(table)), table], axis=1))
+        table = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, max_depth, config, threshold)
         del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    return pd.concat(tables, ignore_index=True)
+        if cached:
+            write_cached(exits_cache_file(job.path), key, table)
+    return table
 
 
 def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -> StepStats:

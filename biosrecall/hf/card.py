@@ -11,7 +11,6 @@ was computed and prints the command that computes it. Nothing is evaluated here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -44,22 +43,18 @@ class CardFacts:
 
 def cached_recall(checkpoint: Path, manifest_hash: str) -> tuple[pd.DataFrame | None, str]:
     """The checkpoint's cached recall table and a sentence on how it was computed, or (None, reason)."""
-    from biosrecall.eval.curves import CACHE_FILE, CACHE_FORMAT, CACHE_METADATA_KEY
-    from biosrecall.train.layout import META_FILE
+    from biosrecall.eval.curves import CACHE_FORMAT
+    from biosrecall.eval.table_cache import checkpoint_key, read_cached, read_key
+    from biosrecall.train.layout import recall_cache_file
 
-    path = Path(checkpoint) / CACHE_FILE
+    path = recall_cache_file(checkpoint)
     if not path.is_file():
         return None, "No recall was computed for this checkpoint (the run holds no cached recall table)."
-    try:
-        import pyarrow.parquet as pq
-
-        stored = json.loads(pq.read_schema(path).metadata[CACHE_METADATA_KEY])
-        table = pd.read_parquet(path)
-    except Exception:  # unreadable or foreign: the card only reports what it can trust
+    stored = read_key(path)
+    if stored is None:
         return None, "No recall was computed for this checkpoint (its cached recall table is unreadable)."
-    meta_digest = hashlib.sha256((Path(checkpoint) / META_FILE).read_bytes()).hexdigest()
-    current = stored.get("format") == CACHE_FORMAT and stored.get("meta_sha256") == meta_digest
-    if not current or stored.get("manifest_hash") != manifest_hash:
+    table = read_cached(path, checkpoint_key(checkpoint, format=CACHE_FORMAT, manifest_hash=manifest_hash))
+    if table is None:
         return None, "No current recall was computed for this checkpoint (its cached table is stale)."
     people = stored.get("people")
     who = "every person" if people is None else f"the first {people} people"

@@ -14,10 +14,10 @@
     .RUN_DIR.lock                        beside the folder: held by the one process writing the run
 
 Every checkpoint folder holds the files of `biosrecall.train.checkpoint_files` (`model.safetensors`,
-`meta.json`, `training_state.pt`); a kept one also holds the table `recall-curve` caches there
-(`recall.parquet`, `biosrecall.eval.curves`). The trainer writes through this module (`save_latest`
-swaps `latest` to a complete new state by one rename, so a kill at any moment leaves a complete state
-behind); every other module finds a run's files here or through `biosrecall.runs` and spells no name
+`meta.json`, `training_state.pt`); a kept one also holds the tables evaluation caches there
+(`recall.parquet`, `biosrecall.eval.curves`; `exits.parquet`, `biosrecall.eval.serving`). The
+trainer writes through this module (`save_latest` swaps `latest` to a complete new state by one
+rename, so a kill at any moment leaves a complete state behind); every other module finds a run's files here or through `biosrecall.runs` and spells no name
 of its own:
 
     list_checkpoints("runs/ff")     # {0.25: Path(".../checkpoints/0.25"), ..., 1.0: ...}
@@ -66,6 +66,7 @@ __all__ = [
     "METRICS_FILE",
     "META_FILE",
     "MODEL_FILE",
+    "EXITS_CACHE_FILE",
     "RECALL_CACHE_FILE",
     "STATE_FILE",
     "SWITCH",
@@ -80,6 +81,7 @@ __all__ = [
     "hidden_path",
     "hide_state",
     "holds_nothing_resumable",
+    "is_resumable_state",
     "kept_checkpoints",
     "latest_checkpoint",
     "latest_link",
@@ -90,6 +92,7 @@ __all__ = [
     "metrics_file",
     "newest_intact_checkpoint",
     "read_meta",
+    "exits_cache_file",
     "recall_cache_file",
     "remove_leftovers",
     "save_latest",
@@ -108,6 +111,7 @@ LATEST = "latest"
 SWITCH = "switch"
 EVAL_DIR = "eval"
 RECALL_CACHE_FILE = "recall.parquet"
+EXITS_CACHE_FILE = "exits.parquet"
 GATES_DIR = "gates"
 GATE_RECORD_FILE = "gate.json"
 GATE_CALIBRATION_FILE = "calibration.npz"
@@ -144,6 +148,11 @@ def gate_dir(run_dir: str | Path, label: str) -> Path:
 def recall_cache_file(checkpoint: str | Path) -> Path:
     """The recall table `recall-curve` caches inside a checkpoint folder."""
     return Path(checkpoint) / RECALL_CACHE_FILE
+
+
+def exits_cache_file(checkpoint: str | Path) -> Path:
+    """The serving frontier rows `biosrecall.eval.serving` caches inside a checkpoint folder."""
+    return Path(checkpoint) / EXITS_CACHE_FILE
 
 
 def lock_file(run_dir: str | Path) -> Path:
@@ -242,6 +251,12 @@ def _entries(folder: Path) -> list[Path]:
 
 
 # ---- questions -------------------------------------------------------------------------------------
+
+
+def is_resumable_state(path: str | Path) -> bool:
+    """A `state-<N>` or `update-<N>` folder of a run's checkpoints: what a run resumes or branches from."""
+    path = Path(path)
+    return path.parent.name == CHECKPOINTS and path.name.startswith((_STATE_PREFIX, _UPDATE_PREFIX))
 
 
 def holds_nothing_resumable(run_dir: str | Path) -> bool:

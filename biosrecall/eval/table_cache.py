@@ -1,0 +1,88 @@
+"""Tables cached inside a checkpoint folder, each stored with the key it was computed under.
+
+    key = checkpoint_key(checkpoint, manifest_hash=..., max_depth=64, threshold=4, people=None)
+    table = read_cached(recall_cache_file(checkpoint), key, at_least=("max_depth",))
+    if table is None:
+        table = ...                                # the expensive evaluation
+        write_cached(recall_cache_file(checkpoint), key, table)
+
+The key (JSON in the parquet metadata under "biosrecall") always holds the sha256 of the checkpoint's
+meta.json, so a table never outlives the checkpoint it was computed from. A cached table is served
+only when every other key item is equal, except the `at_least` items, where the stored value may be
+larger (a recall table cached to depth 64 serves a request for depth 16, cut by the caller).
+
+The cache needs only meta.json and the table, not the weights: a study copied without its weights
+(`biosrecall figure1 --archive`) is re-tabulated, and extended by new seeds, from these files alone.
+Both the recall curves (`biosrecall.eval.curves`) and the serving frontier
+(`biosrecall.eval.serving`) keep theirs here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from biosrecall.atomic import DISK_FULL, WriteFailed, atomic_write_path
+from biosrecall.train.layout import META_FILE
+
+METADATA_KEY = b"biosrecall"
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_key(checkpoint: Path, **items) -> dict:
+    """`items` plus the sha256 of the checkpoint's meta.json (`meta_sha256`)."""
+    meta_digest = hashlib.sha256((Path(checkpoint) / META_FILE).read_bytes()).hexdigest()
+    return {**items, "meta_sha256": meta_digest}
+
+
+def read_key(path: Path) -> dict | None:
+    """The key a cached table was stored with, or None when absent or unreadable."""
+    try:
+        return json.loads(pq.read_schema(path).metadata[METADATA_KEY])
+    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
+        return None
+
+
+def read_cached(path: Path, key: dict, at_least: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """The table cached at `path` when its key matches `key`, else None (absent, unreadable, stale)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    stored = read_key(path)
+    if stored is None:
+        return None
+    equal = all(stored.get(k) == v for k, v in key.items() if k not in at_least)
+    covers = all(_at_least(stored.get(k), v) for k, v in key.items() if k in at_least)
+    if not (equal and covers):
+        return None
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def _at_least(stored, wanted) -> bool:
+    return isinstance(stored, int | float) and stored >= wanted
+
+
+def write_cached(path: Path, key: dict, table: pd.DataFrame) -> None:
+    """Keep the table with its key; a read-only run folder only costs a re-evaluation later.
+
+    A full disk is an error naming the cache file, though: the results could not be written either,
+    and finding out only after every other checkpoint was evaluated would waste that time."""
+    arrow = pa.Table.from_pandas(table, preserve_index=False)
+    metadata = {**(arrow.schema.metadata or {}), METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
+    try:
+        with atomic_write_path(Path(path)) as tmp:
+            pq.write_table(arrow.replace_schema_metadata(metadata), tmp)
+    except WriteFailed as exc:
+        if exc.errno in DISK_FULL:
+            raise
+        log.warning("could not cache a table at %s: %s", path, exc)

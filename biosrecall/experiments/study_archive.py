@@ -1,0 +1,80 @@
+"""A finished Figure-1 study copied without its weights: small enough to commit, and still a study.
+
+    archive_study("runs/study", "docs/results/study-default", overwrite=True)
+    # later, anywhere: copy the archive and continue it with more seeds
+    #   cp -r docs/results/study-default runs/study
+    #   biosrecall figure1 --out runs/study <the same options> --seeds 0,1,2,3,4,5
+
+Everything in the output is copied except what only training or fresh scoring reads: each
+checkpoint's weights and training state, the resumable states (`state-*`, `update-*`, `latest`),
+locks and temporaries. What stays is what `biosrecall figure1` reads to tabulate a finished run: the
+record, the dataset, each run's config, metrics and per-checkpoint meta.json with the recall and
+serving tables cached next to it (`biosrecall.eval.table_cache`), the sweep's specs, records and logs,
+and every result table and figure. A rerun of the same command on a copy therefore retrains and
+re-evaluates nothing; added seeds train only themselves. What a run's weights would be needed for
+(another serving criterion, a deeper recall curve, a learned gate) is refused with the file it lacks.
+
+The archive is built under a temporary name and renamed into place, so it is complete or absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from biosrecall.atomic import atomic_directory, check_output_path
+from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.figure1_output import RECORD, RUNS
+from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
+from biosrecall.train.layout import CONFIG_FILE, LATEST, MODEL_FILE, STATE_FILE, finished, is_resumable_state
+
+LEFT_OUT_FILES = (MODEL_FILE, STATE_FILE)
+"""What a kept checkpoint holds that only training or a fresh evaluation reads."""
+
+
+def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False) -> tuple[int, int]:
+    """Copy the finished study `out_dir` into `dest` without weights; returns (files, bytes) copied."""
+    out_dir = Path(out_dir)
+    if not (out_dir / RECORD).is_file() or not (out_dir / RUNS).is_dir():
+        raise BiosrecallError(f"{out_dir} is not a figure1 output (no {RECORD} and {RUNS}/ in it)")
+    check_output_path(dest, inputs=[out_dir])
+    files = size = 0
+    with output_lock(out_dir, clean=False):  # refused while the study is still being written
+        _check_finished(out_dir / RUNS)
+        with atomic_directory(dest, overwrite=overwrite) as tmp:
+            for source in sorted(_kept(out_dir)):
+                target = tmp / source.relative_to(out_dir)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+                files, size = files + 1, size + source.stat().st_size
+    return files, size
+
+
+def _check_finished(runs_dir: Path) -> None:
+    """Refuse a study with a run that has not finished: without its training state it could not resume."""
+    for config in sorted(runs_dir.glob(f"seed*/*/{CONFIG_FILE}")):
+        if not finished(config.parent):
+            raise BiosrecallError(
+                f"run {config.parent} has not finished; rerun the study's command until it ends, then archive"
+            )
+
+
+def _kept(root: Path):
+    """The files of `root` an archive keeps (module doc), walking without following links."""
+    for entry in root.iterdir():
+        if _left_out(entry):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            yield from _kept(entry)
+        elif entry.is_file() and not entry.is_symlink():
+            yield entry
+
+
+def _left_out(entry: Path) -> bool:
+    name = entry.name
+    return (
+        name in LEFT_OUT_FILES
+        or name == LATEST
+        or name.endswith((TEMPORARY_SUFFIX, ASIDE_SUFFIX, ".lock"))
+        or is_resumable_state(entry)
+    )

@@ -1,0 +1,81 @@
+"""`biosrecall figure1 --archive DEST`: a finished study without its weights, which a copy continues.
+
+The archive keeps every table, record and cached evaluation but no weights or training state; the
+same command on a copy of it retrains and re-evaluates nothing and writes the same tables, and adding
+a seed trains only that seed. An unfinished study or a folder that is not a study is refused.
+
+    pytest -q tests/test_study_archive.py
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+from test_cli_recall import _one_error_line
+from test_figure1_promises import TINY, figure1_args, run_cli
+
+from biosrecall.experiments import figure1
+from biosrecall.train.layout import LATEST, MODEL_FILE, STATE_FILE
+
+TABLES = ("claims.csv", "summary.csv", "recall_curve.csv", "exit_frontier.csv", "exit_headline.csv")
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """A finished one-seed tiny study and its archive."""
+    root = tmp_path_factory.mktemp("archive")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
+        assert run_cli(figure1_args(root / "out")) == 0
+        assert run_cli(figure1_args(root / "out", "--archive", str(root / "archive"))) == 0
+    return root / "out", root / "archive"
+
+
+@pytest.fixture
+def tiny_preset(monkeypatch):
+    monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
+
+
+def test_the_archive_holds_every_result_and_no_weights(archive):
+    out, dest = archive
+    names = {path.name for path in dest.rglob("*")}
+    assert not names & {MODEL_FILE, STATE_FILE, LATEST}
+    hidden = {name for name in names if name.startswith(".")}
+    assert hidden == {".sweep"}, "no lock or temporary, only the sweep's records and logs"
+    assert not any(name.startswith(("state-", "update-")) for name in names)
+    for table in TABLES:
+        assert (dest / table).read_bytes() == (out / table).read_bytes(), table
+    kept = [path for path in dest.rglob("recall.parquet")] + list(dest.rglob("exits.parquet"))
+    assert len(kept) == 2 * 3 + 3, "recall at 45% and 100% of each run, serving at 100%"
+    assert (dest / "data" / "manifest.json").is_file()
+
+
+def test_a_copy_of_the_archive_reruns_without_weights_and_gains_a_seed(archive, tmp_path, tiny_preset):
+    out, dest = archive
+    copy = tmp_path / "study"
+    shutil.copytree(dest, copy)
+    assert run_cli(figure1_args(copy)) == 0, "nothing to train or score: the caches answer"
+    assert not list(copy.rglob(MODEL_FILE))
+    for table in TABLES:
+        assert (copy / table).read_bytes() == (out / table).read_bytes(), table
+    assert run_cli(figure1_args(copy, "--seeds", "0,1")) == 0
+    trained = {path.relative_to(copy / figure1.RUNS).parts[0] for path in copy.rglob(MODEL_FILE)}
+    assert trained == {"seed1"}, "only the added seed trains"
+    claims = pd.read_csv(copy / "claims.csv")
+    assert claims["n_seeds"].max() == 2
+    frontier = pd.read_csv(copy / "exit_frontier.csv")
+    assert {run.split("/")[0] for run in frontier["run"]} == {"seed0", "seed1"}
+
+
+def test_an_unfinished_study_or_a_stranger_is_refused(archive, tmp_path, capsys):
+    out, _ = archive
+    half = tmp_path / "half"
+    shutil.copytree(out, half)
+    shutil.rmtree(next(half.glob("runs/seed0/*/checkpoints/1.0")))
+    assert run_cli(figure1_args(half, "--archive", str(tmp_path / "a"))) == 2
+    _one_error_line(2, capsys.readouterr().err, "has not finished")
+    assert run_cli(figure1_args(tmp_path, "--archive", str(tmp_path / "b"))) == 2
+    _one_error_line(2, capsys.readouterr().err, "not a figure1 output")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
