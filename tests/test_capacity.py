@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -108,6 +112,38 @@ def test_rerun_trains_nothing_and_other_settings_are_refused(study, capsys):
     code, err = run_cli(capacity_args(study, "--lr", "0.02"), capsys)
     assert code == 2 and err.startswith("error:") and "lr was 0.01, now 0.02" in err
     assert changes(before, snapshot(study)) == []
+
+
+@pytest.mark.slow
+def test_plan_is_what_the_study_trains_and_writes_nothing(study, tmp_path, capsys):
+    table = pd.read_csv(study / "capacity.csv").drop_duplicates(["people", "name", "seed"])
+    out = tmp_path / "planned"
+    code, err = run_cli(capacity_args(out, "--plan"), capsys)
+    assert code == 0, err
+    assert not out.exists()
+    from biosrecall.experiments.capacity import CapacityOptions, plan_capacity
+
+    plan = plan_capacity(
+        CapacityOptions("bios-tiny", PEOPLE, SEEDS, 3, batch_size=4, seq_len=96, depths=DEPTHS)
+    )
+    merged = plan.merge(table, on=["people", "name", "seed"], suffixes=("_planned", ""))
+    assert len(merged) == len(PEOPLE) * len(SEEDS) * len(MODELS)
+    for column in ("updates", "train_flops", "exposures_mean", "parameters"):
+        assert merged[f"{column}_planned"].tolist() == pytest.approx(merged[column].tolist()), column
+
+
+def test_gpu_script_dry_run_plans_every_run_at_1000_exposures(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "DRY_RUN": "1", "PEOPLE": "20,40", "SEEDS": "0", "OUT": str(out),
+           "BIOSRECALL": f"{sys.executable} -m biosrecall"}  # fmt: skip
+    script = Path(__file__).resolve().parent.parent / "scripts" / "capacity" / "e1000-gpu.sh"
+    printed = subprocess.run(["bash", script], check=True, env=env, capture_output=True, text=True).stdout
+    rows = [line.split() for line in printed.splitlines()[1:-1]]
+    assert {(int(row[0]), row[1]) for row in rows} == {(n, name) for n in (20, 40) for name in MODELS}
+    assert all(1000 <= float(row[-1]) < 1010 for row in rows), (
+        "mean exposures: at least E, under one update more"
+    )
+    assert "at 1000 exposures; nothing was trained or written" in printed and not out.exists()
 
 
 BAD_INPUTS = [

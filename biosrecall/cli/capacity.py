@@ -2,6 +2,7 @@
 
 biosrecall capacity --out runs/capacity --preset bios-tiny --people 20,40 --exposures 20   # minutes
 biosrecall capacity --out runs/capacity --people 50,100,200 --seeds 0,1,2 --exposures 100  # the study
+biosrecall capacity --out runs/capacity --people 1000,4000 --exposures 1000 --plan   # its cost; trains nothing
 
 Trains the three Figure-1 schedules and the `<preset>-std-params` / `<preset>-std-flops` baselines at
 every people count and seed, each for `--exposures` views of every biography, scores their stored
@@ -91,8 +92,14 @@ def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
 @click.option("--threads", type=Integer(LIMITS["threads"]), default=None,
               help="CPU threads of each run [default: the cores shared among the workers].")  # fmt: skip
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Train nothing and write nothing: print every run's parameters, updates, tokens, modeled "
+    "FLOPs and mean exposures (a dry run; the datasets are generated in a temporary folder).",
+)
 def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr, depths, device, workers,
-             threads, quiet):  # fmt: skip
+             threads, quiet, plan):  # fmt: skip
     """Measure stored bits per parameter of the three schedules and two standard-transformer baselines
     over a people sweep at matched exposures, and judge the capacity claims.
 
@@ -105,6 +112,9 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     from biosrecall.train.loop import Interrupted
 
     options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths)
+    if plan:
+        _print_plan(options)
+        return
     try:
         result = run_capacity(
             out_dir,
@@ -123,6 +133,18 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
         raise SystemExit(130) from None
     work_done()  # the outputs are written: a Ctrl-C while printing them changes nothing
     _print(result)
+
+
+def _print_plan(options) -> None:
+    from biosrecall.experiments.capacity import plan_capacity
+
+    table = plan_capacity(options)
+    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    click.echo(
+        f"{len(table)} runs: {table['updates'].sum():,} updates, {table['tokens'].sum():,} tokens, "
+        f"{table['train_flops'].sum():.3e} modeled training FLOPs in all, at {options.exposures:g} "
+        "exposures; nothing was trained or written"
+    )
 
 
 def _print(result) -> None:

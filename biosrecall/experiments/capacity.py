@@ -286,19 +286,52 @@ def _dataset(folder: Path, people: int) -> None:
 def _check_plans(runs: list[CapacityRun], base, datasets: dict[int, Path]) -> None:
     """Plan each model at every people count (first seed): an exposure count beyond the planner's
     limit, a sequence too short for a biography or a schedule a preset refuses fails here."""
+    first = runs[0].spec.seed
+    plan_table([r for r in runs if r.spec.seed == first], base, datasets)
+
+
+def plan_table(runs: list[CapacityRun], base, datasets: dict[int, Path]):
+    """One row per run: what it will train (people, model, seed, parameters) and spend (updates,
+    tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained."""
+    import pandas as pd
+
+    from biosrecall.compute.flops import param_counts
     from biosrecall.train.bios_training import bios_training_task
     from biosrecall.train.config import resolve_seq_len
     from biosrecall.train.setup import make_plan
 
-    first = runs[0].spec.seed
-    for run in (r for r in runs if r.spec.seed == first):
+    rows = []
+    for run in runs:
         config = _run_config(run, base)
         config.validate()
         task = bios_training_task(datasets[run.people], run.model_preset)
         model_config = task.model_config()
         seq_len = resolve_seq_len(config, model_config, task.preset)
-        source = task.batch_source(config, seq_len)
-        make_plan(model_config, config, seq_len, lambda asked, s=source, t=task: t.exposures(s, asked))
+        counted = task.exposures(task.batch_source(config, seq_len), config.exposures)
+        plan = make_plan(model_config, config, seq_len, lambda asked, c=counted: c)
+        counts = param_counts(model_config)
+        rows.append({
+            "people": run.people, "name": run.spec.name, "model_preset": run.model_preset,
+            "seed": run.spec.seed, "parameters": counts["total"],
+            "non_embedding_parameters": counts["non_embedding"], "updates": plan.updates,
+            "tokens": plan.updates * plan.tokens_per_update, "train_flops": plan.total_flops,
+            "exposures_mean": counted.mean,
+        })  # fmt: skip
+    return pd.DataFrame.from_records(rows)
+
+
+def plan_capacity(options: CapacityOptions):
+    """`plan_table` of every run of the study, its datasets generated in a temporary folder: what
+    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study)."""
+    import tempfile
+
+    runs = capacity_runs(options)
+    base = _base_config(options, "cpu")
+    with tempfile.TemporaryDirectory(prefix="biosrecall-capacity-plan-") as scratch:
+        datasets = {people: Path(scratch) / f"people{people}" for people in options.people}
+        for people, folder in datasets.items():
+            _dataset(folder, people)
+        return plan_table(runs, base, datasets)
 
 
 def score_runs(runs: list[CapacityRun], trained: dict, datasets: dict[int, Path], options, device: str):
