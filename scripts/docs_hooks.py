@@ -9,7 +9,7 @@ A results page holds markers instead of numbers, each replaced when the page is 
                                                            the figure1 command that wrote it
     <!-- results-csv: study-default/exit_headline.csv -->  that CSV file as a Markdown table
 
-So no result on the site is copied by hand: archive a study (`scripts/readme_results.py --archive`)
+So no result on the site is copied by hand: archive a study (`biosrecall figure1 --archive`)
 and the next build shows it. The notebook stays in notebooks/ (where its test runs it) and is rendered,
 not executed, by mkdocs-jupyter; this hook only hands it to mkdocs before that plugin looks for it.
 """

@@ -2,12 +2,12 @@
 
     python scripts/readme_results.py runs/study            # rewrites README.md's generated blocks
     python scripts/readme_results.py runs/study --check    # exit 1 when README.md is out of date
-    python scripts/readme_results.py runs/study --archive docs/results/study-default
     python scripts/readme_results.py docs/results/study-default --refresh-claims
 
 Each block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in README.md and is
 replaced by the file of the same name that `biosrecall figure1` wrote: `claims` <- claims.md,
-`summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, and from a budget sweep
+`summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, `exit_summary` <-
+exit_summary.md (adaptive-depth serving per schedule), and from a budget sweep
 `compute_to_target` <- compute_to_target.md, `budget_modes` <- budget_modes.md. `--only` limits the
 blocks (the README reports more than one study). A block whose file is missing is left as it is
 and named on stderr.
@@ -16,11 +16,11 @@ and named on stderr.
 columns and table this version of biosrecall writes (`biosrecall.experiments.claims_plan`), so an
 archived study gains a new column (`seeds_to_decide`) without being rerun; its other cells are kept.
 
-`--archive DEST` copies the study's record (figure1.json), its Markdown tables and its CSV tables
-under 256 KB into DEST, to be committed: the README's numbers then come from files in the repository,
-and `tests/test_readme_results.py` checks that the README's blocks match them. The README holds only
-the headline (`claims`); the documentation site's results pages read every other archived table when
-the site is built (scripts/docs_hooks.py).
+Archive a study first with `biosrecall figure1 --out runs/study --archive docs/results/study-default`
+(`biosrecall.experiments.study_archive`: the whole output without weights, which a copy continues):
+the README's numbers then come from files in the repository, and `tests/test_readme_results.py`
+checks that the README's blocks match them. The documentation site's results pages read the other
+archived tables when the site is built (scripts/docs_hooks.py).
 """
 
 from __future__ import annotations
@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
 from biosrecall.experiments.study import figure1_command
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = ("claims", "summary", "fixed_sweep_summary", "compute_to_target", "budget_modes")
+BLOCKS = ("claims", "summary", "fixed_sweep_summary", "exit_summary", "compute_to_target", "budget_modes")
 
 
 def provenance(study: Path, name: str) -> str:
@@ -70,26 +69,12 @@ def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
     return text
 
 
-ARCHIVED_CSV_BYTES = 256 * 1024
-
-
-def archive(study: Path, dest: Path) -> list[Path]:
-    """Copy figure1.json, every *.md and every *.csv under ARCHIVED_CSV_BYTES of `study` into `dest`."""
-    dest.mkdir(parents=True, exist_ok=True)
-    chosen = [study / "figure1.json", *sorted(study.glob("*.md"))]
-    chosen += [p for p in sorted(study.glob("*.csv")) if p.stat().st_size < ARCHIVED_CSV_BYTES]
-    for path in chosen:
-        shutil.copyfile(path, dest / path.name)
-    return [dest / path.name for path in chosen]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path, help="A `biosrecall figure1` output folder.")
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--check", action="store_true", help="Only report whether the README is current.")
     parser.add_argument("--only", default=",".join(BLOCKS), help="Comma-separated blocks to rewrite.")
-    parser.add_argument("--archive", type=Path, help="Copy the study's small result files here instead.")
     parser.add_argument(
         "--refresh-claims",
         action="store_true",
@@ -100,10 +85,6 @@ def main() -> int:
         from biosrecall.experiments.claims_plan import refresh_claims
 
         for path in refresh_claims(args.study):
-            print(path)
-        return 0
-    if args.archive:
-        for path in archive(args.study, args.archive):
             print(path)
         return 0
     blocks = args.only.split(",")

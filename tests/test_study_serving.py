@@ -12,7 +12,7 @@ import pytest
 
 from biosrecall.eval.serving import BASELINE
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE
-from biosrecall.experiments.study_serving import serving_claims
+from biosrecall.experiments.study_serving import serving_claims, serving_summary, summary_markdown
 
 
 def frontier_of(run: str, fixed_bits: list[float], adaptive: tuple[float, float] | None, oracle: float):
@@ -77,3 +77,24 @@ def test_each_schedule_is_judged_on_its_own_seeds():
     assert claims.loc["serving_pays_fixed_k4", "n_seeds"] == 2
     assert claims.loc["serving_pays_fixed_k4", "verdict"] == INCONCLUSIVE  # 0.5 and 1.5 straddle 1
     assert claims.loc["serving_pays_uniform_1_16", "verdict"] == "not measured"  # it recalls nothing
+
+
+def test_the_summary_agrees_with_the_claims_and_names_the_criterion_most_seeds_chose():
+    runs = {("fixed_k4", s): frontier_of(f"seed{s}/fixed_k4", [5, 15, 20], (19.5, f), 22 + s)
+            for s, f in enumerate((15, 18, 21))}  # fmt: skip
+    frontier = pd.concat(runs.values(), ignore_index=True)
+    names = {f"seed{seed}/{name}": (name, seed) for name, seed in runs}
+    row = serving_summary(frontier, names).iloc[0]
+    claims = judged(runs)
+    assert row["schedule"] == "fixed K=4" and row["n_seeds"] == 3
+    assert (row["criterion"], row["criterion_seeds"]) == ("kl:0.01", 3)
+    assert (row["fixed_depth"], row["fixed_flops"], row["adaptive_flops"]) == (3, 30, 18)
+    assert row["best_bits"] == 20 and row["oracle_mean_depth"] == pytest.approx(1.2)
+    for column, claim in (("ratio", "serving_pays_fixed_k4"), ("headroom", "oracle_headroom_fixed_k4")):
+        for suffix, field in (("", "mean"), ("_low", "low"), ("_high", "high")):
+            assert row[column + suffix] == pytest.approx(claims.loc[claim, field])
+    line = summary_markdown(serving_summary(frontier, names)).splitlines()[2]
+    assert line.startswith(
+        "| fixed K=4 | 3 | 20.0 [20.0, 20.0] | 3.00, 3e-05 | kl:0.01 (3/3): 1.50, 1.8e-05 |"
+    )
+    assert "0.60 [0.35, 0.85]" in line

@@ -13,7 +13,8 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/data/ (data_seed<S>/)      the bioS dataset (one per seed with `dataset_seed_per_run`)
     OUT/runs/seed<S>/<label>/      one run folder per run (see `biosrecall.experiments.study`)
     OUT/recall_curve*, summary*.csv, figure1.*, claims.*, lr_grid.*, figure5.*, fixed_sweep*
-    OUT/exit_frontier.*, exit_headline.*   adaptive-depth serving of every seed's 100% checkpoints
+    OUT/exit_frontier.*, exit_headline.*, exit_summary.*   adaptive-depth serving of every seed's 100%
+                                   checkpoints (`biosrecall.experiments.study_serving`)
     OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
                                    (`biosrecall.experiments.budgets`, `.budget_results`)
     OUT/runs/.sweep/               each run's spec (<run>.toml), record and log (`biosrecall.sweep`)

@@ -24,6 +24,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.experiments.claims import EARLIER_LOOK
+from biosrecall.experiments.study_serving import SUMMARY_NAME
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
@@ -34,7 +35,7 @@ RECORD, DATA, RUNS = "figure1.json", "data", "runs"
 RESULT_STEMS = (
     "figure1", "figure5", "recall_curve", "recall_curve_seeds", "fixed_sweep", "fixed_sweep_seeds",
     "summary", "summary_runs", "fixed_sweep_summary", "fixed_sweep_summary_runs", "claims", "lr_grid",
-    *BUDGET_NAMES,
+    SUMMARY_NAME, *BUDGET_NAMES,
 )  # fmt: skip
 RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md")
 _SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest

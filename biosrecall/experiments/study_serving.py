@@ -2,10 +2,12 @@
 
     headline, figures, rows = serve_study(out_dir, trained, max_depth=64, device="cpu", people=None)
     rows = serving_claims(frontier, names)      # names: frontier run label -> (schedule name, seed)
+    summary = serving_summary(frontier, names)  # per schedule over seeds; exit_summary.csv/.md
 
 `biosrecall figure1` scores the exit criteria of `biosrecall.eval.serving` on the 100% checkpoint of
-every main run (each schedule on each seed), writes the frontier and headline tables and the frontier
-figure (one line per schedule and criterion kind, the mean over seeds with a 95% band), and adds two
+every main run (each schedule on each seed), writes the frontier and headline tables, the frontier
+figure (one line per schedule and criterion kind, the mean over seeds with a 95% band) and the
+per-schedule summary over seeds (`exit_summary.csv`/`.md`, what the README shows), and adds two
 rows per schedule to claims.csv, judged over seeds like the others (`biosrecall.experiments.claims`):
 
 - `serving_pays_<name>`: the best realisable criterion reaches 95% of the run's best fixed-depth
@@ -24,11 +26,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.serving import BASELINE, RECALL_SHARE, TABLE_NAME, headline_table, write_serving_results
 from biosrecall.experiments.claims import NOT_MEASURED, verdict
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.stats import seed_interval
+from biosrecall.outputs import write_table
+from biosrecall.stats import interval_text, seed_interval
 
+SUMMARY_NAME = "exit_summary"
+"""Per schedule over seeds: the headline and both claims' metrics (`serving_summary`; .csv, .md)."""
 PAYS_THRESHOLD = 1.0
 """The serving claim holds when the whole interval of adaptive / fixed FLOPs per query is below 1."""
 HEADROOM_THRESHOLD = 0.0
@@ -46,7 +52,63 @@ def serve_study(out_dir: Path, main_runs: Mapping, max_depth: int, device: str, 
     )
     frontier = pd.read_parquet(Path(out_dir) / f"{TABLE_NAME}.parquet")
     names = {label: (spec.name, spec.seed) for label, spec in zip(labels, main_runs, strict=True)}
+    summary = serving_summary(frontier, names)
+    write_table(summary, Path(out_dir) / SUMMARY_NAME)
+    atomic_write_text(Path(out_dir) / f"{SUMMARY_NAME}.md", summary_markdown(summary))
     return headline, figures, serving_claims(frontier, names)
+
+
+def serving_summary(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
+    """Per schedule name, over seeds (mean, and `_low`/`_high` of the 95% interval where it matters):
+    the best fixed-depth bits; the cheapest fixed depth reaching 95% of them and its FLOPs per query;
+    the best realisable criterion (the one chosen on most seeds, and on how many) with its mean depth
+    and FLOPs; their cost ratio (the `serving_pays` claim's metric); the oracle's mean depth and its
+    headroom over the best fixed depth (the `oracle_headroom` claim's metric)."""
+    headline = headline_table(frontier).set_index("run")
+    rows = []
+    for name in dict.fromkeys(name for name, _ in names.values()):
+        runs = [run for run, (n, _) in names.items() if n == name and run in headline.index]
+        seeds = headline.loc[runs]
+        chosen = seeds["adaptive_criterion"].replace("", "none").value_counts()
+        row = {"name": name, "schedule": SPOKEN.get(name, name), "n_seeds": len(runs)}
+        for column in ("best_bits", "fixed_depth", "fixed_flops", "adaptive_mean_depth", "adaptive_flops",
+                       "oracle_mean_depth"):  # fmt: skip
+            row[column] = float(seeds[column].mean())
+        row["criterion"], row["criterion_seeds"] = chosen.index[0], int(chosen.iloc[0])
+        ratios = [_cost_ratio(frontier[frontier["run"] == run], headline.loc[run]) for run in runs]
+        headrooms = [_headroom(frontier[frontier["run"] == run]) for run in runs]
+        for column, values in (("best_bits", seeds["best_bits"]), ("ratio", ratios), ("headroom", headrooms)):
+            interval = seed_interval(values)
+            row[column], row[f"{column}_low"], row[f"{column}_high"] = (
+                interval.mean,
+                interval.low,
+                interval.high,
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    """The serving summary as a Markdown table (FLOPs in millions per query)."""
+    lines = [
+        f"| schedule | seeds | best fixed-depth bits | cheapest fixed depth at {RECALL_SHARE:.0%}: depth, "
+        "MFLOPs | best realisable criterion (seeds chosen): depth, MFLOPs | criterion / fixed FLOPs | "
+        "oracle: depth, bits over best fixed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in summary.iterrows():
+        best = interval_text(r["best_bits"], r["best_bits_low"], r["best_bits_high"])
+        fixed = f"{r['fixed_depth']:.2f}, {r['fixed_flops'] / 1e6:.3g}"
+        criterion = f"{r['criterion']} ({r['criterion_seeds']}/{r['n_seeds']}): "
+        criterion += f"{r['adaptive_mean_depth']:.2f}, {r['adaptive_flops'] / 1e6:.3g}"
+        ratio = interval_text(r["ratio"], r["ratio_low"], r["ratio_high"], "{:.2f}")
+        oracle = f"{r['oracle_mean_depth']:.2f}, " + interval_text(
+            r["headroom"], r["headroom_low"], r["headroom_high"]
+        )
+        lines.append(
+            f"| {r['schedule']} | {r['n_seeds']} | {best} | {fixed} | {criterion} | {ratio} | {oracle} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def serving_claims(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
