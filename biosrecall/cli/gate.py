@@ -1,4 +1,4 @@
-"""`biosrecall gate`: the learned exit gate of a bioS run (`biosrecall.eval.gate`).
+"""`biosrecall gate`: the learned exit gate of a bioS or language-model run (`biosrecall.eval.gate`).
 
     biosrecall gate train runs/ff                       # the final checkpoint's gate
     biosrecall gate train runs/ff --checkpoint 0.45,final --confidence 0.9
@@ -7,7 +7,9 @@
 
 `gate train` fits the gate on the training phrasings of a seeded share of the people, calibrates its
 threshold for each delta on the rest and writes RUN/gates/<label>/ (gate.json, calibration.npz); it
-prints, per delta, the calibrated threshold and the calibration queries' mean exit depth.
+prints, per delta, the calibrated threshold and the calibration queries' mean exit depth. On an
+`lm train` run it fits on training-shard windows and calibrates on the validation split
+(`biosrecall.eval.gate_lm`), for `biosrecall lm eval RUN --exit gate:0.05`.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from biosrecall.numbers import DEPTH, SEED, counts, rates
 
 @click.group()
 def gate() -> None:
-    """Learned exit gate: fit and calibrate it on a bioS run, then serve with --exit gate:DELTA."""
+    """Learned exit gate: fit and calibrate it on a bioS or LM run, then serve with --exit gate:DELTA."""
 
 
-@gate.command("train", short_help="Fit and calibrate the exit gate of a bioS run's checkpoints.")
+@gate.command("train", short_help="Fit and calibrate the exit gate of a run's checkpoints.")
 @config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to fit a gate for (repeatable)", ("final",), multiple=True)
@@ -54,7 +56,8 @@ def gate() -> None:
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
 def train(run_dir, max_depth, seed, confidence, batch_size, device, data_dir, **selected):
     """Fit the learned exit gate of RUN_DIR's checkpoints on the training phrasings of its dataset and
-    calibrate its threshold per delta on held-out people; write RUN_DIR/gates/<label>/."""
+    calibrate its threshold per delta on held-out people (an LM run: on training-shard windows, then
+    on the validation split); write RUN_DIR/gates/<label>/."""
     from biosrecall.eval.gate_fit import fit_gates
     from biosrecall.interrupts import work_done
 

@@ -66,7 +66,8 @@ def apply_no_verify(no_verify: bool) -> None:
     "exits",
     multiple=True,
     help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
-    "entropy:H, latent:EPS, accel:EPS; a bare name sweeps its thresholds. Capped at --max-depth.",
+    "entropy:H, latent:EPS, accel:EPS, gate:DELTA (the run's fitted gate: `biosrecall gate train RUN`); "
+    "a bare name sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
     "--val-sequences",
@@ -91,17 +92,22 @@ def evaluate(
     """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.eval.exits import parse_exits
+    from biosrecall.eval.exits import Gate, parse_exits
+    from biosrecall.eval.gate import check_gates
     from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
     from biosrecall.runs import select_checkpoints
     from biosrecall.train.layout import eval_dir
 
     apply_no_verify(no_verify)
-    criteria = check_servable(parse_exits(exits)) if exits else []
+    criteria = parse_exits(exits) if exits else []
+    learned = [criterion for criterion in criteria if isinstance(criterion, Gate)]
+    if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
+        check_servable([criterion for criterion in criteria if criterion not in learned])
     if val_sequences is not None and not criteria:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
-    for run in runs:  # every run's selection is checked before the first one is evaluated
+    for run in runs:  # every run's selection (and gate) is checked before the first one is evaluated
         select_checkpoints(run, checkpoints)
+    check_gates(runs, criteria, checkpoints, max_depth)
     for run in runs:
         table = evaluate_run(
             run,

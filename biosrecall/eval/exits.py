@@ -63,8 +63,8 @@ DEFAULT_SWEEPS = {
     "gate": (0.2, 0.1, 0.05, 0.02, 0.01),  # delta: the recall loss allowed, strictest last
 }
 _UNRESOLVED_GATE = (
-    "gate:{delta:g} needs the run's fitted exit gate, which only bioS runs have "
-    "(`biosrecall gate train RUN`; language-model gates are not implemented)"
+    "gate:{delta:g} needs the run's fitted exit gate (`biosrecall gate train RUN`), resolved against "
+    "the checkpoint it was fitted on"
 )
 
 

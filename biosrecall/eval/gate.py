@@ -99,7 +99,7 @@ class Trace:
     query_of: torch.Tensor
 
 
-def _batch_states(model, batch, depth: int, readouts: bool):
+def batch_states(model, batch, depth: int, readouts: bool):
     """States after each of `depth` iterations at the batch's positions, and (with `readouts`) the
     logits there at every depth (else only at `depth`)."""
     states = []
@@ -124,7 +124,7 @@ def trace_queries(model, queries, depth: int, batch_size: int = DEFAULT_BATCH_SI
     with torch.inference_mode():
         for rows in plan_batches(queries, batch_size):
             batch = answer_batch(queries, rows, device)
-            seen, logits = _batch_states(model, batch, depth, readouts=True)
+            seen, logits = batch_states(model, batch, depth, readouts=True)
             states.append(torch.stack(seen).cpu())
             argmax.append(torch.stack([out.argmax(-1) for out in logits]).cpu())
             exact[:, rows] = torch.stack([exact_rows(out, batch) for out in logits]).cpu().numpy()
@@ -154,7 +154,7 @@ def gate_scores_by_depth(model, head: GateHead, eval_set, max_depth: int, cap: i
     with torch.inference_mode():
         for rows in plan_batches(eval_set, batch_size):
             batch = answer_batch(eval_set, rows, device)
-            seen, _ = _batch_states(model, batch, cap - 1, readouts=False)
+            seen, _ = batch_states(model, batch, cap - 1, readouts=False)
             local = query_logits(head, torch.stack(seen), batch.row_of_target, len(rows))
             scores[: cap - 1, rows] = local
     return scores

@@ -1,5 +1,6 @@
-"""`biosrecall gate train`: fit, calibrate and store the learned exit gate of a bioS run's checkpoints
-(what the gate is and why: `biosrecall.eval.gate`; its data and bound: `biosrecall.eval.gate_data`).
+"""`biosrecall gate train`: fit, calibrate and store the learned exit gate of a run's checkpoints
+(what the gate is and why: `biosrecall.eval.gate`; its data and bound: `biosrecall.eval.gate_data`;
+a language-model run's queries, from its training and validation shards: `biosrecall.eval.gate_lm`).
 
     written = fit_gates("runs/ff", "final", max_depth=64, seed=0, confidence=0.95)
     # -> [Path("runs/ff/gates/1.0")], each holding gate.json and calibration.npz
@@ -51,10 +52,6 @@ def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, P
     planned = []
     for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
         meta = runs.read_meta(path)
-        if (meta.get("task") or {}).get("name") == "lm":
-            raise BiosrecallError(
-                f"{run_dir} is a language-model run; `gate train` fits bioS runs only so far"
-            )
         if meta["model_config"].get("n_block", 1) == 0:
             raise BiosrecallError(
                 f"{run_dir} is a standard transformer (no recurrent block): it has one depth, so there "
@@ -69,7 +66,6 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
               device: str = "auto", data_dir=None) -> list[Path]:  # fmt: skip
     """Fit and store the gate of each selected checkpoint of `run_dir`; returns the gate folders."""
     from biosrecall import runs
-    from biosrecall.bios import load_dataset
     from biosrecall.locking import output_lock
     from biosrecall.train.distributed import resolve_device
 
@@ -77,20 +73,52 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
     if not (isinstance(confidence, float | int) and 0 < confidence < 1):
         raise BiosrecallError(f"--confidence must lie in (0, 1) (got {confidence})")
     planned = _plan(run_dir, checkpoints, data_dir)
-    datasets = {}
-    for _, _, meta, data_path in planned:
-        datasets.setdefault(data_path, load_dataset(data_path))
-        runs.check_training_data(run_dir, meta, data_path, datasets[data_path].manifest_hash)
+    datasets = _check_data(run_dir, planned)
     device, written = resolve_device(str(device)), []
     with output_lock(run_dir, clean=False):
         for label, path, meta, data_path in planned:
             model, _ = runs.load_checkpoint(path, device=device)
             settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
-            record, arrays = fit_gate(model, datasets[data_path], settings, batch_size)
+            data = datasets[data_path]
+            if _is_lm(meta):
+                from biosrecall.eval.gate_lm import fit_lm_gate
+
+                record, arrays = fit_lm_gate(model, data_path, data, settings, batch_size)
+                data_hash = file_sha256(data_path / "manifest.json")
+            else:
+                record, arrays = fit_gate(model, data, settings, batch_size)
+                data_hash = data.manifest_hash
             record.update(checkpoint=label, checkpoint_hash=file_sha256(path / layout.MODEL_FILE),
-                          model_hash=model_hash(meta), data_hash=datasets[data_path].manifest_hash)  # fmt: skip
+                          model_hash=model_hash(meta), data_hash=data_hash)  # fmt: skip
             written.append(write_gate(layout.gate_dir(run_dir, label), record, arrays))
     return written
+
+
+def _is_lm(meta: dict) -> bool:
+    return (meta.get("task") or {}).get("name") == "lm"
+
+
+def _check_data(run_dir: Path, planned) -> dict:
+    """Per data folder, what fitting reads: a bioS dataset (loaded, checked against the run), or for
+    an LM run the training sequence length (its shards checked against the run's tokenizer)."""
+    from biosrecall import runs
+
+    found = {}
+    for _, _, meta, data_path in planned:
+        if data_path in found:
+            continue
+        if _is_lm(meta):
+            from biosrecall.lm.evaluate import check_data
+
+            config = runs.read_config(run_dir)
+            check_data(config, data_path)
+            found[data_path] = runs.seq_len_of(config)
+        else:
+            from biosrecall.bios import load_dataset
+
+            found[data_path] = load_dataset(data_path)
+            runs.check_training_data(run_dir, meta, data_path, found[data_path].manifest_hash)
+    return found
 
 
 def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZE) -> tuple[dict, dict]:
@@ -111,7 +139,7 @@ def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZ
     calibrations = [
         calibrate(scores, exact, reference, delta, round(1 - confidence, 12)) for delta in deltas()
     ]
-    record = _record(settings, reference, summary, head, calibrations)
+    record = gate_record(settings, reference, summary, head, calibrations)
     record["fit"].update(people=len(fit_people), queries=len(fit))
     record["calibration"].update(people=len(held_people), queries=len(held),
                                  reference_exact=float(exact[reference - 1].mean()))  # fmt: skip
@@ -124,7 +152,8 @@ def _versions() -> dict:
     return versions()
 
 
-def _record(settings: dict, reference: int, summary: dict, head, calibrations) -> dict:
+def gate_record(settings: dict, reference: int, summary: dict, head, calibrations) -> dict:
+    """The gate.json record, before the checkpoint's hashes (and the task's own fit/calibration fields)."""
     clean = lambda value: None if isinstance(value, float) and math.isnan(value) else value  # noqa: E731
     return {
         "format": FORMAT,

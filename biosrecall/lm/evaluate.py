@@ -23,14 +23,14 @@ Per-token exit (`evaluate_exits`, exit criteria of `biosrecall.eval.exits`, capp
 depth) scores the first `sequences` validation windows with `biosrecall.model.decode.teacher_forced`:
 each window is fed one token at a time through the KV-cached decoder, every position stops at the
 first depth its criterion holds on its own readout (on its own recurrent state for the readout-free
-`latent` and `accel`), and its next-token distribution is read there; later positions attend to an
+`latent` and `accel`, and the learned `gate`, fitted by `biosrecall gate train`), and its next-token distribution is read there; later positions attend to an
 earlier one's last-iteration K/V (the decoder's cache semantics). That is sequential in position, so
 it is far slower than the one-pass sweep, hence the smaller default window count. Each position is
 a decision of its own, so a criterion's NLL is not the NLL of any one fixed depth; to compare like
 with like the table also holds the fixed-depth baseline on the same windows. It goes to
 RUN_DIR/eval/nll_exit.{csv,parquet}, one row per (checkpoint, criterion): the run columns above,
 then criterion (its text, or "K=<k>" for the baseline), kind ("fixed-depth", "fixed",
-"kl", "stable", "entropy", "latent", "accel"), parameter, nll, mean_depth, p95_depth (exit depth over
+"kl", "stable", "entropy", "latent", "accel", "gate"), parameter, nll, mean_depth, p95_depth (exit depth over
 target tokens), eval_tokens.
 """
 
@@ -198,14 +198,18 @@ def evaluate_exits(
 ) -> pd.DataFrame:
     """NLL with per-token exit of each criterion (parsed, e.g. `parse_exits("kl:5e-4")`) on the first
     `sequences` validation windows of the chosen checkpoints; write and return the table (module doc)."""
-    run_dir, criteria = Path(run_dir), check_servable(criteria)
-    max_depth = check_max_depth(max_depth)
+    from biosrecall.eval.gate import resolve_gates
+
+    run_dir, max_depth = Path(run_dir), check_max_depth(max_depth)
     setup = _setup(run_dir, checkpoints, data_dir, batch_size, sequences, device, precision)
+    # Every gate:delta bound to its checkpoint's fitted gate (or refused) before the first model loads.
+    resolved = {name: check_servable(resolve_gates(criteria, run_dir, name, path, max_depth))
+                for name, path in setup.chosen.items()}  # fmt: skip
     windows = list(validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=sequences))
     tables = []
     for name, path in setup.chosen.items():
         model, meta = load_checkpoint(path, device=setup.device)
-        table = exit_nll(model, windows, criteria, max_depth, setup.device, setup.autocast)
+        table = exit_nll(model, windows, resolved[name], max_depth, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
     write_table(result, eval_dir(run_dir) / EXIT_TABLE)

@@ -1,0 +1,106 @@
+"""The learned exit gate of a language-model run: fitted on training-shard windows, calibrated on the
+validation split (`biosrecall gate train RUN` on an `lm train` run; `lm eval --exit gate:DELTA`).
+
+    record, arrays = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
+
+The head, the target and the bound are bioS's (`biosrecall.eval.gate`, `biosrecall.eval.gate_data`);
+what changes is what a query is.
+- Fitting: positions of the first `FIT_WINDOWS` windows of the training split, in stream order, at
+  most `MAX_FIT_POSITIONS` of them (a seeded draw per window). The target at depth k: the greedy next
+  token read at depth k equals the one read at the reference depth R, the best fixed depth by top-1
+  next-token accuracy on these positions (the shallowest best).
+- Calibration: one seeded position per validation window, up to `CALIBRATION_WINDOWS` windows. The
+  windows are disjoint stretches of held-out text, so these are close to independent draws, which the
+  binomial bound needs (every position of a window would be hundreds of correlated draws). A query's
+  loss is 1 when the greedy token at R is the true next token but not at the exit depth, so the gate
+  loses at most delta of R's top-1 accuracy, with the record's confidence, on such positions.
+- The states come from the all-depth pass, where every earlier token ran to the same depth. Per-token
+  exit in the KV-cached decoder (`lm eval --exit`) mixes depths in the cache, so the guarantee is
+  about the all-depth pass; the exit table reports what per-token exit really costs in NLL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.gate import Trace, batch_states, deltas, query_logits, reference_depth, train_head
+from biosrecall.eval.gate_data import calibrate
+
+FIT_WINDOWS = 64
+MAX_FIT_POSITIONS = 2048
+CALIBRATION_WINDOWS = 4096
+WINDOWS_PER_PASS = 8
+"""At most this many windows per forward pass, whatever `--batch-size` (sized for bioS's short rows) says."""
+_POSITION_STREAM = 0x6A7F  # the gate's position draws, apart from every other seeded stream
+
+
+def split_windows(data_dir: Path, seq_len: int, split: str, limit: int, batch_size: int) -> list[np.ndarray]:
+    """The first `limit` windows of `split` in stream order, in batches ([B, seq_len + 1] each)."""
+    from biosrecall.lm.loader import ShardLoader
+
+    loader = ShardLoader(data_dir, seq_len, split=split)
+    batches = list(loader.ordered_batches(batch_size, limit))
+    if not batches:
+        raise BiosrecallError(f"the {split} split of {data_dir} holds no window of {seq_len + 1} tokens")
+    return batches
+
+
+def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, seed: int) -> Trace:
+    """The `Trace` (states, greedy tokens, top-1 correctness) at `per_window` seeded positions of every
+    window, each position its own query, from one all-depth pass per batch."""
+    device = next(model.parameters()).device
+    rng = np.random.default_rng([seed, _POSITION_STREAM, per_window])
+    states, argmax, exact = [], [], []
+    with torch.inference_mode():
+        for rows in batches:
+            inputs, targets = rows[:, :-1], rows[:, 1:]
+            mask = np.zeros(inputs.shape, dtype=bool)
+            for window in mask:
+                window[rng.choice(window.size, size=min(per_window, window.size), replace=False)] = True
+            batch = SimpleNamespace(tokens=torch.from_numpy(inputs).to(device),
+                                    positions=torch.from_numpy(mask).to(device))  # fmt: skip
+            seen, logits = batch_states(model, batch, depth, readouts=True)
+            greedy = torch.stack([out.argmax(-1) for out in logits]).cpu()
+            states.append(torch.stack(seen).cpu())
+            argmax.append(greedy)
+            exact.append((greedy == torch.from_numpy(targets[mask])).numpy())
+    states, argmax = torch.cat(states, 1), torch.cat(argmax, 1)
+    return Trace(states, argmax, np.concatenate(exact, axis=1), torch.arange(states.shape[1]))
+
+
+def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size: int) -> tuple[dict, dict]:
+    """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS;
+    `settings`: seed, confidence, max_depth and optionally reference."""
+    from biosrecall.eval.gate_fit import gate_record
+
+    seed, confidence, max_depth = settings["seed"], settings["confidence"], settings["max_depth"]
+    batch_size = min(batch_size, WINDOWS_PER_PASS)
+    fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
+    windows = sum(len(rows) for rows in fitting)
+    trace = window_trace(model, fitting, max_depth, max(1, MAX_FIT_POSITIONS // windows), seed)
+    reference = min(settings.get("reference") or reference_depth(trace.exact), max_depth)
+    head, summary = train_head(trace, reference, seed)
+    positions = trace.states.shape[1]
+    del trace  # the fitting states are the largest thing held
+    held = window_trace(
+        model,
+        split_windows(data_dir, seq_len, "validation", CALIBRATION_WINDOWS, batch_size),
+        reference,
+        1,
+        seed,
+    )
+    queries = held.states.shape[1]
+    scores = query_logits(head, held.states[: reference - 1], held.query_of, queries)
+    alpha = round(1 - confidence, 12)
+    calibrations = [calibrate(scores, held.exact, reference, delta, alpha) for delta in deltas()]
+    record = gate_record(settings, reference, summary, head, calibrations)
+    record["task"] = "lm"
+    record["fit"].update(split="train", windows=windows, positions=positions)
+    record["calibration"].update(split="validation", windows=queries, queries=queries,
+                                 reference_exact=float(held.exact[reference - 1].mean()))  # fmt: skip
+    return record, {"scores": scores, "exact": held.exact}
