@@ -18,6 +18,7 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
                                    (`biosrecall.experiments.budgets`, `.budget_results`)
     OUT/runs/.sweep/               each run's spec (<run>.toml), record and log (`biosrecall.sweep`)
+    OUT/timings.jsonl, timings.md  wall time per phase of every call (`biosrecall.experiments.study_timings`)
 
 Every run is a `biosrecall train --config OUT/runs/.sweep/<run>.toml` process launched by the sweep
 engine's local executor (`biosrecall.experiments.study_engine`), `workers` at a time; the study builds
@@ -64,6 +65,7 @@ from biosrecall.experiments.study import (
 )
 from biosrecall.experiments.study_engine import train_study_runs
 from biosrecall.experiments.study_serving import serve_study
+from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
 from biosrecall.sweep import LocalExecutor
@@ -158,29 +160,33 @@ def run_figure1(
     config = replace(_train_config(settings, budget, study.seeds[0], device), log=tuple(log))
     record = _record(preset, settings, config, study)
     executor = study_executor(workers, threads, device)
-    trainer = _Trainer(out_dir, config, settings, study, (executor, report))
+    timer = StudyTimer(seeds=list(study.seeds), workers=executor.slots(), threads=executor.threads_per_run)
+    trainer = _Trainer(out_dir, config, settings, study, (executor, report), timer)
     with output_lock(out_dir):
         output.prepare_output(
             out_dir, record, trainer.datasets, settings.people, overwrite, trainer.check_plans
         )
         atomic_write_json(out_dir / RECORD, record)
-        best_lr = _tune_learning_rates(out_dir, trainer, settings, device)
+        best_lr = _tune_learning_rates(out_dir, trainer, settings)
         specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
         trained = trainer.train_all(specs)
-        curves = _evaluate(trained, FRACTIONS, settings, device)
-        written = write_study_results(out_dir, curves, [saving_claim()])
-        headline, served, claims = _serving(out_dir, trained, settings, device, written.claims)
+        curves = trainer.evaluate(trained, FRACTIONS)
+        with timer.phase("tables"):
+            written = write_study_results(out_dir, curves, [saving_claim()])
+        with timer.phase("serving"):
+            headline, served, claims = _serving(out_dir, trained, settings, device, written.claims)
         swept = []
         if study.budgets:
-            trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves, device)
+            trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves)
             trained = {**trained, **trained_budgets}
+        timer.save(out_dir)
     runs = {str(spec.folder): path for spec, path in trained.items()}
     figures = written.figures + served + swept
     return Figure1Result(out_dir, runs, curves, written.summary, claims, figures, headline)
 
 
 def _budget_sweep(
-    out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFrame, study_curves: pd.DataFrame, device: str
+    out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFrame, study_curves: pd.DataFrame
 ):
     """Train and score the budget sweep's final checkpoints; write its tables and figure, judge the
     compute claim (its row replaces the "not measured" one), and, in branch mode, compare the 1x
@@ -189,7 +195,7 @@ def _budget_sweep(
     specs = budget_runs(study, best_lr, settings.lr, trainer.plan, trainer.warmup_updates())
     trained = trainer.train_all(specs)
     reported = {spec: path for spec, path in trained.items() if spec.role != "trunk"}
-    curves = _evaluate(reported, (1.0,), settings, device)
+    curves = trainer.evaluate(reported, (1.0,))
     curves = curves.assign(budget_multiple=curves["run"].map({str(s.folder): s.budget for s in specs}))
     curve = budget_curve(curves)
     targets = compute_to_target(curve)
@@ -272,10 +278,10 @@ class _Trainer:
     as its run spec (`run_options`, `biosrecall.sweep.run_spec`); the dataset is read and checked once
     per study (`task`)."""
 
-    def __init__(self, out_dir: Path, config, settings, study, engine):
+    def __init__(self, out_dir: Path, config, settings, study, engine, timer: StudyTimer):
         self.runs_dir, self.datasets = out_dir / RUNS, dataset_folders(study, out_dir / DATA)
         self.config, self.settings, self.study = config, settings, study
-        self.engine = engine  # (executor, report)
+        self.engine, self.timer = engine, timer  # engine: (executor, report)
         self._configs: dict[RunSpec, TrainConfig] = {}
 
     def run_config(self, spec: RunSpec) -> TrainConfig:
@@ -352,26 +358,28 @@ class _Trainer:
     def train_all(self, specs: list[RunSpec]) -> dict[RunSpec, Path]:
         """Bring every run to done through the sweep engine (finished ones are skipped)."""
         executor, report = self.engine
-        return train_study_runs(self.runs_dir, specs, self.run_options, executor, report)
+        with self.timer.phase("training"):
+            return train_study_runs(self.runs_dir, specs, self.run_options, executor, report)
+
+    def evaluate(self, trained: dict[RunSpec, Path], fractions) -> pd.DataFrame:
+        """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run."""
+        paths, settings = list(trained.values()), self.settings
+        with self.timer.phase("evaluation"):
+            table = recall_curves(paths, fractions, settings.max_depth, device=self.config.device,
+                                  people=settings.eval_people)  # fmt: skip
+        return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
 
 
-def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings, device: str):
+def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings):
     """Each main schedule's learning rate: the grid's winners (OUT/lr_grid.*, written as soon as the
     grid is done, before the other seeds train), or the preset's."""
     study = trainer.study
     if not study.lr_grid:
         return {name: settings.lr for name in MAIN_SCHEDULES}
     trained = trainer.train_all(grid_runs(study, settings.lr))
-    grid = grid_table(_evaluate(trained, (1.0,), settings, device))
+    grid = grid_table(trainer.evaluate(trained, (1.0,)))
     write_table(grid, out_dir / "lr_grid")
     return chosen_lr(grid)
-
-
-def _evaluate(trained: dict[RunSpec, Path], fractions, settings: Figure1Preset, device: str) -> pd.DataFrame:
-    """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run."""
-    paths = list(trained.values())
-    table = recall_curves(paths, fractions, settings.max_depth, device=device, people=settings.eval_people)
-    return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
 
 
 def _serving(out_dir: Path, trained, settings: Figure1Preset, device: str, claims: pd.DataFrame):

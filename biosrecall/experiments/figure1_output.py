@@ -35,9 +35,9 @@ RECORD, DATA, RUNS = "figure1.json", "data", "runs"
 RESULT_STEMS = (
     "figure1", "figure5", "recall_curve", "recall_curve_seeds", "fixed_sweep", "fixed_sweep_seeds",
     "summary", "summary_runs", "fixed_sweep_summary", "fixed_sweep_summary_runs", "claims", "lr_grid",
-    SUMMARY_NAME, *BUDGET_NAMES,
+    SUMMARY_NAME, "timings", *BUDGET_NAMES,
 )  # fmt: skip
-RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md")
+RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md", ".jsonl")
 _SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
 
 
