@@ -294,7 +294,7 @@ def test_gate_train_on_a_run_whose_dataset_is_missing(world, capsys):
         aside.rename(data)
 
 
-def test_an_unresolved_gate_cannot_serve_a_language_model():
+def test_a_gate_not_bound_to_a_fitted_one_cannot_serve():
     with pytest.raises(BiosrecallError, match="gate train"):
         check_servable([Gate(0.1)])
     assert parse_exits("gate") == [Gate(d) for d in DEFAULT_SWEEPS["gate"]]
