@@ -3,8 +3,8 @@
 A bioS query runs one iteration, checks its answer-predicting positions (a readout there, or for
 `latent`/`accel` the recurrent state there), and stops at the first depth where its exit criterion
 (`biosrecall.eval.exits`) holds at every one of them, or at the max depth. That is realisable and
-exact, so the whole frontier comes from `answer_stats_by_depth`'s one pass per checkpoint, and, when a
-readout-free criterion is scored, `state_stats_by_depth`'s pass over the same queries.
+exact, so the whole frontier comes from `answer_stats_by_depth`'s one pass per checkpoint (which also
+observes the recurrent state when a readout-free criterion is scored).
 
     table = exit_frontier(["runs/fixed4", "runs/uniform"], parse_exits("kl,stable:2,oracle"))
     headline = headline_table(table)       # per run: depth needed for 95% of its best recall
@@ -47,14 +47,13 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import (
     Fixed,
     Oracle,
-    StateTrail,
     StepStats,
     check_max_depth,
     depth_cap,
     parameter_of,
 )
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, score_exact
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, answer_stats_by_depth, plan_batches
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth
 from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
 from biosrecall.train.layout import exits_cache_file
 
@@ -226,56 +225,19 @@ def checkpoint_exits(job, dataset, eval_set, criteria, max_depth: int, device, *
 
 
 def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -> StepStats:
-    """`answer_stats_by_depth` (`options` go to it), with latent and accel from
-    `state_stats_by_depth` when a criterion reads the state, and the gate logits of a resolved
-    `gate:delta` (`eval.gate.gate_scores_by_depth`; every one in a list shares one checkpoint's gate)."""
-    stats = answer_stats_by_depth(model, eval_set, max_depth, **options)
-    batch_size = options.get("batch_size", DEFAULT_BATCH_SIZE)
-    if any(criterion.reads == "state" for criterion in criteria):
-        stats = replace(stats, **state_stats_by_depth(model, eval_set, max_depth, batch_size=batch_size))
+    """`answer_stats_by_depth` (`options` go to it), observing the recurrent state in the same pass
+    when a criterion reads it (latent, accel), with the gate logits of a resolved `gate:delta`
+    (`eval.gate.gate_scores_by_depth`; every one in a list shares one checkpoint's gate)."""
+    states = any(criterion.reads == "state" for criterion in criteria)
+    stats = answer_stats_by_depth(model, eval_set, max_depth, states=states, **options)
     gate = next((criterion for criterion in criteria if criterion.reads == "gate"), None)
     if gate is not None:
         from biosrecall.eval.gate import gate_scores_by_depth
 
+        batch_size = options.get("batch_size", DEFAULT_BATCH_SIZE)
         scores = gate_scores_by_depth(model, gate.head, eval_set, max_depth, gate.cap, batch_size)
         stats = replace(stats, gate=scores)
     return stats
-
-
-def state_stats_by_depth(model, eval_set, max_depth: int, *, batch_size: int = DEFAULT_BATCH_SIZE) -> dict:
-    """{"latent", "accel"}: numpy [max_depth, M] (row k - 1 is depth k), per query the largest over its
-    answer-predicting positions of `StateTrail`'s statistics, from the model's own all-depth pass (the
-    state after each iteration is what its last block layer returns)."""
-    max_depth = check_max_depth(max_depth)
-    blocks = getattr(model, "block", None)
-    if not blocks:
-        raise BiosrecallError("latent and accel need a looped model whose recurrent block can be observed")
-    device = next(model.parameters()).device
-    fields = {name: np.zeros((max_depth, len(eval_set.answer_start))) for name in ("latent", "accel")}
-    with torch.inference_mode():
-        for rows in plan_batches(eval_set, batch_size):
-            batch = answer_batch(eval_set, rows, device)
-            for depth, stats in enumerate(_observed_states(model, blocks[-1], batch, max_depth)):
-                for name, values in fields.items():
-                    per_row = torch.full((len(rows),), -math.inf, dtype=torch.float64, device=device)
-                    per_row.scatter_reduce_(0, batch.row_of_target, getattr(stats, name).double(), "amax")
-                    values[depth, rows] = per_row.cpu().numpy()
-    return fields
-
-
-def _observed_states(model, last_layer, batch, max_depth: int) -> list[StepStats]:
-    """`StateTrail` statistics at the batch's answer positions after each of `max_depth` iterations."""
-    trail, observed = StateTrail(), []
-    record = lambda _layer, _inputs, state: observed.append(trail.observe(state[batch.positions]))  # noqa: E731
-    handle = last_layer.register_forward_hook(record)
-    try:
-        for _ in model.forward_all_depths(batch.tokens, [max_depth], positions=batch.positions):
-            pass  # one readout at the max depth: the states are what is wanted
-    finally:
-        handle.remove()
-    if len(observed) != max_depth:
-        raise BiosrecallError(f"the block ran {len(observed)} times for {max_depth} iterations")
-    return observed
 
 
 def _shallowest(rows: pd.DataFrame, target: float) -> pd.Series | None:

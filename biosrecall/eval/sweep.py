@@ -19,6 +19,7 @@ Rows are sorted by length and each batch is trimmed to its longest row, which ke
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -213,11 +214,14 @@ def answer_stats_by_depth(
     device: str | torch.device | None = None,
     progress: bool | None = None,
     label: str = "exit statistics",
+    states: bool = False,
 ):
     """`StepStats` of numpy [max_depth, M] arrays (row k - 1 is depth k) from one all-depth pass: per
     query, the largest KL and entropy and the smallest unchanged-argmax count over its answer-predicting
     positions, and its exact flag (equal to `exact_by_depth`). A whole-query exit criterion scored on
-    these holds exactly when it holds at every answer position."""
+    these holds exactly when it holds at every answer position. With `states`, the same pass also
+    observes the recurrent state after each iteration (what the last block layer returns) and adds the
+    largest `StateTrail` latent and accel over each query's positions, for the readout-free criteria."""
     from biosrecall.eval.exits import LogitTrail, StepStats, check_max_depth
 
     max_depth = check_max_depth(max_depth)
@@ -225,23 +229,56 @@ def answer_stats_by_depth(
     device = _model_device(model, device)
     shape = (max_depth, len(eval_set.answer_start))
     fields = {"kl": np.zeros(shape), "entropy": np.zeros(shape), "unchanged": np.zeros(shape, dtype=np.int64)}
+    if states:
+        fields.update(latent=np.zeros(shape), accel=np.zeros(shape))
     exact = np.zeros(shape, dtype=bool)
     with _inference(model):
         for rows in _progress(plan_batches(eval_set, batch_size), progress, label):
             batch = answer_batch(eval_set, rows, device)
-            trail, per_depth = LogitTrail(), {name: [] for name in fields}
-            flags = []
-            for _, logits in model.forward_all_depths(
-                batch.tokens, range(1, max_depth + 1), positions=batch.positions
-            ):
-                stats = trail.observe(logits)
-                flags.append(exact_rows(logits, batch))
-                for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
-                    per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
+            per_depth, flags = {name: [] for name in fields}, []
+            with _observing_states(model, batch, per_depth if states else None):
+                trail = LogitTrail()
+                for _, logits in model.forward_all_depths(
+                    batch.tokens, range(1, max_depth + 1), positions=batch.positions
+                ):
+                    stats = trail.observe(logits)
+                    flags.append(exact_rows(logits, batch))
+                    for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
+                        per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
             exact[:, rows] = torch.stack(flags).cpu().numpy()
             for name, values in per_depth.items():
+                if len(values) != max_depth:
+                    raise BiosrecallError(f"the block ran {len(values)} times for {max_depth} iterations")
                 fields[name][:, rows] = torch.stack(values).cpu().numpy()
     return StepStats(exact=exact, **fields)
+
+
+@contextmanager
+def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iterator[None]:
+    """While the block runs, append each iteration's per-row largest latent and accel (`StateTrail`,
+    float64) to `per_depth`; nothing when it is None."""
+    if per_depth is None:
+        yield
+        return
+    from biosrecall.eval.exits import StateTrail
+
+    blocks = getattr(model, "block", None)
+    if not blocks:
+        raise BiosrecallError("latent and accel need a looped model whose recurrent block can be observed")
+    trail = StateTrail()
+
+    def observe(_layer, _inputs, state):
+        stats = trail.observe(state[batch.positions])
+        for name in ("latent", "accel"):
+            per_row = torch.full((len(batch.rows),), -math.inf, dtype=torch.float64, device=state.device)
+            per_row.scatter_reduce_(0, batch.row_of_target, getattr(stats, name).double(), "amax")
+            per_depth[name].append(per_row)
+
+    handle = blocks[-1].register_forward_hook(observe)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _reduce_rows(values: torch.Tensor, batch: AnswerBatch, reduce: str) -> torch.Tensor:
