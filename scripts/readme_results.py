@@ -7,7 +7,8 @@
 Each block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in README.md and is
 replaced by the file of the same name that `biosrecall figure1` wrote: `claims` <- claims.md,
 `summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, `exit_summary` <-
-exit_summary.md (adaptive-depth serving per schedule), and from a budget sweep
+exit_summary.md (adaptive-depth serving per schedule), `timings` <- timings.md (wall time per
+phase of each part), and from a budget sweep
 `compute_to_target` <- compute_to_target.md, `budget_modes` <- budget_modes.md. `--only` limits the
 blocks (the README reports more than one study). A block whose file is missing is left as it is
 and named on stderr.
@@ -34,7 +35,15 @@ from pathlib import Path
 from biosrecall.experiments.study import figure1_command
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = ("claims", "summary", "fixed_sweep_summary", "exit_summary", "compute_to_target", "budget_modes")
+BLOCKS = (
+    "claims",
+    "summary",
+    "fixed_sweep_summary",
+    "exit_summary",
+    "timings",
+    "compute_to_target",
+    "budget_modes",
+)
 
 
 def provenance(study: Path, name: str) -> str:
