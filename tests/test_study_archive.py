@@ -16,7 +16,7 @@ import pytest
 from test_cli_recall import _one_error_line
 from test_figure1_promises import TINY, figure1_args, run_cli
 
-from biosrecall.experiments import figure1
+from biosrecall.experiments import figure1, study_archive
 from biosrecall.train.layout import LATEST, MODEL_FILE, STATE_FILE
 
 TABLES = ("claims.csv", "summary.csv", "recall_curve.csv", "exit_frontier.csv", "exit_headline.csv")
@@ -67,6 +67,19 @@ def test_a_copy_of_the_archive_reruns_without_weights_and_gains_a_seed(archive, 
     assert claims["n_seeds"].max() == 2
     frontier = pd.read_csv(copy / "exit_frontier.csv")
     assert {run.split("/")[0] for run in frontier["run"]} == {"seed0", "seed1"}
+
+
+def test_a_large_csv_copy_is_left_to_its_parquet_twin_and_a_rerun_writes_it_again(
+    archive, tmp_path, tiny_preset, monkeypatch
+):
+    out, _ = archive
+    monkeypatch.setattr(study_archive, "LARGE_CSV_BYTES", (out / "recall_curve.csv").stat().st_size - 1)
+    dest = tmp_path / "slim"
+    study_archive.archive_study(out, dest)
+    assert not (dest / "recall_curve.csv").exists() and (dest / "recall_curve.parquet").is_file()
+    assert (dest / "claims.csv").is_file(), "small tables keep their CSV"
+    assert run_cli(figure1_args(dest)) == 0
+    assert (dest / "recall_curve.csv").read_bytes() == (out / "recall_curve.csv").read_bytes()
 
 
 def test_an_unfinished_study_or_a_stranger_is_refused(archive, tmp_path, capsys):

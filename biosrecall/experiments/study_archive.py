@@ -10,8 +10,9 @@ checkpoint's weights and training state, the resumable states (`state-*`, `updat
 locks and temporaries. What stays is what `biosrecall figure1` reads to tabulate a finished run: the
 record, the dataset, each run's config, metrics and per-checkpoint meta.json with the recall and
 serving tables cached next to it (`biosrecall.eval.table_cache`), the sweep's specs, records and logs,
-and every result table and figure. A rerun of the same command on a copy therefore retrains and
-re-evaluates nothing; added seeds train only themselves. What a run's weights would be needed for
+and every result table and figure (a CSV table over `LARGE_CSV_BYTES` only as its parquet twin). A
+rerun of the same command on a copy therefore retrains and re-evaluates nothing; added seeds train
+only themselves. What a run's weights would be needed for
 (another serving criterion, a deeper recall curve, a learned gate) is refused with the file it lacks.
 
 The archive is built under a temporary name and renamed into place, so it is complete or absent.
@@ -30,6 +31,9 @@ from biosrecall.train.layout import CONFIG_FILE, LATEST, MODEL_FILE, STATE_FILE,
 
 LEFT_OUT_FILES = (MODEL_FILE, STATE_FILE)
 """What a kept checkpoint holds that only training or a fresh evaluation reads."""
+LARGE_CSV_BYTES = 1_000_000
+"""A result table's CSV copy above this size is left out when its parquet twin is kept (the long
+recall table: megabytes of text); a rerun of the study writes it again."""
 
 
 def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False) -> tuple[int, int]:
@@ -42,7 +46,7 @@ def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False
     with output_lock(out_dir, clean=False):  # refused while the study is still being written
         _check_finished(out_dir / RUNS)
         with atomic_directory(dest, overwrite=overwrite) as tmp:
-            for source in sorted(_kept(out_dir)):
+            for source in sorted(_kept(out_dir, out_dir)):
                 target = tmp / source.relative_to(out_dir)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
@@ -59,13 +63,13 @@ def _check_finished(runs_dir: Path) -> None:
             )
 
 
-def _kept(root: Path):
-    """The files of `root` an archive keeps (module doc), walking without following links."""
-    for entry in root.iterdir():
-        if _left_out(entry):
+def _kept(folder: Path, out_dir: Path):
+    """The files under `folder` an archive of `out_dir` keeps (module doc), not following links."""
+    for entry in folder.iterdir():
+        if _left_out(entry) or (folder == out_dir and _large_csv_copy(entry)):
             continue
         if entry.is_dir() and not entry.is_symlink():
-            yield from _kept(entry)
+            yield from _kept(entry, out_dir)
         elif entry.is_file() and not entry.is_symlink():
             yield entry
 
@@ -77,4 +81,12 @@ def _left_out(entry: Path) -> bool:
         or name == LATEST
         or name.endswith((TEMPORARY_SUFFIX, ASIDE_SUFFIX, ".lock"))
         or is_resumable_state(entry)
+    )
+
+
+def _large_csv_copy(entry: Path) -> bool:
+    return (
+        entry.suffix == ".csv"
+        and entry.with_suffix(".parquet").is_file()
+        and entry.stat().st_size > LARGE_CSV_BYTES
     )
