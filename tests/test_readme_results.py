@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ARCHIVES = {"study-default": ("claims",)}
+ARCHIVES = {"study-default": ("claims", "exit_summary", "timings")}
 
 
 def readme_results():
