@@ -19,7 +19,6 @@ Rows are sorted by length and each batch is trimmed to its longest row, which ke
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -246,9 +245,11 @@ def answer_stats_by_depth(
                     for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
                         per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
             exact[:, rows] = torch.stack(flags).cpu().numpy()
+            if states and len(per_depth["latent"]) != max_depth:
+                raise BiosrecallError(
+                    f"the block ran {len(per_depth['latent'])} times for {max_depth} iterations"
+                )
             for name, values in per_depth.items():
-                if len(values) != max_depth:
-                    raise BiosrecallError(f"the block ran {len(values)} times for {max_depth} iterations")
                 fields[name][:, rows] = torch.stack(values).cpu().numpy()
     return StepStats(exact=exact, **fields)
 
@@ -270,9 +271,7 @@ def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iter
     def observe(_layer, _inputs, state):
         stats = trail.observe(state[batch.positions])
         for name in ("latent", "accel"):
-            per_row = torch.full((len(batch.rows),), -math.inf, dtype=torch.float64, device=state.device)
-            per_row.scatter_reduce_(0, batch.row_of_target, getattr(stats, name).double(), "amax")
-            per_depth[name].append(per_row)
+            per_depth[name].append(_reduce_rows(getattr(stats, name).double(), batch, "amax"))
 
     handle = blocks[-1].register_forward_hook(observe)
     try:
