@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,20 @@ def test_rerun_trains_nothing_and_other_settings_are_refused(study, capsys):
     code, err = run_cli(capacity_args(study, "--lr", "0.02"), capsys)
     assert code == 2 and err.startswith("error:") and "lr was 0.01, now 0.02" in err
     assert changes(before, snapshot(study)) == []
+
+
+@pytest.mark.slow
+def test_an_archive_without_weights_reruns_to_the_same_tables(study, tmp_path, capsys):
+    """What lets a long study run in parts across machines: committed without weights, continued."""
+    archive, copy = tmp_path / "archive", tmp_path / "copy"
+    code, _ = run_cli(capacity_args(study, "--archive", str(archive)), capsys)
+    assert code == 0 and not list(archive.rglob(MODEL_FILE))
+    assert len(list(archive.rglob("stored_bits.parquet"))) == len(PEOPLE) * len(SEEDS) * len(MODELS)
+    shutil.copytree(archive, copy)
+    code, _ = run_cli(capacity_args(copy), capsys)
+    assert code == 0 and not list(copy.rglob(MODEL_FILE)), "every table came from the caches"
+    for table in ("capacity.csv", "capacity_summary.csv", "capacity_claims.csv"):
+        assert (copy / table).read_bytes() == (study / table).read_bytes(), table
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 biosrecall capacity --out runs/capacity --preset bios-tiny --people 20,40 --exposures 20   # minutes
 biosrecall capacity --out runs/capacity --people 50,100,200 --seeds 0,1,2 --exposures 100  # the study
 biosrecall capacity --out runs/capacity --people 1000,4000 --exposures 1000 --plan   # its cost; trains nothing
+biosrecall capacity --out runs/capacity --archive docs/results/capacity   # without weights, to commit
 
 Trains the three Figure-1 schedules and the `<preset>-std-params` / `<preset>-std-flops` baselines at
 every people count and seed, each for `--exposures` views of every biography, scores their stored
@@ -98,8 +99,18 @@ def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
     help="Train nothing and write nothing: print every run's parameters, updates, tokens, modeled "
     "FLOPs and mean exposures (a dry run; the datasets are generated in a temporary folder).",
 )
+@click.option(
+    "--archive",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DEST",
+    help="Train nothing: copy the finished output --out into DEST without its weights and training "
+    "states (small enough to commit). A copy of DEST continues the study: the same command with more "
+    "--seeds or --people trains only what is new. --overwrite replaces an existing DEST.",
+)
+@click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST.")
 def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr, depths, device, workers,
-             threads, quiet, plan):  # fmt: skip
+             threads, quiet, plan, archive, overwrite):  # fmt: skip
     """Measure stored bits per parameter of the three schedules and two standard-transformer baselines
     over a people sweep at matched exposures, and judge the capacity claims.
 
@@ -111,6 +122,14 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     from biosrecall.interrupts import work_done
     from biosrecall.train.loop import Interrupted
 
+    if archive is not None:  # copies files: no training, no torch
+        from biosrecall.experiments.study_archive import archive_study
+
+        files, size = archive_study(out_dir, archive, overwrite=overwrite)
+        click.echo(
+            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
+        )
+        return
     options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths)
     if plan:
         _print_plan(options)

@@ -145,7 +145,7 @@ def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float,
     type=Integer(counts()),
     default=None,
     help="Runs trained at the same time, each a `biosrecall train` process [default: one per core, or "
-    "one per GPU]. Logs: OUT/runs/.sweep/<run>.log.",
+    "one per GPU]; on the CPU, also checkpoints scored at the same time. Logs: OUT/runs/.sweep/<run>.log.",
 )
 @click.option(
     "--threads",

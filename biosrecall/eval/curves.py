@@ -29,6 +29,7 @@ recall, bits, exact, exact_template_0..4, ceiling_bits, chance_bits, threshold, 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,11 +209,15 @@ def recall_curves(
     progress: bool | None = None,
     refresh: bool = False,
     people: int | None = None,
+    workers: int = 1,
+    threads: int = 1,
 ) -> pd.DataFrame:
     """Long-format recall of the checkpoints `checkpoints` selects in each run; see the module doc.
 
     `people` scores only the first N people (ids 0..N-1): bits per person is a mean over people, so
     a few hundred estimate it well at a fraction of the cost of a sweep to K = 64 over everyone.
+    On the CPU, checkpoints without a current cache are scored `workers` at a time in processes of
+    `threads` threads (`biosrecall.eval.parallel`), with the same numbers as one at a time here.
     """
     if max_depth < 1:
         raise BiosrecallError(f"--max-depth must be at least 1 (got {max_depth})")
@@ -228,22 +233,58 @@ def recall_curves(
     eval_sets = {path: _eval_set(dataset, people) for path, dataset in datasets.items()}
     for eval_set in eval_sets.values():
         check_threshold(eval_set, threshold)
+    options = {"batch_size": batch_size, "device": device, "progress": progress, "refresh": refresh,
+               "people": people}  # fmt: skip
+    scored = {}
+    if workers > 1 and device.type == "cpu":
+        scored = _score_in_processes(jobs, datasets, (max_depth, threshold), options, workers, threads)
     tables = [
-        evaluate_checkpoint(
-            job,
-            datasets[job.dataset_path],
-            eval_sets[job.dataset_path],
-            max_depth,
-            threshold,
-            batch_size=batch_size,
-            device=device,
-            progress=progress,
-            refresh=refresh,
-            people=people,
+        scored[index] if index in scored else evaluate_checkpoint(
+            job, datasets[job.dataset_path], eval_sets[job.dataset_path], max_depth, threshold, **options
         )
-        for job in jobs
-    ]
+        for index, job in enumerate(jobs)
+    ]  # fmt: skip
     return pd.concat(tables, ignore_index=True)
+
+
+def _score_in_processes(jobs, datasets, depth_and_threshold, options, workers: int, threads: int):
+    """{index of job: its table} for the jobs without a current cache, scored `workers` at a time in
+    processes of their own (each loads its datasets; no progress bars, which would interleave)."""
+    from biosrecall.eval.parallel import map_in_processes
+
+    max_depth, threshold = depth_and_threshold
+    pending = [
+        index for index, job in enumerate(jobs)
+        if options["refresh"] or read_cache(job.path, cache_key(
+            job.path, datasets[job.dataset_path].manifest_hash, max_depth, threshold, options["people"]
+        )) is None
+    ]  # fmt: skip
+    items = [(jobs[index], max_depth, threshold, {**options, "progress": False}) for index in pending]
+    return dict(zip(pending, map_in_processes(_score_job, items, workers, threads), strict=True))
+
+
+def _score_job(item) -> pd.DataFrame:
+    """`evaluate_checkpoint` of one job in a scoring process."""
+    job, max_depth, threshold, options = item
+    dataset = cached_dataset(job.dataset_path)
+    eval_set = _eval_set(dataset, options["people"])
+    return evaluate_checkpoint(job, dataset, eval_set, max_depth, threshold, **options)
+
+
+def cached_dataset(path: Path):
+    """A dataset loaded once per process while its manifest is unchanged (a scoring process scores
+    several checkpoints of one dataset)."""
+    from biosrecall.bios.dataset import MANIFEST
+
+    path = Path(path)
+    return _load_dataset(path, (path / MANIFEST).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_dataset(path: Path, manifest_stamp: int):
+    from biosrecall.bios import load_dataset
+
+    return load_dataset(path)
 
 
 def _eval_set(dataset, people: int | None):

@@ -167,8 +167,9 @@ def job_columns(job) -> dict:
 def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
                   threshold: int = DEFAULT_THRESHOLD, *, batch_size: int = DEFAULT_BATCH_SIZE,
                   device: str = "auto", data_dir=None, progress: bool | None = None,
-                  people: int | None = None) -> pd.DataFrame:  # fmt: skip
-    """The frontier table (module doc) of the selected checkpoints of each run."""
+                  people: int | None = None, workers: int = 1, threads: int = 1) -> pd.DataFrame:  # fmt: skip
+    """The frontier table (module doc) of the selected checkpoints of each run; on the CPU, `workers`
+    checkpoints at a time in processes of `threads` threads (`biosrecall.eval.parallel`)."""
     from biosrecall.eval.curves import load_checked_datasets, plan_jobs
     from biosrecall.eval.gate import resolve_gates
     from biosrecall.train.distributed import resolve_device
@@ -185,12 +186,29 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
         check_threshold(eval_set, threshold)
     device = resolve_device(str(device))
     scoring = {"threshold": threshold, "people": people, "batch_size": batch_size, "progress": progress}
-    tables = []
-    for job, resolved in zip(jobs, resolved_by_job, strict=True):
-        table = checkpoint_exits(job, datasets[job.dataset_path], eval_sets[job.dataset_path], resolved,
-                                 max_depth, device, **scoring)  # fmt: skip
-        tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(table)), table], axis=1))
+    if workers > 1 and device.type == "cpu" and len(jobs) > 1:
+        from biosrecall.eval.parallel import map_in_processes
+
+        items = [(job, resolved, max_depth, device, {**scoring, "progress": False})
+                 for job, resolved in zip(jobs, resolved_by_job, strict=True)]  # fmt: skip
+        scored = map_in_processes(_exits_job, items, workers, threads)
+    else:
+        scored = [checkpoint_exits(job, datasets[job.dataset_path], eval_sets[job.dataset_path], resolved,
+                                   max_depth, device, **scoring)
+                  for job, resolved in zip(jobs, resolved_by_job, strict=True)]  # fmt: skip
+    tables = [pd.concat([pd.DataFrame([job_columns(job)] * len(table)), table], axis=1)
+              for job, table in zip(jobs, scored, strict=True)]  # fmt: skip
     return pd.concat(tables, ignore_index=True)
+
+
+def _exits_job(item) -> pd.DataFrame:
+    """`checkpoint_exits` of one checkpoint in a scoring process (a cached one is only read)."""
+    from biosrecall.eval.curves import cached_dataset
+
+    job, criteria, max_depth, device, scoring = item
+    dataset = cached_dataset(job.dataset_path)
+    eval_set = scored_eval_set(dataset, scoring["people"])
+    return checkpoint_exits(job, dataset, eval_set, criteria, max_depth, device, **scoring)
 
 
 def checkpoint_exits(job, dataset, eval_set, criteria, max_depth: int, device, *, threshold: int,

@@ -49,6 +49,8 @@ BASELINES = {"std_params": "std-params", "std_flops": "std-flops"}
 BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it accepts
 DEFAULT_PEOPLE = (50, 100, 200)
 DEFAULT_DEPTHS = (1, 4, 16, 64)
+STORED_BITS_CACHE_FORMAT = 1
+"""Version of the cached stored-bits table; a change in what it holds bumps it."""
 IDENTITY = ("preset", "exposures", "batch_size", "seq_len", "lr")
 """What an output's runs depend on beside their people and seed: a rerun must repeat these."""
 
@@ -181,7 +183,7 @@ def run_capacity(
             return _run_options(run, base, datasets[run.people])
 
         trained = train_study_runs(out_dir / RUNS, list(by_spec), options_of, executor, report)
-        table = score_runs(runs, trained, datasets, options, device)
+        table = score_runs(runs, trained, datasets, options, device, executor.slots(), executor.threads)
         written = write_capacity_results(out_dir, table)
     return CapacityResult(out_dir, table, written.summary, written.claims, written.files)
 
@@ -334,39 +336,38 @@ def plan_capacity(options: CapacityOptions):
         return plan_table(runs, base, datasets)
 
 
-def score_runs(runs: list[CapacityRun], trained: dict, datasets: dict[int, Path], options, device: str):
-    """One row per run and serving depth: `stored_bits_table` of its final checkpoint, labelled."""
+def score_runs(runs: list[CapacityRun], trained: dict, datasets: dict[int, Path], options, device: str,
+               workers: int = 1, threads: int = 1):  # fmt: skip
+    """One row per run and serving depth: `stored_bits_table` of its final checkpoint, labelled; on
+    the CPU `workers` checkpoints at a time (`biosrecall.eval.parallel`), each from its cache when
+    it has one (`stored_bits.parquet`, so an archive without weights is re-tabulated)."""
     import pandas as pd
 
-    from biosrecall.bios import load_dataset
+    from biosrecall.eval.parallel import map_in_processes
     from biosrecall.train.distributed import resolve_device
 
     device = resolve_device(str(device))
-    loaded = {people: load_dataset(folder) for people, folder in datasets.items()}
-    eval_sets = {people: dataset.eval_set() for people, dataset in loaded.items()}
-    tables = [
-        _score(run, trained[run.spec], loaded[run.people], eval_sets[run.people], options, device)
-        for run in runs
-    ]
+    items = [(run, trained[run.spec], datasets[run.people], options, device) for run in runs]
+    tables = map_in_processes(_score, items, workers if device.type == "cpu" else 1, threads)
     return pd.concat(tables, ignore_index=True)
 
 
-def _score(run: CapacityRun, run_dir: Path, dataset, eval_set, options, device):
+def _score(item) -> Any:
     """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
     what it cost: mean exposures, updates and training FLOPs."""
     import pandas as pd
 
-    from biosrecall.eval.stored_bits import stored_bits_table
+    from biosrecall.eval.curves import cached_dataset
     from biosrecall.files import read_json_object
-    from biosrecall.runs import check_training_data, load_checkpoint
+    from biosrecall.runs import check_training_data
     from biosrecall.train.layout import config_file, list_checkpoints, read_meta
 
+    run, run_dir, data_dir, options, device = item
+    dataset = cached_dataset(data_dir)
     checkpoint = list_checkpoints(run_dir)[1.0]
     meta = read_meta(checkpoint)
     check_training_data(run_dir, meta, dataset.path, dataset.manifest_hash)
-    model, _ = load_checkpoint(checkpoint, device=device)
-    depths = options.depths if model.config.recurrent else (1,)
-    table = stored_bits_table(model, eval_set, dataset.pool_sizes, depths=depths, device=device)
+    table = _stored_bits(checkpoint, dataset, options.depths, device)
     plan = read_json_object(config_file(run_dir), "run config", required=("plan",))["plan"]
     labels = {
         "people": run.people, "name": run.spec.name, "kind": run.kind, "schedule": run.spec.schedule,
@@ -381,3 +382,22 @@ def _score(run: CapacityRun, run_dir: Path, dataset, eval_set, options, device):
     }
     front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
     return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)
+
+
+def _stored_bits(checkpoint: Path, dataset, depths, device):
+    """`stored_bits_table` of a checkpoint at `depths` (a baseline's at depth 1), from its cache when
+    the key matches (`biosrecall.eval.table_cache`)."""
+    from biosrecall.eval.stored_bits import stored_bits_table
+    from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
+    from biosrecall.runs import load_checkpoint
+    from biosrecall.train.layout import stored_bits_cache_file
+
+    key = checkpoint_key(checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths),
+                         manifest_hash=dataset.manifest_hash)  # fmt: skip
+    table = read_cached(stored_bits_cache_file(checkpoint), key)
+    if table is None:
+        model, _ = load_checkpoint(checkpoint, device=device)
+        depths = depths if model.config.recurrent else (1,)
+        table = stored_bits_table(model, dataset.eval_set(), dataset.pool_sizes, depths=depths, device=device)
+        write_cached(stored_bits_cache_file(checkpoint), key, table)
+    return table

@@ -174,7 +174,7 @@ def run_figure1(
         with timer.phase("tables"):
             written = write_study_results(out_dir, curves, [saving_claim()])
         with timer.phase("serving"):
-            headline, served, claims = _serving(out_dir, trained, settings, device, written.claims)
+            headline, served, claims = _serving(out_dir, trained, settings, device, written.claims, executor)
         swept = []
         if study.budgets:
             trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves)
@@ -363,10 +363,11 @@ class _Trainer:
 
     def evaluate(self, trained: dict[RunSpec, Path], fractions) -> pd.DataFrame:
         """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run."""
-        paths, settings = list(trained.values()), self.settings
+        paths, settings, executor = list(trained.values()), self.settings, self.engine[0]
         with self.timer.phase("evaluation"):
             table = recall_curves(paths, fractions, settings.max_depth, device=self.config.device,
-                                  people=settings.eval_people)  # fmt: skip
+                                  people=settings.eval_people, workers=executor.slots(),
+                                  threads=executor.threads)  # fmt: skip
         return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
 
 
@@ -382,14 +383,15 @@ def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings):
     return chosen_lr(grid)
 
 
-def _serving(out_dir: Path, trained, settings: Figure1Preset, device: str, claims: pd.DataFrame):
-    """Score adaptive-depth serving of every main run's 100% checkpoint and add its claims rows
-    before the compute claim (which stays last, where the budget sweep replaces it); returns the
-    headline, the frontier figure's files and the claims, written."""
+def _serving(out_dir: Path, trained, settings: Figure1Preset, device: str, claims: pd.DataFrame, executor):
+    """Score adaptive-depth serving of every main run's 100% checkpoint (as many at a time as the
+    study trains) and add its claims rows before the compute claim (which stays last, where the
+    budget sweep replaces it); returns the headline, the frontier figure's files and the claims."""
     main_runs = {spec: path for spec, path in trained.items() if spec.role == "main"}
     headline, figures, rows = serve_study(
-        out_dir, main_runs, settings.max_depth, device, settings.eval_people
-    )
+        out_dir, main_runs, settings.max_depth, device, settings.eval_people,
+        workers=executor.slots(), threads=executor.threads,
+    )  # fmt: skip
     compute = claims["claim"] == saving_claim()["claim"]
     claims = pd.concat([claims[~compute], rows, claims[compute]], ignore_index=True)
     write_claims(claims, out_dir)

@@ -1,9 +1,12 @@
-"""A finished Figure-1 study copied without its weights: small enough to commit, and still a study.
+"""A finished study copied without its weights: small enough to commit, and still a study.
 
     archive_study("runs/study", "docs/results/study-default", overwrite=True)
     # later, anywhere: copy the archive and continue it with more seeds
     #   cp -r docs/results/study-default runs/study
     #   biosrecall figure1 --out runs/study <the same options> --seeds 0,1,2,3,4,5
+
+A study is a `biosrecall figure1` output or a `biosrecall capacity` one (whose per-checkpoint
+stored-bits tables are cached the same way); `figure1 --archive` and `capacity --archive` call this.
 
 Everything in the output is copied except what only training or fresh scoring reads: each
 checkpoint's weights and training state, the resumable states (`state-*`, `update-*`, `latest`),
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from biosrecall.atomic import atomic_directory, check_output_path
 from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
 from biosrecall.experiments.figure1_output import RECORD, RUNS
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
 from biosrecall.train.layout import CONFIG_FILE, LATEST, MODEL_FILE, STATE_FILE, finished, is_resumable_state
@@ -39,8 +43,11 @@ recall table: megabytes of text); a rerun of the study writes it again."""
 def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False) -> tuple[int, int]:
     """Copy the finished study `out_dir` into `dest` without weights; returns (files, bytes) copied."""
     out_dir = Path(out_dir)
-    if not (out_dir / RECORD).is_file() or not (out_dir / RUNS).is_dir():
-        raise BiosrecallError(f"{out_dir} is not a figure1 output (no {RECORD} and {RUNS}/ in it)")
+    records = [name for name in (RECORD, CAPACITY_RECORD) if (out_dir / name).is_file()]
+    if not records or not (out_dir / RUNS).is_dir():
+        raise BiosrecallError(
+            f"{out_dir} is not a figure1 or capacity output (no {RECORD} or {CAPACITY_RECORD}, and {RUNS}/, in it)"
+        )
     check_output_path(dest, inputs=[out_dir])
     files = size = 0
     with output_lock(out_dir, clean=False):  # refused while the study is still being written
@@ -56,7 +63,7 @@ def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False
 
 def _check_finished(runs_dir: Path) -> None:
     """Refuse a study with a run that has not finished: without its training state it could not resume."""
-    for config in sorted(runs_dir.glob(f"seed*/*/{CONFIG_FILE}")):
+    for config in sorted(runs_dir.glob(f"seed*/**/{CONFIG_FILE}")):  # capacity: seed<S>/people<N>/<name>
         if not finished(config.parent):
             raise BiosrecallError(
                 f"run {config.parent} has not finished; rerun the study's command until it ends, then archive"

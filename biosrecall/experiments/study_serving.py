@@ -43,13 +43,16 @@ SPOKEN = {FIXED_K4: "fixed K=4", FIXED_FIRST: "fixed-first", UNIFORM: "uniform"}
 """How the statements name the main runs, as the other claims do."""
 
 
-def serve_study(out_dir: Path, main_runs: Mapping, max_depth: int, device: str, people: int | None):
+def serve_study(out_dir: Path, main_runs: Mapping, max_depth: int, device: str, people: int | None,
+                workers: int = 1, threads: int = 1):  # fmt: skip
     """Score serving of `main_runs` ({spec: run folder}, each spec with `.folder`, `.name` and `.seed`)
-    at their final checkpoint into `out_dir`; returns (headline, figure files, the claims rows)."""
+    at their final checkpoint into `out_dir`, `workers` checkpoints at a time on the CPU; returns
+    (headline, figure files, the claims rows)."""
     labels = [str(spec.folder) for spec in main_runs]  # seed<S>/<name>, as in the recall tables
     figures, headline = write_serving_results(
-        out_dir, list(main_runs.values()), "final", max_depth, labels=labels, device=device, people=people
-    )
+        out_dir, list(main_runs.values()), "final", max_depth, labels=labels, device=device, people=people,
+        workers=workers, threads=threads,
+    )  # fmt: skip
     frontier = pd.read_parquet(Path(out_dir) / f"{TABLE_NAME}.parquet")
     names = {label: (spec.name, spec.seed) for label, spec in zip(labels, main_runs, strict=True)}
     summary = serving_summary(frontier, names)

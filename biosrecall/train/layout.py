@@ -68,6 +68,7 @@ __all__ = [
     "MODEL_FILE",
     "EXITS_CACHE_FILE",
     "RECALL_CACHE_FILE",
+    "STORED_BITS_CACHE_FILE",
     "STATE_FILE",
     "SWITCH",
     "DamagedCheckpoint",
@@ -94,6 +95,7 @@ __all__ = [
     "read_meta",
     "exits_cache_file",
     "recall_cache_file",
+    "stored_bits_cache_file",
     "remove_leftovers",
     "save_latest",
     "saved_states",
@@ -112,6 +114,7 @@ SWITCH = "switch"
 EVAL_DIR = "eval"
 RECALL_CACHE_FILE = "recall.parquet"
 EXITS_CACHE_FILE = "exits.parquet"
+STORED_BITS_CACHE_FILE = "stored_bits.parquet"
 GATES_DIR = "gates"
 GATE_RECORD_FILE = "gate.json"
 GATE_CALIBRATION_FILE = "calibration.npz"
@@ -153,6 +156,11 @@ def recall_cache_file(checkpoint: str | Path) -> Path:
 def exits_cache_file(checkpoint: str | Path) -> Path:
     """The serving frontier rows `biosrecall.eval.serving` caches inside a checkpoint folder."""
     return Path(checkpoint) / EXITS_CACHE_FILE
+
+
+def stored_bits_cache_file(checkpoint: str | Path) -> Path:
+    """The stored-bits rows `biosrecall capacity` caches inside a checkpoint folder."""
+    return Path(checkpoint) / STORED_BITS_CACHE_FILE
 
 
 def lock_file(run_dir: str | Path) -> Path:
