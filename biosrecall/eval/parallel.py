@@ -4,9 +4,9 @@
 
 Why: a study trains `workers` runs at a time on `threads` threads each, because a small model gains
 little from a second thread (on 2 cores, 2 workers x 1 thread trained 1.75x the updates per second of
-1 worker x 2 threads), and scoring a checkpoint is the same kind of forward pass. Scored one after
-another in the study's own process, evaluation took a third of the default study's wall time with one
-core mostly idle.
+1 worker x 2 threads), and scoring a checkpoint is the same kind of forward pass. How much it pays
+depends on the model: `benchmarks/bench_scoring.py` measures it against scoring one checkpoint after
+another in one process on every core (the default study's bios-cpu gained little in one rerun).
 
 Each process is forked from the warm server the sweep's runs fork from (`biosrecall.sweep.warm`:
 torch and the evaluator imported once) and sets its torch threads before its first operation. A
