@@ -49,8 +49,7 @@ BASELINES = {"std_params": "std-params", "std_flops": "std-flops"}
 BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it accepts
 DEFAULT_PEOPLE = (50, 100, 200)
 DEFAULT_DEPTHS = (1, 4, 16, 64)
-STORED_BITS_CACHE_FORMAT = 1
-"""Version of the cached stored-bits table; a change in what it holds bumps it."""
+STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 IDENTITY = ("preset", "exposures", "batch_size", "seq_len", "lr")
 """What an output's runs depend on beside their people and seed: a rerun must repeat these."""
 
@@ -338,9 +337,8 @@ def plan_capacity(options: CapacityOptions):
 
 def score_runs(runs: list[CapacityRun], trained: dict, datasets: dict[int, Path], options, device: str,
                workers: int = 1, threads: int = 1):  # fmt: skip
-    """One row per run and serving depth: `stored_bits_table` of its final checkpoint, labelled; on
-    the CPU `workers` checkpoints at a time (`biosrecall.eval.parallel`), each from its cache when
-    it has one (`stored_bits.parquet`, so an archive without weights is re-tabulated)."""
+    """One row per run and serving depth: its final checkpoint's stored bits, labelled, `workers` at a
+    time on the CPU (`eval.parallel`), cached so an archive without weights is re-tabulated."""
     import pandas as pd
 
     from biosrecall.eval.parallel import map_in_processes
@@ -385,15 +383,15 @@ def _score(item) -> Any:
 
 
 def _stored_bits(checkpoint: Path, dataset, depths, device):
-    """`stored_bits_table` of a checkpoint at `depths` (a baseline's at depth 1), from its cache when
-    the key matches (`biosrecall.eval.table_cache`)."""
+    """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
     from biosrecall.eval.stored_bits import stored_bits_table
     from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
     from biosrecall.runs import load_checkpoint
     from biosrecall.train.layout import stored_bits_cache_file
 
-    key = checkpoint_key(checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths),
-                         manifest_hash=dataset.manifest_hash)  # fmt: skip
+    key = checkpoint_key(
+        checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
+    )
     table = read_cached(stored_bits_cache_file(checkpoint), key)
     if table is None:
         model, _ = load_checkpoint(checkpoint, device=device)
