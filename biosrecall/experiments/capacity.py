@@ -9,8 +9,8 @@ Figure 1 on the looped preset (fixed K=4, fixed-first, uniform 1..16) and its tw
 baselines (`<preset>-std-params`, `<preset>-std-flops`, at their one depth), each run as long as it
 takes to show every person's biography `exposures` times (`biosrecall.bios.exposures`), so every
 model sees the same data and only what it spends differs. Each final checkpoint is scored by
-`biosrecall.eval.stored_bits.stored_bits_table` at the serving depths (a baseline at depth 1 only),
-and `biosrecall.experiments.capacity_results` writes the tables, the claims and the figure. Layout:
+`biosrecall.experiments.capacity_scoring` at the serving depths (a baseline at depth 1 only), and
+`biosrecall.experiments.capacity_results` writes the tables, the claims and the figure. Layout:
 
     OUT/capacity.json                     settings, seeds, people, versions, machine, the runs
     OUT/data/people<N>/                   the bioS dataset of N people (seed `DATA_SEED`)
@@ -27,7 +27,6 @@ existing output. The whole call holds the output's lock (`biosrecall.locking.out
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from dataclasses import dataclass, replace
@@ -49,7 +48,6 @@ BASELINES = {"std_params": "std-params", "std_flops": "std-flops"}
 BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it accepts
 DEFAULT_PEOPLE = (50, 100, 200)
 DEFAULT_DEPTHS = (1, 4, 16, 64)
-STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 IDENTITY = ("preset", "exposures", "batch_size", "seq_len", "lr")
 """What an output's runs depend on beside their people and seed: a rerun must repeat these."""
 
@@ -165,6 +163,7 @@ def run_capacity(
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
     from biosrecall.experiments.capacity_results import write_capacity_results
+    from biosrecall.experiments.capacity_scoring import score_runs
     from biosrecall.experiments.figure1 import study_executor
     from biosrecall.experiments.study_engine import train_study_runs
 
@@ -333,69 +332,3 @@ def plan_capacity(options: CapacityOptions):
         for people, folder in datasets.items():
             _dataset(folder, people)
         return plan_table(runs, base, datasets)
-
-
-def score_runs(runs: list[CapacityRun], trained: dict, datasets: dict[int, Path], options, device: str,
-               workers: int = 1, threads: int = 1):  # fmt: skip
-    """One row per run and serving depth: its final checkpoint's stored bits, labelled, `workers` at a
-    time on the CPU (`eval.parallel`), cached so an archive without weights is re-tabulated."""
-    import pandas as pd
-
-    from biosrecall.eval.parallel import map_in_processes
-    from biosrecall.train.distributed import resolve_device
-
-    device = resolve_device(str(device))
-    items = [(run, trained[run.spec], datasets[run.people], options, device) for run in runs]
-    tables = map_in_processes(_score, items, workers if device.type == "cpu" else 1, threads)
-    return pd.concat(tables, ignore_index=True)
-
-
-def _score(item) -> Any:
-    """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
-    what it cost: mean exposures, updates and training FLOPs."""
-    import pandas as pd
-
-    from biosrecall.eval.curves import cached_dataset
-    from biosrecall.files import read_json_object
-    from biosrecall.runs import check_training_data
-    from biosrecall.train.layout import config_file, list_checkpoints, read_meta
-
-    run, run_dir, data_dir, options, device = item
-    dataset = cached_dataset(data_dir)
-    checkpoint = list_checkpoints(run_dir)[1.0]
-    meta = read_meta(checkpoint)
-    check_training_data(run_dir, meta, dataset.path, dataset.manifest_hash)
-    table = _stored_bits(checkpoint, dataset, options.depths, device)
-    plan = read_json_object(config_file(run_dir), "run config", required=("plan",))["plan"]
-    labels = {
-        "people": run.people, "name": run.spec.name, "kind": run.kind, "schedule": run.spec.schedule,
-        "model_preset": run.model_preset, "seed": run.spec.seed,
-    }  # fmt: skip
-    costs = {
-        "exposures": float(options.exposures),
-        "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
-        "updates": int(meta["update"]),
-        "train_flops": float(meta.get("flops", math.nan)),
-        "run": str(run.spec.folder),
-    }
-    front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
-    return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)
-
-
-def _stored_bits(checkpoint: Path, dataset, depths, device):
-    """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
-    from biosrecall.eval.stored_bits import stored_bits_table
-    from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
-    from biosrecall.runs import load_checkpoint
-    from biosrecall.train.layout import stored_bits_cache_file
-
-    key = checkpoint_key(
-        checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
-    )
-    table = read_cached(stored_bits_cache_file(checkpoint), key)
-    if table is None:
-        model, _ = load_checkpoint(checkpoint, device=device)
-        depths = depths if model.config.recurrent else (1,)
-        table = stored_bits_table(model, dataset.eval_set(), dataset.pool_sizes, depths=depths, device=device)
-        write_cached(stored_bits_cache_file(checkpoint), key, table)
-    return table

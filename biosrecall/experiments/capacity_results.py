@@ -1,6 +1,6 @@
 """What `biosrecall capacity` writes from its stored-bits table: per-run and seed tables, claims, figure.
 
-    files = write_capacity_results("runs/capacity", table)   # table: `capacity.score_runs`
+    files = write_capacity_results("runs/capacity", table)   # table: `capacity_scoring.score_runs`
     claims = judge_capacity_claims(table)
 
 Files (tables as CSV and parquet, the figure as PNG and PDF):

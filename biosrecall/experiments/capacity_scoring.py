@@ -1,0 +1,85 @@
+"""Scoring a capacity study: each run's final checkpoint as stored bits per serving depth, labelled.
+
+    from biosrecall.experiments.capacity_scoring import score_runs
+    table = score_runs(runs, trained, datasets, options, "cpu", workers=2, threads=1)
+
+`biosrecall.experiments.capacity` trains the runs and calls `score_runs`; `capacity_results` turns
+its table into the CSVs, claims and figure. Scoring runs `workers` checkpoints at a time on the CPU
+(`biosrecall.eval.parallel`), and each checkpoint's stored-bits table is cached next to it
+(`biosrecall.eval.table_cache`), so a rerun, or an archive without weights, is re-tabulated without
+loading a model.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
+
+
+def score_runs(runs: list, trained: dict, datasets: dict[int, Path], options, device: str,
+               workers: int = 1, threads: int = 1):  # fmt: skip
+    """One row per run and serving depth: its final checkpoint's stored bits, labelled, `workers` at a
+    time on the CPU (`eval.parallel`), cached so an archive without weights is re-tabulated."""
+    import pandas as pd
+
+    from biosrecall.eval.parallel import map_in_processes
+    from biosrecall.train.distributed import resolve_device
+
+    device = resolve_device(str(device))
+    items = [(run, trained[run.spec], datasets[run.people], options, device) for run in runs]
+    tables = map_in_processes(_score, items, workers if device.type == "cpu" else 1, threads)
+    return pd.concat(tables, ignore_index=True)
+
+
+def _score(item) -> Any:
+    """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
+    what it cost: mean exposures, updates and training FLOPs."""
+    import pandas as pd
+
+    from biosrecall.eval.curves import cached_dataset
+    from biosrecall.files import read_json_object
+    from biosrecall.runs import check_training_data
+    from biosrecall.train.layout import config_file, list_checkpoints, read_meta
+
+    run, run_dir, data_dir, options, device = item
+    dataset = cached_dataset(data_dir)
+    checkpoint = list_checkpoints(run_dir)[1.0]
+    meta = read_meta(checkpoint)
+    check_training_data(run_dir, meta, dataset.path, dataset.manifest_hash)
+    table = _stored_bits(checkpoint, dataset, options.depths, device)
+    plan = read_json_object(config_file(run_dir), "run config", required=("plan",))["plan"]
+    labels = {
+        "people": run.people, "name": run.spec.name, "kind": run.kind, "schedule": run.spec.schedule,
+        "model_preset": run.model_preset, "seed": run.spec.seed,
+    }  # fmt: skip
+    costs = {
+        "exposures": float(options.exposures),
+        "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
+        "updates": int(meta["update"]),
+        "train_flops": float(meta.get("flops", math.nan)),
+        "run": str(run.spec.folder),
+    }
+    front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
+    return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)
+
+
+def _stored_bits(checkpoint: Path, dataset, depths, device):
+    """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
+    from biosrecall.eval.stored_bits import stored_bits_table
+    from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
+    from biosrecall.runs import load_checkpoint
+    from biosrecall.train.layout import stored_bits_cache_file
+
+    key = checkpoint_key(
+        checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
+    )
+    table = read_cached(stored_bits_cache_file(checkpoint), key)
+    if table is None:
+        model, _ = load_checkpoint(checkpoint, device=device)
+        depths = depths if model.config.recurrent else (1,)
+        table = stored_bits_table(model, dataset.eval_set(), dataset.pool_sizes, depths=depths, device=device)
+        write_cached(stored_bits_cache_file(checkpoint), key, table)
+    return table
