@@ -176,7 +176,8 @@ def _data_kind(meta_or_record: dict) -> str:
 
 def training_data_of(run_dir: str | Path, meta_or_record: dict, data_dir: str | Path | None = None) -> Path:
     """The dataset (bioS) or corpus (LM) folder a run was trained on: `data_dir` when given, else the
-    path recorded in its config.json or checkpoint meta (as given, else relative to the run folder)."""
+    path recorded in its config.json or checkpoint meta (a relative one first against the run folder,
+    as a study archive writes it, then as given)."""
     run_dir, kind = Path(run_dir), _data_kind(meta_or_record)
     if data_dir is not None:
         path = Path(data_dir)
@@ -186,7 +187,7 @@ def training_data_of(run_dir: str | Path, meta_or_record: dict, data_dir: str | 
     recorded = (meta_or_record.get("dataset") or {}).get("path")
     if not recorded:
         raise BiosrecallError(f"{run_dir} records no {kind} it was trained on; pass --data DIR")
-    for candidate in (Path(recorded), run_dir / recorded):
+    for candidate in (run_dir / recorded, Path(recorded)):
         if candidate.is_dir():
             return candidate
     raise BiosrecallError(

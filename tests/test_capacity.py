@@ -122,6 +122,8 @@ def test_an_archive_without_weights_reruns_to_the_same_tables(study, tmp_path, c
     code, _ = run_cli(capacity_args(study, "--archive", str(archive)), capsys)
     assert code == 0 and not list(archive.rglob(MODEL_FILE))
     assert len(list(archive.rglob("stored_bits.parquet"))) == len(PEOPLE) * len(SEEDS) * len(MODELS)
+    written_by = str(study).encode()
+    assert not [path for path in archive.rglob("*") if path.is_file() and written_by in path.read_bytes()]
     shutil.copytree(archive, copy)
     code, _ = run_cli(capacity_args(copy), capsys)
     assert code == 0 and not list(copy.rglob(MODEL_FILE)), "every table came from the caches"

@@ -9,6 +9,7 @@ a seed trains only that seed. An unfinished study or a folder that is not a stud
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pandas as pd
@@ -42,14 +43,25 @@ def test_the_archive_holds_every_result_and_no_weights(archive):
     out, dest = archive
     names = {path.name for path in dest.rglob("*")}
     assert not names & {MODEL_FILE, STATE_FILE, LATEST}
-    hidden = {name for name in names if name.startswith(".")}
-    assert hidden == {".sweep"}, "no lock or temporary, only the sweep's records and logs"
+    assert not {name for name in names if name.startswith(".")}, "no lock, temporary or sweep log"
     assert not any(name.startswith(("state-", "update-")) for name in names)
     for table in TABLES:
         assert (dest / table).read_bytes() == (out / table).read_bytes(), table
     kept = [path for path in dest.rglob("recall.parquet")] + list(dest.rglob("exits.parquet"))
     assert len(kept) == 2 * 3 + 3, "recall at 45% and 100% of each run, serving at 100%"
     assert (dest / "data" / "manifest.json").is_file()
+
+
+def test_the_archive_names_no_folder_of_the_machine_that_wrote_it(archive):
+    """Committed archives must not carry the writer's paths: a run's dataset is recorded relative to
+    the run, and its cached tables still answer for the rewritten meta.json (the next test)."""
+    out, dest = archive
+    root = str(out.parent)
+    mentions = [path for path in dest.rglob("*") if path.is_file() and root.encode() in path.read_bytes()]
+    assert not mentions
+    config = next(dest.rglob("config.json"))
+    recorded = json.loads(config.read_text())["dataset"]["path"]
+    assert (config.parent / recorded).resolve() == (dest / "data").resolve()
 
 
 def test_a_copy_of_the_archive_reruns_without_weights_and_gains_a_seed(archive, tmp_path, tiny_preset):
@@ -92,3 +104,4 @@ def test_an_unfinished_study_or_a_stranger_is_refused(archive, tmp_path, capsys)
     assert run_cli(figure1_args(tmp_path, "--archive", str(tmp_path / "b"))) == 2
     _one_error_line(2, capsys.readouterr().err, "not a figure1 or capacity output")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+

@@ -38,8 +38,29 @@ log = logging.getLogger(__name__)
 
 def checkpoint_key(checkpoint: Path, **items) -> dict:
     """`items` plus the sha256 of the checkpoint's meta.json (`meta_sha256`)."""
-    meta_digest = hashlib.sha256((Path(checkpoint) / META_FILE).read_bytes()).hexdigest()
-    return {**items, "meta_sha256": meta_digest}
+    return {**items, "meta_sha256": meta_digest(checkpoint)}
+
+
+def meta_digest(checkpoint: Path) -> str:
+    """The sha256 of the checkpoint's meta.json: what ties a cached table to its checkpoint."""
+    return hashlib.sha256((Path(checkpoint) / META_FILE).read_bytes()).hexdigest()
+
+
+def rekey_cached(path: Path, old_meta_sha256: str, new_meta_sha256: str) -> bool:
+    """Tie the table cached at `path` to a rewritten meta.json of the same checkpoint (a study archive
+    writes its recorded paths relative to the study): a key on `old_meta_sha256` is moved to
+    `new_meta_sha256`, the table unchanged. False, and nothing written, for any other file."""
+    key = read_key(path)
+    if key is None or key.get("meta_sha256") != old_meta_sha256:
+        return False
+    table = pq.read_table(path)
+    metadata = {
+        **table.schema.metadata,
+        METADATA_KEY: json.dumps({**key, "meta_sha256": new_meta_sha256}, sort_keys=True).encode(),
+    }
+    with atomic_write_path(Path(path)) as tmp:
+        pq.write_table(table.replace_schema_metadata(metadata), tmp)
+    return True
 
 
 def read_key(path: Path) -> dict | None:

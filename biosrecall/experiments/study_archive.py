@@ -10,28 +10,45 @@ stored-bits tables are cached the same way); `figure1 --archive` and `capacity -
 
 Everything in the output is copied except what only training or fresh scoring reads: each
 checkpoint's weights and training state, the resumable states (`state-*`, `update-*`, `latest`),
-locks and temporaries. What stays is what `biosrecall figure1` reads to tabulate a finished run: the
-record, the dataset, each run's config, metrics and per-checkpoint meta.json with the recall and
-serving tables cached next to it (`biosrecall.eval.table_cache`), the sweep's specs, records and logs,
-and every result table and figure (a CSV table over `LARGE_CSV_BYTES` only as its parquet twin). A
-rerun of the same command on a copy therefore retrains and re-evaluates nothing; added seeds train
-only themselves. What a run's weights would be needed for
-(another serving criterion, a deeper recall curve, a learned gate) is refused with the file it lacks.
+locks and temporaries, and the sweep's bookkeeping (`runs/.sweep/`: the command lines, process ids
+and logs of the machine it ran on). What stays is what `biosrecall figure1` reads to tabulate a
+finished run: the record, the dataset, each run's config, metrics and per-checkpoint meta.json with
+the recall and serving tables cached next to it (`biosrecall.eval.table_cache`), and every result
+table and figure (a CSV table over `LARGE_CSV_BYTES` only as its parquet twin). A rerun of the same
+command on a copy therefore retrains and re-evaluates nothing; added seeds train only themselves.
+What a run's weights would be needed for (another serving criterion, a deeper recall curve, a
+learned gate) is refused with the file it lacks.
+
+An archive names no folder of the machine that wrote it: the paths a run recorded inside the study
+(its dataset, in config.json and each meta.json) are written relative to the run's folder, and each
+cached table is re-keyed to its rewritten meta.json (`table_cache.rekey_cached`).
 
 The archive is built under a temporary name and renamed into place, so it is complete or absent.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
 from biosrecall.atomic import atomic_directory, check_output_path
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.table_cache import meta_digest, rekey_cached
 from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
 from biosrecall.experiments.figure1_output import RECORD, RUNS
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
-from biosrecall.train.layout import CONFIG_FILE, LATEST, MODEL_FILE, STATE_FILE, finished, is_resumable_state
+from biosrecall.sweep.jobs import BOOKKEEPING
+from biosrecall.train.layout import (
+    CONFIG_FILE,
+    LATEST,
+    META_FILE,
+    MODEL_FILE,
+    STATE_FILE,
+    finished,
+    is_resumable_state,
+)
 
 LEFT_OUT_FILES = (MODEL_FILE, STATE_FILE)
 """What a kept checkpoint holds that only training or a fresh evaluation reads."""
@@ -58,7 +75,43 @@ def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
                 files, size = files + 1, size + source.stat().st_size
+            for record in sorted(tmp.rglob(CONFIG_FILE)) + sorted(tmp.rglob(META_FILE)):
+                _write_paths_relative(record, tmp, out_dir)
     return files, size
+
+
+def _write_paths_relative(record: Path, archive: Path, out_dir: Path) -> None:
+    """Rewrite a run's JSON record in `archive` with each path inside `out_dir` relative to the run's
+    folder (where `runs.training_data_of` looks for it); a checkpoint's cached tables follow its
+    rewritten meta.json."""
+    run_dir = next((folder for folder in record.parents if (folder / CONFIG_FILE).is_file()), record.parent)
+    roots = {str(out_dir.absolute()), str(out_dir.resolve())}
+
+    def relative(value: str) -> str:
+        for root in roots:
+            if value == root or value.startswith(root + os.sep):
+                return os.path.relpath(archive / os.path.relpath(value, root), run_dir)
+        return value
+
+    before = json.loads(record.read_text(encoding="utf-8"))
+    after = _map_strings(before, relative)
+    if after == before:
+        return
+    is_meta = record.name == META_FILE
+    old_digest = meta_digest(record.parent) if is_meta else None
+    record.write_text(json.dumps(after, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if is_meta:
+        for cached in record.parent.glob("*.parquet"):
+            rekey_cached(cached, old_digest, meta_digest(record.parent))
+
+
+def _map_strings(value, change):
+    """`value` (parsed JSON) with `change` applied to every string in it."""
+    if isinstance(value, dict):
+        return {key: _map_strings(item, change) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(item, change) for item in value]
+    return change(value) if isinstance(value, str) else value
 
 
 def _check_finished(runs_dir: Path) -> None:
@@ -85,7 +138,7 @@ def _left_out(entry: Path) -> bool:
     name = entry.name
     return (
         name in LEFT_OUT_FILES
-        or name == LATEST
+        or name in (LATEST, BOOKKEEPING)
         or name.endswith((TEMPORARY_SUFFIX, ASIDE_SUFFIX, ".lock"))
         or is_resumable_state(entry)
     )
