@@ -38,6 +38,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.table_cache import meta_digest, rekey_cached
 from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
 from biosrecall.experiments.figure1_output import RECORD, RUNS
+from biosrecall.files import parse_json_text
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
 from biosrecall.sweep.jobs import BOOKKEEPING
 from biosrecall.train.layout import (
@@ -93,7 +94,7 @@ def _write_paths_relative(record: Path, archive: Path, out_dir: Path) -> None:
                 return os.path.relpath(archive / os.path.relpath(value, root), run_dir)
         return value
 
-    before = json.loads(record.read_text(encoding="utf-8"))
+    before = parse_json_text(record.read_text(encoding="utf-8"), str(out_dir / record.relative_to(archive)))
     after = _map_strings(before, relative)
     if after == before:
         return
