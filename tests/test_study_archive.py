@@ -10,16 +10,21 @@ a seed trains only that seed. An unfinished study or a folder that is not a stud
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from test_cli_recall import _one_error_line
 from test_figure1_promises import TINY, figure1_args, run_cli
 
-from biosrecall.experiments import figure1, study_archive
+from biosrecall.experiments import figure1, study_archive, study_engine
+from biosrecall.experiments.study import figure1_command
 from biosrecall.train.layout import LATEST, MODEL_FILE, STATE_FILE
 
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+COMMITTED = ("study-default",)  # archives the README's numbers come from
 TABLES = ("claims.csv", "summary.csv", "recall_curve.csv", "exit_frontier.csv", "exit_headline.csv")
 
 
@@ -105,3 +110,21 @@ def test_an_unfinished_study_or_a_stranger_is_refused(archive, tmp_path, capsys)
     _one_error_line(2, capsys.readouterr().err, "not a figure1 or capacity output")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_archive_reruns_from_a_clean_checkout_without_training(name, tmp_path, monkeypatch):
+    """What the repository holds, not just what `--archive` wrote: a file the archive needs and git
+    leaves out (an ignore rule) would make the study retrain from scratch."""
+
+    def no_training(runs_dir, runs, *args):
+        raise AssertionError(f"the archive lacks finished runs, would train {[run.name for run in runs]}")
+
+    monkeypatch.setattr(study_engine, "run_sweep", no_training)
+    copy = tmp_path / name
+    shutil.copytree(RESULTS / name, copy)
+    record = json.loads((copy / figure1.RECORD).read_text())
+    command = figure1_command(record["preset"], record["study"], out_dir=copy)
+    assert run_cli([*shlex.split(command)[1:], "--quiet"]) == 0
+    assert not list(copy.rglob(MODEL_FILE)), "the archive answered every run without training"
+    for table in ("claims.csv", "summary.csv", "exit_summary.csv"):
+        assert (copy / table).read_bytes() == (RESULTS / name / table).read_bytes(), table

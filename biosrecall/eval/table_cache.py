@@ -48,7 +48,7 @@ def meta_digest(checkpoint: Path) -> str:
 
 def rekey_cached(path: Path, old_meta_sha256: str, new_meta_sha256: str) -> bool:
     """Tie the table cached at `path` to a rewritten meta.json of the same checkpoint (a study archive
-    writes its recorded paths relative to the study): a key on `old_meta_sha256` is moved to
+    writes its recorded paths relative to the run): a key on `old_meta_sha256` is moved to
     `new_meta_sha256`, the table unchanged. False, and nothing written, for any other file."""
     key = read_key(path)
     if key is None or key.get("meta_sha256") != old_meta_sha256:
