@@ -53,13 +53,8 @@ def rekey_cached(path: Path, old_meta_sha256: str, new_meta_sha256: str) -> bool
     key = read_key(path)
     if key is None or key.get("meta_sha256") != old_meta_sha256:
         return False
-    table = pq.read_table(path)
-    metadata = {
-        **table.schema.metadata,
-        METADATA_KEY: json.dumps({**key, "meta_sha256": new_meta_sha256}, sort_keys=True).encode(),
-    }
     with atomic_write_path(Path(path)) as tmp:
-        pq.write_table(table.replace_schema_metadata(metadata), tmp)
+        pq.write_table(_with_key(pq.read_table(path), {**key, "meta_sha256": new_meta_sha256}), tmp)
     return True
 
 
@@ -98,12 +93,17 @@ def write_cached(path: Path, key: dict, table: pd.DataFrame) -> None:
 
     A full disk is an error naming the cache file, though: the results could not be written either,
     and finding out only after every other checkpoint was evaluated would waste that time."""
-    arrow = pa.Table.from_pandas(table, preserve_index=False)
-    metadata = {**(arrow.schema.metadata or {}), METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
+    arrow = _with_key(pa.Table.from_pandas(table, preserve_index=False), key)
     try:
         with atomic_write_path(Path(path)) as tmp:
-            pq.write_table(arrow.replace_schema_metadata(metadata), tmp)
+            pq.write_table(arrow, tmp)
     except WriteFailed as exc:
         if exc.errno in DISK_FULL:
             raise
         log.warning("could not cache a table at %s: %s", path, exc)
+
+
+def _with_key(arrow: pa.Table, key: dict) -> pa.Table:
+    """The table with `key` stored in its schema metadata, beside what pandas keeps there."""
+    metadata = {**(arrow.schema.metadata or {}), METADATA_KEY: json.dumps(key, sort_keys=True).encode()}
+    return arrow.replace_schema_metadata(metadata)

@@ -28,12 +28,11 @@ The archive is built under a temporary name and renamed into place, so it is com
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
-from biosrecall.atomic import atomic_directory, check_output_path
+from biosrecall.atomic import atomic_directory, atomic_write_json, check_output_path
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.table_cache import meta_digest, rekey_cached
 from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
@@ -68,25 +67,28 @@ def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False
         )
     check_output_path(dest, inputs=[out_dir])
     files = size = 0
+    roots = {str(out_dir.absolute()), str(out_dir.resolve())}
     with output_lock(out_dir, clean=False):  # refused while the study is still being written
         _check_finished(out_dir / RUNS)
         with atomic_directory(dest, overwrite=overwrite) as tmp:
+            records = []
             for source in sorted(_kept(out_dir, out_dir)):
                 target = tmp / source.relative_to(out_dir)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
                 files, size = files + 1, size + source.stat().st_size
-            for record in sorted(tmp.rglob(CONFIG_FILE)) + sorted(tmp.rglob(META_FILE)):
-                _write_paths_relative(record, tmp, out_dir)
+                if source.name in (CONFIG_FILE, META_FILE):
+                    records.append(target)
+            for record in records:  # after the copy: a meta.json's cached tables are beside it
+                _write_paths_relative(record, tmp, roots, out_dir)
     return files, size
 
 
-def _write_paths_relative(record: Path, archive: Path, out_dir: Path) -> None:
-    """Rewrite a run's JSON record in `archive` with each path inside `out_dir` relative to the run's
-    folder (where `runs.training_data_of` looks for it); a checkpoint's cached tables follow its
-    rewritten meta.json."""
+def _write_paths_relative(record: Path, archive: Path, roots: set[str], out_dir: Path) -> None:
+    """Rewrite a run's JSON record in `archive` with each path under `roots` (the study's folder)
+    relative to the run's folder (where `runs.training_data_of` looks for it); a checkpoint's cached
+    tables follow its rewritten meta.json."""
     run_dir = next((folder for folder in record.parents if (folder / CONFIG_FILE).is_file()), record.parent)
-    roots = {str(out_dir.absolute()), str(out_dir.resolve())}
 
     def relative(value: str) -> str:
         for root in roots:
@@ -100,10 +102,11 @@ def _write_paths_relative(record: Path, archive: Path, out_dir: Path) -> None:
         return
     is_meta = record.name == META_FILE
     old_digest = meta_digest(record.parent) if is_meta else None
-    record.write_text(json.dumps(after, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_json(record, after)  # the format every run record is written in
     if is_meta:
+        new_digest = meta_digest(record.parent)
         for cached in record.parent.glob("*.parquet"):
-            rekey_cached(cached, old_digest, meta_digest(record.parent))
+            rekey_cached(cached, old_digest, new_digest)
 
 
 def _map_strings(value, change):
