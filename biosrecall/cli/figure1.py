@@ -71,7 +71,12 @@ def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float,
 @click.command()
 @config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets"))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@click.option("--preset", default="default", show_default=True, help="Experiment size: quick or default.")
+@click.option(
+    "--preset",
+    default="default",
+    show_default=True,
+    help="Experiment size: quick, middle (the budget sweep's) or default.",
+)
 @click.option(
     "--budget",
     type=Real(LIMITS["budget"]),

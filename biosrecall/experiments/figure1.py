@@ -108,6 +108,13 @@ FIGURE1_PRESETS = {
     "quick": Figure1Preset(
         people=40, model_preset="bios-tiny", batch_size=8, seq_len=128, budget_updates=300, lr=1e-2
     ),
+    # The budget sweep's task between the two (docs/results/sizing-middle.md): 2.5 times the quick
+    # preset's people on the same model with the same training tokens per person at 1x, the smallest
+    # size measured at which every schedule spans near 0 to near the ceiling over 0.25-4x while
+    # fixed K=4 stays under 90%; a 6-seed sweep with the update-matched control takes about an hour.
+    "middle": Figure1Preset(
+        people=100, model_preset="bios-tiny", batch_size=8, seq_len=128, budget_updates=750, lr=1e-2
+    ),
     # The laptop-class reproduction, sized by measurement (README, "Sizing the default"): fixed K=4
     # recalls 20.8 of 33.4 bits at K=4 at 45% (62% of the ceiling) and 33.4 at 100%, and a small batch
     # gives every schedule more optimizer steps per FLOP, so uniform has room to learn by 100%.
