@@ -9,7 +9,8 @@ replaced by the file of the same name that `biosrecall figure1` wrote: `claims` 
 `summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, `exit_summary` <-
 exit_summary.md (adaptive-depth serving per schedule), `timings` <- timings.md (wall time per
 phase of each part), and from a budget sweep
-`compute_to_target` <- compute_to_target.md, `budget_modes` <- budget_modes.md. `--only` limits the
+`compute_to_target` <- compute_to_target.md, `compute_saving` <- its savings over K=1..16, `budget_modes`
+<- budget_modes.md. `--only` limits the
 blocks (the README reports more than one study). A block whose file is missing is left as it is
 and named on stderr.
 
@@ -42,8 +43,11 @@ BLOCKS = (
     "exit_summary",
     "timings",
     "compute_to_target",
+    "compute_saving",
     "budget_modes",
 )
+SOURCES = {"compute_saving": "compute_to_target"}
+"""Blocks that show part of another block's file."""
 
 
 def provenance(study: Path, name: str) -> str:
@@ -64,16 +68,28 @@ def study_command(study: Path) -> str:
     return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
 
 
+def block_body(name: str, source: Path) -> str:
+    """The block's text: the whole file, or for `compute_saving` the table's header and the savings
+    over K=1..16, the depths the compute claim is judged on (the per-schedule FLOPs and the K=1..64
+    rows stay on the results page)."""
+    text = source.read_text()
+    if name != "compute_saving":
+        return text
+    lines = text.splitlines(keepends=True)
+    saving = [line for line in lines[2:] if line.startswith("| saving:") and "| K=1..16 |" in line]
+    return "".join(lines[:2] + saving)
+
+
 def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
     for name in blocks:
-        source = study / f"{name}.md"
+        source = study / f"{SOURCES.get(name, name)}.md"
         pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
         if not pattern.search(text):
             continue
         if not source.is_file():
             print(f"{source} not found; block {name!r} left as it is", file=sys.stderr)
             continue
-        body = provenance(study, name) + source.read_text()
+        body = provenance(study, source.stem) + block_body(name, source)
         text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), text)
     return text
 

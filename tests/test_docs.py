@@ -44,7 +44,12 @@ SKIPPED = {
     "biosrecall figure1 --out runs/study --seeds 0,1,2 --update-matched --lr-grid 3e-3,1e-2 --fixed-sweep 8": (
         "the default-size study: hours of training"
     ),
+    "biosrecall figure1 --out runs/study --seeds 0,1,2,3,4,5 --update-matched --lr-grid 3e-3,1e-2 --fixed-sweep 8": (
+        "the same study extended to six seeds: hours more"
+    ),
     "biosrecall figure1 --out runs/study --archive docs/results/study-default --overwrite": "needs that study",
+    "biosrecall figure1 --out runs/sweep-middle --preset middle --seeds 0,1,2,3,4,5 --budgets 0.25,0.5,1,2,4 "
+    "--update-matched": "the middle-size budget sweep: an hour of training",
     "python scripts/readme_results.py docs/results/study-default --only claims,exit_summary,timings": (
         "tests/test_readme_results.py checks what it would write"
     ),

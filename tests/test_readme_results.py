@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ARCHIVES = {"study-default": ("claims", "exit_summary", "timings")}
+ARCHIVES = {
+    "study-default": ("claims", "exit_summary", "timings"),
+    "budget-sweep-middle": ("compute_saving",),
+}
 
 
 def readme_results():
@@ -40,3 +43,18 @@ def test_a_changed_number_is_caught(tmp_path):
     text = "x\n<!-- generated: claims -->\n| a | 2.0 |\n<!-- end: claims -->\n"
     rewritten = module.rewrite(text, study, ("claims",))
     assert rewritten != text and "| a | 1.0 |" in rewritten and "--preset quick --seeds 0" in rewritten
+
+
+def test_the_saving_block_keeps_the_header_and_the_savings_over_k_1_to_16(tmp_path):
+    study = tmp_path / "sweep"
+    study.mkdir()
+    (study / "figure1.json").write_text('{"preset": "middle", "train_config": {"seed": 0}, "study": {}}')
+    (study / "compute_to_target.md").write_text(
+        "| schedule | target | depths |\n|---|---|---|\n| uniform_1_16 | 90% | K=1..16 |\n"
+        "| saving: fixed_first vs uniform | 90% | K=1..16 |\n| saving: fixed_first vs uniform | 90% | K=1..64 |\n"
+    )
+    text = "<!-- generated: compute_saving -->\n<!-- end: compute_saving -->\n"
+    block = readme_results().rewrite(text, study, ("compute_saving",))
+    assert "`compute_to_target.md` of `biosrecall figure1 --preset middle" in block
+    assert "|---|---|---|\n| saving: fixed_first vs uniform | 90% | K=1..16 |\n<!-- end" in block
+    assert "| uniform_1_16 |" not in block and "K=1..64" not in block
