@@ -8,11 +8,10 @@ Each block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in R
 replaced by the file of the same name that `biosrecall figure1` wrote: `claims` <- claims.md,
 `summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, `exit_summary` <-
 exit_summary.md (adaptive-depth serving per schedule), `timings` <- timings.md (wall time per
-phase of each part), and from a budget sweep
-`compute_to_target` <- compute_to_target.md, `compute_saving` <- its savings over K=1..16, `budget_modes`
-<- budget_modes.md. `--only` limits the
-blocks (the README reports more than one study). A block whose file is missing is left as it is
-and named on stderr.
+phase of each part), and from a budget sweep `compute_to_target` <- compute_to_target.md,
+`compute_saving` <- its savings over K=1..16 only, `budget_modes` <- budget_modes.md. `--only`
+limits the blocks (the README reports more than one study). A block whose file is missing is left
+as it is and named on stderr.
 
 `--refresh-claims` rewrites the study's claims.csv and claims.md from its own claims.csv, with the
 columns and table this version of biosrecall writes (`biosrecall.experiments.claims_plan`), so an
