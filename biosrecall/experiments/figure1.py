@@ -108,10 +108,7 @@ FIGURE1_PRESETS = {
     "quick": Figure1Preset(
         people=40, model_preset="bios-tiny", batch_size=8, seq_len=128, budget_updates=300, lr=1e-2
     ),
-    # The budget sweep's task between the two (docs/results/sizing-middle.md): 2.5 times the quick
-    # preset's people on the same model with the same training tokens per person at 1x, the smallest
-    # size measured at which every schedule spans near 0 to near the ceiling over 0.25-4x while
-    # fixed K=4 stays under 90%; a 6-seed sweep with the update-matched control takes about an hour.
+    # The budget sweep's (docs/results/sizing-middle.md): quick's tokens per person, 2.5x the people.
     "middle": Figure1Preset(
         people=100, model_preset="bios-tiny", batch_size=8, seq_len=128, budget_updates=750, lr=1e-2
     ),
