@@ -9,7 +9,9 @@ replaced by the file of the same name that `biosrecall figure1` wrote: `claims` 
 `summary` <- summary.md, `fixed_sweep_summary` <- fixed_sweep_summary.md, `exit_summary` <-
 exit_summary.md (adaptive-depth serving per schedule), `timings` <- timings.md (wall time per
 phase of each part), and from a budget sweep `compute_to_target` <- compute_to_target.md,
-`compute_saving` <- its savings over K=1..16 only, `budget_modes` <- budget_modes.md. `--only`
+`compute_saving` <- its savings over K=1..16 only, `budget_modes` <- budget_modes.md; from a
+`biosrecall capacity` output `capacity_claims` <- capacity_claims.md and `capacity_k4` <- the means
+of capacity.md at K=4 and the baselines' one depth. `--only`
 limits the blocks (the README reports more than one study). A block whose file is missing is left
 as it is and named on stderr.
 
@@ -44,39 +46,61 @@ BLOCKS = (
     "compute_to_target",
     "compute_saving",
     "budget_modes",
+    "capacity_claims",
+    "capacity_k4",
 )
-SOURCES = {"compute_saving": "compute_to_target"}
+SOURCES = {"compute_saving": "compute_to_target", "capacity_k4": "capacity"}
 """Blocks that show part of another block's file."""
+CAPACITY_DEPTHS = ("4", "1 (its one depth)")
+"""The serving depths `capacity_k4` keeps: the looped models' training depth and a baseline's only one."""
 
 
 def provenance(study: Path, name: str) -> str:
     """One line naming the study a block comes from: its seed count first (a reader sees how many
     seeds decided the table before the table), then its preset, seeds and controls."""
-    record = json.loads((study / "figure1.json").read_text())
-    seeds = len(record.get("study", {}).get("seeds", [record["train_config"]["seed"]]))
+    seeds = len(_record(study)[1])
     return (
         f"*{seeds} {'seed' if seeds == 1 else 'seeds'}: `{name}.md` of `{study_command(study)}`, copied by "
         "`scripts/readme_results.py`.*\n\n"
     )
 
 
-def study_command(study: Path) -> str:
-    """The `biosrecall figure1` command that made `study` (from its figure1.json)."""
+def _record(study: Path) -> tuple[dict, list[int]]:
+    """The study's record (capacity.json of a capacity study, else figure1.json) and its seeds."""
+    if (study / "capacity.json").is_file():
+        record = json.loads((study / "capacity.json").read_text())
+        return record, record["seeds"]
     record = json.loads((study / "figure1.json").read_text())
+    return record, record.get("study", {}).get("seeds", [record["train_config"]["seed"]])
+
+
+def study_command(study: Path) -> str:
+    """The command that made `study`, from its record: `biosrecall capacity` or `biosrecall figure1`."""
+    record, _ = _record(study)
+    if (study / "capacity.json").is_file():
+        from biosrecall.experiments.capacity import capacity_command
+
+        return capacity_command(record)
     options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
     return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
 
 
 def block_body(name: str, source: Path) -> str:
-    """The block's text: the whole file, or for `compute_saving` the table's header and the savings
-    over K=1..16, the depths the compute claim is judged on (the per-schedule FLOPs and the K=1..64
-    rows stay on the results page)."""
+    """The block's text: the whole file, or part of it: for `compute_saving` the table's header and
+    the savings over K=1..16, the depths the compute claim is judged on (the per-schedule FLOPs and
+    the K=1..64 rows stay on the results page); for `capacity_k4` the table of means over seeds at
+    `CAPACITY_DEPTHS` (every depth and every run stay on the results page)."""
     text = source.read_text()
-    if name != "compute_saving":
-        return text
     lines = text.splitlines(keepends=True)
-    saving = [line for line in lines[2:] if line.startswith("| saving:") and "| K=1..16 |" in line]
-    return "".join(lines[:2] + saving)
+    if name == "compute_saving":
+        saving = [line for line in lines[2:] if line.startswith("| saving:") and "| K=1..16 |" in line]
+        return "".join(lines[:2] + saving)
+    if name == "capacity_k4":
+        means = lines[lines.index("## Mean over seeds\n") + 2 :]
+        table = means[: means.index("\n")]
+        kept = [line for line in table[2:] if line.split(" | ")[2] in CAPACITY_DEPTHS]
+        return "".join(table[:2] + kept)
+    return text
 
 
 def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
@@ -95,7 +119,7 @@ def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", type=Path, help="A `biosrecall figure1` output folder.")
+    parser.add_argument("study", type=Path, help="A `biosrecall figure1` or `capacity` output folder.")
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--check", action="store_true", help="Only report whether the README is current.")
     parser.add_argument("--only", default=",".join(BLOCKS), help="Comma-separated blocks to rewrite.")

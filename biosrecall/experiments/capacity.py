@@ -332,3 +332,21 @@ def plan_capacity(options: CapacityOptions):
         for people, folder in datasets.items():
             _dataset(folder, people)
         return plan_table(runs, base, datasets)
+
+
+def capacity_command(record: dict[str, Any]) -> str:
+    """The `biosrecall capacity` command that wrote an output, from its capacity.json: defaults left
+    out and no `--out`, as `biosrecall.experiments.study.figure1_command` writes figure1's."""
+    settings, defaults = record["settings"], CapacityOptions()
+    flags = [
+        f"--preset {settings['preset']}",
+        "--people " + ",".join(map(str, record["people"])),
+        "--seeds " + ",".join(map(str, record["seeds"])),
+        f"--exposures {settings['exposures']:g}",
+    ]
+    for key in ("batch_size", "seq_len", "lr"):
+        if settings[key] != getattr(defaults, key):
+            flags.append(f"--{key.replace('_', '-')} {settings[key]:g}")
+    if tuple(record["depths"]) != defaults.depths:
+        flags.append("--depths " + ",".join(map(str, record["depths"])))
+    return "biosrecall capacity " + " ".join(flags)

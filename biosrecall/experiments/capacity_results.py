@@ -11,8 +11,10 @@ Files (tables as CSV and parquet, the figure as PNG and PDF):
                           and mean), updates, train_flops (`biosrecall.eval.stored_bits`)
     capacity_summary      the same per people count, model and depth over seeds: mean, 95% t
                           interval (`<column>_low`, `<column>_high`) and n_seeds (`biosrecall.stats`)
-    capacity.md           both tables in Markdown (intervals as "mean [low, high]")
-    capacity_claims(.md)  the three claims below, each judged from its 95% interval over seeds
+    capacity.md           both tables in Markdown (intervals as "mean [low, high]"), and between
+                          them where each curve bends (`biosrecall.experiments.capacity_knees`)
+    capacity_claims(.md)  the four claims of `capacity_claims`, each judged from its 95% interval
+                          over seeds
     capacity.png/.pdf     stored bits against people: one panel per serving depth and measure, one
                           line per model (a baseline's one depth in every panel), the ceiling and the
                           lines of 1 and 2 bits per parameter of the looped model
@@ -27,16 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, decide_text, verdict
-from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
-from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
+from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text, seed_interval
 
-STD_PARAMS = "std_params"
+STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
 MEASURE = "loss_bound_bits_per_param"
 """The capacity ratio claims 1 and 2 judge: the 3.3 paper's bits (its Definition 4.3, value term, as
 `biosrecall.eval.stored_bits` computes it) per parameter, every parameter counted (a tied head once)."""
@@ -49,7 +50,11 @@ LOOPED_MARGIN = 0.0
 below this: sharing the weights across depth adds computation, not parameters to store facts in."""
 SATURATION_TOLERANCE = 0.1
 """Uniform saturates at the largest people count whose mean (over seeds) best-depth exact bits are
-within this share of the sweep's maximum: where more people stop adding stored bits."""
+within this share of the sweep's maximum: where more people stop adding stored bits. A model storing
+over 1 - this share of the facts' bits at the sweep's largest count has not shown its capacity."""
+FLOPS_MARGIN = 0.0
+"""Claim 4: fixed K=4's most stored bits minus the FLOP-matched baseline's, paired by seed, are below
+this: at the same FLOPs per token the standard transformer has 1.7x the parameters to store facts in."""
 FIXED_FIRST_RATIO = 0.9
 """Claim 3: fixed-first's exact bits over uniform's at the worst serving depth exceed this ("within
 10% of uniform at every K")."""
@@ -94,16 +99,23 @@ def _at(rows: pd.DataFrame, people: int, name: str) -> pd.DataFrame:
     return rows[(rows["people"] == people) & (rows["name"] == name)].set_index("depth").sort_index()
 
 
-def _baseline(rows: pd.DataFrame, people: int) -> float:
-    part = _at(rows, people, STD_PARAMS)[MEASURE]
-    return float(part.iloc[0]) if len(part) else math.nan
+def _capacity(rows: pd.DataFrame, name: str, measure: str = MEASURE) -> float:
+    """One seed's most bits per parameter (or other `measure`) of model `name` over the people
+    counts and depths: its
+    capacity, as the 3.3 paper reads it off the plateau. The most, not the largest count's: past the
+    knee a model can store less again (a run that no longer learns), which measures training, not
+    room to store. Picking the best after the fact favours the model: the claim that a looped model
+    stores *no more* is the harder to pass for it."""
+    part = rows.loc[rows["name"] == name, measure]
+    return float(part.max()) if len(part) else math.nan
 
 
-def _looped_excess(rows: pd.DataFrame, people: int) -> float:
-    # The best of the depths is picked after the fact, which can only favour the looped model: the
-    # claim that it stores no more is the harder to pass for it.
-    looped = _at(rows, people, UNIFORM)[MEASURE]
-    return float(looped.max()) - _baseline(rows, people) if len(looped) else math.nan
+def _looped_excess(rows: pd.DataFrame) -> float:
+    return _capacity(rows, UNIFORM) - _capacity(rows, STD_PARAMS)
+
+
+def _flops_matched_excess(rows: pd.DataFrame) -> float:
+    return _capacity(rows, FIXED_K4, "loss_bound_bits") - _capacity(rows, STD_FLOPS, "loss_bound_bits")
 
 
 def _worst_ratio(rows: pd.DataFrame, people: int) -> float:
@@ -126,21 +138,45 @@ def saturation_people(table: pd.DataFrame) -> int:
     return int(near.index.max())
 
 
-def band_unreachable(table: pd.DataFrame, people: int) -> str:
-    """Why claim 1 cannot be judged at `people` ("" when it can): the dataset holds fewer bits than
-    the band's floor asks of the baseline, so even storing everything it would be below the band, and
-    a low ratio would measure the data, not the capacity."""
-    rows = table[(table["people"] == people) & (table["name"] == STD_PARAMS)]
+def _still_storing_everything(table: pd.DataFrame, name: str, people: int) -> bool:
+    """Whether model `name` stores, at `people` and its best depth (mean over seeds), at least
+    1 - `SATURATION_TOLERANCE` of the dataset's bits: then the data, not the model, caps its count."""
+    rows = table[(table["people"] == people) & (table["name"] == name)]
     if rows.empty:
+        return False
+    best = rows.groupby("seed")[MEASURE].max().mean() * rows["parameters"].iloc[0]
+    return bool(best >= (1 - SATURATION_TOLERANCE) * rows["ceiling_bits"].iloc[0])
+
+
+def knee_unreached(table: pd.DataFrame, names: tuple[str, ...]) -> str:
+    """Why the sweep cannot show these models' capacity ("" when it can): at its largest count every
+    one of them still stores nearly all the facts, so more people could still add stored bits."""
+    largest = int(table["people"].max())
+    if not all(_still_storing_everything(table, name, largest) for name in names):
+        return ""
+    return (
+        f"{' and '.join(names)} still store over {1 - SATURATION_TOLERANCE:.0%} of the facts' bits at "
+        f"{largest} people, the sweep's largest count: add larger counts"
+    )
+
+
+def band_unreachable(table: pd.DataFrame) -> str:
+    """Why claim 1 cannot be judged ("" when it can): the largest count's dataset holds fewer bits
+    than the band's floor asks of the baseline, and the baseline still stores nearly all of it, so a
+    low ratio would measure the data, not the capacity."""
+    largest = int(table["people"].max())
+    rows = table[(table["people"] == largest) & (table["name"] == STD_PARAMS)]
+    if rows.empty or not knee_unreached(table, (STD_PARAMS,)):
         return ""
     ceiling, parameters = float(rows["ceiling_bits"].iloc[0]), int(rows["parameters"].iloc[0])
     floor = ONE_BIT_BAND[0] * parameters
     if ceiling >= floor:
         return ""
-    needed = math.ceil(floor / (ceiling / people))
+    needed = math.ceil(floor / (ceiling / largest))
     return (
-        f"{people} people hold {ceiling:,.0f} bits, under {ONE_BIT_BAND[0]:g} bits per parameter of "
-        f"std_params ({parameters:,} parameters): sweep up to at least {needed:,} people"
+        f"{largest} people hold {ceiling:,.0f} bits, under {ONE_BIT_BAND[0]:g} bits per parameter of "
+        f"std_params ({parameters:,} parameters), and it stores nearly all of them: sweep up to at "
+        f"least {needed:,} people"
     )
 
 
@@ -153,18 +189,21 @@ def band_verdict(low: float, high: float, band: tuple[float, float] = ONE_BIT_BA
     return FAILS if high < band[0] or low > band[1] else INCONCLUSIVE
 
 
-def capacity_claims(largest: int, saturated: int, unreachable: str = "") -> list[CapacityClaim]:
-    """The three claims, judged at the largest people count (1, 2) and where uniform saturates (3);
-    `unreachable` says why claim 1 cannot be judged (`band_unreachable`)."""
+def capacity_claims(
+    saturated: int, unreachable: str = "", unseen: str = "", flops_unseen: str = ""
+) -> list[CapacityClaim]:
+    """The four claims: 1, 2 and 4 on each model's capacity (the most it stores over the sweep,
+    `_capacity`), 3 where uniform saturates; `unreachable`, `unseen` and `flops_unseen` say why
+    claim 1 (`band_unreachable`), 2 and 4 (`knee_unreached`) cannot be judged on this sweep."""
     lo, hi = ONE_BIT_BAND
     return [
         CapacityClaim(
             "baseline_one_bit_per_param",
             "The params-matched standard transformer stores about 1 bit per parameter (within 30%)",
-            f"std_params loss-bound bits per parameter at {largest} people",
+            "std_params' capacity: its most loss-bound bits per parameter over the people counts",
             f"in [{lo:g}, {hi:g}]",
             "the 3.3 paper's ~1 bit per parameter at 100 exposures, +-30%",
-            lambda r: _baseline(r, largest),
+            lambda r: _capacity(r, STD_PARAMS),
             band_verdict,
             lambda mean: lo if abs(mean - lo) < abs(mean - hi) else hi,
             unreachable,
@@ -173,13 +212,14 @@ def capacity_claims(largest: int, saturated: int, unreachable: str = "") -> list
             "looped_no_more_per_param",
             "A looped model (uniform, best depth) stores no more bits per parameter than the "
             "params-matched standard transformer",
-            f"uniform at its best depth minus std_params, loss-bound bits per parameter, at {largest} "
-            "people (paired by seed)",
+            "capacity of uniform (best people count and depth) minus std_params', loss-bound bits "
+            "per parameter (paired by seed)",
             f"< {LOOPED_MARGIN:g}",
             "a direction: reusing weights over depth adds computation, not storage",
-            lambda r: _looped_excess(r, largest),
+            _looped_excess,
             lambda low, high: verdict(low, high, LOOPED_MARGIN, above=False),
             lambda mean: LOOPED_MARGIN,
+            unseen,
         ),
         CapacityClaim(
             "fixed_first_near_uniform_at_saturation",
@@ -193,14 +233,28 @@ def capacity_claims(largest: int, saturated: int, unreachable: str = "") -> list
             lambda low, high: verdict(low, high, FIXED_FIRST_RATIO, above=True),
             lambda mean: FIXED_FIRST_RATIO,
         ),
+        CapacityClaim(
+            "looped_below_flops_matched",
+            "At matched training FLOPs per token, the looped model (fixed K=4, best depth) stores fewer "
+            "bits than the standard transformer",
+            "most loss-bound bits of fixed K=4 (best people count and depth) minus std_flops' (paired by "
+            "seed)",
+            f"< {FLOPS_MARGIN:g}",
+            "a direction: the FLOP-matched transformer spends the same compute on untied parameters",
+            _flops_matched_excess,
+            lambda low, high: verdict(low, high, FLOPS_MARGIN, above=False),
+            lambda mean: FLOPS_MARGIN,
+            flops_unseen,
+        ),
     ]
 
 
 def judge_capacity_claims(table: pd.DataFrame) -> pd.DataFrame:
     """One row per claim: the metric per seed, its 95% t interval over seeds and the verdict."""
-    largest = int(table["people"].max())
+    unseen = knee_unreached(table, (UNIFORM, STD_PARAMS))
+    flops_unseen = knee_unreached(table, (FIXED_K4, STD_FLOPS))
     rows = []
-    for claim in capacity_claims(largest, saturation_people(table), band_unreachable(table, largest)):
+    for claim in capacity_claims(saturation_people(table), band_unreachable(table), unseen, flops_unseen):
         values = [claim.measure(part) for _, part in table.groupby("seed", sort=True)]
         measured = [v for v in values if not math.isnan(v)] if not claim.note else []
         interval = seed_interval(measured)
@@ -234,7 +288,8 @@ def _depth(row) -> str:
 
 
 def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
-    """capacity.md: the seed means with their intervals, then every run."""
+    """capacity.md: the seed means with their intervals, where each curve bends, then every run."""
+    from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
 
     def cell(row, column, fmt):
         return interval_text(row[column], row[f"{column}_low"], row[f"{column}_high"], fmt)
@@ -264,6 +319,7 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
         + _markdown(["people", "model", "depth", "exact bits", "loss-bound bits", "exact bits/param",
                      "loss-bound bits/param", "loss-bound bits/non-emb. param", "parameters",
                      "train FLOPs", "seeds"], means)
+        + "\n" + knees_markdown(knee_table(summary))
         + "\n## Every run\n\n"
         + _markdown(["people", "model", "seed", "depth", "exact bits", "loss-bound bits", "ceiling",
                      "parameters", "non-emb. parameters", "exact bits/param", "exact bits/non-emb.",
@@ -286,67 +342,10 @@ def claims_markdown(claims: pd.DataFrame) -> str:
     return _markdown(header, rows)
 
 
-def plot_capacity(summary: pd.DataFrame):
-    """Stored bits against people: a row per measure, a column per serving depth (module doc)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullLocator
-
-    depths = sorted(summary.loc[summary["kind"] == "looped", "depth"].unique()) or [1]
-    fig = Figure(figsize=(0.8 + 3.4 * len(depths), 6.6), layout="constrained")
-    axes = fig.subplots(2, len(depths), sharex=True, sharey="row", squeeze=False)  # depths compare
-    names = list(dict.fromkeys(summary["name"]))
-    people = sorted(int(n) for n in summary["people"].unique())
-    styles = {name: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, name in enumerate(names)}
-    for row, (measure, title) in enumerate(
-        (("exact_bits", "exact-match"), ("loss_bound_bits", "loss bound"))
-    ):
-        for col, depth in enumerate(depths):
-            ax = axes[row][col]
-            for name in names:
-                _draw_model(ax, summary, name, measure, depth, styles[name])
-            _draw_references(ax, summary)
-            ax.set_title(f"K = {depth}, {title}", fontsize=9)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(people, [str(n) for n in people], minor=False)
-            ax.xaxis.set_minor_locator(NullLocator())  # the counts themselves are the only ticks
-            ax.set_yscale("symlog", linthresh=10)
-            ax.margins(y=0.08)  # keeps the 2-bits line off the frame
-            if row == 1:
-                ax.set_xlabel("people")
-            if col == 0:
-                ax.set_ylabel("stored bits")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
-    return fig
-
-
-def _draw_model(ax, summary: pd.DataFrame, name: str, measure: str, depth: int, style) -> None:
-    """One model's mean over seeds with its interval shaded; a baseline at its one depth."""
-    part = summary[summary["name"] == name]
-    baseline = (part["kind"] == "baseline").all()
-    part = part.sort_values("people") if baseline else part[part["depth"] == depth].sort_values("people")
-    color, marker = style
-    label = f"{name} (baseline, one depth)" if baseline else name
-    ax.plot(part["people"], part[measure], color=color, marker=marker, ms=4, lw=1.4, label=label,
-            ls="--" if baseline else "-")  # fmt: skip
-    low, high = part[f"{measure}_low"].to_numpy(float), part[f"{measure}_high"].to_numpy(float)
-    if not np.isnan(low).all():
-        ax.fill_between(part["people"], low, high, color=color, alpha=0.15, lw=0)
-
-
-def _draw_references(ax, summary: pd.DataFrame) -> None:
-    """The ceiling (everything stored) and 1 and 2 bits per parameter of the looped model."""
-    ceiling = summary.drop_duplicates("people").sort_values("people")
-    ax.plot(ceiling["people"], ceiling["ceiling_bits"], color="0.25", ls=(0, (1, 1)), lw=1, label="ceiling")
-    looped = summary.loc[summary["kind"] == "looped", "parameters"]
-    parameters = int(looped.iloc[0]) if len(looped) else int(summary["parameters"].iloc[0])
-    for bits, style, words in ((1, (0, (6, 3)), "1 bit"), (2, (0, (2, 2, 6, 2)), "2 bits")):
-        label = f"{words} per parameter (looped model, {parameters:,} parameters)"
-        ax.axhline(bits * parameters, color="0.45", ls=style, lw=1, label=label)
-
-
 def write_capacity_results(out_dir: str | Path, table: pd.DataFrame) -> CapacityTables:
     """Every file of the module doc, each written atomically; returns the summary, claims and paths."""
+    from biosrecall.experiments.capacity_figure import plot_capacity
+
     out_dir = Path(out_dir)
     summary, claims = summarize(table), judge_capacity_claims(table)
     files = [*write_table(table, out_dir / "capacity"), *write_table(summary, out_dir / "capacity_summary")]
