@@ -101,11 +101,10 @@ def _at(rows: pd.DataFrame, people: int, name: str) -> pd.DataFrame:
 
 def _capacity(rows: pd.DataFrame, name: str, measure: str = MEASURE) -> float:
     """One seed's most bits per parameter (or other `measure`) of model `name` over the people
-    counts and depths: its
-    capacity, as the 3.3 paper reads it off the plateau. The most, not the largest count's: past the
-    knee a model can store less again (a run that no longer learns), which measures training, not
-    room to store. Picking the best after the fact favours the model: the claim that a looped model
-    stores *no more* is the harder to pass for it."""
+    counts and depths: its capacity, as the 3.3 paper reads it off the plateau. The most, not the
+    largest count's: past the knee a model can store less again (a run that no longer learns), which
+    measures training, not room to store. Picking the best after the fact favours the model: the
+    claim that a looped model stores *no more* is the harder to pass for it."""
     part = rows.loc[rows["name"] == name, measure]
     return float(part.max()) if len(part) else math.nan
 
@@ -144,7 +143,7 @@ def _still_storing_everything(table: pd.DataFrame, name: str, people: int) -> bo
     rows = table[(table["people"] == people) & (table["name"] == name)]
     if rows.empty:
         return False
-    best = rows.groupby("seed")[MEASURE].max().mean() * rows["parameters"].iloc[0]
+    best = rows.groupby("seed")["loss_bound_bits"].max().mean()
     return bool(best >= (1 - SATURATION_TOLERANCE) * rows["ceiling_bits"].iloc[0])
 
 
