@@ -203,12 +203,14 @@ def made_up(
     for seed, per_param in enumerate(baseline):
         for people, bits in uniform_bits.items():
             rows.append({"people": people, "name": results.STD_PARAMS, "seed": seed, "depth": 1,
-                         "exact_bits": per_param * 100, results.MEASURE: per_param, "loss_bound_bits": per_param * 100})  # fmt: skip
+                         "exact_bits": per_param * 100, "loss_bound_bits": per_param * 100,
+                         results.MEASURE: per_param})  # fmt: skip
             for depth in (1, 4):
                 stored = bits * (1 + seed / 100)
                 for name, share in ((UNIFORM, 1.0), (FIXED_FIRST, first_share)):
                     rows.append({"people": people, "name": name, "seed": seed, "depth": depth,
-                                 "exact_bits": stored * share, results.MEASURE: stored * share / 100, "loss_bound_bits": stored * share})  # fmt: skip
+                                 "exact_bits": stored * share, "loss_bound_bits": stored * share,
+                                 results.MEASURE: stored * share / 100})  # fmt: skip
     return pd.DataFrame(rows).assign(parameters=100, ceiling_bits=ceiling)
 
 
@@ -241,7 +243,7 @@ def test_capacity_is_the_most_a_model_stores_over_the_sweep():
     # the 1 bit it showed, not the collapse, and uniform's 0.5 stays below it.
     table = made_up([1.0, 1.02, 0.98], {10: 50, 20: 5}, 0.95)
     collapsed = (table["name"] == results.STD_PARAMS) & (table["people"] == 20)
-    table.loc[collapsed, results.MEASURE] = 0.1
+    table.loc[collapsed, [results.MEASURE, "loss_bound_bits"]] = (0.1, 10.0)
     assert verdicts(table)[:2] == [HOLDS, HOLDS]
 
 
