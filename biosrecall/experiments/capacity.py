@@ -164,8 +164,7 @@ def run_capacity(
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
     from biosrecall.experiments.capacity_results import write_capacity_results
     from biosrecall.experiments.capacity_scoring import score_runs
-    from biosrecall.experiments.figure1 import study_executor
-    from biosrecall.experiments.study_engine import train_study_runs
+    from biosrecall.experiments.study_engine import study_executor, train_study_runs
 
     out_dir, runs = Path(out_dir), capacity_runs(options)
     base = _base_config(options, device)

@@ -63,12 +63,11 @@ from biosrecall.experiments.study import (
     grid_runs,
     study_runs,
 )
-from biosrecall.experiments.study_engine import train_study_runs
+from biosrecall.experiments.study_engine import study_executor, train_study_runs
 from biosrecall.experiments.study_serving import serve_study
 from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
-from biosrecall.sweep import LocalExecutor
 from biosrecall.sweep.run_spec import config_options
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.run_dir import machine, versions
@@ -227,21 +226,6 @@ def _resolve(preset: str, overrides: dict) -> Figure1Preset:
         return settings
     merged = {**dict(settings.model_overrides), **overrides}
     return replace(settings, model_overrides=tuple(sorted(merged.items())))
-
-
-def study_executor(workers: int | None, threads: int | None, device: str) -> LocalExecutor:
-    """The local executor of a study: `workers` runs at once [default: one per GPU on CUDA, else one
-    per core], each on `threads` threads [default: the cores shared among the workers]."""
-    import torch
-
-    from biosrecall.sweep.executors import usable_cores
-
-    # The device name itself is checked with the rest of the settings, before anything runs.
-    gpus = 1 if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()) else 0
-    slots = LocalExecutor(workers=workers, gpus_per_run=gpus).slots()
-    executor = LocalExecutor(workers, threads or max(1, usable_cores() // slots), gpus)
-    executor.check()
-    return executor
 
 
 def _train_config(settings: Figure1Preset, budget, seed: int, device: str) -> TrainConfig:

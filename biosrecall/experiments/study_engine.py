@@ -1,6 +1,6 @@
 """A study's runs through the sweep engine: each run a `biosrecall train` process, several at once.
 
-    executor = LocalExecutor(workers=2, threads_per_run=1)       # figure1 --workers 2 --threads 1
+    executor = study_executor(workers=2, threads=1, device="cpu")   # figure1 --workers 2 --threads 1
     paths = train_study_runs(out / "runs", specs, options_of, executor, report=print)
 
 `figure1` decides what to train (`biosrecall.experiments.study`, `.budgets`) and builds each run's
@@ -99,3 +99,18 @@ def _stopped(runs_dir: Path, wave: Sequence[RunSpec]) -> str:
 
 def _failure(outcome) -> str:
     return f"run {outcome.name} failed (exit {outcome.exit_code}): {outcome.error} [log {outcome.log}]"
+
+
+def study_executor(workers: int | None, threads: int | None, device: str) -> LocalExecutor:
+    """The local executor of a study: `workers` runs at once [default: one per GPU on CUDA, else one
+    per core], each on `threads` threads [default: the cores shared among the workers]."""
+    import torch
+
+    from biosrecall.sweep.executors import usable_cores
+
+    # The device name itself is checked with the rest of the settings, before anything runs.
+    gpus = 1 if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()) else 0
+    slots = LocalExecutor(workers=workers, gpus_per_run=gpus).slots()
+    executor = LocalExecutor(workers, threads or max(1, usable_cores() // slots), gpus)
+    executor.check()
+    return executor
