@@ -47,20 +47,21 @@ def knee_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def knees_markdown(knees: pd.DataFrame) -> str:
     """The section of capacity.md that shows `knee_table`."""
+    from biosrecall.experiments.capacity_results import markdown_table
     from biosrecall.stats import interval_text
 
     header = ["model", "depth", f"stores >= {FULL:.0%} of the facts up to (people)", "most stored at (people)",
               "most loss-bound bits", "bits/param there", "share stored at the largest count"]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for row in knees.itertuples():
         baseline = row.kind == "baseline"
         cells = [f"{row.name} (baseline)" if baseline else row.name,
                  "1 (its one depth)" if baseline else str(row.depth), str(row.full_until or "-"),
                  str(row.peak_people), interval_text(row.peak_bits, row.peak_bits_low, row.peak_bits_high, "{:.0f}"),
                  f"{row.peak_bits_per_param:.3g}", f"{row.share_at_largest:.0%}"]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     return (
         "## Where each curve bends\n\n"
         f"Loss-bound bits, mean over seeds: the largest count still storing {FULL:.0%} of the facts and the "
-        "count storing the most (the knee lies between).\n\n" + "\n".join(lines) + "\n"
+        "count storing the most (the knee lies between).\n\n" + markdown_table(header, rows)
     )

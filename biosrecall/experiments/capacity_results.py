@@ -273,7 +273,8 @@ def judge_capacity_claims(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of `rows` under `header` (the capacity study's tables, `capacity_knees`' too)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]) + "\n"
 
@@ -315,12 +316,12 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
         f"# Stored bits at {exposures} exposures per person\n\n"
         "Baselines have one serving depth and are scored there. Intervals: 95% t over seeds.\n\n"
         "## Mean over seeds\n\n"
-        + _markdown(["people", "model", "depth", "exact bits", "loss-bound bits", "exact bits/param",
+        + markdown_table(["people", "model", "depth", "exact bits", "loss-bound bits", "exact bits/param",
                      "loss-bound bits/param", "loss-bound bits/non-emb. param", "parameters",
                      "train FLOPs", "seeds"], means)
         + "\n" + knees_markdown(knee_table(summary))
         + "\n## Every run\n\n"
-        + _markdown(["people", "model", "seed", "depth", "exact bits", "loss-bound bits", "ceiling",
+        + markdown_table(["people", "model", "seed", "depth", "exact bits", "loss-bound bits", "ceiling",
                      "parameters", "non-emb. parameters", "exact bits/param", "exact bits/non-emb.",
                      "loss-bound bits/param", "loss-bound bits/non-emb.", "exposures (mean)",
                      "updates", "train FLOPs"], runs)
@@ -338,7 +339,7 @@ def claims_markdown(claims: pd.DataFrame) -> str:
         rows.append([row.statement, row.metric, row.threshold, measured, f"**{row.verdict}**",
                      row.seeds_to_decide or "-"])  # fmt: skip
     header = ["claim", "metric", "threshold", "measured (95% interval, seeds)", "verdict", "seeds to decide"]
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def write_capacity_results(out_dir: str | Path, table: pd.DataFrame) -> CapacityTables:
