@@ -33,9 +33,9 @@ def _best_seconds(fn, repeats: int) -> float:
     return min(times) if len(times) < 3 else statistics.median(times)
 
 
-def matmul_peak(size: int, repeats: int) -> float:
-    """Dense fp32 square matmul FLOP/s on this machine (best of `repeats`)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_peak(size: int, repeats: int, dtype: torch.dtype = torch.float32) -> float:
+    """Dense square matmul FLOP/s on this machine, now (fp32 unless `dtype`; best of `repeats`)."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     seconds = _best_seconds(lambda: torch.mm(a, b), repeats)
     return 2.0 * size**3 / seconds
 

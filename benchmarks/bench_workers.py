@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from biosrecall.bios import generate_dataset
-from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
+from biosrecall.sweep.engine import run_sweep
+from biosrecall.sweep.executors import LocalExecutor
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.run_dir import read_metrics
 
 LAYOUTS = {"2 workers x 1 thread": (2, 1), "1 worker x 2 threads": (1, 2)}

@@ -10,6 +10,12 @@ same run hold, so the table shows ratios (measured, target, ok) and keeps absolu
 A full run writes `benchmarks/results/<date>-<host-kind>.json` and `benchmarks/results/latest.json`
 (machine description, load average before and after, the table, every benchmark's raw result); quick
 or partial runs write `<date>-<host-kind>-quick.json` / `-partial-<names>.json` and leave `latest.json` alone.
+
+The machine description holds the CPU model and its instruction-set flags, and the run measures its
+own peaks first (`measure_peaks`: fp32 and bf16 matmul rates on one thread), so every ratio to a peak
+in the table is to a peak measured in the same run on the same machine, never to a constant. Like
+every process biosrecall starts, the run sets malloc's thresholds first (`biosrecall.allocator`), so
+the benchmarks that train in this process measure the trainer as `biosrecall train` runs it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
+from biosrecall.allocator import tune_malloc
 from biosrecall.atomic import atomic_write_text  # light: torch is imported only with the benchmarks
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +42,19 @@ RESULTS = HERE / "results"
 # same update minutes apart), while one thread stays within a few percent.
 DEFAULT_THREADS = 1
 FAR_ABOVE = 10.0  # batch assembly must outpace the trainer's consumption by this factor
+# Flags that decide which kernels torch's matmuls and vector code can use (the rest are recorded too).
+ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+PEAK_SIZES = (1024, 2048)
 
 
 def load_benchmarks(only: set[str] | None) -> dict:
@@ -173,6 +193,35 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_flags() -> list[str]:
+    """The CPU's feature flags (Linux: /proc/cpuinfo), sorted; empty where they cannot be read."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return []
+
+
+def measure_peaks() -> dict:
+    """Dense square matmul rates on this machine, now, with the run's threads: fp32 (the peak every
+    FLOP/s ratio here is read against) and bf16 (what autocast could use: AMX tiles where the CPU has
+    them), each the best of `PEAK_SIZES`."""
+    sys.path.insert(0, str(HERE))
+    import torch
+    from bench_model import matmul_peak
+
+    fp32 = {size: matmul_peak(size, 5) for size in PEAK_SIZES}
+    bf16 = {size: matmul_peak(size, 5, torch.bfloat16) for size in PEAK_SIZES}
+    return {
+        "fp32_flops": max(fp32.values()),
+        "bf16_flops": max(bf16.values()),
+        "bf16_over_fp32": max(bf16.values()) / max(fp32.values()),
+        "by_size": {"fp32": fp32, "bf16": bf16},
+    }
+
+
 def _memory_gb() -> float | None:
     try:
         kb = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
@@ -187,8 +236,11 @@ def describe_machine() -> dict:
 
     cores = os.cpu_count() or 0
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    flags = _cpu_flags()
     return {
         "cpu_model": _cpu_model(),
+        "isa": [flag for flag in ISA_FLAGS if flag in flags],
+        "cpu_flags": flags,
         "logical_cores": cores,
         "usable_cores": usable,
         "memory_gb": _memory_gb(),
@@ -232,13 +284,16 @@ def main() -> None:
     args = parser.parse_args()
     # Before torch is imported, so every benchmark and its subprocesses honour it.
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    malloc_tuned = tune_malloc()
     only = {name.strip() for name in args.only.split(",") if name.strip()} or None
     modules = load_benchmarks(only)
     report = {
         "date": datetime.date.today().isoformat(),
         "quick": args.quick,
         "machine": describe_machine(),
+        "malloc_tuned": malloc_tuned,
         "load_average_before": list(os.getloadavg()),
+        "peaks": measure_peaks(),
     }
     start = time.perf_counter()
     results = run_benchmarks(modules, args.quick)
@@ -251,6 +306,12 @@ def main() -> None:
         f"\n{report['date']}  {machine['cpu_model']}, {machine['usable_cores']} cores, "
         f"torch {machine['torch']} ({machine['torch_threads']} threads), {report['seconds']:.0f} s, "
         f"load average {report['load_average_before'][0]:.1f} -> {report['load_average_after'][0]:.1f}"
+    )
+    peaks = report["peaks"]
+    print(
+        f"CPU flags: {' '.join(machine['isa']) or 'none of ' + ', '.join(ISA_FLAGS)}; measured now, "
+        f"{machine['torch_threads']} thread(s): fp32 matmul peak {peaks['fp32_flops'] / 1e9:.1f} GFLOP/s, "
+        f"bf16 {peaks['bf16_flops'] / 1e9:.1f} GFLOP/s ({peaks['bf16_over_fp32']:.1f}x)"
     )
     print(format_table(report["rows"]))
     for path in write_results(report, args.quick, partial=only is not None):

@@ -15,6 +15,11 @@ and `..`), so `--overwrite` can never swap away what the command reads.
         with atomic_directory(out_dir, overwrite=False) as tmp:  # fill tmp; renamed to out_dir on success
             ...
 
+A file's temporary is locked (`fcntl.flock`) by its writer until it is renamed, so the temporaries a
+killed writer left beside a file (`.<name>.XXXXXXXX.tmp`, `.<stem>.XXXXXXXX.tmp.<suffix>`) are the
+ones nobody holds: the next write of the same file removes them (a SIGKILL while a figure is saved
+leaves an empty `.figure1.XXXXXXXX.tmp.pdf`, and the next run that saves the figure takes it away).
+
 A write that fails (disk full, file too large, no permission) raises `WriteFailed`: one line naming
 the file that could not be written, with the reason and its errno, whichever library did the writing.
 It also takes back the folders this process created for that output: the files it wrote into them
@@ -25,12 +30,15 @@ so a failed command leaves no new folder behind, only what was there before.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -168,22 +176,72 @@ def _is_write_failure(exc: BaseException) -> bool:
     return error_number(exc) is not None
 
 
+_STALE_AFTER = 1.0  # seconds: a temporary younger than this may belong to a writer about to lock it
+
+
+def _temporary_names(path: Path) -> tuple[re.Pattern, re.Pattern]:
+    """The names of the temporaries `atomic_write_bytes` and `atomic_write_path` give `path`."""
+    random = r"[a-z0-9_]{8}"
+    return (
+        re.compile(re.escape(temporary_prefix(path)) + random + re.escape(TEMPORARY_SUFFIX)),
+        re.compile(re.escape(f".{path.stem}.") + random + re.escape(f".tmp{path.suffix}")),
+    )
+
+
+def remove_stale_files(path: str | Path) -> list[Path]:
+    """Remove the temporaries that killed writes of the file `path` left beside it (regular files of
+    this module's naming that no live writer holds locked); returns what was removed."""
+    path, removed = Path(path), []
+    patterns = _temporary_names(path)
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        ours = entry.name.startswith(".") and any(p.fullmatch(entry.name) for p in patterns)
+        if ours and _remove_unheld(Path(entry.path)):
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _remove_unheld(tmp: Path) -> bool:
+    try:
+        info = os.lstat(tmp)
+        if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < _STALE_AFTER:
+            return False
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not os.path.samestat(os.fstat(fd), os.lstat(tmp)):
+            return False
+        tmp.unlink()
+        return True
+    except OSError:  # held by a live writer, or gone meanwhile
+        return False
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file in the same folder, fsync, then rename."""
     path = Path(path)
     tmp = None
     try:
         _make_folder(path.parent)
+        remove_stale_files(path)
         with held():  # a signal waits until `tmp` names the file the clean-up below removes
             fd, tmp = tempfile.mkstemp(
                 prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent
             )
+            fcntl.flock(fd, fcntl.LOCK_EX)  # ours until renamed: see the module docstring
         os.chmod(tmp, _default_mode(directory=False))
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # still open, so still locked, until it has its name
     except BaseException as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
@@ -203,25 +261,46 @@ def atomic_write_json(path: str | Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def atomic_write_json_if_changed(path: str | Path, obj: object) -> bool:
+    """`atomic_write_json`, unless the file holds exactly those bytes already (a study's record on a
+    rerun): a command refused later then leaves it untouched. Returns whether it wrote."""
+    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    path = Path(path)
+    try:
+        if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+            return False
+    except OSError:  # unreadable: the write below says why, or replaces it
+        pass
+    atomic_write_bytes(path, data)
+    return True
+
+
 @contextmanager
 def atomic_write_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path for a library that writes files itself (parquet, safetensors, savefig)."""
-    path, tmp = Path(path), None
+    path, tmp, fd = Path(path), None, None
     try:
         _make_folder(path.parent)
+        remove_stale_files(path)
         with held():  # a signal waits until `tmp` names the file the clean-up below removes
             fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-        os.close(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while the library writes it: see the module docstring
         os.chmod(tmp, _default_mode(directory=False))
         yield Path(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+        if fd is not None:
+            os.close(fd)
+            fd = None
         if _is_write_failure(exc):
             raise _failed(path, exc) from exc
         _take_back(path)
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
     _wrote(path)
 
 

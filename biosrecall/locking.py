@@ -29,6 +29,8 @@ import fcntl
 import os
 import re
 import shutil
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,6 +179,58 @@ def stale_temporaries(output: str | Path) -> list[Path]:
     except OSError:
         return []
     return sorted(entry for entry in entries if pattern.fullmatch(entry.name))
+
+
+SCRATCH_PREFIX = "biosrecall-"
+_SCRATCH_LOCK = ".lock"
+_SCRATCH_GRACE = 60.0  # seconds a scratch folder may go without its lock: the instant its maker takes it
+
+
+@contextmanager
+def scratch_folder(kind: str) -> Iterator[Path]:
+    """A private temporary folder `biosrecall-<kind>-XXXXXXXX` in the system's temporary folder for
+    the block, removed at its end.
+
+    Its maker holds a lock on a file inside it for the whole block, so a scratch folder of the same
+    kind whose lock can be taken belongs to a command that was killed: those are removed first, so a
+    killed `capacity --plan` leaves nothing behind once it is run again."""
+    root = Path(tempfile.gettempdir())
+    prefix = f"{SCRATCH_PREFIX}{kind}-"
+    for entry in sorted(root.glob(f"{prefix}*")):
+        _remove_abandoned(entry)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    fd = os.open(folder / _SCRATCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove a scratch folder of this user whose lock no live process holds."""
+    try:
+        info = folder.lstat()
+    except OSError:
+        return
+    if not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid():
+        return
+    try:
+        fd = os.open(folder / _SCRATCH_LOCK, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:  # its maker has not taken the lock yet, or died before it did
+        if time.time() - info.st_mtime > _SCRATCH_GRACE:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: a live command is using it
+        os.close(fd)
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    os.close(fd)
 
 
 def remove_stale_temporaries(output: str | Path) -> list[Path]:

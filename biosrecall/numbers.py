@@ -66,11 +66,15 @@ def parse_float(text: str) -> float:
 
 
 def split_list(text: str) -> list[str]:
-    """The items of a comma list ("4,8,16"; a space after a comma is allowed), empty ones dropped;
-    text that starts or ends with a space is refused like a number that does."""
+    """The items of a comma list ("4,8,16"; a space after a comma is allowed; "" has none); an empty
+    item ("4,,8", a trailing comma) and text that starts or ends with a space are refused, as a number
+    would be."""
     if not isinstance(text, str) or text != text.strip():
         raise BiosrecallError(f"expected a comma-separated list, got {_show(text)}")
-    return [item.strip(" ") for item in text.split(",") if item.strip(" ")]
+    items = [item.strip(" ") for item in text.split(",")] if text else []
+    if "" in items:
+        raise BiosrecallError(f"expected a comma-separated list without empty items, got {_show(text)}")
+    return items
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,9 @@ def save_figure(fig, base: str | Path) -> list[Path]:
         with atomic_write_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=FIGURE_DPI)
     return written
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of `rows` under `header` (the capacity study's tables, where each curve bends)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]) + "\n"

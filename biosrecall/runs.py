@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.model import ModelConfig
 from biosrecall.numbers import parse_float
 from biosrecall.stats import check_seed_replicates
 from biosrecall.train import layout
@@ -208,7 +209,6 @@ def check_training_data(run_dir: str | Path, meta_or_record: dict, path: str | P
 
 def seq_len_of(record: dict) -> int:
     """The training sequence length of a run, from its config.json record."""
-    from biosrecall.model import ModelConfig
 
     config = TrainConfig.from_dict(record["train_config"])
     return resolve_seq_len(config, ModelConfig.from_dict(record["model_config"]))

@@ -16,8 +16,13 @@ limits the blocks (the README reports more than one study). A block whose file i
 as it is and named on stderr.
 
 `--refresh-claims` rewrites the study's claims.csv and claims.md from its own claims.csv, with the
-columns and table this version of biosrecall writes (`biosrecall.experiments.claims_plan`), so an
-archived study gains a new column (`seeds_to_decide`) without being rerun; its other cells are kept.
+columns, table and rules this version of biosrecall writes (`biosrecall.experiments.claims_plan`), so
+an archived study gains a new column (`seeds_to_decide`) or reads a claim its size cannot test as
+such (from its recall_curve_seeds.csv) without being rerun; its other cells are kept.
+
+`--refresh-figures` redraws the study's figures from its archived tables with this version's figure
+code, training and scoring nothing: those the folder keeps (figure1, figure5, exit_frontier: PNG and
+PDF) and the docs' copies of them (`DOCS_FIGURES`, docs/figures/*.png).
 
 Archive a study first with `biosrecall figure1 --out runs/study --archive docs/results/study-default`
 (`biosrecall.experiments.study_archive`: the whole output without weights, which a copy continues):
@@ -37,6 +42,15 @@ from pathlib import Path
 from biosrecall.experiments.study import figure1_command
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = README.parent / "docs" / "figures"
+DOCS_FIGURES = {
+    "study-default": {"figure1": "figure1_default", "exit_frontier": "exit_frontier_default"},
+    "budget-sweep-middle": {"budget_curve": "budget_curve_middle", "exit_frontier": "exit_frontier_middle"},
+    "budget-sweep-quick": {"budget_curve": "budget_curve_quick"},
+    "budget-sweep-quick-10seeds": {"budget_curve": "budget_curve_quick_10seeds"},
+    "capacity": {"capacity": "capacity_bios_tiny"},
+}
+"""Archived study folder -> {figure: its copy in docs/figures}: the figures the docs pages show."""
 BLOCKS = (
     "claims",
     "summary",
@@ -117,6 +131,56 @@ def rewrite(text: str, study: Path, blocks=BLOCKS) -> str:
     return text
 
 
+def _table(study: Path, name: str):
+    """An archived table, from its parquet file where there is one (types kept), else its CSV."""
+    import pandas as pd
+
+    parquet, csv = study / f"{name}.parquet", study / f"{name}.csv"
+    if parquet.is_file():
+        return pd.read_parquet(parquet)
+    return pd.read_csv(csv) if csv.is_file() else None
+
+
+def draw_figures(study: Path) -> dict:
+    """{figure name: matplotlib Figure} of every figure the study's archived tables can draw, by the
+    functions that drew them when the study ran."""
+    from biosrecall.eval.plots import plot_exit_frontier, plot_recall_curves
+    from biosrecall.experiments.budget_results import budget_figure
+    from biosrecall.experiments.capacity_figure import plot_capacity
+
+    drawers = {
+        "figure1": ("recall_curve_seeds", plot_recall_curves),
+        "figure5": ("fixed_sweep_seeds", plot_recall_curves),
+        "exit_frontier": ("exit_frontier", plot_exit_frontier),
+        "budget_curve": ("budget_curve", budget_figure),
+        "capacity": ("capacity_summary", plot_capacity),
+    }
+    figures = {}
+    for figure, (name, draw) in drawers.items():
+        table = _table(study, name)
+        if table is not None and len(table):
+            figures[figure] = draw(table)
+    return figures
+
+
+def refresh_figures(study: Path, docs: Path = DOCS) -> list[Path]:
+    """Redraw the figures the study folder keeps (PNG and PDF, in place) and its docs copies (PNG)."""
+    from biosrecall.outputs import FIGURE_DPI, save_figure
+
+    written = []
+    copies = DOCS_FIGURES.get(study.resolve().name, {})
+    for figure, fig in draw_figures(study).items():
+        if (study / f"{figure}.png").is_file():
+            written += save_figure(fig, study / figure)
+        if figure in copies:
+            target = docs / f"{copies[figure]}.png"
+            tmp = target.with_name(f".{target.name}.tmp")
+            fig.savefig(tmp, format="png", dpi=FIGURE_DPI)
+            tmp.replace(target)
+            written.append(target)
+    return written
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path, help="A `biosrecall figure1` or `capacity` output folder.")
@@ -128,7 +192,16 @@ def main() -> int:
         action="store_true",
         help="Rewrite the study's claims.csv/.md from its claims.csv.",
     )
+    parser.add_argument(
+        "--refresh-figures",
+        action="store_true",
+        help="Redraw the study's figures (and their docs/figures copies) from its archived tables.",
+    )
     args = parser.parse_args()
+    if args.refresh_figures:
+        for path in refresh_figures(args.study):
+            print(path)
+        return 0
     if args.refresh_claims:
         from biosrecall.experiments.claims_plan import refresh_claims
 

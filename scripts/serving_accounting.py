@@ -1,5 +1,5 @@
 """The serving headline of finished runs under two FLOP accounts: the readout's head at every position
-of the query (the account before `eval.serving.FLOPS_ACCOUNT`), and only at the answer-predicting
+of the query (the account before `eval.scoring.FLOPS_ACCOUNT`), and only at the answer-predicting
 positions a criterion checks (the account today). The exit depths and the bits are the same; only
 what each query is charged differs.
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 from biosrecall import runs
 from biosrecall.bios import load_dataset
-from biosrecall.eval import serving
+from biosrecall.eval import scoring, serving
 from biosrecall.eval.exits import parse_exits
 from biosrecall.train.layout import list_checkpoints
 
@@ -31,7 +31,7 @@ def every_position(config, lengths, checked, depths, criterion=None):
     return ACCOUNT_NOW(config, lengths, lengths, depths, criterion)
 
 
-ACCOUNT_NOW = serving.query_flops
+ACCOUNT_NOW = scoring.query_flops
 
 
 def headlines(run_dir: Path) -> pd.DataFrame:
@@ -40,11 +40,11 @@ def headlines(run_dir: Path) -> pd.DataFrame:
     dataset = load_dataset(runs.training_data_of(run_dir, meta))
     eval_set = dataset.eval_set()
     criteria = parse_exits(serving.SERVING_CRITERIA)
-    stats = serving.query_stats_by_depth(model, eval_set, MAX_DEPTH, criteria, progress=False)
+    stats = scoring.query_stats_by_depth(model, eval_set, MAX_DEPTH, criteria, progress=False)
     rows = {}
     for account, price in (("every position", every_position), ("checked positions", ACCOUNT_NOW)):
-        with mock.patch.object(serving, "query_flops", price):
-            frontier = serving.exit_rows(
+        with mock.patch.object(scoring, "query_flops", price):
+            frontier = scoring.exit_rows(
                 stats, eval_set, dataset.pool_sizes, criteria, MAX_DEPTH, model.config
             )
         frontier = frontier.assign(

@@ -2,6 +2,7 @@
 
     python scripts/trace_flow.py train  DATA_DIR RUN_DIR       # the `train` command's --data value
     python scripts/trace_flow.py study  OUT [SEEDS]            # run_figure1's `study` argument (quick preset; a finished OUT traces the planning without training)
+    python scripts/trace_flow.py recall RUN_DIR OUT            # recall-curve's run folder, with --exit and --per-token
 
 A stop is a call of a biosrecall function that receives the value (equal str/Path, or the same
 object / an equal dataclass) as an argument, or an argument holding it (a config, a task, a dict;
@@ -86,35 +87,28 @@ def report():
     print(" -> ".join(m.removeprefix("biosrecall.") for m in visits))
 
 
+def _traced_cli(target, args: list[str]) -> None:
+    """Run `biosrecall ARGS` in this process, recording every stop of `target`."""
+    from biosrecall.cli import cli
+
+    sys.setprofile(_profiler(target))
+    try:
+        cli.main(args=args, prog_name="biosrecall", standalone_mode=False)
+    finally:
+        sys.setprofile(None)
+
+
 def main():
     kind = sys.argv[1]
     if kind == "train":
         data, out = sys.argv[2], sys.argv[3]
-        target = data
-        from biosrecall.cli import cli
-
-        sys.setprofile(_profiler(target))
-        try:
-            cli.main(
-                args=[
-                    "train",
-                    "--data",
-                    data,
-                    "--out",
-                    out,
-                    "--preset",
-                    "bios-tiny",
-                    "--updates",
-                    "4",
-                    "--batch-size",
-                    "4",
-                    "--overwrite",
-                ],
-                prog_name="biosrecall",
-                standalone_mode=False,
-            )
-        finally:
-            sys.setprofile(None)
+        _traced_cli(data, ["train", "--data", data, "--out", out, "--preset", "bios-tiny", "--updates", "4",
+                           "--batch-size", "4", "--overwrite"])  # fmt: skip
+    elif kind == "recall":
+        run_dir, out = sys.argv[2], sys.argv[3]
+        _traced_cli(run_dir, ["recall-curve", run_dir, "--checkpoint", "final", "--max-depth", "8", "--people",
+                              "10", "--exit", "kl:1e-3,stable:2", "--per-token", "--refresh", "--overwrite",
+                              "--out", out])  # fmt: skip
     else:
         out = sys.argv[2]
         from biosrecall.experiments.figure1 import run_figure1

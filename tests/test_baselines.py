@@ -16,7 +16,8 @@ from biosrecall.cli import main
 from biosrecall.compute.baselines import MATCHES, closest_layers, match_ratios
 from biosrecall.compute.flops import forward_flops_per_token, param_counts, update_flops
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval import curves
+from biosrecall.eval import scoring
+from biosrecall.eval.curves import recall_curves
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.presets import BASELINES
 from biosrecall.train.bios_training import train_bios
@@ -101,9 +102,9 @@ def test_a_baseline_trains_and_is_scored_at_its_one_depth(data_dir, tmp_path, mo
     model, meta = load_checkpoint(checkpoint)
     assert meta["model_config"]["n_block"] == 0 and meta["schedule"] == "fixed:1"
     scored = []
-    real = curves.exact_by_depth
-    monkeypatch.setattr(curves, "exact_by_depth", lambda *a, **k: scored.append(a[2]) or real(*a, **k))
-    table = curves.recall_curves([tmp_path / "std"], "final", max_depth=8, device="cpu")
+    real = scoring.exact_by_depth
+    monkeypatch.setattr(scoring, "exact_by_depth", lambda *a, **k: scored.append(a[2]) or real(*a, **k))
+    table = recall_curves([tmp_path / "std"], "final", max_depth=8, device="cpu")
     assert scored == [1]  # one pass at its one depth, not eight
     whole = table[table["attribute"] == "all"].sort_values("depth")
     assert list(whole["depth"]) == list(range(1, 9)) and whole["bits"].nunique() == 1

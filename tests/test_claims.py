@@ -12,6 +12,8 @@ from biosrecall.experiments.claims import (
     HOLDS,
     INCONCLUSIVE,
     NOT_MEASURED,
+    NOT_TESTABLE,
+    SEEDS_TO_DECIDE,
     claims_markdown,
     judge_claims,
     verdict,
@@ -95,6 +97,62 @@ def test_one_seed_is_inconclusive_and_missing_runs_are_not_measured():
     assert judged["fixed_beats_uniform_near_k4_at_45"] == INCONCLUSIVE
     assert judged["fixed_k_best_near_own_depth"] == NOT_MEASURED
     assert judged["varied_depth_costs_at_matched_updates"] == NOT_MEASURED
+
+
+def small_size(seed: int, jitter: float) -> dict[tuple[str, float], np.ndarray]:
+    """A size where every schedule stays far below the ceiling (the quick preset's 40 people)."""
+    curves = paper_like(seed, jitter)
+    for key in [k for k in curves if k[1] == 1.0]:
+        curves[key] = np.minimum(curves[key], 0.6 * CEILING)  # the best run reaches 60% of the ceiling
+    curves[("fixed_first_k4_80", 1.0)] = np.full(64, 7.0) + jitter
+    return curves
+
+
+def test_a_claim_this_size_cannot_test_says_so_instead_of_failing(tmp_path):
+    """No schedule reaches 90% of the ceiling: fixed-first's 'within 10% of the ceiling' is not
+    testable here (more seeds cannot change that), while 'uniform has broad recall' (half the ceiling,
+    which fixed K=4 reaches) keeps its verdict; so do the claims that need no share of the ceiling."""
+    curves = table({s: small_size(s, j) for s, j in zip(range(3), (-0.3, 0.0, 0.3), strict=True)})
+    judged = judge_claims(curves).set_index("claim")
+    ceiling_row = judged.loc["fixed_first_near_ceiling_at_100"]
+    assert ceiling_row["verdict"] == f"{NOT_TESTABLE}: no schedule reaches 90% of the ceiling"
+    assert ceiling_row["high"] < 0.9, "the interval alone would read 'does not hold'"
+    assert judged.loc["uniform_broad_at_100", "verdict"] == HOLDS
+    assert judged.loc["fixed_beats_uniform_near_k4_at_45", "verdict"] == HOLDS
+    write_claims(judged.reset_index(), tmp_path)
+    written = pd.read_csv(tmp_path / "claims.csv", dtype={SEEDS_TO_DECIDE: str}).set_index("claim")
+    assert pd.isna(written.loc["fixed_first_near_ceiling_at_100", SEEDS_TO_DECIDE]), (
+        "no seed count decides it"
+    )
+    row = next(line for line in (tmp_path / "claims.md").read_text().splitlines() if "within 10%" in line)
+    assert row.endswith(f"| **{NOT_TESTABLE}: no schedule reaches 90% of the ceiling** | - |")
+
+
+def test_one_seed_below_the_ceiling_is_not_testable_either():
+    judged = verdicts(table({0: small_size(0, 0.0)}))
+    assert judged["fixed_first_near_ceiling_at_100"].startswith(NOT_TESTABLE)
+    assert judged["uniform_broad_at_100"] == INCONCLUSIVE
+
+
+def test_refreshing_an_archived_study_applies_the_rule_from_its_curves_over_seeds(tmp_path):
+    """`readme_results.py --refresh-claims` reads recall_curve_seeds.csv: only the row out of reach
+    changes, every other byte of claims.csv stays."""
+    from biosrecall.experiments.claims_plan import refresh_claims
+
+    curves = table({s: small_size(s, j) for s, j in zip(range(3), (-0.3, 0.0, 0.3), strict=True)})
+    judged = judge_claims(curves)
+    rows = judged["claim"] == "fixed_first_near_ceiling_at_100"
+    judged.loc[rows, "verdict"] = FAILS  # as written before the rule
+    write_claims(judged, tmp_path)
+    (tmp_path / "figure1.json").write_text('{"preset": "quick", "train_config": {"seed": 0}}')
+    means = curves.groupby(["name", "fraction", "depth"], as_index=False)[["bits", "ceiling_bits"]].mean()
+    means.assign(attribute="all").to_csv(tmp_path / "recall_curve_seeds.csv", index=False)
+    before = (tmp_path / "claims.csv").read_text().splitlines()
+    refresh_claims(tmp_path)
+    after = (tmp_path / "claims.csv").read_text().splitlines()
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+    assert changed == [1 + int(np.flatnonzero(rows)[0])]
+    assert f",{NOT_TESTABLE}: no schedule reaches 90% of the ceiling," in after[changed[0]]
 
 
 @pytest.mark.parametrize(

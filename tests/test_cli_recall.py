@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 from test_recall import FakeDataset, LookupModel
 
-import biosrecall.bios
 import biosrecall.eval.curves as curves
+import biosrecall.eval.scoring as scoring
 from biosrecall.cli import main
+from biosrecall.train.layout import RECALL_CACHE_FILE
 
 BUDGET = 2.5e12
 SCHEDULES = {"fixed4": "fixed:4", "uniform": "uniform:1-16"}
@@ -65,8 +66,8 @@ class FakeWorld:
         self.dataset_dir = tmp_path / "data"
         self.dataset_dir.mkdir()
         self.loads = []
-        monkeypatch.setattr(biosrecall.bios, "load_dataset", self.load_dataset, raising=False)
-        monkeypatch.setattr(curves, "load_checkpoint", self.load_checkpoint)
+        monkeypatch.setattr(scoring, "load_dataset", self.load_dataset)
+        monkeypatch.setattr(scoring.runs, "load_checkpoint", self.load_checkpoint)
 
     def load_dataset(self, path):
         assert path == self.dataset_dir
@@ -119,24 +120,36 @@ def test_cache_serves_replots_without_evaluating(world, runs, tmp_path, capsys, 
     assert run_cli([*runs, "--max-depth", 8, "--out", first], capsys)[0] == 0
     assert len(world.loads) == 4
     for run in runs:
-        assert (run / "checkpoints" / "0.45" / curves.CACHE_FILE).is_file()
+        assert (run / "checkpoints" / "0.45" / RECALL_CACHE_FILE).is_file()
     again = tmp_path / "again"
     code, _, stderr = run_cli([*runs, "--max-depth", 4, "--metric", "attribute", "--out", again], capsys)
     assert code == 0, stderr
     assert len(world.loads) == 4, "a smaller max depth and another metric are served from the cache"
     cached = pd.read_parquet(first / "recall_curve.parquet").query("depth <= 4").reset_index(drop=True)
     pd.testing.assert_frame_equal(pd.read_parquet(again / "recall_curve.parquet"), cached)
-    run_cli([runs[0], "--checkpoint", 1.0, "--max-depth", 4, "--threshold", 5, "--out", again], capsys)
+    code, _, stderr = run_cli([runs[0], "--checkpoint", 1.0, "--max-depth", 4, "--out", again], capsys)
+    _one_error_line(code, stderr, "already holds recall-curve results", "--overwrite")
+    assert len(world.loads) == 4, "a refused output scores nothing"
+    again_args = [
+        runs[0],
+        "--checkpoint",
+        1.0,
+        "--max-depth",
+        4,
+        "--threshold",
+        5,
+        "--out",
+        again,
+        "--overwrite",
+    ]
+    run_cli(again_args, capsys)
     assert len(world.loads) == 5, "another threshold re-evaluates"
-    run_cli(
-        [runs[0], "--checkpoint", 1.0, "--max-depth", 4, "--threshold", 5, "--out", again, "--refresh"],
-        capsys,
-    )
+    run_cli([*again_args, "--refresh"], capsys)
     assert len(world.loads) == 6
 
 
 def test_rewritten_checkpoint_invalidates_its_cache(world, runs, tmp_path, capsys):
-    args = [runs[0], "--checkpoint", 0.45, "--max-depth", 3, "--out", tmp_path / "out"]
+    args = [runs[0], "--checkpoint", 0.45, "--max-depth", 3, "--out", tmp_path / "out", "--overwrite"]
     run_cli(args, capsys)
     meta_path = runs[0] / "checkpoints" / "0.45" / "meta.json"
     meta_path.write_text(meta_path.read_text().replace('"update": 450', '"update": 451'))
@@ -161,7 +174,7 @@ def test_data_override_is_used_and_still_checked(world, runs, tmp_path, capsys):
     assert code == 0, stderr
     world.dataset.manifest_hash = "another-dataset"
     code, _, stderr = run_cli(
-        [runs[0], "--data", elsewhere, "--max-depth", 2, "--out", tmp_path / "o"], capsys
+        [runs[0], "--data", elsewhere, "--max-depth", 2, "--out", tmp_path / "o", "--overwrite"], capsys
     )
     assert code == 2 and "was trained on" in stderr
 
@@ -258,10 +271,10 @@ def test_end_to_end_with_a_real_checkpoint(tmp_path, capsys):
     assert math.isclose(whole["ceiling_bits"].iloc[0], dataset.total_bits, rel_tol=1e-9)
     assert math.isclose(whole["chance_bits"].iloc[0], dataset.chance_bits, rel_tol=1e-9)
     assert (out / "recall_curve.png").is_file() and (
-        run / "checkpoints" / "1.0" / curves.CACHE_FILE
+        run / "checkpoints" / "1.0" / RECALL_CACHE_FILE
     ).is_file()
     other = generate_dataset(tmp_path / "other", people=8, seed=1)
-    code, _, stderr = run_cli([run, "--data", other, "--out", out], capsys)
+    code, _, stderr = run_cli([run, "--data", other, "--out", out, "--overwrite"], capsys)
     _one_error_line(code, stderr, "is not the one", "was trained on")
 
 

@@ -28,10 +28,10 @@ SITE_SOURCES = ("mkdocs.yml", "docs", "ARCHITECTURE.md", "notebooks/figure1.ipyn
 # README commands run by test_the_readme_commands_run, in order, in an empty folder.
 CHEAP = (
     "biosrecall generate --out runs/tour/data --people 200 --overwrite",
-    "biosrecall flops --preset bios-tiny",
+    "biosrecall flops --preset bios-tiny --data runs/tour/data",
     "biosrecall train --data runs/tour/data --out runs/tour/ff --preset bios-tiny"
     " --schedule fixed_first:k0=4,switch=0.8,finish=uniform --budget-of fixed:4:30 --batch-size 16 --overwrite",
-    "biosrecall recall-curve runs/tour/ff --checkpoint final --max-depth 16 --out runs/tour/recall",
+    "biosrecall recall-curve runs/tour/ff --checkpoint final --max-depth 16 --out runs/tour/recall --overwrite",
     'biosrecall ask runs/tour/ff "Lindsey Eoghan Murphy was born in" --exit kl:1e-3',
 )
 # README commands not run here, each with the reason.
@@ -55,12 +55,12 @@ SKIPPED = {
     ),
     "biosrecall capacity --out runs/capacity --preset bios-tiny --people 250,500,1000 --seeds 0,1,2 "
     "--exposures 100": "the capacity study: hours of training; tests/test_capacity.py runs a tiny one",
-    "biosrecall generate --out data/bios-250 --people 250 --export-text jsonl --text-out data/bios-250-text "
+    "biosrecall generate --out data/bios-50 --people 50 --export-text jsonl --text-out data/bios-50-text "
     "--exposures 100": "the Hugging Face route; tests/test_hf_trainer_example.py runs it on a tiny config",
-    "python examples/hf_trainer_gpt2.py --data data/bios-250 --text data/bios-250-text --out models/gpt2-bios": (
-        "trains GPT-2 for minutes; tests/test_hf_trainer_example.py trains it for a few steps"
+    "python examples/hf_trainer_gpt2.py --data data/bios-50 --text data/bios-50-text --out models/gpt2-bios": (
+        "trains GPT-2 for two minutes; tests/test_hf_trainer_example.py trains it for a few steps"
     ),
-    "biosrecall recall-curve --hf-model models/gpt2-bios --data data/bios-250 --out recall-gpt2": (
+    "biosrecall recall-curve --hf-model models/gpt2-bios --data data/bios-50 --out recall-gpt2-bios": (
         "needs that model; tests/test_hf_trainer_example.py scores its tiny one"
     ),
 }
@@ -209,3 +209,5 @@ def test_the_readme_commands_run(tmp_path):
     table = printed["recall-curve"].split("recalled bits per person:")[1].strip().splitlines()[1:]
     rows = [row for row in table if not row.startswith("wrote ")]
     assert rows and all("ff" in row and "fixed_first:k0=4" in row for row in rows)  # run and schedule
+    # flops counts the run's own parameters: its embedding holds the dataset's vocabulary
+    assert "vocab 2,137 (of runs/tour/data" in printed["flops"] and " 101,408" in printed["flops"]

@@ -165,7 +165,7 @@ def test_a_gate_check_costs_layernorm_and_linear_at_each_checked_position():
 
 def test_query_flops_charges_the_gate_its_checks():
     from biosrecall.eval.gate import GateExit, GateHead
-    from biosrecall.eval.serving import query_flops
+    from biosrecall.eval.scoring import query_flops
     from biosrecall.model import get_preset
 
     cfg = get_preset("bios-tiny", vocab_size=100)

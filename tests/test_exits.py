@@ -28,7 +28,8 @@ from biosrecall.eval.exits import (
     parse_exits,
 )
 from biosrecall.eval.recall import recall_table
-from biosrecall.eval.serving import exit_depths, exit_rows, headline_table
+from biosrecall.eval.scoring import exit_depths, exit_rows
+from biosrecall.eval.serving import headline_table
 from biosrecall.eval.sweep import answer_stats_by_depth, exact_by_depth
 
 MAX_DEPTH = 12

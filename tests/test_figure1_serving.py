@@ -14,7 +14,8 @@ import pytest
 from test_figure1_promises import TINY, figure1_args, final_weights, run_cli
 
 from biosrecall.eval.exits import parse_exits
-from biosrecall.eval.serving import BASELINE, HEADLINE_NAME, SERVING_CRITERIA, TABLE_NAME, serving_names
+from biosrecall.eval.scoring import BASELINE
+from biosrecall.eval.serving import HEADLINE_NAME, SERVING_CRITERIA, TABLE_NAME, serving_names
 from biosrecall.experiments import figure1
 from biosrecall.experiments.claims import INCONCLUSIVE, NOT_MEASURED, read_claims
 

@@ -46,6 +46,28 @@ def test_scores_of_the_export_equal_recall_curve_of_the_run(world, tmp_path, cap
         assert (hf_out / f"recall_curve.{suffix}").stat().st_size > 0
 
 
+def test_an_export_scored_by_default_gets_its_runs_depths_and_mean(world, tmp_path, capsys):
+    """Without --depths both paths score every depth 1..--max-depth by one rule: the same table and
+    the same printed summary, so one model has one "mean K<=16"."""
+    runs_out, hf_out = tmp_path / "run", tmp_path / "hf"
+    common = ["--max-depth", 5, "--device", "cpu"]
+    code, run_printed, err = run_cli(["recall-curve", world.run, "--checkpoint", "final", *common,
+                                      "--out", runs_out], capsys)  # fmt: skip
+    assert code == 0, err
+    code, hf_printed, err = run_cli(["recall-curve", "--hf-model", world.export, "--data", world.data,
+                                     *common, "--out", hf_out], capsys)  # fmt: skip
+    assert code == 0, err
+    expected = pd.read_parquet(runs_out / "recall_curve.parquet")
+    found = pd.read_parquet(hf_out / "recall_curve.parquet")
+    assert sorted(found["depth"].unique()) == [1, 2, 3, 4, 5]
+    pd.testing.assert_frame_equal(found, expected, check_exact=True)
+
+    def summary(printed):
+        return [line for line in printed.splitlines() if "wrote" not in line]
+
+    assert "mean K<=16" in hf_printed and summary(hf_printed) == summary(run_printed)
+
+
 def test_a_non_looped_model_is_scored_at_one_depth(world, tmp_path, capsys):
     code, out, err = run_cli(
         ["recall-curve", "--hf-model", world.gpt2, "--data", world.data, "--out", tmp_path], capsys
@@ -143,6 +165,9 @@ def test_mode_errors(world, tmp_path, capsys):
         (["recall-curve", "--hf-model", world.gpt2, "--data", world.data, "--depth-arg", "num_steps"],
          "takes no argument of that name"),
         (["recall-curve", "--hf-model", world.export, "--data", world.data, "--depths", "1,x"], "--depths takes"),
+        (["recall-curve", "--hf-model", world.export, "--data", world.data, "--depths", "1,2", "--max-depth", "4"],
+         "not both"),
+        (["recall-curve", "--hf-model", world.gpt2, "--data", world.data, "--max-depth", "4"], "needs --depth-arg"),
     ]  # fmt: skip
     for argv, needle in cases:
         one_error_line(*run_cli([*argv, "--out", tmp_path / "out"], capsys)[::2], needle)

@@ -16,12 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
-pytest.importorskip("datasets")
-pytest.importorskip("accelerate")  # transformers.Trainer refuses to start without it
-
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "hf_trainer_gpt2.py"
 BIOSRECALL = [sys.executable, "-m", "biosrecall"]
@@ -37,7 +31,33 @@ def run(argv, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_without_its_extras_the_example_says_which_to_install(tmp_path, monkeypatch, capsys):
+    """One `error:` line naming the missing extra and the install command, exit 2, nothing written."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_trainer_gpt2", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else found(name, *a)
+    )
+    argv = ["--data", tmp_path / "data", "--text", tmp_path / "text", "--out", tmp_path / "model"]
+    code = example.main([str(a) for a in argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert (
+        lines[0].startswith("error: ") and "datasets extra" in lines[0] and "no module datasets" in lines[0]
+    )
+    assert 'pip install "biosrecall[hf,datasets]"' in lines[0]
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.slow
 def test_trainer_example_trains_saves_and_is_scored(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("datasets")
+    pytest.importorskip("accelerate")  # transformers.Trainer refuses to start without it
     made = run([*BIOSRECALL, "generate", "--out", "data", "--people", "12", "--export-text", "jsonl",
                 "--text-out", "text", "--exposures", "10"], tmp_path)  # fmt: skip
     assert made.returncode == 0, made.stderr
@@ -46,6 +66,7 @@ def test_trainer_example_trains_saves_and_is_scored(tmp_path):
     )
     assert trained.returncode == 0, trained.stderr
     assert "for 30 updates" in trained.stdout
+    assert "biosrecall recall-curve --hf-model model --data data --out recall-model" in trained.stdout
     # it learned something: below the loss of a uniform guess over the vocabulary
     vocab = json.loads((tmp_path / "data" / "manifest.json").read_text())["tokenizer"]["vocab_size"]
     loss = float(trained.stdout.split("final training loss ")[1].split()[0])

@@ -14,8 +14,8 @@ import pytest
 from test_lm_train import cli, train, write_corpus
 
 from biosrecall.eval.gate_data import exit_depths_at
-from biosrecall.eval.gate_lm import split_windows
 from biosrecall.lm import Corpus, prepare_corpus
+from biosrecall.lm.gate import split_windows
 from biosrecall.runs import seq_len_of
 from biosrecall.train.layout import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, gate_dir
 from biosrecall.train.run_dir import read_config

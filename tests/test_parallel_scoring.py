@@ -71,3 +71,38 @@ def test_serving_scored_in_processes_equals_serving_scored_here(study_runs):
         cache.unlink()  # scored afresh in the workers, not read back
     elsewhere = exit_frontier(study_runs, criteria, **options, workers=2, threads=1)
     pd.testing.assert_frame_equal(here, elsewhere)
+
+
+def test_a_served_checkpoint_is_scored_once_for_its_recall_and_its_frontier(study_runs, monkeypatch):
+    """`figure1` serves the final checkpoints it scores: one all-depth pass yields both tables, the
+    cheaper flags-only pass scores the rest, and a second call reads both caches."""
+    from biosrecall.eval import scoring
+    from biosrecall.eval.serving import score_runs
+
+    for cache in (
+        p for run in study_runs for name in ("recall", "exits") for p in run.rglob(f"{name}.parquet")
+    ):
+        cache.unlink()
+    passes = []
+    for name in ("answer_stats_by_depth", "exact_by_depth"):
+        real = getattr(scoring, name)
+        monkeypatch.setattr(
+            scoring, name, lambda *a, _real=real, _name=name, **k: passes.append(_name) or _real(*a, **k)
+        )
+    criteria = parse_exits(SERVING_CRITERIA)
+    options = {"max_depth": 6, "device": "cpu", "progress": False}
+    scores = score_runs(study_runs, "fractions", criteria, served=study_runs, **options)
+    assert sorted(passes) == ["answer_stats_by_depth"] * len(study_runs) + ["exact_by_depth"] * len(
+        study_runs
+    )
+    assert set(scores.frontier["checkpoint"]) == {"1.0"} and set(scores.recall["checkpoint"]) == {
+        "0.45",
+        "1.0",
+    }
+    passes.clear()
+    again = score_runs(study_runs, "fractions", criteria, served=study_runs, **options)
+    assert passes == []  # both tables of every checkpoint come from its cache
+    pd.testing.assert_frame_equal(again.recall, scores.recall)
+    pd.testing.assert_frame_equal(again.frontier, scores.frontier)
+    fresh = recall_curves(study_runs, **options, refresh=True)  # the flags-only pass agrees
+    pd.testing.assert_frame_equal(fresh, scores.recall)

@@ -13,7 +13,7 @@ import pytest
 
 from biosrecall.bios import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.plots import curve_styles, format_flops, line_labels, plot_recall_curves
+from biosrecall.eval.plots import curve_styles, format_flops, line_labels, plot_recall_curves, schedule_label
 
 POOLS = (200, 28, 12, 300, 100, 263)
 SCHEDULES = {
@@ -67,7 +67,7 @@ def test_bits_figure_has_one_panel_per_fraction_and_is_saved(tmp_path):
     reference = {round(line.get_ydata()[0], 6): line.get_linestyle() for line in axes[0].get_lines()[:2]}
     assert reference == {round(ceiling, 6): "--", round(table["chance_bits"].iloc[-1], 6): ":"}
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert legend[: len(SCHEDULES)] == list(SCHEDULES.values())
+    assert legend[: len(SCHEDULES)] == ["fixed K=4", "fixed-first (K0=4, 80%)", "uniform K=1-16"]
     assert any("ceiling" in t for t in legend) and any("chance" in t for t in legend)
 
 
@@ -99,10 +99,29 @@ def test_styles_are_distinct_and_consistent():
 def test_runs_sharing_a_schedule_are_told_apart():
     table = synthetic_table(schedules={"seed0": "fixed:4", "seed1": "fixed:4", "uni": "uniform:1-16"})
     assert line_labels(table) == {
-        "seed0": "fixed:4 (seed0)",
-        "seed1": "fixed:4 (seed1)",
-        "uni": "uniform:1-16",
+        "seed0": "fixed K=4 (seed0)",
+        "seed1": "fixed K=4 (seed1)",
+        "uni": "uniform K=1-16",
     }
+    control = synthetic_table(
+        schedules={"uniform_1_16": "uniform:1-16", "uniform_1_16_update_matched": "uniform:1-16"}
+    )
+    assert list(line_labels(control).values()) == ["uniform K=1-16", "uniform K=1-16 (update-matched)"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("fixed:4", "fixed K=4"),
+        ("uniform:1-16", "uniform K=1-16"),
+        ("fixed_first:k0=4,switch=0.8,finish=uniform,range=1-16", "fixed-first (K0=4, 80%)"),
+        ("fixed_first:k0=2,switch=0.5,finish=uniform,range=1-8", "fixed-first (K0=2, 50%, then K=1-8)"),
+        ("poisson_lognormal:mean=7.5,sigma=0.5", "Poisson-lognormal (mean 7.5)"),
+        ("gpt2", "gpt2"),
+    ],
+)
+def test_schedules_are_labelled_in_words(spec, words):
+    assert schedule_label(spec) == words
 
 
 def test_title_says_when_budgets_are_not_matched():
@@ -112,8 +131,10 @@ def test_title_says_when_budgets_are_not_matched():
     assert "budgets differ: 1e15, 2e15 FLOPs" in plot_recall_curves(table).get_suptitle()
 
 
-def test_short_depth_range_still_draws():
+def test_one_depth_is_drawn_at_that_depth_alone():
     fig = plot_recall_curves(synthetic_table(max_depth=1))
+    assert list(fig.get_axes()[0].get_xticks()) == [1]
+    fig = plot_recall_curves(synthetic_table(max_depth=2))
     assert np.allclose(fig.get_axes()[0].get_xlim(), (1, 2))
 
 

@@ -30,7 +30,7 @@ from biosrecall.eval.exits import (
     exit_judge,
     parse_exits,
 )
-from biosrecall.eval.serving import exit_depths, query_stats_by_depth
+from biosrecall.eval.scoring import exit_depths, query_stats_by_depth
 from biosrecall.model.decode import CachedDecoder, greedy_decode, teacher_forced
 
 MAX_DEPTH = 12

@@ -17,7 +17,8 @@ from test_recall import FakeDataset
 from biosrecall.compute.flops import forward_flops_per_token, readout_flops, serving_flops
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import StepStats, parse_exits
-from biosrecall.eval.serving import FLOPS_ACCOUNT, _current_headline, exit_depths, exit_rows, write_frontier
+from biosrecall.eval.scoring import FLOPS_ACCOUNT, exit_depths, exit_rows
+from biosrecall.eval.serving import _is_current, write_frontier
 from biosrecall.model import LoopedTransformer
 
 VARIANTS = [
@@ -124,12 +125,13 @@ def test_a_frontier_priced_by_another_account_is_not_kept(frontier_inputs, tmp_p
     labels = pd.DataFrame(
         [{"run": "r", "schedule": "fixed:4", "checkpoint": "1.0", "fraction": 1.0}] * len(rows)
     )
-    write_frontier(tmp_path, pd.concat([labels, rows], axis=1))
-    assert _current_headline(tmp_path, ["r"], criteria, 8) is not None
+    scored = pd.concat([labels, rows], axis=1)
+    write_frontier(tmp_path, scored)
+    assert _is_current(tmp_path, scored)
     for stale in (
         lambda f: f.assign(flops_account="every-position"),
         lambda f: f.drop(columns="flops_account"),
     ):
         frontier = pd.read_parquet(tmp_path / "exit_frontier.parquet")
         stale(frontier).to_parquet(tmp_path / "exit_frontier.parquet")
-        assert _current_headline(tmp_path, ["r"], criteria, 8) is None
+        assert not _is_current(tmp_path, scored)

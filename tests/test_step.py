@@ -87,7 +87,9 @@ def test_the_gradient_is_clipped_to_the_global_norm():
 def test_a_non_finite_loss_is_refused_with_one_line(monkeypatch):
     model = tiny_model()
     forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda tokens, depth: forward(tokens, depth) * float("nan"))
+    monkeypatch.setattr(
+        model, "forward", lambda tokens, depth, targets=None: forward(tokens, depth, targets) * float("nan")
+    )
     with pytest.raises(NonFiniteLoss, match="not finite at depth 2") as error:
         backward_and_clip(model, padded_rows(), PAD, depth=2, grad_clip=1.0)
     assert isinstance(error.value, BiosrecallError)

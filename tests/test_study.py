@@ -21,7 +21,7 @@ from biosrecall.experiments.study import (
     grid_runs,
     study_runs,
 )
-from biosrecall.model.config import parse_model_overrides
+from biosrecall.model.presets import parse_model_overrides
 
 
 def grid_curves(scores: dict[tuple[str, float], float]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.study import make_run
 from biosrecall.experiments.study_engine import StudyRunFailed, train_study_runs
 from biosrecall.locking import lock_path
-from biosrecall.sweep import LocalExecutor
+from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.train.layout import list_checkpoints
 from biosrecall.train.run_dir import read_config
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from biosrecall.eval.serving import BASELINE
+from biosrecall.eval.scoring import BASELINE
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE
 from biosrecall.experiments.study_serving import serving_claims, serving_summary, summary_markdown
 

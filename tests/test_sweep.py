@@ -27,8 +27,11 @@ from biosrecall.cli import cli, main
 from biosrecall.cli.sweep import sweep
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
-from biosrecall.sweep import LocalExecutor, SlurmExecutor, SweepRun, load_spec, run_sweep, status_table
-from biosrecall.sweep.jobs import check_runs
+from biosrecall.sweep.engine import run_sweep
+from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
+from biosrecall.sweep.jobs import SweepRun, check_runs
+from biosrecall.sweep.records import status_table
+from biosrecall.sweep.spec import load_spec
 from biosrecall.train.layout import list_checkpoints
 from biosrecall.train.run_dir import read_config, read_metrics
 

@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 from test_sweep import folder, registered, run_cli, spec_file  # noqa: F401  (fixtures used here)
 
-from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
+from biosrecall.sweep.engine import run_sweep
+from biosrecall.sweep.executors import LocalExecutor
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.layout import list_checkpoints
 
 

@@ -22,7 +22,9 @@ import pytest
 from harness import wait_for_updates
 
 from biosrecall.bios.dataset import generate_dataset
-from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
+from biosrecall.sweep.engine import run_sweep
+from biosrecall.sweep.executors import LocalExecutor
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.sweep.warm import SWITCH, start_warm
 from biosrecall.train.layout import latest_checkpoint, list_checkpoints
 from biosrecall.train.run_dir import read_metrics

@@ -20,7 +20,7 @@ from harness import changes, run_cli, snapshot
 from biosrecall.bios import generate_dataset
 from biosrecall.cli.train import train as train_command
 from biosrecall.train import tracking
-from biosrecall.train.config import TrainConfig
+from biosrecall.train.config import TRACKERS, TrainConfig
 from biosrecall.train.loop import Interrupted
 from biosrecall.train.progress import SilentReporter
 from biosrecall.train.run_dir import read_metrics
@@ -151,9 +151,9 @@ def test_tensorboard_holds_every_updates_record_in_the_run_folder(dataset, tmp_p
 
 
 def test_a_resumed_run_continues_its_tracker_runs(dataset, tmp_path, trackers_dir):
-    for module in tracking.TRACKERS.values():
+    for module in TRACKERS.values():
         pytest.importorskip(module)
-    run, everything = tmp_path / "run", tuple(tracking.TRACKERS)
+    run, everything = tmp_path / "run", tuple(TRACKERS)
     with pytest.raises(Interrupted):
         train(dataset, run, reporter=_stopping_at(7), log=everything)
     assert [step for step, _ in tensorboard_scalars(run / "tensorboard", "loss")] == list(range(8))

@@ -94,10 +94,10 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(datase
     calls = {"n": 0}
     original = LoopedTransformer.forward
 
-    def poisoned(self, tokens, depth):
+    def poisoned(self, tokens, depth, **fused):  # fused: the training step's targets (loss, not logits)
         calls["n"] += 1
-        logits = original(self, tokens, depth)
-        return logits * float("nan") if calls["n"] > 2 + 12 else logits  # 2 calibration passes first
+        out = original(self, tokens, depth, **fused)
+        return out * float("nan") if calls["n"] > 2 + 12 else out  # 2 calibration passes first
 
     monkeypatch.setattr(LoopedTransformer, "forward", poisoned)
     with pytest.raises(TrainingDiverged, match="non-finite loss at update 12"):

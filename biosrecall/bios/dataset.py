@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -43,7 +44,7 @@ import biosrecall
 from biosrecall.atomic import atomic_directory, check_output_dir, check_output_path
 from biosrecall.bios.encoding import TokenArrays, TokenStore, encode_arrays
 from biosrecall.bios.evalset import EvalSet, build_eval_set
-from biosrecall.bios.people import chance_bits, draw_people, people_table
+from biosrecall.bios.people import chance_bits, check_people_count, draw_people, people_table
 from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS, attribute_bits, load_pools, pool_file_hashes
 from biosrecall.bios.templates import load_templates
 from biosrecall.bios.tokenizer import (
@@ -59,6 +60,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_seed
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
+from biosrecall.sizing import check_fits, dataset_cost, describe
 
 FORMAT = "biosrecall-bios-1"
 MANIFEST = "manifest.json"
@@ -143,6 +145,7 @@ def generate_dataset(
     overwrite: bool = False,
     templates_dir: str | Path | None = None,
     pools_dir: str | Path | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> Path:
     """Generate a bioS dataset folder at `out_dir` (see the module docstring); returns its path.
 
@@ -151,6 +154,8 @@ def generate_dataset(
     `biosrecall.bios.pools`). Everything is validated and built in memory before the folder is
     written under a temporary name and renamed, so a failure leaves nothing behind. The output may not
     be or hold the pools or templates it reads, and is locked for the whole call (`output_lock`).
+    A dataset larger than the machine's memory or free disk (`biosrecall.sizing`) is refused before
+    any work; `report`, when given, is told the estimate, then each stage as it starts.
     """
     out_dir = Path(out_dir)
     seed = check_seed(seed)
@@ -161,22 +166,29 @@ def generate_dataset(
     check_output_path(out_dir, sources.values())
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite)  # fail before the work, not after it
-        return _generate(out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, **sources)
+        options = (holdout_eval_templates, overwrite, report or (lambda stage: None))
+        return _generate(out_dir, people, seed, pool_sizes, options, **sources)
 
 
-def _generate(
-    out_dir, people, seed, pool_sizes, holdout_eval_templates, overwrite, templates_dir, pools_dir
-) -> Path:
+def _generate(out_dir, people, seed, pool_sizes, options, templates_dir, pools_dir) -> Path:
+    holdout_eval_templates, overwrite, report = options
     pools = load_pools(pool_sizes, pools_dir)
+    check_people_count(people, {name: len(values) for name, values in pools.items()})
+    cost = dataset_cost(people)
+    check_fits(f"--people {people:,}", cost, out_dir, "use fewer people")
     pool_hashes = pool_file_hashes(pools_dir)
     templates = load_templates(templates_dir)
+    report(f"generating {people:,} people: {describe(cost)}")
+    report(f"  drawing {people:,} people")
     population = draw_people(people, seed, {name: len(values) for name, values in pools.items()})
     training = templates.training(holdout_eval_templates)
     tokenizer = build_tokenizer(_vocabulary_words(pools, training, templates.eval))
+    report("  encoding their names and attributes as tokens")
     arrays = encode_arrays(tokenizer, pools, population, training, templates.eval)
     manifest = _manifest(
         seed, pools, population, templates, training, holdout_eval_templates, tokenizer, pool_hashes
     )
+    report(f"  writing {out_dir}")
     try:
         with atomic_directory(out_dir, overwrite=overwrite) as folder:
             _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)

@@ -49,11 +49,14 @@ from biosrecall.atomic import (
     error_number,
     write_failed,
 )
+from biosrecall.bios.dataset import FORMAT as DATASET_FORMAT
 from biosrecall.bios.dataset import MANIFEST, BiosDataset, load_dataset, manifest_bytes
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.bios.sampler import BatchSampler, batch_generator
+from biosrecall.bios.validation import read_manifest
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
+from biosrecall.sizing import check_fits, export_cost
 
 FORMAT = "biosrecall-bios-text-1"
 TEXT_FORMATS = ("jsonl", "parquet")
@@ -105,12 +108,24 @@ def _require_int(name: str, value, low: int, high: int | None = None) -> None:
         raise BiosrecallError(f"{name} must be an integer {bound}, got {value!r}")
 
 
+def check_export_size(people: int, export: TextExport) -> None:
+    """Refuse an export of `people` people larger than the machine's memory or free disk."""
+
+    cost = export_cost(people, export.exposures, export.format)
+    what = f"the text of {people:,} people x {export.exposures:,} exposures"
+    check_fits(what, cost, export.out_dir, "export fewer --exposures or a smaller dataset")
+
+
 def export_text(dataset_dir: str | Path, export: TextExport) -> dict:
     """Write the text folder `export.out_dir` for the dataset in `dataset_dir`; returns its manifest.
 
-    The folder is built under a temporary name and renamed at the end, under the output's lock."""
+    The folder is built under a temporary name and renamed at the end, under the output's lock; an
+    export larger than the machine (`check_export_size`) is refused before the dataset is read."""
     out_dir = Path(export.out_dir)
     export.check(inputs=[dataset_dir])
+    if Path(dataset_dir).is_dir():  # else load_dataset names the missing folder
+        _, manifest = read_manifest(Path(dataset_dir) / MANIFEST, DATASET_FORMAT)
+        check_export_size(manifest["num_people"], export)
     dataset = load_dataset(dataset_dir)
     with output_lock(out_dir):
         export.check(inputs=[dataset_dir])  # again, now that no other writer can change the answer

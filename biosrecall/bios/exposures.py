@@ -96,13 +96,24 @@ def plan_exposures(sampler: BatchSampler, seed: int, exposures: float) -> Exposu
         drawn = sampler.people(batch_generator(seed, updates))
         np.add.at(counts, drawn, 1)
         seen, updates = seen + len(drawn), updates + 1
+        if updates == _PROBE_UPDATES:
+            # Counting a run past the limit would take minutes before refusing it: the first batches
+            # already tell its length to a few percent.
+            projected = needed / (seen / updates)
+            if projected > MAX_UPDATES * _PROBE_MARGIN:
+                _check_length(projected, asked, about=True)
     return Exposures(asked, updates, people, seen, int(counts.min()), int(counts.max()))
 
 
-def _check_length(updates: float, asked: float) -> None:
+_PROBE_UPDATES = 32
+_PROBE_MARGIN = 1.15  # four standard errors of the mean biographies per batch over the probe
+
+
+def _check_length(updates: float, asked: float, about: bool = False) -> None:
     if updates > MAX_UPDATES:
         count = f"{updates:,.0f}" if updates < 1e15 else f"{updates:.3g}"
         raise BiosrecallError(
-            f"--exposures {asked:g} needs at least {count} updates of this batch, beyond the planner's "
+            f"--exposures {asked:g} needs {'about' if about else 'at least'} {count} updates of this "
+            "batch, beyond the planner's "
             f"limit of {MAX_UPDATES:,} (ask for fewer exposures or a larger --batch-size)"
         )

@@ -16,6 +16,7 @@ torch (tests/test_cli_startup.py checks this).
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 import click
 
 from biosrecall import __version__, interrupts
+from biosrecall.atomic import command_outputs
 from biosrecall.errors import BiosrecallError
 
 # command name -> (module, attribute); each module holds one thin command (or group of them).
@@ -57,8 +59,21 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module_name, attribute = COMMANDS[cmd_name]
-            self.add_command(getattr(importlib.import_module(module_name), attribute), cmd_name)
+            command = getattr(importlib.import_module(module_name), attribute)
+            self.add_command(_with_summary(command), cmd_name)
         return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = click.utils.make_str(args[0]) if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            # click suggests close option names but not command names: do the same for commands.
+            commands = self.list_commands(ctx)
+            close = [c for c in commands if c.startswith(name)] or difflib.get_close_matches(
+                name, commands, 3, 0.6
+            )
+            if close:
+                ctx.fail(f"No such command {name!r}. (Did you mean {' or '.join(map(repr, close))}?)")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -69,7 +84,13 @@ class LazyGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(map(len, names))
-        rows = [(name, self._described(ctx, name).get_short_help_str(limit)) for name in names]
+        # Loaded or not, a command is shortened alike: click's own cut, of a stand-in without the whole
+        # first sentence a loaded command carries as its short help.
+        described = [self._described(ctx, name) for name in names]
+        rows = [
+            (name, click.Command(name, help=c.help).get_short_help_str(limit))
+            for name, c in zip(names, described, strict=True)
+        ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -80,6 +101,25 @@ class LazyGroup(click.Group):
         module_name, attribute = COMMANDS[name]
         docstring = _docstring(module_name, attribute)
         return self.get_command(ctx, name) if docstring is None else click.Command(name, help=docstring)
+
+
+def first_sentence(text: str | None) -> str | None:
+    """The first sentence of a help text, on one line: what a list of commands shows of each."""
+    if not text:
+        return None
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
+
+
+def _with_summary(command: click.Command) -> click.Command:
+    """The command (and its subcommands) with its first sentence as its short help: the docs' list of
+    commands (mkdocs-click) shows a command's first line, which a wrapped docstring cuts mid-sentence."""
+    if command.short_help is None:
+        command.short_help = first_sentence(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        _with_summary(sub)
+    return command
 
 
 def _docstring(module_name: str, function: str) -> str | None:
@@ -132,7 +172,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str] | None) -> None:
-    from biosrecall.atomic import command_outputs
 
     try:
         with command_outputs():  # a failed write takes back the folders this command made

@@ -16,6 +16,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, checkpoint_option
+from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts
 
 
@@ -41,7 +42,6 @@ from biosrecall.numbers import DEPTH, counts
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
 def ask(run_dir, prompt, exit_spec, max_depth, checkpoint, max_new_tokens, device, data_dir):
     """Answer PROMPT with RUN_DIR's model, printing each token with the depth it used."""
-    from biosrecall.errors import BiosrecallError
     from biosrecall.eval.exits import check_max_depth, parse_exit
     from biosrecall.eval.serving import answer_prompt
 

@@ -21,6 +21,7 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.figure1 import DEPTHS, RERUN_HINT, SEEDS, parse_seeds, report_outcome
 from biosrecall.cli.options import Integer, NumberList, Real
+from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import EXPOSURES, counts
 from biosrecall.train.config import LIMITS
@@ -119,7 +120,6 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     an output made with another preset, exposures, batch, sequence length or lr is refused."""
     from biosrecall.experiments.capacity import CapacityOptions, run_capacity
     from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.interrupts import work_done
     from biosrecall.train.loop import Interrupted
 
     if archive is not None:  # copies files: no training, no torch
@@ -132,7 +132,7 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
         return
     options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths)
     if plan:
-        _print_plan(options)
+        _print_plan(options, None if quiet else report_outcome)
         return
     try:
         result = run_capacity(
@@ -154,10 +154,10 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     _print(result)
 
 
-def _print_plan(options) -> None:
+def _print_plan(options, report) -> None:
     from biosrecall.experiments.capacity import plan_capacity
 
-    table = plan_capacity(options)
+    table = plan_capacity(options, report)
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     click.echo(
         f"{len(table)} runs: {table['updates'].sum():,} updates, {table['tokens'].sum():,} tokens, "

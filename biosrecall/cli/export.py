@@ -16,6 +16,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, checkpoint_option
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH
 
 
@@ -43,7 +44,6 @@ from biosrecall.numbers import DEPTH
 def export(run_dir, checkpoint, out_dir, num_steps, data_dir, overwrite):
     """Export a run's checkpoint as a Hugging Face transformers model folder with a model card."""
     from biosrecall.hf.export import export_run
-    from biosrecall.interrupts import work_done
 
     written = export_run(
         run_dir, out_dir, checkpoint, num_steps=num_steps, data_dir=data_dir, overwrite=overwrite

@@ -13,12 +13,14 @@ unless `--overwrite` asks for the output to be replaced.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, parse_overrides, train_field_option
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
 
@@ -209,7 +211,6 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     from biosrecall.experiments.figure1 import run_figure1
     from biosrecall.experiments.study import StudyOptions
     from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.interrupts import work_done
     from biosrecall.train.loop import Interrupted
 
     study = StudyOptions(
@@ -243,12 +244,11 @@ def report_outcome(outcome) -> None:
     elif outcome.state == "failed":
         click.echo(f"failed  {outcome.name}: {outcome.error}  [log {outcome.log}]", err=True)
     elif outcome.action != "skipped":
-        click.echo(f"{outcome.action:<8} {outcome.name}", err=True)
+        click.echo(f"{outcome.action:<8} {outcome.name}  {outcome.progress}".rstrip(), err=True)
 
 
 def _more_seeds_command(out_dir: Path, preset: str, study, budget: float | None = None) -> str:
     """The command that adds two seeds to this output, with its other options (finished runs are kept)."""
-    from dataclasses import asdict
 
     from biosrecall.experiments.study import figure1_command
 
@@ -262,8 +262,9 @@ def claims_header(n_seeds: int, more_seeds: str) -> str:
     if n_seeds > 1:
         return f"claims, judged over {n_seeds} seeds (95% intervals):"
     return (
-        "claims, from 1 seed: one seed cannot decide a claim (no interval), so every measured claim reads "
-        f"inconclusive; add seeds with the same options plus --seeds, e.g.\n  {more_seeds}"
+        "claims, from 1 seed: one seed cannot decide a claim (no interval), so every measured claim this "
+        "size can test reads inconclusive; add seeds with the same options plus --seeds, e.g.\n  "
+        f"{more_seeds}"
     )
 
 

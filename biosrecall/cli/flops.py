@@ -7,10 +7,17 @@
 A standard-transformer baseline (no recurrent block) has one depth: it is shown at K = 1 with how it
 matches its looped preset, and without schedules (every depth would cost the same).
 
+A bioS preset's vocabulary (256 for bios-tiny) is a stand-in: `train` sizes the embedding to the
+dataset's tokenizer, so `--data DATASET` counts what a run on that dataset has:
+
+    biosrecall flops --preset bios-tiny --data runs/tour/data     # the tour's run: vocab 2,137
+
 Every number comes from `biosrecall.compute` (the one FLOP account); this module only formats.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -25,6 +32,8 @@ from biosrecall.compute.flops import (
 )
 from biosrecall.compute.planner import saving_vs_uniform
 from biosrecall.compute.schedules import parse_schedule
+from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_json_object
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.presets import PRESETS, get_preset
 from biosrecall.numbers import DEPTH
@@ -92,6 +101,14 @@ REPORTED = {
     "4800 is the paper's 200M run).",
 )
 @click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="bioS dataset whose vocabulary sizes the embedding, as `train` does [default: the preset's "
+    "stand-in vocabulary].",
+)
+@click.option(
     "--backprop-depth",
     type=Integer(DEPTH, "backprop_depth"),
     default=None,
@@ -102,26 +119,48 @@ def flops(
     schedules: tuple[str, ...],
     seq_len: int | None,
     updates: int,
+    data_dir: Path | None,
     backprop_depth: int | None,
 ) -> None:
     """Print, per preset, parameters by component, FLOPs per token at K = 1, 4, 8.5 (the mean of
     U{1..16}) and 16, and each schedule's modeled training compute relative to uniform:1-16 at the same
     number of updates (the saving is 1 minus that)."""
     parsed = [parse_schedule(text) for text in schedules or PAPER_SCHEDULES]
+    vocabulary = None if data_dir is None else _dataset_vocabulary(data_dir)
     for index, name in enumerate(presets):
         overrides = {} if backprop_depth is None else {"backprop_depth": backprop_depth}
+        if vocabulary is not None:
+            overrides["vocab_size"] = vocabulary
         cfg = get_preset(name, **overrides)
         if index:
             click.echo()
-        click.echo(
-            "\n".join(
-                line.rstrip() for line in _report(name, cfg, [s.spec for s in parsed], seq_len, updates)
-            )
-        )
+        lines = _report(name, cfg, [s.spec for s in parsed], seq_len, updates, data_dir)
+        click.echo("\n".join(line.rstrip() for line in lines))
 
 
-def _report(name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int) -> list[str]:
+def _dataset_vocabulary(data_dir: Path) -> int:
+    """The vocabulary size a dataset's manifest records (what `train` sizes the embedding to)."""
+
+    if not (data_dir / "manifest.json").is_file():
+        raise BiosrecallError(f"--data {data_dir} holds no manifest.json: give a bioS dataset folder")
+    manifest = read_json_object(data_dir / "manifest.json", "dataset manifest", required=("tokenizer",))
+    size = manifest["tokenizer"].get("vocab_size") if isinstance(manifest["tokenizer"], dict) else None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise BiosrecallError(f"{data_dir / 'manifest.json'} records no vocabulary size")
+    return size
+
+
+def _report(
+    name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int, data_dir=None
+) -> list[str]:
     tie = "tied" if cfg.tie_embeddings else "untied"
+    if data_dir is not None:
+        vocab = f"vocab {cfg.vocab_size:,} (of {data_dir}; {tie} head)"
+    elif name.startswith("bios-"):
+        # The count a reader compares with a run's: say it is not one until --data makes it one.
+        vocab = f"vocab {cfg.vocab_size:,} (the preset's stand-in: a run has its dataset's, --data counts it; {tie} head)"
+    else:
+        vocab = f"vocab {cfg.vocab_size:,} ({tie} head)"
     if cfg.recurrent:
         layers = f"{cfg.n_prelude} + {cfg.n_block} x K + {cfg.n_coda}"
         savings = _savings(name, cfg, specs, seq_len, updates)
@@ -131,7 +170,7 @@ def _report(name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, 
     lines = [
         f"{name}: width {cfg.d_model}, {cfg.n_heads} heads, {cfg.mlp} MLP {cfg.d_mlp}, layers "
         f"{layers}, context {cfg.context_length}, "
-        f"vocab {cfg.vocab_size} ({tie} head), {cfg.injection} injection, {cfg.norm}-norm",
+        f"{vocab}, {cfg.injection} injection, {cfg.norm}-norm",
         *([match] if (match := describe_match(name)) else []),
         "",
     ]

@@ -9,7 +9,7 @@
 threshold for each delta on the rest and writes RUN/gates/<label>/ (gate.json, calibration.npz); it
 prints, per delta, the calibrated threshold and the calibration queries' mean exit depth. On an
 `lm train` run it fits on training-shard windows and calibrates on the validation split
-(`biosrecall.eval.gate_lm`), for `biosrecall lm eval RUN --exit gate:0.05`.
+(`biosrecall.lm.gate`), for `biosrecall lm eval RUN --exit gate:0.05`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option
+from biosrecall.files import read_json_object
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
+from biosrecall.train.layout import GATE_RECORD_FILE
 
 
 @click.group()
@@ -58,22 +61,20 @@ def train(run_dir, max_depth, seed, confidence, batch_size, device, data_dir, **
     """Fit the learned exit gate of RUN_DIR's checkpoints on the training phrasings of its dataset and
     calibrate its threshold per delta on held-out people (an LM run: on training-shard windows, then
     on the validation split); write RUN_DIR/gates/<label>/."""
-    from biosrecall.eval.gate_fit import fit_gates
-    from biosrecall.interrupts import work_done
+    from biosrecall.eval.gate_fit import GATE_TASKS, fit_gates
+    from biosrecall.lm.gate import LM_GATE
 
     written = fit_gates(run_dir, selected[CHECKPOINT_LIST], max_depth=max_depth, seed=seed,
-                        confidence=confidence, batch_size=batch_size, device=device, data_dir=data_dir)  # fmt: skip
+                        confidence=confidence, batch_size=batch_size, device=device, data_dir=data_dir,
+                        tasks={**GATE_TASKS, "lm": LM_GATE})  # fmt: skip
     work_done()
     for folder in written:
         _report(folder)
 
 
 def _report(folder: Path) -> None:
-    import json
 
-    from biosrecall.train.layout import GATE_RECORD_FILE
-
-    record = json.loads((folder / GATE_RECORD_FILE).read_text(encoding="utf-8"))
+    record = read_json_object(folder / GATE_RECORD_FILE, "gate record")
     click.echo(f"wrote {folder}")
     click.echo(f"  reference depth {record['reference_depth']} (best fixed depth on the fitting people), "
                f"confidence {record['confidence']:g}")  # fmt: skip

@@ -24,15 +24,18 @@ import click
 from click.core import ParameterSource
 
 from biosrecall.atomic import committed
-from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, NAME_PARTS, generate_dataset, load_dataset
+from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, NAME_PARTS, generate_dataset
+from biosrecall.bios.dataset import FORMAT, MANIFEST
 from biosrecall.bios.export_text import (
     DEFAULT_EXPOSURES,
     MAX_EXPOSURES,
     TEXT_FORMATS,
     TextExport,
+    check_export_size,
     export_text,
 )
 from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
+from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
 from biosrecall.errors import BiosrecallError
@@ -40,6 +43,7 @@ from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
 from biosrecall.numbers import SEED, counts, parse_int
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
+from biosrecall.sizing import dataset_cost, shows_progress
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
 # Options that describe a dataset to generate, so they mean nothing with --from-dataset.
@@ -69,25 +73,30 @@ def parse_pool_sizes(items: tuple[str, ...]) -> dict[str, int]:
 
 
 def _summary(path: Path, pools_dir: Path | None) -> list[str]:
-    dataset = load_dataset(path)
-    manifest = dataset.manifest
-    bits = ", ".join(f"{a} {dataset.bits_per_attribute[a]:.2f}" for a in ATTRIBUTES)
+    # From the manifest alone: reading the whole dataset back would double the memory generating it
+    # took, and a dataset that only just fit would fail here, after it was written.
+    _, manifest = read_manifest(path / MANIFEST, FORMAT)
+    bits = ", ".join(f"{a} {manifest['bits_per_attribute'][a]:.2f}" for a in ATTRIBUTES)
     # with pools of one's own, show how much of each file is in use: sizes are not the files' lengths
     lengths = pool_lengths(pools_dir) if pools_dir is not None else {}
     sizes = ", ".join(
-        f"{a} {dataset.pool_sizes[a]}" + (f" of {lengths[a]}" if a in lengths else "") for a in ATTRIBUTES
+        f"{a} {manifest['pool_sizes'][a]}" + (f" of {lengths[a]}" if a in lengths else "") for a in ATTRIBUTES
     )
     names = " x ".join(str(manifest["name_pool_sizes"][part]) for part in NAME_PARTS)
     files = ", ".join(sorted(p.name for p in path.iterdir()))
     return [
         f"wrote {path}",
-        f"  people        {dataset.num_people} (seed {manifest['seed']})",
+        f"  people        {manifest['num_people']} (seed {manifest['seed']})",
         f"  pool sizes    {sizes}; names {names}",
-        f"  bits/person   {dataset.total_bits:.2f} ({bits})",
-        f"  chance bits   {dataset.chance_bits:.2f} (always answering each attribute's most common value)",
-        f"  vocab size    {dataset.vocab_size}",
+        f"  bits/person   {manifest['total_bits']:.2f} ({bits})",
+        f"  chance bits   {manifest['chance_bits']:.2f} (always answering each attribute's most common value)",
+        f"  vocab size    {manifest['tokenizer']['vocab_size']}",
         f"  files         {files}",
     ]
+
+
+def _progress(stage: str) -> None:
+    click.echo(stage, err=True)
 
 
 def _size(num_bytes: int) -> str:
@@ -238,7 +247,10 @@ def generate(
     export = _text_export(ctx, text_format, text_out, exposures, seed, overwrite)
     if export is not None:  # refuse a bad text output before the dataset is written
         export.check(inputs=[dataset_dir, pools_dir or POOLS_DIR, templates_dir or TEMPLATES_DIR])
+        if from_dataset is None:
+            check_export_size(people, export)
     if from_dataset is None:
+        long = shows_progress(dataset_cost(people))
         try:
             generate_dataset(
                 dataset_dir,
@@ -249,6 +261,7 @@ def generate(
                 overwrite=overwrite,
                 templates_dir=templates_dir,
                 pools_dir=pools_dir,
+                report=_progress if long else None,
             )
         except KeyboardInterrupt:
             # Stopped after the dataset was swapped into place (while letting go of the lock, say):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import click
 
+from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
@@ -111,7 +112,6 @@ def prepare(
 ) -> None:
     """Tokenize INPUT... (.txt, .jsonl, .parquet files, folders of them, or hf:NAME[:CONFIG]) into
     token shards with a validation split, a tokenizer and a manifest."""
-    from biosrecall.atomic import check_output_dir, check_output_path
     from biosrecall.lm.corpus import Corpus
     from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, prepare_corpus
     from biosrecall.lm.tokenizer import load_tokenizer

@@ -15,6 +15,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts
+from biosrecall.train.layout import eval_dir
 
 
 def no_verify_option(command):
@@ -96,7 +97,6 @@ def evaluate(
     from biosrecall.eval.gate import check_gates
     from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
     from biosrecall.runs import select_checkpoints
-    from biosrecall.train.layout import eval_dir
 
     apply_no_verify(no_verify)
     criteria = parse_exits(exits) if exits else []
@@ -135,7 +135,6 @@ def evaluate(
 def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: dict) -> None:
     """Score and print NLL with per-token exit, next to the fixed-depth NLL on the same windows."""
     from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, EXIT_TABLE, evaluate_exits
-    from biosrecall.train.layout import eval_dir
 
     table = evaluate_exits(run, criteria, sequences=sequences or DEFAULT_EXIT_SEQUENCES, **options)
     for checkpoint, rows in table[table["kind"] == BASELINE].groupby("checkpoint", sort=False):

@@ -32,6 +32,7 @@ from click.core import ParameterSource
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import INIT_STATES, INJECTIONS, MAX_VOCAB, NORMS, ModelConfig
+from biosrecall.model.presets import parse_model_overrides
 from biosrecall.numbers import DEPTH, Limit, check_number, counts, parse_float, parse_int, split_list
 from biosrecall.train.config import CHOICES, RUN_SIZE, TrainConfig, check_field
 
@@ -284,9 +285,12 @@ def trainer_options(overrides: tuple[str, ...] = (), run: bool = True, bios: boo
 def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
     """--model-override: FIELD=VALUE pairs (repeatable or comma-separated), checked against the model
     config's fields."""
-    from biosrecall.model.config import parse_model_overrides
 
-    return parse_model_overrides([part for value in values for part in value.split(",") if part])
+    parts = [part for value in values for part in value.split(",")]
+    if "" in parts:
+        shown = next(value for value in values if "" in value.split(","))
+        raise BiosrecallError(f"--model-override takes FIELD=VALUE pairs without empty items, got {shown!r}")
+    return parse_model_overrides(parts)
 
 
 def merge_overrides(named: dict[str, Any], pairs: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ Each checkpoint's result is cached as `checkpoints/<label>/recall.parquet`, so r
 
 Any Hugging Face causal LM instead of runs (`biosrecall.hf.scoring`, needs the `hf` extra):
 
+    biosrecall recall-curve --hf-model exported/ff --data data/bios-1k                # K = 1..64, as runs
     biosrecall recall-curve --hf-model exported/ff --data data/bios-1k --depths 1,4,16,64
     biosrecall recall-curve --hf-model models/gpt2-bios --data data/bios-1k         # one depth
     biosrecall recall-curve --hf-model models/huginn-bios --data data/bios-1k --trust-remote-code \
@@ -35,7 +36,9 @@ Any Hugging Face causal LM instead of runs (`biosrecall.hf.scoring`, needs the `
 
 scores the same 4-of-5 exact match with the model's own tokenizer (greedy answer compared as text)
 and writes the same recall_curve table, figure and summary. A biosrecall export's depth argument is
-num_steps unless --depth-arg says otherwise; another model is scored at one depth without one.
+num_steps unless --depth-arg says otherwise; another model is scored at one depth without one. A
+looped model is scored at depths 1..--max-depth, as runs are, so an export and its run print the
+same "mean K<=16" (--depths picks fewer: one forward pass per depth).
 """
 
 from __future__ import annotations
@@ -44,15 +47,21 @@ from functools import partial
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
+from biosrecall.atomic import atomic_write_text
+from biosrecall.bios.dataset import FORMAT, MANIFEST
+from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, ParsedBy, checkpoint_option
 from biosrecall.diagnose.options import parse_depth_list
+from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts
+from biosrecall.sizing import Cost, check_fits, scoring_cost
 
 DEFAULT_OUT = Path("recall-curve")
 RUN_BATCH_SIZE = 256
-RUN_ONLY = (CHECKPOINT_LIST, "max_depth", "refresh", "exits", "per_token", "aggregate_seeds")
+RUN_ONLY = (CHECKPOINT_LIST, "refresh", "exits", "per_token", "aggregate_seeds")
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
@@ -66,7 +75,7 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     type=Integer(
         DEPTH, below="--max-depth must be at least 1 (got {value}), the max depth any query reaches"
     ),
-    help="Evaluate serving depths 1..max-depth.",
+    help="Evaluate serving depths 1..max-depth (runs, and a looped --hf-model).",
 )
 @click.option(
     "--threshold",
@@ -103,6 +112,9 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     help="bits: recalled bits per person; attribute: share of facts recalled per attribute.",
 )
 @click.option("--refresh", is_flag=True, help="Re-evaluate even when a cached result is current.")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace the recall-curve results already in --out (other files stay)."
+)
 @click.option(
     "--people",
     type=Integer(counts()),
@@ -146,7 +158,8 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     "--depths",
     type=ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH),
     default=None,
-    help="With --hf-model and a depth argument: depths to score, a comma list [default: 1,2,4,8,16,32,64].",
+    help="With --hf-model and a depth argument: depths to score, a comma list [default: 1..--max-depth, "
+    "as for runs].",
 )
 @click.option(
     "--trust-remote-code",
@@ -166,6 +179,7 @@ def recall_curve(
     out_dir,
     metric,
     refresh,
+    overwrite,
     people,
     exits,
     per_token,
@@ -177,56 +191,68 @@ def recall_curve(
 ):
     """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
     plot Figure-1 style curves."""
-    from biosrecall.errors import BiosrecallError
 
     if out_dir.exists() and not out_dir.is_dir():  # before hours of evaluation, not after
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     _check_mode(run_dirs, hf_model, data_dir)
+    earlier = _earlier_outputs(out_dir)
+    if earlier and not overwrite:
+        raise BiosrecallError(f"{out_dir} already holds recall-curve results ({earlier[0].name}); "
+                              "pass --overwrite to replace them")  # fmt: skip
+    _check_size(run_dirs, data_dir, people, max_depth)
     if hf_model is not None:
         options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
         # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag.
         options.update(depth_arg=depth_arg, trust_remote_code=True if trust_remote_code else None)
+        # Only an explicit --max-depth: a model without a depth argument is refused one.
+        options["max_depth"] = max_depth if _given("max_depth") else None
         chosen = None if depths is None else parse_depth_list(depths, "--depths")
-        _score_hf(hf_model, data_dir, chosen, options, out_dir, metric)
+        _drop_unwritten(earlier, _score_hf(hf_model, data_dir, chosen, options, out_dir, metric))
         return
-    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
+    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS
+    from biosrecall.eval.serving import score_runs
 
     criteria = _parse_exits(exits, max_depth)
     if per_token and not criteria:
         raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
-    if criteria:  # a gate:DELTA without its fitted gate is refused before anything is written
-        from biosrecall.eval.gate import check_gates
-
-        check_gates(run_dirs, criteria, checkpoints or DEFAULT_CHECKPOINTS, max_depth)
     groups = _seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
     batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
-    table = recall_curves(
-        run_dirs,
-        checkpoints or DEFAULT_CHECKPOINTS,
-        max_depth,
-        threshold,
-        batch_size=batch_size,
-        device=device,
-        data_dir=data_dir,
-        refresh=refresh,
-        people=people,
-    )
+    scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, per_token=per_token,
+                        max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
+                        data_dir=data_dir, refresh=refresh, people=people)  # fmt: skip
     shown_depths = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
     if groups is None:
-        written = _write_curves(table, out_dir, metric, shown_depths, last=not criteria)
+        written = _write_curves(scores.recall, out_dir, metric, shown_depths, last=not criteria)
     else:
-        written = _write_seed_curves(table, groups, out_dir, last=not criteria)
+        written = _write_seed_curves(scores.recall, groups, out_dir, last=not criteria)
     if criteria:
-        options = {"max_depth": max_depth, "threshold": threshold, "batch_size": batch_size}
-        options.update(device=device, data_dir=data_dir, people=people, per_token=per_token)
-        written += _score_exits(run_dirs, criteria, checkpoints or DEFAULT_CHECKPOINTS, out_dir, options)
+        written += _write_exits(scores, out_dir)
+    _drop_unwritten(earlier, written)
     for path in written:
         click.echo(f"wrote {path}")
 
 
+# Every file recall-curve writes into --out, by name.
+OWN_OUTPUTS = ("recall_curve*", "summary.csv", "summary_runs.csv", "exit_frontier.*", "exit_headline.*",
+               "exit_token_gap.*")  # fmt: skip
+
+
+def _earlier_outputs(out_dir: Path) -> list[Path]:
+    """The files of an earlier recall-curve in `out_dir` (none when it is not a folder yet)."""
+    if not out_dir.is_dir():
+        return []
+    return sorted(path for pattern in OWN_OUTPUTS for path in out_dir.glob(pattern) if path.is_file())
+
+
+def _drop_unwritten(earlier: list[Path], written: list[Path]) -> None:
+    """With --overwrite, an earlier call's results that this call did not write again would describe
+    other runs or settings beside the new ones: they go, once everything new is in place."""
+    for path in set(earlier) - set(written):
+        path.unlink(missing_ok=True)
+
+
 def _given(name: str) -> bool:
     """The option was set on the command line or in a --config file (not left at its default)."""
-    from click.core import ParameterSource
 
     return click.get_current_context().get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
 
@@ -237,7 +263,6 @@ def _flag(name: str) -> str:
 
 def _check_mode(run_dirs, hf_model, data_dir) -> None:
     """Runs or one Hugging Face model, each with only the options that apply to it."""
-    from biosrecall.errors import BiosrecallError
 
     if hf_model is not None and run_dirs:
         raise BiosrecallError("--hf-model and RUN_DIRS are mutually exclusive: score runs or one model")
@@ -251,6 +276,32 @@ def _check_mode(run_dirs, hf_model, data_dir) -> None:
         raise BiosrecallError("--hf-model needs --data DATASET, the bioS dataset folder to score it on")
 
 
+def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
+    """Refuse, before any dataset is read, scoring larger than the machine (`biosrecall.sizing`): every
+    dataset the runs use (or --data) is read whole and holds the evaluation set of the people scored.
+    A run folder that cannot be read is left to the scoring, which names its problem."""
+    from biosrecall.runs import training_data_of
+    from biosrecall.train.run_dir import read_config
+
+    folders = set()
+    try:
+        if data_dir is not None:
+            folders.add(Path(data_dir).resolve())
+        else:
+            for run_dir in run_dirs:
+                folders.add(training_data_of(run_dir, read_config(run_dir)).resolve())
+        counts = [read_manifest(folder / MANIFEST, FORMAT)[1]["num_people"] for folder in folders]
+    except BiosrecallError:
+        return
+    cost, largest = Cost(), 0
+    for count in counts:
+        scored = count if people is None else min(people, count)
+        cost = cost.alongside(scoring_cost(scored, max_depth, dataset_people=count))
+        largest = max(largest, scored)
+    if counts:
+        check_fits(f"scoring {largest:,} people", cost, None, "score fewer with --people N")
+
+
 def _seed_groups(run_dirs):
     from biosrecall.eval.seeds import seed_groups
 
@@ -260,7 +311,6 @@ def _seed_groups(run_dirs):
 def _write_seed_curves(table, groups, out_dir: Path, last: bool) -> list[Path]:
     """--aggregate-seeds: every run's table, the curves and summary over seeds, and the figure of the
     means with their intervals; prints the summary. `last`: these are the command's last outputs."""
-    from biosrecall.atomic import atomic_write_text
     from biosrecall.eval.curves import TABLE_NAME
     from biosrecall.eval.plots import plot_recall_curves
     from biosrecall.eval.seeds import aggregate_recall
@@ -296,7 +346,9 @@ def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None, las
     return written
 
 
-def _score_hf(hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str) -> None:
+def _score_hf(
+    hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str
+) -> list[Path]:
     """--hf-model: score the model, then write and print what recall-curve writes for runs."""
     from biosrecall.hub import check_model_folder
 
@@ -314,11 +366,14 @@ def _score_hf(hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Pa
         device=options["device"],
         people=options["people"],
         trust_remote_code=options["trust_remote_code"],
+        max_depth=options["max_depth"],
     )
     scored = sorted(table["depth"].unique())
     shown = sorted({int(d) for d in scored if d in (1, 4, 16, 64)} | {int(scored[0]), int(scored[-1])})
-    for path in _write_curves(table, out_dir, metric, shown, plot_hf_recall(table, metric)):
+    written = _write_curves(table, out_dir, metric, shown, plot_hf_recall(table, metric))
+    for path in written:
         click.echo(f"wrote {path}")
+    return written
 
 
 def _outputs_complete(last: bool) -> None:
@@ -340,26 +395,15 @@ def _parse_exits(exits, max_depth: int) -> list:
     return parse_exits(exits)
 
 
-def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) -> list[Path]:
-    """Score the criteria from one all-depth pass per checkpoint; write and print the results."""
-    from biosrecall.eval.serving import exit_frontier, write_frontier
+def _write_exits(scores, out_dir: Path) -> list[Path]:
+    """Write and print the serving frontier (and the per-token gap, when scored): the last outputs."""
+    from biosrecall.eval.serving import write_frontier
 
-    frontier = exit_frontier(
-        run_dirs,
-        criteria,
-        checkpoints,
-        options["max_depth"],
-        options["threshold"],
-        batch_size=options["batch_size"],
-        device=options["device"],
-        data_dir=options["data_dir"],
-        people=options["people"],
-    )
-    written, headline = write_frontier(out_dir, frontier)
-    if options["per_token"]:
-        written += _score_per_token(run_dirs, criteria, checkpoints, out_dir, options)
+    written, headline = write_frontier(out_dir, scores.frontier)
+    if scores.gap is not None:
+        written += _write_per_token(scores.gap, out_dir)
     _outputs_complete(True)  # the exit results are always written last
-    shown = frontier[frontier["kind"] != "fixed-depth"]
+    shown = scores.frontier[scores.frontier["kind"] != "fixed-depth"]
     columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
     columns.append("flops_per_query")
     click.echo("adaptive exit:")
@@ -369,15 +413,11 @@ def _score_exits(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) 
     return written
 
 
-def _score_per_token(run_dirs, criteria, checkpoints, out_dir: Path, options: dict) -> list[Path]:
-    """Decide the criteria per answer token; write and print the gap to whole-query exit."""
-    from biosrecall.eval.token_exit import TABLE_NAME, token_exit_gap
+def _write_per_token(gap, out_dir: Path) -> list[Path]:
+    """Write and print the gap of per-token to whole-query exit."""
+    from biosrecall.eval.token_exit import TABLE_NAME
     from biosrecall.outputs import write_table
 
-    gap = token_exit_gap(
-        run_dirs, criteria, checkpoints, options["max_depth"], people=options["people"],
-        device=options["device"], data_dir=options["data_dir"], threshold=options["threshold"],
-    )  # fmt: skip
     written = write_table(gap, out_dir / TABLE_NAME)
     columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth", "whole_query_bits"]
     columns += ["gap_vs_whole_query", "gap_vs_fixed_depth"]

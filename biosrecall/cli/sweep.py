@@ -22,6 +22,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
 
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
@@ -102,7 +103,7 @@ def run(spec_path, kind, overrides, only, dry_run, **given):
 
 def _report(outcome) -> None:
     detail = f"exit {outcome.exit_code}: {outcome.error}" if outcome.state == "failed" else outcome.action
-    click.echo(f"{outcome.state:<6} {outcome.name}  {detail}")
+    click.echo(f"{outcome.state:<6} {outcome.name}  {detail}  {outcome.progress}".rstrip())
 
 
 @sweep.command("status")
@@ -123,7 +124,6 @@ def status(spec_path, as_json):
 @_SPEC
 def collect(spec_path):
     """Tabulate the finished runs of SPEC into OUT/collect/ (runs, recall curves or the LM comparison)."""
-    from biosrecall.interrupts import work_done
     from biosrecall.sweep.collect import collect_sweep
     from biosrecall.sweep.spec import load_spec
 

@@ -21,6 +21,7 @@ from biosrecall.cli.options import (
     split_options,
     trainer_options,
 )
+from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import counts
 
@@ -64,7 +65,6 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     Prints the plan (updates, switch update, FLOPs, tokens, parameters, estimated time), trains,
     keeps weights at each budget fraction under OUT/checkpoints/<fraction>/ and a resumable
     OUT/checkpoints/latest, and logs every update to OUT/metrics.jsonl."""
-    from biosrecall.interrupts import work_done
     from biosrecall.train.bios_training import train_bios
     from biosrecall.train.branch import branch_of
     from biosrecall.train.loop import Interrupted, TrainingDiverged
@@ -80,9 +80,8 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(130 if isinstance(exc, Interrupted) else 1) from None
     work_done()  # the run is trained and saved: a Ctrl-C from here on changes nothing
-    if not quiet:
-        click.echo(
-            f"trained {result.updates} updates, {result.flops:.3e} FLOPs in {result.wall_seconds:.1f}s"
-        )
+    if quiet:  # errors only: the run folder holds everything these lines would say
+        return
+    click.echo(f"trained {result.updates} updates, {result.flops:.3e} FLOPs in {result.wall_seconds:.1f}s")
     for fraction, path in result.checkpoints.items():
         click.echo(f"checkpoint {fraction:g}: {path}")

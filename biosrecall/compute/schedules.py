@@ -283,19 +283,35 @@ def _check_pl(mean: float, sigma: float, cap: int | None) -> None:
     )
 
 
+_EXAMPLES = "e.g. fixed:4, uniform:1-16, fixed_first:k0=4,switch=0.8,finish=uniform"
+
+
 def parse_schedule(text: str) -> Schedule:
     """The one parser from text (see the module docstring) to a schedule; a malformed or impossible
-    schedule is a `BiosrecallError` quoting the text and naming the bad part."""
+    schedule is a `BiosrecallError` quoting the text and naming the bad part.
+
+    Spaces may surround the whole spec but not sit inside it (`fixed : 4`), a colon needs a value
+    after it (`uniform:`), and a key=value list may hold no empty item (`k0=4,,switch=0.8`): each is
+    refused, saying what was expected, rather than read as something else."""
     text = text.strip() if isinstance(text, str) else ""
     foreign = next((char for char in text if not char.isascii()), None)
     # A spec is recorded as written: a full-width digit or a look-alike letter would be kept.
     _require(foreign is None, f"schedule {text!r}: {foreign!r} is not ASCII; write schedules in ASCII")
-    name, _, body = text.partition(":")
-    name = name.strip().lower().replace("-", "_")
+    _require(
+        not any(char.isspace() for char in text),
+        f"schedule {text!r}: no spaces inside a schedule; expected NAME:PARAMETERS ({_EXAMPLES})",
+    )
+    name, colon, body = text.partition(":")
+    name = name.lower().replace("-", "_")
     problem = f"unknown schedule {name!r} in {text!r}" if name else "empty schedule"
     _require(name in _BUILDERS, f"{problem}; use one of: {', '.join(_BUILDERS)} (e.g. fixed:4, uniform:1-16)")
+    _require(
+        not colon or bool(body),
+        f"schedule {text!r}: the colon needs the schedule's parameters after it; expected NAME or "
+        f"NAME:PARAMETERS ({_EXAMPLES})",
+    )
     try:
-        return _BUILDERS[name](body.strip())
+        return _BUILDERS[name](body)
     except BiosrecallError as exc:
         raise BiosrecallError(f"schedule {text!r}: {exc}") from None
 
@@ -310,7 +326,7 @@ def _value(raw: str, kind: type, key: str) -> int | float:
 def _range(raw: str, key: str = "range") -> tuple[int, int]:
     lo, dash, hi = raw.partition("-")
     _require(bool(dash), f"{key} {raw!r} must look like LO-HI, e.g. 1-16")
-    return _value(lo.strip(), int, key), _value(hi.strip(), int, key)
+    return _value(lo, int, key), _value(hi, int, key)
 
 
 class _Args:
@@ -318,12 +334,18 @@ class _Args:
 
     def __init__(self, body: str) -> None:
         self.pairs: dict[str, str] = {}
-        for part in filter(None, (p.strip() for p in body.split(","))):
+        parts = body.split(",") if body else []
+        _require(
+            all(parts),
+            "an empty item in the key=value list (two commas in a row, or one at an end); expected "
+            "key=value pairs separated by single commas",
+        )
+        for part in parts:
             key, eq, raw = part.partition("=")
-            key = key.strip().lower()
-            _require(bool(eq and raw.strip()), f"{part!r} must look like key=value")
+            key = key.lower()
+            _require(bool(key and eq and raw), f"{part!r} must look like key=value")
             _require(key not in self.pairs, f"{key!r} is given twice")
-            self.pairs[key] = raw.strip()
+            self.pairs[key] = raw
 
     def get(self, key: str, kind: type, default: object = ...) -> object:
         if key not in self.pairs:

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from biosrecall import runs
+from biosrecall.bios import load_dataset
 from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import score_exact
@@ -41,6 +42,11 @@ from biosrecall.eval.recall import score_exact
 # The answer-position layout belongs to the recall sweep; reading the same positions makes the
 # diagnostic's "recalled" mean exactly what `recall-curve` means.
 from biosrecall.eval.sweep import answer_batch, exact_rows, plan_batches
+from biosrecall.lm.evaluate import depth_nll
+from biosrecall.lm.loader import validation_batches
+from biosrecall.lm.shard_manifest import load_manifest
+from biosrecall.lm.task import LMBatchSource
+from biosrecall.train.bios_training import BiosBatchSource
 from biosrecall.train.config import TrainConfig
 
 EVAL_BATCH = 16  # validation windows per forward pass; the mean NLL does not depend on it
@@ -84,8 +90,6 @@ def load_task(run: RunInfo, data_dir=None, people=None, val_sequences=None) -> D
 
 def bios_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
     """Answer NLL and recalled bits on the prompts of the first `people` people of the run's dataset."""
-    from biosrecall.bios import load_dataset
-    from biosrecall.train.bios_training import BiosBatchSource
 
     _refuse(val_sequences, "--val-sequences", "LM", run.run_dir, "bioS", "--people")
     path = runs.training_data_of(run.run_dir, run.meta, data_dir)
@@ -115,8 +119,6 @@ def bios_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> Diagno
 
 def lm_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> DiagnosisTask:
     """Validation NLL over the first `val_sequences` validation windows of the run's own corpus."""
-    from biosrecall.lm.evaluate import depth_nll
-    from biosrecall.lm.task import LMBatchSource
 
     _refuse(people, "--people", "bioS", run.run_dir, "LM", "--val-sequences")
     path = runs.training_data_of(run.run_dir, run.meta, data_dir)
@@ -175,8 +177,6 @@ def answer_scores(
 def validation_windows(data_dir: Path, seq_len: int, sequences: int) -> list[np.ndarray]:
     """The first `sequences` validation windows (0 = all), read once and kept: every score of a
     diagnosis sees the same tokens."""
-    from biosrecall.lm.loader import validation_batches
-    from biosrecall.lm.shard_manifest import load_manifest
 
     held_out = (load_manifest(data_dir)["splits"].get("validation") or {}).get("tokens", 0)
     if not held_out:

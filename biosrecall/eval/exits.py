@@ -334,28 +334,45 @@ _BUILDERS = {
 }
 
 
+_FORM = "NAME or NAME:VALUE, e.g. kl:1e-3 (a bare kl sweeps its thresholds)"
+
+
 def parse_exit(text: str) -> list[Criterion]:
-    """One criterion (`kl:1e-3`, `oracle`), or a bare name (`kl`) for its `DEFAULT_SWEEPS` sweep."""
+    """One criterion (`kl:1e-3`, `oracle`), or a bare name (`kl`) for its `DEFAULT_SWEEPS` sweep.
+
+    Spaces may surround a criterion (after a list's comma) but not sit inside it, and a colon needs
+    its value: `kl : 1e-3` and `kl:` are refused rather than read as something else."""
     raw = str(text).strip()
-    name, _, value = raw.partition(":")
-    name = name.strip().lower()
+    if any(char.isspace() for char in raw):
+        raise BiosrecallError(f"exit criterion {raw!r}: no spaces inside a criterion; expected {_FORM}")
+    name, colon, value = raw.partition(":")
+    name = name.lower()
     if name == "oracle":
-        if value:
+        if colon:
             raise BiosrecallError(f"exit criterion {raw!r}: oracle takes no parameter")
         return [Oracle()]
     if name not in _BUILDERS:
         known = ", ".join([*_BUILDERS, "oracle"])
         raise BiosrecallError(f"unknown exit criterion {raw!r} (known: {known})")
-    values = [value.strip()] if value.strip() else [str(v) for v in DEFAULT_SWEEPS[name]]
+    if colon and not value:
+        raise BiosrecallError(f"exit criterion {raw!r}: the colon needs a value after it; expected {_FORM}")
+    values = [value] if colon else [str(v) for v in DEFAULT_SWEEPS[name]]
     return [_BUILDERS[name](v, raw) for v in values]
 
 
 def parse_exits(text) -> list[Criterion]:
-    """Criteria from a comma list, or from the values of a repeated option; duplicates dropped."""
+    """Criteria from a comma list, or from the values of a repeated option; duplicates dropped. An
+    empty item (two commas in a row, or one at an end) is refused, not skipped."""
     parts = [text] if isinstance(text, str) else list(text)
-    pieces = [piece for part in parts for piece in str(part).split(",") if piece.strip()]
-    if not pieces:
+    pieces = [piece for part in parts for piece in str(part).split(",")]
+    if all(not piece.strip() for piece in pieces):
         raise BiosrecallError("no exit criterion given")
+    if any(not piece.strip() for piece in pieces):
+        shown = ",".join(str(part) for part in parts)
+        raise BiosrecallError(
+            f"exit criteria {shown!r} hold an empty item (two commas in a row, or one at an end); "
+            f"expected a comma list of {_FORM}"
+        )
     criteria = [criterion for piece in pieces for criterion in parse_exit(piece)]
     return list(dict.fromkeys(criteria))
 

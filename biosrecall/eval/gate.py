@@ -41,11 +41,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_max_depth
 from biosrecall.eval.gate_data import calibrate
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
-from biosrecall.files import file_sha256, read_json_object
+from biosrecall.files import file_sha256, read_json_object, require_regular_file
+from biosrecall.runs import read_meta
 from biosrecall.train import layout
 
 FORMAT = "biosrecall-exit-gate-1"
@@ -227,9 +229,35 @@ def _fit_command(run_dir, label: str) -> str:
 GATE_RECORD_KEYS = ("weights", "reference_depth", "confidence", "model_hash", "checkpoint_hash")
 
 
+def read_calibration(path: Path, refit: str) -> tuple[np.ndarray, np.ndarray]:
+    """The calibration arrays of a gate (`scores`: gate logits [R - 1, M] at depths 1 .. R - 1, `exact`:
+    bool [R, M], R its reference depth): the one reader of calibration.npz. A missing, damaged (a torn
+    zip, a wrong member) or malformed file is one line naming it, with `refit`, the command that
+    derives it again."""
+
+    try:
+        require_regular_file(path, "exit gate calibration")
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{exc}; {refit}") from None
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            scores, exact = np.asarray(arrays["scores"]), np.asarray(arrays["exact"])
+    except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise a dozen kinds for a damaged file
+        raise BiosrecallError(
+            f"exit gate calibration {path} is unreadable ({type(exc).__name__}); {refit}"
+        ) from None
+    typed = np.issubdtype(scores.dtype, np.floating) and exact.dtype == np.bool_
+    shaped = scores.ndim == exact.ndim == 2 and scores.shape[1] == exact.shape[1]
+    if not (typed and shaped and scores.shape[0] == exact.shape[0] - 1 and np.isfinite(scores).all()):
+        raise BiosrecallError(
+            f"exit gate calibration {path} is malformed: expected finite float scores [R - 1, M] and bool "
+            f"exact flags [R, M], got {scores.dtype} {scores.shape} and {exact.dtype} {exact.shape}; {refit}"
+        )
+    return scores, exact
+
+
 def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
     """The gate of checkpoint `label` of `run_dir`, refused unless fitted on that very checkpoint."""
-    from biosrecall.runs import read_meta
 
     folder = layout.gate_dir(run_dir, label)
     record_path = folder / layout.GATE_RECORD_FILE
@@ -237,14 +265,29 @@ def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
         raise BiosrecallError(
             f"{run_dir} has no exit gate for checkpoint {label}: fit one with {_fit_command(run_dir, label)}"
         )
-    record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
+    refit = f"refit it with {_fit_command(run_dir, label)}"
     try:
-        with np.load(folder / layout.GATE_CALIBRATION_FILE, allow_pickle=False) as arrays:
-            scores, exact = arrays["scores"], arrays["exact"]
+        record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{exc}; {refit}") from None
+    scores, exact = read_calibration(folder / layout.GATE_CALIBRATION_FILE, refit)
+    reference = record["reference_depth"]
+    if isinstance(reference, bool) or not isinstance(reference, int) or reference != exact.shape[0]:
+        raise BiosrecallError(
+            f"the exit gate in {folder} is inconsistent: reference depth {reference!r} in "
+            f"{layout.GATE_RECORD_FILE}, calibration to depth {exact.shape[0]}; {refit}"
+        )
+    confidence = record["confidence"]
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
+        raise BiosrecallError(
+            f"exit gate record {record_path} is corrupt: confidence must lie in (0, 1), got {confidence!r}; "
+            f"{refit}"
+        )
+    try:
         head = GateHead.from_weights(record["weights"])
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
         raise BiosrecallError(
-            f"the exit gate in {folder} is unreadable ({type(exc).__name__}); refit it with {_fit_command(run_dir, label)}"
+            f"the exit gate record {record_path} holds unusable weights ({type(exc).__name__}); {refit}"
         ) from None
     meta = read_meta(checkpoint)
     if record.get("model_hash") != model_hash(meta):
@@ -317,7 +360,6 @@ def resolve_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> 
 def check_gates(run_dirs, criteria, checkpoints, max_depth: int) -> None:
     """Refuse, before anything runs or is written, a `gate:delta` that some selected checkpoint of
     `run_dirs` has no fitted gate for (or a gate fitted elsewhere)."""
-    from biosrecall import runs
 
     if any(isinstance(criterion, Gate) for criterion in criteria):
         for run_dir in run_dirs:

@@ -1,9 +1,14 @@
 """`biosrecall gate train`: fit, calibrate and store the learned exit gate of a run's checkpoints
-(what the gate is and why: `biosrecall.eval.gate`; its data and bound: `biosrecall.eval.gate_data`;
-a language-model run's queries, from its training and validation shards: `biosrecall.eval.gate_lm`).
+(what the gate is and why: `biosrecall.eval.gate`; its data and bound: `biosrecall.eval.gate_data`).
 
     written = fit_gates("runs/ff", "final", max_depth=64, seed=0, confidence=0.95)
     # -> [Path("runs/ff/gates/1.0")], each holding gate.json and calibration.npz
+    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": LM_GATE})  # biosrecall.lm.gate: an LM run's gate
+
+What a query is differs by task: a bioS run's are the dataset's prompts (`BIOS_GATE`, here); a
+language-model run's are positions of its shards' windows (`biosrecall.lm.gate.LM_GATE`, beside the LM
+code it reads, so that `eval/` never imports `lm/`). The planning, the checks, the lock and the
+writing are shared.
 
 Everything is checked (the selector, the dataset on disk and its hash, the numbers) before the first
 model loads, and each gate folder is written atomically, so a refusal or a crash writes nothing.
@@ -11,11 +16,17 @@ model loads, and each gate folder is written atomically, so a refusal or a crash
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from biosrecall import runs
+from biosrecall.atomic import atomic_directory
+from biosrecall.bios import load_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import check_max_depth
 from biosrecall.eval.gate import (
@@ -41,14 +52,30 @@ from biosrecall.eval.gate_data import (
 )
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.files import file_sha256
+from biosrecall.locking import output_lock
 from biosrecall.numbers import check_seed
 from biosrecall.train import layout
+from biosrecall.train.distributed import resolve_device
+from biosrecall.train.run_dir import versions
+
+
+@dataclass(frozen=True)
+class GateTask:
+    """How one kind of run (its `task` name in meta.json) is fitted."""
+
+    check: Callable[[Path, dict, Path], object]
+    """(run folder, checkpoint meta, data folder) -> what `fit` reads, checked against the run."""
+    fit: Callable[..., tuple[dict, dict, str]]
+    """(model, data folder, checked data, settings, batch size) -> (record, arrays, data hash)."""
+
+
+def task_name(meta: dict) -> str:
+    """The task a checkpoint was trained on: "bios" unless its meta.json names another."""
+    return (meta.get("task") or {}).get("name") or "bios"
 
 
 def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, Path]]:
     """(label, checkpoint, meta, dataset folder) of every selected checkpoint, all checked first."""
-    from biosrecall import runs
-
     planned = []
     for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
         meta = runs.read_meta(path)
@@ -63,62 +90,50 @@ def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, P
 
 def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 0,
               confidence: float = DEFAULT_CONFIDENCE, batch_size: int = DEFAULT_BATCH_SIZE,
-              device: str = "auto", data_dir=None) -> list[Path]:  # fmt: skip
-    """Fit and store the gate of each selected checkpoint of `run_dir`; returns the gate folders."""
-    from biosrecall import runs
-    from biosrecall.locking import output_lock
-    from biosrecall.train.distributed import resolve_device
-
+              device: str = "auto", data_dir=None, tasks: Mapping[str, GateTask] | None = None) -> list[Path]:  # fmt: skip
+    """Fit and store the gate of each selected checkpoint of `run_dir`; returns the gate folders.
+    `tasks` maps a run's task name to how it is fitted (default `GATE_TASKS`: bioS runs only)."""
+    tasks = GATE_TASKS if tasks is None else tasks
     run_dir, max_depth, seed = Path(run_dir), check_max_depth(max_depth), check_seed(seed)
     if not (isinstance(confidence, float | int) and 0 < confidence < 1):
         raise BiosrecallError(f"--confidence must lie in (0, 1) (got {confidence})")
     planned = _plan(run_dir, checkpoints, data_dir)
-    datasets = _check_data(run_dir, planned)
+    datasets = _check_data(run_dir, planned, tasks)
     device, written = resolve_device(str(device)), []
     with output_lock(run_dir, clean=False):
         for label, path, meta, data_path in planned:
             model, _ = runs.load_checkpoint(path, device=device)
             settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
-            data = datasets[data_path]
-            if _is_lm(meta):
-                from biosrecall.eval.gate_lm import fit_lm_gate
-
-                record, arrays = fit_lm_gate(model, data_path, data, settings, batch_size)
-                data_hash = file_sha256(data_path / "manifest.json")
-            else:
-                record, arrays = fit_gate(model, data, settings, batch_size)
-                data_hash = data.manifest_hash
+            fit = tasks[task_name(meta)].fit
+            record, arrays, data_hash = fit(model, data_path, datasets[data_path], settings, batch_size)
             record.update(checkpoint=label, checkpoint_hash=file_sha256(path / layout.MODEL_FILE),
                           model_hash=model_hash(meta), data_hash=data_hash)  # fmt: skip
             written.append(write_gate(layout.gate_dir(run_dir, label), record, arrays))
     return written
 
 
-def _is_lm(meta: dict) -> bool:
-    return (meta.get("task") or {}).get("name") == "lm"
-
-
-def _check_data(run_dir: Path, planned) -> dict:
-    """Per data folder, what fitting reads: a bioS dataset (loaded, checked against the run), or for
-    an LM run the training sequence length (its shards checked against the run's tokenizer)."""
-    from biosrecall import runs
-
+def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict:
+    """Per data folder, what fitting reads, checked against the run by its task's `check`."""
     found = {}
     for _, _, meta, data_path in planned:
-        if data_path in found:
-            continue
-        if _is_lm(meta):
-            from biosrecall.lm.evaluate import check_data
-
-            config = runs.read_config(run_dir)
-            check_data(config, data_path)
-            found[data_path] = runs.seq_len_of(config)
-        else:
-            from biosrecall.bios import load_dataset
-
-            found[data_path] = load_dataset(data_path)
-            runs.check_training_data(run_dir, meta, data_path, found[data_path].manifest_hash)
+        name = task_name(meta)
+        if name not in tasks:
+            raise BiosrecallError(f"{run_dir} is a {name} run: this command fits gates of "
+                                  f"{' and '.join(tasks)} runs only")  # fmt: skip
+        if data_path not in found:
+            found[data_path] = tasks[name].check(run_dir, meta, data_path)
     return found
+
+
+def _check_bios_data(run_dir: Path, meta: dict, data_path: Path):
+    dataset = load_dataset(data_path)
+    runs.check_training_data(run_dir, meta, data_path, dataset.manifest_hash)
+    return dataset
+
+
+def _fit_bios_gate(model, data_path: Path, dataset, settings: dict, batch_size: int):
+    record, arrays = fit_gate(model, dataset, settings, batch_size)
+    return record, arrays, dataset.manifest_hash
 
 
 def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZE) -> tuple[dict, dict]:
@@ -146,12 +161,6 @@ def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZ
     return record, {"scores": scores, "exact": exact}
 
 
-def _versions() -> dict:
-    from biosrecall.train.run_dir import versions
-
-    return versions()
-
-
 def gate_record(settings: dict, reference: int, summary: dict, head, calibrations) -> dict:
     """The gate.json record, before the checkpoint's hashes (and the task's own fit/calibration fields)."""
     clean = lambda value: None if isinstance(value, float) and math.isnan(value) else value  # noqa: E731
@@ -170,17 +179,18 @@ def gate_record(settings: dict, reference: int, summary: dict, head, calibration
         },
         "calibration": {"share": CALIBRATION_SHARE, "deltas": [c.as_record() for c in calibrations]},
         "weights": head.weights(),
-        "versions": _versions(),
+        "versions": versions(),
     }
 
 
 def write_gate(folder: Path, record: dict, arrays: dict) -> Path:
     """Write one gate folder (record and calibration arrays) atomically, replacing an older one."""
-    import json
-
-    from biosrecall.atomic import atomic_directory
-
     with atomic_directory(folder, overwrite=True) as tmp:
         (tmp / layout.GATE_RECORD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         np.savez(tmp / layout.GATE_CALIBRATION_FILE, **arrays)
     return folder
+
+
+BIOS_GATE = GateTask(check=_check_bios_data, fit=_fit_bios_gate)
+GATE_TASKS: Mapping[str, GateTask] = {"bios": BIOS_GATE}
+"""The tasks `fit_gates` fits by default; `biosrecall gate train` adds `biosrecall.lm.gate.LM_GATE`."""

@@ -2,32 +2,44 @@
 
 Input is the long-format table of `biosrecall.eval.curves` (columns run, schedule, fraction, budget,
 depth, attribute, recall, bits, ceiling_bits, chance_bits). One panel per budget fraction, x = serving
-depth on a log2 axis, one line per run labelled by its schedule; every schedule keeps one colour, marker
-and line style across panels, so the figure also reads in black-and-white print. The task ceiling is
-dashed, the chance level dotted, and the training range (K <= 16) shaded.
+depth on a log2 axis, one line per run labelled by its schedule in words (`schedule_label`: "fixed-first
+(K0=4, 80%)"); every schedule keeps one colour, marker and line style across panels, so the figure also
+reads in black-and-white print. The task ceiling is dashed, the chance level dotted, and the training
+range (K <= 16) shaded; a model scored at one depth gets an axis of that depth alone. Every figure
+fits its canvas: a legend takes as many columns as fit the width (`legend_below`) and a title too
+long for one line takes two (`fit_suptitle`); tests/test_figures_fit.py checks each figure.
+`plot_exit_frontier` draws the serving frontier, a panel per schedule.
 
     fig = plot_recall_curves(table)                            # ceiling and chance taken from the table
     fig = plot_recall_curves(table, metric="attribute")        # recall per attribute: fractions x attributes
     save_figure(fig, "recall-curve/recall_curve")              # biosrecall.outputs: .png and .pdf
 
-Figures are built without pyplot (no global state, any backend); in a notebook, display the returned
-`Figure` directly.
+Figures are built without pyplot (no global state, any backend). In a notebook, run `%matplotlib
+inline` once (it registers the image display of a `Figure`; without pyplot nothing else does), then
+display the returned `Figure`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from biosrecall.compute import schedules as kinds
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.recall import RECALL_SHARE
 from biosrecall.outputs import COLORS, MARKERS, save_figure
-from biosrecall.stats import seed_interval
 from biosrecall.train.layout import SWITCH
+
+if TYPE_CHECKING:
+    from matplotlib.legend import Legend
 
 METRICS = ("bits", "attribute")
 TRAINING_DEPTH = 16
@@ -42,14 +54,86 @@ def format_flops(flops: float) -> str:
     return f"{flops:.3g}".replace("e+", "e")
 
 
+def schedule_label(spec) -> str:
+    """A schedule's spec in words: "fixed K=4", "uniform K=1-16", "fixed-first (K0=4, 80%)" (the finish
+    named only when it is not uniform over K=1-16). Text that is not a schedule, such as a Hugging Face
+    model type, is returned as it is."""
+
+    try:
+        schedule = kinds.parse_schedule(str(spec))
+    except BiosrecallError:
+        return str(spec)
+    if isinstance(schedule, kinds.Fixed):
+        return f"fixed K={schedule.k}"
+    if isinstance(schedule, kinds.Uniform):
+        return f"uniform K={schedule.lo}-{schedule.hi}"
+    if isinstance(schedule, kinds.PoissonLognormal):
+        return f"Poisson-lognormal (mean {schedule.mean:g})"
+    if isinstance(schedule, kinds.Curriculum):
+        return f"curriculum (mean {schedule.mean:g}, warm-up {schedule.warmup:.0%})"
+    parts = [f"K0={schedule.k0}", f"{schedule.switch:.0%}"]
+    finish = schedule.finish
+    if isinstance(finish, kinds.Uniform) and (finish.lo, finish.hi) != (1, TRAINING_DEPTH):
+        parts.append(f"then K={finish.lo}-{finish.hi}")
+    elif isinstance(finish, kinds.PoissonLognormal):
+        parts.append(f"then Poisson-lognormal mean {finish.mean:g}")
+    return f"fixed-first ({', '.join(parts)})"
+
+
+def _is_update_matched(run: str) -> bool:
+    return "update_matched" in run
+
+
 def line_labels(table: pd.DataFrame) -> dict[str, str]:
-    """Legend label per run: its schedule, plus the run name where several runs share a schedule."""
+    """Legend label per run: its schedule in words, plus what tells it apart where several runs share
+    a schedule: "update-matched" for that control (the run it controls keeps the plain label), the run
+    name for any other."""
     runs = table.drop_duplicates("run")[["run", "schedule"]]
-    shared = runs["schedule"].duplicated(keep=False)
-    return {
-        run: f"{schedule} ({run})" if is_shared else schedule
-        for run, schedule, is_shared in zip(runs["run"], runs["schedule"], shared, strict=True)
-    }
+    labels = {}
+    for schedule, part in runs.groupby("schedule", sort=False):
+        named = [run for run in part["run"] if not _is_update_matched(run)]
+        for run in part["run"]:
+            label = schedule_label(schedule)
+            if _is_update_matched(run):
+                label += " (update-matched)"
+            elif len(named) > 1:
+                label += f" ({run})"
+            labels[run] = label
+    return {run: labels[run] for run in runs["run"]}
+
+
+def figure_renderer(fig: Figure):
+    """A renderer that measures the figure's text as it will be drawn (pyplot-free figures have none)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
+def legend_below(fig: Figure, handles: list, max_columns: int, **options) -> Legend:
+    """The figure's legend under its panels, in as many columns (up to `max_columns`) as fit its width;
+    a figure too narrow for even one column is widened to hold it."""
+    renderer = figure_renderer(fig)
+    room = fig.get_figwidth() - 0.2  # inches: constrained layout's own margins
+    options = {"loc": "outside lower center", "frameon": False, "fontsize": "small", **options}
+    for columns in range(max(1, min(max_columns, len(handles))), 0, -1):
+        legend = fig.legend(handles=handles, ncol=columns, **options)
+        width = legend.get_window_extent(renderer).width / fig.dpi
+        if width <= room or columns == 1:
+            break
+        legend.remove()
+    if width > room:
+        fig.set_figwidth(width + 0.3)
+    return legend
+
+
+def fit_suptitle(fig: Figure, head: str, detail: str = "") -> None:
+    """`head, detail` as the figure's title, on two lines where one would not fit the figure's width."""
+    title = fig.suptitle(f"{head}, {detail}" if detail else head)
+    width = title.get_window_extent(figure_renderer(fig)).width / fig.dpi
+    if detail and width > fig.get_figwidth() - 0.2:
+        title.set_text(f"{head}\n{detail}")
 
 
 def curve_styles(labels) -> dict[str, dict]:
@@ -82,16 +166,26 @@ def fraction_title(table: pd.DataFrame, fraction: float) -> str:
     return text
 
 
-def _depth_axis(ax, max_depth: int, training_depth: int) -> None:
-    """log2 serving-depth axis from 1 to max_depth, ticks at powers of two, training range shaded."""
+def _depth_axis(ax, depths, training_depth: int | None) -> None:
+    """log2 serving-depth axis from 1 to the deepest depth, ticks at powers of two, training range
+    shaded (`training_depth` None: not a looped model's, nothing shaded). A model scored at one depth
+    gets an axis of that depth alone."""
+    depths = sorted({int(d) for d in depths})
+    ax.grid(True, which="major", color="0.9", lw=0.6)
+    if len(depths) == 1:
+        ax.set_xlim(depths[0] - 1, depths[0] + 1)
+        ax.xaxis.set_major_locator(FixedLocator(depths))
+        ax.set_xlabel("serving depth K (one depth)")
+        return
+    max_depth = depths[-1]
     ax.set_xscale("log", base=2)
-    ax.set_xlim(1, max(max_depth, 2))
-    ticks = [2**i for i in range(int(np.log2(max(max_depth, 2))) + 1)]
+    ax.set_xlim(1, max_depth)
+    ticks = [2**i for i in range(int(np.log2(max_depth)) + 1)]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([str(t) for t in ticks])
-    ax.axvspan(1, min(training_depth, max(max_depth, 2)), color=TRAINING_SHADE, zorder=0, lw=0)
-    ax.grid(True, which="major", color="0.9", lw=0.6)
+    if training_depth is not None:
+        ax.axvspan(1, min(training_depth, max_depth), color=TRAINING_SHADE, zorder=0, lw=0)
     ax.set_xlabel("serving depth K")
 
 
@@ -135,18 +229,34 @@ def _draw_references(ax, ceilings, chances) -> None:
         ax.axhline(chance, color=REFERENCE_COLOR, linestyle=":", lw=1.3, zorder=1)
 
 
+class _Bands(tuple):
+    """The interval swatch: one patch per schedule colour side by side, as the bands are drawn, so it
+    cannot be read as the grey training-depth shading."""
+
+
 def _legend_handles(
-    styles: dict, ceiling_text: str, chance_text: str, training_depth: int, seeds=None
+    styles: dict, ceiling_text: str, chance_text: str, training_depth: int | None, seeds=None
 ) -> list:
     handles = [Line2D([], [], lw=1.6, ms=5, label=label, **style) for label, style in styles.items()]
     if seeds:
-        handles.append(Line2D([], [], color="0.6", alpha=0.4, lw=8, label=f"95% interval over {seeds} seeds"))
+        bands = [Patch(color=style["color"], alpha=0.25, lw=0) for style in styles.values()]
+        handles.append(_Bands(bands))
+        handles[-1].label = f"95% interval over {seeds} seeds"
     handles += [
         Line2D([], [], color=REFERENCE_COLOR, linestyle="--", lw=1.0, label=ceiling_text),
         Line2D([], [], color=REFERENCE_COLOR, linestyle=":", lw=1.3, label=chance_text),
-        Line2D([], [], color=TRAINING_SHADE, lw=8, label=f"training depths (K \u2264 {training_depth})"),
     ]
+    if training_depth is not None:
+        shade = Patch(color=TRAINING_SHADE, lw=0, label=f"training depths (K \u2264 {training_depth})")
+        handles.append(shade)
     return handles
+
+
+def _recall_legend(fig: Figure, handles: list, max_columns: int = 3) -> None:
+    labels = [h.label if isinstance(h, _Bands) else h.get_label() for h in handles]
+    legend_below(
+        fig, handles, max_columns, labels=labels, handler_map={_Bands: HandlerTuple(ndivide=None, pad=0)}
+    )
 
 
 def _seed_count(table: pd.DataFrame) -> str | None:
@@ -161,17 +271,16 @@ def _unique(values) -> list[float]:
     return sorted({round(float(v), 9) for v in values})
 
 
-def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int) -> None:
+def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int | None) -> None:
     whole = table[table["attribute"] == "all"]
     fractions = sorted(whole["fraction"].unique())
     ceilings = [ceiling] if ceiling is not None else _unique(whole["ceiling_bits"])
     chances = [chance] if chance is not None else _unique(whole["chance_bits"])
     labels = line_labels(table)
     styles = curve_styles(labels.values())
-    max_depth = int(whole["depth"].max())
     axes = fig.subplots(1, len(fractions), sharey=True, squeeze=False)[0]
     for ax, fraction in zip(axes, fractions, strict=True):
-        _depth_axis(ax, max_depth, training_depth)
+        _depth_axis(ax, whole["depth"], training_depth)
         _draw_references(ax, ceilings, chances)
         _draw_runs(ax, whole[whole["fraction"] == fraction], "bits", labels, styles)
         ax.set_title(fraction_title(whole, fraction))
@@ -179,20 +288,15 @@ def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int) -> None
     axes[0].set_ylabel("recalled bits per person")
     ceiling_text = "task ceiling (" + " / ".join(f"{c:.2f}" for c in ceilings) + " bits)"
     chance_text = "chance (" + " / ".join(f"{c:.2f}" for c in chances) + " bits)"
-    fig.legend(
-        handles=_legend_handles(styles, ceiling_text, chance_text, training_depth, _seed_count(whole)),
-        loc="outside lower center",
-        ncol=3,
-        frameon=False,
-        fontsize="small",
-    )
+    handles = _legend_handles(styles, ceiling_text, chance_text, training_depth, _seed_count(whole))
+    _recall_legend(fig, handles)
     contenders = whole[whole["role"] != "control"] if "role" in whole else whole
-    fig.suptitle(f"Recalled bits per person vs serving depth, {budget_title(contenders)}")
+    fit_suptitle(fig, "Recalled bits per person vs serving depth", budget_title(contenders))
 
 
 def _attribute_panel(ax, parts: pd.DataFrame, fraction: float, attribute: str, context: dict) -> None:
     """One attribute at one fraction: share of facts recalled against depth."""
-    _depth_axis(ax, context["max_depth"], context["training_depth"])
+    _depth_axis(ax, parts["depth"], context["training_depth"])
     rows = parts[parts["attribute"] == attribute]
     # In recall units the chance level is chance_bits / ceiling_bits (about 1/|pool|).
     _draw_references(ax, [1.0], _unique(rows["chance_bits"] / rows["ceiling_bits"]))
@@ -200,17 +304,12 @@ def _attribute_panel(ax, parts: pd.DataFrame, fraction: float, attribute: str, c
     ax.set_ylim(0, 1.06)
 
 
-def _plot_attributes(fig: Figure, table, training_depth: int) -> None:
+def _plot_attributes(fig: Figure, table, training_depth: int | None) -> None:
     parts = table[table["attribute"] != "all"]
     fractions = sorted(parts["fraction"].unique())
     attributes = list(dict.fromkeys(parts["attribute"]))
     labels = line_labels(table)
-    context = {
-        "labels": labels,
-        "styles": curve_styles(labels.values()),
-        "max_depth": int(parts["depth"].max()),
-        "training_depth": training_depth,
-    }
+    context = {"labels": labels, "styles": curve_styles(labels.values()), "training_depth": training_depth}
     axes = fig.subplots(len(fractions), len(attributes), sharex=True, sharey=True, squeeze=False)
     for row, fraction in enumerate(fractions):
         for col, attribute in enumerate(attributes):
@@ -220,14 +319,9 @@ def _plot_attributes(fig: Figure, table, training_depth: int) -> None:
             if row < len(fractions) - 1:
                 axes[row, col].set_xlabel("")
         axes[row, 0].set_ylabel(f"{fraction_title(parts, fraction)}\nshare of facts recalled")
-    fig.legend(
-        handles=_legend_handles(context["styles"], "all facts recalled", "chance level", training_depth),
-        loc="outside lower center",
-        ncol=3,
-        frameon=False,
-        fontsize="small",
-    )
-    fig.suptitle(f"Recall per attribute vs serving depth, {budget_title(table)}")
+    handles = _legend_handles(context["styles"], "all facts recalled", "chance level", training_depth)
+    _recall_legend(fig, handles, max_columns=4)
+    fit_suptitle(fig, "Recall per attribute vs serving depth", budget_title(table))
 
 
 def plot_recall_curves(
@@ -236,12 +330,13 @@ def plot_recall_curves(
     chance: float | None = None,
     out_path: str | Path | None = None,
     metric: str = "bits",
-    training_depth: int = TRAINING_DEPTH,
+    training_depth: int | None = TRAINING_DEPTH,
 ) -> Figure:
     """Draw the recall curves; `ceiling` / `chance` (bits) default to the table's values.
 
     `metric="bits"`: one panel per budget fraction. `metric="attribute"`: a grid of fractions (rows)
-    by attributes (columns) showing the share of facts recalled. With `out_path`, also saves PNG + PDF.
+    by attributes (columns) showing the share of facts recalled. `training_depth=None` shades no
+    training range (a model that is not looped). With `out_path`, also saves PNG + PDF.
     """
     if metric not in METRICS:
         raise BiosrecallError(f"unknown metric {metric!r} (use {' or '.join(METRICS)})")
@@ -249,7 +344,9 @@ def plot_recall_curves(
         raise BiosrecallError("nothing to plot: the recall table is empty")
     fractions = table["fraction"].nunique()
     if metric == "bits":
-        fig = Figure(figsize=(0.6 + 4.2 * fractions, 4.4), layout="constrained")
+        # One panel alone gets more width: its legend and title need it more than a pair of panels do.
+        width = 0.6 + 4.2 * fractions if fractions > 1 else 5.6
+        fig = Figure(figsize=(width, 4.4), layout="constrained")
         _plot_bits(fig, table, ceiling, chance, training_depth)
     else:
         attributes = table.loc[table["attribute"] != "all", "attribute"].nunique()
@@ -261,6 +358,12 @@ def plot_recall_curves(
 
 
 EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "latent", "accel", "gate", "oracle")
+FIXED_DEPTH = "fixed-depth"
+FIXED_DEPTH_COLOR = "0.15"
+# Okabe-Ito by criterion kind; black stays the fixed-depth curve's and the oracle's, yellow the region's.
+KIND_COLORS = {"fixed": "0.55", "kl": "#0072B2", "stable": "#D55E00", "entropy": "#CC79A7",
+               "latent": "#E69F00", "accel": "#56B4E9", "gate": "#009E73"}  # fmt: skip
+PAYS_COLOR, TARGET_COLOR = "#F0E442", "0.35"
 
 
 def _seed_groups(rows: pd.DataFrame) -> pd.Series:
@@ -269,52 +372,105 @@ def _seed_groups(rows: pd.DataFrame) -> pd.Series:
     return rows["run"].str.replace(r"^seed\d+/", "", regex=True)
 
 
-def _draw_frontier(ax, rows: pd.DataFrame, run_styles: dict) -> None:
-    """One line per run (the mean over its seeds) and criterion kind, its thresholds sorted by cost,
-    with a 95% band over seeds where there are several; the run keeps its colour, the kind its line
-    style and marker; the oracle is a lone star."""
-    rows = rows.assign(line=_seed_groups(rows))
-    for (run, kind), line in rows.groupby(["line", "kind"], sort=False):
-        points = line.groupby("criterion", sort=False).agg(
-            flops=("flops_per_query", "mean"), bits=("bits", "mean"),
-            bits_list=("bits", list),
-        ).sort_values("flops")  # fmt: skip
-        kind_index = EXIT_KINDS.index(kind) if kind in EXIT_KINDS else len(EXIT_KINDS)
-        style = {
-            "color": run_styles[run]["color"],
-            "marker": "*" if kind == "oracle" else MARKERS[kind_index % len(MARKERS)],
-            "linestyle": "none" if kind == "oracle" else LINESTYLES[kind_index % len(LINESTYLES)],
-            "lw": 2.0 if kind == "fixed-depth" else 1.3,
-        }
-        ax.plot(points["flops"], points["bits"], ms=5, label=f"{run}: {kind}", **style)
-        bands = [seed_interval(values) for values in points["bits_list"]]
-        if kind != "oracle" and all(band.n > 1 for band in bands):
-            low, high = [band.low for band in bands], [band.high for band in bands]
-            ax.fill_between(points["flops"], low, high, color=style["color"], alpha=0.12, lw=0)
+def _kind_style(kind: str) -> dict:
+    """One colour and marker per criterion kind, the same in every panel; the oracle is a star."""
+    index = EXIT_KINDS.index(kind) if kind in EXIT_KINDS else len(EXIT_KINDS)
+    if kind == "oracle":
+        return {"color": "#000000", "marker": "*", "ms": 9, "linestyle": "none"}
+    return {"color": KIND_COLORS.get(kind, "0.55"), "marker": MARKERS[index % len(MARKERS)], "ms": 5}
 
 
-def plot_exit_frontier(frontier: pd.DataFrame) -> Figure:
-    """Recalled bits per person against modeled FLOPs per query, one panel per budget fraction: the
-    fixed-depth curve of each run as the baseline and one line per exit criterion kind, the seeds of
-    a study run averaged with a 95% band (the table of `biosrecall.eval.serving.exit_frontier`)."""
+def _mean_points(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per criterion: mean FLOPs and bits over the seeds, in order of cost."""
+    means = rows.groupby("criterion", sort=False).agg(
+        flops=("flops_per_query", "mean"), bits=("bits", "mean")
+    )
+    return means.sort_values("flops")
+
+
+def _pays_region(ax, fixed: pd.DataFrame, share: float) -> None:
+    """The target line (`share` of the best fixed-depth recall) and, shaded, where a criterion would
+    pay: at or above the target with fewer FLOPs than the cheapest fixed depth that reaches it."""
+    target = share * float(fixed["bits"].max())
+    cheapest = float(fixed.loc[fixed["bits"] >= target - 1e-12, "flops"].min())
+    ax.axhline(target, color=TARGET_COLOR, linestyle="--", lw=1.0, zorder=1)
+    ax.autoscale_view()
+    (left, right), (bottom, top) = ax.get_xlim(), ax.get_ylim()
+    ax.add_patch(Rectangle((left, target), cheapest - left, top - target, color=PAYS_COLOR, alpha=0.3,
+                           lw=0, zorder=0))  # fmt: skip
+    ax.set_xlim(left, right)
+    ax.set_ylim(bottom, top)
+
+
+def _draw_frontier(ax, rows: pd.DataFrame, share: float) -> list[str]:
+    """One schedule's panel: its fixed-depth curve, each criterion kind's thresholds as points joined
+    in order of cost, the oracle (each the mean over seeds), and the region where a criterion would
+    pay. Returns the criterion kinds drawn."""
+    fixed = _mean_points(rows[rows["kind"] == FIXED_DEPTH])
+    # No seed band: a curve that alternates between odd and even K turns one into vertical stripes,
+    # and the intervals that decide the claim are in the serving tables.
+    ax.plot(fixed["flops"], fixed["bits"], color=FIXED_DEPTH_COLOR, lw=1.0, zorder=3, marker="o", ms=2.5)
+    kinds = [k for k in dict.fromkeys(rows["kind"]) if k != FIXED_DEPTH]
+    for kind in kinds:
+        points = _mean_points(rows[rows["kind"] == kind])
+        ax.plot(points["flops"], points["bits"], lw=0.9, zorder=4, **_kind_style(kind))
+    _pays_region(ax, fixed, share)
+    return kinds
+
+
+def _frontier_legend(fig: Figure, kinds: list[str], share: float) -> None:
+    handles = [Line2D([], [], color=FIXED_DEPTH_COLOR, lw=1.0, marker="o", ms=2.5)]
+    handles += [Line2D([], [], lw=0.9, **_kind_style(kind)) for kind in kinds]
+    labels = ["fixed depth K = 1, 2, 3, ..."]
+    labels += [
+        f"criterion: {kind}" if kind != "oracle" else "oracle (each query's best depth)" for kind in kinds
+    ]
+    handles += [
+        Line2D([], [], color=TARGET_COLOR, linestyle="--", lw=1.0),
+        Patch(color=PAYS_COLOR, alpha=0.3, lw=0),
+    ]
+    labels += [
+        f"{share:.0%} of the best fixed-depth recall",
+        "a criterion pays here: that recall for fewer FLOPs than any fixed depth",
+    ]
+    legend_below(fig, handles, 3, labels=labels)
+
+
+def plot_exit_frontier(frontier: pd.DataFrame, share: float | None = None) -> Figure:
+    """Recalled bits per person against modeled FLOPs per query when the model chooses its depth: a
+    panel per schedule (and budget fraction) with its fixed-depth curve as the baseline, each exit
+    criterion kind's thresholds and the oracle as points (the mean over a study run's seeds), and
+    shaded, the region where a criterion would pay: at
+    least `share` of the run's best fixed-depth recall (default: the serving headline's 95%) for fewer
+    FLOPs than the cheapest fixed depth that reaches it. Every threshold's numbers are in the table
+    of `biosrecall.eval.serving.exit_frontier`; this figure answers only whether a criterion pays."""
     if frontier.empty:
         raise BiosrecallError("nothing to plot: the exit frontier table is empty")
+    share = RECALL_SHARE if share is None else share
+    frontier = frontier.assign(line=_seed_groups(frontier))
     fractions = sorted(frontier["fraction"].unique())
-    run_styles = curve_styles(_seed_groups(frontier).unique())
-    fig = Figure(figsize=(1.0 + 4.6 * len(fractions), 4.8), layout="constrained")
-    axes = fig.subplots(1, len(fractions), sharey=True, squeeze=False)[0]
-    for ax, fraction in zip(axes, fractions, strict=True):
-        _draw_frontier(ax, frontier[frontier["fraction"] == fraction], run_styles)
-        ax.set_xscale("log")
-        ax.set_xlabel("modeled forward FLOPs per query")
-        ax.set_title(f"{fraction:.0%} of budget")
-        ax.grid(True, which="major", color="0.9", lw=0.6)
-    axes[0].set_ylabel("recalled bits per person")
-    handles, labels = axes[0].get_legend_handles_labels()
-    # Labels read "run: criterion" and are long; two columns per panel keep them inside the figure,
-    # and the figure grows by the legend's rows so the panels keep their size.
-    columns = 2 * len(fractions)
-    fig.set_size_inches(fig.get_figwidth(), 4.8 + 0.2 * -(-len(labels) // columns))
-    fig.legend(handles, labels, loc="outside lower center", ncol=columns, frameon=False, fontsize="small")
-    fig.suptitle("Recall vs compute when the model chooses its depth")
+    runs = frontier.drop_duplicates("line")[["line", "schedule"]].rename(columns={"line": "run"})
+    labels = line_labels(runs)
+    fig = Figure(figsize=(0.6 + 3.6 * len(labels), 0.9 + 3.2 * len(fractions)), layout="constrained")
+    axes = fig.subplots(len(fractions), len(labels), squeeze=False)
+    kinds: list[str] = []
+    for row, fraction in enumerate(fractions):
+        for col, (run, label) in enumerate(labels.items()):
+            ax = axes[row, col]
+            rows = frontier[(frontier["line"] == run) & np.isclose(frontier["fraction"], fraction)]
+            if rows.empty:
+                ax.set_visible(False)
+                continue
+            ax.set_xscale("log")  # before drawing: the shaded region is placed from the log limits
+            kinds += _draw_frontier(ax, rows, share)
+            ax.grid(True, which="major", color="0.9", lw=0.6)
+            ax.set_title(label if len(fractions) == 1 else f"{label}, {fraction:.0%}", fontsize="medium")
+            ax.set_xlabel("modeled FLOPs per query" if row == len(fractions) - 1 else "")
+        axes[row, 0].set_ylabel("recalled bits per person")
+    seeds = int(frontier.groupby(["line", "criterion", "fraction"])["run"].nunique().min())
+    order = sorted(set(kinds), key=lambda k: EXIT_KINDS.index(k) if k in EXIT_KINDS else len(EXIT_KINDS))
+    _frontier_legend(fig, order, share)
+    detail = [f"{fractions[0]:.0%} of budget"] if len(fractions) == 1 else []
+    detail += [f"mean over {seeds} seeds"] if seeds > 1 else []
+    fit_suptitle(fig, "Does an exit criterion pay? Recall vs compute per query", ", ".join(detail))
     return fig

@@ -29,6 +29,8 @@ from biosrecall.errors import BiosrecallError
 
 DEFAULT_THRESHOLD = 4
 ALL = "all"
+RECALL_SHARE = 0.95
+"""The serving headline's target: the share of a run's best fixed-depth recall a depth must reach."""
 
 
 @dataclass(frozen=True)

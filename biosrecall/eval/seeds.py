@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.eval.curves import run_labels, summary_table
+from biosrecall.eval.curves import summary_table
+from biosrecall.eval.scoring import run_labels
 from biosrecall.runs import check_replicates
 from biosrecall.stats import aggregate_seeds
 

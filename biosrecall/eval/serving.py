@@ -3,24 +3,18 @@
 A bioS query runs one iteration, checks its answer-predicting positions (a readout there, or for
 `latent`/`accel` the recurrent state there), and stops at the first depth where its exit criterion
 (`biosrecall.eval.exits`) holds at every one of them, or at the max depth. That is realisable and
-exact, so the whole frontier comes from `answer_stats_by_depth`'s one pass per checkpoint (which also
-observes the recurrent state when a readout-free criterion is scored).
+exact, so the whole frontier comes from one all-depth pass per checkpoint (`biosrecall.eval.scoring`,
+which observes the recurrent state when a readout-free criterion is scored, and writes the recall
+table from the same pass when it is asked for both).
 
     table = exit_frontier(["runs/fixed4", "runs/uniform"], parse_exits("kl,stable:2,oracle"))
     headline = headline_table(table)       # per run: depth needed for 95% of its best recall
     write_table(table, "recall-curve/exit_frontier")
-    figures, headline = write_serving_results("runs/figure1", run_dirs, "1.0", max_depth=64)  # figure1's
+    scores = score_runs(run_dirs, "fractions", criteria, served=run_dirs)  # recall, and the finals' frontier
+    figures, headline = write_serving_results("runs/figure1", scores.frontier)  # figure1's
 
-Frontier table (one row per run, checkpoint and criterion): run, schedule, checkpoint, fraction,
-criterion (its text, or "K=<k>" for the fixed-depth baseline), kind ("fixed-depth", "fixed", "kl",
-"stable", "entropy", "latent", "accel", "gate", "oracle"), parameter, bits (recalled bits per person,
-`threshold` of 5 templates), recall, exact (share of exact queries), mean_depth, p95_depth,
-flops_per_query (mean modeled forward FLOPs per query, `compute.flops.serving_flops`: the prelude and
-every iteration over the query's input tokens, and a readout whose head runs only at the answer
-positions; a criterion that reads logits pays one readout per iteration, a readout-free one its norms
-per iteration and one readout at the exit depth, and the fixed-depth baseline, `fixed:K` and the
-oracle, which need no decision, one readout), flops_account (`FLOPS_ACCOUNT`: which accounting priced
-the row; a folder priced by another is recomputed, not kept).
+Frontier table: one row per run, checkpoint and criterion, the label columns run, schedule,
+checkpoint, fraction before the rows of `biosrecall.eval.scoring` (its module doc names each column).
 
 Each checkpoint's rows are cached in its folder (`exits.parquet`, `biosrecall.eval.table_cache`) under
 the criteria, depth, threshold, people, dataset and accounting they were scored with, so a study rerun
@@ -34,36 +28,36 @@ them when they are already there for the same runs, criteria and max depth.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import torch
 
 from biosrecall import runs
-from biosrecall.compute.flops import serving_flops
+from biosrecall.bios import load_dataset
+from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import (
-    Fixed,
-    Oracle,
-    StepStats,
-    check_max_depth,
-    depth_cap,
-    parameter_of,
+from biosrecall.eval.curves import check_scoring, check_thresholds, label_recall
+from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, exit_judge
+from biosrecall.eval.gate import resolve_gates
+from biosrecall.eval.plots import plot_exit_frontier
+from biosrecall.eval.recall import DEFAULT_THRESHOLD, RECALL_SHARE
+from biosrecall.eval.scoring import (
+    BASELINE,
+    FLOPS_ACCOUNT,
+    job_columns,
+    load_checked_datasets,
+    plan_jobs,
+    score_checkpoints,
 )
-from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, score_exact
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth
-from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
-from biosrecall.train.layout import exits_cache_file
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
+from biosrecall.eval.token_exit import token_exit_gap
+from biosrecall.model.decode import greedy_decode
+from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
+from biosrecall.train.distributed import resolve_device
 
-BASELINE = "fixed-depth"
 TABLE_NAME = "exit_frontier"
 HEADLINE_NAME = "exit_headline"
-RECALL_SHARE = 0.95
-EXITS_CACHE_FORMAT = 1
-FLOPS_ACCOUNT = "checked-positions"
-"""The `flops_per_query` accounting (the head only at checked positions); before it, every position."""
 # figure1's default: KL at a few thresholds, argmax stability, entropy, the readout-free latent
 # (Huginn's 0.03) and accel, and the oracle's upper bound.
 SERVING_CRITERIA = (
@@ -72,190 +66,82 @@ SERVING_CRITERIA = (
 )
 
 
-def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
-    """int [M]: the depth each query stops at under `criterion` (stats arrays are [D, M], D >= cap)."""
-    cap = depth_cap(criterion, max_depth)
-    if cap > len(stats.exact):
-        raise BiosrecallError(f"statistics cover {len(stats.exact)} depths, {cap} needed")
-    depths = np.arange(1, cap + 1)[:, None]
-    cut = StepStats(**{name: None if v is None else np.asarray(v)[:cap] for name, v in vars(stats).items()})
-    holds = np.asarray(criterion.holds(depths, cut), dtype=bool)
-    holds = np.broadcast_to(holds, cut.exact.shape).copy()
-    if isinstance(criterion, Oracle):
-        # A query no depth gets right costs the oracle nothing beyond the first iteration.
-        holds[0] |= ~holds.any(axis=0)
-    holds[-1] = True
-    return holds.argmax(axis=0) + 1
-
-
-def query_flops(
-    config, lengths: np.ndarray, checked: np.ndarray, depths: np.ndarray, criterion=None
-) -> np.ndarray:
-    """Modeled forward FLOPs of each query (`compute.flops.serving_flops`): `lengths` input tokens,
-    the last `checked` of them answer-predicting, served to `depths` under `criterion` (None: a fixed
-    depth); what the criterion reads sets the readouts and the readout-free checks it pays for."""
-    if config is None:
-        return np.full(len(depths), math.nan)
-    reads = None if criterion is None else criterion.reads
-    flops = np.zeros(len(depths))
-    triples = np.stack([lengths, checked, depths], axis=1)
-    for length, count, depth in np.unique(triples, axis=0):
-        readouts = int(depth) if reads == "logits" else 1
-        checks = max(0, int(depth) - criterion.span + 1) if reads == "state" else 0
-        gates = criterion.checks(int(depth)) if reads == "gate" else 0
-        cost = serving_flops(config, int(length), int(depth), int(count), readouts, checks, gates)
-        flops[(lengths == length) & (checked == count) & (depths == depth)] = cost
-    return flops
-
-
-def _row(name: str, kind: str, parameter, exact_at, depths, flops, scoring) -> dict:
-    eval_set, pool_sizes, threshold = scoring
-    score = score_exact(exact_at, eval_set, pool_sizes, threshold)
-    return {
-        "criterion": name,
-        "kind": kind,
-        "parameter": float(parameter),
-        "bits": score.bits_per_person,
-        "recall": score.recall,
-        "exact": float(np.mean(exact_at)),
-        "mean_depth": float(np.mean(depths)),
-        "p95_depth": float(np.percentile(depths, 95)),
-        "flops_per_query": float(np.mean(flops)),
-        "flops_account": FLOPS_ACCOUNT,
-    }
-
-
-def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, config=None,
-              threshold: int = DEFAULT_THRESHOLD) -> pd.DataFrame:  # fmt: skip
-    """One checkpoint's frontier: the fixed-depth baseline K = 1..max_depth, then each criterion."""
-    max_depth = check_max_depth(max_depth)
-    exact = np.asarray(stats.exact, dtype=bool)
-    checked = np.asarray(eval_set.answer_len)
-    lengths = np.asarray(eval_set.answer_start) + checked - 1
-    columns = np.arange(exact.shape[1])
-    scoring = (eval_set, pool_sizes, threshold)
-    records = []
-    for k in range(1, max_depth + 1):
-        depths = np.full(exact.shape[1], k)
-        flops = query_flops(config, lengths, checked, depths)
-        records.append(_row(f"K={k}", BASELINE, k, exact[k - 1], depths, flops, scoring))
-    for criterion in criteria:
-        depths = exit_depths(criterion, stats, max_depth)
-        flops = query_flops(config, lengths, checked, depths, criterion)
-        parameter = parameter_of(criterion)
-        exact_at = exact[depths - 1, columns]
-        records.append(_row(criterion.spec, criterion.name, parameter, exact_at, depths, flops, scoring))
-    return pd.DataFrame.from_records(records)
-
-
-def scored_eval_set(dataset, people: int | None):
-    """The evaluation rows of the first `people` people (None: everyone)."""
-    if people is None or people >= dataset.num_people:
-        return dataset.eval_set()
-    return dataset.eval_set(np.arange(people))
-
-
-def job_columns(job) -> dict:
-    """The label columns of a checkpoint's rows: run, schedule, checkpoint, fraction."""
-    fraction = runs.fraction_of(job.label)
-    if fraction is None:
-        fraction = float(job.meta.get("flops", math.nan)) / float(job.meta.get("budget", math.nan))
-    schedule = str(job.meta.get("schedule", ""))
-    return {"run": job.run, "schedule": schedule, "checkpoint": job.label, "fraction": fraction}
-
-
 def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
                   threshold: int = DEFAULT_THRESHOLD, *, batch_size: int = DEFAULT_BATCH_SIZE,
                   device: str = "auto", data_dir=None, progress: bool | None = None,
                   people: int | None = None, workers: int = 1, threads: int = 1) -> pd.DataFrame:  # fmt: skip
     """The frontier table (module doc) of the selected checkpoints of each run; on the CPU, `workers`
     checkpoints at a time in processes of `threads` threads (`biosrecall.eval.parallel`)."""
-    from biosrecall.eval.curves import load_checked_datasets, plan_jobs
-    from biosrecall.eval.gate import resolve_gates
-    from biosrecall.train.distributed import resolve_device
-
     max_depth = check_max_depth(max_depth)
-    if people is not None and people < 1:
-        raise BiosrecallError(f"--people must be at least 1 (got {people})")
+    scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress)
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
     # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
-    resolved_by_job = [resolve_gates(criteria, j.run_dir, j.label, j.path, max_depth) for j in jobs]
+    resolved = {index: resolve_gates(criteria, job.run_dir, job.label, job.path, max_depth)
+                for index, job in enumerate(jobs)}  # fmt: skip
     datasets = load_checked_datasets(jobs)
-    eval_sets = {path: scored_eval_set(dataset, people) for path, dataset in datasets.items()}
-    for eval_set in eval_sets.values():
-        check_threshold(eval_set, threshold)
-    device = resolve_device(str(device))
-    scoring = {"threshold": threshold, "people": people, "batch_size": batch_size, "progress": progress}
-    if workers > 1 and device.type == "cpu" and len(jobs) > 1:
-        from biosrecall.eval.parallel import map_in_processes
+    check_thresholds(datasets, scoring)
+    scored = score_checkpoints(jobs, datasets, scoring, recall=False, criteria=resolved, workers=workers,
+                               threads=threads)  # fmt: skip
+    return _frontier_table(jobs, [score.exits for score in scored])
 
-        items = [(job, resolved, max_depth, device, {**scoring, "progress": False})
-                 for job, resolved in zip(jobs, resolved_by_job, strict=True)]  # fmt: skip
-        scored = map_in_processes(_exits_job, items, workers, threads)
-    else:
-        scored = [checkpoint_exits(job, datasets[job.dataset_path], eval_sets[job.dataset_path], resolved,
-                                   max_depth, device, **scoring)
-                  for job, resolved in zip(jobs, resolved_by_job, strict=True)]  # fmt: skip
-    tables = [pd.concat([pd.DataFrame([job_columns(job)] * len(table)), table], axis=1)
-              for job, table in zip(jobs, scored, strict=True)]  # fmt: skip
+
+def _frontier_table(jobs, exits) -> pd.DataFrame:
+    """Every job's frontier rows under its label columns, in one table."""
+    tables = [pd.concat([pd.DataFrame([job_columns(job)] * len(rows)), rows], axis=1)
+              for job, rows in zip(jobs, exits, strict=True)]  # fmt: skip
     return pd.concat(tables, ignore_index=True)
 
 
-def _exits_job(item) -> pd.DataFrame:
-    """`checkpoint_exits` of one checkpoint in a scoring process (a cached one is only read)."""
-    from biosrecall.eval.curves import cached_dataset
+@dataclass(frozen=True)
+class RunScores:
+    """What `recall-curve` computes for trained runs (`score_runs`)."""
 
-    job, criteria, max_depth, device, scoring = item
-    dataset = cached_dataset(job.dataset_path)
-    eval_set = scored_eval_set(dataset, scoring["people"])
-    return checkpoint_exits(job, dataset, eval_set, criteria, max_depth, device, **scoring)
+    recall: pd.DataFrame
+    """The long recall table of `biosrecall.eval.curves.recall_curves`."""
+    frontier: pd.DataFrame | None
+    """The frontier table (module doc) when criteria were given."""
+    gap: pd.DataFrame | None
+    """Per-token against whole-query exit (`biosrecall.eval.token_exit`) when asked for."""
 
 
-def checkpoint_exits(job, dataset, eval_set, criteria, max_depth: int, device, *, threshold: int,
-                     people: int | None, batch_size: int, progress: bool | None) -> pd.DataFrame:  # fmt: skip
-    """`exit_rows` of one checkpoint, from its cache when current (`exits.parquet`, kept like the
-    recall cache by `biosrecall.eval.table_cache`); a learned gate's rows are never cached, since
-    the gate may be refitted without the checkpoint changing."""
-    cached = not any(criterion.reads == "gate" for criterion in criteria)
-    key = checkpoint_key(
-        job.path,
-        format=EXITS_CACHE_FORMAT,
-        criteria=[criterion.spec for criterion in criteria],
-        max_depth=int(max_depth),
-        threshold=int(threshold),
-        people=people,
-        manifest_hash=dataset.manifest_hash,
-        flops_account=FLOPS_ACCOUNT,
+def score_runs(run_dirs, checkpoints, criteria=(), *, per_token: bool = False, max_depth: int = 64,
+               threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto",
+               data_dir=None, refresh: bool = False, people: int | None = None,
+               progress: bool | None = None, served=None, workers: int = 1, threads: int = 1) -> RunScores:  # fmt: skip
+    """Recall, and with `criteria` the serving frontier (and with `per_token` the per-token gap), of
+    the selected checkpoints of each run; `served` (run folders) limits the frontier to those runs'
+    final checkpoints (what `figure1` serves). The checkpoints are planned, their gates bound and
+    their datasets loaded once, all before the first model runs; each checkpoint gets one all-depth
+    pass for both tables (`biosrecall.eval.scoring`; on the CPU `workers` at a time in processes of
+    `threads` threads), and per-token decoding only when asked."""
+    scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress, refresh)
+    criteria = list(criteria)
+    if per_token and not criteria:
+        raise BiosrecallError("per-token exit needs exit criteria: the criteria to decide per token")
+    jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
+    finals = None if served is None else _finals(served, data_dir)
+    resolved = {index: resolve_gates(criteria, job.run_dir, job.label, job.path, max_depth)
+                for index, job in enumerate(jobs)
+                if criteria and (finals is None or job.path.resolve() in finals)}  # fmt: skip
+    datasets = load_checked_datasets(jobs)
+    check_thresholds(datasets, scoring)
+    scores = score_checkpoints(jobs, datasets, scoring, criteria=resolved, workers=workers, threads=threads)
+    recall = label_recall(jobs, scores)
+    if not resolved:
+        return RunScores(recall, None, None)
+    served_jobs = [jobs[index] for index in resolved]
+    exits = [scores[index].exits for index in resolved]
+    frontier = _frontier_table(served_jobs, exits)
+    gap = (
+        token_exit_gap(served_jobs, datasets, list(resolved.values()), exits, scoring) if per_token else None
     )
-    table = read_cached(exits_cache_file(job.path), key) if cached else None
-    if table is None:
-        model, _ = runs.load_checkpoint(job.path, device=device)
-        stats = query_stats_by_depth(model, eval_set, max_depth, criteria, batch_size=batch_size,
-                                     progress=progress, label=f"{job.run} @ {job.label} exits")  # fmt: skip
-        config = getattr(model, "config", None)
-        table = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, max_depth, config, threshold)
-        del model
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        if cached:
-            write_cached(exits_cache_file(job.path), key, table)
-    return table
+    return RunScores(recall, frontier, gap)
 
 
-def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -> StepStats:
-    """`answer_stats_by_depth` (`options` go to it), observing the recurrent state in the same pass
-    when a criterion reads it (latent, accel), with the gate logits of a resolved `gate:delta`
-    (`eval.gate.gate_scores_by_depth`; every one in a list shares one checkpoint's gate)."""
-    states = any(criterion.reads == "state" for criterion in criteria)
-    stats = answer_stats_by_depth(model, eval_set, max_depth, states=states, **options)
-    gate = next((criterion for criterion in criteria if criterion.reads == "gate"), None)
-    if gate is not None:
-        from biosrecall.eval.gate import gate_scores_by_depth
-
-        batch_size = options.get("batch_size", DEFAULT_BATCH_SIZE)
-        scores = gate_scores_by_depth(model, gate.head, eval_set, max_depth, gate.cap, batch_size)
-        stats = replace(stats, gate=scores)
-    return stats
+def _finals(run_dirs, data_dir) -> set[Path]:
+    """The final checkpoints of `run_dirs`, resolved (none for no runs)."""
+    run_dirs = [Path(d) for d in run_dirs]
+    return {job.path.resolve() for job in plan_jobs(run_dirs, "final", data_dir)} if run_dirs else set()
 
 
 def _shallowest(rows: pd.DataFrame, target: float) -> pd.Series | None:
@@ -290,48 +176,39 @@ def headline_table(frontier: pd.DataFrame, share: float = RECALL_SHARE) -> pd.Da
 
 def serving_names() -> list[str]:
     """The files `write_serving_results` makes in its folder."""
-    from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS
-
     frontier = [f"{TABLE_NAME}.{fmt}" for fmt in (*TABLE_FORMATS, *FIGURE_FORMATS)]
     return frontier + [f"{HEADLINE_NAME}.{fmt}" for fmt in TABLE_FORMATS]
 
 
-def _current_headline(out_dir: Path, labels: list[str], criteria, max_depth: int) -> pd.DataFrame | None:
-    """The headline already in `out_dir` when every serving file is there and the frontier holds
-    these runs (by label), criteria and depths; None otherwise (also when a file is unreadable)."""
+def _is_current(out_dir: Path, frontier: pd.DataFrame) -> bool:
+    """Every serving file is in `out_dir` and its frontier holds `frontier`'s runs, criteria and depths
+    under the current FLOP account (False also when a file is unreadable)."""
     if not all((out_dir / name).is_file() for name in serving_names()):
-        return None
+        return False
     try:
-        frontier = pd.read_parquet(out_dir / f"{TABLE_NAME}.parquet")
-        headline = pd.read_parquet(out_dir / f"{HEADLINE_NAME}.parquet")
-        scored = set(frontier.loc[frontier["kind"] != BASELINE, "criterion"])
-        deepest = int(frontier.loc[frontier["kind"] == BASELINE, "parameter"].max())
-        same_runs = set(frontier["run"]) == set(labels)
-        priced = bool((frontier["flops_account"] == FLOPS_ACCOUNT).all())
+        written = pd.read_parquet(out_dir / f"{TABLE_NAME}.parquet")
+        pd.read_parquet(out_dir / f"{HEADLINE_NAME}.parquet")
+        priced = bool((written["flops_account"] == FLOPS_ACCOUNT).all())
+        keys = [_keys(table) for table in (written, frontier)]
     except (OSError, ValueError, KeyError):
-        return None
-    current = same_runs and priced and scored == {c.spec for c in criteria} and deepest == max_depth
-    return headline if current else None
+        return False
+    return priced and keys[0] == keys[1]
 
 
-def write_serving_results(out_dir, run_dirs, checkpoints="final", max_depth: int = 64, criteria=None,
-                          labels=None, **options) -> tuple[list[Path], pd.DataFrame]:  # fmt: skip
-    """Frontier table and figure and headline table of `run_dirs` in `out_dir` (`SERVING_CRITERIA` by
-    default; `options` go to `exit_frontier`), kept when they already cover these runs and criteria;
-    returns the figure's files and the headline. `labels` name the runs in the tables (default: their
-    folder names, `eval.curves.run_labels`)."""
-    from biosrecall.eval.curves import run_labels
-    from biosrecall.eval.exits import parse_exits
+def _keys(frontier: pd.DataFrame) -> tuple:
+    scored = set(frontier.loc[frontier["kind"] != BASELINE, "criterion"])
+    deepest = int(frontier.loc[frontier["kind"] == BASELINE, "parameter"].max())
+    return set(frontier["run"]), scored, deepest
 
+
+def write_serving_results(out_dir, frontier: pd.DataFrame) -> tuple[list[Path], pd.DataFrame]:
+    """The frontier table and figure and the headline table in `out_dir` (what `figure1` writes for
+    its served checkpoints); files that already hold these runs, criteria and depths are kept, not
+    rewritten. Returns the figure's files and the headline."""
     out_dir = Path(out_dir)
-    criteria = parse_exits(SERVING_CRITERIA) if criteria is None else list(criteria)
     figure = out_dir / TABLE_NAME
-    labels = run_labels(run_dirs) if labels is None else list(labels)
-    headline = _current_headline(out_dir, labels, criteria, max_depth)
-    if headline is not None:
-        return [figure.with_suffix(".png"), figure.with_suffix(".pdf")], headline
-    frontier = exit_frontier(run_dirs, criteria, checkpoints, max_depth, **options)
-    frontier["run"] = frontier["run"].map(dict(zip(run_labels(run_dirs), labels, strict=True)))
+    if _is_current(out_dir, frontier):
+        return [figure.with_suffix(".png"), figure.with_suffix(".pdf")], headline_table(frontier)
     written, headline = write_frontier(out_dir, frontier)
     return [path for path in written if path.suffix in (".png", ".pdf")], headline
 
@@ -339,9 +216,6 @@ def write_serving_results(out_dir, run_dirs, checkpoints="final", max_depth: int
 def write_frontier(out_dir, frontier: pd.DataFrame) -> tuple[list[Path], pd.DataFrame]:
     """Write a frontier (table and figure) and its headline table into `out_dir`; returns every file
     written and the headline."""
-    from biosrecall.eval.plots import plot_exit_frontier
-    from biosrecall.outputs import save_figure, write_table
-
     out_dir = Path(out_dir)
     headline = headline_table(frontier)
     written = write_table(frontier, out_dir / TABLE_NAME)
@@ -354,13 +228,6 @@ def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, check
                   max_new_tokens: int = 8, device: str = "auto", data_dir=None) -> list[tuple[str, int]]:  # fmt: skip
     """Greedy continuation of `prompt` by a run's checkpoint with the KV-cached decoder and a per-token
     exit: (word, depth) per generated token, up to a full stop or a separator."""
-    from biosrecall.bios import load_dataset
-    from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
-    from biosrecall.eval.exits import exit_judge
-    from biosrecall.eval.gate import resolve_gates
-    from biosrecall.model.decode import greedy_decode
-    from biosrecall.train.distributed import resolve_device
-
     label, path = runs.select_checkpoint(run_dir, checkpoint)
     criterion = resolve_gates([criterion], run_dir, label, path, max_depth)[0]
     cap = depth_cap(criterion, max_depth)

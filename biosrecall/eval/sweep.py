@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm.std import tqdm  # plain text everywhere: tqdm.auto warns in a notebook without ipywidgets
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.exits import LogitTrail, StateTrail, StepStats, check_max_depth
 
 DEFAULT_BATCH_SIZE = 256
 
@@ -221,7 +222,6 @@ def answer_stats_by_depth(
     these holds exactly when it holds at every answer position. With `states`, the same pass also
     observes the recurrent state after each iteration (what the last block layer returns) and adds the
     largest `StateTrail` latent and accel over each query's positions, for the readout-free criteria."""
-    from biosrecall.eval.exits import LogitTrail, StepStats, check_max_depth
 
     max_depth = check_max_depth(max_depth)
     check_eval_set(eval_set)
@@ -261,7 +261,6 @@ def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iter
     if per_depth is None:
         yield
         return
-    from biosrecall.eval.exits import StateTrail
 
     blocks = getattr(model, "block", None)
     if not blocks:

@@ -1,6 +1,7 @@
 """Per-token exit against whole-query exit on bioS: what deciding the depth token by token costs.
 
-    table = token_exit_gap(["runs/figure1/runs/seed0/uniform_1_16"], parse_exits("kl:1e-3,stable:2"))
+    scores = score_runs(["runs/figure1/runs/seed0/uniform_1_16"], "final", parse_exits("kl:1e-3,stable:2"),
+                        per_token=True)        # biosrecall.eval.serving; scores.gap is this table
     biosrecall recall-curve RUN --exit kl:1e-3,stable:2 --per-token    # writes exit_token_gap.*
 
 Whole-query exit (`biosrecall.eval.serving`) runs a query to one depth and reads every answer token
@@ -20,6 +21,8 @@ gaps: per_token_bits minus each of the two.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import torch
@@ -27,7 +30,11 @@ import torch
 from biosrecall import runs
 from biosrecall.eval.exits import exit_judge
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, score_exact
-from biosrecall.eval.serving import BASELINE, exit_rows, job_columns, query_stats_by_depth, scored_eval_set
+from biosrecall.eval.scoring import (
+    BASELINE,
+    job_columns,
+    scored_eval_set,
+)
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
 from biosrecall.model.decode import teacher_forced
 
@@ -53,12 +60,10 @@ def per_token_exact(model, eval_set, criterion, max_depth: int, batch_size: int 
     return exact, depth_sum / depth_count
 
 
-def gap_rows(model, eval_set, pool_sizes, criteria, max_depth: int, threshold: int = DEFAULT_THRESHOLD,
-             batch_size: int = DEFAULT_BATCH_SIZE) -> pd.DataFrame:  # fmt: skip
-    """One checkpoint's rows (module doc) for every criterion that decides per token."""
-    stats = query_stats_by_depth(model, eval_set, max_depth, criteria, batch_size=batch_size)
-    config = getattr(model, "config", None)
-    whole = exit_rows(stats, eval_set, pool_sizes, criteria, max_depth, config, threshold)
+def gap_rows(model, eval_set, pool_sizes, criteria, max_depth: int, whole: pd.DataFrame,
+             threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE) -> pd.DataFrame:  # fmt: skip
+    """One checkpoint's rows (module doc) for every criterion that decides per token; `whole` is the
+    checkpoint's whole-query frontier (`biosrecall.eval.scoring.exit_rows` of the same criteria)."""
     fixed = whole[whole["kind"] == BASELINE].sort_values("mean_depth")
     records = []
     for criterion in criteria:
@@ -81,24 +86,17 @@ def gap_rows(model, eval_set, pool_sizes, criteria, max_depth: int, threshold: i
     return pd.DataFrame.from_records(records)
 
 
-def token_exit_gap(run_dirs, criteria, checkpoints="final", max_depth: int = 64, *, people: int | None = None,
-                   device: str = "auto", data_dir=None, threshold: int = DEFAULT_THRESHOLD) -> pd.DataFrame:  # fmt: skip
-    """The gap table (module doc) of the selected checkpoints of each run."""
-    from biosrecall.eval.curves import load_checked_datasets, plan_jobs
-    from biosrecall.eval.gate import resolve_gates
-    from biosrecall.train.distributed import resolve_device
-
-    jobs = plan_jobs(list(run_dirs), checkpoints, data_dir)
-    resolved_by_job = [resolve_gates(criteria, j.run_dir, j.label, j.path, max_depth) for j in jobs]
-    datasets = load_checked_datasets(jobs)
-    device = resolve_device(str(device))
+def token_exit_gap(jobs, datasets, criteria: Sequence[list], frontiers: Sequence[pd.DataFrame],
+                   scoring) -> pd.DataFrame:  # fmt: skip
+    """The gap table (module doc) of planned checkpoints (`biosrecall.eval.scoring.plan_jobs`), given
+    each job's resolved criteria and whole-query frontier rows; the decoder runs once per checkpoint."""
     tables = []
-    for job, resolved in zip(jobs, resolved_by_job, strict=True):
+    for index, job in enumerate(jobs):
         dataset = datasets[job.dataset_path]
-        model, _ = runs.load_checkpoint(job.path, device=device)
+        model, _ = runs.load_checkpoint(job.path, device=scoring.device)
+        eval_set = scored_eval_set(dataset, scoring.people)
         with torch.inference_mode():
-            rows = gap_rows(
-                model, scored_eval_set(dataset, people), dataset.pool_sizes, resolved, max_depth, threshold
-            )
+            rows = gap_rows(model, eval_set, dataset.pool_sizes, criteria[index], scoring.max_depth,
+                            frontiers[index], scoring.threshold)  # fmt: skip
         tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(rows)), rows], axis=1))
     return pd.concat(tables, ignore_index=True)

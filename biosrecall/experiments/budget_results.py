@@ -31,7 +31,7 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.claims import verdict
-from biosrecall.experiments.study import FIXED_FIRST, UNIFORM, UPDATE_MATCHED
+from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text, seed_interval
 
@@ -198,32 +198,64 @@ def saving_claim(targets: pd.DataFrame | None = None) -> dict:
 
 def budget_figure(curve: pd.DataFrame):
     """Bits against training FLOPs (log axis), one line per schedule with a seed band, for the mean
-    over K=1..16 and over K=17..64 (a panel only where the evaluation reached those depths)."""
-    import matplotlib.pyplot as plt
+    over K=1..16 and over K=17..64 (a panel only where the evaluation reached those depths), with the
+    compute-to-target levels (`TARGETS` of the ceiling) marked."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    from biosrecall.eval.plots import curve_styles, legend_below
+    from biosrecall.experiments.figure1_results import study_label
 
     panels = [
         (c, t) for c, t in (("bits_1_16", "K=1..16"), ("bits_17_64", "K=17..64")) if curve[c].notna().any()
     ]
-    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=True, squeeze=False)
-    for axis, (column, title) in zip(axes[0], panels, strict=True):
-        for name, part in curve.groupby("name", sort=False):
-            _band(axis, part, column, name)
-        axis.axhline(float(curve["ceiling_bits"].iloc[0]), color="black", linewidth=0.8, linestyle=":")
-        axis.set(xscale="log", xlabel="training FLOPs", title=f"mean bits per person over {title}")
-    axes[0][0].set_ylabel("recalled bits per person")
-    axes[0][0].legend(fontsize=8)
-    figure.tight_layout()
+    figure = Figure(figsize=(0.6 + 4.4 * len(panels), 4.4), layout="constrained")
+    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    # Figure 1's order, so each schedule keeps its colour and marker across the study's figures.
+    order = [*MAIN_SCHEDULES, UPDATE_MATCHED]
+    names = sorted(dict.fromkeys(curve["name"]), key=lambda n: order.index(n) if n in order else len(order))
+    styles = curve_styles([study_label(name) for name in names])
+    ceiling = float(curve["ceiling_bits"].iloc[0])
+    for axis, (column, title) in zip(axes, panels, strict=True):
+        for name in names:
+            label = study_label(name)
+            _band(axis, curve[curve["name"] == name], column, label, styles[label])
+        axis.axhline(ceiling, color="0.25", linewidth=1.0, linestyle="--")
+        for target in TARGETS:
+            axis.axhline(target * ceiling, color="0.6", linewidth=0.6, linestyle=":")
+        _flops_axis(axis)
+        axis.set(xlabel="training FLOPs", title=f"mean over serving depths {title}")
+        axis.grid(True, which="major", color="0.9", lw=0.6)
+    axes[0].set_ylabel("recalled bits per person")
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles += [Line2D([], [], color="0.25", lw=1.0, ls="--"), Line2D([], [], color="0.6", lw=0.6, ls=":")]
+    labels += [f"task ceiling ({ceiling:.2f} bits)", "targets: " + ", ".join(f"{t:.0%}" for t in TARGETS)]
+    legend_below(figure, handles, 3, labels=labels)
+    figure.suptitle("Recall against training compute, mean over seeds with 95% bands")
     return figure
 
 
-def _band(axis, part: pd.DataFrame, column: str, name: str) -> None:
+def _flops_axis(axis) -> None:
+    """Log FLOPs with ticks at 1, 2 and 5 per decade, written compactly ("2e11"): the budgets span
+    about one decade, where matplotlib's default labels every minor tick in overlapping x10^n text."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from biosrecall.eval.plots import format_flops
+
+    axis.set_xscale("log")
+    axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: format_flops(value)))
+    axis.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _band(axis, part: pd.DataFrame, column: str, label: str, style: dict) -> None:
     """One schedule's mean over seeds at each budget point, with its 95% interval shaded."""
     stats = part.groupby("budget_multiple").agg(flops=("flops", "mean"), bits=(column, list))
     means = [seed_interval(values) for values in stats["bits"]]
-    line = axis.plot(stats["flops"], [m.mean for m in means], marker="o", label=name)[0]
+    line = axis.plot(stats["flops"], [m.mean for m in means], ms=4, lw=1.5, label=label, **style)[0]
     low = [m.mean if math.isnan(m.low) else m.low for m in means]
     high = [m.mean if math.isnan(m.high) else m.high for m in means]
-    axis.fill_between(stats["flops"], low, high, color=line.get_color(), alpha=0.2)
+    axis.fill_between(stats["flops"], low, high, color=line.get_color(), alpha=0.15, lw=0)
 
 
 def mode_agreement(branches: pd.DataFrame, independent: pd.DataFrame) -> pd.DataFrame:

@@ -29,15 +29,33 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from biosrecall.atomic import atomic_write_json
+from biosrecall.atomic import atomic_write_json_if_changed
+from biosrecall.bios import generate_dataset, load_dataset
+from biosrecall.compute.flops import param_counts
 from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.capacity_results import write_capacity_results
+from biosrecall.experiments.capacity_scoring import score_runs
 from biosrecall.experiments.study import MAIN_SCHEDULES, RunSpec, check_seeds
-from biosrecall.locking import output_lock
+from biosrecall.files import read_json_object
+from biosrecall.locking import output_lock, scratch_folder
+from biosrecall.model.presets import BASELINES as KNOWN
+from biosrecall.model.presets import PRESETS
 from biosrecall.numbers import EXPOSURES, check_count, check_depth, check_number
+from biosrecall.sizing import (
+    Cost,
+    check_fits,
+    dataset_cost,
+    describe,
+    loaded_dataset_bytes,
+    scoring_cost,
+    shows_progress,
+)
+from biosrecall.train.config import TrainConfig, resolve_seq_len
 
 RECORD, DATA, RUNS = "capacity.json", "data", "runs"
 DATA_SEED = 0
@@ -102,8 +120,6 @@ def check_depths(depths) -> None:
 
 def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:
     """Run name -> (schedule, model preset, kind "looped" or "baseline") for the study of `preset`."""
-    from biosrecall.model.presets import BASELINES as KNOWN
-    from biosrecall.model.presets import PRESETS
 
     if preset not in PRESETS:
         raise BiosrecallError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
@@ -162,17 +178,16 @@ def run_capacity(
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
-    from biosrecall.experiments.capacity_results import write_capacity_results
-    from biosrecall.experiments.capacity_scoring import score_runs
     from biosrecall.experiments.study_engine import study_executor, train_study_runs
 
     out_dir, runs = Path(out_dir), capacity_runs(options)
     base = _base_config(options, device)
     record = _record(options, base, runs)
     executor = study_executor(workers, threads, device)
+    check_study_size(options, out_dir, executor.slots(), report)
     with output_lock(out_dir):
-        datasets = _prepare(out_dir, options, record, base, runs)
-        atomic_write_json(out_dir / RECORD, record)
+        datasets = _prepare(out_dir, options, record, base, runs, report)
+        atomic_write_json_if_changed(out_dir / RECORD, record)  # a rerun refused later: untouched
         by_spec = {run.spec: run for run in runs}
 
         def options_of(spec: RunSpec) -> dict[str, Any]:
@@ -180,6 +195,8 @@ def run_capacity(
             return _run_options(run, base, datasets[run.people])
 
         trained = train_study_runs(out_dir / RUNS, list(by_spec), options_of, executor, report)
+        if report is not None:  # cached scores are read back at once; a fresh one takes about a run's time
+            report(f"scoring {len(runs)} final checkpoint(s), {executor.slots()} at a time")
         table = score_runs(runs, trained, datasets, options, device, executor.slots(), executor.threads)
         written = write_capacity_results(out_dir, table)
     return CapacityResult(out_dir, table, written.summary, written.claims, written.files)
@@ -187,7 +204,6 @@ def run_capacity(
 
 def _base_config(options: CapacityOptions, device: str):
     """Every run's trainer settings before its schedule and seed: sized by exposures, one checkpoint."""
-    from biosrecall.train.config import TrainConfig
 
     return TrainConfig(
         schedule=MAIN_SCHEDULES["fixed_k4"],
@@ -233,17 +249,46 @@ def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str
     return json.loads(json.dumps(record))
 
 
-def _prepare(out_dir: Path, options, record, base, runs) -> dict[int, Path]:
+def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:
+    """Refuse a study larger than the machine before anything is written (`biosrecall.sizing`): the
+    datasets still to make, every run process holding its dataset (`workers` at a time) and every
+    scoring process its evaluation set; a long preparation of the data says what it will take.
+    `out_dir` None: the datasets go to a temporary folder (`--plan`)."""
+
+    largest, depth = max(options.people), max(options.depths)
+    missing = [n for n in options.people if out_dir is None or not os.path.lexists(_dataset_dir(out_dir, n))]
+    prepare = Cost()
+    for people in missing:
+        prepare = prepare.then(dataset_cost(people))
+    prepare = prepare.then(Cost(loaded_dataset_bytes(largest)))  # planning reads every dataset
+    cost = prepare
+    if out_dir is not None:  # --plan trains and scores nothing
+        scoring = scoring_cost(largest, depth)
+        cost = cost.then(Cost(workers * loaded_dataset_bytes(largest))).then(Cost(workers * scoring.memory))
+    fewer = "use smaller --people counts" + (" or fewer --workers" if workers > 1 and out_dir else "")
+    check_fits(f"--people {largest:,}", cost, out_dir or tempfile.gettempdir(), fewer)
+    if report is not None and shows_progress(prepare):
+        report(f"preparing {len(missing)} dataset(s) of up to {largest:,} people: {describe(prepare)}")
+
+
+def _dataset_dir(out_dir: Path, people: int) -> Path:
+    return out_dir / DATA / f"people{people}"
+
+
+def _prepare(out_dir: Path, options, record, base, runs, report=None) -> dict[int, Path]:
     """Refuse an output made with other settings, make the missing datasets and plan every kind of
     run, before anything trains; a folder this call created is removed again if that fails."""
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     _check_same_settings(out_dir, record)
+    from biosrecall.experiments.study_engine import refuse_busy_runs
+
+    refuse_busy_runs(out_dir / RUNS)
     created = not out_dir.exists()
-    datasets = {people: out_dir / DATA / f"people{people}" for people in options.people}
+    datasets = {people: _dataset_dir(out_dir, people) for people in options.people}
     try:
         for people, folder in datasets.items():
-            _dataset(folder, people)
+            _dataset(folder, people, report)
         _check_plans(runs, base, datasets)
     except BaseException:
         if created:
@@ -253,7 +298,6 @@ def _prepare(out_dir: Path, options, record, base, runs) -> dict[int, Path]:
 
 
 def _check_same_settings(out_dir: Path, record: dict[str, Any]) -> None:
-    from biosrecall.files import read_json_object
 
     path = out_dir / RECORD
     if not os.path.lexists(path):
@@ -270,11 +314,13 @@ def _check_same_settings(out_dir: Path, record: dict[str, Any]) -> None:
         )
 
 
-def _dataset(folder: Path, people: int) -> None:
+def _dataset(folder: Path, people: int, report=None) -> None:
     """Kept when it is the one asked for, generated when missing, refused otherwise."""
-    from biosrecall.bios import generate_dataset, load_dataset
 
     if not os.path.lexists(folder):
+        long = report is not None and shows_progress(dataset_cost(people))
+        if long:
+            report(f"generating {folder} ({people:,} people)")
         generate_dataset(folder, people=people, seed=DATA_SEED)
         return
     dataset = load_dataset(folder)
@@ -294,9 +340,7 @@ def plan_table(runs: list[CapacityRun], base, datasets: dict[int, Path]):
     tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained."""
     import pandas as pd
 
-    from biosrecall.compute.flops import param_counts
     from biosrecall.train.bios_training import bios_training_task
-    from biosrecall.train.config import resolve_seq_len
     from biosrecall.train.setup import make_plan
 
     rows = []
@@ -319,17 +363,19 @@ def plan_table(runs: list[CapacityRun], base, datasets: dict[int, Path]):
     return pd.DataFrame.from_records(rows)
 
 
-def plan_capacity(options: CapacityOptions):
+def plan_capacity(options: CapacityOptions, report=None):
     """`plan_table` of every run of the study, its datasets generated in a temporary folder: what
-    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study)."""
-    import tempfile
+    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study). A plan
+    larger than the machine is refused first, and the scratch folder of a plan that was killed is
+    removed by the next one (`biosrecall.locking.scratch_folder`)."""
 
     runs = capacity_runs(options)
     base = _base_config(options, "cpu")
-    with tempfile.TemporaryDirectory(prefix="biosrecall-capacity-plan-") as scratch:
-        datasets = {people: Path(scratch) / f"people{people}" for people in options.people}
+    check_study_size(options, None, 1, report)
+    with scratch_folder("capacity-plan") as scratch:
+        datasets = {people: scratch / f"people{people}" for people in options.people}
         for people, folder in datasets.items():
-            _dataset(folder, people)
+            _dataset(folder, people, report)
         return plan_table(runs, base, datasets)
 
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
+from biosrecall.eval.plots import legend_below
+from biosrecall.experiments.figure1_results import study_label
 from biosrecall.outputs import COLORS, MARKERS
 
 
 def plot_capacity(summary: pd.DataFrame):
     """Stored bits against people: a row per measure, a column per serving depth (module doc)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullLocator
 
     depths = sorted(summary.loc[summary["kind"] == "looped", "depth"].unique()) or [1]
     fig = Figure(figsize=(0.8 + 3.4 * len(depths), 6.6), layout="constrained")
@@ -45,7 +47,10 @@ def plot_capacity(summary: pd.DataFrame):
             if col == 0:
                 ax.set_ylabel("stored bits")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
+    legend_below(fig, handles, 4, labels=labels)
+    seeds = int(summary["n_seeds"].max()) if "n_seeds" in summary else 1
+    bands = f", mean over {seeds} seeds with 95% bands" if seeds > 1 else ""
+    fig.suptitle(f"Stored bits against people{bands}")
     return fig
 
 
@@ -55,10 +60,13 @@ def _draw_model(ax, summary: pd.DataFrame, name: str, measure: str, depth: int, 
     baseline = (part["kind"] == "baseline").all()
     part = part.sort_values("people") if baseline else part[part["depth"] == depth].sort_values("people")
     color, marker = style
-    label = f"{name} (baseline, one depth)" if baseline else name
+    label = f"{study_label(name)} (one depth)" if baseline else study_label(name)
     ax.plot(part["people"], part[measure], color=color, marker=marker, ms=4, lw=1.4, label=label,
             ls="--" if baseline else "-")  # fmt: skip
     low, high = part[f"{measure}_low"].to_numpy(float), part[f"{measure}_high"].to_numpy(float)
+    if measure == "exact_bits":
+        # A t interval is unbounded; a count of recalled facts is not (the loss bound can go below 0).
+        low = np.clip(low, 0, None)
     if not np.isnan(low).all():
         ax.fill_between(part["people"], low, high, color=color, alpha=0.15, lw=0)
 

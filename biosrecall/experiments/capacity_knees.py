@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from biosrecall.outputs import markdown_table
+from biosrecall.stats import interval_text
+
 FULL = 0.9
 """The share of the facts' bits above which a model counts as storing everything (`capacity_results`'
 `SATURATION_TOLERANCE` read the other way)."""
@@ -47,9 +50,6 @@ def knee_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def knees_markdown(knees: pd.DataFrame) -> str:
     """The section of capacity.md that shows `knee_table`."""
-    from biosrecall.experiments.capacity_results import markdown_table
-    from biosrecall.stats import interval_text
-
     header = ["model", "depth", f"stores >= {FULL:.0%} of the facts up to (people)", "most stored at (people)",
               "most loss-bound bits", "bits/param there", "share stored at the largest count"]  # fmt: skip
     rows = []

@@ -32,10 +32,11 @@ from pathlib import Path
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
+from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, decide_text, verdict
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import save_figure, write_table
-from biosrecall.stats import interval_text, seed_interval
+from biosrecall.outputs import markdown_table, save_figure, write_table
+from biosrecall.stats import aggregate_seeds, interval_text, seed_interval
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
 MEASURE = "loss_bound_bits_per_param"
@@ -89,7 +90,6 @@ class CapacityTables:
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and 95% t interval over seeds per people count, model and depth (`biosrecall.stats`)."""
-    from biosrecall.stats import aggregate_seeds
 
     return aggregate_seeds(table, GROUP, VALUES)
 
@@ -273,12 +273,6 @@ def judge_capacity_claims(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table of `rows` under `header` (the capacity study's tables, `capacity_knees`' too)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]) + "\n"
-
-
 def _model(row) -> str:
     return f"{row['name']} (baseline)" if row["kind"] == "baseline" else row["name"]
 
@@ -289,7 +283,6 @@ def _depth(row) -> str:
 
 def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
     """capacity.md: the seed means with their intervals, where each curve bends, then every run."""
-    from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
 
     def cell(row, column, fmt):
         return interval_text(row[column], row[f"{column}_low"], row[f"{column}_high"], fmt)

@@ -16,6 +16,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from biosrecall.files import read_json_object
+from biosrecall.train.layout import config_file, list_checkpoints, read_meta, stored_bits_cache_file
+
 STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 
 
@@ -39,10 +42,8 @@ def _score(item) -> Any:
     what it cost: mean exposures, updates and training FLOPs."""
     import pandas as pd
 
-    from biosrecall.eval.curves import cached_dataset
-    from biosrecall.files import read_json_object
+    from biosrecall.eval.scoring import cached_dataset
     from biosrecall.runs import check_training_data
-    from biosrecall.train.layout import config_file, list_checkpoints, read_meta
 
     run, run_dir, data_dir, options, device = item
     dataset = cached_dataset(data_dir)
@@ -71,7 +72,6 @@ def _stored_bits(checkpoint: Path, dataset, depths, device):
     from biosrecall.eval.stored_bits import stored_bits_table
     from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
     from biosrecall.runs import load_checkpoint
-    from biosrecall.train.layout import stored_bits_cache_file
 
     key = checkpoint_key(
         checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash

@@ -10,6 +10,12 @@ threshold. The verdict is "holds" when the whole interval is on the claim's side
 it or there is only one seed (no interval). A claim whose runs were not trained (no `--fixed-sweep`,
 no `--update-matched`) is "not measured". Thresholds live in `CLAIMS`, each with its reason.
 
+A claim whose threshold is a share of the ceiling can only be tested where some schedule recalls
+that much: when no run of the study (its mean over seeds, at its best depth, at the claim's budget
+fraction) reaches it, the verdict is "not testable at this size: no schedule reaches 90% of the
+ceiling" (`out_of_reach`) whatever the interval says, since more seeds cannot change it; a larger
+size or budget can.
+
 Each row also says how many seeds would decide it (`seeds_to_decide`, a planning estimate from its
 mean and interval: `biosrecall.stats.seeds_to_decide`). When a rerun judges the claims over another
 number of seeds, the claims it replaces are kept as `claims_at_<n>seeds.csv` and `claims.md` shows
@@ -32,6 +38,7 @@ from biosrecall.outputs import write_table
 from biosrecall.stats import SEEDS_CAP, interval_text, sd_from_interval, seed_interval, seeds_to_decide
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
+NOT_TESTABLE = "not testable at this size"  # the start of the verdict; the rest says what is out of reach
 TRAINING_RANGE = (1, 16)  # the depths uniform and the fixed-first finish sample
 BEYOND = (17, 64)
 NEAR_K4 = (2, 8)  # "near the training depth": within a factor of two of K=4
@@ -48,6 +55,8 @@ class Claim:
     threshold: float
     why: str
     measure: Callable[[pd.DataFrame], float]  # one seed's rows -> the metric (NaN: cannot be computed)
+    reach: tuple[float, float] | None = None
+    """(budget fraction, share of the ceiling) the claim's regime needs some schedule to reach."""
 
 
 def _bits(rows: pd.DataFrame, name: str, fraction: float, depths: tuple[int, int]) -> pd.Series:
@@ -136,6 +145,7 @@ CLAIMS = (
         0.9,
         "the paper's 'within 10% of the ceiling', applied to the worst depth",
         lambda r: _bits(r, FIXED_FIRST, 1.0, (1, 64)).min() / _ceiling(r),
+        reach=(1.0, 0.9),
     ),
     Claim(
         "uniform_broad_at_100",
@@ -145,6 +155,7 @@ CLAIMS = (
         0.5,
         "'broad recall' read as at least half the ceiling across the depths it trained on",
         lambda r: _mean(r, UNIFORM, 1.0, TRAINING_RANGE) / _ceiling(r),
+        reach=(1.0, 0.5),
     ),
     Claim(
         "uniform_declines_beyond_16_at_100",
@@ -194,6 +205,26 @@ def verdict(low: float, high: float, threshold: float, above: bool) -> str:
     return HOLDS if high < threshold else FAILS if low >= threshold else INCONCLUSIVE
 
 
+def out_of_reach(claim: Claim, curves: pd.DataFrame) -> str | None:
+    """The not-testable verdict when no schedule reaches the share of the ceiling the claim's regime
+    needs (`Claim.reach`), else None. `curves`: whole-person recall, columns name, fraction, depth,
+    bits, ceiling_bits, one row per seed or already the mean over seeds (both give the same means)."""
+    if claim.reach is None:
+        return None
+    fraction, share = claim.reach
+    rows = curves[np.isclose(curves["fraction"], fraction)]
+    if rows.empty:
+        return None
+    best = float(rows.groupby(["name", "depth"])["bits"].mean().max())
+    if best >= share * _ceiling(rows):
+        return None
+    return f"{NOT_TESTABLE}: no schedule reaches {share:.0%} of the ceiling"
+
+
+def testable(verdict_text) -> bool:
+    return not str(verdict_text).startswith(NOT_TESTABLE)
+
+
 def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
     """One row per claim. `curves`: whole-person recall, columns name, seed, fraction, depth, bits,
     ceiling_bits (a run per name and seed)."""
@@ -202,7 +233,9 @@ def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
         values = [claim.measure(part) for _, part in curves.groupby("seed", sort=True)]
         measured = [v for v in values if not math.isnan(v)]
         interval = seed_interval(measured)
-        result = verdict(interval.low, interval.high, claim.threshold, claim.above)
+        result = out_of_reach(claim, curves) or verdict(
+            interval.low, interval.high, claim.threshold, claim.above
+        )
         rows.append(
             {
                 "claim": claim.key,
@@ -221,10 +254,11 @@ def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def decide_text(mean: float, low: float, high: float, n_seeds: int, threshold) -> str:
+def decide_text(mean: float, low: float, high: float, n_seeds: int, threshold, verdict_text: str = "") -> str:
     """The seeds-to-decide cell of a claims row: a count, ">1000" past the search, "never" when the
-    mean sits on the threshold with some spread, "" without an interval (one seed, or not measured)."""
-    if n_seeds < 2 or math.isnan(low) or math.isnan(high):
+    mean sits on the threshold with some spread, "" without an interval (one seed, or not measured)
+    or for a claim this size cannot test (no seed count can)."""
+    if n_seeds < 2 or math.isnan(low) or math.isnan(high) or not testable(verdict_text):
         return ""
     value = _threshold_value(threshold)
     if high == low:  # no spread: decided at any count, on the threshold too (`verdict` reads it as failing)
@@ -243,7 +277,7 @@ def _threshold_value(threshold) -> float:
 def with_seeds_to_decide(claims: pd.DataFrame) -> pd.DataFrame:
     """The claims with their `seeds_to_decide` column (text, so ">1000" and "" sit beside counts)."""
     cells = [
-        decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold)
+        decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold, row.verdict)
         for row in claims.itertuples()
     ]
     return claims.drop(columns=[SEEDS_TO_DECIDE], errors="ignore").assign(**{SEEDS_TO_DECIDE: cells})
@@ -262,7 +296,7 @@ def claims_markdown(claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]
     ]
     for row in claims.itertuples():
         before = [verdicts.get(getattr(row, "claim", None), "-") for _, verdicts in looks]
-        decide = decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold) or "-"
+        decide = decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold, row.verdict) or "-"
         cells = [
             row.statement,
             row.metric,

@@ -19,11 +19,16 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_path, atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import (
+    CLAIMS,
+    NOT_MEASURED,
     SEEDS_TO_DECIDE,
     claims_markdown,
     earlier_looks,
+    out_of_reach,
     read_claims,
     seed_count,
+    testable,
+    verdict,
     with_seeds_to_decide,
 )
 from biosrecall.experiments.study import MAX_SEEDS, figure1_command
@@ -110,11 +115,39 @@ def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir
     )
 
 
+CURVES_OVER_SEEDS = ("recall_curve_seeds.csv", "fixed_sweep_seeds.csv")
+"""The archived curves over seeds that say whether a claim's regime is within reach."""
+
+
+def reach_verdicts(out_dir: Path, claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims with each one this size cannot test read as such (`claims.out_of_reach`), judged
+    from the output's curves over seeds; a verdict the rule no longer applies to is read back from
+    the row's interval. Without those curves the claims are returned as they are."""
+    parts = [pd.read_csv(out_dir / name) for name in CURVES_OVER_SEEDS if (out_dir / name).is_file()]
+    if not parts:
+        return claims
+    curves = pd.concat(parts, ignore_index=True)
+    curves = curves[curves["attribute"] == "all"]
+    rules = {claim.key: claim for claim in CLAIMS if claim.reach is not None}
+    verdicts = []
+    for row in claims.itertuples():
+        judged = row.verdict
+        if row.claim in rules and row.verdict != NOT_MEASURED:
+            claim = rules[row.claim]
+            if not testable(judged):
+                judged = verdict(row.low, row.high, claim.threshold, claim.above)
+            judged = out_of_reach(claim, curves) or judged
+        verdicts.append(judged)
+    return claims.assign(verdict=verdicts)
+
+
 def refresh_claims(out_dir: str | Path) -> list[Path]:
     """Rewrite OUT/claims.csv (and .parquet if there is one) and claims.md from OUT/claims.csv, with
-    the columns and table this version writes: the kept columns' cells are not changed."""
+    the columns, table and rules this version writes: a claim the output's size cannot test reads so
+    (`reach_verdicts`); every other cell is kept."""
     out_dir = Path(out_dir)
     _, claims = read_output(out_dir)
+    claims = reach_verdicts(out_dir, claims)
     table = with_seeds_to_decide(claims)
     written = [out_dir / "claims.csv"]
     with atomic_write_path(written[0]) as tmp:

@@ -39,9 +39,10 @@ from typing import Any
 
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import recall_curves, run_labels
+from biosrecall.eval.exits import parse_exits
+from biosrecall.eval.scoring import run_labels
+from biosrecall.eval.serving import SERVING_CRITERIA, score_runs
 from biosrecall.experiments import figure1_output as output
 from biosrecall.experiments.budget_results import (
     budget_curve,
@@ -69,8 +70,11 @@ from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
 from biosrecall.sweep.run_spec import config_options
+from biosrecall.train.bios_training import bios_training_task
 from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.optim import warmup_updates
 from biosrecall.train.run_dir import machine, versions
+from biosrecall.train.setup import make_plan
 
 FIGURE1_SCHEDULES = MAIN_SCHEDULES
 FRACTIONS = (0.45, 1.0)
@@ -163,25 +167,30 @@ def run_figure1(
     config = replace(_train_config(settings, budget, study.seeds[0], device), log=tuple(log))
     record = _record(preset, settings, config, study)
     executor = study_executor(workers, threads, device)
-    timer = StudyTimer(seeds=list(study.seeds), workers=executor.slots(), threads=executor.threads_per_run)
+    timer = StudyTimer(
+        report, seeds=list(study.seeds), workers=executor.slots(), threads=executor.threads_per_run
+    )
     trainer = _Trainer(out_dir, config, settings, study, (executor, report), timer)
     with output_lock(out_dir):
         output.prepare_output(
-            out_dir, record, trainer.datasets, settings.people, overwrite, trainer.check_plans
+            out_dir, record, trainer.datasets, settings.people, overwrite, trainer.check_plans, report
         )
-        atomic_write_json(out_dir / RECORD, record)
+        output.write_record(out_dir, record)
         best_lr = _tune_learning_rates(out_dir, trainer, settings)
         specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
         trained = trainer.train_all(specs)
-        curves = trainer.evaluate(trained, FRACTIONS)
+        # The main runs' 100% checkpoints are served too: their frontier comes from the same pass.
+        main_runs = [spec for spec in trained if spec.role == "main"]
+        curves, frontier = trainer.evaluate(trained, FRACTIONS, served=main_runs)
         with timer.phase("tables"):
             written = write_study_results(out_dir, curves, [saving_claim()])
-        with timer.phase("serving"):
-            headline, served, claims = _serving(out_dir, trained, settings, device, written.claims, executor)
+        with timer.phase("serving", "writing the exit frontier and its claims"):
+            headline, served, claims = _serving(out_dir, frontier, main_runs, written.claims)
         swept = []
         if study.budgets:
             trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves)
             trained = {**trained, **trained_budgets}
+        write_claims(claims, out_dir)
         timer.save(out_dir)
     runs = {str(spec.folder): path for spec, path in trained.items()}
     figures = written.figures + served + swept
@@ -198,7 +207,7 @@ def _budget_sweep(
     specs = budget_runs(study, best_lr, settings.lr, trainer.plan, trainer.warmup_updates())
     trained = trainer.train_all(specs)
     reported = {spec: path for spec, path in trained.items() if spec.role != "trunk"}
-    curves = trainer.evaluate(reported, (1.0,))
+    curves, _ = trainer.evaluate(reported, (1.0,))
     curves = curves.assign(budget_multiple=curves["run"].map({str(s.folder): s.budget for s in specs}))
     curve = budget_curve(curves)
     targets = compute_to_target(curve)
@@ -211,7 +220,6 @@ def _budget_sweep(
     written = write_budget_results(curve, targets, out_dir, modes)
     row = saving_claim(targets)
     claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
-    write_claims(claims, out_dir)
     return trained, claims, [p for p in written if p.suffix in (".png", ".pdf")]
 
 
@@ -291,14 +299,12 @@ class _Trainer:
 
     def plan(self, spec: RunSpec):
         """(the plan, the TrainConfig) of one run."""
-        from biosrecall.train.setup import make_plan
 
         config = self.run_config(spec)
         return make_plan(self.task.model_config(), config), config
 
     def warmup_updates(self) -> int:
         """The budget sweep's shared warm-up: the base fixed K=4 run's."""
-        from biosrecall.train.optim import warmup_updates
 
         return warmup_updates(self.fixed4_updates(), self.config)
 
@@ -306,13 +312,11 @@ class _Trainer:
     def task(self):
         """The bioS task on the first dataset, read and checked once (every dataset has the same
         vocabulary, so one plans every run); first asked for once the datasets exist."""
-        from biosrecall.train.bios_training import bios_training_task
 
         data_dir = next(iter(self.datasets.values()))
         return bios_training_task(data_dir, self.settings.model_preset, dict(self.settings.model_overrides))
 
     def fixed4_updates(self) -> int:
-        from biosrecall.train.setup import make_plan
 
         model_config = self.task.model_config()
         return make_plan(model_config, replace(self.config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
@@ -320,7 +324,6 @@ class _Trainer:
     def check_plans(self) -> None:
         """Plan every kind of run and build a batch source, so a budget too small for one update, an
         unknown architecture override or a sequence too short for a biography fails before training."""
-        from biosrecall.train.setup import make_plan
 
         self.config.validate()
         task = self.task
@@ -349,14 +352,24 @@ class _Trainer:
         with self.timer.phase("training"):
             return train_study_runs(self.runs_dir, specs, self.run_options, executor, report)
 
-    def evaluate(self, trained: dict[RunSpec, Path], fractions) -> pd.DataFrame:
-        """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run."""
+    def evaluate(self, trained: dict[RunSpec, Path], fractions, served=()) -> tuple[pd.DataFrame, Any]:
+        """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run,
+        and the serving frontier (`SERVING_CRITERIA`) of the `served` runs' final checkpoints, from the
+        same pass (None when nothing is served); both with `run` the run's folder, `seed<S>/<name>`."""
         paths, settings, executor = list(trained.values()), self.settings, self.engine[0]
-        with self.timer.phase("evaluation"):
-            table = recall_curves(paths, fractions, settings.max_depth, device=self.config.device,
-                                  people=settings.eval_people, workers=executor.slots(),
-                                  threads=executor.threads)  # fmt: skip
-        return label_runs(table, dict(zip(run_labels(paths), trained, strict=True)))
+        served_paths = [trained[spec] for spec in served]
+        doing = f"scoring {len(paths)} run(s) at depths 1..{settings.max_depth}"
+        doing += f", serving {len(served)} of them" if served else ""
+        with self.timer.phase("evaluation", f"{doing}, {executor.slots()} at a time"):
+            scores = score_runs(paths, fractions, parse_exits(SERVING_CRITERIA) if served else (),
+                                max_depth=settings.max_depth, device=self.config.device,
+                                people=settings.eval_people, served=served_paths, workers=executor.slots(),
+                                threads=executor.threads)  # fmt: skip
+        specs = dict(zip(run_labels(paths), trained, strict=True))
+        frontier = scores.frontier
+        if frontier is not None:
+            frontier = frontier.assign(run=frontier["run"].map(lambda run: str(specs[run].folder)))
+        return label_runs(scores.recall, specs), frontier
 
 
 def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings):
@@ -366,21 +379,16 @@ def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings):
     if not study.lr_grid:
         return {name: settings.lr for name in MAIN_SCHEDULES}
     trained = trainer.train_all(grid_runs(study, settings.lr))
-    grid = grid_table(trainer.evaluate(trained, (1.0,)))
+    grid = grid_table(trainer.evaluate(trained, (1.0,))[0])
     write_table(grid, out_dir / "lr_grid")
     return chosen_lr(grid)
 
 
-def _serving(out_dir: Path, trained, settings: Figure1Preset, device: str, claims: pd.DataFrame, executor):
-    """Score adaptive-depth serving of every main run's 100% checkpoint (as many at a time as the
-    study trains) and add its claims rows before the compute claim (which stays last, where the
-    budget sweep replaces it); returns the headline, the frontier figure's files and the claims."""
-    main_runs = {spec: path for spec, path in trained.items() if spec.role == "main"}
-    headline, figures, rows = serve_study(
-        out_dir, main_runs, settings.max_depth, device, settings.eval_people,
-        workers=executor.slots(), threads=executor.threads,
-    )  # fmt: skip
+def _serving(out_dir: Path, frontier: pd.DataFrame, main_runs, claims: pd.DataFrame):
+    """The serving results of every main run's 100% checkpoint (scored with its recall,
+    `_Trainer.evaluate`) and its claims rows, added before the compute claim (which stays last, where
+    the budget sweep replaces it); returns the headline, the frontier figure's files and the claims."""
+    headline, figures, rows = serve_study(out_dir, frontier, main_runs)
     compute = claims["claim"] == saving_claim()["claim"]
     claims = pd.concat([claims[~compute], rows, claims[compute]], ignore_index=True)
-    write_claims(claims, out_dir)
     return headline, figures, claims

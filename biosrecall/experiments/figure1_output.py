@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from biosrecall.atomic import atomic_write_json_if_changed
+from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
@@ -28,6 +30,7 @@ from biosrecall.experiments.study_serving import SUMMARY_NAME
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
+from biosrecall.sizing import Cost, check_fits, dataset_cost, scoring_cost
 from biosrecall.train.config import RESUMABLE_DIFFERENCES
 
 RECORD, DATA, RUNS = "figure1.json", "data", "runs"
@@ -96,7 +99,6 @@ def _repeated_seeds(stored: dict[str, Any], record: dict[str, Any]) -> list[str]
 
 def _dataset_differences(data_dir: Path, people: int, seed: int) -> list[str]:
     """Whether a dataset folder is the one these settings ask for ([] also when there is none yet)."""
-    from biosrecall.bios import load_dataset
 
     if not os.path.lexists(data_dir):
         return []
@@ -121,10 +123,16 @@ def refusal(out_dir: Path, found: list[str]) -> BiosrecallError:
 
 
 def prepare_output(
-    out_dir: Path, record, datasets: dict[int, Path], people: int, overwrite: bool, check: Callable[[], None]
+    out_dir: Path,
+    record,
+    datasets: dict[int, Path],
+    people: int,
+    overwrite: bool,
+    check: Callable[[], None],
+    report: Callable[[str], None] | None = None,
 ) -> None:
-    """Check the settings against what the output holds, make the missing datasets and run `check`
-    (every run's plan) before anything trains.
+    """Check the settings against what the output holds, make the missing datasets (saying so to
+    `report`) and run `check` (every run's plan) before anything trains.
 
     A mistake found here leaves the output as it was: a folder this call created is removed, and what
     `overwrite` moved aside is put back.
@@ -136,11 +144,15 @@ def prepare_output(
         found = differences(out_dir, record, datasets, people)
         if found and not overwrite:
             raise refusal(out_dir, found)
+        from biosrecall.experiments.study_engine import refuse_busy_runs
+
+        refuse_busy_runs(out_dir / RUNS)
+        _check_size(out_dir, datasets, people, replacing=bool(found))
         out_dir.mkdir(parents=True, exist_ok=True)
         with held():  # a signal waits until `aside` names what the clean-up below puts back
             aside = _move_aside(out_dir) if found else None
         for seed, data_dir in datasets.items():
-            _make_dataset(data_dir, people, seed)
+            _make_dataset(data_dir, people, seed, report)
         check()
     except BaseException:
         if aside is not None:
@@ -152,11 +164,31 @@ def prepare_output(
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _make_dataset(data_dir: Path, people: int, seed: int) -> None:
+def _check_size(out_dir: Path, datasets: dict[int, Path], people: int, replacing: bool) -> None:
+    """Refuse, before anything is made, datasets to generate and an evaluation set to score larger
+    than the machine (`biosrecall.sizing`)."""
+
+    cost = Cost()
+    for data_dir in datasets.values():
+        if replacing or not os.path.lexists(data_dir):
+            cost = cost.then(dataset_cost(people))
+    cost = cost.then(scoring_cost(people))
+    check_fits(f"a study of {people:,} people", cost, out_dir, "choose a smaller --preset")
+
+
+def write_record(out_dir: Path, record: dict[str, Any]) -> None:
+    """Write `figure1.json`, unless it already holds these very bytes: a rerun that is refused later
+    (a run busy in another process, say) then leaves the output exactly as it found it."""
+
+    atomic_write_json_if_changed(out_dir / RECORD, record)
+
+
+def _make_dataset(data_dir: Path, people: int, seed: int, report=None) -> None:
     """Kept when present (`differences` has checked it), generated otherwise."""
-    from biosrecall.bios import generate_dataset
 
     if not os.path.lexists(data_dir):
+        if report is not None:
+            report(f"generating the dataset {data_dir.name}/ ({people:,} people, seed {seed})")
         generate_dataset(data_dir, people=people, seed=seed)
 
 

@@ -25,14 +25,28 @@ from pathlib import Path
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.eval.plots import plot_recall_curves
+from biosrecall.eval.plots import plot_recall_curves, schedule_label
 from biosrecall.eval.seeds import aggregate_recall
-from biosrecall.experiments.claims import judge_claims, write_claims
-from biosrecall.experiments.study import FIXED_K4, RunSpec
+from biosrecall.experiments.claims import judge_claims
+from biosrecall.experiments.study import FIXED_K4, MAIN_SCHEDULES, UPDATE_MATCHED, RunSpec
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text
 
 SPEC_COLUMNS = ["name", "label", "seed", "lr", "role"]
+BASELINE_LABELS = {"std_params": "standard, as many parameters", "std_flops": "standard, as many FLOPs"}
+"""The capacity study's standard-transformer baselines (`<preset>-std-params`, `-std-flops`) in words."""
+
+
+def study_label(name: str) -> str:
+    """A study run's name in words for a legend ("fixed K=4", "uniform K=1-16 (update-matched)");
+    a fixed-K sweep run (fixed_k8) reads as its schedule, any other name as it is."""
+    if name in MAIN_SCHEDULES:
+        return schedule_label(MAIN_SCHEDULES[name])
+    if name == UPDATE_MATCHED:
+        return f"{schedule_label(MAIN_SCHEDULES[name.removesuffix('_update_matched')])} (update-matched)"
+    if name.startswith("fixed_k") and name[7:].isdigit():
+        return f"fixed K={name[7:]}"
+    return BASELINE_LABELS.get(name, name)
 
 
 def label_runs(table: pd.DataFrame, specs: dict[str, RunSpec]) -> pd.DataFrame:
@@ -72,7 +86,8 @@ class StudyTables:
 
 
 def write_study_results(out_dir: Path, curves: pd.DataFrame, extra_claims=()) -> StudyTables:
-    """Write every table, figure and the claims (with `extra_claims` rows judged elsewhere)."""
+    """Write every table and figure and judge the claims (with `extra_claims` rows judged elsewhere);
+    the caller writes the claims (`claims.write_claims`) once every row of its call is in."""
     main = curves[curves["role"].isin(["main", "control"])]
     summary, figures = _plot(main, out_dir, "figure1", "recall_curve", "summary")
     sweep = curves[(curves["role"] == "sweep") | ((curves["name"] == FIXED_K4) & (curves["role"] == "main"))]
@@ -80,7 +95,6 @@ def write_study_results(out_dir: Path, curves: pd.DataFrame, extra_claims=()) ->
         figures += _plot(sweep, out_dir, "figure5", "fixed_sweep", "fixed_sweep_summary")[1]
     claims = judge_claims(curves[(curves["attribute"] == "all") & (curves["role"] != "grid")])
     claims = pd.concat([claims, pd.DataFrame(list(extra_claims))], ignore_index=True)
-    write_claims(claims, out_dir)
     return StudyTables(summary, claims, figures)
 
 

@@ -16,22 +16,34 @@ budget added after the trunk finished), which trains the same run.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.study import RunSpec
-from biosrecall.sweep import LocalExecutor, SweepRun, run_sweep
-from biosrecall.sweep.jobs import BOOKKEEPING
+from biosrecall.sweep.engine import run_sweep
+from biosrecall.sweep.executors import LocalExecutor, usable_cores
+from biosrecall.sweep.jobs import BOOKKEEPING, SweepRun
+from biosrecall.sweep.records import lock_holder
 from biosrecall.train.layout import finished, latest_checkpoint, saved_states
-from biosrecall.train.loop import Interrupted
+from biosrecall.train.loop import RESUME_ADVICE, Interrupted
 
 OptionsOf = Callable[[RunSpec], dict[str, Any]]
 
 
 class StudyRunFailed(RuntimeError):
     """A run of the study exited with an error (its log says why); the others were brought to done."""
+
+
+class RunKilled(BiosrecallError):
+    """A run's process was killed by a signal from outside the study (the out-of-memory killer, a
+    `kill -9`): not the run's error, so one line naming the run and the signal, and a rerun resumes it."""
 
 
 def train_study_runs(
@@ -45,8 +57,12 @@ def train_study_runs(
 
     `report` gets a line (str) before each wave with runs left to train, then each run's `Outcome`.
     Raises `Interrupted` naming the runs that were stopped (Ctrl-C), and `StudyRunFailed` naming each
-    failed run, its error line and its log, after every other run of its wave has finished."""
+    failed run, its error line and its log, after every other run of its wave has finished, or
+    `RunKilled` (a `BiosrecallError`) when a signal from outside ended every failed run; a dead fork
+    server is `biosrecall.sweep.warm.ForkServerDied`. Error lines are in the study's words
+    (`study_words`)."""
     waves = [[s for s in specs if s.branch is None], [s for s in specs if s.branch is not None]]
+    report = _in_study_words(report)
     for wave in waves:
         left = sum(not finished(runs_dir / s.folder) for s in wave)
         if not left:
@@ -62,14 +78,52 @@ def train_study_runs(
         except KeyboardInterrupt:
             raise Interrupted(_stopped(runs_dir, wave)) from None
         if result.failed:
-            raise StudyRunFailed("; ".join(_failure(outcome) for outcome in result.failed))
+            failed = [study_words(outcome) for outcome in result.failed]
+            if all(_killed(outcome) for outcome in failed):
+                raise RunKilled("; ".join(_kill(outcome) for outcome in failed) + f"; {RERUN}")
+            raise StudyRunFailed("; ".join(_failure(outcome) for outcome in failed))
         busy = [outcome.name for outcome in result.outcomes if outcome.state == "busy"]
         if busy:
-            raise BiosrecallError(
-                f"run {busy[0]} is being trained by another process; let it finish (or stop it), then "
-                "rerun the same command"
-            )
+            raise _busy(busy[0])
     return {spec: runs_dir / spec.folder for spec in specs}
+
+
+def _busy(name) -> BiosrecallError:
+    return BiosrecallError(
+        f"run {name} is being trained by another process; let it finish (or stop it), then rerun the "
+        "same command"
+    )
+
+
+def refuse_busy_runs(runs_dir: Path) -> None:
+    """Refuse, before a study writes anything, an output one of whose runs another live process holds
+    (a `train --resume` started by hand, say): the refusal `train_study_runs` would give once the
+    study had written its record and datasets, given first."""
+
+    if not runs_dir.is_dir():
+        return
+    for lock in sorted(runs_dir.rglob(".*.lock")):
+        run_dir = lock.with_name(lock.name[1 : -len(".lock")])
+        if run_dir.name != BOOKKEEPING and lock_holder(run_dir) is not None:
+            raise _busy(run_dir.relative_to(runs_dir))
+
+
+# The trainer's advice and what follows it up to the end of its clause ("once the problem is fixed").
+_ADVICE = re.compile(r"[;:,]?\s*" + re.escape(RESUME_ADVICE) + r"(?: once the problem is fixed)?")
+
+
+def study_words(outcome):
+    """A run's outcome as a study reports it: without the trainer's advice to pass --resume, which is
+    wrong for a study (the study resumes its runs itself; its own line says to rerun its command)."""
+    if not outcome.error or RESUME_ADVICE not in outcome.error:
+        return outcome
+    return dataclasses.replace(outcome, error=_ADVICE.sub("", outcome.error))
+
+
+def _in_study_words(report):
+    if report is None:
+        return None
+    return lambda outcome: report(outcome if isinstance(outcome, str) else study_words(outcome))
 
 
 def _options(runs_dir: Path, spec: RunSpec, options_of: OptionsOf) -> dict[str, Any]:
@@ -97,6 +151,23 @@ def _stopped(runs_dir: Path, wave: Sequence[RunSpec]) -> str:
     )
 
 
+RERUN = "the other runs and what the killed ones saved are kept: rerun the same command to continue"
+
+
+def _killed(outcome) -> bool:
+    """A run whose process a signal ended (exit status -N), not one that reported an error."""
+    return isinstance(outcome.exit_code, int) and outcome.exit_code < 0
+
+
+def _kill(outcome) -> str:
+
+    try:
+        name = signal.Signals(-outcome.exit_code).name
+    except ValueError:
+        name = f"signal {-outcome.exit_code}"
+    return f"run {outcome.name} was killed by {name} [log {outcome.log}]"
+
+
 def _failure(outcome) -> str:
     return f"run {outcome.name} failed (exit {outcome.exit_code}): {outcome.error} [log {outcome.log}]"
 
@@ -104,9 +175,6 @@ def _failure(outcome) -> str:
 def study_executor(workers: int | None, threads: int | None, device: str) -> LocalExecutor:
     """The local executor of a study: `workers` runs at once [default: one per GPU on CUDA, else one
     per core], each on `threads` threads [default: the cores shared among the workers]."""
-    import torch
-
-    from biosrecall.sweep.executors import usable_cores
 
     # The device name itself is checked with the rest of the settings, before anything runs.
     gpus = 1 if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()) else 0

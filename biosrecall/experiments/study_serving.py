@@ -1,6 +1,6 @@
 """Adaptive-depth serving of a study's final checkpoints on every seed, judged as two claims per schedule.
 
-    headline, figures, rows = serve_study(out_dir, trained, max_depth=64, device="cpu", people=None)
+    headline, figures, rows = serve_study(out_dir, frontier, main_runs)  # frontier: eval.serving.score_runs
     rows = serving_claims(frontier, names)      # names: frontier run label -> (schedule name, seed)
     summary = serving_summary(frontier, names)  # per schedule over seeds; exit_summary.csv/.md
 
@@ -21,13 +21,13 @@ rows per schedule to claims.csv, judged over seeds like the others (`biosrecall.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.eval.serving import BASELINE, RECALL_SHARE, TABLE_NAME, headline_table, write_serving_results
+from biosrecall.eval.serving import BASELINE, RECALL_SHARE, headline_table, write_serving_results
 from biosrecall.experiments.claims import NOT_MEASURED, verdict
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
 from biosrecall.outputs import write_table
@@ -43,18 +43,12 @@ SPOKEN = {FIXED_K4: "fixed K=4", FIXED_FIRST: "fixed-first", UNIFORM: "uniform"}
 """How the statements name the main runs, as the other claims do."""
 
 
-def serve_study(out_dir: Path, main_runs: Mapping, max_depth: int, device: str, people: int | None,
-                workers: int = 1, threads: int = 1):  # fmt: skip
-    """Score serving of `main_runs` ({spec: run folder}, each spec with `.folder`, `.name` and `.seed`)
-    at their final checkpoint into `out_dir`, `workers` checkpoints at a time on the CPU; returns
-    (headline, figure files, the claims rows)."""
-    labels = [str(spec.folder) for spec in main_runs]  # seed<S>/<name>, as in the recall tables
-    figures, headline = write_serving_results(
-        out_dir, list(main_runs.values()), "final", max_depth, labels=labels, device=device, people=people,
-        workers=workers, threads=threads,
-    )  # fmt: skip
-    frontier = pd.read_parquet(Path(out_dir) / f"{TABLE_NAME}.parquet")
-    names = {label: (spec.name, spec.seed) for label, spec in zip(labels, main_runs, strict=True)}
+def serve_study(out_dir: Path, frontier: pd.DataFrame, main_runs: Iterable):
+    """Write the serving results of the specs `main_runs` (each with `.folder`, `.name` and `.seed`)
+    from their final checkpoints' `frontier` (its `run` the folders, `seed<S>/<name>`, as in the recall
+    tables) into `out_dir`; returns (headline, figure files, the claims rows)."""
+    figures, headline = write_serving_results(out_dir, frontier)
+    names = {str(spec.folder): (spec.name, spec.seed) for spec in main_runs}
     summary = serving_summary(frontier, names)
     write_table(summary, Path(out_dir) / SUMMARY_NAME)
     atomic_write_text(Path(out_dir) / f"{SUMMARY_NAME}.md", summary_markdown(summary))

@@ -1,7 +1,7 @@
 """Where a study's wall time goes: one record per call of `biosrecall figure1`, phase by phase.
 
-    timer = StudyTimer(seeds=(0, 1), workers=2, threads=1)
-    with timer.phase("training"):
+    timer = StudyTimer(seeds=(0, 1), workers=2, threads=1, report=print)
+    with timer.phase("evaluation", "scoring 12 checkpoints at depths 1..64"):  # printed, then its time
         ...
     timer.save(out_dir)    # appends to OUT/timings.jsonl, rewrites OUT/timings.md
 
@@ -11,8 +11,9 @@ phase. Phases add up when entered more than once (the lr grid's training and eva
 the main runs'):
 
 - training: the sweep engine training runs, `workers` at a time (start-up, planning, saving included);
-- evaluation: recall of every checkpoint at every serving depth (skipped when cached);
-- serving: the exit criteria of the final checkpoints (skipped when cached);
+- evaluation: recall of every checkpoint at every serving depth, and the exit criteria of the main
+  runs' final checkpoints from the same pass (skipped when cached);
+- serving: the serving tables, figure and claims rows from those criteria;
 - tables: result tables, figures and claims;
 - other: the rest of the call (checking the output, generating the dataset, planning every run).
 
@@ -30,6 +31,7 @@ from pathlib import Path
 from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import parse_json_text
+from biosrecall.train.progress import format_seconds
 
 PHASES = ("training", "evaluation", "serving", "tables", "other")
 RECORD, TABLE = "timings.jsonl", "timings.md"
@@ -38,19 +40,25 @@ RECORD, TABLE = "timings.jsonl", "timings.md"
 class StudyTimer:
     """Wall seconds per phase of one call, from the moment it is made to `save`."""
 
-    def __init__(self, **settings) -> None:
-        self.settings = settings
+    def __init__(self, report=None, **settings) -> None:
+        """`report` (a callable taking a line) is told what each announced phase does, then its time."""
+        self.settings, self.report = settings, report
         self.started = datetime.now(UTC).isoformat(timespec="seconds")
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self._start = time.monotonic()
 
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str, doing: str | None = None):
+        """Time the block as `name`; with `doing`, announce it to `report` and say how long it took."""
         begin = time.monotonic()
+        if doing and self.report is not None:
+            self.report(f"{name}: {doing}")
         try:
             yield
         finally:
             self.seconds[name] += time.monotonic() - begin
+            if doing and self.report is not None:
+                self.report(f"{name} done in {format_seconds(time.monotonic() - begin)}")
 
     def record(self) -> dict:
         total = time.monotonic() - self._start

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from biosrecall.train.layout import recall_cache_file
+
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -43,9 +45,8 @@ class CardFacts:
 
 def cached_recall(checkpoint: Path, manifest_hash: str) -> tuple[pd.DataFrame | None, str]:
     """The checkpoint's cached recall table and a sentence on how it was computed, or (None, reason)."""
-    from biosrecall.eval.curves import CACHE_FORMAT
+    from biosrecall.eval.scoring import RECALL_CACHE_FORMAT as CACHE_FORMAT
     from biosrecall.eval.table_cache import checkpoint_key, read_cached, read_key
-    from biosrecall.train.layout import recall_cache_file
 
     path = recall_cache_file(checkpoint)
     if not path.is_file():

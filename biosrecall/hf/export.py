@@ -35,8 +35,12 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
+from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
 
+import biosrecall
 from biosrecall import runs
 from biosrecall.atomic import (
     WriteFailed,
@@ -46,10 +50,13 @@ from biosrecall.atomic import (
     error_number,
     write_failed,
 )
+from biosrecall.bios import load_dataset
+from biosrecall.bios.tokenizer import PAD_ID, PAD_TOKEN, SEP_ID, SEP_TOKEN, UNK_TOKEN
 from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
 from biosrecall.hf.card import CardFacts, cached_recall, model_card
 from biosrecall.locking import output_lock
+from biosrecall.train.run_dir import read_config
 
 MODELING_FILE = "modeling_biosrecall.py"
 # A data folder, not a subpackage: the file imports transformers at its top, so it is kept out of the
@@ -116,7 +123,6 @@ def _save_weights(hf_model, folder: Path) -> None:
 
 def _first_person():
     """Person 0: their evaluation rows check the logits and give the card its example."""
-    import numpy as np
 
     return np.arange(1)
 
@@ -133,7 +139,6 @@ def modeling_module():
 
 
 def _run_record(run_dir: Path) -> dict:
-    from biosrecall.train.run_dir import read_config
 
     record = read_config(run_dir)
     task = (record.get("task") or {}).get("name", "bios")
@@ -144,7 +149,6 @@ def _run_record(run_dir: Path) -> dict:
 
 def _training_dataset(run_dir: Path, meta: dict, data_dir):
     """The dataset the checkpoint was trained on (its tokenizer goes into the export), hash-checked."""
-    from biosrecall.bios import load_dataset
 
     path = runs.training_data_of(run_dir, meta, data_dir)
     dataset = load_dataset(path)
@@ -187,7 +191,6 @@ def _num_steps(record: dict, model_config, asked: int | None) -> tuple[int, str]
 
 def _provenance(run_dir: Path, label: str, meta: dict, record: dict, dataset, steps_source: str) -> dict:
     """The `biosrecall` section of config.json: where the weights came from (no machine paths)."""
-    import biosrecall
 
     fraction = runs.fraction_of(label)
     flops, budget = meta.get("flops"), meta.get("budget")
@@ -217,7 +220,6 @@ def _provenance(run_dir: Path, label: str, meta: dict, record: dict, dataset, st
 
 def build_hf_model(model, num_steps: int, provenance: dict):
     """The Hugging Face model holding `model`'s weights (a copy), with `num_steps` as its default depth."""
-    from biosrecall.bios.tokenizer import PAD_ID, SEP_ID
 
     modeling = modeling_module()
     config = modeling.BiosrecallLoopedConfig(
@@ -255,11 +257,7 @@ def verify_same_logits(model, hf_model, tokens, num_steps: int) -> None:
 
 def save_tokenizer(tokenizer, context_length: int, folder: Path) -> None:
     """The dataset tokenizer as a PreTrainedTokenizerFast that adds <sep> before every text."""
-    from tokenizers import Tokenizer
-    from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
-
-    from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_ID, SEP_TOKEN, UNK_TOKEN
 
     wrapped = Tokenizer.from_str(tokenizer.to_str())
     wrapped.post_processor = TemplateProcessing(

@@ -13,6 +13,7 @@ ships, since that code is biosrecall's own.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from dataclasses import dataclass
@@ -20,9 +21,13 @@ from pathlib import Path
 
 import torch
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.files import read_json_object
 from biosrecall.hf import quiet_transformers, require_transformers
+from biosrecall.hf.export import MODELING_FILE, TEMPLATE
 from biosrecall.hub import check_model_folder
+from biosrecall.model.config import ModelConfig
+from biosrecall.numbers import check_depth
 
 CONFIG_FILE = "config.json"
 
@@ -40,11 +45,10 @@ class LoadedModel:
 
 def is_biosrecall_export(folder: Path) -> bool:
     """The folder holds a biosrecall export whose modeling code is exactly this package's template."""
-    from biosrecall.hf.export import MODELING_FILE, TEMPLATE
 
     config = _read_config(folder)
     code = folder / MODELING_FILE
-    if config.get("model_type") != "biosrecall_looped" or not code.is_file():
+    if config.get("model_type") != EXPORT_MODEL_TYPE or not code.is_file():
         return False
     return code.read_bytes() == TEMPLATE.read_bytes()
 
@@ -55,6 +59,25 @@ def _read_config(folder: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
+
+
+EXPORT_MODEL_TYPE = "biosrecall_looped"
+
+
+def check_export_config(folder: Path, config_json: dict) -> None:
+    """A biosrecall export's config.json holds a valid model config and a default depth (`num_steps`)
+    within the depth bounds: a hand-edited `num_steps: -3` is refused here, in one line, rather than
+    run (transformers itself checks neither)."""
+
+    where = f"--hf-model {folder}: {CONFIG_FILE}"
+    names = {field.name for field in dataclasses.fields(ModelConfig)}
+    try:
+        check_depth(config_json.get("num_steps"), "num_steps")
+        ModelConfig.from_dict({key: value for key, value in config_json.items() if key in names}).validate()
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{where} is not a valid biosrecall export: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise BiosrecallError(f"{where} is not a valid biosrecall export: {first_line(exc)}") from None
 
 
 def _not_a_causal_lm(folder: Path, why: str) -> BiosrecallError:
@@ -69,7 +92,9 @@ def load_hf_model(
     folder = check_model_folder(model_dir)
     if not (folder / CONFIG_FILE).is_file():
         raise _not_a_causal_lm(folder, f"no {CONFIG_FILE}")
-    config_json = _read_config(folder)
+    config_json = read_json_object(folder / CONFIG_FILE, "--hf-model config")
+    if config_json.get("model_type") == EXPORT_MODEL_TYPE:
+        check_export_config(folder, config_json)
     trust = is_biosrecall_export(folder) if trust_remote_code is None else trust_remote_code
     if config_json.get("auto_map") and not trust:
         raise BiosrecallError(
@@ -81,8 +106,6 @@ def load_hf_model(
 
 
 def _load(transformers, folder: Path, config_json: dict, trust: bool, device: torch.device) -> LoadedModel:
-    from biosrecall.errors import first_line
-
     options = {"trust_remote_code": trust, "local_files_only": True}
     try:
         config = transformers.AutoConfig.from_pretrained(folder, **options)
@@ -104,7 +127,7 @@ def _load(transformers, folder: Path, config_json: dict, trust: bool, device: to
     model.to(device)
     model.eval()
     provenance = (
-        getattr(config, "biosrecall", None) if config_json.get("model_type") == "biosrecall_looped" else None
+        getattr(config, "biosrecall", None) if config_json.get("model_type") == EXPORT_MODEL_TYPE else None
     )
     return LoadedModel(model, tokenizer, folder, str(getattr(config, "model_type", "")), provenance or None)
 

@@ -1,6 +1,7 @@
 """Exact-match recall of any Hugging Face causal LM on bioS: `recall-curve --hf-model`.
 
-    table = score_hf_model("exported/ff", "data/bios-1k", depths=[1, 4, 16])   # an export: num_steps
+    table = score_hf_model("exported/ff", "data/bios-1k")             # an export: num_steps, K = 1..64
+    table = score_hf_model("exported/ff", "data/bios-1k", depths=[1, 4, 16])
     table = score_hf_model("models/huginn-bios", "data/bios-1k", depths=[1, 8, 32], depth_arg="num_steps",
                            trust_remote_code=True)
     table = score_hf_model("models/gpt2-bios", "data/bios-1k")                  # not looped: one depth
@@ -18,6 +19,10 @@ tokens up to the first position where the choice differs. An item is exact when 
 position, or when the text decoded so far is still a proper prefix of the answer (another tokenization
 of the same text) and continuing greedily, one forward per token, spells the answer exactly. A
 looped model is run once per depth, with the depth passed as `depth_arg` (Huginn's `num_steps`).
+
+A looped model is scored at every depth 1..`max_depth` (64), as `recall-curve` scores runs, so a
+biosrecall export and the run it came from get the same table and the same "mean K<=16"; `depths`
+chooses others (one forward per depth: 64 depths cost 64 passes where runs take one).
 """
 
 from __future__ import annotations
@@ -30,9 +35,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from tqdm.std import tqdm  # plain text everywhere: tqdm.auto warns in a notebook without ipywidgets
 
+from biosrecall.bios import load_dataset
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.curves import RUN_COLUMNS
+from biosrecall.eval.plots import TRAINING_DEPTH, plot_recall_curves
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
 from biosrecall.hf.loading import LoadedModel, check_depth_argument, load_hf_model
 from biosrecall.hf.prompts import (
@@ -44,8 +52,9 @@ from biosrecall.hf.prompts import (
     eval_texts,
 )
 from biosrecall.hub import check_model_folder
+from biosrecall.train.distributed import resolve_device
 
-DEFAULT_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_MAX_DEPTH = 64  # recall-curve's --max-depth: runs and looped models are scored at K = 1..64
 DEFAULT_BATCH_SIZE = 64
 EXPORT_DEPTH_ARG = "num_steps"
 # How far greedy decoding may run past the answer's own token count when another tokenization of the
@@ -65,14 +74,14 @@ def score_hf_model(
     people: int | None = None,
     trust_remote_code: bool | None = None,
     progress: bool | None = None,
+    max_depth: int | None = None,
 ) -> pd.DataFrame:
     """recall-curve's long table for the model in `model_dir` on the dataset `data_dir` (module doc).
 
-    `depth_arg` defaults to num_steps for a biosrecall export and to none otherwise; `depths` to
-    `DEFAULT_DEPTHS` with a depth argument, and to one depth (labelled 1) without.
+    `depth_arg` defaults to num_steps for a biosrecall export and to none otherwise; with a depth
+    argument `depths` defaults to 1..`max_depth` (default `DEFAULT_MAX_DEPTH`), as for runs; without
+    one the model is scored at one depth (labelled 1).
     """
-    from biosrecall.bios import load_dataset
-    from biosrecall.train.distributed import resolve_device
 
     _check_numbers(threshold, batch_size, people)
     check_model_folder(model_dir)  # before the dataset: a Hub name is refused at once
@@ -83,7 +92,7 @@ def score_hf_model(
     _check_export_dataset(loaded, dataset)
     if depth_arg is None and loaded.provenance is not None:
         depth_arg = EXPORT_DEPTH_ARG
-    depths = _resolve_depths(depths, depth_arg)
+    depths = _resolve_depths(depths, depth_arg, max_depth)
     if depth_arg is not None:
         check_depth_argument(loaded, depth_arg)
     texts = eval_texts(dataset, eval_set)
@@ -118,12 +127,19 @@ def _check_export_dataset(loaded: LoadedModel, dataset) -> None:
         )
 
 
-def _resolve_depths(depths, depth_arg: str | None) -> list[int]:
+def _resolve_depths(depths, depth_arg: str | None, max_depth: int | None = None) -> list[int]:
+    if depths and max_depth is not None:
+        raise BiosrecallError("give --depths or --max-depth, not both: --depths lists every depth scored")
     if depth_arg is None:
-        if depths:
-            raise BiosrecallError("--depths needs --depth-arg, the name of the model's depth argument")
+        if depths or max_depth is not None:
+            flag = "--depths" if depths else "--max-depth"
+            raise BiosrecallError(f"{flag} needs --depth-arg, the name of the model's depth argument")
         return [1]
-    chosen = sorted(set(depths or DEFAULT_DEPTHS))
+    if max_depth is not None and (
+        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
+    ):
+        raise BiosrecallError(f"--max-depth must be at least 1 (got {max_depth!r})")
+    chosen = sorted(set(depths or range(1, (max_depth or DEFAULT_MAX_DEPTH) + 1)))
     bad = [d for d in chosen if isinstance(d, bool) or not isinstance(d, int) or d < 1]
     if bad:
         raise BiosrecallError(f"--depths must be integers >= 1, got {bad[0]!r}")
@@ -243,7 +259,6 @@ class GreedyJudge:
 
 def _label(table: pd.DataFrame, loaded: LoadedModel) -> pd.DataFrame:
     """recall-curve's run columns in front: from an export's provenance, else the folder and model type."""
-    from biosrecall.eval.curves import RUN_COLUMNS
 
     prov = loaded.provenance
     if prov is not None:
@@ -273,15 +288,19 @@ def _float(value, default: float = math.nan) -> float:
 
 
 def plot_hf_recall(table: pd.DataFrame, metric: str = "bits"):
-    """`plot_recall_curves` of the table; a model that is not a biosrecall export has no budget, so its
-    panel is titled with the model's name instead of a budget fraction."""
-    from biosrecall.eval.plots import plot_recall_curves
+    """`plot_recall_curves` of the table. A model that is not a biosrecall export has no budget and
+    no known training depths: its panel is titled with the model's name (once: the figure's title
+    names no model) and nothing is shaded."""
 
-    fig = plot_recall_curves(table, metric=metric)
-    if (table["checkpoint"] == "hf").all():
+    export = not (table["checkpoint"] == "hf").all()
+    fig = plot_recall_curves(table, metric=metric, training_depth=TRAINING_DEPTH if export else None)
+    if not export:
         name = str(table["run"].iloc[0])
         for ax in fig.axes:
             if ax.get_title().endswith("of budget"):
                 ax.set_title(name)
-        fig.suptitle(f"Recalled bits per person vs serving depth: {name}")
+            if "of budget" in ax.get_ylabel():
+                ax.set_ylabel(ax.get_ylabel().replace("100% of budget", name))
+        head = "Recalled bits per person" if metric == "bits" else "Recall per attribute"
+        fig.suptitle(head + (" vs serving depth" if table["depth"].nunique() > 1 else ""))
     return fig

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_exit_table, read_table, summarize
 from biosrecall.lm.harness import read_harness_table
 from biosrecall.lm.replicates import check_replicates, expand_groups
@@ -249,7 +250,6 @@ def format_harness(harness: pd.DataFrame) -> str:
 
 def write_comparison(comparison: Comparison, out_dir) -> list[Path]:
     """The comparison tables (CSV + parquet) and figures under `out_dir`; returns the files written."""
-    from biosrecall.lm import compare_plots as plots
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():

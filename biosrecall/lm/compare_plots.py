@@ -18,7 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
 
+from biosrecall.eval.plots import legend_below, schedule_label
 from biosrecall.lm.evaluate import BASELINE
 from biosrecall.outputs import COLORS, MARKERS
 
@@ -32,7 +35,7 @@ def _labels(frame: pd.DataFrame, order: Sequence[str]) -> dict[str, str]:
     runs = runs.reset_index()[["run", "schedule"]]
     shared = runs["schedule"].duplicated(keep=False)
     labels = {
-        run: f"{schedule} ({Path(run).name})" if repeat else schedule
+        run: f"{schedule_label(schedule)} ({Path(run).name})" if repeat else schedule_label(schedule)
         for run, schedule, repeat in zip(runs["run"], runs["schedule"], shared, strict=True)
     }
     if "n_seeds" in frame:
@@ -56,19 +59,30 @@ def _line(ax, rows: pd.DataFrame, x: str, y: str, label: str, **style) -> None:
         ax.fill_between(rows[x], low, high, color=style["color"], alpha=BAND_ALPHA, linewidth=0)
 
 
+def _depth_axis(ax, depths) -> None:
+    """A log2 axis ticked at the depths evaluated: on a linear one K = 1, 2, 4 crowd into one label."""
+    ticks = sorted({int(d) for d in depths})
+    if len(ticks) > 1 and ticks[0] >= 1:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+
+
 def _finish(ax, xlabel: str, ylabel: str, legend: bool = True) -> None:
+    """Axis labels and grid; the legend goes under the panels, where it covers no curve."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if legend:
-        ax.legend(fontsize=7)
+        handles, labels = ax.get_legend_handles_labels()
+        legend_below(ax.figure, handles, 3, labels=labels)
 
 
 def _draw_nll_vs_depth(ax, curves: pd.DataFrame, order: Sequence[str]) -> None:
     for run, label in _labels(curves, order).items():
         rows = curves[curves["run"] == run].sort_values("depth")
         _line(ax, rows, "depth", "nll", label, **_style(order, run))
-    ax.set_xticks(sorted(curves["depth"].unique()))
+    _depth_axis(ax, curves["depth"])
     _finish(ax, "serving depth K", "validation NLL (nats / token)")
 
 
@@ -96,15 +110,23 @@ def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
     and each exit criterion kind as points joined by a dashed line."""
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    for run, label in _labels(exits, order).items():
+    kinds = list(dict.fromkeys(exits["kind"]))
+    styles = {kind: {"linestyle": "-", "marker": None} if kind == BASELINE else {
+        "linestyle": "--", "marker": MARKERS[i % len(MARKERS)]} for i, kind in enumerate(kinds)}  # fmt: skip
+    labels = _labels(exits, order)
+    for run in labels:
         color = _style(order, run)["color"]
-        for kind_index, (kind, rows) in enumerate(exits[exits["run"] == run].groupby("kind", sort=False)):
-            rows = rows.sort_values("mean_depth")
-            style = {"linestyle": "-", "marker": None} if kind == BASELINE else {
-                "linestyle": "--", "marker": MARKERS[kind_index % len(MARKERS)]}  # fmt: skip
-            name = f"{label}: {'fixed depth' if kind == BASELINE else kind}"
-            _line(ax, rows, "mean_depth", "nll", name, color=color, **style)
-    _finish(ax, "mean block iterations per token", "validation NLL (nats / token)")
+        for kind, rows in exits[exits["run"] == run].groupby("kind", sort=False):
+            _line(ax, rows.sort_values("mean_depth"), "mean_depth", "nll", None, color=color, **styles[kind])
+    _finish(ax, "mean block iterations per token", "validation NLL (nats / token)", legend=False)
+    # Colour names the run and marker the criterion: runs + kinds entries, not runs x kinds.
+    handles = [Line2D([], [], color=_style(order, run)["color"], lw=1.2) for run in labels]
+    handles += [Line2D([], [], color="0.4", lw=1.2, markersize=4, **styles[kind]) for kind in kinds]
+    names = [
+        *labels.values(),
+        *("fixed depth" if kind == BASELINE else f"criterion: {kind}" for kind in kinds),
+    ]
+    legend_below(fig, handles, 3, labels=names)
     return fig
 
 
@@ -121,7 +143,7 @@ def plot_harness_vs_depth(harness: pd.DataFrame, curves: pd.DataFrame, order: Se
         for run, label in _labels(shown, order).items():
             rows = shown[shown["run"] == run].sort_values("depth")
             _line(ax, rows, "depth", "value", label, **_style(order, run))
-        ax.set_xticks(sorted(shown["depth"].unique()))
+        _depth_axis(ax, shown["depth"])
         ax.set_title(task, fontsize=9)
         _finish(ax, "serving depth K", metric, legend=False)  # the NLL panel's legend names every run
     for ax in axes[len(panels) + 1 :]:

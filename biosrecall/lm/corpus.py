@@ -40,11 +40,13 @@ import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib.util import find_spec
 from itertools import islice
 from pathlib import Path
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import file_sha256
+from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
@@ -259,9 +261,6 @@ def _read_parquet(path: Path, column: str) -> Iterator[str]:
 def _check_hub(source: Source) -> None:
     """The `datasets` package is installed, and the Hub answers unless an offline variable is set
     (the libraries would retry for half a minute before failing)."""
-    from importlib.util import find_spec
-
-    from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
 
     # Found without importing it; a None in sys.modules is a module Python was told not to import.
     loaded = sys.modules.get("datasets", False)
@@ -303,8 +302,6 @@ def _read_hf(source: Source, split: str, column: str) -> Iterator[str]:
 
 def _hub_problem(exc: Exception, source: Source) -> str:
     """The library's reason in one line; offline, with how to give a local copy instead."""
-    from biosrecall.errors import first_line
-    from biosrecall.hub import dataset_download_hint, offline_variable
 
     offline = offline_variable()
     if offline is None:

@@ -48,12 +48,16 @@ import torch.nn.functional as F
 from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import Fixed, check_max_depth, check_servable, depth_cap, exit_judge, parameter_of
+from biosrecall.eval.gate import resolve_gates
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
+from biosrecall.model.decode import teacher_forced
 from biosrecall.outputs import write_table
 from biosrecall.runs import load_checkpoint
+from biosrecall.train.distributed import resolve_device
 from biosrecall.train.layout import EVAL_DIR, eval_dir
 from biosrecall.train.run_dir import read_config
+from biosrecall.train.setup import autocast_for
 
 SERVING_DEPTHS = tuple(range(1, 17))
 TABLE = "nll"
@@ -102,8 +106,6 @@ class _Setup(NamedTuple):
 
 
 def _setup(run_dir: Path, checkpoints, data_dir, batch_size: int, sequences, device, precision) -> _Setup:
-    from biosrecall.train.distributed import resolve_device
-    from biosrecall.train.setup import autocast_for
 
     config = read_config(run_dir)
     if config.get("task", {}).get("name") != "lm":
@@ -146,7 +148,6 @@ def evaluate_run(
 def criterion_nll(model, windows: Sequence[np.ndarray], criterion, max_depth: int, device, autocast):
     """(mean NLL per target token, exit depth of every target token) of `windows` under per-token exit
     (module doc); `fixed:K` needs no decision, so it runs without intermediate readouts."""
-    from biosrecall.model.decode import teacher_forced
 
     cap = depth_cap(criterion, max_depth)
     new_judge = None if isinstance(criterion, Fixed) else (lambda: exit_judge(criterion))
@@ -198,7 +199,6 @@ def evaluate_exits(
 ) -> pd.DataFrame:
     """NLL with per-token exit of each criterion (parsed, e.g. `parse_exits("kl:5e-4")`) on the first
     `sequences` validation windows of the chosen checkpoints; write and return the table (module doc)."""
-    from biosrecall.eval.gate import resolve_gates
 
     run_dir, max_depth = Path(run_dir), check_max_depth(max_depth)
     setup = _setup(run_dir, checkpoints, data_dir, batch_size, sequences, device, precision)

@@ -36,6 +36,7 @@ import json
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pandas as pd
@@ -45,8 +46,14 @@ from biosrecall import runs
 from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import check_data, with_checkpoint_columns
+from biosrecall.lm.shard_manifest import load_manifest
+from biosrecall.lm.tokenizer import load_tokenizer
+from biosrecall.model.decode import CachedDecoder
 from biosrecall.outputs import write_table
+from biosrecall.train.distributed import resolve_device
 from biosrecall.train.layout import eval_dir
+from biosrecall.train.run_dir import read_config
+from biosrecall.train.setup import autocast_for
 
 TABLE = "harness"
 RECORD_SUFFIX = ".json"
@@ -66,7 +73,6 @@ def require_lm_eval():
 
 
 def lm_eval_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("lm_eval")
@@ -171,7 +177,6 @@ class LoopedScorer:
 
     def generate(self, context: str, options: dict) -> str:
         """Greedy text after `context` at the depth, cut before the first stop string (module doc)."""
-        from biosrecall.model.decode import CachedDecoder
 
         if options.get("do_sample"):
             raise BiosrecallError("the looped LM generates greedily only (the task asks for sampling)")
@@ -236,11 +241,6 @@ def check_tasks(tasks: Sequence[str], manager) -> list[str]:
 
 def _load_setup(run_dir: Path, checkpoint, data_dir, device: str, precision: str):
     """(run config, chosen checkpoints, tokenizer, device, autocast), all checked before any model loads."""
-    from biosrecall.lm.shard_manifest import load_manifest
-    from biosrecall.lm.tokenizer import load_tokenizer
-    from biosrecall.train.distributed import resolve_device
-    from biosrecall.train.run_dir import read_config
-    from biosrecall.train.setup import autocast_for
 
     config = read_config(run_dir)
     if config.get("task", {}).get("name") != "lm":

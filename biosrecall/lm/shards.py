@@ -56,6 +56,7 @@ from biosrecall.lm.tokenizer import (
     train_tokenizer,
 )
 from biosrecall.locking import output_lock
+from biosrecall.sizing import check_fits, shards_cost
 
 MAGIC = b"BRLMSHRD"
 HEADER = struct.Struct("<8sIIQ32s8x")
@@ -223,10 +224,26 @@ def prepare_corpus(
     if tokenizer is None:
         check_vocab_size(vocab_size)  # before the (possibly long) counting pass
     out_dir = check_output_path(out_dir, corpus.local_inputs)
+    _check_size(corpus, out_dir, tokenizer.vocab_size if tokenizer is not None else vocab_size)
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite)
         split = (val_fraction, seed, shard_tokens)
         return _prepare(corpus, out_dir, tokenizer, vocab_size, tokenizer_documents, overwrite, split)
+
+
+def _check_size(corpus: Corpus, out_dir: Path, vocab_size: int) -> None:
+    """Refuse, before anything is read or written, shards of the local inputs that would not fit the
+    disk (`biosrecall.sizing.shards_cost`: the typical size; a Hub dataset's size is not known, nor
+    how much of a file the first `max_documents` documents take)."""
+
+    if corpus.max_documents is not None:
+        return
+    local = [Path(s.location) for s in corpus.sources if s.kind != "huggingface"]
+    input_bytes = sum(path.stat().st_size for path in local if path.is_file())
+    typical, _ = shards_cost(input_bytes, np.dtype(token_dtype(vocab_size)).itemsize)
+    check_fits(
+        f"the shards of {input_bytes / 1e6:,.0f} MB of text", typical, out_dir, "prepare fewer documents"
+    )
 
 
 def _prepare(corpus, out_dir, tokenizer, vocab_size, tokenizer_documents, overwrite, split):

@@ -29,13 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from biosrecall.compute.flops import param_counts
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import ShardLoader
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model import get_preset
 from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.distributed import DistInfo, check_divisible
 from biosrecall.train.loop import TrainResult
+from biosrecall.train.setup import make_plan
 from biosrecall.train.task import TrainingTask, VocabularyRule, build_model_config, run_task
 
 
@@ -136,9 +139,6 @@ def plan_lines(
 ) -> list[str]:
     """What a run will spend, from the trainer's own planner, checked as the trainer would check it:
     tokens, modeled FLOPs and the per-process batch split (and, given the data, how many epochs)."""
-    from biosrecall.compute.flops import param_counts
-    from biosrecall.train.distributed import DistInfo, check_divisible
-    from biosrecall.train.setup import make_plan
 
     config.validate()
     vocab = get_preset(preset).vocab_size

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import require_regular_file
 
@@ -77,7 +78,6 @@ class LMTokenizer:
 
     def save(self, path: str | Path) -> None:
         """Write `json_text` verbatim (through a temporary file), so the file hash equals `sha256`."""
-        from biosrecall.atomic import atomic_write_text
 
         atomic_write_text(path, self.json_text)
 

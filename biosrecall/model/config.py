@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.numbers import MAX_DEPTH, MAX_SEED, parse_float, parse_int
+from biosrecall.numbers import MAX_DEPTH, MAX_SEED
 
 POSITIONS = ("rope", "learned")
 NORMS = ("pre", "sandwich")
@@ -183,39 +183,3 @@ def _at_most(cfg: ModelConfig, name: str, limit: int) -> None:
     value = getattr(cfg, name)
     if value > limit:
         raise BiosrecallError(f"{name} must be at most {limit:,}, got {value:,}")
-
-
-def parse_model_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`["norm=sandwich", "n_block=2"]` -> {"norm": "sandwich", "n_block": 2}, each value converted to
-    its field's type and checked by building a config with it; an unknown field or an invalid value is
-    a `BiosrecallError` naming it."""
-    from biosrecall.model.presets import DEFAULT_BIOS_PRESET, get_preset
-
-    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise BiosrecallError(f"model override {pair!r} is not FIELD=VALUE, e.g. norm=sandwich")
-        if name not in fields:
-            raise BiosrecallError(f"unknown model config field {name!r} in override {pair!r}")
-        overrides[name] = _typed(fields[name], text.strip())
-    get_preset(DEFAULT_BIOS_PRESET).replace(**overrides)  # validates every value, naming the field
-    return overrides
-
-
-def _typed(field: dataclasses.Field, text: str) -> Any:
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-    try:
-        if kind.startswith("int"):
-            return None if text == "None" and "None" in kind else parse_int(text)
-        if kind.startswith("float"):
-            return parse_float(text)
-        if kind.startswith("bool"):
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return text.lower() in ("true", "1")
-    except ValueError:  # a BiosrecallError is a ValueError
-        raise BiosrecallError(f"model override {field.name}={text!r}: expected {kind}") from None
-    return text

@@ -10,6 +10,10 @@ use flash kernels. With a `KVCache` (the incremental decoder, `model/decode.py`)
 keys and values into the cache and attends over every cached position, with the same arithmetic.
 All projections are bias-free; the FLOP account in `compute/flops.py` counts exactly the matmuls made
 here (norms, RoPE and activations are not counted).
+
+The training loss has a head of its own: `head_cross_entropy(x, weight, targets)` is the summed
+cross-entropy of the logits `x @ weight.T`, computed a block of rows at a time so the [tokens, vocab]
+logits are never held in full, and with its gradient made while each block is still in cache.
 """
 
 from __future__ import annotations
@@ -24,6 +28,16 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 
 Rope = torch.Tensor | None  # fp32 [T, head_dim / 2, 2]: (cos, sin) of t theta_j for position t, pair j
+
+IGNORE_INDEX = -100
+"""A target that carries no loss (padding), as `torch.nn.functional.cross_entropy`'s ignore_index."""
+LOGIT_BLOCK_BYTES = 1 << 20
+"""The logits `head_cross_entropy` holds at once: a block of rows small enough to stay in a core's L2
+cache (1-2 MiB on current x86 cores) from the head's matmul through the softmax to both gradient
+matmuls. One pass over the full [1024, 2137] logits of a `bios-tiny` batch from memory costs about
+as much as the matmul that made them."""
+MIN_BLOCK_ROWS = 16
+"""Fewest rows per block, so a large vocabulary still gets matmuls of a useful size."""
 
 
 class KVCache(NamedTuple):
@@ -159,6 +173,77 @@ class MLP(nn.Module):
         else:
             h = F.gelu(h, approximate="tanh")
         return self.w_out(h)
+
+
+def head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy of the head's logits `x @ weight.T` (x [N, d], weight [V, d]) against
+    `targets` [N], over the targets that are not `IGNORE_INDEX`: the training loss.
+
+    Equal, within rounding, to `F.cross_entropy(F.linear(x, weight).float(), targets,
+    ignore_index=IGNORE_INDEX, reduction="sum")` and its gradients (tests/test_fused_loss.py), but
+    only the rows with a real target reach the head, and their logits are made `LOGIT_BLOCK_BYTES` at
+    a time: each block's softmax, loss and gradient are taken while it is in cache, instead of four
+    passes over the whole [N, V] logits from memory (forward, log-softmax, its backward, the head's
+    backward). Under autocast (bf16 training) it is that plain expression, so those runs compute
+    exactly what they computed before this function existed.
+    """
+    if torch.is_autocast_enabled(x.device.type) or x.dtype not in (torch.float32, torch.float64):
+        logits = F.linear(x, weight).float()
+        return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+    real = targets != IGNORE_INDEX
+    grad = torch.is_grad_enabled()
+    return _HeadCrossEntropy.apply(
+        x[real], weight, targets[real], grad and x.requires_grad, grad and weight.requires_grad
+    )
+
+
+class _HeadCrossEntropy(torch.autograd.Function):
+    """The summed loss of `head_cross_entropy` over rows that all carry a target.
+
+    The loss is the last operation before backward, so its gradient (the softmax minus the one-hot
+    target, through the head) is computed here in the forward pass, block by block, and backward only
+    scales it by the incoming gradient: no block of logits is made twice or kept."""
+
+    @staticmethod
+    def forward(ctx, x, weight, targets, want_x: bool, want_weight: bool):
+        rows, vocab = x.shape[0], weight.shape[0]
+        block = max(MIN_BLOCK_ROWS, LOGIT_BLOCK_BYTES // (vocab * x.element_size()))
+        grad_x = torch.empty_like(x) if want_x else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        losses = x.new_empty(rows, 1)
+        buffer = x.new_empty(min(block, rows), vocab)
+        minus_one = x.new_full((min(block, rows), 1), -1.0)
+        for start in range(0, rows, block):
+            end = min(start + block, rows)
+            xs, ts = x[start:end], targets[start:end, None]
+            logits = torch.mm(xs, weight.t(), out=buffer[: end - start])
+            top = logits.amax(dim=1, keepdim=True)
+            # log-sum-exp minus the target's logit, from the shifted logits: (top - picked) + log(sum)
+            shift = top - logits.gather(1, ts)
+            probs = logits.sub_(top).exp_()
+            total = probs.sum(dim=1, keepdim=True)
+            torch.add(shift, total.log(), out=losses[start:end])
+            if grad_x is None and grad_weight is None:
+                continue
+            probs.div_(total).scatter_add_(1, ts, minus_one[: end - start])
+            if grad_x is not None:
+                torch.mm(probs, weight, out=grad_x[start:end])
+            if grad_weight is not None:
+                grad_weight.addmm_(probs.t(), xs)
+        ctx.save_for_backward(grad_x, grad_weight)
+        return losses.sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        grad_x, grad_weight = ctx.saved_tensors
+        return (
+            None if grad_x is None else grad_x * grad,
+            None if grad_weight is None else grad_weight * grad,
+            None,
+            None,
+            None,
+        )
 
 
 class TransformerLayer(nn.Module):

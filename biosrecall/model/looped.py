@@ -2,6 +2,7 @@
 
     model = LoopedTransformer(get_preset("bios-tiny"))
     logits = model(tokens, depth=4)                          # [B, T, V]
+    loss_sum = model(tokens, depth=4, targets=targets)       # training: the summed cross-entropy
     with torch.no_grad():
         for k, logits in model.forward_all_depths(tokens, range(1, 65)):
             ...                                              # one 64-iteration pass, a readout per k
@@ -10,6 +11,10 @@ Per call: e = prelude(embed(tokens)); s_0 = the initial state; s_i = block(injec
 i = 1..K; logits = head(final_norm(coda(state_norm(s_K)))). The initial state is deterministic (zeros
 or one seeded [T, d] draw shared by every sequence), so s_k does not depend on batch-mates or on how
 many iterations follow, and a whole serving-depth curve is one pass plus a readout per depth.
+
+With `targets`, the head and the loss are one step (`layers.head_cross_entropy`): the training loss
+without the [B, T, V] logits. Every readout that needs logits (recall, exits, decoding) gets them
+from the same final state as before, bit for bit.
 
 The `concat` adapter W [d, 2d] is applied as s W_s^T + e W_e^T with e W_e^T computed once per call:
 the same function as Linear(cat(s, e)), minus a per-iteration concatenation and half its matmul.
@@ -32,7 +37,7 @@ from torch.utils.checkpoint import checkpoint
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, rope_tables
+from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, head_cross_entropy, rope_tables
 
 
 class LoopedTransformer(nn.Module):
@@ -89,10 +94,16 @@ class LoopedTransformer(nn.Module):
         """Trainable parameters (a tied head counted once); `compute.flops.param_counts` splits them."""
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, tokens: torch.Tensor, depth: int) -> torch.Tensor:
-        """Logits [B, T, V] after `depth` block iterations. With `backprop_depth` = k set and gradients
+    def forward(self, tokens: torch.Tensor, depth: int, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, V] after `depth` block iterations; with `targets` (int [B, T], `IGNORE_INDEX`
+        where a position carries no loss) the summed cross-entropy of those logits instead, without
+        making them in full (`layers.head_cross_entropy`). With `backprop_depth` = k set and gradients
         enabled, the first depth - k iterations run under no_grad."""
         depth = _check_depth(depth)
+        if targets is not None and targets.shape != tokens.shape:
+            raise BiosrecallError(
+                f"targets {tuple(targets.shape)} must be shaped like tokens {tuple(tokens.shape)}"
+            )
         rope, inject, state = self._start(tokens)
         keep = self.config.backprop_depth
         if keep is not None and depth > keep and torch.is_grad_enabled():
@@ -100,7 +111,10 @@ class LoopedTransformer(nn.Module):
                 state = self._iterate(state, inject, depth - keep, rope)
             depth = keep
         state = self._iterate(state, inject, depth, rope)
-        return self._readout(state, rope, None)
+        if targets is None:
+            return self._readout(state, rope, None)
+        x = self._final_hidden(state, rope, None)
+        return head_cross_entropy(x.flatten(0, 1), self._head_weight(), targets.flatten())
 
     def forward_all_depths(
         self, tokens: torch.Tensor, depths: Iterable[int], positions: torch.Tensor | None = None
@@ -209,6 +223,13 @@ class LoopedTransformer(nn.Module):
         """Coda, final norm and head on a recurrent state (optionally only at `positions`). The last
         coda layer needs keys and values from every position but queries only at `positions`, which
         makes a 64-depth recall sweep's 64 readouts a fraction of a full coda each."""
+        return nn.functional.linear(self._final_hidden(state, rope, positions), self._head_weight())
+
+    def _head_weight(self) -> torch.Tensor:
+        return self.embed.weight if self.head is None else self.head.weight
+
+    def _final_hidden(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
+        """What the head reads: coda and final norm on a recurrent state (`_readout` without the head)."""
         x = self.state_norm(state)
         layers = list(self.coda)
         for layer in layers[:-1]:
@@ -217,9 +238,7 @@ class LoopedTransformer(nn.Module):
             x = layers[-1](x, rope, positions)
         elif positions is not None:
             x = x[positions]
-        x = self.final_norm(x)
-        weight = self.embed.weight if self.head is None else self.head.weight
-        return nn.functional.linear(x, weight)
+        return self.final_norm(x)
 
     def _check_tokens(self, tokens: torch.Tensor) -> int:
         if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):

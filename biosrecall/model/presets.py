@@ -43,10 +43,12 @@ state, full backprop through depth.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
+from biosrecall.numbers import parse_float, parse_int
 
 DEFAULT_BIOS_PRESET = "bios-cpu"
 """The preset a bioS run trains when none is named (`biosrecall train --preset`)."""
@@ -120,3 +122,37 @@ def get_preset(name: str, **overrides: Any) -> ModelConfig:
     if name not in PRESETS:
         raise BiosrecallError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     return PRESETS[name].replace(**overrides)
+
+
+def parse_model_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["norm=sandwich", "n_block=2"]` -> {"norm": "sandwich", "n_block": 2}, each value converted to
+    its field's type and checked by building a config with it; an unknown field or an invalid value is
+    a `BiosrecallError` naming it."""
+    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BiosrecallError(f"model override {pair!r} is not FIELD=VALUE, e.g. norm=sandwich")
+        if name not in fields:
+            raise BiosrecallError(f"unknown model config field {name!r} in override {pair!r}")
+        overrides[name] = _typed(fields[name], text.strip())
+    get_preset(DEFAULT_BIOS_PRESET).replace(**overrides)  # validates every value, naming the field
+    return overrides
+
+
+def _typed(field: dataclasses.Field, text: str) -> Any:
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    try:
+        if kind.startswith("int"):
+            return None if text == "None" and "None" in kind else parse_int(text)
+        if kind.startswith("float"):
+            return parse_float(text)
+        if kind.startswith("bool"):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+    except ValueError:  # a BiosrecallError is a ValueError
+        raise BiosrecallError(f"model override {field.name}={text!r}: expected {kind}") from None
+    return text

@@ -4,7 +4,9 @@
     biosrecall sweep status sweeps/bios.toml                     # done / running / failed / waiting
     biosrecall sweep collect sweeps/bios.toml                    # OUT/collect/: runs, recall curves, ...
 
-    from biosrecall.sweep import Evaluation, LocalExecutor, SweepRun, run_sweep
+    from biosrecall.sweep.engine import run_sweep
+    from biosrecall.sweep.executors import LocalExecutor
+    from biosrecall.sweep.jobs import Evaluation, SweepRun
     result = run_sweep("runs/study", [SweepRun("seed0/fixed_4", "train", {...})],
                        [Evaluation("recall-curve", {"max_depth": 64})], LocalExecutor(workers=2))
 
@@ -13,26 +15,7 @@ process of its own, forked from a server that has imported torch already; the sw
 logs lie in OUT/.sweep/. Modules, from the bottom: `commands` (the CLI commands' options: names,
 words, checks), `jobs` (SweepRun, Evaluation, Job), `records` (each run's record and state), `warm`
 (processes forked warm), `worker` (one run to done), `executors` (local slots, Slurm through
-submitit), `engine` (`run_sweep`), `spec` (the TOML front-end) and `collect` (the tables).
+submitit), `engine` (`run_sweep`), `spec` (the TOML front-end) and `collect` (the tables). The
+package itself imports none of them, so that a module needing one (the scoring pool needs `warm`)
+does not load the rest.
 """
-
-from biosrecall.sweep.collect import collect_sweep
-from biosrecall.sweep.engine import SweepResult, run_sweep
-from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
-from biosrecall.sweep.jobs import Evaluation, SweepRun
-from biosrecall.sweep.records import format_status, status_table
-from biosrecall.sweep.spec import SweepSpec, load_spec
-
-__all__ = [
-    "Evaluation",
-    "LocalExecutor",
-    "SlurmExecutor",
-    "SweepResult",
-    "SweepRun",
-    "SweepSpec",
-    "collect_sweep",
-    "format_status",
-    "load_spec",
-    "run_sweep",
-    "status_table",
-]

@@ -24,10 +24,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.outputs import write_table
+from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, recall_curves, summary_table
+from biosrecall.eval.plots import plot_recall_curves
+from biosrecall.eval.seeds import aggregate_recall, seed_groups
+from biosrecall.lm.compare import compare_runs, write_comparison
+from biosrecall.lm.evaluate import TABLE
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.sweep import commands
 from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs
 from biosrecall.sweep.records import run_status
@@ -75,12 +81,6 @@ def _cell(value):
 
 
 def _recall_tables(done: list[Job], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:
-    import matplotlib.pyplot as plt
-
-    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, recall_curves, summary_table
-    from biosrecall.eval.plots import plot_recall_curves
-    from biosrecall.eval.seeds import aggregate_recall, seed_groups
-    from biosrecall.outputs import save_figure
 
     settings = _recall_settings(evaluations)
     # The parameter --checkpoint fills, named by the command's own definition.
@@ -115,8 +115,6 @@ def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
 
 
 def _lm_comparison(done: list[Job], jobs: list[Job], dest: Path) -> tuple[list[Path], list[str]]:
-    from biosrecall.lm.compare import compare_runs, write_comparison
-    from biosrecall.lm.evaluate import TABLE
 
     missing = [job.name for job in done if not (eval_dir(job.run_dir) / f"{TABLE}.parquet").is_file()]
     if missing:

@@ -16,13 +16,19 @@ that imports the CLI (lazily): the sweep sits beside `cli/` as a driver of its c
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from biosrecall.cli import cli
+from biosrecall.cli.config_file import file_values, option_defaults
+from biosrecall.cli.options import RUN_SIZE, split_options
 from biosrecall.errors import BiosrecallError
+from biosrecall.model import get_preset
+from biosrecall.sweep.run_spec import run_spec_text
 
 TRAINERS = ("train", "lm train")
 """The commands a sweep trains with (bioS, language model)."""
@@ -39,14 +45,12 @@ EVAL_ENGINE_KEYS = {
 
 def run_size_options() -> tuple[str, ...]:
     """budget, budget_of, updates, exposures: the one run-size setting, spelled four ways."""
-    from biosrecall.cli.options import RUN_SIZE
 
     return RUN_SIZE
 
 
 def click_command(words: str) -> click.Command:
     """The click command of `words` ("train", "lm train", "recall-curve", ...)."""
-    from biosrecall.cli import cli
 
     command: click.Command = cli
     for word in words.split():
@@ -157,7 +161,6 @@ def parse(words: str, args: list[str], what: str, inside=None, config=None) -> d
 
 def config_file_values(words: str, path: str | Path) -> dict[str, Any]:
     """The values of the `--config` file `path` as `biosrecall <words>` reads it (keys as written)."""
-    from biosrecall.cli.config_file import file_values
 
     try:
         return file_values(click.Context(click_command(words)), Path(path))
@@ -167,7 +170,6 @@ def config_file_values(words: str, path: str | Path) -> dict[str, Any]:
 
 def _config_defaults(command: click.Command, config: dict[str, Any], what: str) -> dict[str, Any]:
     """What `command --config FILE` takes from a file holding `config` (the command's own reader)."""
-    from biosrecall.cli.config_file import option_defaults
 
     try:
         return option_defaults(click.Context(command), what, config)
@@ -180,9 +182,6 @@ def check_training(words: str, options: Mapping[str, Any], what: str) -> dict[st
     (`biosrecall.sweep.run_spec`): its reader, parser and option checks, the `TrainConfig` it builds
     (run size given once, trackers installed), the model preset and the data folder. Returns the
     parsed parameters."""
-    import tomllib
-
-    from biosrecall.sweep.run_spec import run_spec_text
 
     try:
         spec = tomllib.loads(run_spec_text(options))
@@ -197,8 +196,6 @@ def check_training(words: str, options: Mapping[str, Any], what: str) -> dict[st
 
 def _build_config(params: dict[str, Any]) -> None:
     """What a training command does with its parameters before it opens anything."""
-    from biosrecall.cli.options import split_options
-    from biosrecall.model import get_preset
 
     config, _ = split_options(params)
     config.validate()

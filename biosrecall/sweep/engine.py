@@ -1,6 +1,10 @@
 """Run a list of training runs (and the evaluations after each) through an executor.
 
-    from biosrecall.sweep import Evaluation, LocalExecutor, SweepRun, run_sweep
+    from biosrecall.sweep.jobs import Evaluation, SweepRun
+
+    from biosrecall.sweep.executors import LocalExecutor
+
+    from biosrecall.sweep.engine import run_sweep
 
     runs = [SweepRun(f"seed{s}/{name}", "train", {"data": "data/bios", "schedule": spec, "seed": s,
                                                  "budget_of": "fixed:4:800"})
@@ -19,8 +23,9 @@ interrupted ones resumed, failed ones tried again (see `biosrecall.sweep.worker`
 from __future__ import annotations
 
 import fnmatch
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
@@ -30,6 +35,7 @@ from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, Job, SweepRun, build_
 from biosrecall.sweep.records import read_record
 from biosrecall.sweep.worker import Outcome, train_command
 from biosrecall.train.layout import finished, latest_checkpoint
+from biosrecall.train.progress import format_seconds
 
 Executor = LocalExecutor | SlurmExecutor
 
@@ -82,12 +88,31 @@ def run_sweep(
     executor: Executor | None = None,
     report: Callable[[Outcome], None] | None = None,
 ) -> SweepResult:
-    """Bring every run to done (module docstring); `report` is called with each outcome as it comes."""
+    """Bring every run to done (module docstring); `report` is called with each outcome as it comes,
+    its `progress` saying how many runs are done and how long the rest should take."""
     executor = executor or LocalExecutor()
     jobs = prepare(out, runs, evaluations, executor)
     with output_lock(Path(out) / BOOKKEEPING, clean=False):
         (Path(out) / BOOKKEEPING).mkdir(parents=True, exist_ok=True)
-        return SweepResult(executor.execute(jobs, report))
+        return SweepResult(executor.execute(jobs, None if report is None else counted(report, len(jobs))))
+
+
+def counted(report: Callable[[Outcome], None], total: int) -> Callable[[Outcome], None]:
+    """`report` with each outcome's `progress` filled in: runs ended out of `total`, and the time the
+    rest should take at the rate runs have ended so far (runs already finished cost nothing and are
+    left out of the rate)."""
+    start, ended, timed = time.monotonic(), 0, 0
+
+    def each(outcome: Outcome) -> None:
+        nonlocal ended, timed
+        ended += 1
+        timed += outcome.action != "skipped"
+        left = total - ended
+        rate = (time.monotonic() - start) / timed if timed else 0.0
+        eta = f", about {format_seconds(rate * left)} left" if left and timed else ""
+        report(replace(outcome, progress=f"[{ended}/{total} runs{eta}]"))
+
+    return each
 
 
 def planned_actions(jobs: Sequence[Job]) -> list[tuple[str, str, list[str]]]:

@@ -9,7 +9,10 @@ Both run `biosrecall.sweep.worker.run_one` per job and return one `Outcome` per 
 Local (needs nothing installed): `workers` slots, each taking the next job when its run ends. With
 `gpus_per_run` G, slot i sees GPUs i*G .. i*G+G-1 (CUDA_VISIBLE_DEVICES) and a run with G > 1 starts
 under torchrun. A Ctrl-C (or SIGTERM) stops handing out jobs and passes one SIGINT to every running
-child, which saves its `latest` checkpoint and exits; rerunning the sweep resumes those runs.
+child, which saves its `latest` checkpoint and exits; rerunning the sweep resumes those runs. Should
+the warm-start fork server die (`biosrecall.sweep.warm`), every run forked from it is stopped the same
+way and the sweep raises `ForkServerDied`, one line naming the server, the run and how to continue:
+not a Ctrl-C, and not a failure of the runs.
 
 Slurm (the optional extra `pip install 'biosrecall[slurm]'`, submitit >= 1.5): one array task per
 run on one node each, with `gpus_per_run` GPUs and `cpus_per_run` CPUs (threads per process: the CPUs
@@ -34,9 +37,11 @@ from dataclasses import dataclass
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.sweep.jobs import Job
 from biosrecall.sweep.records import now, update_record
+from biosrecall.sweep.warm import ForkServerDied
 from biosrecall.sweep.worker import Outcome, run_one
 
 Report = Callable[[Outcome], None]
+RERUN = "rerun the same command to continue"
 
 
 def usable_cores() -> int:
@@ -88,6 +93,7 @@ class LocalExecutor:
         running: dict = {}
         stop = threading.Event()
         guard = threading.Lock()
+        fatal: list[ForkServerDied] = []
 
         def slot(index: int) -> None:
             env = {}
@@ -100,7 +106,14 @@ class LocalExecutor:
                         if not pending:
                             return
                         position, job = pending.pop(0)
-                    outcomes[position] = _run_guarded(job, env, running)
+                    try:
+                        outcomes[position] = _run_guarded(job, env, running)
+                    except ForkServerDied as exc:  # every run forked from it is orphaned: stop them all
+                        fatal.append(exc)
+                        stop.set()
+                        for process in list(running.values()):
+                            process.send_signal(signal.SIGINT)
+                        return
                     if report is not None:
                         report(outcomes[position])
             finally:
@@ -123,6 +136,8 @@ class LocalExecutor:
             for event in ended:  # each slot records its run's exit before it ends
                 event.wait()
             raise
+        if fatal:
+            raise fatal[0]
         return [outcome for outcome in outcomes if outcome is not None]
 
 
@@ -152,6 +167,12 @@ def _run_guarded(job: Job, env: dict, running: dict) -> Outcome:
     cannot start) recorded as this run's failure instead of ending the worker and its queue."""
     try:
         return run_one(job, env, running)
+    except ForkServerDied as exc:
+        # Not this run's failure: the process that started it is gone. A rerun resumes the run.
+        message = f"{exc} while run {job.name} was running; it was stopped at its last save: {RERUN}"
+        with contextlib.suppress(OSError):
+            update_record(job, state="failed", exit_code=None, error=message, finished=now())
+        raise ForkServerDied(message) from None
     except Exception as exc:
         error = f"the sweep could not run it: {first_line(exc)}"
         with contextlib.suppress(OSError):  # the record may be what failed; the outcome still says it

@@ -17,7 +17,7 @@ from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep import commands
-from biosrecall.sweep.jobs import SweepRun, check_name
+from biosrecall.sweep.jobs import SweepRun, check_name, replace_settings, setting_of
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
@@ -56,44 +56,21 @@ def expand_runs(command, base, grid, entries, fixed, here: Path, path: Path) -> 
             }
             options = dict(base)
             for layer in (entry, values, fixed):
-                options = _replace(command, options, layer)
+                options = replace_settings(command, options, layer)
             name = run_name(command, entry_name, chosen)
             labels = {**({"entry": entry_name} if entry_name else {}), **chosen}
             runs.append(SweepRun(name, command, options, labels))
     return runs
 
 
-def with_config_file(command: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run's spec holds: `options` over the values of the `config` file they name, if any (the
-    file's run size replaced by theirs), as `--config FILE` under the options on a command line meant."""
-    if options.get("config") is None:
-        return dict(options)
-    base = commands.config_file_values(command, options["config"])
-    return _replace(command, base, {key: value for key, value in options.items() if key != "config"})
-
-
 def _no_overlap(command: str, tables, path: Path) -> None:
     owner: dict[str, str] = {}
     for where, table in tables:
         for key in table:
-            name = _setting(command, key)
+            name = setting_of(command, key)
             if name in owner:
                 raise BiosrecallError(f"{path}: {key} is set in both {owner[name]} and {where}")
             owner[name] = where
-
-
-def _setting(command: str, key: str) -> str:
-    """The option `key` names; budget, budget_of, updates and exposures are one setting (the run's size)."""
-    name = commands.canonical_key(command, key)
-    return "run size" if name in commands.run_size_options() else name
-
-
-def _replace(command: str, options: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
-    """`options` with each setting of `layer` replacing whichever spelling of it was there (a run size
-    replaces all three spellings, as a command line's does a --config file's)."""
-    replaced = {_setting(command, key) for key in layer}
-    kept = {k: v for k, v in options.items() if _setting(command, k) not in replaced}
-    return {**kept, **layer}
 
 
 def run_name(command: str, entry_name: str | None, chosen: Mapping[str, Any]) -> str:

@@ -167,9 +167,7 @@ def build_jobs(
 
 
 def _spec_options(run: SweepRun) -> dict[str, Any]:
-    """The run's options with those of the `config` file they name merged in (`grid.with_config_file`)."""
-    from biosrecall.sweep.grid import with_config_file  # grid builds SweepRuns: it imports this module
-
+    """The run's options with those of the `config` file they name merged in (`with_config_file`)."""
     return with_config_file(run.command, run.options)
 
 
@@ -186,6 +184,29 @@ def _absolute_paths(words: str, options: Mapping[str, Any]) -> dict[str, Any]:
 def _eval_args(evaluation: Evaluation, run: SweepRun, run_dir: Path, bookkeeping: Path) -> tuple[str, ...]:
     options = _absolute_paths(evaluation.command, evaluation.options)
     words = [*evaluation.command.split(), str(run_dir), *commands.option_args(evaluation.command, options)]
-    if evaluation.command == "recall-curve":
-        words += ["--out", str(bookkeeping / "eval" / run.name)]
+    if evaluation.command == "recall-curve":  # the sweep's own folder: a rerun replaces its results
+        words += ["--out", str(bookkeeping / "eval" / run.name), "--overwrite"]
     return tuple(words)
+
+
+def with_config_file(command: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run's spec holds: `options` over the values of the `config` file they name, if any (the
+    file's run size replaced by theirs), as `--config FILE` under the options on a command line meant."""
+    if options.get("config") is None:
+        return dict(options)
+    base = commands.config_file_values(command, options["config"])
+    return replace_settings(command, base, {key: value for key, value in options.items() if key != "config"})
+
+
+def setting_of(command: str, key: str) -> str:
+    """The option `key` names; budget, budget_of, updates and exposures are one setting (the run's size)."""
+    name = commands.canonical_key(command, key)
+    return "run size" if name in commands.run_size_options() else name
+
+
+def replace_settings(command: str, options: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """`options` with each setting of `layer` replacing whichever spelling of it was there (a run size
+    replaces all three spellings, as a command line's does a --config file's)."""
+    replaced = {setting_of(command, key) for key in layer}
+    kept = {k: v for k, v in options.items() if setting_of(command, k) not in replaced}
+    return {**kept, **layer}

@@ -19,6 +19,11 @@ torch with OMP_NUM_THREADS=1) and draws no random number that a run uses (every 
 Commands under torchrun are started as plain subprocesses (`biosrecall.sweep.worker`), and so is every
 command when the environment sets BIOSRECALL_WARM_START=0 (to debug a run exactly as it would start
 by hand, or to measure the difference: benchmarks/bench_cli.py).
+
+The server relays each fork's exit status. Should it die (the out-of-memory killer, a `kill -9`), its
+forks go on running, orphaned, with no status to read: `WarmProcess.wait` then stops its command by
+SIGINT (a trainer saves `latest` and exits), waits for it to end, and raises `ForkServerDied`, one
+line saying so, rather than report an exit status nobody gave.
 """
 
 from __future__ import annotations
@@ -30,8 +35,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
+from multiprocessing import forkserver
 from pathlib import Path
+
+from biosrecall.__main__ import main
+from biosrecall.errors import BiosrecallError
 
 SERVER_IMPORTS = ["biosrecall.sweep.warm_server"]
 # The local executor starts and waits for runs from several threads, and multiprocessing's bookkeeping
@@ -40,6 +50,63 @@ SERVER_IMPORTS = ["biosrecall.sweep.warm_server"]
 # (a wait blocks without it, until the status is there to read).
 _BOOKKEEPING = threading.Lock()
 SWITCH = "BIOSRECALL_WARM_START"
+
+
+# The status multiprocessing reports for a fork whose server died before relaying the real one.
+_NO_STATUS = 255
+_ORPHAN_WAIT = 120.0  # seconds an orphaned command gets to save and exit after SIGINT, before SIGKILL
+DEATH_WAIT = 2.0
+"""Seconds to wait for a server whose forks' status pipes closed to be reported dead."""
+
+
+class ForkServerDied(BiosrecallError):
+    """The warm-start fork server died while a command forked from it ran (its status is lost)."""
+
+
+def fork_server_death(wait: float = 0.0) -> str | None:
+    """How the warm-start fork server of this process ended ("(pid 12) was killed by SIGKILL"), or
+    None while it runs (asked again for up to `wait` seconds) or when none was started. Its status is
+    read without reaping it, so multiprocessing still finds it dead and starts a new one."""
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if not pid:
+        return None
+    # A dying process closes its pipes (which ends its forks' status reads) a moment before the
+    # kernel reports it exited: a reader woken by the first asks again for a while.
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped meanwhile: multiprocessing found it dead
+            return f"(pid {pid}) ended"
+        if info is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    if info is None:
+        return None
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        try:
+            how = f"was killed by {signal.Signals(info.si_status).name}"
+        except ValueError:
+            how = f"was killed by signal {info.si_status}"
+    else:
+        how = f"exited with status {info.si_status}"
+    return f"(pid {pid}) {how}"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid`, not a child of ours, has ended (a zombie nobody reaps counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return state in ("Z", "X")
 
 
 def warm_start_enabled(environment: Mapping[str, str]) -> bool:
@@ -72,8 +139,26 @@ class WarmProcess:
         multiprocessing.connection.wait([self._process.sentinel])  # ended; its status is not read yet
         with _BOOKKEEPING:
             self._process.join()
+        if self._process.exitcode == _NO_STATUS:
+            death = fork_server_death(wait=DEATH_WAIT)
+            if death is not None:
+                self._stop_orphan()
+                self.returncode = _NO_STATUS
+                raise ForkServerDied(f"the warm-start fork server {death}")
         self.returncode = self._process.exitcode
         return self.returncode
+
+    def _stop_orphan(self) -> None:
+        """Stop the command the dead server forked (SIGINT: a trainer saves `latest`) and wait for it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGINT)
+        deadline = time.monotonic() + _ORPHAN_WAIT
+        while not _gone(self.pid):
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.05)
 
 
 def start_warm(args: Sequence[str], log: Path, environment: Mapping[str, str]) -> WarmProcess:
@@ -103,7 +188,6 @@ def _run_command(args: list[str], log: str, environment: dict[str, str], folder:
 
         torch.set_num_threads(int(threads))
     sys.argv = ["biosrecall", *args]
-    from biosrecall.__main__ import main
 
     main()  # exits with the command's status; SystemExit becomes the process's exit code
 

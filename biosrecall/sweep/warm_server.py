@@ -14,6 +14,9 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # A SIGTERM sent to the sweep's process group must not end the server while its runs still report
 # to it; the sweep stops its runs itself, by SIGINT, and each run puts back its own handler.
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+from biosrecall import allocator  # noqa: E402
+
+allocator.tune_malloc()  # every fork (a sweep's run, a scoring worker) inherits these malloc settings
 
 import torch  # noqa: E402, F401
 import torch._dynamo  # noqa: E402, F401  (torch.optim imports it when an optimizer is built)

@@ -57,6 +57,8 @@ class Outcome:
     exit_code: int | None = None
     error: str = ""
     log: str = ""
+    progress: str = ""
+    """Where the sweep stands once this run ended: "[3/12 runs, about 4m10s left]" (`engine.run_sweep`)."""
 
 
 def train_command(job: Job, resume: bool) -> list[str]:

@@ -38,6 +38,7 @@ from safetensors import SafetensorError
 from biosrecall.atomic import atomic_directory
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object, require_regular_file
+from biosrecall.model.config import ModelConfig
 
 if TYPE_CHECKING:
     import torch
@@ -213,7 +214,6 @@ def _show(value: Any) -> str:
 
 def model_config_of(path: str | Path, meta: dict[str, Any]):
     """The `ModelConfig` a checkpoint's meta describes; an invalid one is a `DamagedCheckpoint`."""
-    from biosrecall.model import ModelConfig
 
     try:
         return ModelConfig.from_dict(meta["model_config"])
@@ -227,7 +227,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     """Rebuild the model described by the sidecar and load its weights; returns (model, meta)."""
     from safetensors.torch import load_model
 
-    from biosrecall.model import LoopedTransformer
+    from biosrecall.model.looped import LoopedTransformer  # torch: `biosrecall --help` reads this module
 
     path = Path(path)
     meta = read_meta(path)

@@ -13,6 +13,7 @@ budget, budget_of, updates and exposures.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -23,7 +24,6 @@ from biosrecall.compute.schedules import MAX_UPDATES, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import MAX_SEED
 from biosrecall.numbers import EXPOSURES, FLOAT_MAX, SEED, Limit, check_number
-from biosrecall.train.tracking import parse_trackers, require_installed
 
 DEFAULT_FRACTIONS = (0.25, 0.45, 0.67, 0.8, 1.0)
 LR_SCHEDULES = ("cosine", "wsd")
@@ -32,6 +32,35 @@ RUN_SIZE = ("budget", "budget_of", "updates", "exposures")
 PRECISIONS = ("auto", "fp32", "bf16")
 PARALLEL_MODES = ("ddp", "fsdp")
 MAX_THREADS = 1024  # more than any CPU has cores; a larger count is a typo
+
+
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+"""Each tracker's name (as --log takes it) and the module it needs."""
+INSTALL_HINT = "pip install 'biosrecall[track]'"
+
+
+def parse_trackers(value: Any) -> tuple[str, ...]:
+    """The tracker names of `value` (a name, a comma list, or a list of them), each once, in order."""
+    parts = [value] if isinstance(value, str) else value
+    if not isinstance(parts, list | tuple) or not all(isinstance(part, str) for part in parts):
+        raise BiosrecallError(f"log takes tracker names ({', '.join(TRACKERS)}), got {value!r}")
+    names = [name.strip() for part in parts for name in part.split(",")]
+    if "" in names:
+        raise BiosrecallError(
+            f"log takes tracker names without empty items ({', '.join(TRACKERS)}), got {value!r}"
+        )
+    unknown = [name for name in names if name not in TRACKERS]
+    if unknown:
+        raise BiosrecallError(f"unknown tracker {unknown[0]!r} in log (choose from {', '.join(TRACKERS)})")
+    return tuple(dict.fromkeys(names))
+
+
+def require_installed(names: tuple[str, ...]) -> None:
+    """Refuse trackers whose library is missing, naming the extra that installs them."""
+    missing = [name for name in names if importlib.util.find_spec(TRACKERS[name]) is None]
+    if missing:
+        what = f"tracker {missing[0]} is" if len(missing) == 1 else f"trackers {', '.join(missing)} are"
+        raise BiosrecallError(f"{what} not installed: {INSTALL_HINT}")
 
 
 @dataclass
@@ -309,7 +338,7 @@ def _is_index(text: str) -> bool:
 def split_budget_of(text: Any) -> tuple[str, int]:
     """("SPEC", UPDATES) of a budget_of text "SPEC:UPDATES", both checked."""
     spec, _, count = text.rpartition(":") if isinstance(text, str) else ("", "", "")
-    if not spec or not (count.strip().isascii() and count.strip().isdigit()):
+    if not spec or not (count.isascii() and count.isdigit()):
         raise BiosrecallError(f"--budget-of takes SPEC:UPDATES (e.g. fixed:4:2000), got {text!r}")
     parse_schedule(spec)
     return spec, check_number("budget_of's update count", int(count), LIMITS["updates"])

@@ -52,6 +52,11 @@ class BatchSource(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+RESUME_ADVICE = "resume with --resume"
+"""The trainer's advice after a stop; a study, which resumes its runs itself, words its own
+(`biosrecall.experiments.study_engine`)."""
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -144,19 +149,25 @@ def _train(setup: RunSetup, config: TrainConfig, source: BatchSource, reporter) 
     if setup.branching:  # what the branch point itself earns: the switch checkpoint, a kept update
         _maybe_checkpoint(setup, config, source, state, metrics)
     started = time.perf_counter() - state.wall_seconds
-    with _stop_requests() as stop_requested, _explaining_failed_saves(setup, state):
-        while state.update < setup.plan.updates:
-            row = _one_update(setup, config, source, state)
-            state.wall_seconds = time.perf_counter() - started
-            row["wall_s"] = round(state.wall_seconds, 4)
-            if metrics:
-                metrics.append(row)
-            reporter.update(row)
-            _maybe_checkpoint(setup, config, source, state, metrics)
-            # Every rank must stop at the same update: the save below is collective.
-            if distributed.any_rank(stop_requested(), setup.dist) and state.update < setup.plan.updates:
-                _save_latest(setup, source, state, metrics)
-                raise Interrupted(f"interrupted at update {state.update}; resume with --resume")
+    try:
+        with _stop_requests() as stop_requested, _explaining_failed_saves(setup, state):
+            while state.update < setup.plan.updates:
+                row = _one_update(setup, config, source, state)
+                state.wall_seconds = time.perf_counter() - started
+                row["wall_s"] = round(state.wall_seconds, 4)
+                if metrics:
+                    metrics.append(row)
+                reporter.update(row)
+                _maybe_checkpoint(setup, config, source, state, metrics)
+                # Every rank must stop at the same update: the save below is collective.
+                if distributed.any_rank(stop_requested(), setup.dist) and state.update < setup.plan.updates:
+                    _save_latest(setup, source, state, metrics)
+                    raise Interrupted(f"interrupted at update {state.update}; {RESUME_ADVICE}")
+    except BaseException:
+        # The updates since the newest saved state are trained again by a resume: their rows go.
+        if metrics:
+            metrics.cut_to_saved()
+        raise
     if metrics:
         metrics.close()
     checkpoints = layout.list_checkpoints(setup.run_dir)
@@ -177,7 +188,7 @@ def _explaining_failed_saves(setup: RunSetup, state: _LoopState):
         else:
             left = (
                 f"{layout.latest_link(setup.final_dir)} still holds the complete state of "
-                f"update {state.saved_update}: resume with --resume once the problem is fixed"
+                f"update {state.saved_update}: {RESUME_ADVICE} once the problem is fixed"
             )
         raise checkpoint_files.SaveFailed(f"{exc}; {left}") from None
 
@@ -275,6 +286,8 @@ def _save_latest(setup: RunSetup, source: BatchSource, state: _LoopState, metric
     if setup.publish is not None:
         _swap_run_into_place(setup, metrics)
     state.saved_update = state.update
+    if metrics:
+        metrics.saved(state.update)
 
 
 def _swap_run_into_place(setup: RunSetup, metrics) -> None:

@@ -64,7 +64,7 @@ class BarReporter(SilentReporter):
         self.bar = None
 
     def start(self, total: int, done: int) -> None:
-        from tqdm.auto import tqdm
+        from tqdm.std import tqdm
 
         self.bar = tqdm(total=total, initial=done, unit="upd", dynamic_ncols=True, file=sys.stderr)
 

@@ -14,6 +14,7 @@ reads and reports damage in one line naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -30,7 +31,9 @@ from biosrecall import __version__
 from biosrecall.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object, require_keys, require_regular_file
+from biosrecall.model.config import ModelConfig
 from biosrecall.train.checkpoint_files import writing
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.layout import CONFIG_FILE, config_file, holds_nothing_resumable, metrics_file
 
 # What every later stage reads from config.json (resume, evaluation, the diagnostic).
@@ -129,9 +132,6 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
 
 def _config_problem(record: dict[str, Any]) -> str | None:
     """What is wrong with the values of a run config, or None."""
-    from biosrecall.model import ModelConfig
-    from biosrecall.train.config import TrainConfig
-
     for section, build in (("model_config", ModelConfig.from_dict), ("train_config", TrainConfig.from_dict)):
         try:
             build(record[section])
@@ -156,7 +156,9 @@ def _whole(value: Any) -> bool:
 class MetricsLog:
     """Append-only JSON lines, one per update in order; on resume, cut back to the updates the
     checkpoint has seen, so no update is ever logged twice. Each row is written straight to the file
-    (no buffer), so a failed or killed run leaves whole rows and at most one torn last line."""
+    (no buffer), so a killed run leaves whole rows and at most one torn last line; a run that fails
+    cuts the file back to the newest saved state (`saved`, `cut_to_saved`), so it never holds updates
+    a resume would train again."""
 
     def __init__(self, run_dir: Path, resume_from_update: int = 0):
         self.path = metrics_file(run_dir)
@@ -166,10 +168,12 @@ class MetricsLog:
                 f"cannot resume: {self.path} holds {len(kept)} updates, the checkpoint has seen "
                 f"{resume_from_update}"
             )
+        text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in kept)
         with writing(self.path):
-            atomic_write_text(self.path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in kept))
+            atomic_write_text(self.path, text)
             self._handle = self.path.open("ab", buffering=0)
         self.next_update = resume_from_update
+        self._saved = (resume_from_update, len(text.encode("utf-8")))  # (update, bytes up to it)
 
     def moved_to(self, run_dir: Path) -> None:
         """The run folder was renamed (a new run swapped into place); the open file moved with it."""
@@ -188,6 +192,21 @@ class MetricsLog:
 
     def flush(self) -> None:
         """Nothing is buffered (kept for callers that flush before a checkpoint)."""
+
+    def saved(self, update: int) -> None:
+        """The run's state of `update` is saved: the rows so far are the ones a resume keeps."""
+        if update == self.next_update:
+            self._saved = (update, self._handle.tell())
+
+    def cut_to_saved(self) -> None:
+        """Drop the rows past the newest saved state: a failed run trains them again when resumed.
+        Cutting a file frees space, so it works on a full disk too; should it fail anyway, the rows
+        stay and the resume cuts them."""
+        update, size = self._saved
+        if self.next_update != update:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, size)
+                self.next_update = update
 
     def close(self) -> None:
         self._handle.close()

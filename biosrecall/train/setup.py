@@ -27,6 +27,7 @@ from biosrecall.compute.flops import param_counts, update_flops
 from biosrecall.compute.planner import budget_of, plan_run, plan_updates
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
+from biosrecall.model import LoopedTransformer
 from biosrecall.train import checkpoint_files, distributed, layout
 from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
 from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer
@@ -179,7 +180,6 @@ def _checkpointer(run_dir: Path, dist, config: TrainConfig, model, optimizer) ->
 def _build_model(model_config, config: TrainConfig, dist: distributed.DistInfo, device: torch.device):
     """The seeded initial model (its layers compiled, its iterations checkpointed, as asked), its
     DDP/FSDP wrapper, and AdamW over its parameters."""
-    from biosrecall.model import LoopedTransformer
 
     torch.manual_seed(config.seed)
     raw_model = LoopedTransformer(model_config).to(device)

@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.model import LoopedTransformer
 from biosrecall.train import checkpoint_files, distributed, layout
 from biosrecall.train.checkpointers import Checkpointer, KeptCheckpoint
 
@@ -115,7 +116,6 @@ class ShardedCheckpointer(Checkpointer):
 
 def full_model(config, state: dict[str, torch.Tensor]) -> torch.nn.Module:
     """A CPU `LoopedTransformer` holding `state` (built on the meta device: no wasted initialisation)."""
-    from biosrecall.model import LoopedTransformer
 
     with torch.device("meta"):
         model = LoopedTransformer(config)

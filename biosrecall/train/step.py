@@ -4,7 +4,11 @@ loss and its clipped gradient, left in the parameters' `.grad` for the optimizer
     loss = backward_and_clip(model, rows, pad_id, depth, grad_clip=1.0, grad_accum=2)
     optimizer.step()
 
-The loss is the mean cross-entropy over the real (non-padding) targets of the whole global batch. Under
+The loss is the mean cross-entropy over the real (non-padding) targets of the whole global batch,
+taken by the model's fused head and loss (`model(inputs, depth, targets=targets)`,
+`biosrecall.model.layers.head_cross_entropy`): only the real targets' rows reach the head, and the
+[tokens, vocab] logits are never held in full. It equals `F.cross_entropy` on the full logits to
+within rounding (tests/test_fused_loss.py); under bf16 autocast it is that expression. Under
 torchrun each rank passes the same global batch and `dist`: it trains on its own slice, and the
 gradients averaged by DDP or FSDP equal those of one process on the whole batch. Because the diagnostic
 calls this very function, its "batch-caused update" is the trainer's update, bit for bit on a CPU.
@@ -19,13 +23,13 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.model.layers import IGNORE_INDEX
 from biosrecall.train import distributed
 from biosrecall.train.distributed import DistInfo
 
-IGNORE = -100  # cross-entropy's ignore_index: padding targets carry no loss
+IGNORE = IGNORE_INDEX  # padding targets carry no loss
 ONE_PROCESS = DistInfo()
 
 
@@ -92,10 +96,7 @@ def _accumulate_gradients(model, batch: Batch, depth: int, autocast, grad_accum,
     ):
         with distributed.gradient_sync(model, dist, parallel, sync=index == grad_accum - 1):
             with autocast():
-                logits = model(inputs, depth)
-            loss_sum = F.cross_entropy(
-                logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"
-            )
+                loss_sum = model(inputs, depth, targets=targets)
             # Normalise by the real tokens of the *global* batch so the data-parallel gradient mean
             # (DDP or FSDP) over ranks and micro-batches equals one big batch.
             (loss_sum * (dist.world_size / batch.real_tokens)).backward()

@@ -25,7 +25,6 @@ a Trackio run); W&B runs go to the project $WANDB_PROJECT (default "biosrecall")
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import secrets
@@ -35,35 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from biosrecall.errors import BiosrecallError
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.std import tqdm
 
-TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
-"""Each tracker's name (as --log takes it) and the module it needs."""
-INSTALL_HINT = "pip install 'biosrecall[track]'"
+from biosrecall.atomic import atomic_write_json
+from biosrecall.files import read_json_object
+from biosrecall.train.run_dir import read_config
+
 PROJECT = "biosrecall"
 TENSORBOARD_DIR = "tensorboard"
 IDS_FILE = "trackers.json"
 """In the run folder: the W&B run id and Trackio run name a resumed run continues."""
-
-
-def parse_trackers(value: Any) -> tuple[str, ...]:
-    """The tracker names of `value` (a name, a comma list, or a list of them), each once, in order."""
-    parts = [value] if isinstance(value, str) else value
-    if not isinstance(parts, list | tuple) or not all(isinstance(part, str) for part in parts):
-        raise BiosrecallError(f"log takes tracker names ({', '.join(TRACKERS)}), got {value!r}")
-    names = [name.strip() for part in parts for name in part.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TRACKERS]
-    if unknown:
-        raise BiosrecallError(f"unknown tracker {unknown[0]!r} in log (choose from {', '.join(TRACKERS)})")
-    return tuple(dict.fromkeys(names))
-
-
-def require_installed(names: tuple[str, ...]) -> None:
-    """Refuse trackers whose library is missing, naming the extra that installs them."""
-    missing = [name for name in names if importlib.util.find_spec(TRACKERS[name]) is None]
-    if missing:
-        what = f"tracker {missing[0]} is" if len(missing) == 1 else f"trackers {', '.join(missing)} are"
-        raise BiosrecallError(f"{what} not installed: {INSTALL_HINT}")
 
 
 @dataclass(frozen=True)
@@ -105,7 +86,6 @@ class TensorBoardTracker:
 
     @staticmethod
     def _open(folder: Path, purge_step: int | None = None):
-        from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter(str(folder / TENSORBOARD_DIR), purge_step=purge_step)
 
@@ -200,15 +180,11 @@ ADAPTERS: dict[str, Callable[[], Tracker]] = {
 
 
 def _stored_ids(folder: Path) -> dict[str, Any]:
-    from biosrecall.files import read_json_object
-
     path = folder / IDS_FILE
     return read_json_object(path, "tracker ids") if os.path.lexists(path) else {}
 
 
 def _store_ids(folder: Path, tracker: str, ids: dict[str, str]) -> None:
-    from biosrecall.atomic import atomic_write_json
-
     stored = _stored_ids(folder)
     if stored.get(tracker) != ids:
         atomic_write_json(folder / IDS_FILE, {**stored, tracker: ids})
@@ -232,8 +208,6 @@ class TrackingReporter:
         self.started_in: Path | None = None
 
     def start(self, total: int, done: int) -> None:
-        from biosrecall.train.run_dir import read_config
-
         self.inner.start(total, done)
         self.started_in = self.folder()
         config = json.loads(json.dumps({**read_config(self.started_in), "train_config": self.train_config}))
@@ -284,7 +258,6 @@ def _finish_quietly(tracker: Tracker) -> None:
 
 
 def _warn(text: str) -> None:
-    from tqdm.auto import tqdm
 
     tqdm.write(f"warning: {text}", file=sys.stderr)  # keeps a progress bar intact
 

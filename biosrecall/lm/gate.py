@@ -1,6 +1,7 @@
 """The learned exit gate of a language-model run: fitted on training-shard windows, calibrated on the
 validation split (`biosrecall gate train RUN` on an `lm train` run; `lm eval --exit gate:DELTA`).
 
+    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": LM_GATE})  # biosrecall.eval.gate_fit
     record, arrays = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
 
 The head, the target and the bound are bioS's (`biosrecall.eval.gate`, `biosrecall.eval.gate_data`);
@@ -27,9 +28,14 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.gate import Trace, batch_states, deltas, query_logits, reference_depth, train_head
 from biosrecall.eval.gate_data import calibrate
+from biosrecall.eval.gate_fit import GateTask, gate_record
+from biosrecall.files import file_sha256
+from biosrecall.lm.evaluate import check_data
+from biosrecall.lm.loader import ShardLoader
 
 FIT_WINDOWS = 64
 MAX_FIT_POSITIONS = 2048
@@ -41,8 +47,6 @@ _POSITION_STREAM = 0x6A7F  # the gate's position draws, apart from every other s
 
 def split_windows(data_dir: Path, seq_len: int, split: str, limit: int, batch_size: int) -> list[np.ndarray]:
     """The first `limit` windows of `split` in stream order, in batches ([B, seq_len + 1] each)."""
-    from biosrecall.lm.loader import ShardLoader
-
     loader = ShardLoader(data_dir, seq_len, split=split)
     batches = list(loader.ordered_batches(batch_size, limit))
     if not batches:
@@ -76,8 +80,6 @@ def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, 
 def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size: int) -> tuple[dict, dict]:
     """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS;
     `settings`: seed, confidence, max_depth and optionally reference."""
-    from biosrecall.eval.gate_fit import gate_record
-
     seed, confidence, max_depth = settings["seed"], settings["confidence"], settings["max_depth"]
     batch_size = min(batch_size, WINDOWS_PER_PASS)
     fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
@@ -104,3 +106,19 @@ def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size:
     record["calibration"].update(split="validation", windows=queries, queries=queries,
                                  reference_exact=float(held.exact[reference - 1].mean()))  # fmt: skip
     return record, {"scores": scores, "exact": held.exact}
+
+
+def _check_lm_data(run_dir: Path, meta: dict, data_path: Path) -> int:
+    """The run's training sequence length, once its shards are checked against its tokenizer."""
+    config = runs.read_config(run_dir)
+    check_data(config, data_path)
+    return runs.seq_len_of(config)
+
+
+def _fit(model, data_path: Path, seq_len: int, settings: dict, batch_size: int):
+    record, arrays = fit_lm_gate(model, data_path, seq_len, settings, batch_size)
+    return record, arrays, file_sha256(data_path / "manifest.json")
+
+
+LM_GATE = GateTask(check=_check_lm_data, fit=_fit)
+"""How `biosrecall.eval.gate_fit.fit_gates` fits a language-model run's gate."""
