@@ -24,7 +24,6 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from biosrecall.errors import BiosrecallError
@@ -81,6 +80,7 @@ def _cell(value):
 
 
 def _recall_tables(done: list[Job], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:
+    import matplotlib.pyplot as plt  # picks a backend when imported: only where a figure is closed
 
     settings = _recall_settings(evaluations)
     # The parameter --checkpoint fills, named by the command's own definition.

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
 
 from biosrecall.errors import BiosrecallError
 
@@ -115,6 +114,7 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str, device: torch.
 def _fully_shard(model: torch.nn.Module) -> torch.nn.Module:
     """Shard per layer; whatever no layer owns (embedding = tied head, adapter, norms) joins the root,
     so a shared parameter belongs to exactly one unit."""
+    from torch.distributed.fsdp import fully_shard
 
     for layer in model.prelude:
         fully_shard(layer)

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from torch.utils.tensorboard import SummaryWriter
 from tqdm.std import tqdm
 
 from biosrecall.atomic import atomic_write_json
@@ -86,6 +85,7 @@ class TensorBoardTracker:
 
     @staticmethod
     def _open(folder: Path, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter  # the optional extra `track`
 
         return SummaryWriter(str(folder / TENSORBOARD_DIR), purge_step=purge_step)
 
