@@ -84,8 +84,8 @@ def compare(checkpoint: Path, data_dir: Path, max_depth: int) -> dict:
 def train_one(workdir: Path, updates: int) -> tuple[Path, Path]:
     """A quick-preset-sized bios-tiny run (fixed K=4, batch 8 x 128, lr 1e-2); its final checkpoint."""
     from biosrecall.bios import generate_dataset
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
+    from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(workdir / "data", people=PEOPLE, seed=0)
     config = TrainConfig(

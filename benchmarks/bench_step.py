@@ -128,8 +128,8 @@ def use_plain_loss() -> None:
 
 
 def train_package(spec: dict, clock: Clock) -> dict:
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
+    from biosrecall.train.trainer import train_bios
 
     if spec["plain_loss"]:
         use_plain_loss()

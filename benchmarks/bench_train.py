@@ -38,9 +38,9 @@ import torch
 
 from biosrecall.bios import generate_dataset
 from biosrecall.model import get_preset
-from biosrecall.train.bios_training import train_bios
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.trainer import train_bios
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import matmul_peak  # noqa: E402  (one peak measurement for every benchmark)

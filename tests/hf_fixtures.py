@@ -75,8 +75,8 @@ def _build(root: Path) -> HfWorld:
     from biosrecall.bios import generate_dataset
     from biosrecall.eval.curves import recall_curves
     from biosrecall.hf.export import export_run
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
+    from biosrecall.train.trainer import train_bios
 
     torch.manual_seed(0)
     data = generate_dataset(root / "data", people=PEOPLE, seed=0)

@@ -108,9 +108,9 @@ def test_composes_with_compiled_layers():
 
 def test_trainer_option_trains_the_same_run(tmp_path):
     from biosrecall.bios import generate_dataset
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
     from biosrecall.train.run_dir import read_config, read_metrics
+    from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(tmp_path / "data", people=20, seed=0)
     losses = {}
@@ -141,7 +141,7 @@ def test_recomputation_is_its_own_flop_line():
 def test_the_trainer_builds_its_model_with_the_settings():
     from biosrecall.train.config import TrainConfig
     from biosrecall.train.distributed import DistInfo
-    from biosrecall.train.setup import _build_model
+    from biosrecall.train.trainer import _build_model
 
     config = TrainConfig(updates=1, activation_checkpointing=True, compile=True)
     torch._dynamo.reset()

@@ -38,8 +38,8 @@ EXPOSURES_RUN = ["train", "--out", "newrun", *BASE_ARGS]
 def world(tmp_path_factory) -> Path:
     """Built once; every case works on its own copy (see `case_dir`)."""
     from biosrecall.bios import generate_dataset
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
+    from biosrecall.train.trainer import train_bios
 
     root = tmp_path_factory.mktemp("world")
     generate_dataset(root / "data", people=40, seed=1)

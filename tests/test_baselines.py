@@ -20,9 +20,9 @@ from biosrecall.eval import scoring
 from biosrecall.eval.curves import recall_curves
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.presets import BASELINES
-from biosrecall.train.bios_training import train_bios
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.layout import list_checkpoints, load_checkpoint
+from biosrecall.train.trainer import train_bios
 
 TOLERANCE = 0.06
 """How far from 1 a baseline's matched ratio may be: whole layers of these widths allow no closer (the

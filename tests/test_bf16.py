@@ -25,11 +25,11 @@ from safetensors.torch import load_file
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.eval.sweep import exact_by_depth
 from biosrecall.runs import load_checkpoint
-from biosrecall.train.bios_training import train_bios
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.distributed import autocast_for
 from biosrecall.train.layout import list_checkpoints, load_training_state
 from biosrecall.train.run_dir import read_metrics
-from biosrecall.train.setup import autocast_for
+from biosrecall.train.trainer import train_bios
 
 LOSS_TOLERANCE = 0.05
 FLAG_MISMATCH_TOLERANCE = 0.02

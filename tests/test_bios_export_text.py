@@ -109,7 +109,7 @@ def test_each_exposure_shows_everyone_once_with_fresh_phrasing(exported, bios_da
 
 def test_exposures_are_what_the_training_batch_source_draws(exported, bios_dataset):
     """Exposure e is update e of a training run with this seed, batch size 1 and a context of everyone."""
-    from biosrecall.train.bios_training import BiosBatchSource
+    from biosrecall.train.trainer import BiosBatchSource
 
     text_format, out, _ = exported
     records = read_records(out, "train", text_format)

@@ -15,12 +15,12 @@ from safetensors.torch import load_file
 
 from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
-from biosrecall.train.bios_training import train_bios
 from biosrecall.train.branch import Branch
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.layout import list_checkpoints, update_dirname
 from biosrecall.train.optim import learning_rate
 from biosrecall.train.run_dir import read_config, read_metrics
+from biosrecall.train.trainer import train_bios
 
 TIMING_FIELDS = {"wall_s", "tokens_per_s", "flops_per_s"}
 FIXED_FIRST = "fixed_first:k0=2,switch=0.8,finish=uniform,range=1-4"

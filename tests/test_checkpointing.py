@@ -33,7 +33,7 @@ from biosrecall.train.layout import (
 )
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.sharded import ShardedCheckpointer
-from biosrecall.train.step import backward_and_clip
+from biosrecall.train.trainer import backward_and_clip
 
 SOURCE = {"seed": 7, "position": 123}  # what a batch source hands the checkpointer to save
 CONFIG = TrainConfig(budget=1.0, lr=1e-2)

@@ -129,9 +129,9 @@ def test_real_valued_rope_equals_the_complex_multiply(monkeypatch):
 def test_inductor_training_losses_match_eager(tmp_path):
     """The real trainer with --compile (inductor) against eager: the same loss at every update."""
     from biosrecall.bios import generate_dataset
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
     from biosrecall.train.run_dir import read_metrics
+    from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(tmp_path / "data", people=20, seed=0)
     losses = {}

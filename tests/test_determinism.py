@@ -17,10 +17,10 @@ import torch
 from safetensors.torch import load_file
 
 from biosrecall.cli import main
-from biosrecall.train.bios_training import train_bios
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.layout import list_checkpoints
 from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.trainer import train_bios
 
 # Non-default options on purpose: they must be as reproducible as the defaults.
 GENERATE_OPTIONS = ["--people", "50", "--pool-size", "employer=64", "--holdout-eval-templates"]

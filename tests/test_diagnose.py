@@ -52,7 +52,7 @@ def data_dir(tmp_path_factory):
 
 def train_tiny(data_dir, run_dir, **overrides):
     """A fixed-first run of a few dozen updates: a checkpoint before the switch, the switch, the end."""
-    from biosrecall.train.bios_training import train_bios
+    from biosrecall.train.trainer import train_bios
 
     values = {"batch_size": 4, "budget_of": "fixed:4:30", "seed": 1, "lr": 3e-3, **overrides}
     config = TrainConfig(schedule=SCHEDULE, checkpoint_fractions=(0.5, 1.0), **values)

@@ -16,9 +16,9 @@ from biosrecall.bios import BatchSampler, generate_dataset, load_dataset
 from biosrecall.bios.exposures import exposure_counts, plan_exposures
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep.run_spec import config_options, run_spec_text
-from biosrecall.train.bios_training import BiosBatchSource
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_dir import read_config
+from biosrecall.train.trainer import BiosBatchSource
 
 SEED, BATCH, SEQ_LEN = 3, 4, 128
 
@@ -145,7 +145,7 @@ def test_lm_runs_have_no_exposures(capsys):
     code, err = run_cli(["lm", "train", "--data", "x", "--out", "y", "--exposures", "3"], capsys)
     assert code == 2 and "No such option '--exposures'" in err
     from biosrecall.model import get_preset
-    from biosrecall.train.setup import make_plan
+    from biosrecall.train.trainer import make_plan
 
     with pytest.raises(BiosrecallError, match="--exposures counts the biographies of a bioS dataset"):
         make_plan(get_preset("lm-tiny"), TrainConfig(exposures=3, batch_size=2, seq_len=16))

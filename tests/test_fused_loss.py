@@ -17,7 +17,7 @@ from biosrecall.bios import BatchSampler, batch_generator, generate_dataset, loa
 from biosrecall.errors import BiosrecallError
 from biosrecall.model import LoopedTransformer, get_preset, layers
 from biosrecall.model.layers import IGNORE_INDEX, head_cross_entropy
-from biosrecall.train.step import split_batch
+from biosrecall.train.trainer import split_batch
 
 
 def plain(x, weight, targets):

@@ -27,8 +27,9 @@ from test_hostile_data import assert_refused, hidden
 from test_hostile_runs import assert_same_run, case_dir, final_weights, stopped_at, train_args, world
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.train import checkpoint_files, layout, loop
+from biosrecall.train import checkpoint_files, layout
 from biosrecall.train.run_dir import MetricsLog, read_config
+from biosrecall.train.trainer import Trainer
 
 __all__ = ["case_dir", "world"]  # the shared fixtures: a fresh copy of the world per test
 
@@ -59,14 +60,14 @@ def full_disk(target: str, call: int = 1):
 
 def failing_update(update: int):
     def inject(monkeypatch) -> None:
-        real = loop._one_update
+        real = Trainer._one_update
 
-        def one_update(setup, config, source, state):
-            if state.update == update:
+        def one_update(trainer):
+            if trainer.progress.update == update:
                 raise BiosrecallError("injected failure")
-            return real(setup, config, source, state)
+            return real(trainer)
 
-        monkeypatch.setattr(loop, "_one_update", one_update)
+        monkeypatch.setattr(Trainer, "_one_update", one_update)
 
     return inject
 
@@ -140,12 +141,12 @@ with output_lock(sys.argv[1]):
 
 SLOW_RESUME = """
 import sys, time
-from biosrecall.train import loop
-real = loop._one_update
+from biosrecall.train.trainer import Trainer
+real = Trainer._one_update
 def slow(*args):
     time.sleep(0.5)
     return real(*args)
-loop._one_update = slow
+Trainer._one_update = slow
 from biosrecall.cli import main
 main(sys.argv[1:])
 """

@@ -191,19 +191,19 @@ class TestDamagedRunFiles:
 
 def stopped_at(case_dir: Path, update: int, capsys, out: str = "run") -> None:
     """Train `out` afresh and stop it like Ctrl-C does once `update` updates are done (exit 130)."""
-    from biosrecall.train import loop
+    from biosrecall.train.trainer import Trainer
 
     shutil.rmtree(case_dir / out, ignore_errors=True)
-    real = loop._one_update
+    real = Trainer._one_update
 
-    def stop_after(setup, config, source, state):
-        row = real(setup, config, source, state)
-        if state.update == update:
+    def stop_after(trainer):
+        row = real(trainer)
+        if trainer.progress.update == update:
             os.kill(os.getpid(), signal.SIGINT)
         return row
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "_one_update", stop_after)
+        patch.setattr(Trainer, "_one_update", stop_after)
         code, stderr = run_cli(train_args(out), capsys)
     assert code == 130 and f"interrupted at update {update}" in stderr, stderr
 

@@ -220,8 +220,8 @@ def test_outputs_refuse_a_folder_that_is_a_file(tmp_path):
 
 def test_recall_curve_evaluates_the_switch_checkpoint_of_a_real_run(tmp_path, capsys):
     from biosrecall.bios import generate_dataset
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.config import TrainConfig
+    from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(tmp_path / "data", people=20, seed=0)
     config = TrainConfig(

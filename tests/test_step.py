@@ -1,4 +1,4 @@
-"""The one training step (`biosrecall.train.step`): how a batch becomes inputs and targets, the loss it
+"""The one training step (`biosrecall.train.trainer.backward_and_clip`): how a batch becomes inputs and targets, the loss it
 reports, gradient accumulation and clipping, and that the update diagnostic's gradient is the
 trainer's own gradient, bit for bit.
 
@@ -21,7 +21,7 @@ from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.run_dir import read_metrics
-from biosrecall.train.step import IGNORE, NonFiniteLoss, backward_and_clip, split_batch
+from biosrecall.train.trainer import IGNORE, NonFiniteLoss, backward_and_clip, split_batch
 
 PAD = 0
 
@@ -109,7 +109,7 @@ def trainer_gradients():
 
 
 def test_the_diagnostics_gradient_is_the_trainers_gradient_bit_for_bit(tmp_path, trainer_gradients):
-    from biosrecall.train.bios_training import train_bios
+    from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(tmp_path / "data", people=60, seed=3)
     config = TrainConfig(

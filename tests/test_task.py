@@ -1,4 +1,4 @@
-"""The task layer (`biosrecall.train.task`): the one model-config builder and sequence-length rule that
+"""The task layer (`biosrecall.train.trainer`): the one model-config builder and sequence-length rule that
 bioS and LM training share. Training itself is covered by test_train.py and test_lm_train.py.
 
     pytest -q tests/test_task.py
@@ -11,9 +11,8 @@ import pytest
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.model import get_preset
-from biosrecall.train.bios_training import BIOS_VOCABULARY
 from biosrecall.train.config import TrainConfig, resolve_seq_len
-from biosrecall.train.task import build_model_config
+from biosrecall.train.trainer import BIOS_VOCABULARY, build_model_config
 
 
 @pytest.mark.parametrize("rule", [BIOS_VOCABULARY, LM_VOCABULARY])

@@ -21,9 +21,9 @@ from biosrecall.bios import generate_dataset
 from biosrecall.cli.train import train as train_command
 from biosrecall.train import tracking
 from biosrecall.train.config import TRACKERS, TrainConfig
-from biosrecall.train.loop import Interrupted
 from biosrecall.train.progress import SilentReporter
 from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.trainer import Interrupted
 
 TIMING = ("wall_s", "tokens_per_s", "flops_per_s")  # differ between two runs of the same settings
 # 12 updates. A new run is built under a temporary name and swapped into its folder at its first save
@@ -61,7 +61,7 @@ def trackers_dir(tmp_path_factory):
 
 
 def train(dataset, run_dir, reporter=None, resume=False, **overrides):
-    from biosrecall.train.bios_training import train_bios
+    from biosrecall.train.trainer import train_bios
 
     config = TrainConfig(**{**TINY, **overrides})
     return train_bios(dataset, run_dir, config, "bios-tiny", resume=resume, reporter=reporter)

@@ -37,7 +37,7 @@ def tiny_config(**overrides) -> TrainConfig:
 
 
 def train(dataset, run_dir, **overrides):
-    from biosrecall.train.bios_training import train_bios
+    from biosrecall.train.trainer import train_bios
 
     return train_bios(dataset, run_dir, tiny_config(**overrides), preset="bios-tiny")
 
@@ -89,7 +89,7 @@ def test_a_run_is_reproducible_from_its_seed(dataset, tmp_path):
 
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(dataset, tmp_path, monkeypatch):
     from biosrecall.model import LoopedTransformer
-    from biosrecall.train.loop import TrainingDiverged
+    from biosrecall.train.trainer import TrainingDiverged
 
     calls = {"n": 0}
     original = LoopedTransformer.forward

@@ -120,7 +120,7 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     an output made with another preset, exposures, batch, sequence length or lr is refused."""
     from biosrecall.experiments.capacity import CapacityOptions, run_capacity
     from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.train.loop import Interrupted
+    from biosrecall.train.trainer import Interrupted
 
     if archive is not None:  # copies files: no training, no torch
         from biosrecall.experiments.study_archive import archive_study

@@ -211,7 +211,7 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
     from biosrecall.experiments.figure1 import run_figure1
     from biosrecall.experiments.study import StudyOptions
     from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.train.loop import Interrupted
+    from biosrecall.train.trainer import Interrupted
 
     study = StudyOptions(
         seeds=seeds, dataset_seed_per_run=dataset_seed_per_run, update_matched=update_matched,

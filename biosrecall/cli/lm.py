@@ -196,8 +196,8 @@ def _train(
     each budget fraction and a resumable `latest` (sharded under FSDP) in OUT/checkpoints/."""
     from biosrecall.lm.task import train_lm
     from biosrecall.train.distributed import is_main_process
-    from biosrecall.train.loop import Interrupted, TrainingDiverged
     from biosrecall.train.progress import make_reporter
+    from biosrecall.train.trainer import Interrupted, TrainingDiverged
 
     apply_no_verify(no_verify)
     config, overrides, preset, tokenizer = _train_config(options)

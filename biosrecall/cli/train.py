@@ -65,10 +65,9 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     Prints the plan (updates, switch update, FLOPs, tokens, parameters, estimated time), trains,
     keeps weights at each budget fraction under OUT/checkpoints/<fraction>/ and a resumable
     OUT/checkpoints/latest, and logs every update to OUT/metrics.jsonl."""
-    from biosrecall.train.bios_training import train_bios
     from biosrecall.train.branch import branch_of
-    from biosrecall.train.loop import Interrupted, TrainingDiverged
     from biosrecall.train.progress import make_reporter
+    from biosrecall.train.trainer import Interrupted, TrainingDiverged, train_bios
 
     config, overrides = split_options(options)
     overrides = merge_overrides(overrides, model_override)

@@ -21,7 +21,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.train.step import backward_and_clip
+from biosrecall.train.trainer import backward_and_clip
 
 
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -40,7 +40,7 @@ def batch_gradient(
     grad_accum: int = 1,
 ) -> list[torch.Tensor]:
     """The clipped training gradient of one batch at `depth`, one tensor per entry of `params`: the
-    trainer's own step (`biosrecall.train.step`), so it is the gradient the trainer would apply."""
+    trainer's own step (`biosrecall.train.trainer.backward_and_clip`), so it is the gradient the trainer would apply."""
     model.zero_grad(set_to_none=True)
     backward_and_clip(model, rows, pad_id, depth, grad_clip, autocast, grad_accum)
     grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params]

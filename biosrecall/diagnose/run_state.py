@@ -27,13 +27,11 @@ from biosrecall.compute.schedules import parse_schedule
 from biosrecall.diagnose.tasks import DiagnosisTask, RunInfo, load_task
 from biosrecall.errors import BiosrecallError
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.distributed import resolve_device
+from biosrecall.train.distributed import autocast_for, resolve_device
 from biosrecall.train.layout import SWITCH
-from biosrecall.train.loop import BatchSource
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.run_dir import read_config
-from biosrecall.train.setup import autocast_for
-from biosrecall.train.step import backward_and_clip
+from biosrecall.train.trainer import BatchSource, backward_and_clip
 
 
 @dataclass

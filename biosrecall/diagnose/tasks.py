@@ -46,8 +46,8 @@ from biosrecall.lm.evaluate import depth_nll
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LMBatchSource
-from biosrecall.train.bios_training import BiosBatchSource
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.trainer import BiosBatchSource
 
 EVAL_BATCH = 16  # validation windows per forward pass; the mean NLL does not depend on it
 HIGHER_IS_BETTER = frozenset({"bits"})  # every other metric is a loss

@@ -340,8 +340,7 @@ def plan_table(runs: list[CapacityRun], base, datasets: dict[int, Path]):
     tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained."""
     import pandas as pd
 
-    from biosrecall.train.bios_training import bios_training_task
-    from biosrecall.train.setup import make_plan
+    from biosrecall.train.trainer import bios_training_task, make_plan
 
     rows = []
     for run in runs:

@@ -70,11 +70,10 @@ from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
 from biosrecall.sweep.run_spec import config_options
-from biosrecall.train.bios_training import bios_training_task
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
 from biosrecall.train.run_dir import machine, versions
-from biosrecall.train.setup import make_plan
+from biosrecall.train.trainer import bios_training_task, make_plan
 
 FIGURE1_SCHEDULES = MAIN_SCHEDULES
 FRACTIONS = (0.45, 1.0)

@@ -32,7 +32,7 @@ from biosrecall.sweep.executors import LocalExecutor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, SweepRun
 from biosrecall.sweep.records import lock_holder
 from biosrecall.train.layout import finished, latest_checkpoint, saved_states
-from biosrecall.train.loop import RESUME_ADVICE, Interrupted
+from biosrecall.train.trainer import RESUME_ADVICE, Interrupted
 
 OptionsOf = Callable[[RunSpec], dict[str, Any]]
 

@@ -54,10 +54,9 @@ from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.model.decode import teacher_forced
 from biosrecall.outputs import write_table
 from biosrecall.runs import load_checkpoint
-from biosrecall.train.distributed import resolve_device
+from biosrecall.train.distributed import autocast_for, resolve_device
 from biosrecall.train.layout import EVAL_DIR, eval_dir
 from biosrecall.train.run_dir import read_config
-from biosrecall.train.setup import autocast_for
 
 SERVING_DEPTHS = tuple(range(1, 17))
 TABLE = "nll"

@@ -50,10 +50,9 @@ from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model.decode import CachedDecoder
 from biosrecall.outputs import write_table
-from biosrecall.train.distributed import resolve_device
+from biosrecall.train.distributed import autocast_for, resolve_device
 from biosrecall.train.layout import eval_dir
 from biosrecall.train.run_dir import read_config
-from biosrecall.train.setup import autocast_for
 
 TABLE = "harness"
 RECORD_SUFFIX = ".json"

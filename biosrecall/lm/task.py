@@ -6,9 +6,9 @@
                       preset="lm-200m")
     # under torchrun (DDP or --parallel fsdp) the same call trains data-parallel
 
-Everything but the batches is `biosrecall.train`: the task layer (`train.task.run_task`, shared with
-bioS), planner, schedules, optimizer, checkpoints, DDP and FSDP2, resume. What this module adds is
-where batches come from, how the tokenizer's vocabulary must fit the preset, and the plan report.
+Everything but the batches is `biosrecall.train.trainer`, shared with bioS: the task layer, planner,
+schedules, optimizer, checkpoints, DDP and FSDP2, resume. What this module adds is where batches come
+from, how the tokenizer's vocabulary must fit the preset, and the plan report.
 
 Design of the batch source: every rank reads the *whole* global batch from a world_size=1
 `ShardLoader`, and the trainer keeps the rank's rows (`distributed.local_rows`), exactly as for bioS.
@@ -37,9 +37,14 @@ from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model import get_preset
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.distributed import DistInfo, check_divisible
-from biosrecall.train.loop import TrainResult
-from biosrecall.train.setup import make_plan
-from biosrecall.train.task import TrainingTask, VocabularyRule, build_model_config, run_task
+from biosrecall.train.trainer import (
+    Trainer,
+    TrainingTask,
+    TrainResult,
+    VocabularyRule,
+    build_model_config,
+    make_plan,
+)
 
 
 class LMBatchSource:
@@ -128,10 +133,10 @@ def train_lm(
     overwrite: bool = False,
     reporter=None,
 ) -> TrainResult:
-    """Check the data against the preset, build the batch source, and run the shared trainer (see
-    `run_task`). All checks run before the run folder is touched."""
+    """Check the data against the preset, build the batch source, and run the shared `Trainer`. All
+    checks run before the run folder is touched."""
     task = lm_training_task(data_dir, preset, model_overrides, tokenizer)
-    return run_task(task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter)
+    return Trainer(task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter).train()
 
 
 def plan_lines(

@@ -25,5 +25,4 @@ import torch.optim  # noqa: E402, F401
 import biosrecall.cli.recall  # noqa: E402, F401
 import biosrecall.cli.train  # noqa: E402, F401
 import biosrecall.eval.curves  # noqa: E402, F401
-import biosrecall.train.bios_training  # noqa: E402, F401
-import biosrecall.train.loop  # noqa: E402, F401
+import biosrecall.train.trainer  # noqa: E402, F401

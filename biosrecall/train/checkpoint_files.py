@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
 STATE_FILE = "training_state.pt"
-# What every checkpoint's meta.json holds, and what a resume reads on top (see `loop._meta`).
+# What every checkpoint's meta.json holds, and what a resume reads on top (see `Trainer._meta`).
 META_REQUIRED = ("model_config", "update")
 RESUME_REQUIRED = (
     *META_REQUIRED,

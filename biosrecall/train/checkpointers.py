@@ -1,5 +1,5 @@
 """How a run saves and restores its checkpoints, behind one interface the training loop calls without
-knowing how the run is parallel. `prepare_run` picks the implementation:
+knowing how the run is parallel. `Trainer._checkpointer` picks the implementation:
 
     checkpointer.save_kept([(path, meta), ...], source.state_dict())   # budget fractions, the switch
     checkpointer.save_latest(meta, source.state_dict())                # the resumable `latest`

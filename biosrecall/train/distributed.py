@@ -58,6 +58,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def autocast_for(device: torch.device, precision: str):
+    """bf16 autocast when asked (on CUDA or CPU), or by default on CUDA; plain fp32 otherwise. Autocast
+    casts per operation, so weights, gradients and AdamW's state stay fp32 (fp32 master weights)."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext
+
+
 def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
     """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, NCCL on GPU)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

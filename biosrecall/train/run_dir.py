@@ -190,9 +190,6 @@ class MetricsLog:
                 data = data[self._handle.write(data) :]
         self.next_update += 1
 
-    def flush(self) -> None:
-        """Nothing is buffered (kept for callers that flush before a checkpoint)."""
-
     def saved(self, update: int) -> None:
         """The run's state of `update` is saved: the rows so far are the ones a resume keeps."""
         if update == self.next_update:

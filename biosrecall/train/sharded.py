@@ -1,6 +1,6 @@
 """Checkpoints of FSDP runs: sharded `torch.distributed.checkpoint` (DCP) state and full exports.
 
-Under `torchrun ... --parallel fsdp` no rank holds the whole model, so `prepare_run` gives the trainer
+Under `torchrun ... --parallel fsdp` no rank holds the whole model, so the `Trainer` gets
 a `ShardedCheckpointer` (the `Checkpointer` interface of `checkpointers.py`), whose every method is
 collective (all ranks call it):
 

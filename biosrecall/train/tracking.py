@@ -190,13 +190,13 @@ def _store_ids(folder: Path, tracker: str, ids: dict[str, str]) -> None:
         atomic_write_json(folder / IDS_FILE, {**stored, tracker: ids})
 
 
-def with_trackers(reporter, config, setup):
+def with_trackers(reporter, config, trainer):
     """`reporter`, also sending each record to the trackers `config.log` names (on the main process of
-    a run only; `setup` is the trainer's `RunSetup`, whose folder moves when a new run is swapped in)."""
-    if not config.log or not setup.dist.is_main:
+    a run only; `trainer` is the `Trainer`, whose folder moves when a new run is swapped in)."""
+    if not config.log or not trainer.dist.is_main:
         return reporter
     trackers = [ADAPTERS[name]() for name in config.log]
-    return TrackingReporter(reporter, trackers, lambda: setup.run_dir, str(setup.final_dir), config.to_dict())
+    return TrackingReporter(reporter, trackers, lambda: trainer.run_dir, str(trainer.final_dir), config.to_dict())
 
 
 class TrackingReporter:
