@@ -51,7 +51,7 @@ def compare(checkpoint: Path, data_dir: Path, max_depth: int) -> dict:
     """fp32 against bf16 autocast on one checkpoint (module docstring)."""
     from biosrecall.bios import load_dataset
     from biosrecall.eval.recall import recall_table
-    from biosrecall.runs import load_checkpoint
+    from biosrecall.train.checkpoint_files import load_checkpoint
 
     model, _ = load_checkpoint(checkpoint)
     dataset = load_dataset(data_dir)
@@ -126,12 +126,13 @@ def run(quick: bool = False) -> dict:
 
 def compare_runs(run_dirs: list[Path], max_depth: int) -> list[dict]:
     """The final checkpoint of each trained run, scored against the dataset it was trained on."""
-    from biosrecall.runs import read_meta, select_checkpoint, training_data_of
+    from biosrecall.train.checkpoint_files import read_meta
+    from biosrecall.train.run_folder import RunFolder
 
     results = []
     for run_dir in run_dirs:
-        _, checkpoint = select_checkpoint(run_dir, "final")
-        data = training_data_of(run_dir, read_meta(checkpoint))
+        _, checkpoint = RunFolder(run_dir).select_checkpoint("final")
+        data = RunFolder(run_dir).training_data(read_meta(checkpoint))
         results.append({"run": str(run_dir), **compare(checkpoint, data, max_depth)})
         print(json.dumps(results[-1]), flush=True)
     return results

@@ -39,7 +39,7 @@ from pathlib import Path
 from biosrecall.bios import generate_dataset
 from biosrecall.sweep.warm import start_warm
 from biosrecall.sweep.worker import PROGRAM
-from biosrecall.train.layout import metrics_file
+from biosrecall.train.run_folder import RunFolder
 
 PRESET = "bios-tiny"
 PEOPLE = 40
@@ -84,7 +84,7 @@ def _train_start_up(data: Path, run_dir: Path, warm: bool = False) -> dict:
         process = start_warm(command[len(PROGRAM) :], log, {**os.environ, "OMP_NUM_THREADS": "1"})
     else:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    row, seen = _first_metrics_line(metrics_file(run_dir), process)
+    row, seen = _first_metrics_line(RunFolder(run_dir).metrics_file, process)
     code = process.wait()
     if code != 0:
         raise RuntimeError(f"train failed with exit status {code}: {' '.join(command)}")

@@ -39,7 +39,7 @@ import torch
 from biosrecall.bios import generate_dataset
 from biosrecall.model import get_preset
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import train_bios
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -95,7 +95,7 @@ def _config(schedule: str, updates: int, s: Settings) -> TrainConfig:
 
 def _train(data: Path, run_dir: Path, schedule: str, updates: int, s: Settings) -> list[dict]:
     train_bios(data, run_dir, _config(schedule, updates, s), preset=PRESET)
-    return read_metrics(run_dir)
+    return RunFolder(run_dir).read_metrics()
 
 
 def _update_flops(rows: list[dict]) -> list[float]:

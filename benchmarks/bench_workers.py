@@ -28,7 +28,7 @@ from biosrecall.bios import generate_dataset
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 LAYOUTS = {"2 workers x 1 thread": (2, 1), "1 worker x 2 threads": (1, 2)}
 
@@ -66,8 +66,8 @@ def _measure(data: Path, out: Path, workers: int, threads: int, s: Settings) -> 
     wall = time.perf_counter() - start
     if result.failed:
         raise RuntimeError(result.summary())
-    updates = sum(len(read_metrics(out / f"run{i}")) for i in range(s.runs))
-    training = sum(read_metrics(out / f"run{i}")[-1]["wall_s"] for i in range(s.runs))
+    updates = sum(len(RunFolder(out / f"run{i}").read_metrics()) for i in range(s.runs))
+    training = sum(RunFolder(out / f"run{i}").read_metrics()[-1]["wall_s"] for i in range(s.runs))
     return {"wall_s": round(wall, 2), "updates": updates, "updates_per_s": updates / wall,
             "runs_per_s": s.runs / wall, "training_s": round(training, 2)}  # fmt: skip
 

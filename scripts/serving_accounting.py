@@ -17,11 +17,11 @@ from unittest import mock
 
 import pandas as pd
 
-from biosrecall import runs
 from biosrecall.bios import load_dataset
 from biosrecall.eval import scoring, serving
 from biosrecall.eval.exits import parse_exits
-from biosrecall.train.layout import list_checkpoints
+from biosrecall.train.checkpoint_files import load_checkpoint
+from biosrecall.train.run_folder import RunFolder
 
 MAX_DEPTH = 64
 
@@ -35,9 +35,9 @@ ACCOUNT_NOW = scoring.query_flops
 
 
 def headlines(run_dir: Path) -> pd.DataFrame:
-    checkpoint = list_checkpoints(run_dir)[1.0]
-    model, meta = runs.load_checkpoint(checkpoint, device="cpu")
-    dataset = load_dataset(runs.training_data_of(run_dir, meta))
+    checkpoint = RunFolder(run_dir).fraction_checkpoints()[1.0]
+    model, meta = load_checkpoint(checkpoint, device="cpu")
+    dataset = load_dataset(RunFolder(run_dir).training_data(meta))
     eval_set = dataset.eval_set()
     criteria = parse_exits(serving.SERVING_CRITERIA)
     stats = scoring.query_stats_by_depth(model, eval_set, MAX_DEPTH, criteria, progress=False)

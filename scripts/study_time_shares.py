@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from biosrecall.sweep.records import read_record
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 
 def _time(text: str) -> float:
@@ -42,7 +42,7 @@ def shares(out: Path) -> dict[str, float]:
         finished = _time(record["finished"])
         spans = _processes(path.with_suffix(".log"), finished)
         train_s += sum(seconds for phase, _, seconds in spans if phase == "train")
-        loop_s += read_metrics(record["run_dir"])[-1]["wall_s"]
+        loop_s += RunFolder(record["run_dir"]).read_metrics()[-1]["wall_s"]
         first, last = min(first, spans[0][1]), max(last, finished)
     return {
         "runs": len(records),

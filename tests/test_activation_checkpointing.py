@@ -109,7 +109,7 @@ def test_composes_with_compiled_layers():
 def test_trainer_option_trains_the_same_run(tmp_path):
     from biosrecall.bios import generate_dataset
     from biosrecall.train.config import TrainConfig
-    from biosrecall.train.run_dir import read_config, read_metrics
+    from biosrecall.train.run_folder import RunFolder
     from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(tmp_path / "data", people=20, seed=0)
@@ -122,8 +122,8 @@ def test_trainer_option_trains_the_same_run(tmp_path):
         train_bios(
             data, tmp_path / f"run-{flag}", config, preset="bios-tiny", model_overrides={"backprop_depth": 4}
         )
-        losses[flag] = [row["loss"] for row in read_metrics(tmp_path / f"run-{flag}")]
-    assert read_config(tmp_path / "run-True")["train_config"]["activation_checkpointing"] is True
+        losses[flag] = [row["loss"] for row in RunFolder(tmp_path / f"run-{flag}").read_metrics()]
+    assert RunFolder(tmp_path / "run-True").read_config()["train_config"]["activation_checkpointing"] is True
     assert losses[True] == pytest.approx(losses[False], abs=GRAD_TOLERANCE)
 
 

@@ -20,8 +20,9 @@ from biosrecall.eval import scoring
 from biosrecall.eval.curves import recall_curves
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.presets import BASELINES
+from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import list_checkpoints, load_checkpoint
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import train_bios
 
 TOLERANCE = 0.06
@@ -98,7 +99,7 @@ def data_dir(tmp_path_factory):
 def test_a_baseline_trains_and_is_scored_at_its_one_depth(data_dir, tmp_path, monkeypatch):
     config = TrainConfig(schedule="fixed:1", updates=6, batch_size=4, seq_len=128, lr=1e-2, seed=2)
     train_bios(data_dir, tmp_path / "std", config, preset="bios-tiny-std-params")
-    checkpoint = list_checkpoints(tmp_path / "std")[1.0]
+    checkpoint = RunFolder(tmp_path / "std").fraction_checkpoints()[1.0]
     model, meta = load_checkpoint(checkpoint)
     assert meta["model_config"]["n_block"] == 0 and meta["schedule"] == "fixed:1"
     scored = []

@@ -24,11 +24,10 @@ from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.eval.sweep import exact_by_depth
-from biosrecall.runs import load_checkpoint
+from biosrecall.train.checkpoint_files import load_checkpoint, load_training_state
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import autocast_for
-from biosrecall.train.layout import list_checkpoints, load_training_state
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import train_bios
 
 LOSS_TOLERANCE = 0.05
@@ -46,7 +45,7 @@ def _train(dataset, run_dir, precision: str, updates: int):
         precision=precision, device="cpu", checkpoint_fractions=(1.0,), save_every=10**9,
     )  # fmt: skip
     train_bios(dataset, run_dir, config, preset="bios-tiny")
-    return [row["loss"] for row in read_metrics(run_dir)]
+    return [row["loss"] for row in RunFolder(run_dir).read_metrics()]
 
 
 def test_precision_picks_the_autocast():
@@ -66,7 +65,7 @@ def test_bf16_training_follows_the_fp32_loss_curve_on_fp32_weights(dataset, tmp_
     assert fp32[-1] < fp32[0] - 2  # it learns, so the curves have a shape to compare
     assert np.max(np.abs(np.array(bf16) - np.array(fp32))) < LOSS_TOLERANCE
     assert bf16 != fp32  # bf16 really ran
-    final = list_checkpoints(tmp_path / "bf16")[1.0]
+    final = RunFolder(tmp_path / "bf16").fraction_checkpoints()[1.0]
     assert {tensor.dtype for tensor in load_file(str(final / "model.safetensors")).values()} == {
         torch.float32
     }
@@ -77,7 +76,7 @@ def test_bf16_training_follows_the_fp32_loss_curve_on_fp32_weights(dataset, tmp_
 
 def test_all_depth_sweep_nearly_always_gives_fp32s_flags(dataset, tmp_path):
     _train(dataset, tmp_path / "run", "fp32", updates=150)
-    model, _ = load_checkpoint(list_checkpoints(tmp_path / "run")[1.0])
+    model, _ = load_checkpoint(RunFolder(tmp_path / "run").fraction_checkpoints()[1.0])
     eval_set = load_dataset(dataset).eval_set()
     fp32 = exact_by_depth(model, eval_set, 16, progress=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):

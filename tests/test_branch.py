@@ -17,9 +17,8 @@ from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
 from biosrecall.train.branch import Branch
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import list_checkpoints, update_dirname
 from biosrecall.train.optim import learning_rate
-from biosrecall.train.run_dir import read_config, read_metrics
+from biosrecall.train.run_folder import RunFolder, update_dirname
 from biosrecall.train.trainer import train_bios
 
 TIMING_FIELDS = {"wall_s", "tokens_per_s", "flops_per_s"}
@@ -34,11 +33,14 @@ def config(schedule: str, updates: int, **extra) -> TrainConfig:
 
 
 def final_weights(run: Path) -> dict:
-    return load_file(str(list_checkpoints(run)[1.0] / "model.safetensors"))
+    return load_file(str(RunFolder(run).fraction_checkpoints()[1.0] / "model.safetensors"))
 
 
 def losses(run: Path) -> list[tuple]:
-    return [tuple(v for k, v in sorted(row.items()) if k not in TIMING_FIELDS) for row in read_metrics(run)]
+    return [
+        tuple(v for k, v in sorted(row.items()) if k not in TIMING_FIELDS)
+        for row in RunFolder(run).read_metrics()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,10 @@ def test_a_branch_equals_the_standalone_run_bit_for_bit(bios_dataset_dir, trunk,
     assert mine.keys() == theirs.keys()
     assert all(mine[name].equal(theirs[name]) for name in mine)
     assert losses(branched) == losses(standalone)
-    assert read_config(branched)["branch"] == {"path": str(trunk.resolve()), "at_update": BRANCH_AT}
+    assert RunFolder(branched).read_config()["branch"] == {
+        "path": str(trunk.resolve()),
+        "at_update": BRANCH_AT,
+    }
     # The branch keeps what the standalone run keeps from the branch point on: its switch (the
     # branch point itself) and the fractions crossed later; earlier ones belong to the trunk.
     kept = {
@@ -86,7 +91,7 @@ def test_the_trunk_keeps_its_branch_point_and_a_branch_decays_on_its_own_schedul
         train_bios(bios_dataset_dir, run, config("fixed:2", 10), "bios-tiny", branch=branch)
     # The same schedule with its own decay: fixed depth 2 at a 10-update budget, from the trunk.
     train_bios(bios_dataset_dir, run, config("fixed:2", 10), "bios-tiny", branch=Branch(trunk, BRANCH_AT))
-    rates = [row["lr"] for row in read_metrics(run)]
+    rates = [row["lr"] for row in RunFolder(run).read_metrics()]
     assert rates == [learning_rate(u, 10, config("fixed:2", 10)) for u in range(10)]
 
 
@@ -96,7 +101,7 @@ def test_a_branch_on_a_moved_copy_of_the_data_trains(bios_dataset_dir, trunk, tm
     shutil.copytree(bios_dataset_dir, data)
     run = tmp_path / "k2"
     train_bios(data, run, config("fixed:2", 10), "bios-tiny", branch=Branch(trunk, BRANCH_AT))
-    assert 1.0 in list_checkpoints(run)
+    assert 1.0 in RunFolder(run).fraction_checkpoints()
 
 
 @pytest.mark.parametrize(

@@ -22,16 +22,12 @@ from harness import free_port
 
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.train import distributed
+from biosrecall.train.checkpoint_files import load_checkpoint, load_training_state
 from biosrecall.train.checkpointers import LocalCheckpointer, fractions_crossed
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo
-from biosrecall.train.layout import (
-    checkpoint_dir,
-    latest_checkpoint,
-    load_checkpoint,
-    load_training_state,
-)
 from biosrecall.train.optim import build_optimizer
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.sharded import ShardedCheckpointer
 from biosrecall.train.trainer import backward_and_clip
 
@@ -81,7 +77,7 @@ def build(dist: DistInfo, kind: str, run_dir: Path, seed: int):
     model = distributed.wrap_model(raw, dist, "fsdp" if kind == "sharded" else "ddp", torch.device("cpu"))
     optimizer = build_optimizer(raw, CONFIG)
     checkpointer = {"local": LocalCheckpointer, "sharded": ShardedCheckpointer}[kind]
-    return model, optimizer, checkpointer(run_dir, dist, raw, optimizer)
+    return model, optimizer, checkpointer(RunFolder(run_dir), dist, raw, optimizer)
 
 
 def train_one_update(model, optimizer, dist: DistInfo, update: int) -> None:
@@ -122,7 +118,7 @@ def exercise(dist: DistInfo, kind: str, run_dir: Path) -> None:
     model, optimizer, checkpointer = build(dist, kind, run_dir, seed=1)
     raw, root = checkpointer.model, run_dir / "checkpoints"
     train_one_update(model, optimizer, dist, 0)
-    checkpointer.save_kept([(checkpoint_dir(run_dir, 0.5), meta(raw, 1, 0.5))], SOURCE)
+    checkpointer.save_kept([(RunFolder(run_dir).checkpoint_dir(0.5), meta(raw, 1, 0.5))], SOURCE)
     kept_weights = full_weights(raw)
     checkpointer.save_latest(meta(raw, 1), SOURCE)
     train_one_update(model, optimizer, dist, 1)
@@ -132,13 +128,13 @@ def exercise(dist: DistInfo, kind: str, run_dir: Path) -> None:
         checkpointer.save_latest(meta(raw, 2), SOURCE)
     if dist.is_main:
         distributed.barrier(dist)  # the one the killed rank never reached; its peer waits in it
-        assert latest_checkpoint(run_dir).name == "state-00000002"
+        assert RunFolder(run_dir).latest_checkpoint().name == "state-00000002"
         assert (root / ".state-00000001.old").is_dir() and not (root / "state-00000001").exists()
     distributed.barrier(dist)
 
     # A resumed run (other initial weights) finds the complete state of update 2 behind `latest`.
     fresh_model, fresh_optimizer, resumed = build(dist, kind, run_dir, seed=2)
-    restored_meta, source_state = resumed.restore(latest_checkpoint(run_dir))
+    restored_meta, source_state = resumed.restore(RunFolder(run_dir).latest_checkpoint())
     assert restored_meta["update"] == 2 and source_state == SOURCE
     assert all(
         torch.equal(a, b) for a, b in zip(saved, snapshot(resumed.model, fresh_optimizer), strict=True)
@@ -150,7 +146,7 @@ def exercise(dist: DistInfo, kind: str, run_dir: Path) -> None:
     resumed.save_latest(meta(resumed.model, 3), SOURCE)
     if dist.is_main:
         assert sorted(path.name for path in root.iterdir()) == ["0.5", "latest", "state-00000003"]
-        check_kept_checkpoint(checkpoint_dir(run_dir, 0.5), kept_weights)
+        check_kept_checkpoint(RunFolder(run_dir).checkpoint_dir(0.5), kept_weights)
 
 
 def check_kept_checkpoint(path: Path, weights: dict[str, torch.Tensor]) -> None:

@@ -205,8 +205,8 @@ def test_a_number_inside_a_text_option_is_ascii_too(argv, digits, tmp_path, monk
 def test_a_lock_file_that_holds_no_ascii_pid_names_no_holder(text, tmp_path):
     """`sweep status` reads a run's lock file for its holder; str.isdigit passed '²', which int() refused."""
     from biosrecall.sweep.records import lock_holder
-    from biosrecall.train.layout import lock_file
+    from biosrecall.train.run_folder import RunFolder
 
-    path = lock_file(tmp_path / "run")
+    path = RunFolder(tmp_path / "run").lock_file
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     assert lock_holder(tmp_path / "run") is None

@@ -19,7 +19,7 @@ from test_recall import FakeDataset, LookupModel
 import biosrecall.eval.curves as curves
 import biosrecall.eval.scoring as scoring
 from biosrecall.cli import main
-from biosrecall.train.layout import RECALL_CACHE_FILE
+from biosrecall.train.run_folder import RECALL_CACHE_FILE, RunFolder
 
 BUDGET = 2.5e12
 SCHEDULES = {"fixed4": "fixed:4", "uniform": "uniform:1-16"}
@@ -67,7 +67,7 @@ class FakeWorld:
         self.dataset_dir.mkdir()
         self.loads = []
         monkeypatch.setattr(scoring, "load_dataset", self.load_dataset)
-        monkeypatch.setattr(scoring.runs, "load_checkpoint", self.load_checkpoint)
+        monkeypatch.setattr(scoring, "load_checkpoint", self.load_checkpoint)
 
     def load_dataset(self, path):
         assert path == self.dataset_dir
@@ -235,7 +235,6 @@ def write_real_run(tmp_path, people: int):
     from biosrecall.bios import generate_dataset, load_dataset
     from biosrecall.model import LoopedTransformer, get_preset
     from biosrecall.train.checkpoint_files import save_checkpoint
-    from biosrecall.train.layout import checkpoint_dir
 
     data = generate_dataset(tmp_path / "data", people=people, seed=0)
     dataset = load_dataset(data)
@@ -254,7 +253,7 @@ def write_real_run(tmp_path, people: int):
         "dataset": {"path": str(data), "manifest_hash": dataset.manifest_hash},
     }
     model = LoopedTransformer(config)
-    save_checkpoint(checkpoint_dir(run, 1.0), model, meta)
+    save_checkpoint(RunFolder(run).checkpoint_dir(1.0), model, meta)
     return run, dataset, model
 
 

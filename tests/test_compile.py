@@ -130,7 +130,7 @@ def test_inductor_training_losses_match_eager(tmp_path):
     """The real trainer with --compile (inductor) against eager: the same loss at every update."""
     from biosrecall.bios import generate_dataset
     from biosrecall.train.config import TrainConfig
-    from biosrecall.train.run_dir import read_metrics
+    from biosrecall.train.run_folder import RunFolder
     from biosrecall.train.trainer import train_bios
 
     data = generate_dataset(tmp_path / "data", people=20, seed=0)
@@ -142,6 +142,6 @@ def test_inductor_training_losses_match_eager(tmp_path):
         )  # fmt: skip
         run_dir = tmp_path / f"compile-{compile_}"
         train_bios(data, run_dir, config, preset="bios-tiny")
-        losses[compile_] = [row["loss"] for row in read_metrics(run_dir)]
+        losses[compile_] = [row["loss"] for row in RunFolder(run_dir).read_metrics()]
     assert _graphs() > 0 and not counters["graph_break"]  # inductor compiled the layers, unbroken
     assert losses[True] == pytest.approx(losses[False], abs=LOSS_TOLERANCE)

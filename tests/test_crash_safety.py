@@ -23,8 +23,8 @@ import torch
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
-from biosrecall.train.layout import list_checkpoints, load_checkpoint
-from biosrecall.train.run_dir import read_config, read_metrics
+from biosrecall.train.checkpoint_files import load_checkpoint
+from biosrecall.train.run_folder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -92,39 +92,41 @@ def kill_points(total_updates: int) -> list[tuple[int, float]]:
 
 def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(reference, tmp_path):
     data, whole = reference
-    total = read_config(whole)["plan"]["updates"]
-    expected = load_file(str(list_checkpoints(whole)[1.0] / "model.safetensors"))
-    expected_losses = [row["loss"] for row in read_metrics(whole)]
+    total = RunFolder(whole).read_config()["plan"]["updates"]
+    expected = load_file(str(RunFolder(whole).fraction_checkpoints()[1.0] / "model.safetensors"))
+    expected_losses = [row["loss"] for row in RunFolder(whole).read_metrics()]
     for index, (update, delay) in enumerate(kill_points(total)):
         run_dir = tmp_path / f"cut-{index}"
         process = subprocess.Popen(train_command(data, run_dir), stderr=subprocess.DEVNULL)
         kill_at(process, run_dir, update, delay)
         assert_every_checkpoint_loads(run_dir)
         subprocess.run(train_command(data, run_dir, "--resume"), check=True, capture_output=True)
-        got = load_file(str(list_checkpoints(run_dir)[1.0] / "model.safetensors"))
+        got = load_file(str(RunFolder(run_dir).fraction_checkpoints()[1.0] / "model.safetensors"))
         assert got.keys() == expected.keys()
         changed = [name for name in expected if not torch.equal(got[name], expected[name])]
         assert changed == [], f"kill at update {update} (+{delay:.3f} s): weights differ in {changed}"
-        assert [row["loss"] for row in read_metrics(run_dir)] == expected_losses
-        assert sorted(list_checkpoints(run_dir)) == sorted(list_checkpoints(whole))
+        assert [row["loss"] for row in RunFolder(run_dir).read_metrics()] == expected_losses
+        assert sorted(RunFolder(run_dir).fraction_checkpoints()) == sorted(
+            RunFolder(whole).fraction_checkpoints()
+        )
 
 
 # A kill at one exact instant, too narrow for the random kills above to hit reliably: while `latest`
 # has been swapped to the new state and the old state folder is being deleted file by file.
 KILLED_DURING_CLEANUP = """
-import os, signal, sys
+import os, shutil, signal, sys
 from biosrecall.model import LoopedTransformer, get_preset
-from biosrecall.train import layout
+from biosrecall.train.run_folder import RunFolder
 model = LoopedTransformer(get_preset("bios-tiny"))
 meta = {"model_config": model.config.to_dict(), "update": 1}
-layout.save_latest(sys.argv[1], model, meta, {"optimizer": {}})
+RunFolder(sys.argv[1]).save_latest(model, meta, {"optimizer": {}})
 
 def rmtree_then_die(path, ignore_errors=False):
     os.remove(os.path.join(path, sorted(os.listdir(path))[0]))
     os.kill(os.getpid(), signal.SIGKILL)
 
-layout.shutil.rmtree = rmtree_then_die
-layout.save_latest(sys.argv[1], model, {**meta, "update": 2}, {"optimizer": {}})
+shutil.rmtree = rmtree_then_die
+RunFolder(sys.argv[1]).save_latest(model, {**meta, "update": 2}, {"optimizer": {}})
 """
 
 

@@ -18,8 +18,7 @@ from safetensors.torch import load_file
 
 from biosrecall.cli import main
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import list_checkpoints
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import train_bios
 
 # Non-default options on purpose: they must be as reproducible as the defaults.
@@ -66,11 +65,13 @@ def train(data: Path, run_dir: Path, seed: int) -> list[dict]:
         checkpoint_fractions=(0.5, 1.0),
     )
     train_bios(data, run_dir, config, preset="bios-tiny")
-    return [{k: v for k, v in row.items() if k not in TIMING_FIELDS} for row in read_metrics(run_dir)]
+    return [
+        {k: v for k, v in row.items() if k not in TIMING_FIELDS} for row in RunFolder(run_dir).read_metrics()
+    ]
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(list_checkpoints(run_dir)[1.0] / "model.safetensors"))
+    return load_file(str(RunFolder(run_dir).fraction_checkpoints()[1.0] / "model.safetensors"))
 
 
 def test_same_seed_gives_byte_identical_dataset_folders(datasets):

@@ -37,9 +37,10 @@ from biosrecall.diagnose.batch_update import (
 )
 from biosrecall.diagnose.report import summarize
 from biosrecall.errors import BiosrecallError
+from biosrecall.train.checkpoint_files import load_training_state
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import checkpoint_dir, load_training_state
 from biosrecall.train.optim import build_optimizer
+from biosrecall.train.run_folder import RunFolder
 
 SCHEDULE = "fixed_first:k0=4,switch=0.8,finish=uniform"
 SMALL = {"batches": 2, "people": 6, "serving_depths": range(1, 5), "bootstrap": 50}
@@ -86,7 +87,9 @@ def test_the_batch_caused_update_equals_torch_step_minus_zero_gradient_step(run_
     for gradient in (grads, [torch.zeros_like(g) for g in grads]):
         model = copy.deepcopy(state.model).double()
         optimizer = build_optimizer(model, state.config)
-        optimizer.load_state_dict(load_training_state(checkpoint_dir(run_dir, "switch"))["optimizer"])
+        optimizer.load_state_dict(
+            load_training_state(RunFolder(run_dir).checkpoint_dir("switch"))["optimizer"]
+        )
         for group in optimizer.param_groups:
             group["lr"] = state.lr()
         for p, g in zip(optimizer_params(optimizer), gradient, strict=True):
@@ -120,7 +123,7 @@ def test_continuing_from_the_switch_reproduces_the_runs_own_final_weights(
 ):
     run = run_dir if grad_accum == 1 else train_tiny(data_dir, tmp_path / "run", grad_accum=grad_accum)
     state = load_run_state(run, "switch")[0]
-    final = load_file(str(checkpoint_dir(run, 1.0) / "model.safetensors"))
+    final = load_file(str(RunFolder(run).checkpoint_dir(1.0) / "model.safetensors"))
     assert not all(torch.equal(state.model.state_dict()[name], final[name]) for name in final)
     continue_run(state, state.planned - state.update)
     mine = state.model.state_dict()
@@ -196,7 +199,7 @@ def test_the_command_runs_end_to_end(run_dir, tmp_path, capsys):
 
 def without_optimizer_state(run_dir, tmp_path):
     copied = shutil.copytree(run_dir, tmp_path / "run", symlinks=True)
-    (checkpoint_dir(copied, "switch") / "training_state.pt").unlink()
+    (RunFolder(copied).checkpoint_dir("switch") / "training_state.pt").unlink()
     return copied
 
 

@@ -27,7 +27,7 @@ from biosrecall.lm.evaluate import depth_nll
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.task import train_lm
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import checkpoint_dir
+from biosrecall.train.run_folder import RunFolder
 
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
 SCHEDULE = "fixed_first:k0=2,switch=0.67,finish=uniform"
@@ -74,7 +74,7 @@ def test_the_diagnostic_draws_the_trainers_batches_and_continues_to_the_final_we
     stream = [loader.batch(8) for _ in range(state.update + 3)]
     for update in range(state.update, state.update + 3):
         np.testing.assert_array_equal(state.source.batch(update), stream[update])
-    final = load_file(str(checkpoint_dir(run_dir, 1.0) / "model.safetensors"))
+    final = load_file(str(RunFolder(run_dir).checkpoint_dir(1.0) / "model.safetensors"))
     assert not all(torch.equal(state.model.state_dict()[name], final[name]) for name in final)
     continue_run(state, state.planned - state.update)
     mine = state.model.state_dict()

@@ -25,7 +25,8 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_servable, parse_exits
 from biosrecall.eval.gate_data import binomial_cdf, calibrate, exit_depths_at
 from biosrecall.paths import TEMPLATES_DIR
-from biosrecall.train.layout import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, gate_dir
+from biosrecall.train.checkpoint_files import load_checkpoint
+from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
 
 MARKER = "Zqxmark"
 
@@ -58,16 +59,16 @@ def world(tmp_path_factory):
 
 
 def _record(run_dir, label="1.0") -> dict:
-    return json.loads((gate_dir(run_dir, label) / GATE_RECORD_FILE).read_text())
+    return json.loads((RunFolder(run_dir).gate_dir(label) / GATE_RECORD_FILE).read_text())
 
 
 # ---- the gate never sees an evaluation template ----------------------------------------------------
 
 
 def test_the_gate_never_sees_an_evaluation_template(world, monkeypatch):
-    from biosrecall import runs
     from biosrecall.bios import BatchSampler, load_dataset
     from biosrecall.eval import gate_fit
+    from biosrecall.train.run_folder import RunFolder
 
     _, data, run_dir = world
     dataset = load_dataset(data)
@@ -82,7 +83,7 @@ def test_the_gate_never_sees_an_evaluation_template(world, monkeypatch):
     seen = []
     real = gate_fit.trace_queries
     monkeypatch.setattr(gate_fit, "trace_queries", lambda model, q, *a: seen.append(q) or real(model, q, *a))
-    model, _ = runs.load_checkpoint(runs.select_checkpoint(run_dir, "final")[1])
+    model, _ = load_checkpoint(RunFolder(run_dir).select_checkpoint("final")[1])
     gate_fit.fit_gate(model, dataset, {"seed": 0, "confidence": 0.95, "max_depth": 8})
     assert len(seen) == 2 and all(len(q) for q in seen)  # the fitting and the calibration queries
     for queries in seen:
@@ -131,7 +132,7 @@ def test_too_few_calibration_queries_serve_at_the_reference_depth():
 def test_the_stored_gate_loses_at_most_delta_on_its_calibration_split(world):
     _, _, run_dir = world
     record = _record(run_dir)
-    with np.load(gate_dir(run_dir, "1.0") / GATE_CALIBRATION_FILE) as arrays:
+    with np.load(RunFolder(run_dir).gate_dir("1.0") / GATE_CALIBRATION_FILE) as arrays:
         scores, exact = arrays["scores"], arrays["exact"]
     reference = record["reference_depth"]
     assert [row["delta"] for row in record["calibration"]["deltas"]] == list(DEFAULT_SWEEPS["gate"])
@@ -203,21 +204,20 @@ def test_a_gate_with_a_deeper_reference_is_checked_per_iteration(world, capsys, 
     one, the frontier charges its checks, and ask stops within the reference depth."""
     import pandas as pd
 
-    from biosrecall import runs
     from biosrecall.bios import load_dataset
     from biosrecall.eval.gate import model_hash
     from biosrecall.eval.gate_fit import fit_gate, write_gate
     from biosrecall.files import file_sha256
 
     root, data, run_dir = world
-    label, path = runs.select_checkpoint(run_dir, "0.8")
-    model, meta = runs.load_checkpoint(path)
+    label, path = RunFolder(run_dir).select_checkpoint("0.8")
+    model, meta = load_checkpoint(path)
     record, arrays = fit_gate(
         model, load_dataset(data), {"seed": 1, "confidence": 0.95, "max_depth": 8, "reference": 4}
     )
     record.update(checkpoint=label, checkpoint_hash=file_sha256(path / "model.safetensors"),
                   model_hash=model_hash(meta), data_hash=load_dataset(data).manifest_hash)  # fmt: skip
-    write_gate(gate_dir(run_dir, label), record, arrays)
+    write_gate(RunFolder(run_dir).gate_dir(label), record, arrays)
     assert record["reference_depth"] == 4
     code, _, err = run(capsys, "recall-curve", run_dir, "--checkpoint", label, "--exit", "gate",
                        "--out", tmp_path / "deep", "--max-depth", 8)  # fmt: skip
@@ -249,8 +249,8 @@ def test_gate_on_a_checkpoint_without_a_gate_names_the_command(world, capsys, tm
 
 def test_a_gate_fitted_on_another_checkpoint_or_model_is_refused(world, capsys, tmp_path):
     _, _, run_dir = world
-    moved = gate_dir(run_dir, "0.45")
-    shutil.copytree(gate_dir(run_dir, "1.0"), moved)
+    moved = RunFolder(run_dir).gate_dir("0.45")
+    shutil.copytree(RunFolder(run_dir).gate_dir("1.0"), moved)
     try:
         code, _, err = run(capsys, "recall-curve", run_dir, "--checkpoint", "0.45", "--exit", "gate:0.1",
                            "--out", tmp_path / "a")  # fmt: skip

@@ -17,7 +17,7 @@ from biosrecall.bios.exposures import exposure_counts, plan_exposures
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep.run_spec import config_options, run_spec_text
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import BiosBatchSource
 
 SEED, BATCH, SEQ_LEN = 3, 4, 128
@@ -116,7 +116,7 @@ def test_train_plans_the_exposures_and_reports_their_flops(data_dir, source, tmp
     code, err = run_cli([*_train_args(data_dir, tmp_path / "run", "--exposures", "2")], capsys)
     assert code == 0, err
     expected = plan_exposures(source.sampler, SEED, 2)
-    stored = read_config(tmp_path / "run")
+    stored = RunFolder(tmp_path / "run").read_config()
     plan = stored["plan"]
     assert plan["updates"] == expected.updates and plan["exposures"] == expected.summary()
     assert plan["total_flops"] > 0 and stored["train_config"]["exposures"] == 2.0
@@ -124,11 +124,11 @@ def test_train_plans_the_exposures_and_reports_their_flops(data_dir, source, tmp
     assert f"updates {expected.updates}  {expected.describe()}  switch at -  FLOPs " in line
     # config.json repeats the run, exposures and all; a TOML file sizes one the same way.
     code, _ = run_cli(["train", "--config", str(tmp_path / "run" / "config.json"), "--out", str(tmp_path / "again"), "--quiet"], capsys)  # fmt: skip
-    assert code == 0 and read_config(tmp_path / "again")["plan"] == plan
+    assert code == 0 and RunFolder(tmp_path / "again").read_config()["plan"] == plan
     spec = tmp_path / "run.toml"
     spec.write_text(run_spec_text(config_options(TrainConfig(**stored["train_config"]), data=str(data_dir))))
     code, _ = run_cli(["train", "--config", str(spec), "--out", str(tmp_path / "spec"), "--preset", "bios-tiny", "--quiet"], capsys)  # fmt: skip
-    assert code == 0 and read_config(tmp_path / "spec")["plan"]["updates"] == expected.updates
+    assert code == 0 and RunFolder(tmp_path / "spec").read_config()["plan"]["updates"] == expected.updates
 
 
 def test_the_command_line_size_replaces_the_files(data_dir, tmp_path, capsys):
@@ -136,7 +136,7 @@ def test_the_command_line_size_replaces_the_files(data_dir, tmp_path, capsys):
     spec = tmp_path / "run.toml"
     spec.write_text(f'exposures = 2.0\ndata = "{data_dir}"\n')
     code, _ = run_cli([*_train_args(data_dir, tmp_path / "run", "--config", str(spec), "--updates", "3", "--quiet")], capsys)  # fmt: skip
-    stored = read_config(tmp_path / "run")
+    stored = RunFolder(tmp_path / "run").read_config()
     assert code == 0 and stored["plan"]["updates"] == 3 and stored["train_config"]["exposures"] is None
     assert "exposures" not in stored["plan"]
 

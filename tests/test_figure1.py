@@ -24,7 +24,7 @@ from biosrecall.experiments.budget_results import DEPTH_RANGES, TARGETS, saving_
 from biosrecall.experiments.claims import CLAIMS, FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE
 from biosrecall.experiments.figure1 import FIGURE1_PRESETS, FIGURE1_SCHEDULES, FRACTIONS
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import RunFolder
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "figure1.ipynb"
 SMALL = replace(FIGURE1_PRESETS["quick"], people=10, seq_len=96, budget_updates=100, max_depth=24)
@@ -143,7 +143,7 @@ def test_the_budget_sweep_branches_from_shared_trunks_and_writes_compute_to_targ
         assert runs.sort_values("budget_multiple")["flops"].is_monotonic_increasing
     # Fixed-first at 1x is a branch of the seed's longest fixed K=4 run, at its switch.
     run = figure1_out / "runs" / "seed1" / "fixed_first_k4_80_wsd_b1"
-    branch, plan = read_config(run)["branch"], read_config(run)["plan"]
+    branch, plan = RunFolder(run).read_config()["branch"], RunFolder(run).read_config()["plan"]
     assert branch["path"].endswith("seed1/fixed_k4_wsd_b1") and branch["at_update"] == plan["switch_update"]
     targets = pd.read_csv(figure1_out / "compute_to_target.csv")
     flops = targets[targets["kind"] == "flops"]

@@ -32,7 +32,8 @@ from biosrecall.cli.figure1 import RERUN_HINT
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments import figure1
 from biosrecall.paths import TEMPLATES_DIR
-from biosrecall.train.layout import latest_checkpoint, list_checkpoints, read_meta
+from biosrecall.train.checkpoint_files import read_meta
+from biosrecall.train.run_folder import RunFolder
 
 TINY = figure1.Figure1Preset(
     people=8, model_preset="bios-tiny", batch_size=4, seq_len=96, budget_updates=12, lr=1e-2,
@@ -88,7 +89,10 @@ def run_dir(out: Path, name: str, seed: int = 0) -> Path:
 
 def final_weights(out: Path) -> dict[str, int]:
     """Modification time of each finished run's final weights: unchanged means it was not retrained."""
-    finals = {run.name: list_checkpoints(run).get(1.0) for run in (out / figure1.RUNS).glob("seed*/*")}
+    finals = {
+        run.name: RunFolder(run).fraction_checkpoints().get(1.0)
+        for run in (out / figure1.RUNS).glob("seed*/*")
+    }
     return {name: (path / "model.safetensors").stat().st_mtime_ns for name, path in finals.items() if path}
 
 
@@ -148,15 +152,15 @@ class TestCtrlC:
         assert "Traceback" not in stderr and "--resume" not in stderr
         last = stderr.strip().splitlines()[-1]
         assert last.endswith(RERUN_HINT) and f"seed0/{name}" in last and "progress is saved" in last
-        assert 1.0 not in list_checkpoints(run_dir(out, name))
-        assert latest_checkpoint(run_dir(out, name)) is not None  # its progress was saved
+        assert 1.0 not in RunFolder(run_dir(out, name)).fraction_checkpoints()
+        assert RunFolder(run_dir(out, name)).latest_checkpoint() is not None  # its progress was saved
         if workers == "1":  # one run at a time: the ones before it finished, the ones after never started
-            assert all(1.0 in list_checkpoints(run_dir(out, n)) for n in RUN_NAMES[:stopped])
+            assert all(1.0 in RunFolder(run_dir(out, n)).fraction_checkpoints() for n in RUN_NAMES[:stopped])
             assert not any(run_dir(out, n).exists() for n in RUN_NAMES[stopped + 1 :])
         kept = final_weights(out)
 
         assert run_cli(args) == 0
-        assert all(1.0 in list_checkpoints(run_dir(out, name)) for name in RUN_NAMES)
+        assert all(1.0 in RunFolder(run_dir(out, name)).fraction_checkpoints() for name in RUN_NAMES)
         assert {name: final_weights(out)[name] for name in kept} == kept  # finished runs were not retrained
         assert (out / "figure1.png").stat().st_size > 0
         assert not list(out.parent.glob(".out.*"))  # no lock or temporary left beside the output
@@ -248,7 +252,7 @@ class TestChangedSettingsRefused:
         assert err.count("\n") == 1 and named in err and "--overwrite" in err
         assert snapshot(output_copy) == before
         assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
-        assert all(1.0 in list_checkpoints(run_dir(output_copy, name)) for name in RUN_NAMES)
+        assert all(1.0 in RunFolder(run_dir(output_copy, name)).fraction_checkpoints() for name in RUN_NAMES)
 
 
 class TestOverwrite:
@@ -377,4 +381,4 @@ class TestStudyInParts:
     @staticmethod
     def _finals(out: Path, seed: int) -> dict[str, Path]:
         folders = (out / figure1.RUNS / f"seed{seed}").iterdir()
-        return {run.name: list_checkpoints(run)[1.0] / "model.safetensors" for run in folders}
+        return {run.name: RunFolder(run).fraction_checkpoints()[1.0] / "model.safetensors" for run in folders}

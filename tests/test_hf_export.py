@@ -24,7 +24,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from biosrecall.hf.export import TEMPLATE, build_hf_model, check_supported  # noqa: E402
 from biosrecall.model import LoopedTransformer, get_preset  # noqa: E402
 from biosrecall.model.decode import greedy_decode  # noqa: E402
-from biosrecall.runs import load_checkpoint, select_checkpoint  # noqa: E402
+from biosrecall.train.checkpoint_files import load_checkpoint
+from biosrecall.train.run_folder import RunFolder
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def world(tmp_path_factory):
 def exported(world):
     """(Hugging Face model loaded from the export folder, biosrecall model of the same checkpoint)."""
     model = AutoModelForCausalLM.from_pretrained(world.export, trust_remote_code=True)
-    reference, _ = load_checkpoint(select_checkpoint(world.run, "final")[1])
+    reference, _ = load_checkpoint(RunFolder(world.run).select_checkpoint("final")[1])
     return model, reference
 
 
@@ -184,7 +185,7 @@ def test_folder_holds_a_self_contained_model_and_its_card(world):
 
 def test_checkpoint_selector_picks_the_weights(world):
     switch = AutoModelForCausalLM.from_pretrained(world.switch_export, trust_remote_code=True)
-    reference, meta = load_checkpoint(select_checkpoint(world.run, "switch")[1])
+    reference, meta = load_checkpoint(RunFolder(world.run).select_checkpoint("switch")[1])
     assert switch.config.biosrecall["checkpoint"] == "switch"
     assert switch.config.biosrecall["update"] == meta["update"]
     assert torch.equal(switch.embed.weight, reference.embed.weight)

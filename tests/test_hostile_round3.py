@@ -35,6 +35,7 @@ from test_hostile_runs import assert_same_run, case_dir, stopped_at, train_args,
 
 from biosrecall import sizing
 from biosrecall.errors import BiosrecallError
+from biosrecall.train.run_folder import RunFolder
 
 __all__ = ["case_dir", "world"]  # the shared fixtures: a fresh copy of the world per test
 
@@ -517,16 +518,15 @@ class TestLeftovers:
     def test_metrics_never_run_ahead_of_the_newest_saved_state(self, case_dir, world, capsys):
         from test_hostile_run_writes import full_disk
 
-        from biosrecall.train import layout
-        from biosrecall.train.run_dir import read_metrics
+        from biosrecall.train.run_folder import RunFolder
 
         stopped_at(case_dir, 2, capsys)
         with pytest.MonkeyPatch.context() as patch:
             full_disk("weights", 1)(patch)  # the resume's first save finds the disk full
             code, stderr = run_cli(train_args("run", "--resume"), capsys)
         assert code == 2 and "No space left on device" in stderr, stderr
-        assert layout.latest_checkpoint(case_dir / "run").name == "state-00000002"
-        assert len(read_metrics(case_dir / "run")) == 2, "rows past the saved state are cut"
+        assert RunFolder(case_dir / "run").latest_checkpoint().name == "state-00000002"
+        assert len(RunFolder(case_dir / "run").read_metrics()) == 2, "rows past the saved state are cut"
         assert run_cli(train_args("run", "--resume"), capsys) == (0, "")
         assert_same_run(case_dir / "run", world / "run")
 
@@ -597,7 +597,6 @@ class TestLeftovers:
 
         from biosrecall.atomic import atomic_write_json_if_changed
         from biosrecall.experiments import figure1, study_engine
-        from biosrecall.train.layout import lock_file
 
         monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
         out = tmp_path / "study"
@@ -609,7 +608,7 @@ class TestLeftovers:
             patch.setattr(study_engine, "run_sweep", stopped)
             code, stderr = run_cli(figure1_args(out), capsys)
         assert code == 130, stderr
-        lock = lock_file(out / "runs" / "seed0" / "fixed_k4")
+        lock = RunFolder(out / "runs" / "seed0" / "fixed_k4").lock_file
         lock.parent.mkdir(parents=True, exist_ok=True)
         lock.write_text(f"{os.getpid()}\n")  # `train --resume` of one run, by hand, in another process
         assert_refused(figure1_args(out), "run seed0/fixed_k4 is being trained by another process",

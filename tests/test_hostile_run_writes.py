@@ -27,8 +27,8 @@ from test_hostile_data import assert_refused, hidden
 from test_hostile_runs import assert_same_run, case_dir, final_weights, stopped_at, train_args, world
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.train import checkpoint_files, layout
-from biosrecall.train.run_dir import MetricsLog, read_config
+from biosrecall.train import checkpoint_files
+from biosrecall.train.run_folder import MetricsLog, RunFolder
 from biosrecall.train.trainer import Trainer
 
 __all__ = ["case_dir", "world"]  # the shared fixtures: a fresh copy of the world per test
@@ -118,7 +118,7 @@ class TestOverwriteIsASwap:
 
     def test_a_successful_overwrite_replaces_the_run_and_leaves_nothing_hidden(self, case_dir, world, capsys):
         assert run_cli(train_args("run", "--overwrite", "--seed", "2"), capsys) == (0, "")
-        assert read_config(case_dir / "run")["train_config"]["seed"] == 2
+        assert RunFolder(case_dir / "run").read_config()["train_config"]["seed"] == 2
         assert hidden(case_dir) == [] and hidden(case_dir / "run" / "checkpoints") == []
         old, new = final_weights(world / "run"), final_weights(case_dir / "run")
         assert not all(torch.equal(old[name], new[name]) for name in old)
@@ -232,7 +232,7 @@ class TestFullDiskWhileSaving:
         assert code == 2 and stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
         assert "cannot write run" in stderr and "No space left on device (errno 28, ENOSPC)" in stderr
         assert f"still holds the complete state of update {saved}" in stderr
-        assert layout.latest_checkpoint(case_dir / "run").name == f"state-{saved:08d}"
+        assert RunFolder(case_dir / "run").latest_checkpoint().name == f"state-{saved:08d}"
         checkpoint_files.load_checkpoint(case_dir / "run" / "checkpoints" / "latest")
         assert hidden(case_dir) == [] and hidden(case_dir / "run" / "checkpoints") == []
         assert run_cli(train_args("run", "--resume"), capsys) == (0, "")

@@ -27,7 +27,7 @@ from test_hostile_data import assert_refused, hidden
 
 from biosrecall.bios import generate_dataset
 from biosrecall.cli import main
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 SCHEDULE = "fixed_first:k0=2,switch=0.5,finish=uniform,range=1-4"
 RUN_OPTIONS = ["--preset", "bios-tiny", "--batch-size", "4", "--seed", "1", "--save-every", "3",
@@ -67,7 +67,9 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
     expected, got = final_weights(reference), final_weights(run_dir)
     assert got.keys() == expected.keys()
     assert [name for name in expected if not torch.equal(got[name], expected[name])] == []
-    assert [row["loss"] for row in read_metrics(run_dir)] == [row["loss"] for row in read_metrics(reference)]
+    assert [row["loss"] for row in RunFolder(run_dir).read_metrics()] == [
+        row["loss"] for row in RunFolder(reference).read_metrics()
+    ]
 
 
 # ---- ways to damage a file -------------------------------------------------------------------------
@@ -241,10 +243,10 @@ class TestResumeChecksTheCheckpoint:
 
 DIE_AT_FIRST_SAVE = """
 import os, signal, sys
-from biosrecall.train import layout
+from biosrecall.train.run_folder import RunFolder
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
-layout.save_latest = die
+RunFolder.save_latest = die
 from biosrecall.cli import main
 main(sys.argv[1:])
 """

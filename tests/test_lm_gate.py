@@ -16,9 +16,7 @@ from test_lm_train import cli, train, write_corpus
 from biosrecall.eval.gate_data import exit_depths_at
 from biosrecall.lm import Corpus, prepare_corpus
 from biosrecall.lm.gate import split_windows
-from biosrecall.runs import seq_len_of
-from biosrecall.train.layout import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, gate_dir
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, seq_len_of
 
 MAX_DEPTH = 6
 
@@ -38,11 +36,11 @@ def test_gate_fits_on_training_windows_and_is_calibrated_on_validation(gated, ca
     train(capsys, data, run, "--schedule", "uniform:1-16", "--updates", "12")
     code, out, err = cli(capsys, "gate", "train", run, "--max-depth", MAX_DEPTH, "--confidence", "0.9")
     assert code == 0, err
-    folder = gate_dir(run, "1.0")
+    folder = RunFolder(run).gate_dir("1.0")
     record = json.loads((folder / GATE_RECORD_FILE).read_text())
     assert record["task"] == "lm" and 1 <= record["reference_depth"] <= MAX_DEPTH
     assert record["fit"]["split"] == "train" and record["calibration"]["split"] == "validation"
-    seq_len = seq_len_of(read_config(run))
+    seq_len = seq_len_of(RunFolder(run).read_config())
     validation = sum(len(rows) for rows in split_windows(data, seq_len, "validation", 10**6, 8))
     assert record["calibration"]["queries"] == validation, "one position per validation window"
     with np.load(folder / GATE_CALIBRATION_FILE) as arrays:

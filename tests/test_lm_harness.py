@@ -30,8 +30,9 @@ from biosrecall.lm import Corpus, load_tokenizer, prepare_corpus
 from biosrecall.lm.evaluate import depth_nll
 from biosrecall.lm.task import train_lm
 from biosrecall.model.decode import uncached_greedy
-from biosrecall.runs import load_checkpoint, select_checkpoint
+from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.run_folder import RunFolder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before lm-eval (and datasets) are first imported
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -58,7 +59,7 @@ def trained(tmp_path_factory):
     config = TrainConfig(schedule="uniform:1-16", updates=16, batch_size=8, seq_len=SEQ_LEN, lr=3e-3, seed=0,
                          device="cpu")  # fmt: skip
     train_lm(data, root / "run", config, preset="lm-tiny")
-    model, _ = load_checkpoint(select_checkpoint(root / "run", "final")[1])
+    model, _ = load_checkpoint(RunFolder(root / "run").select_checkpoint("final")[1])
     return root / "run", model, load_tokenizer(data / "tokenizer.json")
 
 

@@ -28,11 +28,11 @@ from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm import Corpus, ShardLoader, prepare_corpus, train_tokenizer
 from biosrecall.lm.task import LMBatchSource
+from biosrecall.train.checkpoint_files import load_checkpoint, load_training_state
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo, check_divisible
-from biosrecall.train.layout import list_checkpoints, load_checkpoint, load_training_state
 from biosrecall.train.optim import build_optimizer
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of", "über", "東京"]
@@ -67,7 +67,7 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 def train(capsys, data, run_dir, *extra):
     code, out, err = cli(capsys, "lm", "train", "--data", data, "--out", run_dir, *TRAIN, *extra)
     assert code == 0, err
-    return read_metrics(run_dir)
+    return RunFolder(run_dir).read_metrics()
 
 
 def test_prepare_train_eval_compare_end_to_end(data, tmp_path, capsys):
@@ -96,7 +96,7 @@ def test_prepare_train_eval_compare_end_to_end(data, tmp_path, capsys):
     assert code == 0, err
     compared = pd.read_csv(tmp_path / "fig" / "lm_compare.csv").set_index("run")
     ff, uniform = compared.loc[str(tmp_path / "ff")], compared.loc[str(tmp_path / "uniform")]
-    spent = [read_metrics(tmp_path / name)[-1]["flops"] for name in ("ff", "uniform")]
+    spent = [RunFolder(tmp_path / name).read_metrics()[-1]["flops"] for name in ("ff", "uniform")]
     assert ff["compute_vs_ref"] == pytest.approx(spent[0] / spent[1]) and uniform["reference"]
     assert ff["mean_nll"] == pytest.approx(final["nll"].mean())
     for name in ("nll_vs_depth", "nll_vs_compute"):
@@ -197,7 +197,7 @@ LIMIT = 300  # seconds for one launched run (about 30 here): a hang fails the te
 
 
 def final_weights(run_dir) -> dict[str, torch.Tensor]:
-    return load_file(str(list_checkpoints(run_dir)[1.0] / "model.safetensors"))
+    return load_file(str(RunFolder(run_dir).fraction_checkpoints()[1.0] / "model.safetensors"))
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def one_process(data, tmp_path_factory):
 def test_two_processes_match_one_process(data, one_process, tmp_path, parallel):
     extra = ("--updates", "10", "--parallel", parallel, "--grad-accum", "2")
     run_launched(lm_train_command(data, tmp_path / "two", 2, *extra), ENV, LIMIT)
-    one, two = read_metrics(one_process), read_metrics(tmp_path / "two")
+    one, two = RunFolder(one_process).read_metrics(), RunFolder(tmp_path / "two").read_metrics()
     assert [m["depth"] for m in one] == [m["depth"] for m in two]
     for a, b in zip(one, two, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-5)
@@ -221,9 +221,11 @@ def test_two_processes_match_one_process(data, one_process, tmp_path, parallel):
     for name, tensor in single.items():
         torch.testing.assert_close(shared[name], tensor, rtol=1e-4, atol=1e-5)
     # The kept checkpoint holds the whole optimizer in torch.optim's layout, whatever the parallelism.
-    model, _ = load_checkpoint(list_checkpoints(tmp_path / "two")[1.0])
+    model, _ = load_checkpoint(RunFolder(tmp_path / "two").fraction_checkpoints()[1.0])
     optimizer = build_optimizer(model, TrainConfig(budget=1.0))
-    optimizer.load_state_dict(load_training_state(list_checkpoints(tmp_path / "two")[1.0])["optimizer"])
+    optimizer.load_state_dict(
+        load_training_state(RunFolder(tmp_path / "two").fraction_checkpoints()[1.0])["optimizer"]
+    )
     for param in (p for group in optimizer.param_groups for p in group["params"]):
         assert optimizer.state[param]["exp_avg"].shape == param.shape
 
@@ -252,11 +254,15 @@ def test_fsdp_resume_from_a_sharded_checkpoint_matches_an_uninterrupted_run(data
     if stop == signal.SIGINT:
         assert "resume with --resume" in stderr
     latest = (cut / "checkpoints" / "latest").resolve()
-    assert (latest / "dcp" / ".metadata").is_file() and load_checkpoint(list_checkpoints(cut)[0.25])
+    assert (latest / "dcp" / ".metadata").is_file() and load_checkpoint(
+        RunFolder(cut).fraction_checkpoints()[0.25]
+    )
     run_launched([*command, "--resume"], ENV, LIMIT)
     whole, resumed = final_weights(fsdp_whole), final_weights(cut)
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
-    assert [m["loss"] for m in read_metrics(fsdp_whole)] == [m["loss"] for m in read_metrics(cut)]
+    assert [m["loss"] for m in RunFolder(fsdp_whole).read_metrics()] == [
+        m["loss"] for m in RunFolder(cut).read_metrics()
+    ]
 
 
 @pytest.mark.slow

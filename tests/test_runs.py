@@ -1,4 +1,4 @@
-"""Reading runs (`biosrecall.runs`): the one checkpoint selector syntax of every command, the training
+"""Reading runs (`biosrecall.train.run_folder`): the one checkpoint selector syntax of every command, the training
 data of a run, and the one table writer and figure saver (`biosrecall.outputs`).
 
 Most tests use hand-made run folders (config.json and checkpoint sidecars only); the last one trains a
@@ -18,14 +18,7 @@ from matplotlib.figure import Figure
 from biosrecall.cli import main
 from biosrecall.errors import BiosrecallError
 from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
-from biosrecall.runs import (
-    check_training_data,
-    fraction_of,
-    parse_selector,
-    select_checkpoint,
-    select_checkpoints,
-    training_data_of,
-)
+from biosrecall.train.run_folder import RunFolder, fraction_of, parse_selector
 
 BAD_SELECTORS = ["", "abc", "1.5", "0", "nan", "inf", "-0.25", "0.45,", "final;switch"]
 
@@ -74,15 +67,15 @@ def run_cli(args, capsys) -> tuple[int, str, str]:
 )
 def test_every_selector_form(tmp_path, selector, labels):
     run = make_run(tmp_path)
-    chosen = select_checkpoints(run, selector)
+    chosen = RunFolder(run).select_checkpoints(selector)
     assert list(chosen) == labels
     assert all(path == run / "checkpoints" / label for label, path in chosen.items())
 
 
 def test_final_is_the_largest_kept_fraction(tmp_path):
     run = make_run(tmp_path, fractions=(0.25, 0.5), switch=False)
-    assert list(select_checkpoints(run, "final")) == ["0.5"]
-    assert list(select_checkpoints(run, "all")) == ["0.25", "0.5"]
+    assert list(RunFolder(run).select_checkpoints("final")) == ["0.5"]
+    assert list(RunFolder(run).select_checkpoints("all")) == ["0.25", "0.5"]
 
 
 @pytest.mark.parametrize("text", BAD_SELECTORS)
@@ -90,7 +83,7 @@ def test_malformed_selectors_are_refused(tmp_path, text):
     with pytest.raises(BiosrecallError, match="--checkpoint takes a budget fraction"):
         parse_selector(text)
     with pytest.raises(BiosrecallError) as raised:
-        select_checkpoints(make_run(tmp_path), text)
+        RunFolder(make_run(tmp_path)).select_checkpoints(text)
     assert str(raised.value).endswith("run has 0.25, 0.45, 1.0, switch")
 
 
@@ -105,25 +98,25 @@ def test_malformed_selectors_are_refused(tmp_path, text):
 def test_missing_checkpoints_name_the_run_and_what_it_has(tmp_path, selector, needle):
     run = make_run(tmp_path, switch=False)
     with pytest.raises(BiosrecallError, match="run has no") as raised:
-        select_checkpoints(run, selector)
+        RunFolder(run).select_checkpoints(selector)
     assert needle in str(raised.value) and str(run) in str(raised.value)
 
 
 def test_not_a_run_and_a_run_without_checkpoints(tmp_path):
     with pytest.raises(BiosrecallError, match="is not a run folder"):
-        select_checkpoints(tmp_path / "nowhere", "final")
+        RunFolder(tmp_path / "nowhere").select_checkpoints("final")
     fresh = tmp_path / "fresh"
     (fresh / "checkpoints" / "latest").mkdir(parents=True)
     (fresh / "config.json").write_text("{}")
     with pytest.raises(BiosrecallError, match="has no checkpoints yet"):
-        select_checkpoints(fresh, "all")
+        RunFolder(fresh).select_checkpoints("all")
 
 
 def test_one_checkpoint_commands_refuse_a_selector_naming_several(tmp_path):
     run = make_run(tmp_path)
-    assert select_checkpoint(run, "switch") == ("switch", run / "checkpoints" / "switch")
+    assert RunFolder(run).select_checkpoint("switch") == ("switch", run / "checkpoints" / "switch")
     with pytest.raises(BiosrecallError, match="names one checkpoint here"):
-        select_checkpoint(run, "fractions")
+        RunFolder(run).select_checkpoint("fractions")
     assert fraction_of("0.45") == 0.45 and fraction_of("switch") is None
 
 
@@ -137,21 +130,23 @@ def test_training_data_is_the_recorded_folder_or_the_override(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path / "cwd" / "inner")  # where "../data" names no folder
     record = {"task": {"name": "lm"}, "dataset": {"path": str(data), "manifest_hash": "abc"}}
     run = make_run(tmp_path, dataset=record["dataset"])
-    assert training_data_of(run, record) == data
-    assert training_data_of(run, {"dataset": {"path": "../data"}}) == run / "../data"  # relative to the run
+    assert RunFolder(run).training_data(record) == data
+    assert (
+        RunFolder(run).training_data({"dataset": {"path": "../data"}}) == run / "../data"
+    )  # relative to the run
     other = tmp_path / "other"
     other.mkdir()
-    assert training_data_of(run, record, other) == other
+    assert RunFolder(run).training_data(record, other) == other
     with pytest.raises(BiosrecallError, match="corpus folder nowhere does not exist"):
-        training_data_of(run, record, "nowhere")
+        RunFolder(run).training_data(record, "nowhere")
     with pytest.raises(BiosrecallError, match="records no dataset"):
-        training_data_of(run, {})
+        RunFolder(run).training_data({})
     data.rmdir()
     with pytest.raises(BiosrecallError, match="that .* was trained on is missing .*--data"):
-        training_data_of(run, record)
-    check_training_data(run, record, data, "abc")
+        RunFolder(run).training_data(record)
+    RunFolder(run).check_training_data(record, data, "abc")
     with pytest.raises(BiosrecallError, match="is not the one .* was trained on"):
-        check_training_data(run, record, data, "xyz")
+        RunFolder(run).check_training_data(record, data, "xyz")
 
 
 # ---- selectors through the real command line --------------------------------------------------------

@@ -31,8 +31,8 @@ from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.cli import main
 from biosrecall.interrupts import INTERRUPTED, STOP_SIGNALS
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX
-from biosrecall.runs import load_checkpoint, select_checkpoints
-from biosrecall.train import layout
+from biosrecall.train.checkpoint_files import load_checkpoint
+from biosrecall.train.run_folder import RunFolder
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/<pid>/status")
 
@@ -170,7 +170,7 @@ def train_args(dataset: Path, *extra: str) -> list[str]:
 
 def assert_trained(run: Path) -> None:
     """The run is complete: its final checkpoint loads and every update is logged."""
-    load_checkpoint(select_checkpoints(run, "final")["1.0"])
+    load_checkpoint(RunFolder(run).select_checkpoints("final")["1.0"])
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 8
 
 
@@ -311,7 +311,7 @@ def test_the_console_script_trains_or_stops_at_any_delay(console_script, dataset
     if code == 0:
         assert_trained(run)
     elif run.exists():  # a stopped run keeps only checkpoints that load (resuming is tested above)
-        for checkpoint in layout.kept_checkpoints(run).values():
+        for checkpoint in RunFolder(run).kept_checkpoints().values():
             load_checkpoint(checkpoint)
 
 

@@ -20,7 +20,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import IGNORE, NonFiniteLoss, backward_and_clip, split_batch
 
 PAD = 0
@@ -124,9 +124,9 @@ def test_the_diagnostics_gradient_is_the_trainers_gradient_bit_for_bit(tmp_path,
     train_bios(data, tmp_path / "run", config, preset="bios-tiny")
     state, _ = load_run_state(tmp_path / "run", "switch", device="cpu")
     update = state.update
-    assert len(trainer_gradients) == len(read_metrics(tmp_path / "run")) > update
+    assert len(trainer_gradients) == len(RunFolder(tmp_path / "run").read_metrics()) > update
     depth = int(state.depths[update])
-    assert depth == read_metrics(tmp_path / "run")[update]["depth"]
+    assert depth == RunFolder(tmp_path / "run").read_metrics()[update]["depth"]
     params = optimizer_params(state.optimizer)
     grads = batch_gradient(
         state.model,

@@ -21,7 +21,8 @@ from test_figure1_promises import TINY, figure1_args, run_cli
 
 from biosrecall.experiments import figure1, study_archive, study_engine
 from biosrecall.experiments.study import figure1_command
-from biosrecall.train.layout import LATEST, MODEL_FILE, STATE_FILE
+from biosrecall.train.checkpoint_files import MODEL_FILE, STATE_FILE
+from biosrecall.train.run_folder import LATEST
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 COMMITTED = ("study-default",)  # archives the README's numbers come from

@@ -22,8 +22,7 @@ from biosrecall.experiments.study import make_run
 from biosrecall.experiments.study_engine import StudyRunFailed, train_study_runs
 from biosrecall.locking import lock_path
 from biosrecall.sweep.executors import LocalExecutor
-from biosrecall.train.layout import list_checkpoints
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import RunFolder
 
 BASE = {"preset": "bios-tiny", "batch_size": 4, "seq_len": 96, "seed": 0, "lr": 1e-2,
         "lr_schedule": "wsd", "warmup_updates": 2, "checkpoint_fractions": [1.0]}  # fmt: skip
@@ -53,7 +52,7 @@ def options_for(data: Path):
 
 
 def final_weights(run: Path) -> dict:
-    return load_file(str(list_checkpoints(run)[1.0] / "model.safetensors"))
+    return load_file(str(RunFolder(run).fraction_checkpoints()[1.0] / "model.safetensors"))
 
 
 def test_branches_start_from_the_kept_state_and_equal_a_run_from_scratch(data, tmp_path):
@@ -62,9 +61,9 @@ def test_branches_start_from_the_kept_state_and_equal_a_run_from_scratch(data, t
     runs = tmp_path / "runs"
     specs = [TRUNK, branch_spec("kept", 12), branch_spec("unkept", 13)]
     paths = train_study_runs(runs, specs, options_for(data), LocalExecutor(workers=2))
-    assert all(1.0 in list_checkpoints(paths[s]) for s in specs)
-    assert read_config(paths[specs[1]])["branch"]["at_update"] == 12
-    assert "branch" not in read_config(paths[specs[2]])
+    assert all(1.0 in RunFolder(paths[s]).fraction_checkpoints() for s in specs)
+    assert RunFolder(paths[specs[1]]).read_config()["branch"]["at_update"] == 12
+    assert "branch" not in RunFolder(paths[specs[2]]).read_config()
     kept, scratch = final_weights(paths[specs[1]]), final_weights(paths[specs[2]])
     assert all((kept[name] == scratch[name]).all() for name in kept)
     assert (runs / ".sweep" / "seed0" / "kept.log").stat().st_size > 0  # each run's log
@@ -87,7 +86,7 @@ def test_a_failing_run_is_named_with_its_error_and_log_and_the_others_finish(dat
         train_study_runs(runs, [bad, TRUNK], options_of, LocalExecutor(workers=1))
     message = str(failed.value)
     assert message.startswith("run seed0/bad failed (exit 2): error: ") and "bad.log" in message
-    assert 1.0 in list_checkpoints(runs / TRUNK.folder)  # the other run still finished
+    assert 1.0 in RunFolder(runs / TRUNK.folder).fraction_checkpoints()  # the other run still finished
 
 
 def test_a_studys_architecture_override_reaches_its_runs(data, tmp_path):
@@ -98,7 +97,7 @@ def test_a_studys_architecture_override_reaches_its_runs(data, tmp_path):
         return {**options(spec), "model_override": ["n_block=2", "norm=sandwich"]}
 
     run = train_study_runs(tmp_path / "runs", [TRUNK], options_of, LocalExecutor(workers=1))[TRUNK]
-    model = read_config(run)["model_config"]
+    model = RunFolder(run).read_config()["model_config"]
     assert (model["n_block"], model["norm"]) == (2, "sandwich")
 
 

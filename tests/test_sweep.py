@@ -32,8 +32,7 @@ from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import SweepRun, check_runs
 from biosrecall.sweep.records import status_table
 from biosrecall.sweep.spec import load_spec
-from biosrecall.train.layout import list_checkpoints
-from biosrecall.train.run_dir import read_config, read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "lm"
 TINY = """
@@ -111,7 +110,7 @@ def spec_file(folder: Path, text: str, name: str = "spec.toml") -> Path:
 
 
 def final_mtime(run_dir: Path) -> int:
-    return (list_checkpoints(run_dir)[1.0] / "model.safetensors").stat().st_mtime_ns
+    return (RunFolder(run_dir).fraction_checkpoints()[1.0] / "model.safetensors").stat().st_mtime_ns
 
 
 # ---- the spec --------------------------------------------------------------------------------------
@@ -266,9 +265,11 @@ def test_two_workers_finish_the_good_runs_and_report_the_failed_ones(folder, swe
     assert code == 1, output  # a run failed: exit 1 at the end, after every other run
     for seed in (0, 1):
         run_dir = folder / "runs" / f"seed{seed}" / "fixed"
-        assert 1.0 in list_checkpoints(run_dir)
-        assert read_config(run_dir)["train_config"]["seed"] == seed
-        assert (list_checkpoints(run_dir)[1.0] / "recall.parquet").is_file()  # evaluated: the cache
+        assert 1.0 in RunFolder(run_dir).fraction_checkpoints()
+        assert RunFolder(run_dir).read_config()["train_config"]["seed"] == seed
+        assert (
+            RunFolder(run_dir).fraction_checkpoints()[1.0] / "recall.parquet"
+        ).is_file()  # evaluated: the cache
         record = json.loads((folder / "runs/.sweep" / f"seed{seed}" / "broken.json").read_text())
         assert record["state"] == "failed" and record["exit_code"] == 2
         assert "manifest.json is not valid JSON" in record["error"]
@@ -342,7 +343,8 @@ def test_a_killed_run_is_resumed_on_rerun(folder, tmp_path):
     sweeper.start()
     record, run_dir = tmp_path / "out/.sweep/long.json", tmp_path / "out/long"
     wait_for(
-        lambda: (run_dir / "checkpoints/latest").exists() and len(read_metrics(run_dir)) >= 10, "updates"
+        lambda: (run_dir / "checkpoints/latest").exists() and len(RunFolder(run_dir).read_metrics()) >= 10,
+        "updates",
     )
     os.kill(json.loads(record.read_text())["pid"], signal.SIGKILL)
     sweeper.join()
@@ -352,8 +354,10 @@ def test_a_killed_run_is_resumed_on_rerun(folder, tmp_path):
     assert status_table(load_jobs(tmp_path / "out", runs))[0]["state"] == "failed"
     result = run_sweep(tmp_path / "out", runs)
     assert [(o.state, o.action) for o in result.outcomes] == [("done", "resumed")]
-    planned = read_config(run_dir)["plan"]["updates"]
-    assert [row["update"] for row in read_metrics(run_dir)] == list(range(planned))  # each update once
+    planned = RunFolder(run_dir).read_config()["plan"]["updates"]
+    assert [row["update"] for row in RunFolder(run_dir).read_metrics()] == list(
+        range(planned)
+    )  # each update once
     assert "--resume" in (tmp_path / "out/.sweep/long.log").read_text().split("== ")[-1]
 
 
@@ -371,7 +375,7 @@ def test_the_slurm_executor_runs_a_job_array_through_submitit(folder, tmp_path):
         tmp_path / "out", [SweepRun("one", "train", options)], executor=SlurmExecutor(cluster="local")
     )
     assert [(o.state, o.action) for o in result.outcomes] == [("done", "trained")]
-    assert 1.0 in list_checkpoints(tmp_path / "out/one")
+    assert 1.0 in RunFolder(tmp_path / "out/one").fraction_checkpoints()
     assert any((tmp_path / "out/.sweep/submitit").iterdir())
 
 

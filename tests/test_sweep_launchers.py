@@ -16,7 +16,7 @@ from test_sweep import folder, registered, run_cli, spec_file  # noqa: F401  (fi
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.train.layout import list_checkpoints
+from biosrecall.train.run_folder import RunFolder
 
 
 @pytest.mark.distributed
@@ -32,7 +32,7 @@ def test_a_run_over_several_gpus_starts_under_torchrun(folder, tmp_path):  # noq
         "torch.distributed.run --standalone --nproc_per_node 2 -m biosrecall train"
         in (tmp_path / "out/.sweep/ddp.log").read_text()
     )
-    assert 1.0 in list_checkpoints(tmp_path / "out/ddp")
+    assert 1.0 in RunFolder(tmp_path / "out/ddp").fraction_checkpoints()
 
 
 @pytest.mark.slow

@@ -26,8 +26,7 @@ from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.sweep.warm import SWITCH, start_warm
-from biosrecall.train.layout import latest_checkpoint, list_checkpoints
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 TINY = ["--preset", "bios-tiny", "--batch-size", "4", "--seq-len", "96", "--schedule", "fixed:2"]
 
@@ -58,7 +57,7 @@ def test_relative_paths_resolve_in_the_callers_folder_with_its_threads(data, tmp
     assert process.wait() == 0, log.read_text()
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["machine"]["torch_threads"] == 2
-    assert 1.0 in list_checkpoints(tmp_path / "run")
+    assert 1.0 in RunFolder(tmp_path / "run").fraction_checkpoints()
 
 
 def test_sigint_stops_a_run_in_a_session_of_its_own_with_its_progress_saved(data, tmp_path):
@@ -70,7 +69,7 @@ def test_sigint_stops_a_run_in_a_session_of_its_own_with_its_progress_saved(data
     process.send_signal(signal.SIGINT)
     assert process.wait() == 130, log.read_text()
     assert log.read_text().strip().splitlines()[-1].startswith("error: interrupted at update ")
-    assert latest_checkpoint(run) is not None and 1.0 not in list_checkpoints(run)
+    assert RunFolder(run).latest_checkpoint() is not None and 1.0 not in RunFolder(run).fraction_checkpoints()
 
 
 def test_a_warm_run_trains_the_same_numbers_as_a_cold_one(data, tmp_path, monkeypatch):
@@ -82,7 +81,7 @@ def test_a_warm_run_trains_the_same_numbers_as_a_cold_one(data, tmp_path, monkey
         out = tmp_path / f"warm{switch}"
         result = run_sweep(out, [SweepRun("a", "train", options)], executor=LocalExecutor(workers=1))
         assert [outcome.state for outcome in result.outcomes] == ["done"]
-        final = list_checkpoints(out / "a")[1.0]
-        losses = [row["loss"] for row in read_metrics(out / "a")]
+        final = RunFolder(out / "a").fraction_checkpoints()[1.0]
+        losses = [row["loss"] for row in RunFolder(out / "a").read_metrics()]
         finals[switch] = ((final / "model.safetensors").read_bytes(), losses)
     assert finals["1"] == finals["0"]

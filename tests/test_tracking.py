@@ -22,7 +22,7 @@ from biosrecall.cli.train import train as train_command
 from biosrecall.train import tracking
 from biosrecall.train.config import TRACKERS, TrainConfig
 from biosrecall.train.progress import SilentReporter
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import Interrupted
 
 TIMING = ("wall_s", "tokens_per_s", "flops_per_s")  # differ between two runs of the same settings
@@ -141,7 +141,7 @@ def test_tensorboard_holds_every_updates_record_in_the_run_folder(dataset, tmp_p
     argv = ["train", "--data", str(dataset), "--out", str(run), *TINY_ARGS, "--log", "tensorboard"]
     code, stderr = run_cli(argv, capsys)
     assert code == 0, stderr
-    metrics = read_metrics(run)
+    metrics = RunFolder(run).read_metrics()
     assert len(metrics) == 12
     for key in ("loss", "lr", "depth", "tokens_per_s"):
         logged = tensorboard_scalars(run / "tensorboard", key)
@@ -160,7 +160,9 @@ def test_a_resumed_run_continues_its_tracker_runs(dataset, tmp_path, trackers_di
     ids = json.loads((run / tracking.IDS_FILE).read_text())
     train(dataset, run, resume=True, log=everything)
     assert json.loads((run / tracking.IDS_FILE).read_text()) == ids
-    expected = [(row["update"], pytest.approx(row["loss"], rel=1e-6)) for row in read_metrics(run)]
+    expected = [
+        (row["update"], pytest.approx(row["loss"], rel=1e-6)) for row in RunFolder(run).read_metrics()
+    ]
     assert tensorboard_scalars(run / "tensorboard", "loss") == expected
     assert _trackio_losses(ids["trackio"]) == expected  # one run, continued by its name
     # Offline, W&B keeps each process's part in its own folder under the one run id (`wandb sync` joins them).
@@ -223,7 +225,7 @@ def test_wandb_offline_run_holds_the_config_and_the_history(dataset, tmp_path, t
     assert config["train_config"]["budget_of"] == "fixed:2:12" and config["task"]["preset"] == "bios-tiny"
     assert config["plan"]["updates"] == 12
     history = [_history(record) for record in records["history"]]
-    metrics = read_metrics(run)
+    metrics = RunFolder(run).read_metrics()
     assert [row["_step"] for row in history] == [row["update"] for row in metrics]
     assert [row["loss"] for row in history] == [row["loss"] for row in metrics]
 
@@ -261,7 +263,7 @@ def test_trackio_writes_every_record_to_its_local_database(dataset, tmp_path):
     run = tmp_path / "run"
     train(dataset, run, log=("trackio",))
     ids = json.loads((run / tracking.IDS_FILE).read_text())["trackio"]
-    assert _trackio_losses(ids) == [(row["update"], row["loss"]) for row in read_metrics(run)]
+    assert _trackio_losses(ids) == [(row["update"], row["loss"]) for row in RunFolder(run).read_metrics()]
 
 
 def _trackio_losses(ids) -> list[tuple[int, float]]:
@@ -299,5 +301,7 @@ def test_a_failing_tracker_is_one_warning_and_the_run_is_unchanged(
         "it (metrics.jsonl holds every record)\n"
     )
     assert len(calls) == 1  # dropped after its first failure
-    plain, tracked = (without_timing(read_metrics(tmp_path / name)) for name in ("plain", "tracked"))
+    plain, tracked = (
+        without_timing(RunFolder(tmp_path / name).read_metrics()) for name in ("plain", "tracked")
+    )
     assert tracked == plain and len(tracked) == 12

@@ -14,9 +14,9 @@ from harness import free_port, run_launched, wait_for_updates
 from safetensors.torch import load_file
 
 from biosrecall.bios import generate_dataset
+from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import list_checkpoints, load_checkpoint
-from biosrecall.train.run_dir import read_config, read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 FIG1 = {
     "fixed": "fixed:4",
@@ -43,7 +43,7 @@ def train(dataset, run_dir, **overrides):
 
 
 def final_weights(run_dir):
-    return load_file(str(list_checkpoints(run_dir)[1.0] / "model.safetensors"))
+    return load_file(str(RunFolder(run_dir).fraction_checkpoints()[1.0] / "model.safetensors"))
 
 
 def test_figure1_schedules_spend_the_same_budget(dataset, tmp_path):
@@ -51,22 +51,22 @@ def test_figure1_schedules_spend_the_same_budget(dataset, tmp_path):
         name: train(dataset, tmp_path / name, schedule=spec, budget_of="fixed:4:30")
         for name, spec in FIG1.items()
     }
-    budget = read_config(tmp_path / "fixed")["plan"]["budget"]
+    budget = RunFolder(tmp_path / "fixed").read_config()["plan"]["budget"]
     for name, result in results.items():
-        metrics = read_metrics(tmp_path / name)
+        metrics = RunFolder(tmp_path / name).read_metrics()
         per_update = [b["flops"] - a["flops"] for a, b in zip(metrics, metrics[1:], strict=False)]
         assert result.flops <= budget
         assert budget - result.flops < max(per_update), name
-        assert read_config(tmp_path / name)["plan"]["budget"] == budget
+        assert RunFolder(tmp_path / name).read_config()["plan"]["budget"] == budget
     # A K=4 update is cheaper than the average uniform update, so the uniform run takes fewer steps.
     assert results["uniform"].updates < results["fixed_first"].updates < results["fixed"].updates
 
 
 def test_checkpoints_are_written_when_the_running_flops_cross_each_fraction(dataset, tmp_path):
     train(dataset, tmp_path / "run", schedule=FIG1["fixed_first"], checkpoint_fractions=(0.25, 0.45, 1.0))
-    metrics = read_metrics(tmp_path / "run")
-    budget = read_config(tmp_path / "run")["plan"]["budget"]
-    checkpoints = list_checkpoints(tmp_path / "run")
+    metrics = RunFolder(tmp_path / "run").read_metrics()
+    budget = RunFolder(tmp_path / "run").read_config()["plan"]["budget"]
+    checkpoints = RunFolder(tmp_path / "run").fraction_checkpoints()
     assert sorted(checkpoints) == [0.25, 0.45, 1.0]
     for fraction in (0.25, 0.45):
         _, meta = load_checkpoint(checkpoints[fraction])
@@ -74,16 +74,16 @@ def test_checkpoints_are_written_when_the_running_flops_cross_each_fraction(data
         assert meta["update"] == crossing["update"] + 1
         assert meta["flops"] == pytest.approx(crossing["flops"])
     _, final = load_checkpoint(checkpoints[1.0])
-    assert final["update"] == len(metrics) == read_config(tmp_path / "run")["plan"]["updates"]
+    assert final["update"] == len(metrics) == RunFolder(tmp_path / "run").read_config()["plan"]["updates"]
     assert final["model_config"]["vocab_size"] > 0 and final["dataset"]["manifest_hash"]
 
 
 def test_a_run_is_reproducible_from_its_seed(dataset, tmp_path):
     train(dataset, tmp_path / "a", schedule=FIG1["uniform"])
     train(dataset, tmp_path / "b", schedule=FIG1["uniform"])
-    losses = [[m["loss"] for m in read_metrics(tmp_path / run)] for run in ("a", "b")]
+    losses = [[m["loss"] for m in RunFolder(tmp_path / run).read_metrics()] for run in ("a", "b")]
     assert losses[0] == losses[1]
-    depths = [m["depth"] for m in read_metrics(tmp_path / "a")]
+    depths = [m["depth"] for m in RunFolder(tmp_path / "a").read_metrics()]
     assert len(set(depths)) > 3
 
 
@@ -129,13 +129,13 @@ def test_resume_after_a_stop_matches_an_uninterrupted_run(dataset, tmp_path, sto
     assert process.returncode == (-9 if stop == signal.SIGKILL else 130), stderr
     if stop == signal.SIGINT:
         assert "resume with --resume" in stderr
-    for path in list_checkpoints(tmp_path / "cut").values():
+    for path in RunFolder(tmp_path / "cut").fraction_checkpoints().values():
         load_checkpoint(path)  # whatever was on disk at the kill loads cleanly
     subprocess.run([*cli_train(dataset, tmp_path / "cut"), "--resume"], check=True)
     whole, cut = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
     assert whole.keys() == cut.keys()
     assert all(torch.equal(whole[name], cut[name]) for name in whole)
-    losses = [[m["loss"] for m in read_metrics(tmp_path / run)] for run in ("whole", "cut")]
+    losses = [[m["loss"] for m in RunFolder(tmp_path / run).read_metrics()] for run in ("whole", "cut")]
     assert losses[0] == losses[1]
 
 
@@ -155,11 +155,11 @@ def test_two_process_ddp_matches_one_process(dataset, tmp_path):
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run_launched([*torchrun, *cli_train(dataset, tmp_path / "two", *args)[1:]], env)
-    one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    one, two = RunFolder(tmp_path / "one").read_metrics(), RunFolder(tmp_path / "two").read_metrics()
     assert [m["depth"] for m in one] == [m["depth"] for m in two]
     for a, b in zip(one, two, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-5)
     assert (
         json.loads((tmp_path / "two" / "config.json").read_text())["plan"]
-        == read_config(tmp_path / "one")["plan"]
+        == RunFolder(tmp_path / "one").read_config()["plan"]
     )

@@ -10,7 +10,7 @@ bits of the first --people people; LM: validation NLL over the first --val-seque
 windows of the run's corpus); the advantage of the deeper update is reported with a bootstrap interval
 over batches. The method is documented in `biosrecall.diagnose`.
 
---checkpoint takes the selector syntax of every command (`biosrecall.runs`) and must name one
+--checkpoint takes the selector syntax of every command (`biosrecall.train.run_folder`) and must name one
 checkpoint. --depths takes two distinct depths, the shallower first: anything else is refused, never
 reordered. Writes into --out (default RUN_DIR/diagnose/), with STEM = diagnose_<checkpoint label>
 (diagnose_switch, or diagnose_1.0 for `--checkpoint final`): STEM.{csv,parquet} (summary),
@@ -36,7 +36,7 @@ from biosrecall.diagnose.options import (
 )
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
-from biosrecall.train.layout import SWITCH
+from biosrecall.train.run_folder import SWITCH
 
 
 @click.command("diagnose-update")

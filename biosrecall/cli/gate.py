@@ -23,7 +23,7 @@ from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_op
 from biosrecall.files import read_json_object
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
-from biosrecall.train.layout import GATE_RECORD_FILE
+from biosrecall.train.run_folder import GATE_RECORD_FILE
 
 
 @click.group()

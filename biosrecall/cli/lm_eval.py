@@ -15,7 +15,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts
-from biosrecall.train.layout import eval_dir
+from biosrecall.train.run_folder import RunFolder
 
 
 def no_verify_option(command):
@@ -96,7 +96,7 @@ def evaluate(
     from biosrecall.eval.exits import Gate, parse_exits
     from biosrecall.eval.gate import check_gates
     from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
-    from biosrecall.runs import select_checkpoints
+    from biosrecall.train.run_folder import RunFolder
 
     apply_no_verify(no_verify)
     criteria = parse_exits(exits) if exits else []
@@ -106,7 +106,7 @@ def evaluate(
     if val_sequences is not None and not criteria:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
     for run in runs:  # every run's selection (and gate) is checked before the first one is evaluated
-        select_checkpoints(run, checkpoints)
+        RunFolder(run).select_checkpoints(checkpoints)
     check_gates(runs, criteria, checkpoints, max_depth)
     for run in runs:
         table = evaluate_run(
@@ -125,7 +125,7 @@ def evaluate(
                 f"K={d}:{nll:.4f}" for d, nll in zip(rows["depth"], rows["nll"], strict=True)
             )
             click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
-        click.echo(f"wrote {eval_dir(run) / TABLE}.csv and {TABLE}.parquet")
+        click.echo(f"wrote {RunFolder(run).eval_dir / TABLE}.csv and {TABLE}.parquet")
         if criteria:
             options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
             options.update(batch_size=batch_size, device=device, precision=precision)
@@ -146,4 +146,4 @@ def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: d
             f"{run} [{row.checkpoint}] exit {row.criterion}: NLL {row.nll:.5f}  mean depth "
             f"{row.mean_depth:.2f}  p95 depth {row.p95_depth:g}  ({row.eval_tokens} tokens)"
         )
-    click.echo(f"wrote {eval_dir(run) / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
+    click.echo(f"wrote {RunFolder(run).eval_dir / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")

@@ -17,7 +17,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, checkpoint_option
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts, rates
-from biosrecall.train.layout import eval_dir
+from biosrecall.train.run_folder import RunFolder
 
 
 def _comma_list(ctx, param, values: tuple[str, ...]) -> list[str]:
@@ -108,5 +108,5 @@ def harness(run, tasks, depths, checkpoints, limit, num_fewshot, include_path, b
     for row in table.itertuples(index=False):
         stderr = "" if row.stderr != row.stderr else f" ± {row.stderr:.4f}"  # NaN: lm-eval gave none
         click.echo(f"{run} [{row.checkpoint}] K={row.depth} {row.task} {row.metric} {row.value:.4f}{stderr}")
-    base = Path(out) if out is not None else eval_dir(run) / "harness"
+    base = Path(out) if out is not None else RunFolder(run).eval_dir / "harness"
     click.echo(f"wrote {base}.csv, .parquet and .json")

@@ -40,7 +40,7 @@ _MODEL_CHOICES = {"injection": INJECTIONS, "init_state": INIT_STATES, "norm": NO
 BIOS_ONLY = ("exposures",)
 """TrainConfig fields that only a bioS run has (people whose biographies are counted): `lm train` and
 `lm plan` have no such option."""
-# The checkpoint selector's syntax (parsed by `biosrecall.runs`), in words for `--checkpoint`'s help;
+# The checkpoint selector's syntax (parsed by `biosrecall.train.run_folder`), in words for `--checkpoint`'s help;
 # written here, not in `runs`, so that help needs no torch.
 SELECTOR_HELP = (
     "final (the largest budget fraction), fractions (every budget fraction), all (the fractions and "
@@ -194,7 +194,7 @@ CHECKPOINT_LIST = CHECKPOINT_FLAGS[1].lstrip("-")
 
 def checkpoint_option(what: str, default: Any, multiple: bool = False, plural_flag: bool = False,
                       note: str = "") -> Callable:  # fmt: skip
-    """--checkpoint, the run checkpoint selector (`biosrecall.runs`), for every command that reads one.
+    """--checkpoint, the run checkpoint selector (`biosrecall.train.run_folder`), for every command that reads one.
     `what` begins its help; `multiple`: repeatable, the parameter `CHECKPOINT_LIST` (a tuple);
     `plural_flag`: --checkpoints is a second spelling; `note` ends the help."""
     flags = CHECKPOINT_FLAGS if plural_flag else CHECKPOINT_FLAGS[:1]

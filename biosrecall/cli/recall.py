@@ -2,7 +2,7 @@
 
     biosrecall recall-curve runs/fixed4 runs/fixed-first runs/uniform --checkpoint 0.45 --checkpoint final
 
-Evaluates the chosen checkpoints (the selector syntax of `biosrecall.runs`, the same in every command;
+Evaluates the chosen checkpoints (the selector syntax of `biosrecall.train.run_folder`, the same in every command;
 default: every budget fraction) of each run at serving depths 1..--max-depth with one
 all-depth sweep per checkpoint, and writes into --out (default `./recall-curve`; the figure compares
 runs, so it belongs to none of them):
@@ -280,8 +280,7 @@ def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
     """Refuse, before any dataset is read, scoring larger than the machine (`biosrecall.sizing`): every
     dataset the runs use (or --data) is read whole and holds the evaluation set of the people scored.
     A run folder that cannot be read is left to the scoring, which names its problem."""
-    from biosrecall.runs import training_data_of
-    from biosrecall.train.run_dir import read_config
+    from biosrecall.train.run_folder import RunFolder
 
     folders = set()
     try:
@@ -289,7 +288,7 @@ def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
             folders.add(Path(data_dir).resolve())
         else:
             for run_dir in run_dirs:
-                folders.add(training_data_of(run_dir, read_config(run_dir)).resolve())
+                folders.add(RunFolder(run_dir).training_data(RunFolder(run_dir).read_config()).resolve())
         counts = [read_manifest(folder / MANIFEST, FORMAT)[1]["num_people"] for folder in folders]
     except BiosrecallError:
         return

@@ -9,7 +9,7 @@ depths more than a shallow one of the same size? For bioS runs and for language-
     result.figure()     # advantage against serving depth, one line per after_uniform value
     result.write("runs/ff/diagnose")
     # shell: biosrecall diagnose-update runs/ff --checkpoint switch --after-uniform 0,16
-    # the checkpoint takes any selector of `biosrecall.runs` that names one checkpoint: switch, 0.8, final
+    # the checkpoint takes any selector of `biosrecall.train.run_folder` that names one checkpoint: switch, 0.8, final
     # an LM run (`biosrecall lm train`) is diagnosed the same way, scored by validation NLL:
     diagnose_update("runs/lm-ff", "switch", after_uniform=(0, 16), val_sequences=64)
 

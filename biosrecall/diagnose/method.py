@@ -24,8 +24,7 @@ from biosrecall.diagnose.options import DiagnoseOptions
 from biosrecall.diagnose.report import DiagnosisResult, summarize
 from biosrecall.diagnose.run_state import RunState, check_continuation, continue_run, load_run_state
 from biosrecall.diagnose.tasks import HIGHER_IS_BETTER, DiagnosisTask
-from biosrecall.train.layout import SWITCH
-from biosrecall.train.run_dir import versions
+from biosrecall.train.run_folder import SWITCH, versions
 
 
 def candidate_updates(state: RunState, rows, depths: Sequence[int], rms_target) -> dict[int, tuple]:
@@ -113,7 +112,7 @@ def diagnose_update(
     **option_values,
 ) -> DiagnosisResult:
     """Run the diagnostic of `biosrecall.diagnose` on the one checkpoint `checkpoint` selects (the selector
-    syntax of `biosrecall.runs`). The method's settings are `options`, or `DiagnoseOptions` fields given as
+    syntax of `biosrecall.train.run_folder`). The method's settings are `options`, or `DiagnoseOptions` fields given as
     keywords; `device`, `data_dir` (instead of the recorded data) and `progress` (gets status lines) say
     where and on what it runs."""
     if options is None:

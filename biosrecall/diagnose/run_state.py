@@ -8,7 +8,7 @@ rebuilt as the trainer builds it, the run's batch stream and planned depths, and
 `continue_run` is the trainer's step (planned depth, scheduled LR, the run's batch, loss, clipping,
 AdamW) without its bookkeeping; continuing a fixed-first run from its switch to its last update
 reproduces the run's final weights bit for bit on a CPU (tests/test_diagnose.py, test_diagnose_lm.py).
-The checkpoint is chosen with the selector syntax of every command (`biosrecall.runs`), naming exactly
+The checkpoint is chosen with the selector syntax of every command (`biosrecall.train.run_folder`), naming exactly
 one checkpoint. What is scored, and the batch source, depend on the kind of run: `diagnose.tasks`.
 """
 
@@ -22,15 +22,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biosrecall import runs
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.diagnose.tasks import DiagnosisTask, RunInfo, load_task
 from biosrecall.errors import BiosrecallError
+from biosrecall.train.checkpoint_files import load_checkpoint, load_training_state, read_meta
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import autocast_for, resolve_device
-from biosrecall.train.layout import SWITCH
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import SWITCH, RunFolder, seq_len_of
 from biosrecall.train.trainer import BatchSource, backward_and_clip
 
 
@@ -63,16 +62,16 @@ def load_run_state(
     and what the diagnostic scores on it (`people`: bioS runs only, `val_sequences`: LM runs only; None =
     the default)."""
     run_dir = Path(run_dir)
-    label, path = runs.select_checkpoint(run_dir, checkpoint)
-    record = read_config(run_dir)
+    label, path = RunFolder(run_dir).select_checkpoint(checkpoint)
+    record = RunFolder(run_dir).read_config()
     config = TrainConfig.from_dict(record["train_config"])
     device = resolve_device(str(device))
     # bf16 autocast exists on CUDA only; a CUDA-trained run diagnosed on a CPU is evaluated in fp32.
     autocast = nullcontext if device.type == "cpu" else autocast_for(device, config.precision)
-    run = RunInfo(run_dir, record, runs.read_meta(path), config, runs.seq_len_of(record), autocast)
+    run = RunInfo(run_dir, record, read_meta(path), config, seq_len_of(record), autocast)
     task = load_task(run, data_dir, people, val_sequences)
-    training_state = runs.load_training_state(path)
-    model, meta = runs.load_checkpoint(path, device=device)
+    training_state = load_training_state(path)
+    model, meta = load_checkpoint(path, device=device)
     optimizer = build_optimizer(model, config)
     try:
         optimizer.load_state_dict(training_state["optimizer"])

@@ -16,7 +16,7 @@ token of the first `val_sequences` windows (DEFAULT_VAL_SEQUENCES; 0 = all) of t
 validation split in stream order: the windows `biosrecall lm eval --max-sequences N` reads, scored by
 its `depth_nll`.
 
-Each builder finds the data through `biosrecall.runs` and checks that it is the one the checkpoint
+Each builder finds the data through `biosrecall.train.run_folder` and checks that it is the one the checkpoint
 records (by hash), so `source` draws the batches the trainer drew. Another kind of run is one more entry
 in `BUILDERS`.
 `pytest -q tests/test_diagnose.py tests/test_diagnose_lm.py` covers both kinds.
@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from biosrecall import runs
 from biosrecall.bios import load_dataset
 from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
 from biosrecall.errors import BiosrecallError
@@ -47,6 +46,7 @@ from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LMBatchSource
 from biosrecall.train.config import TrainConfig
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import BiosBatchSource
 
 EVAL_BATCH = 16  # validation windows per forward pass; the mean NLL does not depend on it
@@ -92,9 +92,9 @@ def bios_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> Diagno
     """Answer NLL and recalled bits on the prompts of the first `people` people of the run's dataset."""
 
     _refuse(val_sequences, "--val-sequences", "LM", run.run_dir, "bioS", "--people")
-    path = runs.training_data_of(run.run_dir, run.meta, data_dir)
+    path = RunFolder(run.run_dir).training_data(run.meta, data_dir)
     dataset = load_dataset(path)
-    runs.check_training_data(run.run_dir, run.meta, path, dataset.manifest_hash)
+    RunFolder(run.run_dir).check_training_data(run.meta, path, dataset.manifest_hash)
     people = DEFAULT_PEOPLE if people is None else people
     chosen = dataset.num_people if people == 0 else min(people, dataset.num_people)
     eval_set = dataset.eval_set(np.arange(chosen))
@@ -121,9 +121,9 @@ def lm_diagnosis_task(run: RunInfo, data_dir, people, val_sequences) -> Diagnosi
     """Validation NLL over the first `val_sequences` validation windows of the run's own corpus."""
 
     _refuse(people, "--people", "bioS", run.run_dir, "LM", "--val-sequences")
-    path = runs.training_data_of(run.run_dir, run.meta, data_dir)
+    path = RunFolder(run.run_dir).training_data(run.meta, data_dir)
     source = LMBatchSource(path, run.config.batch_size, run.seq_len, run.config.seed)
-    runs.check_training_data(run.run_dir, run.meta, path, source.loader.data_sha256)
+    RunFolder(run.run_dir).check_training_data(run.meta, path, source.loader.data_sha256)
     windows = validation_windows(
         path, run.seq_len, DEFAULT_VAL_SEQUENCES if val_sequences is None else val_sequences
     )

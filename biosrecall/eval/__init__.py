@@ -7,7 +7,7 @@
     exits.py   exit criteria (fixed:K, kl:eps, stable:m, entropy:h, oracle) and their one parser
     serving.py whole-query adaptive exit scored from the all-depth pass; `ask` through the decoder
 
-Checkpoints are chosen with `biosrecall.runs`' selector syntax; tables and figures are written by
+Checkpoints are chosen with `biosrecall.train.run_folder`' selector syntax; tables and figures are written by
 `biosrecall.outputs` (CSV + parquet, PNG + PDF). From a notebook:
 
     from biosrecall.eval import recall_curves, plot_recall_curves

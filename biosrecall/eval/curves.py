@@ -3,13 +3,13 @@
     table = recall_curves(["runs/fixed4", "runs/uniform"], checkpoints="0.45,final", max_depth=64)
     write_table(table, "recall-curve/recall_curve")   # biosrecall.outputs: .csv and .parquet
 
-Checkpoints are chosen with the selector syntax of `biosrecall.runs` (default "fractions": every
+Checkpoints are chosen with the selector syntax of `biosrecall.train.run_folder` (default "fractions": every
 budget fraction; "switch" and "all" add a fixed-first run's switch checkpoint, whose `fraction` is the
 share of the budget it had spent). Every problem with the input (not a run folder, no checkpoints, a
 bad selector or a missing checkpoint, the dataset missing or not the one the run was trained on, a bad
 depth or threshold) is found before any model runs and raised as one `BiosrecallError`.
 
-The dataset is `biosrecall.runs.training_data_of` the checkpoint (recorded, or `data_dir` when passed);
+The dataset is `RunFolder.training_data` the checkpoint (recorded, or `data_dir` when passed);
 its manifest hash must equal the checkpoint's.
 
 Scoring and its cache are `biosrecall.eval.scoring`'s: each checkpoint's table (every depth
@@ -39,7 +39,7 @@ from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold
 from biosrecall.eval.scoring import (
     CheckpointJob,
     Scoring,
-    fraction_of,
+    job_fraction,
     load_checked_datasets,
     plan_jobs,
     score_checkpoints,
@@ -114,7 +114,7 @@ def _label(table: pd.DataFrame, job: CheckpointJob) -> pd.DataFrame:
         "run": job.run,
         "schedule": str(job.meta.get("schedule", "")),
         "checkpoint": job.label,
-        "fraction": fraction_of(job),
+        "fraction": job_fraction(job),
         "update": int(job.meta.get("update", -1)),
         "flops": float(job.meta.get("flops", float("nan"))),
         "budget": float(job.meta.get("budget", float("nan"))),

@@ -24,7 +24,7 @@ Design.
 - Cost: 4 d FLOPs per checked position and iteration (`compute.flops.GATE_CHECK_FLOPS_PER_WIDTH`),
   checked at depths 1 .. exit (never at R, where every query stops), plus one readout at the exit.
 
-Files (`train.layout.gate_dir`): RUN/gates/<label>/gate.json (the record: seed, hashes of the
+Files (`RunFolder.gate_dir`): RUN/gates/<label>/gate.json (the record: seed, hashes of the
 checkpoint weights, model config and dataset, the head's weights, the delta grid with its calibrated
 thresholds, versions) and calibration.npz (the calibration queries' gate logits and exact flags, so
 that any delta in (0, 1) is calibrated the same way at use). A gate is used only on the checkpoint and
@@ -41,14 +41,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_max_depth
 from biosrecall.eval.gate_data import calibrate
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
 from biosrecall.files import file_sha256, read_json_object, require_regular_file
-from biosrecall.runs import read_meta
-from biosrecall.train import layout
+from biosrecall.train.checkpoint_files import MODEL_FILE, read_meta
+from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
 
 FORMAT = "biosrecall-exit-gate-1"
 TARGET = "the answer at depth k equals the answer at the reference depth (the best fixed depth)"
@@ -259,8 +258,8 @@ def read_calibration(path: Path, refit: str) -> tuple[np.ndarray, np.ndarray]:
 def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
     """The gate of checkpoint `label` of `run_dir`, refused unless fitted on that very checkpoint."""
 
-    folder = layout.gate_dir(run_dir, label)
-    record_path = folder / layout.GATE_RECORD_FILE
+    folder = RunFolder(run_dir).gate_dir(label)
+    record_path = folder / GATE_RECORD_FILE
     if not record_path.is_file():
         raise BiosrecallError(
             f"{run_dir} has no exit gate for checkpoint {label}: fit one with {_fit_command(run_dir, label)}"
@@ -270,12 +269,12 @@ def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
         record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
     except BiosrecallError as exc:
         raise BiosrecallError(f"{exc}; {refit}") from None
-    scores, exact = read_calibration(folder / layout.GATE_CALIBRATION_FILE, refit)
+    scores, exact = read_calibration(folder / GATE_CALIBRATION_FILE, refit)
     reference = record["reference_depth"]
     if isinstance(reference, bool) or not isinstance(reference, int) or reference != exact.shape[0]:
         raise BiosrecallError(
             f"the exit gate in {folder} is inconsistent: reference depth {reference!r} in "
-            f"{layout.GATE_RECORD_FILE}, calibration to depth {exact.shape[0]}; {refit}"
+            f"{GATE_RECORD_FILE}, calibration to depth {exact.shape[0]}; {refit}"
         )
     confidence = record["confidence"]
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
@@ -294,7 +293,7 @@ def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
         raise BiosrecallError(
             f"the exit gate in {folder} was fitted on another model (model hash {str(record.get('model_hash'))[:12]}, this checkpoint's {model_hash(meta)[:12]}); refit it with {_fit_command(run_dir, label)}"
         )
-    found = file_sha256(Path(checkpoint) / layout.MODEL_FILE)
+    found = file_sha256(Path(checkpoint) / MODEL_FILE)
     if record.get("checkpoint_hash") != found:
         raise BiosrecallError(
             f"the exit gate in {folder} was fitted on another checkpoint (weights hash {str(record.get('checkpoint_hash'))[:12]}, this one's {found[:12]}); refit it with {_fit_command(run_dir, label)}"
@@ -363,7 +362,7 @@ def check_gates(run_dirs, criteria, checkpoints, max_depth: int) -> None:
 
     if any(isinstance(criterion, Gate) for criterion in criteria):
         for run_dir in run_dirs:
-            for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
+            for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
                 resolve_gates(criteria, run_dir, label, path, max_depth)
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from biosrecall import runs
 from biosrecall.atomic import atomic_directory
 from biosrecall.bios import load_dataset
 from biosrecall.errors import BiosrecallError
@@ -54,9 +53,9 @@ from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_seed
-from biosrecall.train import layout
+from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint, read_meta
 from biosrecall.train.distributed import resolve_device
-from biosrecall.train.run_dir import versions
+from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, versions
 
 
 @dataclass(frozen=True)
@@ -77,14 +76,14 @@ def task_name(meta: dict) -> str:
 def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, Path]]:
     """(label, checkpoint, meta, dataset folder) of every selected checkpoint, all checked first."""
     planned = []
-    for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
-        meta = runs.read_meta(path)
+    for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
+        meta = read_meta(path)
         if meta["model_config"].get("n_block", 1) == 0:
             raise BiosrecallError(
                 f"{run_dir} is a standard transformer (no recurrent block): it has one depth, so there "
                 "is no exit for a gate to learn"
             )
-        planned.append((label, path, meta, runs.training_data_of(run_dir, meta, data_dir)))
+        planned.append((label, path, meta, RunFolder(run_dir).training_data(meta, data_dir)))
     return planned
 
 
@@ -102,13 +101,13 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
     device, written = resolve_device(str(device)), []
     with output_lock(run_dir, clean=False):
         for label, path, meta, data_path in planned:
-            model, _ = runs.load_checkpoint(path, device=device)
+            model, _ = load_checkpoint(path, device=device)
             settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
             fit = tasks[task_name(meta)].fit
             record, arrays, data_hash = fit(model, data_path, datasets[data_path], settings, batch_size)
-            record.update(checkpoint=label, checkpoint_hash=file_sha256(path / layout.MODEL_FILE),
+            record.update(checkpoint=label, checkpoint_hash=file_sha256(path / MODEL_FILE),
                           model_hash=model_hash(meta), data_hash=data_hash)  # fmt: skip
-            written.append(write_gate(layout.gate_dir(run_dir, label), record, arrays))
+            written.append(write_gate(RunFolder(run_dir).gate_dir(label), record, arrays))
     return written
 
 
@@ -127,7 +126,7 @@ def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict:
 
 def _check_bios_data(run_dir: Path, meta: dict, data_path: Path):
     dataset = load_dataset(data_path)
-    runs.check_training_data(run_dir, meta, data_path, dataset.manifest_hash)
+    RunFolder(run_dir).check_training_data(meta, data_path, dataset.manifest_hash)
     return dataset
 
 
@@ -186,8 +185,8 @@ def gate_record(settings: dict, reference: int, summary: dict, head, calibration
 def write_gate(folder: Path, record: dict, arrays: dict) -> Path:
     """Write one gate folder (record and calibration arrays) atomically, replacing an older one."""
     with atomic_directory(folder, overwrite=True) as tmp:
-        (tmp / layout.GATE_RECORD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        np.savez(tmp / layout.GATE_CALIBRATION_FILE, **arrays)
+        (tmp / GATE_RECORD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        np.savez(tmp / GATE_CALIBRATION_FILE, **arrays)
     return folder
 
 

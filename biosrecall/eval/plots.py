@@ -36,7 +36,7 @@ from biosrecall.compute import schedules as kinds
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import RECALL_SHARE
 from biosrecall.outputs import COLORS, MARKERS, save_figure
-from biosrecall.train.layout import SWITCH
+from biosrecall.train.run_folder import SWITCH
 
 if TYPE_CHECKING:
     from matplotlib.legend import Legend

@@ -44,7 +44,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from biosrecall import runs
 from biosrecall.bios import load_dataset
 from biosrecall.bios.dataset import MANIFEST
 from biosrecall.compute.flops import serving_flops
@@ -55,7 +54,8 @@ from biosrecall.eval.parallel import map_in_processes
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, recall_table, score_exact
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth, exact_by_depth
 from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
-from biosrecall.train.layout import exits_cache_file, recall_cache_file
+from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
+from biosrecall.train.run_folder import RunFolder, exits_cache_file, fraction_of, recall_cache_file
 
 RECALL_CACHE_FORMAT = 1
 EXITS_CACHE_FORMAT = 1
@@ -114,9 +114,9 @@ def plan_jobs(run_dirs, checkpoints, data_dir: str | Path | None = None) -> list
         raise BiosrecallError("no run folder given")
     jobs = []
     for name, run_dir in zip(run_labels(run_dirs), run_dirs, strict=True):
-        for label, path in runs.select_checkpoints(run_dir, checkpoints).items():
-            meta = runs.read_meta(path)
-            dataset_path = runs.training_data_of(run_dir, meta, data_dir)
+        for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
+            meta = read_meta(path)
+            dataset_path = RunFolder(run_dir).training_data(meta, data_dir)
             jobs.append(CheckpointJob(name, Path(run_dir), label, path, meta, dataset_path))
     return jobs
 
@@ -127,8 +127,8 @@ def load_checked_datasets(jobs: Sequence[CheckpointJob]) -> dict[Path, object]:
     for job in jobs:
         if job.dataset_path not in datasets:
             datasets[job.dataset_path] = load_dataset(job.dataset_path)
-        runs.check_training_data(
-            job.run_dir, job.meta, job.dataset_path, datasets[job.dataset_path].manifest_hash
+        RunFolder(job.run_dir).check_training_data(
+            job.meta, job.dataset_path, datasets[job.dataset_path].manifest_hash
         )
     return datasets
 
@@ -152,9 +152,9 @@ def scored_eval_set(dataset, people: int | None):
     return dataset.eval_set(np.arange(people))
 
 
-def fraction_of(job: CheckpointJob) -> float:
+def job_fraction(job: CheckpointJob) -> float:
     """The checkpoint's budget fraction; for the switch checkpoint, the share of the budget spent."""
-    fraction = runs.fraction_of(job.label)
+    fraction = fraction_of(job.label)
     if fraction is not None:
         return fraction
     return float(job.meta.get("flops", math.nan)) / float(job.meta.get("budget", math.nan))
@@ -163,7 +163,7 @@ def fraction_of(job: CheckpointJob) -> float:
 def job_columns(job: CheckpointJob) -> dict:
     """The label columns of a checkpoint's frontier rows: run, schedule, checkpoint, fraction."""
     schedule = str(job.meta.get("schedule", ""))
-    return {"run": job.run, "schedule": schedule, "checkpoint": job.label, "fraction": fraction_of(job)}
+    return {"run": job.run, "schedule": schedule, "checkpoint": job.label, "fraction": job_fraction(job)}
 
 
 # --- the one pass ---------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
     if criteria and cacheable and not scoring.refresh:
         exits = read_cached(exits_cache_file(job.path), exits_key)
     if (recall and recall_table_ is None) or (criteria and exits is None):
-        model, _ = runs.load_checkpoint(job.path, device=scoring.device)
+        model, _ = load_checkpoint(job.path, device=scoring.device)
         options = {"batch_size": scoring.batch_size, "progress": scoring.progress}
         if criteria and exits is None:
             stats = query_stats_by_depth(model, eval_set, scoring.max_depth, criteria,

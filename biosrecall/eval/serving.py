@@ -33,7 +33,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall import runs
 from biosrecall.bios import load_dataset
 from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
@@ -54,7 +53,9 @@ from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.eval.token_exit import token_exit_gap
 from biosrecall.model.decode import greedy_decode
 from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
+from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.distributed import resolve_device
+from biosrecall.train.run_folder import RunFolder
 
 TABLE_NAME = "exit_frontier"
 HEADLINE_NAME = "exit_headline"
@@ -228,12 +229,12 @@ def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, check
                   max_new_tokens: int = 8, device: str = "auto", data_dir=None) -> list[tuple[str, int]]:  # fmt: skip
     """Greedy continuation of `prompt` by a run's checkpoint with the KV-cached decoder and a per-token
     exit: (word, depth) per generated token, up to a full stop or a separator."""
-    label, path = runs.select_checkpoint(run_dir, checkpoint)
+    label, path = RunFolder(run_dir).select_checkpoint(checkpoint)
     criterion = resolve_gates([criterion], run_dir, label, path, max_depth)[0]
     cap = depth_cap(criterion, max_depth)
     judge = None if isinstance(criterion, Fixed) else (lambda: exit_judge(criterion))
-    meta = runs.read_meta(path)
-    dataset_path = runs.training_data_of(run_dir, meta, data_dir)
+    meta = read_meta(path)
+    dataset_path = RunFolder(run_dir).training_data(meta, data_dir)
     tokenizer = load_dataset(dataset_path).tokenizer
     words = split_words(prompt)
     ids = [tokenizer.token_to_id(word) for word in words]
@@ -242,7 +243,7 @@ def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, check
     if None in ids:
         unknown = words[ids.index(None)].lstrip(SPACE_MARK)
         raise BiosrecallError(f"the word {unknown!r} is not in the vocabulary of {dataset_path}")
-    model, _ = runs.load_checkpoint(path, device=resolve_device(str(device)))
+    model, _ = load_checkpoint(path, device=resolve_device(str(device)))
     sep = tokenizer.token_to_id(SEP_TOKEN)
     stops = {token for token in (sep, tokenizer.token_to_id(".")) if token is not None}
     result = greedy_decode(model, [sep, *ids], max_new_tokens, cap, judge, stop_ids=stops)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from biosrecall.atomic import DISK_FULL, WriteFailed, atomic_write_path
-from biosrecall.train.layout import META_FILE
+from biosrecall.train.checkpoint_files import META_FILE
 
 METADATA_KEY = b"biosrecall"
 

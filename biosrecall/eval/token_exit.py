@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from biosrecall import runs
 from biosrecall.eval.exits import exit_judge
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, score_exact
 from biosrecall.eval.scoring import (
@@ -37,6 +36,7 @@ from biosrecall.eval.scoring import (
 )
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
 from biosrecall.model.decode import teacher_forced
+from biosrecall.train.checkpoint_files import load_checkpoint
 
 TABLE_NAME = "exit_token_gap"
 UNDECIDED_KINDS = ("fixed-depth", "fixed", "oracle")
@@ -93,7 +93,7 @@ def token_exit_gap(jobs, datasets, criteria: Sequence[list], frontiers: Sequence
     tables = []
     for index, job in enumerate(jobs):
         dataset = datasets[job.dataset_path]
-        model, _ = runs.load_checkpoint(job.path, device=scoring.device)
+        model, _ = load_checkpoint(job.path, device=scoring.device)
         eval_set = scored_eval_set(dataset, scoring.people)
         with torch.inference_mode():
             rows = gap_rows(model, eval_set, dataset.pool_sizes, criteria[index], scoring.max_depth,

@@ -229,7 +229,7 @@ def _run_options(run: CapacityRun, base, data_dir: Path) -> dict[str, Any]:
 
 def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str, Any]:
     """What capacity.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
-    from biosrecall.train.run_dir import machine, versions
+    from biosrecall.train.run_folder import machine, versions
 
     record = {
         "settings": {key: getattr(options, key) for key in IDENTITY},

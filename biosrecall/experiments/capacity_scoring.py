@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.files import read_json_object
-from biosrecall.train.layout import config_file, list_checkpoints, read_meta, stored_bits_cache_file
+from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
+from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
 
 STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 
@@ -43,15 +44,15 @@ def _score(item) -> Any:
     import pandas as pd
 
     from biosrecall.eval.scoring import cached_dataset
-    from biosrecall.runs import check_training_data
 
     run, run_dir, data_dir, options, device = item
     dataset = cached_dataset(data_dir)
-    checkpoint = list_checkpoints(run_dir)[1.0]
+    folder = RunFolder(run_dir)
+    checkpoint = folder.fraction_checkpoints()[1.0]
     meta = read_meta(checkpoint)
-    check_training_data(run_dir, meta, dataset.path, dataset.manifest_hash)
+    folder.check_training_data(meta, dataset.path, dataset.manifest_hash)
     table = _stored_bits(checkpoint, dataset, options.depths, device)
-    plan = read_json_object(config_file(run_dir), "run config", required=("plan",))["plan"]
+    plan = read_json_object(folder.config_file, "run config", required=("plan",))["plan"]
     labels = {
         "people": run.people, "name": run.spec.name, "kind": run.kind, "schedule": run.spec.schedule,
         "model_preset": run.model_preset, "seed": run.spec.seed,
@@ -71,7 +72,6 @@ def _stored_bits(checkpoint: Path, dataset, depths, device):
     """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
     from biosrecall.eval.stored_bits import stored_bits_table
     from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
-    from biosrecall.runs import load_checkpoint
 
     key = checkpoint_key(
         checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash

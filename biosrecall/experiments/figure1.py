@@ -72,7 +72,7 @@ from biosrecall.outputs import write_table
 from biosrecall.sweep.run_spec import config_options
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
-from biosrecall.train.run_dir import machine, versions
+from biosrecall.train.run_folder import machine, versions
 from biosrecall.train.trainer import bios_training_task, make_plan
 
 FIGURE1_SCHEDULES = MAIN_SCHEDULES

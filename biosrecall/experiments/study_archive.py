@@ -40,15 +40,8 @@ from biosrecall.experiments.figure1_output import RECORD, RUNS
 from biosrecall.files import parse_json_text
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
 from biosrecall.sweep.jobs import BOOKKEEPING
-from biosrecall.train.layout import (
-    CONFIG_FILE,
-    LATEST,
-    META_FILE,
-    MODEL_FILE,
-    STATE_FILE,
-    finished,
-    is_resumable_state,
-)
+from biosrecall.train.checkpoint_files import META_FILE, MODEL_FILE, STATE_FILE
+from biosrecall.train.run_folder import CONFIG_FILE, LATEST, RunFolder, is_resumable_state
 
 LEFT_OUT_FILES = (MODEL_FILE, STATE_FILE)
 """What a kept checkpoint holds that only training or a fresh evaluation reads."""
@@ -121,7 +114,7 @@ def _map_strings(value, change):
 def _check_finished(runs_dir: Path) -> None:
     """Refuse a study with a run that has not finished: without its training state it could not resume."""
     for config in sorted(runs_dir.glob(f"seed*/**/{CONFIG_FILE}")):  # capacity: seed<S>/people<N>/<name>
-        if not finished(config.parent):
+        if not RunFolder(config.parent).finished():
             raise BiosrecallError(
                 f"run {config.parent} has not finished; rerun the study's command until it ends, then archive"
             )

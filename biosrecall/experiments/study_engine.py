@@ -31,7 +31,7 @@ from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, SweepRun
 from biosrecall.sweep.records import lock_holder
-from biosrecall.train.layout import finished, latest_checkpoint, saved_states
+from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import RESUME_ADVICE, Interrupted
 
 OptionsOf = Callable[[RunSpec], dict[str, Any]]
@@ -64,7 +64,7 @@ def train_study_runs(
     waves = [[s for s in specs if s.branch is None], [s for s in specs if s.branch is not None]]
     report = _in_study_words(report)
     for wave in waves:
-        left = sum(not finished(runs_dir / s.folder) for s in wave)
+        left = sum(not RunFolder(runs_dir / s.folder).finished() for s in wave)
         if not left:
             continue
         if report is not None:
@@ -129,10 +129,10 @@ def _in_study_words(report):
 def _options(runs_dir: Path, spec: RunSpec, options_of: OptionsOf) -> dict[str, Any]:
     """The run's spec values, with `from`/`at_update` for a branch whose trunk kept that state."""
     options = options_of(spec)
-    if spec.branch is None or finished(runs_dir / spec.folder):
+    if spec.branch is None or RunFolder(runs_dir / spec.folder).finished():
         return options
     trunk, at = runs_dir / spec.branch[0], spec.branch[1]
-    if at in saved_states(trunk):
+    if at in RunFolder(trunk).saved_states():
         return {**options, "from": str(trunk), "at_update": at}
     return options
 
@@ -142,7 +142,8 @@ def _stopped(runs_dir: Path, wave: Sequence[RunSpec]) -> str:
     caught = [
         str(s.folder)
         for s in wave
-        if not finished(runs_dir / s.folder) and latest_checkpoint(runs_dir / s.folder) is not None
+        if not RunFolder(runs_dir / s.folder).finished()
+        and RunFolder(runs_dir / s.folder).latest_checkpoint() is not None
     ]
     if not caught:
         return "interrupted"

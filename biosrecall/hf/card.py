@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.train.layout import recall_cache_file
+from biosrecall.train.run_folder import recall_cache_file
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 

@@ -16,7 +16,7 @@ The folder holds what `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_co
     README.md                   the model card (`card.py`)
 
 Nothing is written unless the whole export succeeds: the checkpoint is chosen with the selector of
-`biosrecall.runs` and loaded, its config is checked against what the modeling code implements, the
+`biosrecall.train.run_folder` and loaded, its config is checked against what the modeling code implements, the
 exported model's logits are compared with biosrecall's at depth 1 and at num_steps, and only then is
 the folder built under a temporary name next to DIR and renamed into place. An existing non-empty
 DIR is refused unless `overwrite` (then swapped, never half-replaced).
@@ -41,7 +41,6 @@ from tokenizers import Tokenizer
 from tokenizers.processors import TemplateProcessing
 
 import biosrecall
-from biosrecall import runs
 from biosrecall.atomic import (
     WriteFailed,
     atomic_directory,
@@ -56,7 +55,8 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
 from biosrecall.hf.card import CardFacts, cached_recall, model_card
 from biosrecall.locking import output_lock
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
+from biosrecall.train.run_folder import RunFolder, fraction_of
 
 MODELING_FILE = "modeling_biosrecall.py"
 # A data folder, not a subpackage: the file imports transformers at its top, so it is kept out of the
@@ -83,11 +83,11 @@ def export_run(
     """Write the checkpoint `checkpoint` selects in `run_dir` as a Hugging Face folder `out_dir`."""
     require_transformers()
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    label, path = runs.select_checkpoint(run_dir, checkpoint)
-    meta = runs.read_meta(path)
+    label, path = RunFolder(run_dir).select_checkpoint(checkpoint)
+    meta = read_meta(path)
     record = _run_record(run_dir)
     dataset = _training_dataset(run_dir, meta, data_dir)
-    model, _ = runs.load_checkpoint(path)
+    model, _ = load_checkpoint(path)
     check_supported(model.config.to_dict())
     steps, steps_source = _num_steps(record, model.config, num_steps)
     provenance = _provenance(run_dir, label, meta, record, dataset, steps_source)
@@ -140,7 +140,7 @@ def modeling_module():
 
 def _run_record(run_dir: Path) -> dict:
 
-    record = read_config(run_dir)
+    record = RunFolder(run_dir).read_config()
     task = (record.get("task") or {}).get("name", "bios")
     if task != "bios":
         raise BiosrecallError(f"{run_dir} is a {task} run; export handles bioS runs only")
@@ -150,9 +150,9 @@ def _run_record(run_dir: Path) -> dict:
 def _training_dataset(run_dir: Path, meta: dict, data_dir):
     """The dataset the checkpoint was trained on (its tokenizer goes into the export), hash-checked."""
 
-    path = runs.training_data_of(run_dir, meta, data_dir)
+    path = RunFolder(run_dir).training_data(meta, data_dir)
     dataset = load_dataset(path)
-    runs.check_training_data(run_dir, meta, path, dataset.manifest_hash)
+    RunFolder(run_dir).check_training_data(meta, path, dataset.manifest_hash)
     return dataset
 
 
@@ -192,7 +192,7 @@ def _num_steps(record: dict, model_config, asked: int | None) -> tuple[int, str]
 def _provenance(run_dir: Path, label: str, meta: dict, record: dict, dataset, steps_source: str) -> dict:
     """The `biosrecall` section of config.json: where the weights came from (no machine paths)."""
 
-    fraction = runs.fraction_of(label)
+    fraction = fraction_of(label)
     flops, budget = meta.get("flops"), meta.get("budget")
     if fraction is None and flops is not None and budget:
         fraction = float(flops) / float(budget)  # the switch checkpoint: the share of the budget spent

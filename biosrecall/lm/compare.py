@@ -44,8 +44,8 @@ from biosrecall.lm.evaluate import read_exit_table, read_table, summarize
 from biosrecall.lm.harness import read_harness_table
 from biosrecall.lm.replicates import check_replicates, expand_groups
 from biosrecall.outputs import save_figure, write_table
-from biosrecall.runs import fraction_of
 from biosrecall.stats import aggregate_seeds
+from biosrecall.train.run_folder import fraction_of
 
 UNIFORM = "uniform:1-16"
 RELATIVE = ("mean_nll_vs_ref_pct", "compute_vs_ref", "compute_saving_pct", "wall_vs_ref", "wall_saving_pct")

@@ -7,7 +7,7 @@
     # CLI: biosrecall lm eval runs/lm-ff [--checkpoint all|final|switch|0.45,1.0] [--max-sequences N]
     #      [--exit kl:5e-4,stable:2 --val-sequences 64]
 
-Checkpoints are chosen with the selector syntax of `biosrecall.runs` (the same in every command); the
+Checkpoints are chosen with the selector syntax of `biosrecall.train.run_folder` (the same in every command); the
 corpus is the one the run recorded, or `data_dir`, whose tokenizer must be the run's.
 
 Each validation batch runs through the model once, `forward_all_depths` reading out logits after
@@ -45,7 +45,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import Fixed, check_max_depth, check_servable, depth_cap, exit_judge, parameter_of
 from biosrecall.eval.gate import resolve_gates
@@ -53,10 +52,9 @@ from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.model.decode import teacher_forced
 from biosrecall.outputs import write_table
-from biosrecall.runs import load_checkpoint
+from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.distributed import autocast_for, resolve_device
-from biosrecall.train.layout import EVAL_DIR, eval_dir
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import EVAL_DIR, RunFolder, seq_len_of
 
 SERVING_DEPTHS = tuple(range(1, 17))
 TABLE = "nll"
@@ -105,17 +103,17 @@ class _Setup(NamedTuple):
 
 
 def _setup(run_dir: Path, checkpoints, data_dir, batch_size: int, sequences, device, precision) -> _Setup:
-
-    config = read_config(run_dir)
+    run = RunFolder(run_dir)
+    config = run.read_config()
     if config.get("task", {}).get("name") != "lm":
         raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
     if batch_size < 1 or (sequences is not None and sequences < 1):
         raise BiosrecallError("batch size and max sequences must be at least 1")
-    chosen = runs.select_checkpoints(run_dir, checkpoints)
-    data_dir = runs.training_data_of(run_dir, config, data_dir)
+    chosen = run.select_checkpoints(checkpoints)
+    data_dir = run.training_data(config, data_dir)
     check_data(config, data_dir)
     target = resolve_device(device)
-    return _Setup(config, chosen, data_dir, runs.seq_len_of(config), target, autocast_for(target, precision))
+    return _Setup(config, chosen, data_dir, seq_len_of(config), target, autocast_for(target, precision))
 
 
 def evaluate_run(
@@ -130,7 +128,7 @@ def evaluate_run(
     precision: str = "auto",
 ) -> pd.DataFrame:
     """Evaluate the checkpoints `checkpoints` selects (selector text, repeated values or a
-    `runs.Selector`) of an LM run on the validation split; write and return the table."""
+    `Selector`) of an LM run on the validation split; write and return the table."""
     run_dir = Path(run_dir)
     setup = _setup(run_dir, checkpoints, data_dir, batch_size, max_sequences, device, precision)
     tables = []
@@ -140,7 +138,7 @@ def evaluate_run(
         table = depth_nll(model, batches, depths, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
-    write_table(result, eval_dir(run_dir) / TABLE)
+    write_table(result, RunFolder(run_dir).eval_dir / TABLE)
     return result
 
 
@@ -211,7 +209,7 @@ def evaluate_exits(
         table = exit_nll(model, windows, resolved[name], max_depth, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
-    write_table(result, eval_dir(run_dir) / EXIT_TABLE)
+    write_table(result, RunFolder(run_dir).eval_dir / EXIT_TABLE)
     return result
 
 
@@ -234,7 +232,7 @@ def with_checkpoint_columns(
 
 def read_table(run_dir: str | Path) -> pd.DataFrame:
     """A run's evaluation table, with a pointer to `lm eval` when there is none."""
-    path = eval_dir(run_dir) / f"{TABLE}.parquet"
+    path = RunFolder(run_dir).eval_dir / f"{TABLE}.parquet"
     if not path.is_file():
         raise BiosrecallError(
             f"{run_dir} has no {EVAL_DIR}/{TABLE}.parquet (run `biosrecall lm eval {run_dir}`)"
@@ -262,5 +260,5 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
 
 def read_exit_table(run_dir: str | Path) -> pd.DataFrame | None:
     """A run's per-token exit table (`evaluate_exits`), or None when it has none."""
-    path = eval_dir(run_dir) / f"{EXIT_TABLE}.parquet"
+    path = RunFolder(run_dir).eval_dir / f"{EXIT_TABLE}.parquet"
     return pd.read_parquet(path) if path.is_file() else None

@@ -28,7 +28,6 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from biosrecall import runs
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.gate import Trace, batch_states, deltas, query_logits, reference_depth, train_head
 from biosrecall.eval.gate_data import calibrate
@@ -36,6 +35,7 @@ from biosrecall.eval.gate_fit import GateTask, gate_record
 from biosrecall.files import file_sha256
 from biosrecall.lm.evaluate import check_data
 from biosrecall.lm.loader import ShardLoader
+from biosrecall.train.run_folder import RunFolder, seq_len_of
 
 FIT_WINDOWS = 64
 MAX_FIT_POSITIONS = 2048
@@ -110,9 +110,9 @@ def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size:
 
 def _check_lm_data(run_dir: Path, meta: dict, data_path: Path) -> int:
     """The run's training sequence length, once its shards are checked against its tokenizer."""
-    config = runs.read_config(run_dir)
+    config = RunFolder(run_dir).read_config()
     check_data(config, data_path)
-    return runs.seq_len_of(config)
+    return seq_len_of(config)
 
 
 def _fit(model, data_path: Path, seq_len: int, settings: dict, batch_size: int):

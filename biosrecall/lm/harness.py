@@ -42,7 +42,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from biosrecall import runs
 from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import check_data, with_checkpoint_columns
@@ -50,9 +49,9 @@ from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model.decode import CachedDecoder
 from biosrecall.outputs import write_table
+from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.distributed import autocast_for, resolve_device
-from biosrecall.train.layout import eval_dir
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import RunFolder, seq_len_of
 
 TABLE = "harness"
 RECORD_SUFFIX = ".json"
@@ -240,12 +239,12 @@ def check_tasks(tasks: Sequence[str], manager) -> list[str]:
 
 def _load_setup(run_dir: Path, checkpoint, data_dir, device: str, precision: str):
     """(run config, chosen checkpoints, tokenizer, device, autocast), all checked before any model loads."""
-
-    config = read_config(run_dir)
+    run = RunFolder(run_dir)
+    config = run.read_config()
     if config.get("task", {}).get("name") != "lm":
         raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
-    chosen = runs.select_checkpoints(run_dir, checkpoint)
-    data_dir = runs.training_data_of(run_dir, config, data_dir)
+    chosen = run.select_checkpoints(checkpoint)
+    data_dir = run.training_data(config, data_dir)
     check_data(config, data_dir)
     tokenizer = load_tokenizer(Path(data_dir) / load_manifest(data_dir)["tokenizer"]["file"])
     target = resolve_device(device)
@@ -302,10 +301,10 @@ def evaluate_harness(
     config, chosen, tokenizer, target, autocast = _load_setup(
         run_dir, checkpoint, data_dir, device, precision
     )
-    max_length = runs.seq_len_of(config)
+    max_length = seq_len_of(config)
     tables, record = [], {}
     for name, path in chosen.items():
-        model, meta = runs.load_checkpoint(path, device=target)
+        model, meta = load_checkpoint(path, device=target)
         for depth in depths:
             lm = looped_lm(model, tokenizer, depth, max_length, batch_size, autocast)
             results = lm_eval.simple_evaluate(
@@ -317,7 +316,7 @@ def evaluate_harness(
             tables.append(with_checkpoint_columns(rows, run_dir, config, name, meta))
             record = results
     table = pd.concat(tables, ignore_index=True)
-    base = Path(out) if out is not None else eval_dir(run_dir) / TABLE
+    base = Path(out) if out is not None else RunFolder(run_dir).eval_dir / TABLE
     written = write_table(table, base)
     atomic_write_text(
         written[0].with_suffix(RECORD_SUFFIX),
@@ -345,5 +344,5 @@ def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, inclu
 
 def read_harness_table(run_dir: str | Path) -> pd.DataFrame | None:
     """A run's lm-eval table (`evaluate_harness`), or None when it has none."""
-    path = eval_dir(run_dir) / f"{TABLE}.parquet"
+    path = RunFolder(run_dir).eval_dir / f"{TABLE}.parquet"
     return pd.read_parquet(path) if path.is_file() else None

@@ -36,8 +36,7 @@ from biosrecall.outputs import save_figure, write_table
 from biosrecall.sweep import commands
 from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs
 from biosrecall.sweep.records import run_status
-from biosrecall.train.layout import eval_dir, finished, metrics_file
-from biosrecall.train.run_dir import read_metrics
+from biosrecall.train.run_folder import RunFolder
 
 COLLECT = "collect"
 _LAST_METRICS = ("loss", "flops", "tokens", "wall_s")
@@ -48,7 +47,7 @@ def collect_sweep(
 ) -> tuple[list[Path], list[str]]:
     """Write the sweep's tables into OUT/collect/ (module docstring); (paths written, notes)."""
     jobs = build_jobs(out, runs, evaluations)
-    done = [job for job in jobs if finished(job.run_dir)]
+    done = [job for job in jobs if RunFolder(job.run_dir).finished()]
     if not done:
         raise BiosrecallError(
             f"no run of the sweep in {out} has finished yet (see `biosrecall sweep status`)"
@@ -66,7 +65,9 @@ def runs_table(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> pd.DataFrame:
     rows = []
     for run, job in zip(runs, jobs, strict=True):
         status = run_status(job)
-        metrics = read_metrics(job.run_dir) if metrics_file(job.run_dir).is_file() else []
+        metrics = (
+            RunFolder(job.run_dir).read_metrics() if RunFolder(job.run_dir).metrics_file.is_file() else []
+        )
         last = metrics[-1] if metrics else {}
         row = {"run": run.name, **{str(k): _cell(v) for k, v in run.labels.items()}}
         row.update(state=status.state, updates=status.updates, planned=status.planned)
@@ -116,7 +117,9 @@ def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
 
 def _lm_comparison(done: list[Job], jobs: list[Job], dest: Path) -> tuple[list[Path], list[str]]:
 
-    missing = [job.name for job in done if not (eval_dir(job.run_dir) / f"{TABLE}.parquet").is_file()]
+    missing = [
+        job.name for job in done if not (RunFolder(job.run_dir).eval_dir / f"{TABLE}.parquet").is_file()
+    ]
     if missing:
         return [], [f"lm compare left out: {len(missing)} finished run(s) not evaluated ({missing[0]}, ...)"]
     seeded = all(re.search(r"/seed\d+$", job.name) for job in jobs)

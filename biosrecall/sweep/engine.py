@@ -34,8 +34,8 @@ from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, Job, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.records import read_record
 from biosrecall.sweep.worker import Outcome, train_command
-from biosrecall.train.layout import finished, latest_checkpoint
 from biosrecall.train.progress import format_seconds
+from biosrecall.train.run_folder import RunFolder
 
 Executor = LocalExecutor | SlurmExecutor
 
@@ -119,10 +119,10 @@ def planned_actions(jobs: Sequence[Job]) -> list[tuple[str, str, list[str]]]:
     """(name, what a run would do now, its training command) for a dry run; nothing is launched."""
     plan = []
     for job in jobs:
-        if finished(job.run_dir):
+        if RunFolder(job.run_dir).finished():
             evaluated = job.eval_key is None or read_record(job.record).get("evaluated") == job.eval_key
             plan.append((job.name, "skip" if evaluated else "evaluate", []))
             continue
-        resume = latest_checkpoint(job.run_dir) is not None
+        resume = RunFolder(job.run_dir).latest_checkpoint() is not None
         plan.append((job.name, "resume" if resume else "train", train_command(job, resume)))
     return plan

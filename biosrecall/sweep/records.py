@@ -33,7 +33,7 @@ from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import parse_int
 from biosrecall.sweep.jobs import Job
-from biosrecall.train.layout import config_file, finished, latest_checkpoint, lock_file, metrics_file
+from biosrecall.train.run_folder import RunFolder
 
 STATES = ("done", "running", "failed", "waiting")
 INTERRUPTED = 130  # the trainer's exit status after a Ctrl-C or SIGTERM, once `latest` is saved
@@ -76,7 +76,7 @@ def lock_holder(run_dir: Path) -> int | None:
     """The live process holding the run folder's lock, found without taking the lock: the pid its lock
     file records, if that process is alive (a killed holder leaves the file but its pid is gone)."""
     try:
-        text = lock_file(run_dir).read_text().strip()
+        text = RunFolder(run_dir).lock_file.read_text().strip()
     except (OSError, UnicodeDecodeError):  # unreadable or damaged: it names no live holder
         return None
     pid = _recorded_pid(text)
@@ -123,17 +123,19 @@ def _state(job: Job, record: dict[str, Any], updates: int) -> tuple[str, str]:
     holder = lock_holder(job.run_dir)
     if holder is not None:
         return "running", f"run folder locked by pid {holder}"
-    is_finished = finished(job.run_dir)
+    run = RunFolder(job.run_dir)
+    is_finished = run.finished()
     if is_finished and (job.eval_key is None or record.get("evaluated") == job.eval_key):
         return "done", record.get("action", "finished")
-    interrupted = record.get("exit_code") == INTERRUPTED and latest_checkpoint(job.run_dir) is not None
+    saved = run.latest_checkpoint() is not None
+    interrupted = record.get("exit_code") == INTERRUPTED and saved
     if record.get("state") == "failed" and not interrupted:
         return "failed", f"exit {record.get('exit_code')}: {record.get('error', '')}"
     if record.get("state") == "running":  # on this host, with no process left
         return "failed", f"stopped during {record.get('phase', 'train')} without an exit status (killed?)"
     if is_finished:
         return "waiting", "trained; to evaluate"
-    if latest_checkpoint(job.run_dir) is not None:
+    if saved:
         return "waiting", f"interrupted; resumes after update {updates}"
     return "waiting", "not started"
 
@@ -141,11 +143,11 @@ def _state(job: Job, record: dict[str, Any], updates: int) -> tuple[str, str]:
 def progress(run_dir: Path) -> tuple[int, int | None]:
     """(updates logged so far, updates planned) of a run folder, read cheaply (0, None before it exists)."""
     try:
-        updates = metrics_file(run_dir).read_bytes().count(b"\n")
+        updates = RunFolder(run_dir).metrics_file.read_bytes().count(b"\n")
     except OSError:
         updates = 0
     try:
-        planned = json.loads(config_file(run_dir).read_text())["plan"]["updates"]
+        planned = json.loads(RunFolder(run_dir).config_file.read_text())["plan"]["updates"]
     except (OSError, ValueError, KeyError, TypeError):
         planned = None
     return updates, planned if isinstance(planned, int) else None

@@ -39,7 +39,7 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.sweep.jobs import Job
 from biosrecall.sweep.records import lock_holder, now, read_record, record_running, update_record
 from biosrecall.sweep.warm import WarmProcess, start_warm, warm_start_enabled
-from biosrecall.train.layout import finished, latest_checkpoint
+from biosrecall.train.run_folder import RunFolder
 
 MAX_ERROR = 300
 PROGRAM = [sys.executable, "-m", "biosrecall"]
@@ -82,8 +82,8 @@ def run_one(
         return Outcome(job.name, "busy", "busy", log=str(job.log))
     job.record.parent.mkdir(parents=True, exist_ok=True)
     action = "skipped"
-    if not finished(job.run_dir):
-        resume = latest_checkpoint(job.run_dir) is not None
+    if not RunFolder(job.run_dir).finished():
+        resume = RunFolder(job.run_dir).latest_checkpoint() is not None
         action = "resumed" if resume else "trained"
         atomic_write_text(job.spec, job.spec_text)
         code, error = _launch(job, "train", action, train_command(job, resume), env, processes)

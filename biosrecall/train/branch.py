@@ -29,9 +29,8 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.layout import CONFIG_FILE, config_file, metrics_file, saved_states
 from biosrecall.train.optim import learning_rate
-from biosrecall.train.run_dir import first_difference, read_config, read_metrics
+from biosrecall.train.run_folder import CONFIG_FILE, RunFolder, first_difference
 
 # What must match between parent and branch beyond the per-update depths and rates, which
 # `check_branch` compares update by update.
@@ -63,9 +62,9 @@ def branch_of(parent: str | Path | None, at_update: int | None) -> Branch | None
 def find_state(branch: Branch) -> Path:
     """The parent's saved training state after `branch.at_update` updates (a kept update-N folder, a
     budget-fraction or switch checkpoint, or `latest`: `layout.saved_states`)."""
-    if not os.path.lexists(config_file(branch.parent)):
+    if not os.path.lexists(RunFolder(branch.parent).config_file):
         raise BiosrecallError(f"cannot branch: {branch.parent} holds no run (no {CONFIG_FILE})")
-    saved = saved_states(branch.parent)
+    saved = RunFolder(branch.parent).saved_states()
     if branch.at_update in saved:
         return saved[branch.at_update]
     last = max(saved, default=0)
@@ -86,7 +85,7 @@ def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConf
     the shared settings must be equal (keys in `ignored` aside, such as the dataset's path), and so
     must every earlier update's depth and learning rate. `replan(model_config, train_config)` plans
     the parent again (`setup.make_plan`)."""
-    stored = read_config(branch.parent)
+    stored = RunFolder(branch.parent).read_config()
     for section in ("model_config", "dataset", "task"):
         difference = first_difference(stored.get(section), record.get(section), ignored)
         if difference is not None:
@@ -130,11 +129,11 @@ def _check_same_updates(at: int, parent_plan, plan, parent_config: TrainConfig, 
             )
 
 
-def copy_parent_metrics(branch: Branch, run_dir: Path) -> None:
+def copy_parent_metrics(branch: Branch, run: RunFolder) -> None:
     """Start the branch's metrics.jsonl with the parent's rows of the updates before the branch point
     (the loop's `MetricsLog` then checks that they are all there)."""
-    rows = read_metrics(branch.parent, limit=branch.at_update)
-    atomic_write_text(metrics_file(run_dir), "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    rows = RunFolder(branch.parent).read_metrics(limit=branch.at_update)
+    atomic_write_text(run.metrics_file, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
 def branch_record(branch: Branch) -> dict[str, Any]:

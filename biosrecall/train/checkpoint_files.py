@@ -7,10 +7,10 @@ kept, `training_state.pt`, with their one writer and their checked readers.
     CHECKPOINT/training_state.pt   optimizer and batch-source state (resume, branches, the diagnostic)
 
 Where such folders sit in a run folder (`checkpoints/<fraction>/`, `switch/`, `state-N/` behind
-`latest`) is `biosrecall.train.layout`'s business; modules outside `train/` read checkpoints through
-it or through `biosrecall.runs`. A folder is built under a temporary name and renamed into place
-(`save_checkpoint`), so a crash leaves a complete checkpoint or none, and a write that fails (disk full,
-no permission) raises `SaveFailed`, one line with the path and the errno.
+`latest`) is `biosrecall.train.run_folder.RunFolder`'s business: modules find checkpoints through it
+and read each one here. A folder is built under a temporary name and renamed into place
+(`save_checkpoint`), so a crash leaves a complete checkpoint or none, and a write that fails (disk
+full, no permission) raises `SaveFailed`, one line with the path and the errno.
 
 `read_meta`, `load_checkpoint` and `load_training_state` check what they read (types, required keys,
 value ranges) and turn any damage into a `DamagedCheckpoint`, one line naming the file and the problem:

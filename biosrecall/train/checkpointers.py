@@ -10,7 +10,7 @@ knowing how the run is parallel. `Trainer._checkpointer` picks the implementatio
 - `ShardedCheckpointer` (FSDP, in `sharded.py`): every call is collective; `latest` is a sharded
   `torch.distributed.checkpoint`, kept checkpoints are gathered into the single-file format.
 
-Both publish `latest` through `layout.swap_latest`, so a kill at any moment leaves a complete
+Both publish `latest` through `RunFolder.swap_latest`, so a kill at any moment leaves a complete
 state behind. Which kept checkpoints an update earns is the pure function `fractions_crossed`.
 """
 
@@ -24,8 +24,9 @@ from typing import Any
 import torch
 
 from biosrecall.errors import first_line
-from biosrecall.train import checkpoint_files, distributed, layout
+from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.distributed import DistInfo
+from biosrecall.train.run_folder import RunFolder
 
 KeptCheckpoint = tuple[Path, dict[str, Any]]  # (folder, meta) of a checkpoint to keep
 
@@ -34,9 +35,9 @@ class Checkpointer(ABC):
     """Saves and restores one run's model (unwrapped) and optimizer; every rank calls every method."""
 
     def __init__(
-        self, run_dir: Path, dist: DistInfo, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+        self, folder: RunFolder, dist: DistInfo, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     ):
-        self.run_dir = Path(run_dir)
+        self.folder = folder
         self.dist = dist
         self.model = model
         self.optimizer = optimizer
@@ -66,9 +67,9 @@ class LocalCheckpointer(Checkpointer):
 
     def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
         if self.dist.is_main:
-            layout.save_latest(self.run_dir, self.model, meta, self._training_state(source_state))
+            self.folder.save_latest(self.model, meta, self._training_state(source_state))
         distributed.barrier(self.dist)
-        return layout.state_dir(self.run_dir, meta["update"])
+        return self.folder.state_dir(meta["update"])
 
     def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         saved, meta = checkpoint_files.load_checkpoint(path)

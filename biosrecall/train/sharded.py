@@ -11,7 +11,7 @@ collective (all ranks call it):
         training_state.pt    the batch source's state (the optimizer lives in dcp/)
 
 The folder is assembled under a temporary name and renamed into place before `latest` is swapped by
-the same `layout.swap_latest` as single-process runs use, so a kill at any moment leaves a
+the same `RunFolder.swap_latest` as single-process runs use, so a kill at any moment leaves a
 complete state behind.
 
 Kept checkpoints (budget fractions, the switch, the final one) use the one single-file format of
@@ -40,8 +40,9 @@ from torch.distributed.checkpoint.state_dict import (
 
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.model import LoopedTransformer
-from biosrecall.train import checkpoint_files, distributed, layout
+from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.checkpointers import Checkpointer, KeptCheckpoint
+from biosrecall.train.run_folder import hide_state, temporary_path
 
 DCP_DIR = "dcp"
 
@@ -52,8 +53,8 @@ class ShardedCheckpointer(Checkpointer):
     def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
         """Every rank writes its shards into `.state-<update>.tmp/`; rank 0 adds the sidecar, renames
         the folder into place and points `latest` at it."""
-        state = layout.state_dir(self.run_dir, meta["update"])
-        tmp = layout.temporary_path(state)
+        state = self.folder.state_dir(meta["update"])
+        tmp = temporary_path(state)
         if self.dist.is_main:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier save
             with checkpoint_files.writing(tmp):
@@ -67,9 +68,9 @@ class ShardedCheckpointer(Checkpointer):
                     tmp / checkpoint_files.STATE_FILE, {"source": source_state}
                 )
                 if state.exists():  # the same update saved twice (a stop right after a save)
-                    layout.hide_state(state)
+                    hide_state(state)
                 os.replace(tmp, state)
-            layout.swap_latest(self.run_dir, meta["update"])
+            self.folder.swap_latest(meta["update"])
         distributed.barrier(self.dist)
         return state
 

@@ -38,7 +38,7 @@ from tqdm.std import tqdm
 
 from biosrecall.atomic import atomic_write_json
 from biosrecall.files import read_json_object
-from biosrecall.train.run_dir import read_config
+from biosrecall.train.run_folder import RunFolder
 
 PROJECT = "biosrecall"
 TENSORBOARD_DIR = "tensorboard"
@@ -192,11 +192,13 @@ def _store_ids(folder: Path, tracker: str, ids: dict[str, str]) -> None:
 
 def with_trackers(reporter, config, trainer):
     """`reporter`, also sending each record to the trackers `config.log` names (on the main process of
-    a run only; `trainer` is the `Trainer`, whose folder moves when a new run is swapped in)."""
+    a run only; `trainer` is the `Trainer`, whose `folder` moves when a new run is swapped in)."""
     if not config.log or not trainer.dist.is_main:
         return reporter
     trackers = [ADAPTERS[name]() for name in config.log]
-    return TrackingReporter(reporter, trackers, lambda: trainer.run_dir, str(trainer.final_dir), config.to_dict())
+    return TrackingReporter(
+        reporter, trackers, lambda: trainer.folder.path, str(trainer.final.path), config.to_dict()
+    )
 
 
 class TrackingReporter:
@@ -210,7 +212,9 @@ class TrackingReporter:
     def start(self, total: int, done: int) -> None:
         self.inner.start(total, done)
         self.started_in = self.folder()
-        config = json.loads(json.dumps({**read_config(self.started_in), "train_config": self.train_config}))
+        config = json.loads(
+            json.dumps({**RunFolder(self.started_in).read_config(), "train_config": self.train_config})
+        )
         run = TrackedRun(self.started_in, self.name, config, done)
         self._each("start", lambda tracker: tracker.start(run))
 

@@ -58,21 +58,14 @@ from biosrecall.locking import output_lock
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.layers import IGNORE_INDEX
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
-from biosrecall.train import checkpoint_files, distributed, layout
+from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
 from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer, fractions_crossed
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len, split_budget_of
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter, format_seconds
-from biosrecall.train.run_dir import (
-    MetricsLog,
-    first_difference,
-    prepare_run_dir,
-    read_config,
-    start_run_folder,
-    write_config,
-)
+from biosrecall.train.run_folder import SWITCH, MetricsLog, RunFolder, first_difference, update_dirname
 from biosrecall.train.tracking import with_trackers
 
 RESUME_ADVICE = "resume with --resume"
@@ -422,16 +415,16 @@ class Trainer:
         branch: Branch | None = None,
     ):
         self.task, self.config, self.branch = task, config, branch
-        self.final_dir = Path(run_dir)
+        self.final = RunFolder(run_dir)
         """The run folder the user named."""
-        self.run_dir = self.final_dir
+        self.folder = self.final
         """Where the run writes now: for a new run, a temporary folder until its first resumable state."""
         self.resume, self.overwrite = resume, overwrite
         self.reporter = reporter or SilentReporter()
         self.progress = _Progress()
         self.metrics: MetricsLog | None = None
         self._publish: Callable[[], None] | None = None
-        """Swaps a new run into `final_dir` (rank 0; a no-op elsewhere); None once done or when resuming."""
+        """Swaps a new run into `final` (rank 0; a no-op elsewhere); None once done or when resuming."""
 
     # ---- the whole run ------------------------------------------------------------------------
 
@@ -445,7 +438,7 @@ class Trainer:
             "task": {"name": self.task.name, "preset": self.task.preset},
             "dataset": self.task.data_record(self.source),
         }
-        check_output_path(self.final_dir, [record["dataset"].get("path")])
+        check_output_path(self.final.path, [record["dataset"].get("path")])
         with self._lock(), ExitStack() as building:
             self._set_up(model_config, record, building)
             # config.log's trackers get every record too
@@ -460,7 +453,7 @@ class Trainer:
 
     def _lock(self):
         """The run folder's lock; under torchrun only rank 0 takes it (every other rank would find it held)."""
-        return output_lock(self.final_dir) if distributed.is_main_process() else nullcontext()
+        return output_lock(self.final.path) if distributed.is_main_process() else nullcontext()
 
     # ---- set-up: everything before the first update --------------------------------------------
 
@@ -470,7 +463,7 @@ class Trainer:
         config, task = self.config, self.task
         config.validate()
         model_config.validate()
-        replace = prepare_run_dir(self.final_dir, self.resume, self.overwrite)
+        replace = self.final.check_new_or_resumable(self.resume, self.overwrite)
         self.dist, self.device, self.autocast = _join_devices(config)
         exposures = None
         if task.exposures is not None:
@@ -484,12 +477,12 @@ class Trainer:
         """`resume_from` is another run's state (`biosrecall.train.branch`), not this run's own."""
         self.resume_from = self._starting_state(record, exposures)
         if not self.resume:
-            self.run_dir = self._new_run_folder(replace, building)
+            self.folder = self._new_run_folder(replace, building)
             self._publish = building.close if self.dist.is_main else lambda: None
         if self.dist.is_main and not self.resume:
-            write_config(self.run_dir, {**record, "plan": plan_summary(self.plan, model_config, shown)})
+            self.folder.write_config({**record, "plan": plan_summary(self.plan, model_config, shown)})
             if self.branch is not None:
-                copy_parent_metrics(self.branch, self.run_dir)
+                copy_parent_metrics(self.branch, self.folder)
         distributed.barrier(self.dist)
         self.raw_model, self.model, self.optimizer = _build_model(
             model_config, config, self.dist, self.device
@@ -517,7 +510,7 @@ class Trainer:
                 f"--keep-updates {config.keep_updates[-1]} is beyond this run's {plan.updates} updates"
             )
         if self.resume:
-            return _check_resume(self.final_dir, record, plan, config)
+            return _check_resume(self.final, record, plan, config)
         if self.branch is None:
             return None
         state = find_state(self.branch)
@@ -525,13 +518,13 @@ class Trainer:
         check_branch(self.branch, record, plan, config, replan, RESUMABLE_DIFFERENCES)
         return state
 
-    def _new_run_folder(self, replace: bool, building: ExitStack) -> Path:
+    def _new_run_folder(self, replace: bool, building: ExitStack) -> RunFolder:
         """Rank 0 starts the temporary folder of a new run; every rank learns its name (sharded saves
         write from every rank)."""
-        folder = [start_run_folder(self.final_dir, replace, building) if self.dist.is_main else None]
+        folder = [self.final.start(replace, building).path if self.dist.is_main else None]
         if self.dist.enabled:
             torch.distributed.broadcast_object_list(folder, src=0)
-        return Path(folder[0])
+        return RunFolder(folder[0])
 
     def _checkpointer(self) -> Checkpointer:
         """FSDP: no rank holds the whole model, so every save and restore is collective and sharded."""
@@ -539,8 +532,8 @@ class Trainer:
             # Imported here: torch.distributed.checkpoint costs about 0.5 s of every other run's start-up.
             from biosrecall.train.sharded import ShardedCheckpointer
 
-            return ShardedCheckpointer(self.run_dir, self.dist, self.raw_model, self.optimizer)
-        return LocalCheckpointer(self.run_dir, self.dist, self.raw_model, self.optimizer)
+            return ShardedCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
+        return LocalCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
 
     def _seconds_per_flop(self) -> float | None:
         """Time two forward+backward passes at depth 4 (weights untouched) to estimate the wall time."""
@@ -567,9 +560,9 @@ class Trainer:
         if self.resume_from:
             self._restore()
         if self.dist.is_main:
-            self.metrics = MetricsLog(self.run_dir, self.progress.update)
+            self.metrics = self.folder.metrics_log(self.progress.update)
         if self.resume_from and self.dist.is_main:
-            layout.remove_leftovers(self.run_dir)
+            self.folder.remove_leftovers()
         progress, metrics = self.progress, self.metrics
         self.reporter.start(self.plan.updates, progress.update)
         if self.branching:  # what the branch point itself earns: the switch checkpoint, a kept update
@@ -597,9 +590,9 @@ class Trainer:
             raise
         if metrics:
             metrics.close()
-        checkpoints = layout.list_checkpoints(self.run_dir)
+        checkpoints = self.folder.fraction_checkpoints()
         return TrainResult(
-            self.run_dir,
+            self.folder.path,
             progress.update,
             progress.flops,
             checkpoints,
@@ -661,12 +654,12 @@ class Trainer:
         crossed = fractions_crossed(
             config.checkpoint_fractions, progress.fractions_done, progress.flops, plan.budget, finished
         )
-        kept_dirs = [(fraction, layout.checkpoint_dir(self.run_dir, fraction)) for fraction in crossed]
+        kept_dirs = [(fraction, self.folder.checkpoint_dir(fraction)) for fraction in crossed]
         if progress.update == plan.switch_update:
-            kept_dirs.append((None, layout.checkpoint_dir(self.run_dir, layout.SWITCH)))
+            kept_dirs.append((None, self.folder.checkpoint_dir(SWITCH)))
         if progress.update in (config.keep_updates or ()):
-            name = layout.update_dirname(progress.update)
-            kept_dirs.append((None, layout.checkpoint_dir(self.run_dir, name)))
+            name = update_dirname(progress.update)
+            kept_dirs.append((None, self.folder.checkpoint_dir(name)))
         progress.fractions_done.extend(crossed)
         if kept_dirs:
             kept = [(path, self._meta(fraction)) for fraction, path in kept_dirs]
@@ -695,12 +688,12 @@ class Trainer:
         (a replaced run is moved aside first and deleted only once the new one is in place)."""
         self.checkpointer.save_latest(self._meta(None), self.source.state_dict())
         if self._publish is not None:
-            with checkpoint_files.writing(self.final_dir):
+            with checkpoint_files.writing(self.final.path):
                 self._publish()
             self._publish = None
-            self.run_dir = self.checkpointer.run_dir = self.final_dir
+            self.folder = self.checkpointer.folder = self.final
             if self.metrics:
-                self.metrics.moved_to(self.final_dir)
+                self.metrics.moved_to(self.final)
         self.progress.saved_update = self.progress.update
         if self.metrics:
             self.metrics.saved(self.progress.update)
@@ -712,7 +705,7 @@ class Trainer:
         except checkpoint_files.DamagedCheckpoint as exc:
             if self.branching:
                 raise
-            raise damaged_latest(self.run_dir, self.resume_from, exc) from None
+            raise damaged_latest(self.folder, self.resume_from, exc) from None
         self.source.load_state_dict(source_state)
         done = meta["fractions_done"]
         if self.branching:  # the parent's fractions are of its own budget; those of ours passed are skipped
@@ -737,11 +730,11 @@ class Trainer:
             yield
         except checkpoint_files.SaveFailed as exc:
             if self.progress.saved_update is None:
-                before = "is as it was before" if self.final_dir.exists() else "was not created"
-                left = f"nothing of this run was kept, and {self.final_dir} {before}"
+                before = "is as it was before" if self.final.path.exists() else "was not created"
+                left = f"nothing of this run was kept, and {self.final.path} {before}"
             else:
                 left = (
-                    f"{layout.latest_link(self.final_dir)} still holds the complete state of "
+                    f"{self.final.latest_link} still holds the complete state of "
                     f"update {self.progress.saved_update}: {RESUME_ADVICE} once the problem is fixed"
                 )
             raise checkpoint_files.SaveFailed(f"{exc}; {left}") from None
@@ -779,25 +772,25 @@ def _build_model(model_config, config: TrainConfig, dist: DistInfo, device: torc
     return raw_model, model, optimizer
 
 
-def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConfig) -> Path:
+def _check_resume(run: RunFolder, record: dict[str, Any], plan, config: TrainConfig) -> Path:
     """Resuming is allowed only from an intact `latest` with the same settings that change results, as
     both config.json and the checkpoint's own meta.json record them (editing one fools neither)."""
-    stored = read_config(run_dir)
+    stored = run.read_config()
     # A resumed branch continues from its own `latest`: its parent matters only when named again.
     sections = ("model_config", "train_config", "dataset", "task") + (
         ("branch",) if "branch" in record else ()
     )
     for section in sections:
         _refuse_differences(section, stored.get(section), record.get(section), "")
-    link = layout.latest_link(run_dir)
+    link = run.latest_link
     if not os.path.lexists(link):
-        raise BiosrecallError(f"cannot resume: {run_dir} has no saved checkpoint yet")
+        raise BiosrecallError(f"cannot resume: {run.path} has no saved checkpoint yet")
     latest = link.resolve()
     try:
         meta = checkpoint_files.read_meta(latest, checkpoint_files.RESUME_REQUIRED)
         checkpoint_files.model_config_of(latest, meta)
     except checkpoint_files.DamagedCheckpoint as exc:
-        raise damaged_latest(run_dir, latest, exc) from None
+        raise damaged_latest(run, latest, exc) from None
     expected = {  # causes before consequences: the model and schedule fix the budget's updates
         "model_config": record["model_config"],
         "schedule": plan.schedule,
@@ -813,17 +806,17 @@ def _check_resume(run_dir: Path, record: dict[str, Any], plan, config: TrainConf
     return latest
 
 
-def damaged_latest(run_dir: str | Path, latest: Path, problem: BiosrecallError) -> BiosrecallError:
+def damaged_latest(run: RunFolder, latest: Path, problem: BiosrecallError) -> BiosrecallError:
     """The resume error for a damaged `latest`: what is wrong, and the newest checkpoint left intact."""
-    found = layout.newest_intact_checkpoint(run_dir, besides=latest)
+    found = run.newest_intact_checkpoint(besides=latest)
     if found is None:
         return BiosrecallError(
-            f"cannot resume: {problem}; no intact checkpoint is left in {run_dir} (start over with --overwrite)"
+            f"cannot resume: {problem}; no intact checkpoint is left in {run.path} (start over with --overwrite)"
         )
     path, update = found
     return BiosrecallError(
         f"cannot resume: {problem}; the newest intact checkpoint is {path} (update {update}): "
-        f"point latest at it (ln -sfn {path.name} {layout.latest_link(run_dir)}) and resume again, or "
+        f"point latest at it (ln -sfn {path.name} {run.latest_link}) and resume again, or "
         "start over with --overwrite"
     )
 
