@@ -11,7 +11,7 @@ repeats, so a busy moment of a shared machine biases none of them):
   line's `wall_s` (the trainer's own clock from the start of its loop to the end of update 0). What is
   left is start-up: imports, reading the dataset, building the model, the plan and the run folder. The
   run is the tiny `bios-tiny` preset on a tiny generated dataset, so nothing here is training;
-- the same start-up of a `train` forked warm, as a sweep starts its runs (`biosrecall.sweep.warm`),
+- the same start-up of a `train` forked warm, as a sweep starts its runs (`biosrecall.warm`),
   over the cold process's: what every run of a study saves. The warm server starts in round 0, which
   is dropped, as a sweep pays it once.
 
@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 
 from biosrecall.bios import generate_dataset
-from biosrecall.sweep.warm import start_warm
 from biosrecall.sweep.worker import PROGRAM
 from biosrecall.train.run_folder import RunFolder
+from biosrecall.warm import start_warm
 
 PRESET = "bios-tiny"
 PEOPLE = 40

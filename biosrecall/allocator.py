@@ -17,7 +17,7 @@ the heap and the next use reuses it: no faults in the update, 100 in the sweep
 holds no tensor large enough to fault in steady state, so there the thresholds change little.
 
 Where it is called: `biosrecall.__main__` (the console script, `python -m biosrecall`, every torchrun
-rank and every sweep run forked warm) and the sweep's warm fork server (`biosrecall.sweep.warm_server`),
+rank and every sweep run forked warm) and the sweep's warm fork server (`biosrecall.warm_server`),
 whose forks, the sweep's runs and the scoring workers of `biosrecall.eval.parallel`, inherit the
 settings: they live in the C library's data, which a fork copies (tests/test_allocator.py checks a
 plain fork and a scoring worker). A library import changes nothing: only those entry points call it.

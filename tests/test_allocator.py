@@ -106,7 +106,7 @@ def test_the_program_entry_point_tunes_and_the_switch_turns_it_off():
 
 
 def test_scoring_workers_forked_from_the_warm_server_inherit_the_thresholds():
-    """The server (`biosrecall.sweep.warm_server`) sets them before its first fork; a worker sets
+    """The server (`biosrecall.warm_server`) sets them before its first fork; a worker sets
     nothing itself (`biosrecall.eval.parallel._start_worker`)."""
     results = map_in_processes(probe_item, [0, 1, 2], workers=2)
     assert [item for item, _, _ in results] == [0, 1, 2]

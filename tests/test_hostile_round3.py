@@ -267,7 +267,7 @@ class TestDeadWorkers:
     def test_a_sweep_run_whose_fork_server_dies_is_stopped_and_named(self, tmp_path):
         import multiprocessing
 
-        from biosrecall.sweep import warm
+        from biosrecall import warm
 
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(warm.SERVER_IMPORTS)

@@ -1,4 +1,4 @@
-"""Warm starts (`biosrecall.sweep.warm`): a command forked from the sweep's warm server behaves as the
+"""Warm starts (`biosrecall.warm`): a command forked from the sweep's warm server behaves as the
 same command started fresh, so the sweep's runs train the same numbers either way.
 
 - exit status and error line: a bad option exits 2 with one `error:` line in the log, no traceback;
@@ -25,8 +25,8 @@ from biosrecall.bios.dataset import generate_dataset
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.sweep.warm import SWITCH, start_warm
 from biosrecall.train.run_folder import RunFolder
+from biosrecall.warm import SWITCH, start_warm
 
 TINY = ["--preset", "bios-tiny", "--batch-size", "4", "--seq-len", "96", "--schedule", "fixed:2"]
 

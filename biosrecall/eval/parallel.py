@@ -8,7 +8,7 @@ little from a second thread (on 2 cores, 2 workers x 1 thread trained 1.75x the 
 depends on the model: `benchmarks/bench_scoring.py` measures it against scoring one checkpoint after
 another in one process on every core (the default study's bios-cpu gained little in one rerun).
 
-Each process is forked from the warm server the sweep's runs fork from (`biosrecall.sweep.warm`:
+Each process is forked from the warm server the sweep's runs fork from (`biosrecall.warm`:
 torch and the evaluator imported once) and sets its torch threads before its first operation. A
 checkpoint's numbers do not depend on the thread count (tests/test_parallel_scoring.py compares them),
 so a study scored this way writes the same tables as one scored in a single process.
@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.sweep.warm import DEATH_WAIT, SERVER_IMPORTS, fork_server_death
+from biosrecall.warm import DEATH_WAIT, SERVER_IMPORTS, fork_server_death
 
 Item = TypeVar("Item")
 _STOP_WAIT = 10.0  # seconds a worker stopped by SIGTERM gets before SIGKILL

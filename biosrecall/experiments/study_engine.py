@@ -59,7 +59,7 @@ def train_study_runs(
     Raises `Interrupted` naming the runs that were stopped (Ctrl-C), and `StudyRunFailed` naming each
     failed run, its error line and its log, after every other run of its wave has finished, or
     `RunKilled` (a `BiosrecallError`) when a signal from outside ended every failed run; a dead fork
-    server is `biosrecall.sweep.warm.ForkServerDied`. Error lines are in the study's words
+    server is `biosrecall.warm.ForkServerDied`. Error lines are in the study's words
     (`study_words`)."""
     waves = [[s for s in specs if s.branch is None], [s for s in specs if s.branch is not None]]
     report = _in_study_words(report)

@@ -8,7 +8,8 @@ causal LM on bioS with the same exact-match scorer as `recall-curve`.
     prompts.py                bioS evaluation rows as text, encoded with the model's own tokenizer
     scoring.py                greedy exact-match flags at each depth -> the recall-curve long table
 
-    from biosrecall.hf import export_run, score_hf_model
+    from biosrecall.hf.export import export_run
+    from biosrecall.hf.scoring import score_hf_model
     export_run("runs/ff", "exported", checkpoint="final")
     table = score_hf_model("exported", "data/bios-1k", depths=[1, 4, 16], depth_arg="num_steps")
 
@@ -20,13 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from biosrecall.errors import BiosrecallError
 
 EXTRA_HINT = "pip install 'biosrecall[hf]'"
 
-__all__ = ["EXTRA_HINT", "export_run", "quiet_transformers", "require_transformers", "score_hf_model"]
+__all__ = ["EXTRA_HINT", "quiet_transformers", "require_transformers"]
 
 
 def require_transformers():
@@ -53,17 +53,3 @@ def quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(verbosity)
         if bars:
             logging.enable_progress_bar()
-
-
-def export_run(*args: Any, **kwargs: Any):
-    """`biosrecall.hf.export.export_run` (imported on first use)."""
-    from biosrecall.hf.export import export_run as run
-
-    return run(*args, **kwargs)
-
-
-def score_hf_model(*args: Any, **kwargs: Any):
-    """`biosrecall.hf.scoring.score_hf_model` (imported on first use)."""
-    from biosrecall.hf.scoring import score_hf_model as score
-
-    return score(*args, **kwargs)

@@ -10,7 +10,7 @@ Local (needs nothing installed): `workers` slots, each taking the next job when 
 `gpus_per_run` G, slot i sees GPUs i*G .. i*G+G-1 (CUDA_VISIBLE_DEVICES) and a run with G > 1 starts
 under torchrun. A Ctrl-C (or SIGTERM) stops handing out jobs and passes one SIGINT to every running
 child, which saves its `latest` checkpoint and exits; rerunning the sweep resumes those runs. Should
-the warm-start fork server die (`biosrecall.sweep.warm`), every run forked from it is stopped the same
+the warm-start fork server die (`biosrecall.warm`), every run forked from it is stopped the same
 way and the sweep raises `ForkServerDied`, one line naming the server, the run and how to continue:
 not a Ctrl-C, and not a failure of the runs.
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.sweep.jobs import Job
 from biosrecall.sweep.records import now, update_record
-from biosrecall.sweep.warm import ForkServerDied
 from biosrecall.sweep.worker import Outcome, run_one
+from biosrecall.warm import ForkServerDied
 
 Report = Callable[[Outcome], None]
 RERUN = "rerun the same command to continue"

@@ -12,7 +12,7 @@ task, so a run is handled the same way everywhere:
   save left only a hidden temporary, which the trainer clears);
 - training is `python -m biosrecall <command> --config OUT/.sweep/<name>.toml --threads M` with
   OMP_NUM_THREADS=M (the run spec, `biosrecall.sweep.run_spec`, written just before), forked from a
-  server that has imported torch already (`biosrecall.sweep.warm`), or, with more than one GPU, the
+  server that has imported torch already (`biosrecall.warm`), or, with more than one GPU, the
   same under `python -m torch.distributed.run --standalone --nproc_per_node G` in a subprocess;
 - then each evaluation (`biosrecall recall-curve RUN ...`, `lm eval RUN ...`) unless the record says
   the same evaluations already finished.
@@ -38,8 +38,8 @@ from pathlib import Path
 from biosrecall.atomic import atomic_write_text
 from biosrecall.sweep.jobs import Job
 from biosrecall.sweep.records import lock_holder, now, read_record, record_running, update_record
-from biosrecall.sweep.warm import WarmProcess, start_warm, warm_start_enabled
 from biosrecall.train.run_folder import RunFolder
+from biosrecall.warm import WarmProcess, start_warm, warm_start_enabled
 
 MAX_ERROR = 300
 PROGRAM = [sys.executable, "-m", "biosrecall"]

@@ -8,7 +8,7 @@ importing torch and 2 s importing torch._dynamo (which `torch.optim` imports whe
 built), and an evaluation process pays most of that again. A study of tiny runs spends more time
 starting processes than training. So the sweep starts one fork server per sweep process (the
 standard library's multiprocessing "forkserver") that imports that stack once
-(`biosrecall.sweep.warm_server`), and every run forks from it.
+(`biosrecall.warm_server`), and every run forks from it.
 
 Each fork is made to look like `python -m biosrecall ARGS` started fresh, with stdin from /dev/null
 and stdout and stderr appended to the run's log: a session of its own (a Ctrl-C meant for the sweep
@@ -43,7 +43,7 @@ from pathlib import Path
 from biosrecall.__main__ import main
 from biosrecall.errors import BiosrecallError
 
-SERVER_IMPORTS = ["biosrecall.sweep.warm_server"]
+SERVER_IMPORTS = ["biosrecall.warm_server"]
 # The local executor starts and waits for runs from several threads, and multiprocessing's bookkeeping
 # is not made for that: starting a process polls the others, and two threads reading one child's exit
 # status would leave one of them 255. So every start and every read of a status happen under this lock

@@ -1,4 +1,4 @@
-"""What the warm-start fork server imports before its first fork (`biosrecall.sweep.warm`).
+"""What the warm-start fork server imports before its first fork (`biosrecall.warm`).
 
 Imported by that server only, never by a command: importing it sets process-wide state. Everything a
 `train` or `recall-curve` process would import before its first update or evaluation is loaded here
