@@ -65,6 +65,11 @@ def test_study_end_to_end(data, tmp_path, capsys):
     assert measured["k4_67_nll_within"] in (HOLDS, FAILS, INCONCLUSIVE)
     assert measured["k2_67_nll_within"] == NOT_MEASURED  # no K0=2 run in this grid
     assert "paper: 31%" in (out / "lm_claims.md").read_text()
+    # The update diagnostic ran on K0=4 / 67% at each seed, 16 updates after its switch.
+    diagnosis = pd.read_csv(out / "lm_diagnose.csv")
+    assert list(diagnosis["seed"]) == [0, 1] and (diagnosis["after_uniform"] == 16).all()
+    assert (out / "diagnose" / "ff-k4-s0.67-uniform" / "seed0" / "diagnose_switch.png").is_file()
+    assert measured["update_diagnostic_zero"] in (HOLDS, FAILS)  # two seeds: an interval
     # Rerunning the finished study trains nothing and writes the same tables.
     before = pd.read_csv(out / "lm_nll.csv")
     assert study(capsys, data, out, "--seeds", "0,1", "--grid", GRID_SMALL)[0] == 0
@@ -88,7 +93,7 @@ def test_plan_lists_every_run(data, tmp_path):
 
 def test_extending_seeds_keeps_the_first_look(data, tmp_path, capsys):
     out = tmp_path / "grown"
-    grid = "uniform,ff-k4-s0.67-uniform"
+    grid = "uniform,ff-k2-s0.67-uniform"  # K0=2's claims are measured; no diagnostic (K0=4 / 67%)
     assert study(capsys, data, out, "--seeds", "0,1", "--grid", grid)[0] == 0
     first = pd.read_csv(out / "lm_claims.csv", dtype=str)
     assert study(capsys, data, out, "--seeds", "0,1,2", "--grid", grid)[0] == 0
@@ -262,8 +267,21 @@ def test_claims_inconclusive_with_noise_or_one_seed():
     noisy = verdicts(crafted(noise=0.2, k2_gap=0.0))  # seed-to-seed noise far above every margin
     assert noisy["k2_67_nll_within"] == INCONCLUSIVE
     assert noisy["order_reverses_from_k3"] in (INCONCLUSIVE, FAILS)
-    one = verdicts(crafted(seeds=(0,)))
-    assert set(one.values()) == {INCONCLUSIVE}  # one seed: no interval
+    one = judge_lm_claims(crafted(seeds=(0,)), pd.DataFrame({"seed": [0], "advantage": [0.01]}))
+    assert set(one["verdict"]) == {INCONCLUSIVE}  # one seed: no interval
+
+
+@pytest.mark.parametrize(
+    ("advantages", "expected"),
+    [([0.002, -0.001, 0.0005, -0.002], HOLDS), ([0.010, 0.011, 0.012], FAILS), ([0.01], INCONCLUSIVE)],
+)
+def test_the_update_diagnostic_row(advantages, expected):
+    diagnosis = pd.DataFrame({"seed": range(len(advantages)), "advantage": advantages})
+    table = crafted(seeds=tuple(range(len(advantages))))
+    row = judge_lm_claims(table, diagnosis).set_index("claim").loc["update_diagnostic_zero"]
+    assert row["verdict"] == expected
+    assert row["n_seeds"] == len(advantages)
+    assert verdicts(table)["update_diagnostic_zero"] == NOT_MEASURED  # no diagnosis given
 
 
 def test_claims_not_measured_without_their_runs():

@@ -14,9 +14,13 @@ at another seed count are kept as lm_claims_at_<n>seeds.csv and shown beside the
 Metrics: mean serving NLL is the mean over K=1..16 of the final checkpoint's validation NLL; a NLL
 gap is run / uniform - 1 (same seed); a compute saving is 1 - modeled training FLOPs / uniform's
 (the trainer's own FLOP account, the same for every seed), a wall-clock saving the same with the
-measured training seconds. "About X%" of a saving is read as within 5 points of X. The update
-diagnostic (the paper's K=16 vs K=4 update after the switch, `biosrecall diagnose`) is not among
-these rows: the study does not run it.
+measured training seconds. "About X%" of a saving is read as within 5 points of X.
+
+The update diagnostic's row (`diagnosis`, one depth-averaged advantage per seed from
+`lm_study.diagnose_runs`) reads "indistinguishable from zero" as the paper does: it holds when the
+95% interval over seeds contains 0 and does not hold when it excludes 0 (one seed: inconclusive).
+Its seeds-to-decide estimate is then the seed count at which the interval would exclude 0 ("never"
+when the mean is 0).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_bytes, atomic_write_text
 from biosrecall.experiments.claims import (
+    FAILS,
+    HOLDS,
     NOT_MEASURED,
     Claim,
     claims_markdown,
@@ -196,10 +202,32 @@ LM_CLAIMS: tuple[tuple[Claim, str], ...] = (
 )  # fmt: skip
 
 
-def judge_lm_claims(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim, with the paper's number (`paper`) before the seed count's column."""
-    claims = judge_claims(table, [claim for claim, _ in LM_CLAIMS])
-    claims.insert(claims.columns.get_loc("mean"), "paper", [paper for _, paper in LM_CLAIMS])
+DIAGNOSTIC = (
+    Claim("update_diagnostic_zero", "16 uniform updates after the switch (K0=4, 67%), a K=16 update's "
+          "depth-averaged advantage over a K=4 update is indistinguishable from zero",
+          "depth-averaged NLL advantage of the K=16 update (`biosrecall diagnose`), per seed", True, 0.0,
+          "the paper's reading: the 95% interval contains 0 (holds) or excludes it (does not hold)",
+          lambda rows: _value(rows, "update-diagnostic", "nll")),
+    "interval contains 0",
+)  # fmt: skip
+
+
+def judge_lm_claims(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per claim, with the paper's number (`paper`) before the measured columns; the
+    diagnostic's row is judged from `diagnosis` (columns seed, advantage), "not measured" without it."""
+    rows = [*LM_CLAIMS, DIAGNOSTIC]
+    if diagnosis is not None and len(diagnosis):
+        extra = diagnosis.assign(item="update-diagnostic", nll=diagnosis["advantage"])[
+            ["item", "seed", "nll"]
+        ]
+        table = pd.concat([table, extra], ignore_index=True)
+    claims = judge_claims(table, [claim for claim, _ in rows])
+    claims.insert(claims.columns.get_loc("mean"), "paper", [paper for _, paper in rows])
+    last = claims.index[-1]
+    if claims.at[last, "verdict"] != NOT_MEASURED and claims.at[last, "n_seeds"] >= 2:
+        low, high = claims.at[last, "low"], claims.at[last, "high"]
+        claims.at[last, "verdict"] = HOLDS if low <= 0 <= high else FAILS
+    claims.at[last, "threshold"] = "interval contains 0"
     return claims
 
 

@@ -24,6 +24,9 @@ the NLL tables, over seeds. Layout:
                                  (K=17..max), modeled FLOPs and wall seconds, savings vs uniform, each
                                  a mean over seeds with its 95% interval
     OUT/nll_vs_depth.*, nll_vs_compute.*   the Figure-2 plots (`biosrecall.lm.compare_plots`)
+    OUT/diagnose/<item>/seed<S>/, lm_diagnose.{csv,parquet}   the update diagnostic (`biosrecall.diagnose`)
+                                 of K0=4 / 67% at each seed: 16 uniform updates after its switch, the
+                                 depth-averaged NLL advantage of a K=16 over a K=4 update
     OUT/lm_claims.{csv,parquet,md}   the claims (`lm_claims`); earlier looks as lm_claims_at_<n>seeds.csv
     OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
 
@@ -78,6 +81,9 @@ GRID[MATCHED] = "uniform:1-16"  # for as many updates as K0=4 / 67%'s modeled co
 GRID[FIXED_K4] = "fixed:4"
 MATCHED_TO = fixed_first_name(4, 0.67, "uniform")
 SERVING = (1, 16)  # the serving depths the paper's mean NLL averages over
+# The update diagnostic (the paper's Figure 4): K0=4 / 67%'s switch checkpoint, continued 16 uniform
+# updates, then a K=16 update against a K=4 (its K0) one of the same size.
+DIAGNOSED, AFTER_UNIFORM, DIAGNOSE = MATCHED_TO, 16, "diagnose"
 
 
 @dataclass(frozen=True)
@@ -100,13 +106,22 @@ class LMStudyPreset:
     """Validation sequences scored per run (None: the whole validation split)."""
     model_overrides: tuple[tuple[str, Any], ...] = ()
     """Architecture changes from the model preset, e.g. (("d_model", 32),)."""
+    diagnose_batches: int = 8
+    """Training batches the update diagnostic averages over (`biosrecall.diagnose`)."""
 
 
 LM_STUDY_PRESETS = {
     # The tests' and a smoke run's: seconds per run on a CPU, on any small prepared corpus.
     "tiny": LMStudyPreset(
-        model_preset="lm-tiny", batch_size=4, seq_len=16, updates=12, lr=3e-3, max_depth=20, eval_sequences=8
-    ),
+        model_preset="lm-tiny",
+        batch_size=4,
+        seq_len=16,
+        updates=60,
+        lr=3e-3,
+        max_depth=20,
+        eval_sequences=8,
+        diagnose_batches=2,
+    ),  # 60 updates: the diagnostic continues 16 past the switch at update 40
     # The laptop-class study, sized by measurement (docs/results/lm-sizing.md): lm-tiny (205k
     # parameters) on the King James Bible (`lm prepare pkg:kjv --vocab-size 512 --val-fraction 0.05`).
     "small": LMStudyPreset(model_preset="lm-tiny", batch_size=8, seq_len=128, updates=1000, lr=3e-3),
@@ -371,6 +386,8 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
             "training", f"{len(runs)} run(s) and their evaluation at depths 1..{study.settings.max_depth}"
         ):
             folders = _train(study, runs, evaluations, executor, report)
+        with timer.phase("evaluation", "the update diagnostic at K0=4 / 67%'s switch, 16 updates on"):
+            diagnosis = diagnose_runs(study, folders, report)
         with timer.phase("tables", "writing the NLL tables, figures and claims"):
             table = nll_table(study, folders)
             summary = summary_table(table)
@@ -378,7 +395,9 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
                 summary, study.out_dir / "lm_summary"
             )
             figures = _figures(table, study)
-            claims = judge_lm_claims(table)
+            if diagnosis is not None:
+                written += write_table(diagnosis, study.out_dir / "lm_diagnose")
+            claims = judge_lm_claims(table, diagnosis)
             write_lm_claims(claims, study.out_dir)
         timer.save(study.out_dir)
     del written
@@ -408,6 +427,34 @@ def _train(study: _Study, runs, evaluations, executor, report) -> dict[str, Path
     if busy:
         raise BiosrecallError(f"run {busy[0]} is being trained by another process; let it finish, then rerun")
     return {run.name: runs_dir / run.name for run in runs}
+
+
+def diagnose_runs(study: _Study, folders: dict[str, Path], report=None) -> pd.DataFrame | None:
+    """Per seed, the depth-averaged NLL advantage of a K=16 over a K=4 update after `AFTER_UNIFORM`
+    uniform updates from K0=4 / 67%'s switch (None when the grid has no such run). Each seed's
+    diagnosis is written to OUT/diagnose/<item>/seed<S>/ and read back on later calls."""
+    from biosrecall.diagnose import DiagnoseOptions, diagnose_update
+    from biosrecall.diagnose.report import depth_average
+
+    if DIAGNOSED not in study.grid:
+        return None
+    options = DiagnoseOptions(after_uniform=(AFTER_UNIFORM,), batches=study.settings.diagnose_batches,
+                              val_sequences=study.settings.eval_sequences, seed=0)  # fmt: skip
+    rows = []
+    for seed in study.seeds:
+        name = study.run_name(DIAGNOSED, seed)
+        out = study.out_dir / DIAGNOSE / name
+        summary_path = out / "diagnose_switch.parquet"
+        if not (out / "diagnose_switch.json").is_file():  # written last: the diagnosis is complete
+            if report is not None:
+                report(f"diagnosing {name}")
+            diagnose_update(folders[name], "switch", options, device=study.device).write(out)
+        averages = depth_average(pd.read_parquet(summary_path))
+        row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
+        rows.append({"item": DIAGNOSED, "seed": seed, "after_uniform": AFTER_UNIFORM, "update": int(row["update"]),
+                     "advantage": float(row["mean"]), "ci_low": float(row["ci_low"]),
+                     "ci_high": float(row["ci_high"]), "n_batches": int(row["n_batches"])})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def nll_table(study: _Study, folders: dict[str, Path]) -> pd.DataFrame:
