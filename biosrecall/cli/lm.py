@@ -326,10 +326,25 @@ lm.add_command(harness)
     "--threads", type=Integer(counts()), default=None, help="Threads per run [default: cores / workers]."
 )
 @click.option(
+    "--executor",
+    "kind",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Where runs train: processes here, or a Slurm job array (submitit; the slurm extra).",
+)
+@click.option("--partition", default=None, help="slurm: partition [default: the cluster's].")
+@click.option("--gpus-per-run", type=Integer(counts(low=0)), default=None, help="slurm: GPUs of each run.")
+@click.option(
+    "--cpus-per-run", type=Integer(counts()), default=None, help="slurm: CPUs of each run [default: 1]."
+)
+@click.option("--time-min", type=Integer(counts()), default=None, help="slurm: time limit per run, minutes.")
+@click.option(
     "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
 )
 @click.option("--quiet", is_flag=True, help="Print only the claims.")
-def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, plan_only, quiet) -> None:
+def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, kind, partition, gpus_per_run,
+          cpus_per_run, time_min, plan_only, quiet) -> None:  # fmt: skip
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
@@ -337,6 +352,17 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     from biosrecall.experiments.lm_study import plan_lm_study, run_lm_study
 
     options = dict(seeds=seeds, grid=grid, tokens=tokens, device=device, workers=workers, threads=threads)
+    slurm = dict(partition=partition, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, time_min=time_min)
+    if kind == "slurm":
+        from biosrecall.sweep.executors import make_executor
+
+        if workers is not None or threads is not None:
+            raise BiosrecallError("--workers and --threads apply to --executor local only")
+        options["executor"] = make_executor("slurm", {}, slurm)
+    elif any(value is not None for value in slurm.values()):
+        raise BiosrecallError(
+            "--partition, --gpus-per-run, --cpus-per-run and --time-min apply to --executor slurm only"
+        )
     if plan_only:
         click.echo("\n".join(plan_lm_study(out_dir, data_dir, preset, **options)))
         return

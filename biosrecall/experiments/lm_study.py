@@ -123,8 +123,12 @@ LM_STUDY_PRESETS = {
         diagnose_batches=2,
     ),  # 60 updates: the diagnostic continues 16 past the switch at update 40
     # The laptop-class study, sized by measurement (docs/results/lm-sizing.md): lm-tiny (205k
-    # parameters) on the King James Bible (`lm prepare pkg:kjv --vocab-size 512 --val-fraction 0.05`).
-    "small": LMStudyPreset(model_preset="lm-tiny", batch_size=8, seq_len=128, updates=1000, lr=3e-3),
+    # parameters) on the King James Bible (`lm prepare pkg:kjv --vocab-size 512 --val-fraction 0.05`),
+    # 1,000 updates of 8 x 128 tokens (0.63 epochs); NLL on the first 128 validation windows (16k
+    # tokens, the same for every run): the full split at K=1..64 cost more than a run's training.
+    "small": LMStudyPreset(
+        model_preset="lm-tiny", batch_size=8, seq_len=128, updates=1000, lr=3e-3, eval_sequences=128
+    ),
 }
 
 
@@ -299,7 +303,7 @@ def sweep_runs(study: _Study) -> tuple[list[SweepRun], list[Evaluation]]:
 
 
 def plan_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, tokens=None, device="auto",
-                  workers=None, threads=None) -> list[str]:  # fmt: skip
+                  workers=None, threads=None, executor=None) -> list[str]:  # fmt: skip
     """What each run would do now (train, resume, evaluate, skip) and spend (updates, tokens,
     modeled FLOPs), every setting checked as `run_lm_study` checks it; nothing is written."""
     from biosrecall.experiments.study_engine import study_executor
@@ -308,14 +312,14 @@ def plan_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, t
     study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
     data = _data_record(study.data_dir)
     _check_record(study.out_dir, study.record(data))
-    executor = study_executor(workers, threads, device)
+    executor = executor or study_executor(workers, threads, device)
     runs, evaluations = sweep_runs(study)
     jobs = prepare(study.out_dir / RUNS, runs, evaluations, executor)
     plans = _plans(study, data["vocab_size"])
     lines = [
         f"lm study {preset}: {len(study.grid)} grid item(s) x {len(study.seeds)} seed(s) = {len(runs)} runs, "
         f"{study.updates:,} updates of {study.settings.batch_size} x {study.settings.seq_len} tokens each; "
-        f"evaluated at depths 1..{study.settings.max_depth}; {executor.slots()} at a time on "
+        f"evaluated at depths 1..{study.settings.max_depth}; {_slots(executor)} at a time on "
         f"{executor.threads} thread(s) each"
     ]
     total = 0.0
@@ -353,12 +357,19 @@ def _plans(study: _Study, vocab: int) -> dict[str, Any]:
     return plans
 
 
+def _slots(executor) -> int | str:
+    """Runs at once: the local executor's slots, or a Slurm array's parallelism."""
+    return executor.slots() if hasattr(executor, "slots") else f"up to {executor.array_parallelism} (Slurm)"
+
+
 def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, tokens=None, device="auto",
-                 workers=None, threads=None, report=None) -> LMStudyResult:  # fmt: skip
+                 workers=None, threads=None, executor=None, report=None) -> LMStudyResult:  # fmt: skip
     """Train (or continue) every run of the study, evaluate, and write the tables, figures and claims.
 
     Refuses, before anything is written, an output made with other settings, a corpus folder that is
-    not `lm prepare` output, an unknown grid item and a token budget under one update. Raises
+    not `lm prepare` output, an unknown grid item and a token budget under one update. `executor`
+    (a `biosrecall.sweep.executors` one, e.g. a `SlurmExecutor`) replaces the local one of `workers`
+    x `threads`; the diagnostic and the tables run here either way. Raises
     `Interrupted` when Ctrl-C stops training (rerun the same call to continue) and `StudyRunFailed`
     when a run fails."""
     from biosrecall.experiments.lm_claims import judge_lm_claims, write_lm_claims
@@ -367,13 +378,11 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
     study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
     data = _data_record(study.data_dir)
     record = study.record(data)
-    executor = study_executor(workers, threads, device)
+    executor = executor or study_executor(workers, threads, device)
     runs, evaluations = sweep_runs(study)
     _check_record(study.out_dir, record)
     _plans(study, data["vocab_size"])
-    timer = StudyTimer(
-        report, seeds=list(study.seeds), workers=executor.slots(), threads=executor.threads_per_run
-    )
+    timer = StudyTimer(report, seeds=list(study.seeds), workers=_slots(executor), threads=executor.threads)
     with output_lock(study.out_dir):
         old = _check_record(study.out_dir, record)
         if old is not None:  # what earlier calls trained stays recorded
