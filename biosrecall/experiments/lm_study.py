@@ -374,6 +374,7 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
     when a run fails."""
     from biosrecall.experiments.lm_claims import judge_lm_claims, write_lm_claims
     from biosrecall.experiments.study_engine import study_executor
+    from biosrecall.sweep.engine import prepare
 
     study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
     data = _data_record(study.data_dir)
@@ -382,6 +383,7 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
     runs, evaluations = sweep_runs(study)
     _check_record(study.out_dir, record)
     _plans(study, data["vocab_size"])
+    prepare(study.out_dir / RUNS, runs, evaluations, executor)  # every run's options checked, nothing written
     timer = StudyTimer(report, seeds=list(study.seeds), workers=_slots(executor), threads=executor.threads)
     with output_lock(study.out_dir):
         old = _check_record(study.out_dir, record)
