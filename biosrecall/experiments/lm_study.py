@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ SERVING = (1, 16)  # the serving depths the paper's mean NLL averages over
 # The update diagnostic (the paper's Figure 4): K0=4 / 67%'s switch checkpoint, continued 16 uniform
 # updates, then a K=16 update against a K=4 (its K0) one of the same size.
 DIAGNOSED, AFTER_UNIFORM, DIAGNOSE = MATCHED_TO, 16, "diagnose"
+PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 @dataclass(frozen=True)
@@ -398,7 +400,7 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
         ):
             folders = _train(study, runs, evaluations, executor, report)
         with timer.phase("evaluation", "the update diagnostic at K0=4 / 67%'s switch, 16 updates on"):
-            diagnosis = diagnose_runs(study, folders, report)
+            diagnosis = diagnose_runs(study, folders, report, executor.threads)
         with timer.phase("tables", "writing the NLL tables, figures and claims"):
             table = nll_table(study, folders)
             summary = summary_table(table)
@@ -440,7 +442,9 @@ def _train(study: _Study, runs, evaluations, executor, report) -> dict[str, Path
     return {run.name: runs_dir / run.name for run in runs}
 
 
-def diagnose_runs(study: _Study, folders: dict[str, Path], report=None) -> pd.DataFrame | None:
+def diagnose_runs(
+    study: _Study, folders: dict[str, Path], report=None, threads: int = 1
+) -> pd.DataFrame | None:
     """Per seed, the depth-averaged NLL advantage of a K=16 over a K=4 update after `AFTER_UNIFORM`
     uniform updates from K0=4 / 67%'s switch (None when the grid has no such run). Each seed's
     diagnosis is written to OUT/diagnose/<item>/seed<S>/ and read back on later calls."""
@@ -459,13 +463,29 @@ def diagnose_runs(study: _Study, folders: dict[str, Path], report=None) -> pd.Da
         if not (out / "diagnose_switch.json").is_file():  # written last: the diagnosis is complete
             if report is not None:
                 report(f"diagnosing {name}")
-            diagnose_update(folders[name], "switch", options, device=study.device).write(out)
+            with torch_threads(threads):
+                diagnose_update(folders[name], "switch", options, device=study.device).write(out)
         averages = depth_average(pd.read_parquet(summary_path))
         row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
         rows.append({"item": DIAGNOSED, "seed": seed, "after_uniform": AFTER_UNIFORM, "update": int(row["update"]),
                      "advantage": float(row["mean"]), "ci_low": float(row["ci_low"]),
                      "ci_high": float(row["ci_high"]), "n_batches": int(row["n_batches"])})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+@contextmanager
+def torch_threads(threads: int):
+    """Torch on `threads` threads for the block (a run's own count): the diagnostic runs in this
+    process, and on torch's default, on a busy 2-core machine, it was many times slower than one
+    thread (docs/results/lm-sizing.md)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def nll_table(study: _Study, folders: dict[str, Path]) -> pd.DataFrame:
@@ -521,7 +541,10 @@ def _figures(table: pd.DataFrame, study: _Study) -> list[Path]:
     """NLL against serving depth and mean serving NLL against modeled compute, over seeds."""
     from biosrecall.lm import compare_plots as plots
 
-    labelled = table.rename(columns={"item": "run"})
+    # Log-spaced depths: the plot ticks every depth it draws, and 64 ticks on a log axis overlap
+    # (lm_nll.csv has every depth).
+    shown = [d for d in sorted(set(table["depth"])) if d in PLOTTED_DEPTHS or d == table["depth"].max()]
+    labelled = table[table["depth"].isin(shown)].rename(columns={"item": "run"})
     curves = aggregate_seeds(labelled, ["run", "schedule", "depth"], ["nll"])
     points = per_run(table).rename(columns={"item": "run"}).assign(checkpoint="1.0")
     summaries = aggregate_seeds(points, ["run", "schedule", "checkpoint"], ["update", "flops", "mean_nll"])
