@@ -22,7 +22,7 @@ from harness import changes, run_cli, snapshot, wait_for_updates
 
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from biosrecall.experiments.lm_claims import judge_lm_claims
-from biosrecall.experiments.lm_study import GRID, MATCHED, UNIFORM, fixed_first_name
+from biosrecall.experiments.lm_grid import GRID, MATCHED, UNIFORM, fixed_first_name
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]

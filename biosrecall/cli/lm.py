@@ -369,7 +369,7 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     from biosrecall.cli.figure1 import RERUN_HINT, report_outcome
     from biosrecall.experiments.study_engine import StudyRunFailed
     from biosrecall.interrupts import work_done
-    from biosrecall.train.loop import Interrupted
+    from biosrecall.train.trainer import Interrupted
 
     try:
         result = run_lm_study(out_dir, data_dir, preset, report=None if quiet else report_outcome, **options)

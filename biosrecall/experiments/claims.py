@@ -43,7 +43,12 @@ TRAINING_RANGE = (1, 16)  # the depths uniform and the fixed-first finish sample
 BEYOND = (17, 64)
 NEAR_K4 = (2, 8)  # "near the training depth": within a factor of two of K=4
 SEEDS_TO_DECIDE = "seeds_to_decide"  # the last column of claims.csv
-EARLIER_LOOK = "claims_at_{n}seeds.csv"  # the claims as judged over n seeds, before the study was extended
+CLAIMS_STEM = "claims"  # the stem of figure1's claims files; the LM study's are lm_claims.*
+
+
+def earlier_look_file(n: int | str, stem: str = CLAIMS_STEM) -> str:
+    """`<stem>_at_<n>seeds.csv`: the claims as judged over n seeds, before the study was extended."""
+    return f"{stem}_at_{n}seeds.csv"
 
 
 @dataclass(frozen=True)
@@ -283,7 +288,9 @@ def with_seeds_to_decide(claims: pd.DataFrame) -> pd.DataFrame:
     return claims.drop(columns=[SEEDS_TO_DECIDE], errors="ignore").assign(**{SEEDS_TO_DECIDE: cells})
 
 
-def claims_markdown(claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]] = ()) -> str:
+def claims_markdown(
+    claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]] = (), stem: str = CLAIMS_STEM
+) -> str:
     """The claims as a Markdown table (what the README's claims section is generated from).
 
     `earlier`: (seed count, claims) of each earlier look (`earlier_looks`); each adds a verdict column
@@ -307,14 +314,14 @@ def claims_markdown(claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]
             decide,
         ]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return _look_note([n for n, _ in looks]) + "\n".join(lines) + "\n"
+    return _look_note([n for n, _ in looks], stem) + "\n".join(lines) + "\n"
 
 
-def _look_note(counts: list[int]) -> str:
+def _look_note(counts: list[int], stem: str) -> str:
     """The line above an extended study's table: when it was looked at, and where those claims are."""
     if not counts:
         return ""
-    files = ", ".join(EARLIER_LOOK.format(n=n) for n in counts)
+    files = ", ".join(earlier_look_file(n, stem) for n in counts)
     seen = " and ".join(map(str, counts))
     looks, its = ("An earlier look", "its") if len(counts) == 1 else ("Earlier looks", "their")
     return (
@@ -343,13 +350,13 @@ def seed_count(claims: pd.DataFrame) -> int:
     return int(claims["n_seeds"].max()) if len(claims) else 0
 
 
-def keep_earlier_look(out_dir: Path, claims: pd.DataFrame) -> Path | None:
-    """Before `claims` replace an OUT/claims.csv judged over another seed count, keep that file as
-    claims_at_<n>seeds.csv (an existing one is the first look at n seeds and stays). Returns it.
+def keep_earlier_look(out_dir: Path, claims: pd.DataFrame, stem: str = CLAIMS_STEM) -> Path | None:
+    """Before `claims` replace an OUT/<stem>.csv judged over another seed count, keep that file as
+    <stem>_at_<n>seeds.csv (an existing one is the first look at n seeds and stays). Returns it.
 
     A look at one seed is not kept: every verdict there is inconclusive, so nothing could have
     stopped or steered the study."""
-    current = out_dir / "claims.csv"
+    current = out_dir / f"{stem}.csv"
     if not current.is_file():
         return None
     data = current.read_bytes()
@@ -357,29 +364,33 @@ def keep_earlier_look(out_dir: Path, claims: pd.DataFrame) -> Path | None:
         n = seed_count(read_claims(current))
     except (ValueError, KeyError, pd.errors.ParserError):
         return None  # not a claims table figure1 wrote: there is no look to keep
-    target = out_dir / EARLIER_LOOK.format(n=n)
+    target = out_dir / earlier_look_file(n, stem)
     if n < 2 or n == seed_count(claims) or target.exists():
         return None
     atomic_write_bytes(target, data)
     return target
 
 
-def earlier_looks(out_dir: Path, current: int) -> list[tuple[int, pd.DataFrame]]:
-    """(seed count, claims) of every claims_at_<n>seeds.csv in `out_dir` but the current count, by count."""
+def earlier_looks(out_dir: Path, current: int, stem: str = CLAIMS_STEM) -> list[tuple[int, pd.DataFrame]]:
+    """(seed count, claims) of every <stem>_at_<n>seeds.csv in `out_dir` but the current count, by count."""
     looks = []
-    for path in out_dir.glob(EARLIER_LOOK.format(n="*")):
-        count = path.name.removeprefix("claims_at_").removesuffix("seeds.csv")
+    for path in out_dir.glob(earlier_look_file("*", stem)):
+        count = path.name.removeprefix(f"{stem}_at_").removesuffix("seeds.csv")
         if count.isdigit() and int(count) != current:
             looks.append((int(count), read_claims(path)))
     return sorted(looks, key=lambda look: look[0])
 
 
-def write_claims(claims: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """OUT/claims.csv (and .parquet) and OUT/claims.md, with `seeds_to_decide`; claims judged earlier
-    over another seed count are kept first (`keep_earlier_look`) and shown in claims.md."""
+def write_claims(
+    claims: pd.DataFrame, out_dir: str | Path, stem: str = CLAIMS_STEM, shown: pd.DataFrame | None = None
+) -> list[Path]:
+    """OUT/<stem>.csv (and .parquet) and OUT/<stem>.md, with `seeds_to_decide`; claims judged earlier
+    over another seed count are kept first (`keep_earlier_look`) and shown in the .md. `shown`: the
+    claims as the .md shows them (default `claims`; the LM study adds the paper's number)."""
     out_dir = Path(out_dir)
-    kept = keep_earlier_look(out_dir, claims)
-    written = write_table(with_seeds_to_decide(claims), out_dir / "claims")
-    earlier = earlier_looks(out_dir, seed_count(claims)) if "claim" in claims else []
-    atomic_write_text(out_dir / "claims.md", claims_markdown(claims, earlier))
-    return [*written, out_dir / "claims.md", *([kept] if kept else [])]
+    kept = keep_earlier_look(out_dir, claims, stem)
+    written = write_table(with_seeds_to_decide(claims), out_dir / stem)
+    earlier = earlier_looks(out_dir, seed_count(claims), stem) if "claim" in claims else []
+    markdown = out_dir / f"{stem}.md"
+    atomic_write_text(markdown, claims_markdown(claims if shown is None else shown, earlier, stem))
+    return [*written, markdown, *([kept] if kept else [])]

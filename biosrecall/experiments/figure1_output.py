@@ -25,7 +25,7 @@ from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
-from biosrecall.experiments.claims import EARLIER_LOOK
+from biosrecall.experiments.claims import earlier_look_file
 from biosrecall.experiments.study_serving import SUMMARY_NAME
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.interrupts import held
@@ -196,7 +196,7 @@ def made_names(out_dir: Path) -> list[str]:
     """Every entry figure1 made in `out_dir`: what `overwrite` replaces."""
     names = [RECORD, RUNS, *serving_names()]
     names += [p.name for p in out_dir.glob(f"{DATA}*")]
-    names += [p.name for p in out_dir.glob(EARLIER_LOOK.format(n="*"))]  # the claims of earlier looks
+    names += [p.name for p in out_dir.glob(earlier_look_file("*"))]  # the claims of earlier looks
     names += [stem + suffix for stem in RESULT_STEMS for suffix in RESULT_SUFFIXES]
     return names
 

@@ -31,23 +31,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_bytes, atomic_write_text
 from biosrecall.experiments.claims import (
     FAILS,
     HOLDS,
     NOT_MEASURED,
     Claim,
-    claims_markdown,
     judge_claims,
-    read_claims,
-    seed_count,
-    with_seeds_to_decide,
+    write_claims,
 )
-from biosrecall.experiments.lm_study import CURRICULUM, MATCHED, SERVING, UNIFORM, fixed_first_name
-from biosrecall.outputs import write_table
+from biosrecall.experiments.lm_grid import CURRICULUM, MATCHED, SERVING, UNIFORM, fixed_first_name
 
 NAME = "lm_claims"
-EARLIER_LOOK = "lm_claims_at_{n}seeds.csv"
 ABOUT = 5.0  # "about X%" of a saving: within this many percentage points of X
 FIXED_FIRST = [fixed_first_name(k0, s, "uniform") for k0 in (1, 2, 4) for s in (0.67, 0.8)]
 
@@ -231,36 +225,13 @@ def judge_lm_claims(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) 
     return claims
 
 
-def _markdown(claims: pd.DataFrame, earlier) -> str:
-    shown = claims.assign(
-        statement=[f"{s} (paper: {p})" for s, p in zip(claims["statement"], claims["paper"], strict=True)]
-    )
-    return claims_markdown(shown, earlier)
-
-
-def earlier_looks(out_dir: Path, current: int) -> list[tuple[int, pd.DataFrame]]:
-    looks = []
-    for path in out_dir.glob(EARLIER_LOOK.format(n="*")):
-        count = path.name.removeprefix("lm_claims_at_").removesuffix("seeds.csv")
-        if count.isdigit() and int(count) != current:
-            looks.append((int(count), read_claims(path)))
-    return sorted(looks, key=lambda look: look[0])
-
-
 def write_lm_claims(claims: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """OUT/lm_claims.{csv,parquet,md}, as `claims.write_claims` writes claims.*: an lm_claims.csv
-    judged over another seed count (two or more) is kept first as lm_claims_at_<n>seeds.csv."""
-    out_dir = Path(out_dir)
-    current, kept = out_dir / f"{NAME}.csv", None
-    if current.is_file():
-        n = seed_count(read_claims(current))
-        target = out_dir / EARLIER_LOOK.format(n=n)
-        if n >= 2 and n != seed_count(claims) and not target.exists():
-            atomic_write_bytes(target, current.read_bytes())
-            kept = target
-    written = write_table(with_seeds_to_decide(claims), out_dir / NAME)
-    atomic_write_text(out_dir / f"{NAME}.md", _markdown(claims, earlier_looks(out_dir, seed_count(claims))))
-    return [*written, out_dir / f"{NAME}.md", *([kept] if kept else [])]
+    """OUT/lm_claims.{csv,parquet,md}, as `claims.write_claims` writes claims.* (an lm_claims.csv
+    judged over another seed count is kept first as lm_claims_at_<n>seeds.csv); the .md shows the
+    paper's number beside each statement."""
+    papers = zip(claims["statement"], claims["paper"], strict=True)
+    shown = claims.assign(statement=[f"{statement} (paper: {paper})" for statement, paper in papers])
+    return write_claims(claims, out_dir, stem=NAME, shown=shown)
 
 
 def measured(claims: pd.DataFrame) -> pd.DataFrame:

@@ -43,48 +43,46 @@ from __future__ import annotations
 import json
 import math
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
+from biosrecall.atomic import atomic_write_text
+from biosrecall.diagnose import DiagnoseOptions, diagnose_update
+from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.lm_claims import judge_lm_claims, write_lm_claims
+from biosrecall.experiments.lm_grid import (
+    AFTER_UNIFORM,
+    DIAGNOSE,
+    DIAGNOSED,
+    GRID,
+    MATCHED,
+    MATCHED_TO,
+    SERVING,
+    UNIFORM,
+)
 from biosrecall.experiments.study import check_seeds
+from biosrecall.experiments.study_engine import RERUN, StudyRunFailed, study_executor, study_words
 from biosrecall.experiments.study_timings import StudyTimer
-from biosrecall.files import file_sha256
+from biosrecall.files import file_sha256, parse_json_text
+from biosrecall.lm import compare_plots as plots
+from biosrecall.lm.evaluate import read_table
+from biosrecall.lm.shard_manifest import load_manifest
+from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.locking import output_lock
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import aggregate_seeds
+from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
+from biosrecall.train.config import TrainConfig
+from biosrecall.train.run_folder import machine, versions
+from biosrecall.train.trainer import Interrupted, build_model_config, make_plan
 
 RECORD, RUNS = "lm_study.json", "runs"
-UNIFORM, MATCHED, FIXED_K4, CURRICULUM = "uniform", "uniform-matched-k4-s0.67", "fixed-k4", "curriculum"
-FINISHES = ("uniform", "poisson_lognormal")
-
-
-def fixed_first_name(k0: int, switch: float, finish: str) -> str:
-    return f"ff-k{k0}-s{switch:g}-{finish}"
-
-
-# Grid item -> its depth schedule, in the order of scripts/lm/sweep-200m.toml (the legend order).
-GRID: dict[str, str] = {UNIFORM: "uniform:1-16"}
-GRID.update(
-    {
-        fixed_first_name(k0, switch, finish): f"fixed_first:k0={k0},switch={switch:g},finish={finish}"
-        for finish in FINISHES
-        for k0 in (1, 2, 4)
-        for switch in (0.67, 0.8)
-    }
-)
-GRID[CURRICULUM] = "curriculum:mean=8,warmup=0.75,shape=1-sqrt"  # as in `biosrecall flops`
-GRID[MATCHED] = "uniform:1-16"  # for as many updates as K0=4 / 67%'s modeled compute buys
-GRID[FIXED_K4] = "fixed:4"
-MATCHED_TO = fixed_first_name(4, 0.67, "uniform")
-SERVING = (1, 16)  # the serving depths the paper's mean NLL averages over
-# The update diagnostic (the paper's Figure 4): K0=4 / 67%'s switch checkpoint, continued 16 uniform
-# updates, then a K=16 update against a K=4 (its K0) one of the same size.
-DIAGNOSED, AFTER_UNIFORM, DIAGNOSE = MATCHED_TO, 16, "diagnose"
 PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
@@ -182,7 +180,6 @@ def study_updates(settings: LMStudyPreset, tokens: int | None) -> int:
 
 def _data_record(data_dir: Path) -> dict[str, Any]:
     """The corpus as the record pins it: `lm prepare` output (checked), its manifest's hash."""
-    from biosrecall.lm.shard_manifest import load_manifest
 
     manifest = load_manifest(data_dir)  # a BiosrecallError when it is not `lm prepare` output
     return {
@@ -249,7 +246,6 @@ class _Study:
 
     def record(self, data: dict[str, Any]) -> dict[str, Any]:
         """What lm_study.json holds, as it reads back from JSON (lists, not tuples)."""
-        from biosrecall.train.run_dir import machine, versions
 
         settings = {
             "preset": self.preset,
@@ -270,7 +266,6 @@ SETTINGS_KEYS = ("preset", "settings", "updates", "tokens_per_update", "device",
 def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     """The record already in OUT, refusing one made with other settings: its runs' seeds would be
     repeated under other settings (or mixed with them) in one output."""
-    from biosrecall.files import parse_json_text
 
     path = out_dir / RECORD
     if not path.is_file():
@@ -309,8 +304,6 @@ def plan_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, t
                   workers=None, threads=None, executor=None) -> list[str]:  # fmt: skip
     """What each run would do now (train, resume, evaluate, skip) and spend (updates, tokens,
     modeled FLOPs), every setting checked as `run_lm_study` checks it; nothing is written."""
-    from biosrecall.experiments.study_engine import study_executor
-    from biosrecall.sweep.engine import planned_actions, prepare
 
     study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
     data = _data_record(study.data_dir)
@@ -340,12 +333,6 @@ def plan_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, t
 def _plans(study: _Study, vocab: int) -> dict[str, Any]:
     """Each grid item's training plan from the trainer's own planner (a budget under one update, an
     unknown schedule or override fails here)."""
-    from dataclasses import replace
-
-    from biosrecall.lm.task import LM_VOCABULARY
-    from biosrecall.train.config import TrainConfig
-    from biosrecall.train.setup import make_plan
-    from biosrecall.train.task import build_model_config
 
     s = study.settings
     model = build_model_config(s.model_preset, vocab, dict(s.model_overrides), LM_VOCABULARY)
@@ -375,9 +362,6 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
     x `threads`; the diagnostic and the tables run here either way. Raises
     `Interrupted` when Ctrl-C stops training (rerun the same call to continue) and `StudyRunFailed`
     when a run fails."""
-    from biosrecall.experiments.lm_claims import judge_lm_claims, write_lm_claims
-    from biosrecall.experiments.study_engine import study_executor
-    from biosrecall.sweep.engine import prepare
 
     study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
     data = _data_record(study.data_dir)
@@ -393,7 +377,6 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
         if old is not None:  # what earlier calls trained stays recorded
             record["seeds"] = sorted(set(old["seeds"]) | set(record["seeds"]))
             record["grid"] = [item for item in GRID if item in set(old["grid"]) | set(record["grid"])]
-        from biosrecall.atomic import atomic_write_text
 
         atomic_write_text(study.out_dir / RECORD, json.dumps(record, indent=2) + "\n")
         with timer.phase(
@@ -420,9 +403,6 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
 
 def _train(study: _Study, runs, evaluations, executor, report) -> dict[str, Path]:
     """Bring every run to done and evaluated through the sweep engine; errors in the study's words."""
-    from biosrecall.experiments.study_engine import RERUN, StudyRunFailed, study_words
-    from biosrecall.sweep.engine import run_sweep
-    from biosrecall.train.loop import Interrupted
 
     runs_dir = study.out_dir / RUNS
     if report is not None:
@@ -449,8 +429,6 @@ def diagnose_runs(
     """Per seed, the depth-averaged NLL advantage of a K=16 over a K=4 update after `AFTER_UNIFORM`
     uniform updates from K0=4 / 67%'s switch (None when the grid has no such run). Each seed's
     diagnosis is written to OUT/diagnose/<item>/seed<S>/ and read back on later calls."""
-    from biosrecall.diagnose import DiagnoseOptions, diagnose_update
-    from biosrecall.diagnose.report import depth_average
 
     if DIAGNOSED not in study.grid:
         return None
@@ -479,7 +457,6 @@ def torch_threads(threads: int):
     """Torch on `threads` threads for the block (a run's own count): the diagnostic runs in this
     process, and on torch's default, on a busy 2-core machine, it was many times slower than one
     thread (docs/results/lm-sizing.md)."""
-    import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -491,7 +468,6 @@ def torch_threads(threads: int):
 
 def nll_table(study: _Study, folders: dict[str, Path]) -> pd.DataFrame:
     """lm_nll: every run's final-checkpoint NLL at every serving depth, with its item and seed."""
-    from biosrecall.lm.evaluate import read_table
 
     frames = []
     for run in study.runs():
@@ -540,7 +516,6 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def _figures(table: pd.DataFrame, study: _Study) -> list[Path]:
     """NLL against serving depth and mean serving NLL against modeled compute, over seeds."""
-    from biosrecall.lm import compare_plots as plots
 
     # Log-spaced depths: the plot ticks every depth it draws, and 64 ticks on a log axis overlap
     # (lm_nll.csv has every depth).
