@@ -79,7 +79,7 @@ def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False
 
 def _write_paths_relative(record: Path, archive: Path, roots: set[str], out_dir: Path) -> None:
     """Rewrite a run's JSON record in `archive` with each path under `roots` (the study's folder)
-    relative to the run's folder (where `runs.training_data_of` looks for it); a checkpoint's cached
+    relative to the run's folder (where `RunFolder.training_data` looks for it); a checkpoint's cached
     tables follow its rewritten meta.json."""
     run_dir = next((folder for folder in record.parents if (folder / CONFIG_FILE).is_file()), record.parent)
 

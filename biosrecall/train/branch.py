@@ -61,7 +61,7 @@ def branch_of(parent: str | Path | None, at_update: int | None) -> Branch | None
 
 def find_state(branch: Branch) -> Path:
     """The parent's saved training state after `branch.at_update` updates (a kept update-N folder, a
-    budget-fraction or switch checkpoint, or `latest`: `layout.saved_states`)."""
+    budget-fraction or switch checkpoint, or `latest`: `RunFolder.saved_states`)."""
     if not os.path.lexists(RunFolder(branch.parent).config_file):
         raise BiosrecallError(f"cannot branch: {branch.parent} holds no run (no {CONFIG_FILE})")
     saved = RunFolder(branch.parent).saved_states()
@@ -84,7 +84,7 @@ def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConf
     """Refuse a branch whose first `at_update` updates are not the parent's: model, dataset, task and
     the shared settings must be equal (keys in `ignored` aside, such as the dataset's path), and so
     must every earlier update's depth and learning rate. `replan(model_config, train_config)` plans
-    the parent again (`setup.make_plan`)."""
+    the parent again (`trainer.make_plan`)."""
     stored = RunFolder(branch.parent).read_config()
     for section in ("model_config", "dataset", "task"):
         difference = first_difference(stored.get(section), record.get(section), ignored)
