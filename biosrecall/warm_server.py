@@ -14,6 +14,11 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # A SIGTERM sent to the sweep's process group must not end the server while its runs still report
 # to it; the sweep stops its runs itself, by SIGINT, and each run puts back its own handler.
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# Every fork starts with Python's own Ctrl-C, as a fresh `python -m biosrecall` does, whatever the process
+# that started this server had then: the forkserver hands its children the SIGINT handler it found
+# after these imports, and a server started from a shell's background job, or by a test past a
+# command's `work_done`, would otherwise pass SIGINT on as ignored to every scoring worker it forks.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from biosrecall import allocator  # noqa: E402
 
 allocator.tune_malloc()  # every fork (a sweep's run, a scoring worker) inherits these malloc settings
