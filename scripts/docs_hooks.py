@@ -62,7 +62,7 @@ def _expand(kind: str, name: str, results: Path, page) -> str:
         raise PluginError(f"{page.file.src_uri}: results marker names {source}, which does not exist")
     where = source.relative_to(results.parent.parent).as_posix()
     made_by = f"*`{where}`, read when the site was built.*"
-    if any((source.parent / record).is_file() for record in ("figure1.json", "capacity.json")):
+    if any((source.parent / record).is_file() for record in _readme_results().RECORDS):
         # an archived study: name the command that made it
         command = _readme_results().study_command(source.parent)
         made_by = f"*`{where}`, written by `{command}`, read when the site was built.*"

@@ -11,7 +11,8 @@ exit_summary.md (adaptive-depth serving per schedule), `timings` <- timings.md (
 phase of each part), and from a budget sweep `compute_to_target` <- compute_to_target.md,
 `compute_saving` <- its savings over K=1..16 only, `budget_modes` <- budget_modes.md; from a
 `biosrecall capacity` output `capacity_claims` <- capacity_claims.md and `capacity_k4` <- the means
-of capacity.md at K=4 and the baselines' one depth. `--only`
+of capacity.md at K=4 and the baselines' one depth, and from a `biosrecall lm study` output
+`lm_claims` <- lm_claims.md. `--only`
 limits the blocks (the README reports more than one study). A block whose file is missing is left
 as it is and named on stderr.
 
@@ -62,6 +63,7 @@ BLOCKS = (
     "budget_modes",
     "capacity_claims",
     "capacity_k4",
+    "lm_claims",
 )
 SOURCES = {"compute_saving": "compute_to_target", "capacity_k4": "capacity"}
 """Blocks that show part of another block's file."""
@@ -79,22 +81,31 @@ def provenance(study: Path, name: str) -> str:
     )
 
 
+RECORDS = ("figure1.json", "capacity.json", "lm_study.json")
+"""The record that each kind of study writes in its output folder."""
+
+
 def _record(study: Path) -> tuple[dict, list[int]]:
-    """The study's record (capacity.json of a capacity study, else figure1.json) and its seeds."""
-    if (study / "capacity.json").is_file():
-        record = json.loads((study / "capacity.json").read_text())
-        return record, record["seeds"]
+    """The study's record (capacity.json, lm_study.json, else figure1.json) and its seeds."""
+    for name in ("capacity.json", "lm_study.json"):
+        if (study / name).is_file():
+            record = json.loads((study / name).read_text())
+            return record, record["seeds"]
     record = json.loads((study / "figure1.json").read_text())
     return record, record.get("study", {}).get("seeds", [record["train_config"]["seed"]])
 
 
 def study_command(study: Path) -> str:
-    """The command that made `study`, from its record: `biosrecall capacity` or `biosrecall figure1`."""
+    """The command that made `study`, from its record: `biosrecall capacity`, `lm study` or `figure1`."""
     record, _ = _record(study)
     if (study / "capacity.json").is_file():
         from biosrecall.experiments.capacity import capacity_command
 
         return capacity_command(record)
+    if (study / "lm_study.json").is_file():
+        from biosrecall.experiments.lm_study import lm_study_command
+
+        return lm_study_command(record)
     options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
     return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
 
@@ -183,7 +194,9 @@ def refresh_figures(study: Path, docs: Path = DOCS) -> list[Path]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", type=Path, help="A `biosrecall figure1` or `capacity` output folder.")
+    parser.add_argument(
+        "study", type=Path, help="A `biosrecall figure1`, `capacity` or `lm study` output folder."
+    )
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--check", action="store_true", help="Only report whether the README is current.")
     parser.add_argument("--only", default=",".join(BLOCKS), help="Comma-separated blocks to rewrite.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def test_study_end_to_end(data, tmp_path, capsys):
     out = tmp_path / "study"
     code, err = study(capsys, data, out, "--seeds", "0,1", "--grid", GRID_SMALL)
     assert code == 0, err
-    for name in ("lm_study.json", "lm_nll.csv", "lm_summary.csv", "lm_claims.csv", "lm_claims.md",
+    for name in ("lm_study.json", "lm_nll.csv", "lm_summary.csv", "lm_summary.md", "lm_claims.csv", "lm_claims.md",
                  "nll_vs_depth.png", "nll_vs_compute.pdf", "timings.md"):  # fmt: skip
         assert (out / name).is_file(), name
     table = pd.read_csv(out / "lm_nll.csv")
@@ -60,6 +61,8 @@ def test_study_end_to_end(data, tmp_path, capsys):
     # Every run trained the same updates but the compute-matched one, which spends K0=4 / 67%'s FLOPs.
     updates = table.groupby("item")["update"].max()
     assert updates[UNIFORM] == updates[fixed_first_name(4, 0.67, "uniform")] > updates[MATCHED]
+    summary = (out / "lm_summary.md").read_text().splitlines()
+    assert len(summary) == 2 + 3 and summary[2].startswith("| uniform | ")  # header, rule, one row per item
     claims = pd.read_csv(out / "lm_claims.csv", dtype=str)
     measured = claims.set_index("claim")["verdict"]
     assert measured["k4_67_nll_within"] in (HOLDS, FAILS, INCONCLUSIVE)
@@ -74,6 +77,27 @@ def test_study_end_to_end(data, tmp_path, capsys):
     before = pd.read_csv(out / "lm_nll.csv")
     assert study(capsys, data, out, "--seeds", "0,1", "--grid", GRID_SMALL)[0] == 0
     pd.testing.assert_frame_equal(before, pd.read_csv(out / "lm_nll.csv"))
+
+
+def test_an_archived_study_continues_without_weights(data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(data.parent)  # the corpus lies under the folder the study is run from
+    out, archive, copy = tmp_path / "study", tmp_path / "archive", tmp_path / "copy"
+    grid = "uniform,ff-k4-s0.67-uniform"  # with the run the update diagnostic continues
+    assert study(capsys, data, out, "--seeds", "0", "--grid", grid)[0] == 0
+    code, err = run_cli(["lm", "study", "--out", str(out), "--archive", str(archive)], capsys)
+    assert code == 0, err
+    kept = [path for path in archive.rglob("*") if path.is_file()]
+    assert not [path for path in kept if path.name in ("model.safetensors", "training_state.pt")]
+    assert not (archive / "runs" / ".sweep").exists()
+    texts = [path.read_text() for path in kept if path.suffix in (".json", ".csv", ".md", ".jsonl")]
+    assert not [text for text in texts if str(tmp_path) in text or str(data) in text]  # no folder of here
+    # A copy continues: the finished runs and the diagnosis are done, so nothing trains or scores.
+    shutil.copytree(archive, copy)
+    code, err = study(capsys, data, copy, "--seeds", "0", "--grid", grid)
+    assert code == 0, err
+    assert not list(copy.rglob("model.safetensors"))
+    for name in ("lm_nll.csv", "lm_diagnose.csv", "lm_claims.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(copy / name))
 
 
 def test_plan_writes_nothing(data, tmp_path, capsys):

@@ -108,7 +108,7 @@ def test_an_unfinished_study_or_a_stranger_is_refused(archive, tmp_path, capsys)
     assert run_cli(figure1_args(half, "--archive", str(tmp_path / "a"))) == 2
     _one_error_line(2, capsys.readouterr().err, "has not finished")
     assert run_cli(figure1_args(tmp_path, "--archive", str(tmp_path / "b"))) == 2
-    _one_error_line(2, capsys.readouterr().err, "not a figure1 or capacity output")
+    _one_error_line(2, capsys.readouterr().err, "not a figure1, capacity or lm study output")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 

@@ -16,6 +16,7 @@
     biosrecall lm compare runs/200m/* --out figures/lm-200m    # Figure-2 table and plots
     biosrecall lm compare runs/1b/* --aggregate-seeds --out figures/lm-1b   # RUN/seed*/ -> mean, 95% CI
     biosrecall lm study --data data/lm-kjv --out runs/lm-study --seeds 0,1,2   # Figure 2 + claims
+    biosrecall lm study --out runs/lm-study --archive docs/results/lm-study   # without weights, to commit
 
 Inputs, document boundaries and the Hugging Face syntax are described in `biosrecall.lm.corpus`; the
 output folder's format in `biosrecall.lm.shards`. `train` takes every trainer option of
@@ -294,9 +295,9 @@ lm.add_command(harness)
 @click.option(
     "--data",
     "data_dir",
-    required=True,
     type=click.Path(path_type=Path),
-    help="`lm prepare` output, e.g. of pkg:kjv (see docs/guides/language-models.md).",
+    help="`lm prepare` output, e.g. of pkg:kjv (see docs/guides/language-models.md); required unless "
+    "--archive.",
 )
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--preset", default="small", show_default=True, help="Study size: tiny (tests) or small.")
@@ -343,12 +344,36 @@ lm.add_command(harness)
     "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
 )
 @click.option("--quiet", is_flag=True, help="Print only the claims.")
+@click.option(
+    "--archive",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DEST",
+    help="Train nothing: copy the finished output --out into DEST without its weights and training "
+    "states (small enough to commit). A copy of DEST continues the study: the same command with more "
+    "--seeds trains only the new seeds.",
+)
+@click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST.")
 def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, kind, partition, gpus_per_run,
-          cpus_per_run, time_min, plan_only, quiet) -> None:  # fmt: skip
+          cpus_per_run, time_min, plan_only, quiet, archive, overwrite) -> None:  # fmt: skip
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
     Resumable: Ctrl-C stops it (exit 130) and the same command continues."""  # fmt: skip
+    if archive is not None:  # copies files: no training, no torch
+        from biosrecall.experiments.study_archive import archive_study
+
+        files, size = archive_study(out_dir, archive, overwrite=overwrite)
+        click.echo(
+            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
+        )
+        return
+    if overwrite:
+        raise BiosrecallError(
+            "--overwrite applies to --archive only (a study's output is continued, not replaced)"
+        )
+    if data_dir is None:
+        raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
     from biosrecall.experiments.lm_study import plan_lm_study, run_lm_study
 
     options = dict(seeds=seeds, grid=grid, tokens=tokens, device=device, workers=workers, threads=threads)
@@ -382,4 +407,4 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     work_done()
     shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
     click.echo(shown.to_string(index=False))
-    click.echo(f"wrote {result.out_dir}/lm_claims.md, lm_summary.csv, lm_nll.csv, the figures and timings.md")
+    click.echo(f"wrote {result.out_dir}/lm_claims.md, lm_summary.md, lm_nll.csv, the figures and timings.md")

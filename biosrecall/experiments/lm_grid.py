@@ -2,14 +2,16 @@
 
     GRID["ff-k2-s0.67-uniform"]    # "fixed_first:k0=2,switch=0.67,finish=uniform"
 
-Shared by the study that trains them (`biosrecall.experiments.lm_study`) and the claims that judge
-them (`biosrecall.experiments.lm_claims`).
+Shared by the study that trains them (`biosrecall.experiments.lm_study`), the claims that judge them
+(`biosrecall.experiments.lm_claims`) and the archive that copies a finished study
+(`biosrecall.experiments.study_archive`, which must not import torch).
 """
 
 from __future__ import annotations
 
 UNIFORM, MATCHED, FIXED_K4, CURRICULUM = "uniform", "uniform-matched-k4-s0.67", "fixed-k4", "curriculum"
 FINISHES = ("uniform", "poisson_lognormal")
+RECORD = "lm_study.json"  # the study's resolved settings, in its output folder
 
 
 def fixed_first_name(k0: int, switch: float, finish: str) -> str:

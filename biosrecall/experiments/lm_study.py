@@ -20,9 +20,9 @@ the NLL tables, over seeds. Layout:
                                  reads them too); its evaluation in eval/nll.{csv,parquet}
     OUT/runs/.sweep/             each run's spec, record and log (`biosrecall.sweep`)
     OUT/lm_nll.{csv,parquet}     every run's NLL at every serving depth, one row per seed and depth
-    OUT/lm_summary.{csv,parquet} per grid item: mean serving NLL (K=1..16), NLL at K=1 and K=16, beyond
-                                 (K=17..max), modeled FLOPs and wall seconds, savings vs uniform, each
-                                 a mean over seeds with its 95% interval
+    OUT/lm_summary.{csv,parquet,md}  per grid item: mean serving NLL (K=1..16), NLL at K=1 and K=16,
+                                 beyond (K=17..max), modeled FLOPs and wall seconds, savings vs
+                                 uniform, each a mean over seeds with its 95% interval
     OUT/nll_vs_depth.*, nll_vs_compute.*   the Figure-2 plots (`biosrecall.lm.compare_plots`)
     OUT/diagnose/<item>/seed<S>/, lm_diagnose.{csv,parquet}   the update diagnostic (`biosrecall.diagnose`)
                                  of K0=4 / 67% at each seed: 16 uniform updates after its switch, the
@@ -35,7 +35,9 @@ Every run is a `biosrecall lm train --config OUT/runs/.sweep/<run>.toml` process
 same runs can go to a cluster with `biosrecall sweep` (`sweep_runs` gives them). Calling again
 continues: finished runs are skipped, an interrupted one resumes from its last save, and added seeds
 or grid items train only what is new. `plan_lm_study` (`--plan`) says what each run would do and
-spend, and writes nothing.
+spend, and writes nothing. `lm study --archive DEST` copies a finished study without its weights
+(`biosrecall.experiments.study_archive`); a copy continues it, since a run with its NLL table and a
+seed with its diagnosis are done without them.
 """
 
 from __future__ import annotations
@@ -62,27 +64,29 @@ from biosrecall.experiments.lm_grid import (
     GRID,
     MATCHED,
     MATCHED_TO,
+    RECORD,
     SERVING,
     UNIFORM,
 )
 from biosrecall.experiments.study import check_seeds
-from biosrecall.experiments.study_engine import RERUN, StudyRunFailed, study_executor, study_words
+from biosrecall.experiments.study_engine import study_executor, sweep_study_runs
 from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.files import file_sha256, parse_json_text
 from biosrecall.lm import compare_plots as plots
+from biosrecall.lm.evaluate import TABLE as NLL_TABLE
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.locking import output_lock
 from biosrecall.outputs import save_figure, write_table
-from biosrecall.stats import aggregate_seeds
-from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
+from biosrecall.stats import aggregate_seeds, interval_text
+from biosrecall.sweep.engine import planned_actions, prepare
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.run_folder import machine, versions
-from biosrecall.train.trainer import Interrupted, build_model_config, make_plan
+from biosrecall.train.run_folder import RunFolder, machine, versions
+from biosrecall.train.trainer import build_model_config, make_plan
 
-RECORD, RUNS = "lm_study.json", "runs"
+RUNS = "runs"
 PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
@@ -275,7 +279,7 @@ def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | Non
     old = parse_json_text(path.read_text(encoding="utf-8"), str(path))
     if not isinstance(old, dict) or any(key not in old for key in SETTINGS_KEYS):
         raise BiosrecallError(f"{path} is not an lm study record; give another --out")
-    changed = [key for key in SETTINGS_KEYS if old[key] != record[key]]
+    changed = [key for key in SETTINGS_KEYS if _identity(old, key) != _identity(record, key)]
     if changed:
         seeds = sorted(set(old.get("seeds", [])) & set(record["seeds"]))
         repeat = f"seeds {','.join(map(str, seeds))} would repeat" if seeds else "its seeds would mix with"
@@ -284,6 +288,32 @@ def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | Non
             "the runs already there; use another --out"
         )
     return old
+
+
+def lm_study_command(record: dict[str, Any]) -> str:
+    """The `biosrecall lm study` command that wrote an output, from its lm_study.json: defaults left
+    out and no `--out`, as `biosrecall.experiments.study.figure1_command` writes figure1's. The record
+    pins the corpus by its manifest, not its folder, so `--data` names what `lm prepare` read."""
+    sources = " ".join(str(source) for source in record["data"].get("sources") or ["?"])
+    flags = [f"--data <lm prepare {sources}>", f"--preset {record['preset']}"]
+    flags.append("--seeds " + ",".join(map(str, record["seeds"])))
+    if list(record["grid"]) != list(GRID):
+        flags.append("--grid " + ",".join(record["grid"]))
+    if record["updates"] != record["settings"]["updates"]:
+        flags.append(f"--tokens {record['updates'] * record['tokens_per_update']}")
+    if record["device"] != "auto":
+        flags.append(f"--device {record['device']}")
+    return "biosrecall lm study " + " ".join(flags)
+
+
+def _identity(record: dict[str, Any], key: str) -> Any:
+    """What must match for a call to continue an output: the corpus is its manifest and tokenizer
+    (its source locations are only informative: an archive writes them relative to where it was
+    made)."""
+    value = record[key]
+    if key == "data" and isinstance(value, dict):
+        return {name: item for name, item in value.items() if name != "sources"}
+    return value
 
 
 def _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device) -> _Study:
@@ -319,7 +349,8 @@ def plan_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, t
         f"{executor.threads} thread(s) each"
     ]
     total = 0.0
-    for (name, action, _), run in zip(planned_actions(jobs), runs, strict=True):
+    for (name, action, _), run, job in zip(planned_actions(jobs), runs, jobs, strict=True):
+        action = "skip" if evaluated(job.run_dir) else action
         plan = plans[run.labels["item"]]
         total += plan.total_flops
         lines.append(
@@ -391,6 +422,7 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
             written = write_table(table, study.out_dir / "lm_nll") + write_table(
                 summary, study.out_dir / "lm_summary"
             )
+            atomic_write_text(study.out_dir / "lm_summary.md", summary_markdown(summary))
             figures = _figures(table, study)
             if diagnosis is not None:
                 written += write_table(diagnosis, study.out_dir / "lm_diagnose")
@@ -405,22 +437,22 @@ def _train(study: _Study, runs, evaluations, executor, report) -> dict[str, Path
     """Bring every run to done and evaluated through the sweep engine; errors in the study's words."""
 
     runs_dir = study.out_dir / RUNS
+    folders = {run.name: runs_dir / run.name for run in runs}
+    # A finished run with its NLL table is done whatever the sweep's bookkeeping says: an archived
+    # study keeps no weights and no bookkeeping, and its copy continues without training or scoring.
+    left = [run for run in runs if not evaluated(folders[run.name])]
+    if not left:
+        return folders
     if report is not None:
         report(f"progress of each run in {runs_dir / BOOKKEEPING}/<run>.log")
-    try:
-        result = run_sweep(runs_dir, runs, evaluations, executor, report)
-    except KeyboardInterrupt:
-        raise Interrupted(
-            "interrupted; the runs' progress is saved: rerun the same command to continue"
-        ) from None
-    if result.failed:
-        failed = [study_words(outcome) for outcome in result.failed]
-        lines = [f"run {o.name} failed (exit {o.exit_code}): {o.error} [log {o.log}]" for o in failed]
-        raise StudyRunFailed("; ".join(lines) + f"; {RERUN}")
-    busy = [outcome.name for outcome in result.outcomes if outcome.state == "busy"]
-    if busy:
-        raise BiosrecallError(f"run {busy[0]} is being trained by another process; let it finish, then rerun")
-    return {run.name: runs_dir / run.name for run in runs}
+    sweep_study_runs(runs_dir, left, evaluations, executor, report)
+    return folders
+
+
+def evaluated(run_dir: Path) -> bool:
+    """Whether the run has finished and `lm eval` has written its NLL table (the study's settings,
+    checked against lm_study.json, fix the evaluation's)."""
+    return RunFolder(run_dir).finished() and (RunFolder(run_dir).eval_dir / f"{NLL_TABLE}.parquet").is_file()
 
 
 def diagnose_runs(
@@ -512,6 +544,34 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
     values = ["mean_nll", "nll_k1", "nll_k16", "beyond_nll", "flops", "wall_seconds", "compute_saving_pct",
               "wall_saving_pct", "mean_nll_vs_uniform_pct"]  # fmt: skip
     return aggregate_seeds(per_run(table), ["item", "schedule"], values)
+
+
+SUMMARY_COLUMNS = (
+    ("mean_nll", "mean NLL, K=1..16", "{:.4f}"),
+    ("nll_k1", "NLL at K=1", "{:.4f}"),
+    ("nll_k16", "NLL at K=16", "{:.4f}"),
+    ("beyond_nll", "NLL, K=17..max", "{:.4f}"),
+    ("mean_nll_vs_uniform_pct", "mean NLL vs uniform, %", "{:+.2f}"),
+    ("compute_saving_pct", "modeled compute saving, %", "{:.1f}"),
+    ("wall_saving_pct", "wall-clock saving, %", "{:.1f}"),
+)
+"""lm_summary.md's columns: (lm_summary column, header, number format); each a mean [95% interval]."""
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    """lm_summary as a Markdown table: one row per grid item (its schedule is `GRID`'s), each value its
+    mean over seeds with the 95% interval (NLL in nats per token; savings and NLL against the same
+    seed's uniform run)."""
+    header = ["item", *(title for _, title, _ in SUMMARY_COLUMNS), "seeds"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for row in summary.itertuples(index=False):
+        values = row._asdict()
+        cells = [
+            interval_text(values[name], values[f"{name}_low"], values[f"{name}_high"], fmt)
+            for name, _, fmt in SUMMARY_COLUMNS
+        ]
+        lines.append("| " + " | ".join([row.item, *cells, str(row.n_seeds)]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _figures(table: pd.DataFrame, study: _Study) -> list[Path]:

@@ -5,8 +5,10 @@
     #   cp -r docs/results/study-default runs/study
     #   biosrecall figure1 --out runs/study <the same options> --seeds 0,1,2,3,4,5
 
-A study is a `biosrecall figure1` output or a `biosrecall capacity` one (whose per-checkpoint
-stored-bits tables are cached the same way); `figure1 --archive` and `capacity --archive` call this.
+A study is a `biosrecall figure1` output, a `biosrecall capacity` one (whose per-checkpoint
+stored-bits tables are cached the same way) or a `biosrecall lm study` one (each run's NLL table
+lies in its eval/ folder, the update diagnostic's tables under diagnose/); `figure1 --archive`,
+`capacity --archive` and `lm study --archive` call this.
 
 Everything in the output is copied except what only training or fresh scoring reads: each
 checkpoint's weights and training state, the resumable states (`state-*`, `update-*`, `latest`),
@@ -19,9 +21,11 @@ command on a copy therefore retrains and re-evaluates nothing; added seeds train
 What a run's weights would be needed for (another serving criterion, a deeper recall curve, a
 learned gate) is refused with the file it lacks.
 
-An archive names no folder of the machine that wrote it: the paths a run recorded inside the study
-(its dataset, in config.json and each meta.json) are written relative to the run's folder, and each
-cached table is re-keyed to its rewritten meta.json (`table_cache.rekey_cached`).
+An archive names no folder of the machine that wrote it: the paths a JSON record holds inside the
+study (a run's dataset, in config.json and each meta.json; the run an LM diagnosis read) are written relative to the run's folder, those
+outside the study but under the folder the archive was made from (an LM study's corpus) relative to
+that folder, as a command run there names them, and each cached table is re-keyed to its rewritten
+meta.json (`table_cache.rekey_cached`).
 
 The archive is built under a temporary name and renamed into place, so it is complete or absent.
 """
@@ -37,6 +41,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.table_cache import meta_digest, rekey_cached
 from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
 from biosrecall.experiments.figure1_output import RECORD, RUNS
+from biosrecall.experiments.lm_grid import RECORD as LM_RECORD
 from biosrecall.files import parse_json_text
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
 from biosrecall.sweep.jobs import BOOKKEEPING
@@ -53,10 +58,11 @@ recall table: megabytes of text); a rerun of the study writes it again."""
 def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False) -> tuple[int, int]:
     """Copy the finished study `out_dir` into `dest` without weights; returns (files, bytes) copied."""
     out_dir = Path(out_dir)
-    records = [name for name in (RECORD, CAPACITY_RECORD) if (out_dir / name).is_file()]
+    records = [name for name in (RECORD, CAPACITY_RECORD, LM_RECORD) if (out_dir / name).is_file()]
     if not records or not (out_dir / RUNS).is_dir():
         raise BiosrecallError(
-            f"{out_dir} is not a figure1 or capacity output (no {RECORD} or {CAPACITY_RECORD}, and {RUNS}/, in it)"
+            f"{out_dir} is not a figure1, capacity or lm study output (no {RECORD}, {CAPACITY_RECORD} or "
+            f"{LM_RECORD}, and {RUNS}/, in it)"
         )
     check_output_path(dest, inputs=[out_dir])
     files = size = 0
@@ -70,23 +76,25 @@ def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
                 files, size = files + 1, size + source.stat().st_size
-                if source.name in (CONFIG_FILE, META_FILE):
+                if source.suffix == ".json":  # a run's config and meta, the diagnosis's options
                     records.append(target)
             for record in records:  # after the copy: a meta.json's cached tables are beside it
-                _write_paths_relative(record, tmp, roots, out_dir)
+                _write_paths_relative(record, tmp, roots, out_dir, Path.cwd())
     return files, size
 
 
-def _write_paths_relative(record: Path, archive: Path, roots: set[str], out_dir: Path) -> None:
+def _write_paths_relative(record: Path, archive: Path, roots: set[str], out_dir: Path, here: Path) -> None:
     """Rewrite a run's JSON record in `archive` with each path under `roots` (the study's folder)
-    relative to the run's folder (where `RunFolder.training_data` looks for it); a checkpoint's cached
-    tables follow its rewritten meta.json."""
+    relative to the run's folder (where `RunFolder.training_data` looks for it), and each other path
+    under `here` relative to `here`; a checkpoint's cached tables follow its rewritten meta.json."""
     run_dir = next((folder for folder in record.parents if (folder / CONFIG_FILE).is_file()), record.parent)
 
     def relative(value: str) -> str:
         for root in roots:
             if value == root or value.startswith(root + os.sep):
                 return os.path.relpath(archive / os.path.relpath(value, root), run_dir)
+        if os.path.isabs(value) and value.startswith(str(here) + os.sep):
+            return os.path.relpath(value, here)
         return value
 
     before = parse_json_text(record.read_text(encoding="utf-8"), str(out_dir / record.relative_to(archive)))
@@ -113,7 +121,10 @@ def _map_strings(value, change):
 
 def _check_finished(runs_dir: Path) -> None:
     """Refuse a study with a run that has not finished: without its training state it could not resume."""
-    for config in sorted(runs_dir.glob(f"seed*/**/{CONFIG_FILE}")):  # capacity: seed<S>/people<N>/<name>
+    # figure1: seed<S>/<name>; capacity: seed<S>/people<N>/<name>; lm study: <item>/seed<S>
+    for config in sorted(runs_dir.glob(f"**/{CONFIG_FILE}")):
+        if BOOKKEEPING in config.relative_to(runs_dir).parts:
+            continue
         if not RunFolder(config.parent).finished():
             raise BiosrecallError(
                 f"run {config.parent} has not finished; rerun the study's command until it ends, then archive"

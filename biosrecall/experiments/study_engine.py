@@ -2,6 +2,7 @@
 
     executor = study_executor(workers=2, threads=1, device="cpu")   # figure1 --workers 2 --threads 1
     paths = train_study_runs(out / "runs", specs, options_of, executor, report=print)
+    sweep_study_runs(out / "runs", runs, evaluations, executor, report=print)   # lm study's SweepRuns
 
 `figure1` decides what to train (`biosrecall.experiments.study`, `.budgets`) and builds each run's
 `TrainConfig` once (`options_of(spec)`: the values of the run's spec, `biosrecall.sweep.run_spec`).
@@ -27,9 +28,9 @@ import torch
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.study import RunSpec
-from biosrecall.sweep.engine import run_sweep
+from biosrecall.sweep.engine import Executor, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, usable_cores
-from biosrecall.sweep.jobs import BOOKKEEPING, SweepRun
+from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import RESUME_ADVICE, Interrupted
@@ -62,7 +63,6 @@ def train_study_runs(
     server is `biosrecall.warm.ForkServerDied`. Error lines are in the study's words
     (`study_words`)."""
     waves = [[s for s in specs if s.branch is None], [s for s in specs if s.branch is not None]]
-    report = _in_study_words(report)
     for wave in waves:
         left = sum(not RunFolder(runs_dir / s.folder).finished() for s in wave)
         if not left:
@@ -73,19 +73,31 @@ def train_study_runs(
                 f"each; progress in {runs_dir / BOOKKEEPING}/<run>.log"
             )
         runs = [SweepRun(str(s.folder), "train", _options(runs_dir, s, options_of)) for s in wave]
-        try:
-            result = run_sweep(runs_dir, runs, (), executor, report)
-        except KeyboardInterrupt:
-            raise Interrupted(_stopped(runs_dir, wave)) from None
-        if result.failed:
-            failed = [study_words(outcome) for outcome in result.failed]
-            if all(_killed(outcome) for outcome in failed):
-                raise RunKilled("; ".join(_kill(outcome) for outcome in failed) + f"; {RERUN}")
-            raise StudyRunFailed("; ".join(_failure(outcome) for outcome in failed))
-        busy = [outcome.name for outcome in result.outcomes if outcome.state == "busy"]
-        if busy:
-            raise _busy(busy[0])
+        sweep_study_runs(runs_dir, runs, (), executor, report)
     return {spec: runs_dir / spec.folder for spec in specs}
+
+
+def sweep_study_runs(
+    runs_dir: Path,
+    runs: Sequence[SweepRun],
+    evaluations: Sequence[Evaluation],
+    executor: Executor,
+    report: Callable[[Any], None] | None = None,
+) -> None:
+    """Bring `runs` (and their `evaluations`) to done through the sweep engine, with a study's errors
+    (`train_study_runs`): the LM study's runs come here directly, as `lm train` and `lm eval`."""
+    try:
+        result = run_sweep(runs_dir, runs, evaluations, executor, _in_study_words(report))
+    except KeyboardInterrupt:
+        raise Interrupted(_stopped(runs_dir, [run.name for run in runs])) from None
+    if result.failed:
+        failed = [study_words(outcome) for outcome in result.failed]
+        if all(_killed(outcome) for outcome in failed):
+            raise RunKilled("; ".join(_kill(outcome) for outcome in failed) + f"; {RERUN}")
+        raise StudyRunFailed("; ".join(_failure(outcome) for outcome in failed))
+    busy = [outcome.name for outcome in result.outcomes if outcome.state == "busy"]
+    if busy:
+        raise _busy(busy[0])
 
 
 def _busy(name) -> BiosrecallError:
@@ -137,13 +149,13 @@ def _options(runs_dir: Path, spec: RunSpec, options_of: OptionsOf) -> dict[str, 
     return options
 
 
-def _stopped(runs_dir: Path, wave: Sequence[RunSpec]) -> str:
+def _stopped(runs_dir: Path, names: Sequence[str]) -> str:
     """Which runs the interrupt caught mid-way: unfinished, with saved progress."""
     caught = [
-        str(s.folder)
-        for s in wave
-        if not RunFolder(runs_dir / s.folder).finished()
-        and RunFolder(runs_dir / s.folder).latest_checkpoint() is not None
+        name
+        for name in names
+        if not RunFolder(runs_dir / name).finished()
+        and RunFolder(runs_dir / name).latest_checkpoint() is not None
     ]
     if not caught:
         return "interrupted"
