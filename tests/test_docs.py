@@ -55,6 +55,12 @@ SKIPPED = {
     ),
     "biosrecall capacity --out runs/capacity --preset bios-tiny --people 250,500,1000 --seeds 0,1,2 "
     "--exposures 100": "the capacity study: hours of training; tests/test_capacity.py runs a tiny one",
+    "biosrecall lm prepare pkg:kjv --out data/lm-kjv --vocab-size 512 --val-fraction 0.05": (
+        "needs the lm-corpus extra; tests/test_lm_study.py prepares this corpus and continues the archived study"
+    ),
+    "biosrecall lm study --data data/lm-kjv --out runs/lm-study --preset small --seeds 0,1,2,3,4,5,6,7": (
+        "the LM study: over an hour of training; tests/test_lm_study.py runs it on a tiny corpus"
+    ),
     "biosrecall generate --out data/bios-50 --people 50 --export-text jsonl --text-out data/bios-50-text "
     "--exposures 100": "the Hugging Face route; tests/test_hf_trainer_example.py runs it on a tiny config",
     "python examples/hf_trainer_gpt2.py --data data/bios-50 --text data/bios-50-text --out models/gpt2-bios": (

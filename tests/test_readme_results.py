@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCHIVES = {
     "study-default": ("claims", "exit_summary"),
     "budget-sweep-middle": ("compute_saving",),
+    "capacity": ("capacity_claims",),
+    "lm-study": ("lm_claims",),
 }
 
 

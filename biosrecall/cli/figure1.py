@@ -20,6 +20,14 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, parse_overrides, train_field_option
+from biosrecall.experiments.study import (
+    BUDGET_MODES,
+    StudyOptions,
+    check_budgets,
+    check_lr_grid,
+    check_seeds,
+    figure1_command,
+)
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
@@ -50,22 +58,16 @@ def parse_depth_list(ctx, param, depths: tuple[int, ...] | None) -> tuple[int, .
 
 
 def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
-    from biosrecall.experiments.study import check_seeds
-
     check_seeds(seeds)
     return seeds
 
 
 def parse_lr_grid(ctx, param, grid: tuple[float, ...] | None) -> tuple[float, ...]:
-    from biosrecall.experiments.study import check_lr_grid
-
     check_lr_grid(grid or ())
     return grid or ()
 
 
 def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float, ...]:
-    from biosrecall.experiments.study import BUDGET_MODES, check_budgets
-
     check_budgets(budgets or (), BUDGET_MODES[0])
     return budgets or ()
 
@@ -209,7 +211,6 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         )
         return
     from biosrecall.experiments.figure1 import run_figure1
-    from biosrecall.experiments.study import StudyOptions
     from biosrecall.experiments.study_engine import StudyRunFailed
     from biosrecall.train.trainer import Interrupted
 
@@ -249,8 +250,6 @@ def report_outcome(outcome) -> None:
 
 def _more_seeds_command(out_dir: Path, preset: str, study, budget: float | None = None) -> str:
     """The command that adds two seeds to this output, with its other options (finished runs are kept)."""
-
-    from biosrecall.experiments.study import figure1_command
 
     seeds = study.seeds
     more = (*seeds, *range(max(seeds) + 1, max(seeds) + 3))

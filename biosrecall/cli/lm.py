@@ -46,7 +46,9 @@ from biosrecall.cli.options import (
 )
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import SEED, counts, rates
+from biosrecall.train.progress import make_reporter
 
 DEFAULT_VOCAB_SIZE = 8192
 
@@ -200,7 +202,6 @@ def _train(
     each budget fraction and a resumable `latest` (sharded under FSDP) in OUT/checkpoints/."""
     from biosrecall.lm.task import train_lm
     from biosrecall.train.distributed import is_main_process
-    from biosrecall.train.progress import make_reporter
     from biosrecall.train.trainer import Interrupted, TrainingDiverged
 
     apply_no_verify(no_verify)
@@ -393,7 +394,6 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
         return
     from biosrecall.cli.figure1 import RERUN_HINT, report_outcome
     from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.interrupts import work_done
     from biosrecall.train.trainer import Interrupted
 
     try:

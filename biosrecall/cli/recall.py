@@ -56,6 +56,8 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, ParsedBy, checkpoint_option
 from biosrecall.diagnose.options import parse_depth_list
 from biosrecall.errors import BiosrecallError
+from biosrecall.hub import check_model_folder
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, counts
 from biosrecall.sizing import Cost, check_fits, scoring_cost
 
@@ -349,8 +351,6 @@ def _score_hf(
     hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str
 ) -> list[Path]:
     """--hf-model: score the model, then write and print what recall-curve writes for runs."""
-    from biosrecall.hub import check_model_folder
-
     check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
     from biosrecall.hf.scoring import DEFAULT_BATCH_SIZE, plot_hf_recall, score_hf_model
 
@@ -379,8 +379,6 @@ def _outputs_complete(last: bool) -> None:
     """Once the last file is written, a signal while the results print would turn a finished command
     into exit 130: from then on it is ignored. Not before: evaluating exits can take minutes."""
     if last:
-        from biosrecall.interrupts import work_done
-
         work_done()
 
 

@@ -24,6 +24,7 @@ from biosrecall.cli.options import (
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import counts
+from biosrecall.train.progress import make_reporter
 
 MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 
@@ -66,7 +67,6 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     keeps weights at each budget fraction under OUT/checkpoints/<fraction>/ and a resumable
     OUT/checkpoints/latest, and logs every update to OUT/metrics.jsonl."""
     from biosrecall.train.branch import branch_of
-    from biosrecall.train.progress import make_reporter
     from biosrecall.train.trainer import Interrupted, TrainingDiverged, train_bios
 
     config, overrides = split_options(options)

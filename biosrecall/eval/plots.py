@@ -113,7 +113,8 @@ def figure_renderer(fig: Figure):
 
 def legend_below(fig: Figure, handles: list, max_columns: int, **options) -> Legend:
     """The figure's legend under its panels, in as many columns (up to `max_columns`) as fit its width;
-    a figure too narrow for even one column is widened to hold it."""
+    a figure too narrow for even one column is widened to hold it, and the figure grows by the
+    legend's height, so that a long legend (a 16-run study) does not squash the panels above it."""
     renderer = figure_renderer(fig)
     room = fig.get_figwidth() - 0.2  # inches: constrained layout's own margins
     options = {"loc": "outside lower center", "frameon": False, "fontsize": "small", **options}
@@ -125,6 +126,7 @@ def legend_below(fig: Figure, handles: list, max_columns: int, **options) -> Leg
         legend.remove()
     if width > room:
         fig.set_figwidth(width + 0.3)
+    fig.set_figheight(fig.get_figheight() + legend.get_window_extent(renderer).height / fig.dpi)
     return legend
 
 

@@ -55,7 +55,9 @@ from biosrecall.sizing import (
     scoring_cost,
     shows_progress,
 )
+from biosrecall.sweep.run_spec import config_options
 from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.run_folder import machine, versions
 
 RECORD, DATA, RUNS = "capacity.json", "data", "runs"
 DATA_SEED = 0
@@ -222,15 +224,11 @@ def _run_config(run: CapacityRun, base):
 
 
 def _run_options(run: CapacityRun, base, data_dir: Path) -> dict[str, Any]:
-    from biosrecall.sweep.run_spec import config_options
-
     return config_options(_run_config(run, base), data=str(data_dir.resolve()), preset=run.model_preset)
 
 
 def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str, Any]:
     """What capacity.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
-    from biosrecall.train.run_folder import machine, versions
-
     record = {
         "settings": {key: getattr(options, key) for key in IDENTITY},
         "people": options.people,

@@ -22,10 +22,10 @@ What a run's weights would be needed for (another serving criterion, a deeper re
 learned gate) is refused with the file it lacks.
 
 An archive names no folder of the machine that wrote it: the paths a JSON record holds inside the
-study (a run's dataset, in config.json and each meta.json; the run an LM diagnosis read) are written relative to the run's folder, those
-outside the study but under the folder the archive was made from (an LM study's corpus) relative to
-that folder, as a command run there names them, and each cached table is re-keyed to its rewritten
-meta.json (`table_cache.rekey_cached`).
+study (a run's dataset, in config.json and each meta.json; the run an LM diagnosis read) are written
+relative to the run's folder, those outside the study but under the folder the archive was made
+from (an LM study's corpus) relative to that folder, as a command run there names them, and each
+cached table is re-keyed to its rewritten meta.json (`table_cache.rekey_cached`).
 
 The archive is built under a temporary name and renamed into place, so it is complete or absent.
 """
