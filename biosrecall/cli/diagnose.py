@@ -28,12 +28,14 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option
 from biosrecall.compute.schedules import MAX_UPDATES
+from biosrecall.diagnose import DiagnoseOptions
 from biosrecall.diagnose.options import (
     DEFAULT_PEOPLE,
     DEFAULT_VAL_SEQUENCES,
     parse_candidate_depths,
     parse_depth_list,
 )
+from biosrecall.diagnose.report import depth_average
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
 from biosrecall.train.run_folder import SWITCH
@@ -138,9 +140,7 @@ def diagnose_update(
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     import torch
 
-    from biosrecall.diagnose import DiagnoseOptions, parse_candidate_depths, parse_depth_list
-    from biosrecall.diagnose import diagnose_update as run_diagnosis
-    from biosrecall.diagnose.report import depth_average
+    from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
 
     options = DiagnoseOptions(
         depths=parse_candidate_depths(depths),

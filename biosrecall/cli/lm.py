@@ -34,8 +34,8 @@ import click
 
 from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
+from biosrecall.cli.figure1 import RERUN_HINT, parse_seeds, report_outcome
 from biosrecall.cli.figure1 import SEEDS as FIGURE1_SEEDS
-from biosrecall.cli.figure1 import parse_seeds
 from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import (
@@ -47,7 +47,11 @@ from biosrecall.cli.options import (
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
+from biosrecall.lm.corpus import Corpus
+from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, prepare_corpus
+from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.numbers import SEED, counts, rates
+from biosrecall.sweep.executors import make_executor
 from biosrecall.train.progress import make_reporter
 
 DEFAULT_VOCAB_SIZE = 8192
@@ -118,9 +122,6 @@ def prepare(
 ) -> None:
     """Tokenize INPUT... (.txt, .jsonl, .parquet files, folders of them, or hf:NAME[:CONFIG]) into
     token shards with a validation split, a tokenizer and a manifest."""
-    from biosrecall.lm.corpus import Corpus
-    from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, prepare_corpus
-    from biosrecall.lm.tokenizer import load_tokenizer
 
     if tokenizer_path is not None and vocab_size is not None:
         raise BiosrecallError("give either --tokenizer or --vocab-size, not both")
@@ -380,8 +381,6 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     options = dict(seeds=seeds, grid=grid, tokens=tokens, device=device, workers=workers, threads=threads)
     slurm = dict(partition=partition, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, time_min=time_min)
     if kind == "slurm":
-        from biosrecall.sweep.executors import make_executor
-
         if workers is not None or threads is not None:
             raise BiosrecallError("--workers and --threads apply to --executor local only")
         options["executor"] = make_executor("slurm", {}, slurm)
@@ -392,7 +391,6 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     if plan_only:
         click.echo("\n".join(plan_lm_study(out_dir, data_dir, preset, **options)))
         return
-    from biosrecall.cli.figure1 import RERUN_HINT, report_outcome
     from biosrecall.experiments.study_engine import StudyRunFailed
     from biosrecall.train.trainer import Interrupted
 

@@ -14,6 +14,7 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
 from biosrecall.errors import BiosrecallError
+from biosrecall.lm.loader import set_verification
 from biosrecall.numbers import DEPTH, counts
 from biosrecall.train.run_folder import RunFolder
 
@@ -30,8 +31,6 @@ def no_verify_option(command):
 
 def apply_no_verify(no_verify: bool) -> None:
     if no_verify:
-        from biosrecall.lm.loader import set_verification
-
         set_verification(False)
 
 
@@ -96,7 +95,6 @@ def evaluate(
     from biosrecall.eval.exits import Gate, parse_exits
     from biosrecall.eval.gate import check_gates
     from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
-    from biosrecall.train.run_folder import RunFolder
 
     apply_no_verify(no_verify)
     criteria = parse_exits(exits) if exits else []

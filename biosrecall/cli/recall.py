@@ -59,7 +59,9 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.hub import check_model_folder
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, counts
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.sizing import Cost, check_fits, scoring_cost
+from biosrecall.train.run_folder import RunFolder
 
 DEFAULT_OUT = Path("recall-curve")
 RUN_BATCH_SIZE = 256
@@ -282,7 +284,6 @@ def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
     """Refuse, before any dataset is read, scoring larger than the machine (`biosrecall.sizing`): every
     dataset the runs use (or --data) is read whole and holds the evaluation set of the people scored.
     A run folder that cannot be read is left to the scoring, which names its problem."""
-    from biosrecall.train.run_folder import RunFolder
 
     folders = set()
     try:
@@ -315,7 +316,6 @@ def _write_seed_curves(table, groups, out_dir: Path, last: bool) -> list[Path]:
     from biosrecall.eval.curves import TABLE_NAME
     from biosrecall.eval.plots import plot_recall_curves
     from biosrecall.eval.seeds import aggregate_recall
-    from biosrecall.outputs import save_figure, write_table
 
     curves, summary, per_run = aggregate_recall(table, groups)
     written = write_table(table, out_dir / TABLE_NAME) + write_table(curves, out_dir / f"{TABLE_NAME}_seeds")
@@ -336,7 +336,6 @@ def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None, las
     `last`: these are the command's last outputs."""
     from biosrecall.eval.curves import TABLE_NAME, summary_table
     from biosrecall.eval.plots import plot_recall_curves
-    from biosrecall.outputs import save_figure, write_table
 
     written = write_table(table, out_dir / TABLE_NAME)
     fig = plot_recall_curves(table, metric=metric) if fig is None else fig
@@ -413,7 +412,6 @@ def _write_exits(scores, out_dir: Path) -> list[Path]:
 def _write_per_token(gap, out_dir: Path) -> list[Path]:
     """Write and print the gap of per-token to whole-query exit."""
     from biosrecall.eval.token_exit import TABLE_NAME
-    from biosrecall.outputs import write_table
 
     written = write_table(gap, out_dir / TABLE_NAME)
     columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth", "whole_query_bits"]

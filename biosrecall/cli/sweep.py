@@ -24,6 +24,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
+from biosrecall.sweep.spec import load_spec
 
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
 
@@ -81,7 +82,6 @@ def run(spec_path, kind, overrides, only, dry_run, **given):
     [executor] section are defaults for the options here."""
     from biosrecall.sweep.engine import planned_actions, prepare, run_sweep, select_runs
     from biosrecall.sweep.executors import make_executor
-    from biosrecall.sweep.spec import load_spec
 
     spec = load_spec(spec_path, overrides)
     executor = make_executor(kind, spec.executor, given)
@@ -113,7 +113,6 @@ def _report(outcome) -> None:
 def status(spec_path, as_json):
     """Print each run's state (done, running, failed, waiting), its updates and a detail, then counts."""
     from biosrecall.sweep.records import format_status, status_table
-    from biosrecall.sweep.spec import load_spec
 
     rows = status_table(load_spec(spec_path).jobs())
     click.echo(json.dumps(rows, indent=2) if as_json else format_status(rows))
@@ -125,7 +124,6 @@ def status(spec_path, as_json):
 def collect(spec_path):
     """Tabulate the finished runs of SPEC into OUT/collect/ (runs, recall curves or the LM comparison)."""
     from biosrecall.sweep.collect import collect_sweep
-    from biosrecall.sweep.spec import load_spec
 
     spec = load_spec(spec_path)
     written, notes = collect_sweep(spec.out, spec.runs, spec.evaluations)
