@@ -182,33 +182,13 @@ def test_the_committed_study_continues_from_a_clean_checkout_without_training(tm
     archive = ROOT / "docs" / "results" / "lm-study"
     record = json.loads((archive / "lm_study.json").read_text())
     data = tmp_path / "lm-kjv"
-    prepare = [
-        "lm",
-        "prepare",
-        "pkg:kjv",
-        "--out",
-        str(data),
-        "--vocab-size",
-        "512",
-        "--val-fraction",
-        "0.05",
-    ]
+    vocab = record["data"]["vocab_size"]
+    prepare = f"lm prepare pkg:kjv --out {data} --vocab-size {vocab} --val-fraction 0.05".split()
     assert run_cli(prepare, capsys)[0] == 0
     copy = tmp_path / "lm-study"
     shutil.copytree(archive, copy)
     seeds = ",".join(map(str, record["seeds"]))
-    argv = [
-        "lm",
-        "study",
-        "--data",
-        str(data),
-        "--out",
-        str(copy),
-        "--preset",
-        record["preset"],
-        "--seeds",
-        seeds,
-    ]
+    argv = f"lm study --data {data} --out {copy} --preset {record['preset']} --seeds {seeds}".split()
     code, err = run_cli([*argv, "--quiet"], capsys)
     assert code == 0, err
     for table in ("lm_summary.csv", "lm_summary.md", "lm_diagnose.csv", "lm_claims.csv"):
