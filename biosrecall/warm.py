@@ -1,6 +1,6 @@
 """Warm starts: a sweep's `biosrecall` processes forked from one process that has imported torch already.
 
-    process = start_warm(["train", "--config", "OUT/.sweep/a.toml"], log_path, environment)
+    process = start_warm(["train", "--config", "OUT/.sweep/.specs/a.json"], log_path, environment)
     process.pid; process.send_signal(signal.SIGINT); code = process.wait()
 
 Why: on a 2-core machine a `biosrecall train` process spends about 4 s before its first update, 1.9 s

@@ -181,10 +181,12 @@ def lm_run_config(folder) -> str:
 @pytest.mark.parametrize("path", [("lm", "train"), ("lm", "plan")], ids=" ".join)
 def test_lm_commands_read_a_run_config(path, here):
     args = ["--config", lm_run_config(here)] + (["--out", "o"] if path[1] == "train" else [])
-    params = parse(path, [*args, "--seed", "7"]).params
+    with parse(path, [*args, "--seed", "7"]) as context:  # the command line's seed over the file's
+        params = dict(context.params)
+        config, overrides = split_options(dict(params))
     assert str(params["data_dir"]) == str(here / "shards") and params["preset"] == "lm-tiny"
-    assert (params["vocab_size"], params["norm"], params["injection"]) == (300, "sandwich", "concat")
-    assert (params["updates"], params["batch_size"], params["lr"], params["seed"]) == (3, 8, 1e-3, 7)
+    assert (overrides["vocab_size"], overrides["norm"], overrides["injection"]) == (300, "sandwich", "concat")
+    assert (config.updates, config.batch_size, config.lr, config.seed) == (3, 8, 1e-3, 7)
 
 
 def test_train_from_its_config_json_repeats_the_run(here):
@@ -259,9 +261,9 @@ def test_a_folder_is_not_a_config_file(here, capsys):
 @pytest.mark.parametrize(
     ("argv", "record", "expect"),
     [
-        (["figure1"], {}, "reads TOML config files; a .json one is a run's config.json"),
+        (["figure1"], {}, "reads TOML config files; a .json one is a run spec or a run's config.json"),
         (["train", "--out", "o"], "lm", "records a run of `biosrecall lm train`, not of `biosrecall train`"),
-        (["train", "--out", "o"], {"train_config": {}}, "is corrupt: missing 'task', 'model_config'"),
+        (["train", "--out", "o"], {"train_config": {}}, "is corrupt: missing 'task'"),
     ],
     ids=["json-for-a-toml-command", "lm-run-for-train", "not-a-run-config"],
 )

@@ -15,7 +15,7 @@ from harness import run_cli
 from biosrecall.bios import BatchSampler, generate_dataset, load_dataset
 from biosrecall.bios.exposures import exposure_counts, plan_exposures
 from biosrecall.errors import BiosrecallError
-from biosrecall.sweep.run_spec import config_options, run_spec_text
+from biosrecall.sweep.run_spec import run_spec_text
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import BiosBatchSource
@@ -125,8 +125,8 @@ def test_train_plans_the_exposures_and_reports_their_flops(data_dir, source, tmp
     # config.json repeats the run, exposures and all; a TOML file sizes one the same way.
     code, _ = run_cli(["train", "--config", str(tmp_path / "run" / "config.json"), "--out", str(tmp_path / "again"), "--quiet"], capsys)  # fmt: skip
     assert code == 0 and RunFolder(tmp_path / "again").read_config()["plan"] == plan
-    spec = tmp_path / "run.toml"
-    spec.write_text(run_spec_text(config_options(TrainConfig(**stored["train_config"]), data=str(data_dir))))
+    spec = tmp_path / "run.json"
+    spec.write_text(run_spec_text("train", TrainConfig.from_dict(stored["train_config"]), {"data": data_dir}))
     code, _ = run_cli(["train", "--config", str(spec), "--out", str(tmp_path / "spec"), "--preset", "bios-tiny", "--quiet"], capsys)  # fmt: skip
     assert code == 0 and RunFolder(tmp_path / "spec").read_config()["plan"]["updates"] == expected.updates
 

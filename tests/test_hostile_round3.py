@@ -35,6 +35,7 @@ from test_hostile_runs import assert_same_run, case_dir, stopped_at, train_args,
 
 from biosrecall import sizing
 from biosrecall.errors import BiosrecallError
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 
 __all__ = ["case_dir", "world"]  # the shared fixtures: a fresh copy of the world per test
@@ -291,7 +292,9 @@ class TestDeadWorkers:
         monkeypatch.setattr(study_engine, "run_sweep", lambda *args: SweepResult([killed]))
         spec = RunSpec("fixed_k4", "fixed:4", 0, 1e-2, "main", "fixed_k4")
         with pytest.raises(study_engine.RunKilled) as info:
-            study_engine.train_study_runs(tmp_path, [spec], lambda s: {}, LocalExecutor(1), None)
+            study_engine.train_study_runs(
+                tmp_path, [spec], lambda s: (TrainConfig(), {}), LocalExecutor(1), None
+            )
         assert isinstance(info.value, BiosrecallError)
         assert "run seed0/fixed_k4 was killed by SIGKILL" in str(info.value)
         assert "rerun the same command to continue" in str(info.value)
@@ -583,7 +586,9 @@ class TestLeftovers:
         reported = []
         spec = RunSpec("fixed_k4", "fixed:4", 0, 1e-2, "main", "fixed_k4")
         with pytest.raises(study_engine.StudyRunFailed) as info:
-            study_engine.train_study_runs(tmp_path, [spec], lambda s: {}, LocalExecutor(1), reported.append)
+            study_engine.train_study_runs(
+                tmp_path, [spec], lambda s: (TrainConfig(), {}), LocalExecutor(1), reported.append
+            )
         lines = [str(info.value), *(o.error for o in reported if not isinstance(o, str))]
         assert len(lines) == 2 and all("--resume" not in line for line in lines), lines
         assert lines[1].endswith("still holds the complete state of update 8"), lines[1]

@@ -32,6 +32,7 @@ from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import SweepRun, check_runs
 from biosrecall.sweep.records import status_table
 from biosrecall.sweep.spec import load_spec
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "lm"
@@ -124,8 +125,8 @@ def test_grid_names_options_and_paths_relative_to_the_spec(tmp_path):
         "seed0/schedule=fixed_2", "seed1/schedule=fixed_2", "seed0/schedule=uniform_1-4", "seed1/schedule=uniform_1-4"
     ]  # fmt: skip
     run = spec.runs[2]
-    assert run.options["schedule"] == "uniform:1-4" and run.options["seed"] == 0
-    assert run.options["data"] == str(tmp_path / "data") and spec.out == tmp_path / "runs"
+    assert run.config.schedule == "uniform:1-4" and run.config.seed == 0
+    assert run.task["data"] == str(tmp_path / "data") and spec.out == tmp_path / "runs"
     assert run.labels == {"schedule": "uniform:1-4", "seed": 0}
 
 
@@ -149,9 +150,18 @@ budget_of = "fixed:4:50"
 """
     spec = load_spec(spec_file(tmp_path, text), overrides=["preset=lm-tiny"])
     assert [run.name for run in spec.runs] == ["a,lr=0.001/seed3", "b,lr=0.001/seed3"]
-    assert spec.runs[0].options["updates"] == 100 and "budget_of" not in spec.runs[0].options
-    assert spec.runs[1].options["budget_of"] == "fixed:4:50" and "updates" not in spec.runs[1].options
-    assert all(run.options["preset"] == "lm-tiny" for run in spec.runs)
+    assert (spec.runs[0].config.updates, spec.runs[0].config.budget_of) == (100, None)
+    assert (spec.runs[1].config.updates, spec.runs[1].config.budget_of) == (None, "fixed:4:50")
+    assert all(run.task["preset"] == "lm-tiny" for run in spec.runs)
+
+
+def test_status_reads_a_spec_whose_data_is_elsewhere(capsys):
+    """The 200M spec's data folder is not here (it comes with `sweep run ... --set data=...`): status
+    reads every run's state all the same, while a run is refused with one line before anything starts."""
+    code, out, _ = run_cli(["sweep", "status", str(SCRIPTS / "sweep-200m.toml")], capsys)
+    assert code == 0 and out.splitlines()[-1] == "15 runs: 0 done, 0 running, 0 failed, 15 waiting"
+    code, _, err = run_cli(["sweep", "run", str(SCRIPTS / "sweep-200m.toml"), "--dry-run"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "run uniform: data folder" in err, err
 
 
 def test_the_200m_spec_holds_the_runs_of_the_old_script(tmp_path):
@@ -165,8 +175,8 @@ def test_the_200m_spec_holds_the_runs_of_the_old_script(tmp_path):
                 )
     expected["uniform-matched-k4-s0.67"] = "uniform:1-16"
     # sweep-200m.sh launched 15 runs: uniform, 12 fixed-first, curriculum and the matched uniform.
-    assert {run.name: run.options["schedule"] for run in spec.runs} == expected and len(spec.runs) == 15
-    sizes = {run.name: (run.options.get("updates"), run.options.get("budget_of")) for run in spec.runs}
+    assert {run.name: run.config.schedule for run in spec.runs} == expected and len(spec.runs) == 15
+    sizes = {run.name: (run.config.updates, run.config.budget_of) for run in spec.runs}
     assert sizes.pop("uniform-matched-k4-s0.67") == (None, "fixed_first:k0=4,switch=0.67,finish=uniform:4800")
     assert set(sizes.values()) == {(4800, None)}
     assert spec.out == (SCRIPTS / "../../runs/200m").absolute() and spec.executor == {"gpus_per_run": 8}
@@ -335,9 +345,8 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
 
 
 def test_a_killed_run_is_resumed_on_rerun(folder, tmp_path):
-    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
-    options.update(budget_of="fixed:2:80", save_every=3, quiet=True)
-    runs = [SweepRun("long", "train", options)]
+    config = TrainConfig(batch_size=4, schedule="fixed:2", budget_of="fixed:2:80", save_every=3)
+    runs = [SweepRun("long", "train", config, tiny_task(folder))]
     outcomes = []
     sweeper = threading.Thread(target=lambda: outcomes.append(run_sweep(tmp_path / "out", runs)))
     sweeper.start()
@@ -361,6 +370,11 @@ def test_a_killed_run_is_resumed_on_rerun(folder, tmp_path):
     assert "--resume" in (tmp_path / "out/.sweep/long.log").read_text().split("== ")[-1]
 
 
+def tiny_task(folder: Path) -> dict:
+    """A bioS run's task on the shared tiny dataset, its progress lines left out."""
+    return {"data": str(folder / "data"), "preset": "bios-tiny", "quiet": True}
+
+
 def load_jobs(out, runs):
     from biosrecall.sweep.jobs import build_jobs
 
@@ -369,10 +383,11 @@ def load_jobs(out, runs):
 
 def test_the_slurm_executor_runs_a_job_array_through_submitit(folder, tmp_path):
     pytest.importorskip("submitit")  # the `slurm` extra; CI installs it
-    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
-    options.update(budget_of="fixed:2:10", quiet=True)
+    config = TrainConfig(batch_size=4, schedule="fixed:2", budget_of="fixed:2:10")
     result = run_sweep(
-        tmp_path / "out", [SweepRun("one", "train", options)], executor=SlurmExecutor(cluster="local")
+        tmp_path / "out",
+        [SweepRun("one", "train", config, tiny_task(folder))],
+        executor=SlurmExecutor(cluster="local"),
     )
     assert [(o.state, o.action) for o in result.outcomes] == [("done", "trained")]
     assert 1.0 in RunFolder(tmp_path / "out/one").fraction_checkpoints()
@@ -391,9 +406,8 @@ def test_a_run_the_engine_cannot_start_is_failed_and_the_queue_goes_on(folder, t
         return real(job, env, running)
 
     monkeypatch.setattr(executors, "run_one", broken_for_a)
-    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
-    options.update(budget_of="fixed:2:6", quiet=True)
-    runs = [SweepRun(name, "train", options) for name in ("a", "b")]
+    config = TrainConfig(batch_size=4, schedule="fixed:2", budget_of="fixed:2:6")
+    runs = [SweepRun(name, "train", config, tiny_task(folder)) for name in ("a", "b")]
     result = run_sweep(tmp_path / "out", runs, executor=LocalExecutor(workers=1))
     assert [(o.name, o.state) for o in result.outcomes] == [("a", "failed"), ("b", "done")]
     assert "No space left on device" in result.failed[0].error
@@ -401,5 +415,8 @@ def test_a_run_the_engine_cannot_start_is_failed_and_the_queue_goes_on(folder, t
 
 def test_the_python_api_refuses_a_bad_run_before_writing(tmp_path):
     with pytest.raises(BiosrecallError, match="run x: data folder"):
-        run_sweep(tmp_path / "out", [SweepRun("x", "train", {"data": str(tmp_path / "none"), "updates": 5})])
+        run_sweep(
+            tmp_path / "out",
+            [SweepRun("x", "train", TrainConfig(updates=5), {"data": str(tmp_path / "none")})],
+        )
     assert not (tmp_path / "out").exists()

@@ -25,6 +25,7 @@ from biosrecall.bios.dataset import generate_dataset
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.warm import SWITCH, start_warm
 
@@ -73,13 +74,13 @@ def test_sigint_stops_a_run_in_a_session_of_its_own_with_its_progress_saved(data
 
 
 def test_a_warm_run_trains_the_same_numbers_as_a_cold_one(data, tmp_path, monkeypatch):
-    options = {"data": str(data), "preset": "bios-tiny", "batch_size": 4, "seq_len": 96}
-    options.update(schedule="uniform:1-3", updates=8, seed=3, quiet=True)
+    config = TrainConfig(batch_size=4, seq_len=96, schedule="uniform:1-3", updates=8, seed=3)
+    task = {"data": str(data), "preset": "bios-tiny", "quiet": True}
     finals = {}
     for switch in ("1", "0"):
         monkeypatch.setenv(SWITCH, switch)
         out = tmp_path / f"warm{switch}"
-        result = run_sweep(out, [SweepRun("a", "train", options)], executor=LocalExecutor(workers=1))
+        result = run_sweep(out, [SweepRun("a", "train", config, task)], executor=LocalExecutor(workers=1))
         assert [outcome.state for outcome in result.outcomes] == ["done"]
         final = RunFolder(out / "a").fraction_checkpoints()[1.0]
         losses = [row["loss"] for row in RunFolder(out / "a").read_metrics()]

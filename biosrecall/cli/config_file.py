@@ -21,9 +21,11 @@ number, everything else a string; a list (a repeatable option, `betas`, or an op
 that takes a comma list in one string, like figure1's `--seeds 0,1,2`) is a TOML array or the comma
 string. Each `lm` subcommand reads the same flat keys, so one file serves `lm plan` and `lm train`.
 
-A `.json` file is read as a run's `config.json` by the commands that train (`task`: "bios" for
-`train`, "lm" for `lm train` and `lm plan`): its train_config, the model fields the command can
-override, the preset and the dataset path become the values, and its other sections are ignored.
+A `.json` file is a run spec (what a sweep or study starts each run from) or a run's `config.json`,
+read by the commands that train (`task`: "bios" for `train`, "lm" for `lm train` and `lm plan`) with
+`biosrecall.sweep.run_spec.read_run_file`: its TrainConfig, read by `TrainConfig.from_dict`, and its
+model overrides go to `split_options` whole, the command line replacing only the fields it gives; the
+preset, the dataset path, --out and a branch point become option values.
 """
 
 from __future__ import annotations
@@ -31,19 +33,20 @@ from __future__ import annotations
 import difflib
 import functools
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import click
 
-from biosrecall.cli.options import FieldValue
+from biosrecall.cli.options import RUN_FILE, FieldValue
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import read_json_object
+from biosrecall.model.config import ModelConfig
+from biosrecall.sweep.run_spec import read_run_file
+from biosrecall.train.config import TrainConfig
 
-# The command that trains each task of a run's config.json, for the error when the wrong one reads it.
-TRAINED_BY = {"bios": "biosrecall train", "lm": "biosrecall lm train"}
 _TOML_HELP = "TOML file of option values keyed by option name (batch_size = 64); the command line wins."
-_RUN_HELP = " Also a run's config.json, to train that run again."
+_RUN_HELP = " Also a run's config.json or a sweep's run spec (.json), to train that run again."
 
 
 def config_option(lists: tuple[str, ...] = (), task: str | None = None):
@@ -63,20 +66,46 @@ def config_option(lists: tuple[str, ...] = (), task: str | None = None):
 def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], task: str | None):
     if path is None:
         return None
-    data = file_values(ctx, path, task)
+    if path.suffix == ".json":
+        config, overrides, data = _run_file(ctx, path, task)
+        ctx.meta[RUN_FILE] = (config, overrides)
+    else:
+        data = _read_toml(path)
     ctx.default_map = {**(ctx.default_map or {}), **option_defaults(ctx, path, data, lists)}
     return path
 
 
-def file_values(ctx: click.Context, path: Path, task: str | None = ...) -> dict[str, Any]:
-    """The keys and values of the config file `path` as `ctx.command` reads it, not yet checked; `task`
-    (`config_option`'s) defaults to the command's own."""
-    if task is ...:
-        config = next(p for p in ctx.command.params if p.name == "config")
-        task = config.callback.keywords["task"]
-    if path.suffix == ".json":
-        return _run_config(path, task, ctx, _parameters_by_key(ctx.command))
-    return _read_toml(path)
+def file_values(ctx: click.Context, path: Path) -> dict[str, Any]:
+    """The keys and values of the config file `path` as `ctx.command` reads it, not yet checked, a
+    run file's TrainConfig and model overrides flattened into option values (a sweep spec's `config`
+    key layers its own values over them)."""
+    if path.suffix != ".json":
+        return _read_toml(path)
+    config = next(p for p in ctx.command.params if p.name == "config")
+    train_config, overrides, values = _run_file(ctx, path, config.callback.keywords["task"])
+    by_key = _parameters_by_key(ctx.command)
+    flat = {
+        key: value for key, value in train_config.to_dict().items() if key in by_key and value is not None
+    }
+    named = {key: value for key, value in overrides.items() if key in by_key}
+    pairs = [f"{key}={value}" for key, value in overrides.items() if key not in by_key]
+    return {**flat, **named, **({"model_override": pairs} if pairs else {}), **values}
+
+
+def _run_file(ctx: click.Context, path: Path, task: str | None) -> tuple[TrainConfig, dict, dict]:
+    """A run spec's or config.json's (TrainConfig, model overrides, option values the command has)."""
+    if task is None:
+        raise click.BadParameter(
+            f"{path}: `{ctx.command_path}` reads TOML config files; a .json one is a run spec or a run's "
+            "config.json, read by `biosrecall train`, `lm train` and `lm plan`"
+        )
+    by_key = _parameters_by_key(ctx.command)
+    model_fields = {f.name for f in fields(ModelConfig)}
+    try:
+        config, overrides, values = read_run_file(path, task, tuple(k for k in by_key if k in model_fields))
+    except BiosrecallError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return config, overrides, {key: value for key, value in values.items() if key in by_key}
 
 
 def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=()) -> dict[str, Any]:
@@ -127,33 +156,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
         end = f"(at the end, line {len(text.splitlines()) or 1})"
         message = str(exc).replace("(at end of document)", end)
         raise click.BadParameter(f"{path} is not valid TOML: {message}") from None
-
-
-def _run_config(path: Path, task: str | None, ctx: click.Context, by_key: dict) -> dict[str, Any]:
-    """The option values a run's config.json records (train config, model overrides, preset, data)."""
-    if task is None:
-        raise click.BadParameter(
-            f"{path}: `{ctx.command_path}` reads TOML config files; a .json one is a run's config.json, "
-            "read by `biosrecall train`, `lm train` and `lm plan`"
-        )
-    try:
-        record = read_json_object(path, "run config", required=("task", "train_config", "model_config"))
-    except BiosrecallError as exc:
-        raise click.BadParameter(str(exc)) from None
-    sections = {
-        name: record[name] for name in ("task", "train_config", "model_config", "dataset") if name in record
-    }
-    if not all(isinstance(section, dict) for section in sections.values()):
-        raise click.BadParameter(f"run config {path} is corrupt: its sections must be objects")
-    if sections["task"].get("name") != task:
-        made_by = TRAINED_BY.get(sections["task"].get("name"), "another command")
-        raise click.BadParameter(f"{path} records a run of `{made_by}`, not of `{ctx.command_path}`")
-    values = {key: value for key, value in sections["train_config"].items() if value is not None}
-    values.update({key: value for key, value in sections["model_config"].items() if value is not None})
-    values["preset"] = sections["task"].get("preset")
-    values["data"] = sections.get("dataset", {}).get("path")
-    # Keys that are not options here (plan, versions, the model fields the preset fixes) are ignored.
-    return {key: value for key, value in values.items() if key in by_key and value is not None}
 
 
 def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.Context, lists) -> Any:

@@ -24,7 +24,7 @@ import inspect
 import textwrap
 import types
 from collections.abc import Callable
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from typing import Any, get_args, get_origin, get_type_hints
 
 import click
@@ -304,23 +304,36 @@ def merge_overrides(named: dict[str, Any], pairs: dict[str, Any]) -> dict[str, A
     return {**named, **pairs}
 
 
+RUN_FILE = "biosrecall.run_file"
+"""Where `--config RUN.json` (`biosrecall.cli.config_file`) leaves the file's (TrainConfig, model
+overrides) in the click context, for `split_options`."""
+
+
 def split_options(options: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
     """Remove the TrainConfig fields and the model overrides from parsed `options`; return a checked
-    TrainConfig and the overrides (None: keep the preset's)."""
-    _run_size_from_command_line(options)
-    config = TrainConfig(**{f.name: options.pop(f.name, f.default) for f in fields(TrainConfig)})
+    TrainConfig and the overrides (None: keep the preset's).
+
+    After `--config RUN.json` (a run spec or a run's config.json) the config is the file's, read by
+    `TrainConfig.from_dict`, with only the fields given on the command line replaced; otherwise it is
+    built from the options. --budget, --budget-of, --updates and --exposures are one setting spelled
+    four ways: one given on the command line replaces whichever the file gave (a repeated run may
+    change its size)."""
+    values = {f.name: options.pop(f.name, f.default) for f in fields(TrainConfig)}
     model_fields = {f.name for f in fields(ModelConfig)}
-    return config, {name: options.pop(name) for name in list(options) if name in model_fields}
-
-
-def _run_size_from_command_line(options: dict[str, Any]) -> None:
-    """--budget, --budget-of, --updates and --exposures are one setting spelled four ways: one given on
-    the command line replaces whichever a --config file gave (a repeated run may change its size)."""
+    overrides = {name: options.pop(name) for name in list(options) if name in model_fields}
     ctx = click.get_current_context(silent=True)
     if ctx is None:
-        return
-    sources = {name: ctx.get_parameter_source(name) for name in RUN_SIZE if name in options}
-    if ParameterSource.COMMANDLINE in sources.values():
-        for name, source in sources.items():
-            if source is ParameterSource.DEFAULT_MAP:
-                options[name] = None
+        return TrainConfig(**values), overrides
+    given = {name for name in values if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+    from_file = ctx.meta.get(RUN_FILE)
+    if from_file is None:
+        if given & set(RUN_SIZE):  # a TOML --config file's run size gives way
+            for name in RUN_SIZE:
+                if ctx.get_parameter_source(name) is ParameterSource.DEFAULT_MAP:
+                    values[name] = None
+        return TrainConfig(**values), overrides
+    config, file_overrides = from_file
+    changes = dict.fromkeys(RUN_SIZE) if given & set(RUN_SIZE) else {}
+    changes.update({name: values[name] for name in given})
+    named = {name: value for name, value in overrides.items() if value is not None}
+    return replace(config, **changes), {**file_overrides, **named}

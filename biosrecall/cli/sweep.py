@@ -80,12 +80,12 @@ def run(spec_path, kind, overrides, only, dry_run, **given):
     """Bring every run of SPEC to done: finished runs are skipped, interrupted ones resumed, the
     others started; then each is evaluated as the spec's [eval] says. Options of the spec's
     [executor] section are defaults for the options here."""
-    from biosrecall.sweep.engine import planned_actions, prepare, run_sweep, select_runs
+    from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
     from biosrecall.sweep.executors import make_executor
 
     spec = load_spec(spec_path, overrides)
     executor = make_executor(kind, spec.executor, given)
-    runs = select_runs(spec.runs, only)
+    runs = spec.select(only)
     if dry_run:
         for name, action, command in planned_actions(prepare(spec.out, runs, spec.evaluations, executor)):
             click.echo(f"{action:<8} {name}" + (f"  {' '.join(command)}" if command else ""))
@@ -114,7 +114,7 @@ def status(spec_path, as_json):
     """Print each run's state (done, running, failed, waiting), its updates and a detail, then counts."""
     from biosrecall.sweep.records import format_status, status_table
 
-    rows = status_table(load_spec(spec_path).jobs())
+    rows = status_table(load_spec(spec_path).state_jobs())
     click.echo(json.dumps(rows, indent=2) if as_json else format_status(rows))
 
 
@@ -126,7 +126,7 @@ def collect(spec_path):
     from biosrecall.sweep.collect import collect_sweep
 
     spec = load_spec(spec_path)
-    written, notes = collect_sweep(spec.out, spec.runs, spec.evaluations)
+    written, notes = collect_sweep(spec.out, spec.command, spec.labels, spec.evaluations)
     work_done()  # the tables are written: a signal while they are listed changes nothing
     for note in notes:
         click.echo(note)

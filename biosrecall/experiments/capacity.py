@@ -55,7 +55,6 @@ from biosrecall.sizing import (
     scoring_cost,
     shows_progress,
 )
-from biosrecall.sweep.run_spec import config_options
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.run_folder import machine, versions
 
@@ -192,11 +191,11 @@ def run_capacity(
         atomic_write_json_if_changed(out_dir / RECORD, record)  # a rerun refused later: untouched
         by_spec = {run.spec: run for run in runs}
 
-        def options_of(spec: RunSpec) -> dict[str, Any]:
+        def describe(spec: RunSpec) -> tuple[TrainConfig, dict[str, Any]]:
             run = by_spec[spec]
-            return _run_options(run, base, datasets[run.people])
+            return _describe(run, base, datasets[run.people])
 
-        trained = train_study_runs(out_dir / RUNS, list(by_spec), options_of, executor, report)
+        trained = train_study_runs(out_dir / RUNS, list(by_spec), describe, executor, report)
         if report is not None:  # cached scores are read back at once; a fresh one takes about a run's time
             report(f"scoring {len(runs)} final checkpoint(s), {executor.slots()} at a time")
         table = score_runs(runs, trained, datasets, options, device, executor.slots(), executor.threads)
@@ -223,8 +222,8 @@ def _run_config(run: CapacityRun, base):
     return replace(base, schedule=run.spec.schedule, seed=run.spec.seed)
 
 
-def _run_options(run: CapacityRun, base, data_dir: Path) -> dict[str, Any]:
-    return config_options(_run_config(run, base), data=str(data_dir.resolve()), preset=run.model_preset)
+def _describe(run: CapacityRun, base, data_dir: Path) -> tuple[TrainConfig, dict[str, Any]]:
+    return _run_config(run, base), {"data": data_dir.resolve(), "preset": run.model_preset}
 
 
 def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str, Any]:

@@ -17,12 +17,12 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
                                    checkpoints (`biosrecall.experiments.study_serving`)
     OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
                                    (`biosrecall.experiments.budgets`, `.budget_results`)
-    OUT/runs/.sweep/               each run's spec (<run>.toml), record and log (`biosrecall.sweep`)
+    OUT/runs/.sweep/               each run's spec (.specs/<run>.json), record and log (`biosrecall.sweep`)
     OUT/timings.jsonl, timings.md  wall time per phase of every call (`biosrecall.experiments.study_timings`)
 
-Every run is a `biosrecall train --config OUT/runs/.sweep/<run>.toml` process launched by the sweep
-engine's local executor (`biosrecall.experiments.study_engine`), `workers` at a time; the study builds
-each run's `TrainConfig` once and that file holds it (`biosrecall.sweep.run_spec`).
+Every run is a `biosrecall train --config OUT/runs/.sweep/.specs/<run>.json` process launched by the
+sweep engine's local executor (`biosrecall.experiments.study_engine`), `workers` at a time; the study
+builds each run's `TrainConfig` once and that file holds its `to_dict()` (`biosrecall.sweep.run_spec`).
 
 The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
 finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
@@ -69,7 +69,6 @@ from biosrecall.experiments.study_serving import serve_study
 from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
-from biosrecall.sweep.run_spec import config_options
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
 from biosrecall.train.run_folder import machine, versions
@@ -270,7 +269,7 @@ class _Trainer:
     """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones.
 
     Each run's `TrainConfig` is built once (`run_config`) and handed to its `biosrecall train` process
-    as its run spec (`run_options`, `biosrecall.sweep.run_spec`); the dataset is read and checked once
+    as its run spec (`describe`, `biosrecall.sweep.run_spec`); the dataset is read and checked once
     per study (`task`)."""
 
     def __init__(self, out_dir: Path, config, settings, study, engine, timer: StudyTimer):
@@ -335,21 +334,20 @@ class _Trainer:
         for spec in specs:
             make_plan(model_config, self.run_config(spec))
 
-    def run_options(self, spec: RunSpec) -> dict[str, Any]:
-        """What the run's spec holds: its TrainConfig, dataset, model preset and overrides."""
-        model = [f"{field}={value}" for field, value in self.settings.model_overrides]
-        return config_options(
-            self.run_config(spec),
-            model_override=model or None,
-            data=str(self.datasets[dataset_seed(self.study, spec.seed)].resolve()),
-            preset=self.settings.model_preset,
-        )
+    def describe(self, spec: RunSpec) -> tuple[TrainConfig, dict[str, Any]]:
+        """The run's TrainConfig and task: its dataset, model preset and overrides."""
+        task = {
+            "data": self.datasets[dataset_seed(self.study, spec.seed)].resolve(),
+            "preset": self.settings.model_preset,
+            "model_overrides": dict(self.settings.model_overrides) or None,
+        }
+        return self.run_config(spec), task
 
     def train_all(self, specs: list[RunSpec]) -> dict[RunSpec, Path]:
         """Bring every run to done through the sweep engine (finished ones are skipped)."""
         executor, report = self.engine
         with self.timer.phase("training"):
-            return train_study_runs(self.runs_dir, specs, self.run_options, executor, report)
+            return train_study_runs(self.runs_dir, specs, self.describe, executor, report)
 
     def evaluate(self, trained: dict[RunSpec, Path], fractions, served=()) -> tuple[pd.DataFrame, Any]:
         """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run,

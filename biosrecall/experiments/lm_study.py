@@ -30,7 +30,7 @@ the NLL tables, over seeds. Layout:
     OUT/lm_claims.{csv,parquet,md}   the claims (`lm_claims`); earlier looks as lm_claims_at_<n>seeds.csv
     OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
 
-Every run is a `biosrecall lm train --config OUT/runs/.sweep/<run>.toml` process of the sweep engine
+Every run is a `biosrecall lm train --config OUT/runs/.sweep/.specs/<run>.json` process of the sweep engine
 (`SweepRun` with command "lm train", then `Evaluation` "lm eval"), `workers` at a time locally; the
 same runs can go to a cluster with `biosrecall sweep` (`sweep_runs` gives them). Calling again
 continues: finished runs are skipped, an interrupted one resumes from its last save, and added seeds
@@ -211,32 +211,32 @@ class _Study:
     def run_name(self, item: str, seed: int) -> str:
         return f"{item}/seed{seed}"
 
-    def options(self, item: str, seed: int) -> dict[str, Any]:
-        """The run's `lm train` options (a run spec's keys)."""
+    def describe(self, item: str, seed: int) -> tuple[TrainConfig, dict[str, Any]]:
+        """The run's `lm train` TrainConfig and task."""
         s = self.settings
-        options: dict[str, Any] = {
-            "data": str(self.data_dir.resolve()),
+        size = (
+            {"budget_of": f"{GRID[MATCHED_TO]}:{self.updates}"}
+            if item == MATCHED
+            else {"updates": self.updates}
+        )
+        config = TrainConfig(
+            schedule=GRID[item], seed=seed, batch_size=s.batch_size, seq_len=s.seq_len, lr=s.lr,
+            device=self.device, checkpoint_fractions=(1.0,), **size,
+        )  # fmt: skip
+        task = {
+            "data": self.data_dir.resolve(),
             "preset": s.model_preset,
-            "schedule": GRID[item],
-            "seed": seed,
-            "batch_size": s.batch_size,
-            "seq_len": s.seq_len,
-            "lr": s.lr,
-            "device": self.device,
-            "checkpoint_fractions": [1.0],
+            "model_overrides": dict(s.model_overrides) or None,
         }
-        if item == MATCHED:
-            options["budget_of"] = f"{GRID[MATCHED_TO]}:{self.updates}"
-        else:
-            options["updates"] = self.updates
-        if s.model_overrides:
-            options["model_override"] = [f"{k}={v}" for k, v in s.model_overrides]
-        return options
+        return config, task
 
     def runs(self) -> list[SweepRun]:
         return [
             SweepRun(
-                self.run_name(item, seed), "lm train", self.options(item, seed), {"item": item, "seed": seed}
+                self.run_name(item, seed),
+                "lm train",
+                *self.describe(item, seed),
+                {"item": item, "seed": seed},
             )
             for seed in self.seeds
             for item in self.grid

@@ -1,15 +1,16 @@
 """A study's runs through the sweep engine: each run a `biosrecall train` process, several at once.
 
     executor = study_executor(workers=2, threads=1, device="cpu")   # figure1 --workers 2 --threads 1
-    paths = train_study_runs(out / "runs", specs, options_of, executor, report=print)
+    paths = train_study_runs(out / "runs", specs, describe, executor, report=print)
     sweep_study_runs(out / "runs", runs, evaluations, executor, report=print)   # lm study's SweepRuns
 
 `figure1` decides what to train (`biosrecall.experiments.study`, `.budgets`) and builds each run's
-`TrainConfig` once (`options_of(spec)`: the values of the run's spec, `biosrecall.sweep.run_spec`).
-This module hands the runs to `biosrecall.sweep.run_sweep`, which starts each as `biosrecall train
---config runs/.sweep/<run>.toml`, as in any sweep, so a study gets what every sweep gets: worker slots
-(2 workers x 1 thread trained 1.75x the updates per second of 1 x 2 on 2 cores), finished runs
-skipped, interrupted ones resumed, a record and a log per run under runs/.sweep/. Runs that start
+`TrainConfig` and task once (`describe(spec)`). This module hands the runs to
+`biosrecall.sweep.run_sweep`, which writes each as a run spec (`biosrecall.sweep.run_spec`) and starts
+it as `biosrecall train --config runs/.sweep/.specs/<run>.json`, as in any sweep, so a study gets
+what every sweep gets: worker slots (2 workers x 1 thread trained 1.75x the updates per second of
+1 x 2 on 2 cores), finished runs skipped, interrupted ones resumed, a record and a log per run under
+runs/.sweep/. Runs that start
 from nothing (trunks, independent runs) go first; a branch starts only once its trunk has finished,
 from the state the trunk kept at the branch point, or from scratch when the trunk kept none there (a
 budget added after the trunk finished), which trains the same run.
@@ -32,10 +33,12 @@ from biosrecall.sweep.engine import Executor, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import RESUME_ADVICE, Interrupted
 
-OptionsOf = Callable[[RunSpec], dict[str, Any]]
+Describe = Callable[[RunSpec], tuple[TrainConfig, dict[str, Any]]]
+"""A run of the study -> its TrainConfig and task (`biosrecall.sweep.jobs.SweepRun`)."""
 
 
 class StudyRunFailed(RuntimeError):
@@ -50,7 +53,7 @@ class RunKilled(BiosrecallError):
 def train_study_runs(
     runs_dir: Path,
     specs: Sequence[RunSpec],
-    options_of: OptionsOf,
+    describe: Describe,
     executor: LocalExecutor,
     report: Callable[[Any], None] | None = None,
 ) -> dict[RunSpec, Path]:
@@ -72,7 +75,7 @@ def train_study_runs(
                 f"training {left} run(s), {executor.slots()} at a time on {executor.threads} thread(s) "
                 f"each; progress in {runs_dir / BOOKKEEPING}/<run>.log"
             )
-        runs = [SweepRun(str(s.folder), "train", _options(runs_dir, s, options_of)) for s in wave]
+        runs = [SweepRun(str(s.folder), "train", *_description(runs_dir, s, describe)) for s in wave]
         sweep_study_runs(runs_dir, runs, (), executor, report)
     return {spec: runs_dir / spec.folder for spec in specs}
 
@@ -138,15 +141,15 @@ def _in_study_words(report):
     return lambda outcome: report(outcome if isinstance(outcome, str) else study_words(outcome))
 
 
-def _options(runs_dir: Path, spec: RunSpec, options_of: OptionsOf) -> dict[str, Any]:
-    """The run's spec values, with `from`/`at_update` for a branch whose trunk kept that state."""
-    options = options_of(spec)
+def _description(runs_dir: Path, spec: RunSpec, describe: Describe) -> tuple[TrainConfig, dict[str, Any]]:
+    """The run's config and task, with `from`/`at_update` for a branch whose trunk kept that state."""
+    config, task = describe(spec)
     if spec.branch is None or RunFolder(runs_dir / spec.folder).finished():
-        return options
+        return config, task
     trunk, at = runs_dir / spec.branch[0], spec.branch[1]
     if at in RunFolder(trunk).saved_states():
-        return {**options, "from": str(trunk), "at_update": at}
-    return options
+        return config, {**task, "from": str(trunk), "at_update": at}
+    return config, task
 
 
 def _stopped(runs_dir: Path, names: Sequence[str]) -> str:

@@ -1,6 +1,6 @@
 """The tables of a sweep: every finished run side by side, in OUT/collect/.
 
-    written, notes = collect_sweep(spec.out, spec.runs, spec.evaluations)
+    written, notes = collect_sweep(spec.out, spec.command, spec.labels, spec.evaluations)
 
 Always `runs.csv` / `.parquet`: one row per run of the sweep with its labels (entry name, grid
 values), state, updates done and planned, and its last metrics.jsonl row (loss, FLOPs, tokens, wall
@@ -21,8 +21,9 @@ aggregated for a grid over seed (`<name>/seed<S>`); otherwise a note says why it
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -34,7 +35,7 @@ from biosrecall.lm.compare import compare_runs, write_comparison
 from biosrecall.lm.evaluate import TABLE
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.sweep import commands
-from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs
+from biosrecall.sweep.jobs import Evaluation, Job, state_jobs
 from biosrecall.sweep.records import run_status
 from biosrecall.train.run_folder import RunFolder
 
@@ -43,33 +44,37 @@ _LAST_METRICS = ("loss", "flops", "tokens", "wall_s")
 
 
 def collect_sweep(
-    out: str | Path, runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ()
+    out: str | Path,
+    command: str,
+    labels: Mapping[str, Mapping[str, Any]],
+    evaluations: Sequence[Evaluation] = (),
 ) -> tuple[list[Path], list[str]]:
-    """Write the sweep's tables into OUT/collect/ (module docstring); (paths written, notes)."""
-    jobs = build_jobs(out, runs, evaluations)
+    """Write the tables of the `command` sweep in `out` into OUT/collect/ (module docstring): `labels`
+    holds each run's labels by its name; (paths written, notes)."""
+    jobs = state_jobs(out, list(labels), evaluations)
     done = [job for job in jobs if RunFolder(job.run_dir).finished()]
     if not done:
         raise BiosrecallError(
             f"no run of the sweep in {out} has finished yet (see `biosrecall sweep status`)"
         )
     dest = Path(out).absolute() / COLLECT
-    written = write_table(runs_table(runs, jobs), dest / "runs")
-    if runs[0].command == "train":
+    written = write_table(runs_table(labels, jobs), dest / "runs")
+    if command == "train":
         return written + _recall_tables(done, evaluations, dest), []
     more, notes = _lm_comparison(done, jobs, dest)
     return written + more, notes
 
 
-def runs_table(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> pd.DataFrame:
+def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[Job]) -> pd.DataFrame:
     """One row per run: name, labels, state, updates, planned, and its last logged metrics."""
     rows = []
-    for run, job in zip(runs, jobs, strict=True):
+    for job in jobs:
         status = run_status(job)
         metrics = (
             RunFolder(job.run_dir).read_metrics() if RunFolder(job.run_dir).metrics_file.is_file() else []
         )
         last = metrics[-1] if metrics else {}
-        row = {"run": run.name, **{str(k): _cell(v) for k, v in run.labels.items()}}
+        row = {"run": job.name, **{str(k): _cell(v) for k, v in labels[job.name].items()}}
         row.update(state=status.state, updates=status.updates, planned=status.planned)
         row.update({key: last.get(key) for key in _LAST_METRICS})
         rows.append(row)

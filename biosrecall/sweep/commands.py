@@ -1,22 +1,22 @@
 """The commands a sweep launches, read from their own click definitions: option names, flags and checks.
 
-    check_training("train", options, "run x")      # BiosrecallError unless `train --config` would start it
+    config, task = run_description("train", options, "run x")   # a sweep spec's run, parsed as `train` would
     canonical_key("lm train", "batch-size")       # "batch_size" (or BiosrecallError naming the key)
     args = option_args("recall-curve", {"max_depth": 64})     # ["--max-depth", "64"] (evaluations)
 
 A sweep runs `python -m biosrecall <command> --config <run spec>` in a subprocess, so the command's
 click options are the one definition of what a run may set: keys are option names as in `--config`
 files (`batch_size`; `batch-size` and an option's flag name, `data` for `data_dir`, are accepted too),
-a flag is true or false, a list is a TOML array. Checking a run reads its run spec's text
-(`biosrecall.sweep.run_spec`) with the command's own `--config` reader, parser and callbacks, then
-builds its `TrainConfig` as the command does, so a bad value fails before anything is launched. An
-evaluation is given its options as command-line words. This is the one module of `biosrecall.sweep`
+a flag is true or false, a list is a TOML array. A sweep spec's run is read once, by the command's own
+`--config` reader, parser and callbacks, into the `TrainConfig` and task the command would build
+(`run_description`), so a bad value fails before anything is launched; what the run's process then
+reads is that config's own dict (`biosrecall.sweep.run_spec`). An evaluation is given its options as
+command-line words. This is the one module of `biosrecall.sweep`
 that imports the CLI (lazily): the sweep sits beside `cli/` as a driver of its commands.
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,9 @@ import click
 
 from biosrecall.cli import cli
 from biosrecall.cli.config_file import file_values, option_defaults
-from biosrecall.cli.options import RUN_SIZE, split_options
+from biosrecall.cli.options import RUN_SIZE, merge_overrides, split_options
 from biosrecall.errors import BiosrecallError
-from biosrecall.model import get_preset
-from biosrecall.sweep.run_spec import run_spec_text
+from biosrecall.train.config import TrainConfig
 
 TRAINERS = ("train", "lm train")
 """The commands a sweep trains with (bioS, language model)."""
@@ -41,12 +40,6 @@ EVAL_ENGINE_KEYS = {
 }
 """Options an evaluation may not set: recall-curve's --out is the sweep's, and it scores runs (no
 --hf-model); its seed aggregation is `sweep collect`'s."""
-
-
-def run_size_options() -> tuple[str, ...]:
-    """budget, budget_of, updates, exposures: the one run-size setting, spelled four ways."""
-
-    return RUN_SIZE
 
 
 def click_command(words: str) -> click.Command:
@@ -177,29 +170,57 @@ def _config_defaults(command: click.Command, config: dict[str, Any], what: str) 
         raise BiosrecallError(exc.message) from None
 
 
-def check_training(words: str, options: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """Refuse `options` unless `biosrecall <words> --config SPEC` would start a run from their run spec
-    (`biosrecall.sweep.run_spec`): its reader, parser and option checks, the `TrainConfig` it builds
-    (run size given once, trackers installed), the model preset and the data folder. Returns the
-    parsed parameters."""
-
+def run_description(words: str, options: Mapping[str, Any], what: str) -> tuple[TrainConfig, dict[str, Any]]:
+    """The TrainConfig and task (`biosrecall.sweep.jobs.SweepRun`) of a sweep spec's run given as the
+    option values of `biosrecall <words>` (with the `config` file they name merged in), read by the
+    command's own `--config` reader, parser and option checks, as that command would build them."""
+    params = parse(words, ["--out", "run"], what, config=with_config_file(words, options))
+    pairs = params.pop("model_override", None) or {}
     try:
-        spec = tomllib.loads(run_spec_text(options))
+        config, named = split_options(params)
+        overrides = {key: value for key, value in merge_overrides(named, pairs).items() if value is not None}
     except BiosrecallError as exc:
         raise BiosrecallError(f"{what}: {exc}") from None
-    params = parse(words, ["--out", "run"], what, inside=_build_config, config=spec)
-    data = Path(params["data_dir"])
-    if not data.is_dir():
-        raise BiosrecallError(f"{what}: data folder {data} does not exist")
-    return params
+    task = {
+        "data": params["data_dir"], "preset": params["preset"], "model_overrides": overrides or None,
+        "from": params.get("parent"), "at_update": params.get("at_update"),
+        "tokenizer": params.get("tokenizer"), "quiet": params.get("quiet") or None,
+        "no_verify": params.get("no_verify") or None,
+    }  # fmt: skip
+    return config, {key: value for key, value in task.items() if value is not None}
 
 
-def _build_config(params: dict[str, Any]) -> None:
-    """What a training command does with its parameters before it opens anything."""
+def with_config_file(command: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` over the values of the `config` file they name, if any (the file's run size replaced
+    by theirs), as `--config FILE` under the options on a command line meant."""
+    if options.get("config") is None:
+        return dict(options)
+    base = config_file_values(command, options["config"])
+    return replace_settings(command, base, {key: value for key, value in options.items() if key != "config"})
 
-    config, _ = split_options(params)
-    config.validate()
-    get_preset(params["preset"])
+
+def setting_of(command: str, key: str) -> str:
+    """The option `key` names; budget, budget_of, updates and exposures are one setting (the run's size)."""
+    name = canonical_key(command, key)
+    return "run size" if name in RUN_SIZE else name
+
+
+def replace_settings(command: str, options: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """`options` with each setting of `layer` replacing whichever spelling of it was there (a run size
+    replaces all four spellings, as a command line's does a --config file's)."""
+    replaced = {setting_of(command, key) for key in layer}
+    kept = {k: v for k, v in options.items() if setting_of(command, k) not in replaced}
+    return {**kept, **layer}
+
+
+def absolute_paths(words: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Path options made absolute (from the current folder), so every worker reads the same files."""
+    return {
+        key: Path(value).expanduser().absolute()
+        if isinstance(value, str | Path) and is_path_option(words, key.replace("-", "_"))
+        else value
+        for key, value in options.items()
+    }
 
 
 def check_evaluation(words: str, options: Mapping[str, Any], what: str) -> dict[str, Any]:

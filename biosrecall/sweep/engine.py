@@ -1,20 +1,20 @@
 """Run a list of training runs (and the evaluations after each) through an executor.
 
-    from biosrecall.sweep.jobs import Evaluation, SweepRun
-
-    from biosrecall.sweep.executors import LocalExecutor
-
     from biosrecall.sweep.engine import run_sweep
+    from biosrecall.sweep.executors import LocalExecutor
+    from biosrecall.sweep.jobs import Evaluation, SweepRun
+    from biosrecall.train.config import TrainConfig
 
-    runs = [SweepRun(f"seed{s}/{name}", "train", {"data": "data/bios", "schedule": spec, "seed": s,
-                                                 "budget_of": "fixed:4:800"})
+    runs = [SweepRun(f"seed{s}/{name}", "train", TrainConfig(schedule=spec, seed=s, budget_of="fixed:4:800"),
+                     {"data": "data/bios"})
             for s in (0, 1) for name, spec in (("fixed_4", "fixed:4"), ("uniform", "uniform:1-16"))]
     result = run_sweep("runs/study", runs, [Evaluation("recall-curve", {"max_depth": 64})],
                        LocalExecutor(workers=2, threads_per_run=1), report=print)
     result.failed          # the Outcomes of runs that exited non-zero (each recorded, none raised)
 
-`run_sweep` checks everything first (the executor's settings, every run's options by its command's own
-rules, names), so a mistake is one `BiosrecallError` with nothing launched or written. Then, holding
+`run_sweep` checks everything first (the executor's settings, names, every run's config, preset and
+data folder, the evaluations' options by their command's own rules), so a mistake is one
+`BiosrecallError` with nothing launched or written. Then, holding
 the sweep's lock (OUT/..sweep.lock: a second `run_sweep` on the same folder fails at once), it hands
 one job per run to the executor. Rerunning the same sweep is always safe: finished runs are skipped,
 interrupted ones resumed, failed ones tried again (see `biosrecall.sweep.worker`).
@@ -22,13 +22,11 @@ interrupted ones resumed, failed ones tried again (see `biosrecall.sweep.worker`
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, Job, SweepRun, build_jobs, check_runs
@@ -60,16 +58,6 @@ class SweepResult:
             for outcome in self.failed
         ]
         return "\n".join(lines)
-
-
-def select_runs(runs: Sequence[SweepRun], patterns: Sequence[str]) -> list[SweepRun]:
-    """The runs whose names match any of the shell-style `patterns` (all runs when there are none)."""
-    if not patterns:
-        return list(runs)
-    for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(run.name, pattern) for run in runs):
-            raise BiosrecallError(f"--only {pattern!r} matches no run of the sweep")
-    return [run for run in runs if any(fnmatch.fnmatchcase(run.name, p) for p in patterns)]
 
 
 def prepare(

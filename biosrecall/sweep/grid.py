@@ -1,6 +1,7 @@
 """From a spec's tables to its runs: the grid crossed with the entries, the options of each, its name.
 
-    runs = expand_runs("train", base, [("seed", [0, 1])], [("ff", {"schedule": "..."})], {}, here, path)
+    written = expand_runs("train", base, [("seed", [0, 1])], [("ff", {"schedule": "..."})], {}, here, path)
+    # [("seed0/ff", {"schedule": "...", "seed": 0, ...}, {"entry": "ff", "seed": 0}), ...]
     run_name("train", "ff", {"lr": 0.001, "seed": 0})        # "seed0/ff,lr=0.001"
 
 The rules (which table wins, how names are made, where seeds go) are `biosrecall.sweep.spec`'s
@@ -17,7 +18,11 @@ from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep import commands
-from biosrecall.sweep.jobs import SweepRun, check_name, replace_settings, setting_of
+from biosrecall.sweep.commands import replace_settings, setting_of
+from biosrecall.sweep.jobs import check_name
+
+WrittenRun = tuple[str, dict[str, Any], dict[str, Any]]
+"""A run as a spec writes it: (its name, its option values by option name, its labels)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
@@ -42,7 +47,7 @@ def option_value(command: str, name: str, value: Any, here: Path | None, where: 
     return value
 
 
-def expand_runs(command, base, grid, entries, fixed, here: Path, path: Path) -> list[SweepRun]:
+def expand_runs(command, base, grid, entries, fixed, here: Path, path: Path) -> list[WrittenRun]:
     """Every entry (or [base] alone) crossed with every combination of the grid."""
     keys = [key for key, _ in grid]
     combos = list(itertools.product(*(values for _, values in grid))) if grid else [()]
@@ -59,7 +64,7 @@ def expand_runs(command, base, grid, entries, fixed, here: Path, path: Path) -> 
                 options = replace_settings(command, options, layer)
             name = run_name(command, entry_name, chosen)
             labels = {**({"entry": entry_name} if entry_name else {}), **chosen}
-            runs.append(SweepRun(name, command, options, labels))
+            runs.append((name, options, labels))
     return runs
 
 

@@ -1,37 +1,41 @@
 """What a sweep runs: named runs of one training command, the evaluations after each, and their jobs.
 
-    runs = [SweepRun("seed0/fixed_4", "train", {"data": "data/bios", "schedule": "fixed:4", "seed": 0})]
+    config = TrainConfig(schedule="fixed:4", updates=300, seed=0)
+    runs = [SweepRun("seed0/fixed_4", "train", config, {"data": "data/bios", "preset": "bios-tiny"})]
     evaluations = [Evaluation("recall-curve", {"max_depth": 64})]
-    check_runs(runs, evaluations)             # every option checked by the command's own rules
+    check_runs(runs, evaluations)             # names, configs, presets, data folders, evaluation options
     jobs = build_jobs("runs/sweep", runs, evaluations, threads=1, gpus=0)
 
 A run's folder is OUT/<name>; a name is one or more `/`-separated parts of letters, digits and
 `._=,+-` (no part starting with a dot). Everything the sweep itself keeps lies under OUT/.sweep/: per
-run its run spec (`<name>.toml`, the file its `train --config` reads: `biosrecall.sweep.run_spec`), a
+run its run spec (`.specs/<name>.json`, the file its `train --config` reads: `biosrecall.sweep.run_spec`), a
 record (`<name>.json`: state, exit code, error line, times), the log of its processes (`<name>.log`)
 and, for `recall-curve`, that command's output folder (`eval/<name>/`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.model import get_preset
 from biosrecall.sweep import commands
-from biosrecall.sweep.run_spec import run_spec_text, spec_path
+from biosrecall.sweep.run_spec import PATH_KEYS, TASK_KEYS, run_spec_text, spec_path
+from biosrecall.train.config import TrainConfig
 
 BOOKKEEPING = ".sweep"
 _PART = re.compile(r"[A-Za-z0-9_=,+-][A-Za-z0-9._=,+-]*")
 MAX_PART = 200  # file systems refuse names over 255 bytes; leave room for suffixes
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class SweepRun:
     """One run of a sweep."""
 
@@ -39,38 +43,41 @@ class SweepRun:
     """Its folder under the sweep's output folder (see the module docstring for the allowed names)."""
     command: str = "train"
     """The training command: "train" (bioS) or "lm train"."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The command's option values keyed by option name, as in a `--config` file (None: not given, so
-    `run_spec.config_options(config, data=..., preset=...)` of a TrainConfig works); relative paths
-    are relative to the current folder. --out, --resume, --overwrite and --threads are the sweep's."""
-    labels: Mapping[str, Any] = field(default_factory=dict)
+    config: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    """The run's trainer settings; its `threads` is the executor's."""
+    task: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """What the trainer is given beside the config: `data` (the dataset or prepared folder) and any of
+    preset, model_overrides (a dict), from and at_update (a branch), tokenizer, quiet, no_verify
+    (`biosrecall.sweep.run_spec.TASK_KEYS`); relative paths are relative to the current folder."""
+    labels: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """What tells this run apart in the sweep (grid values, entry name): columns of `collect`'s table."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Evaluation:
     """A command run on each run folder once the run has finished."""
 
     command: str
     """"recall-curve" (bioS runs), "lm eval" or "lm harness" (language-model runs)."""
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """That command's option values keyed by option name (the run folder is its argument)."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Job:
     """Everything one worker needs to bring a run to done, as plain data (it travels to cluster nodes)."""
 
     name: str
     run_dir: Path
     bookkeeping: Path
-    spec_text: str
-    """The run spec (its options and --out as TOML), written to `spec` before the run is trained."""
-    train_args: tuple[str, ...]
-    """`biosrecall` words of a fresh start, without --resume and --threads: `train --config <spec>`."""
     eval_args: tuple[tuple[str, ...], ...]
     """`biosrecall` words of each evaluation."""
-    threads: int
+    spec_text: str = ""
+    """The run spec (its TrainConfig, task and --out as JSON), written to `spec` before the run is
+    trained; empty in a job made only to read where the run stands (`state_jobs`)."""
+    train_args: tuple[str, ...] = ()
+    """`biosrecall` words of a fresh start, without --resume and --threads: `train --config <spec>`."""
+    threads: int = 1
     """Torch and OpenMP threads per process."""
     gpus: int = 0
     """More than one: the run is started under torchrun with one process per GPU."""
@@ -109,27 +116,52 @@ def check_name(name: str) -> str:
 
 def check_runs(runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ()) -> None:
     """Refuse the sweep unless every run and evaluation would start: names valid and unique (also as
-    folders: no run inside another), options accepted by their command (see `commands`)."""
-    if not runs:
-        raise BiosrecallError("the sweep has no runs")
-    seen: set[str] = set()
+    folders: no run inside another), configs, presets and data folders (`_check_run`), evaluation
+    options accepted by their command (see `commands`)."""
+    check_names([run.name for run in runs])
     for run in runs:
-        check_name(run.name)
         if run.command not in commands.TRAINERS:
             raise BiosrecallError(f"run {run.name}: command must be one of {', '.join(commands.TRAINERS)}")
-        if run.name in seen:
-            raise BiosrecallError(f"two runs are named {run.name}; give them different names")
-        seen.add(run.name)
+        _check_run(run)
+    for evaluation in evaluations:
+        _check_evaluation(evaluation, {run.command for run in runs})
+
+
+def check_names(names: Sequence[str]) -> None:
+    """Refuse run names that are not folder names (`check_name`), repeat, or nest one run's folder in
+    another's; and a sweep without runs."""
+    if not names:
+        raise BiosrecallError("the sweep has no runs")
+    seen: set[str] = set()
+    for name in names:
+        check_name(name)
+        if name in seen:
+            raise BiosrecallError(f"two runs are named {name}; give them different names")
+        seen.add(name)
     for name in seen:
         parents = ["/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)]
         if any(parent in seen for parent in parents):
             raise BiosrecallError(f"run {name} would lie inside the folder of another run")
-    for run in runs:
-        for key, value in run.options.items():  # None: unset, as TrainConfig.to_dict() gives it
-            commands.canonical_key(run.command, key, commands.ENGINE_KEYS if value is not None else ())
-        commands.check_training(run.command, _spec_options(run), f"run {run.name}")
-    for evaluation in evaluations:
-        _check_evaluation(evaluation, {run.command for run in runs})
+
+
+def _check_run(run: SweepRun) -> None:
+    """What `biosrecall <command> --config SPEC` checks before it opens anything: the config (run size
+    given once, trackers installed), the model preset and the data folder."""
+    what = f"run {run.name}"
+    unknown = sorted(set(run.task) - {"data", *TASK_KEYS})
+    if unknown:
+        raise BiosrecallError(
+            f"{what}: unknown task key(s) {', '.join(unknown)}; known: data, {', '.join(TASK_KEYS)}"
+        )
+    try:
+        run.config.validate()
+        if run.task.get("preset") is not None:
+            get_preset(run.task["preset"])
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{what}: {exc}") from None
+    data = run.task.get("data")
+    if data is None or not Path(data).is_dir():
+        raise BiosrecallError(f"{what}: data folder {data} does not exist")
 
 
 def _check_evaluation(evaluation: Evaluation, trainers: set[str]) -> None:
@@ -154,59 +186,52 @@ def build_jobs(
 ) -> list[Job]:
     """One job per run (call `check_runs` first): absolute folders, each run's spec and the words of
     every process."""
-    out = Path(out).absolute()
-    bookkeeping = out / BOOKKEEPING
     jobs = []
-    for run in runs:
-        run_dir = out / run.name
-        spec = run_spec_text({**_absolute_paths(run.command, _spec_options(run)), "out": run_dir})
-        train = (*run.command.split(), "--config", str(spec_path(bookkeeping, run.name)))
-        evals = tuple(_eval_args(evaluation, run, run_dir, bookkeeping) for evaluation in evaluations)
-        jobs.append(Job(run.name, run_dir, bookkeeping, spec, train, evals, threads, gpus))
+    for run, state in zip(runs, state_jobs(out, [run.name for run in runs], evaluations), strict=True):
+        spec = run_spec_text(run.command, run.config, {**_absolute_paths(run.task), "out": state.run_dir})
+        train = (*run.command.split(), "--config", str(state.spec))
+        jobs.append(dataclasses.replace(state, spec_text=spec, train_args=train, threads=threads, gpus=gpus))
     return jobs
 
 
-def _spec_options(run: SweepRun) -> dict[str, Any]:
-    """The run's options with those of the `config` file they name merged in (`with_config_file`)."""
-    return with_config_file(run.command, run.options)
+def state_jobs(out: str | Path, names: Sequence[str], evaluations: Sequence[Evaluation] = ()) -> list[Job]:
+    """The jobs of the runs `names`, enough to read where each stands (its folder, record, log and
+    evaluations) but not to train it: `build_jobs` adds the spec."""
+    out = Path(out).absolute()
+    bookkeeping = out / BOOKKEEPING
+    return [
+        Job(
+            name,
+            out / name,
+            bookkeeping,
+            tuple(_eval_args(e, name, out / name, bookkeeping) for e in evaluations),
+        )
+        for name in names
+    ]
 
 
-def _absolute_paths(words: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Path options made absolute (from the current folder), so every worker reads the same files."""
+def select_names(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """The names that match any of the shell-style `patterns` (all of them when there are none)."""
+    if not patterns:
+        return list(names)
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            raise BiosrecallError(f"--only {pattern!r} matches no run of the sweep")
+    return [name for name in names if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
+
+
+def _absolute_paths(task: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's files and folders made absolute (from the current folder), so every worker reads the
+    same ones."""
     return {
-        key: Path(value).expanduser().absolute()
-        if isinstance(value, str | Path) and commands.is_path_option(words, key.replace("-", "_"))
-        else value
-        for key, value in options.items()
+        key: Path(value).expanduser().absolute() if key in PATH_KEYS and value is not None else value
+        for key, value in task.items()
     }
 
 
-def _eval_args(evaluation: Evaluation, run: SweepRun, run_dir: Path, bookkeeping: Path) -> tuple[str, ...]:
-    options = _absolute_paths(evaluation.command, evaluation.options)
+def _eval_args(evaluation: Evaluation, name: str, run_dir: Path, bookkeeping: Path) -> tuple[str, ...]:
+    options = commands.absolute_paths(evaluation.command, evaluation.options)
     words = [*evaluation.command.split(), str(run_dir), *commands.option_args(evaluation.command, options)]
     if evaluation.command == "recall-curve":  # the sweep's own folder: a rerun replaces its results
-        words += ["--out", str(bookkeeping / "eval" / run.name), "--overwrite"]
+        words += ["--out", str(bookkeeping / "eval" / name), "--overwrite"]
     return tuple(words)
-
-
-def with_config_file(command: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run's spec holds: `options` over the values of the `config` file they name, if any (the
-    file's run size replaced by theirs), as `--config FILE` under the options on a command line meant."""
-    if options.get("config") is None:
-        return dict(options)
-    base = commands.config_file_values(command, options["config"])
-    return replace_settings(command, base, {key: value for key, value in options.items() if key != "config"})
-
-
-def setting_of(command: str, key: str) -> str:
-    """The option `key` names; budget, budget_of, updates and exposures are one setting (the run's size)."""
-    name = commands.canonical_key(command, key)
-    return "run size" if name in commands.run_size_options() else name
-
-
-def replace_settings(command: str, options: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
-    """`options` with each setting of `layer` replacing whichever spelling of it was there (a run size
-    replaces all three spellings, as a command line's does a --config file's)."""
-    replaced = {setting_of(command, key) for key in layer}
-    kept = {k: v for k, v in options.items() if setting_of(command, k) not in replaced}
-    return {**kept, **layer}

@@ -1,83 +1,104 @@
-"""A run spec: one run's settings as the flat TOML file that `biosrecall train --config FILE` reads.
+"""A run spec: one run's TrainConfig and task as the JSON file that `biosrecall train --config FILE` reads.
 
-    options = config_options(config, data="data/bios", preset="bios-tiny")   # a TrainConfig's values
-    text = run_spec_text({**options, "out": "runs/seed0/fixed_k4"})
-    # schedule = "fixed:4"
-    # lr = 0.01
-    # checkpoint_fractions = [0.45, 1.0]
-    # ...
+    text = run_spec_text("train", config, {"data": "/data/bios", "preset": "bios-tiny", "out": "/runs/a"})
+    config, overrides, values = read_run_file(Path("runs/.sweep/.specs/a.json"), "bios")
 
-Every run a sweep starts is `python -m biosrecall train --config OUT/.sweep/<name>.toml` (`lm train`
-alike): the sweep worker writes the run's spec there just before starting it, the command's own
-`--config` loader (`biosrecall.cli.config_file`) reads it, and the command line adds only --resume and
---threads. The keys are the command's option names, as in any `--config` file and in a sweep spec's
-[base] table; a value of None is left out (the option's default), a tuple is a TOML array. The same
-text is what the sweep checks before anything starts (`biosrecall.sweep.commands.check_training`), so
-a run is checked exactly as it will be read. `biosrecall train --config` on a written spec trains
-that run again by hand.
+Every run a sweep or a study starts is `python -m biosrecall train --config OUT/.sweep/.specs/<name>.json`
+(`lm train` alike): the sweep worker writes the spec just before starting the run and the command line
+adds only --resume and --threads. The file has the sections of a run's own config.json, so one reader
+(`read_run_file`) serves both, and `biosrecall train --config` on either trains that run again:
+
+    {"task": {"name": "bios", "preset": "bios-tiny", "model_overrides": {"norm": "sandwich"},
+              "from": "/runs/trunk", "at_update": 640},
+     "train_config": {...TrainConfig.to_dict()...},
+     "dataset": {"path": "/data/bios"},
+     "out": "/runs/a"}
+
+`train_config` is read back with `TrainConfig.from_dict`, which checks it: there is no trip through
+the command's options, and the run is validated once, by the dataclass. The threads field is the
+executor's (--threads), so a spec leaves it out. A run's config.json has no `out` (the command line
+gives --out) and records the whole model config: of that, only the fields the command can override
+are taken, the preset giving the rest.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_json_object
+from biosrecall.train.config import TrainConfig
 
-if TYPE_CHECKING:
-    from biosrecall.train.config import TrainConfig
-
-SUFFIX = ".toml"
+SPECS = ".specs"
+"""The folder under a sweep's bookkeeping that holds its run specs (a run name never starts with a
+dot, so no run's record or log lands there)."""
 ENGINE_FIELDS = ("threads",)
 """TrainConfig fields a run spec leaves to the command line (the executor's --threads)."""
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+TASKS = {"train": "bios", "lm train": "lm"}
+"""The task each training command trains: a run spec's and a config.json's `task.name`."""
+TRAINED_BY = {task: f"biosrecall {command}" for command, task in TASKS.items()}
+TASK_KEYS = ("preset", "model_overrides", "from", "at_update", "tokenizer", "quiet", "no_verify")
+"""What a run spec's task section may hold beside its name (keys as the command's options name them)."""
+PATH_KEYS = ("data", "out", "from", "tokenizer")
+"""The task values that are files or folders: made absolute before a spec is written."""
 
 
-def config_options(config: TrainConfig, **task: Any) -> dict[str, Any]:
-    """The option values of a run trained with `config`, plus the task's (data, preset,
-    model_override, from, at_update, ...): what a run spec holds, None meaning "not given"."""
-    values = {key: value for key, value in config.to_dict().items() if key not in ENGINE_FIELDS}
-    return {**values, **task}
+def run_spec_text(command: str, config: TrainConfig, task: Mapping[str, Any]) -> str:
+    """The run spec of a `command` run ("train", "lm train") trained with `config`; `task` holds data,
+    out and any of `TASK_KEYS` (None: not given)."""
+    unknown = sorted(set(task) - {"data", "out", *TASK_KEYS})
+    if unknown:
+        raise BiosrecallError(
+            f"a run spec has no {', '.join(unknown)}; its task takes data, out, {', '.join(TASK_KEYS)}"
+        )
+    train_config = {key: value for key, value in config.to_dict().items() if key not in ENGINE_FIELDS}
+    section = {
+        "name": TASKS[command],
+        **{key: _plain(task[key]) for key in TASK_KEYS if task.get(key) is not None},
+    }
+    record = {"task": section, "train_config": train_config, "dataset": {"path": _plain(task.get("data"))}}
+    if task.get("out") is not None:
+        record["out"] = _plain(task["out"])
+    return json.dumps(record, indent=1, allow_nan=False) + "\n"
 
 
-def run_spec_text(options: Mapping[str, Any]) -> str:
-    """`options` as a flat TOML document, one `key = value` line each, in order; None values left out."""
-    lines = [f"{_key(key)} = {_value(key, value)}" for key, value in options.items() if value is not None]
-    return "\n".join(lines) + "\n"
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
 
 
-def _key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else _string(key)
-
-
-def _value(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        # repr is the shortest text that reads back as the same float; TOML spells the rest inf/nan.
-        return repr(value) if math.isfinite(value) else str(value)
-    if isinstance(value, str | Path):
-        return _string(str(value))
-    if isinstance(value, list | tuple) and not any(isinstance(item, list | tuple | dict) for item in value):
-        return "[" + ", ".join(_value(key, item) for item in value) + "]"
-    raise BiosrecallError(f"{key} takes text, a number, true/false or a list of them, got {value!r}")
-
-
-def _string(text: str) -> str:
-    """A TOML basic string: JSON's escapes are TOML's, except that TOML also refuses DEL raw."""
+def read_run_file(
+    path: Path, task: str, overridable: tuple[str, ...] = ()
+) -> tuple[TrainConfig, dict[str, Any], dict[str, Any]]:
+    """(the TrainConfig, the model overrides, the other option values: data, out, preset, from,
+    at_update, tokenizer) of the run spec or run config.json at `path`, for the command that trains
+    `task`; a run config.json's model fields count only when in `overridable`. A problem is one
+    BiosrecallError line naming the file."""
+    record = read_json_object(path, "run config", required=("task", "train_config"))
+    sections = {name: record.get(name, {}) for name in ("task", "train_config", "model_config", "dataset")}
+    if not all(isinstance(section, dict) for section in sections.values()):
+        raise BiosrecallError(f"run config {path} is corrupt: its sections must be objects")
+    recorded = sections["task"].get("name")
+    if recorded != task:
+        made_by = TRAINED_BY.get(recorded, "another command")
+        raise BiosrecallError(f"{path} records a run of `{made_by}`, not of `{TRAINED_BY.get(task)}`")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BiosrecallError(f"{text!r} cannot be written as UTF-8 text") from None
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+        config = TrainConfig.from_dict(sections["train_config"])
+    except (BiosrecallError, TypeError, ValueError) as exc:
+        raise BiosrecallError(f"{path}: train_config: {exc}") from None
+    overrides = sections["task"].get("model_overrides")
+    if overrides is None:  # a run's config.json: the whole model config, of which the command's own fields
+        model = sections["model_config"]
+        overrides = {key: model[key] for key in overridable if model.get(key) is not None}
+    if not isinstance(overrides, dict):
+        raise BiosrecallError(f"run config {path} is corrupt: task.model_overrides must be an object")
+    values = {key: sections["task"].get(key) for key in TASK_KEYS if key != "model_overrides"}
+    values.update(data=sections["dataset"].get("path"), out=record.get("out"))
+    return config, overrides, {key: value for key, value in values.items() if value is not None}
 
 
 def spec_path(bookkeeping: Path, name: str) -> Path:
-    """Where the sweep keeps run `name`'s spec: beside its record and log."""
-    return bookkeeping / f"{name}{SUFFIX}"
+    """Where the sweep keeps run `name`'s spec: under its bookkeeping, beside its record and log."""
+    return bookkeeping / SPECS / f"{name}.json"

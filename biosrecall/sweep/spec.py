@@ -1,7 +1,8 @@
 """The sweep spec: one TOML file that names a grid of runs and the evaluation after each.
 
     spec = load_spec("sweeps/bios.toml", overrides=["data=data/bios-1k"])
-    spec.runs, spec.evaluations, spec.out          # what `run_sweep` takes
+    spec.runs, spec.evaluations, spec.out          # what `run_sweep` takes (each run read into its config)
+    spec.state_jobs()                              # `sweep status` and `collect`: no option is read
 
     [sweep]
     out = "../runs/bios-sweep"     # runs go to OUT/<run name>/ (required)
@@ -46,13 +47,14 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep import commands
-from biosrecall.sweep.grid import expand_runs, option_value, resolve
-from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, build_jobs, check_name
+from biosrecall.sweep.grid import WrittenRun, expand_runs, option_value, resolve
+from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, check_name, check_names, select_names, state_jobs
 
 SECTIONS = ("sweep", "executor", "base", "grid", "runs", "eval")
 EXECUTOR_KEYS = {
@@ -67,18 +69,48 @@ class SweepSpec:
     path: Path
     out: Path
     command: str
-    runs: list[SweepRun]
+    written: list[WrittenRun]
+    """Each run as the spec writes it: (name, option values, labels); `runs` reads them."""
     evaluations: list[Evaluation]
     executor: dict[str, Any]
     """[executor] values (defaults of the command line's executor options)."""
 
-    def jobs(self, threads: int = 1, gpus: int = 0) -> list[Job]:
-        return build_jobs(self.out, self.runs, self.evaluations, threads, gpus)
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.written]
+
+    @property
+    def labels(self) -> dict[str, dict[str, Any]]:
+        """Each run's labels (entry name, grid values) by its name."""
+        return {name: labels for name, _, labels in self.written}
+
+    @cached_property
+    def runs(self) -> list[SweepRun]:
+        return self.select()
+
+    def select(self, patterns: Sequence[str] = ()) -> list[SweepRun]:
+        """The runs whose names match any of the shell-style `patterns` (all without any), each read
+        into its TrainConfig and task by its command's own parser (`commands.run_description`)."""
+        chosen = set(select_names(self.names, patterns))
+        check_names(self.names)  # a name clash is the spec's first problem, before any option
+        return [
+            SweepRun(
+                name, self.command, *commands.run_description(self.command, options, f"run {name}"), labels
+            )
+            for name, options, labels in self.written
+            if name in chosen
+        ]
+
+    def state_jobs(self) -> list[Job]:
+        """The jobs of every run, to read where each stands (`sweep status`, `collect`): reading them
+        needs no option of the runs, so a spec whose data comes with `sweep run --set` still reads."""
+        return state_jobs(self.out, self.names, self.evaluations)
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
-    """Read and check the structure of a spec (module docstring). Option values are checked by the
-    commands themselves when the sweep runs (`biosrecall.sweep.jobs.check_runs`)."""
+    """Read and check the structure of a spec (module docstring). Each run's options are read into its
+    TrainConfig by its command's own parser when `runs` is first asked for; data folders and trackers
+    are checked when the sweep runs (`biosrecall.sweep.jobs.check_runs`)."""
     path = Path(path)
     data = _read(path)
     unknown = sorted(set(data) - set(SECTIONS))
@@ -98,12 +130,12 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     grid = _grid(command, data.get("grid"), path)
     entries = _entries(command, data.get("runs"), here, path)
     fixed = _overrides(command, overrides, grid, path)
-    runs = expand_runs(command, base, grid, entries, fixed, here, path)
+    written = expand_runs(command, base, grid, entries, fixed, here, path)
     return SweepSpec(
         path=path,
         out=Path(resolve(sweep["out"], here)),
         command=command,
-        runs=runs,
+        written=written,
         evaluations=_evaluations(_table(data, "eval", path), here, path),
         executor=_executor(_table(data, "executor", path), path),
     )

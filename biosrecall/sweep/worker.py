@@ -10,7 +10,7 @@ task, so a run is handled the same way everywhere:
 - a finished run (final 1.0 checkpoint) is not trained again; an interrupted one (a `latest`
   checkpoint) is resumed with --resume; anything else starts fresh (a run killed before its first
   save left only a hidden temporary, which the trainer clears);
-- training is `python -m biosrecall <command> --config OUT/.sweep/<name>.toml --threads M` with
+- training is `python -m biosrecall <command> --config OUT/.sweep/.specs/<name>.json --threads M` with
   OMP_NUM_THREADS=M (the run spec, `biosrecall.sweep.run_spec`, written just before), forked from a
   server that has imported torch already (`biosrecall.warm`), or, with more than one GPU, the
   same under `python -m torch.distributed.run --standalone --nproc_per_node G` in a subprocess;
