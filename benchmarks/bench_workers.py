@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from biosrecall.bios import generate_dataset
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 
 LAYOUTS = {"2 workers x 1 thread": (2, 1), "1 worker x 2 threads": (1, 2)}
@@ -51,12 +52,10 @@ QUICK = Settings("bios-tiny", 4, 128, 40, 2, 5, 1)
 
 
 def _runs(data: Path, s: Settings) -> list[SweepRun]:
-    options = {
-        "data": str(data), "preset": s.preset, "batch_size": s.batch_size, "seq_len": s.seq_len,
-        "schedule": "fixed:4", "updates": s.updates, "checkpoint_fractions": [1.0], "save_every": 10**9,
-        "quiet": True,
-    }  # fmt: skip
-    return [SweepRun(f"run{i}", "train", {**options, "seed": i}) for i in range(s.runs)]
+    config = TrainConfig(batch_size=s.batch_size, seq_len=s.seq_len, schedule="fixed:4", updates=s.updates,
+                         checkpoint_fractions=(1.0,), save_every=10**9)  # fmt: skip
+    task = {"data": str(data), "preset": s.preset, "quiet": True}
+    return [SweepRun(f"run{i}", "train", replace(config, seed=i), task) for i in range(s.runs)]
 
 
 def _measure(data: Path, out: Path, workers: int, threads: int, s: Settings) -> dict:

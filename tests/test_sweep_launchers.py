@@ -16,6 +16,7 @@ from test_sweep import folder, registered, run_cli, spec_file  # noqa: F401  (fi
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 
 
@@ -23,10 +24,10 @@ from biosrecall.train.run_folder import RunFolder
 @pytest.mark.slow
 def test_a_run_over_several_gpus_starts_under_torchrun(folder, tmp_path):  # noqa: F811  (the fixture)
     """gpus_per_run > 1 launches torchrun with one process per GPU (here on CPU: two gloo ranks)."""
-    options = {"data": str(folder / "data"), "preset": "bios-tiny", "batch_size": 4, "schedule": "fixed:2"}
-    options.update(budget_of="fixed:2:10", device="cpu", quiet=True)
+    config = TrainConfig(batch_size=4, schedule="fixed:2", budget_of="fixed:2:10", device="cpu")
+    task = {"data": str(folder / "data"), "preset": "bios-tiny", "quiet": True}
     executor = LocalExecutor(gpus_per_run=2)
-    result = run_sweep(tmp_path / "out", [SweepRun("ddp", "train", options)], executor=executor)
+    result = run_sweep(tmp_path / "out", [SweepRun("ddp", "train", config, task)], executor=executor)
     assert [(o.state, o.action) for o in result.outcomes] == [("done", "trained")], result.summary()
     assert (
         "torch.distributed.run --standalone --nproc_per_node 2 -m biosrecall train"
