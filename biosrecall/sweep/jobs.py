@@ -27,7 +27,7 @@ from typing import Any
 from biosrecall.errors import BiosrecallError
 from biosrecall.model import get_preset
 from biosrecall.sweep import commands
-from biosrecall.sweep.run_spec import PATH_KEYS, TASK_KEYS, run_spec_text, spec_path
+from biosrecall.sweep.run_spec import TASK_KEYS, run_spec_text, spec_path
 from biosrecall.train.config import TrainConfig
 
 BOOKKEEPING = ".sweep"
@@ -188,7 +188,8 @@ def build_jobs(
     every process."""
     jobs = []
     for run, state in zip(runs, state_jobs(out, [run.name for run in runs], evaluations), strict=True):
-        spec = run_spec_text(run.command, run.config, {**_absolute_paths(run.task), "out": state.run_dir})
+        task = commands.absolute_paths(run.command, run.task)  # every worker reads the same files
+        spec = run_spec_text(run.command, run.config, {**task, "out": state.run_dir})
         train = (*run.command.split(), "--config", str(state.spec))
         jobs.append(dataclasses.replace(state, spec_text=spec, train_args=train, threads=threads, gpus=gpus))
     return jobs
@@ -218,15 +219,6 @@ def select_names(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
             raise BiosrecallError(f"--only {pattern!r} matches no run of the sweep")
     return [name for name in names if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
-
-
-def _absolute_paths(task: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's files and folders made absolute (from the current folder), so every worker reads the
-    same ones."""
-    return {
-        key: Path(value).expanduser().absolute() if key in PATH_KEYS and value is not None else value
-        for key, value in task.items()
-    }
 
 
 def _eval_args(evaluation: Evaluation, name: str, run_dir: Path, bookkeeping: Path) -> tuple[str, ...]:

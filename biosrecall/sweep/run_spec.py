@@ -42,8 +42,6 @@ TASKS = {"train": "bios", "lm train": "lm"}
 TRAINED_BY = {task: f"biosrecall {command}" for command, task in TASKS.items()}
 TASK_KEYS = ("preset", "model_overrides", "from", "at_update", "tokenizer", "quiet", "no_verify")
 """What a run spec's task section may hold beside its name (keys as the command's options name them)."""
-PATH_KEYS = ("data", "out", "from", "tokenizer")
-"""The task values that are files or folders: made absolute before a spec is written."""
 
 
 def run_spec_text(command: str, config: TrainConfig, task: Mapping[str, Any]) -> str:
@@ -55,18 +53,11 @@ def run_spec_text(command: str, config: TrainConfig, task: Mapping[str, Any]) ->
             f"a run spec has no {', '.join(unknown)}; its task takes data, out, {', '.join(TASK_KEYS)}"
         )
     train_config = {key: value for key, value in config.to_dict().items() if key not in ENGINE_FIELDS}
-    section = {
-        "name": TASKS[command],
-        **{key: _plain(task[key]) for key in TASK_KEYS if task.get(key) is not None},
-    }
-    record = {"task": section, "train_config": train_config, "dataset": {"path": _plain(task.get("data"))}}
+    section = {"name": TASKS[command], **{key: task[key] for key in TASK_KEYS if task.get(key) is not None}}
+    record = {"task": section, "train_config": train_config, "dataset": {"path": task.get("data")}}
     if task.get("out") is not None:
-        record["out"] = _plain(task["out"])
-    return json.dumps(record, indent=1, allow_nan=False) + "\n"
-
-
-def _plain(value: Any) -> Any:
-    return str(value) if isinstance(value, Path) else value
+        record["out"] = task["out"]
+    return json.dumps(record, indent=1, allow_nan=False, default=str) + "\n"  # default: a Path as its text
 
 
 def read_run_file(
