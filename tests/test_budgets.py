@@ -26,9 +26,19 @@ from biosrecall.experiments.budget_results import (
     saving_claim,
     targets_markdown,
 )
-from biosrecall.experiments.budgets import budget_runs, scaled_budget
-from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED, StudyOptions
+from biosrecall.experiments.budgets import budget_runs
+from biosrecall.experiments.study import (
+    FIXED_FIRST,
+    FIXED_K4,
+    UNIFORM,
+    UPDATE_MATCHED,
+    StudyOptions,
+    scaled_budget,
+)
 from biosrecall.train.config import TrainConfig
+
+BASE = TrainConfig(lr=1e-2, seed=0, budget_of="fixed:4:100")
+TASKS = {seed: {"data": "data", "preset": "bios-tiny"} for seed in (0, 1)}
 
 LR = {FIXED_K4: 1e-2, FIXED_FIRST: 1e-2, UNIFORM: 1e-2}
 
@@ -39,43 +49,53 @@ class FakePlan:
     switch_update: int | None
 
 
-def planner(spec):
+def planner(run):
     """Plans like the real ones in shape: fixed K=4 takes 100 updates per budget unit, fixed-first 90
     (switching at 80%), uniform 50; the update-matched control its given updates."""
     per_unit = {FIXED_K4: 100, FIXED_FIRST: 90, UNIFORM: 50}
-    updates = spec.updates or round(per_unit[spec.name] * spec.budget)
-    switch = round(0.8 * updates) if spec.name == FIXED_FIRST else None
-    config = TrainConfig(lr_schedule=spec.lr_schedule or "cosine", warmup_updates=spec.warmup_updates)
-    return FakePlan(updates, switch), config
+    name = run.labels["name"]
+    updates = run.config.updates or round(per_unit[name] * run.labels["budget"])
+    return FakePlan(updates, round(0.8 * updates) if name == FIXED_FIRST else None)
+
+
+def by_label(runs):
+    return {run.labels["label"]: run for run in runs}
+
+
+def branch_of(run):
+    return (run.task["from"], run.task["at_update"]) if "from" in run.task else None
 
 
 def test_branch_mode_trains_each_trunk_first_and_branches_where_it_stops_sharing():
     study = StudyOptions(seeds=(0,), budgets=(0.5, 1, 2), update_matched=True)
-    runs = budget_runs(study, LR, 1e-2, planner, warmup_updates=5)
-    by_label = {run.label: run for run in runs}
-    assert len(runs) == 12 and all(run.lr_schedule == "wsd" and run.warmup_updates == 5 for run in runs)
-    fixed_trunk, uniform_trunk = by_label["fixed_k4_wsd_b2"], by_label[f"{UPDATE_MATCHED}_wsd_b2"]
-    assert runs.index(fixed_trunk) == 0 and fixed_trunk.branch is None
+    runs = budget_runs(study, BASE, TASKS, LR, planner, warmup_updates=5)
+    labelled = by_label(runs)
+    assert len(runs) == 12
+    assert all(run.config.lr_schedule == "wsd" and run.config.warmup_updates == 5 for run in runs)
+    fixed_trunk, uniform_trunk = labelled["fixed_k4_wsd_b2"], labelled[f"{UPDATE_MATCHED}_wsd_b2"]
+    assert runs.index(fixed_trunk) == 0 and branch_of(fixed_trunk) is None
+    assert fixed_trunk.name == "seed0/fixed_k4_wsd_b2" and fixed_trunk.config.budget_of == "fixed:4:200"
     # fixed K=4 at 1x: 100 updates, its decay starts at 80; fixed-first at 1x: 90 updates, switch at 72.
-    assert by_label["fixed_k4_wsd_b1"].branch == (fixed_trunk.folder, 80)
-    assert by_label["fixed_first_k4_80_wsd_b1"].branch == (fixed_trunk.folder, 72)
-    assert fixed_trunk.keep_updates == (36, 40, 72, 80, 144)
+    assert branch_of(labelled["fixed_k4_wsd_b1"]) == (fixed_trunk.name, 80)
+    assert branch_of(labelled["fixed_first_k4_80_wsd_b1"]) == (fixed_trunk.name, 72)
+    assert fixed_trunk.config.keep_updates == (36, 40, 72, 80, 144)
     # The update-matched control at 2x (200 updates) is the longest uniform run, so it is the trunk.
-    assert uniform_trunk.updates == 200 and uniform_trunk.branch is None
-    assert by_label["uniform_1_16_wsd_b2"].branch == (uniform_trunk.folder, 80)
+    assert uniform_trunk.config.updates == 200 and branch_of(uniform_trunk) is None
+    assert branch_of(labelled["uniform_1_16_wsd_b2"]) == (uniform_trunk.name, 80)
     for run in runs:
-        if run.branch is not None:
-            parent = next(r for r in runs if r.folder == run.branch[0])
-            assert runs.index(parent) < runs.index(run) and run.branch[1] in parent.keep_updates
+        if branch_of(run) is not None:
+            parent = next(r for r in runs if r.name == run.task["from"])
+            assert (
+                runs.index(parent) < runs.index(run) and run.task["at_update"] in parent.config.keep_updates
+            )
 
 
 def test_independent_mode_reuses_the_main_runs_at_the_base_budget():
     study = StudyOptions(seeds=(0, 1), budgets=(0.5, 1), budget_mode="independent")
-    labels = [run.label for run in budget_runs(study, LR, 1e-2, planner, warmup_updates=5)]
+    runs = budget_runs(study, BASE, TASKS, LR, planner, warmup_updates=5)
+    labels = [run.labels["label"] for run in runs]
     assert labels.count("fixed_k4") == 2 and "fixed_k4_b0.5" in labels
-    assert all(
-        run.branch is None and run.lr_schedule is None for run in budget_runs(study, LR, 1e-2, planner, 5)
-    )
+    assert all(branch_of(run) is None and run.config.lr_schedule == "cosine" for run in runs)
 
 
 def test_a_multiple_scales_the_budget_it_is_given():
@@ -170,20 +190,20 @@ def test_bad_budgets_are_one_line_exit_2_nothing_written(tmp_path: Path, capsys,
 def test_runs_share_a_trunk_only_at_the_same_learning_rate():
     """A grid that gives fixed-first another rate than fixed K=4 gives it a fixed-depth trunk of its own."""
     study = StudyOptions(seeds=(0,), budgets=(1, 2))
-    runs = budget_runs(study, {**LR, FIXED_FIRST: 3e-3}, 1e-2, planner, warmup_updates=5)
-    trunk = next(run for run in runs if run.role == "trunk")
-    assert (trunk.schedule, trunk.lr, trunk.updates, trunk.label) == (
+    runs = budget_runs(study, BASE, TASKS, {**LR, FIXED_FIRST: 3e-3}, planner, warmup_updates=5)
+    trunk = next(run for run in runs if run.labels["role"] == "trunk")
+    assert (trunk.config.schedule, trunk.config.lr, trunk.config.updates, trunk.labels["label"]) == (
         "fixed:4",
         3e-3,
         180,
         "fixed_k4_trunk_lr0.003_wsd",
     )
-    assert trunk.keep_updates == (72, 144)
+    assert trunk.config.keep_updates == (72, 144)
     for run in runs:
-        if run.name == FIXED_FIRST:
-            assert run.branch[0] == trunk.folder and run.lr == 3e-3
-        elif run.name == FIXED_K4 and run.branch is not None:
-            assert run.branch[0].name == "fixed_k4_wsd_b2"
+        if run.labels["name"] == FIXED_FIRST:
+            assert branch_of(run)[0] == trunk.name and run.config.lr == 3e-3
+        elif run.labels["name"] == FIXED_K4 and branch_of(run) is not None:
+            assert branch_of(run)[0] == "seed0/fixed_k4_wsd_b2"
 
 
 def test_a_saving_from_an_upper_bound_says_so():

@@ -283,18 +283,16 @@ class TestDeadWorkers:
 
     def test_a_study_run_killed_by_a_signal_is_one_line_not_a_run_failure(self, tmp_path, monkeypatch):
         from biosrecall.experiments import study_engine
-        from biosrecall.experiments.study import RunSpec
         from biosrecall.sweep.engine import SweepResult
         from biosrecall.sweep.executors import LocalExecutor
+        from biosrecall.sweep.jobs import SweepRun
         from biosrecall.sweep.worker import Outcome
 
         killed = Outcome("seed0/fixed_k4", "failed", "trained", -9, "killed by SIGKILL", "runs/.sweep/a.log")
         monkeypatch.setattr(study_engine, "run_sweep", lambda *args: SweepResult([killed]))
-        spec = RunSpec("fixed_k4", "fixed:4", 0, 1e-2, "main", "fixed_k4")
+        run = SweepRun("seed0/fixed_k4", "train", TrainConfig(schedule="fixed:4"))
         with pytest.raises(study_engine.RunKilled) as info:
-            study_engine.train_study_runs(
-                tmp_path, [spec], lambda s: (TrainConfig(), {}), LocalExecutor(1), None
-            )
+            study_engine.train_study_runs(tmp_path, [run], LocalExecutor(1), None)
         assert isinstance(info.value, BiosrecallError)
         assert "run seed0/fixed_k4 was killed by SIGKILL" in str(info.value)
         assert "rerun the same command to continue" in str(info.value)
@@ -569,9 +567,9 @@ class TestLeftovers:
 
     def test_study_lines_advise_rerunning_the_study_not_resume(self, tmp_path, monkeypatch):
         from biosrecall.experiments import study_engine
-        from biosrecall.experiments.study import RunSpec
         from biosrecall.sweep.engine import SweepResult
         from biosrecall.sweep.executors import LocalExecutor
+        from biosrecall.sweep.jobs import SweepRun
         from biosrecall.sweep.worker import Outcome
 
         error = ("cannot write run: No space left on device (errno 28, ENOSPC); run/checkpoints/latest still "
@@ -584,11 +582,9 @@ class TestLeftovers:
 
         monkeypatch.setattr(study_engine, "run_sweep", sweep)
         reported = []
-        spec = RunSpec("fixed_k4", "fixed:4", 0, 1e-2, "main", "fixed_k4")
+        run = SweepRun("seed0/fixed_k4", "train", TrainConfig(schedule="fixed:4"))
         with pytest.raises(study_engine.StudyRunFailed) as info:
-            study_engine.train_study_runs(
-                tmp_path, [spec], lambda s: (TrainConfig(), {}), LocalExecutor(1), reported.append
-            )
+            study_engine.train_study_runs(tmp_path, [run], LocalExecutor(1), reported.append)
         lines = [str(info.value), *(o.error for o in reported if not isinstance(o, str))]
         assert len(lines) == 2 and all("--resume" not in line for line in lines), lines
         assert lines[1].endswith("still holds the complete state of update 8"), lines[1]

@@ -22,6 +22,10 @@ from biosrecall.experiments.study import (
     study_runs,
 )
 from biosrecall.model.presets import parse_model_overrides
+from biosrecall.train.config import TrainConfig
+
+BASE = TrainConfig(lr=1e-2, seed=0, budget_of="fixed:4:300")
+TASKS = {seed: {"data": f"data_seed{seed}", "preset": "bios-tiny"} for seed in (0, 1)}
 
 
 def grid_curves(scores: dict[tuple[str, float], float]) -> pd.DataFrame:
@@ -57,20 +61,29 @@ def test_lr_grid_keeps_each_schedules_own_best_by_mean_bits_over_k_1_to_16_at_10
 
 def test_runs_of_a_study_with_seeds_controls_grid_and_sweep():
     study = StudyOptions(seeds=(0, 1), update_matched=True, lr_grid=(3e-3, 1e-2), fixed_sweep=(2, 4, 8))
-    grid = grid_runs(study, preset_lr=1e-2)
-    assert len(grid) == 6 and {r.seed for r in grid} == {0}
-    assert {str(r.folder) for r in grid if r.lr == 1e-2} == {f"seed0/{n}" for n in MAIN_SCHEDULES}
-    assert {str(r.folder) for r in grid if r.lr == 3e-3} == {f"seed0/{n}_lr0.003" for n in MAIN_SCHEDULES}
+    grid = grid_runs(study, BASE, TASKS)
+    assert len(grid) == 6 and {r.config.seed for r in grid} == {0}
+    assert {r.name for r in grid if r.config.lr == 1e-2} == {f"seed0/{n}" for n in MAIN_SCHEDULES}
+    assert {r.name for r in grid if r.config.lr == 3e-3} == {f"seed0/{n}_lr0.003" for n in MAIN_SCHEDULES}
     best = {name: 1e-2 for name in MAIN_SCHEDULES} | {UNIFORM: 3e-3}
-    runs = study_runs(study, best, preset_lr=1e-2, fixed4_updates=800)
+    runs = study_runs(study, BASE, TASKS, best, fixed4_updates=800)
     assert len(runs) == 2 * (3 + 1 + 2)  # per seed: three schedules, the control, fixed K=2 and K=8
-    control = [r for r in runs if r.name == UPDATE_MATCHED]
-    assert [(r.updates, r.lr, r.schedule, r.role) for r in control] == [
-        (800, 3e-3, "uniform:1-16", "control")
-    ] * 2
-    uniform = {str(r.folder) for r in runs if r.name == UNIFORM}
+    control = [r for r in runs if r.labels["name"] == UPDATE_MATCHED]
+    assert [(r.config.updates, r.config.budget_of, r.config.lr, r.config.schedule, r.labels["role"])
+            for r in control] == [(800, None, 3e-3, "uniform:1-16", "control")] * 2  # fmt: skip
+    uniform = {r.name for r in runs if r.labels["name"] == UNIFORM}
     assert uniform == {"seed0/uniform_1_16_lr0.003", "seed1/uniform_1_16_lr0.003"}  # its grid point, reused
-    assert {r.name for r in runs if r.role == "sweep"} == {"fixed_k2", "fixed_k8"}  # K=4 is the main run
+    assert {r.labels["name"] for r in runs if r.labels["role"] == "sweep"} == {"fixed_k2", "fixed_k8"}
+    # Each run is described once: its config is the study's with its schedule, seed and lr, its task its seed's.
+    main = next(r for r in runs if r.name == "seed1/fixed_first_k4_80")
+    assert (main.config.schedule, main.config.seed, main.config.budget_of) == (
+        MAIN_SCHEDULES["fixed_first_k4_80"],
+        1,
+        "fixed:4:300",
+    )
+    assert main.task == TASKS[1] and main.labels == {
+        "name": "fixed_first_k4_80", "label": "fixed_first_k4_80", "role": "main", "budget": 1.0
+    }  # fmt: skip
 
 
 def test_dataset_seed_is_the_first_seed_unless_per_run():

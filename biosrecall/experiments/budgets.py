@@ -1,8 +1,7 @@
 """The budget sweep's runs: every schedule at several multiples of the base budget, for compute-to-target.
 
     study = StudyOptions(seeds=(0, 1, 2), budgets=(0.25, 0.5, 1, 2, 4), update_matched=True)
-    specs = budget_runs(study, best_lr, preset_lr, plan)   # per seed: each trunk, then its branches
-    config = scaled_budget(base_config, 0.25)               # the TrainConfig budget of a multiple
+    runs = budget_runs(study, base, tasks, best_lr, plan, warmup)   # per seed: each trunk, then its branches
 
 Two modes (`StudyOptions.budget_mode`):
 
@@ -18,12 +17,14 @@ Two modes (`StudyOptions.budget_mode`):
 - independent: every budget point is its own run with the preset's rate schedule.
 
 Folders: runs/seed<S>/<label>_b<multiple> (independent) or <label>_wsd_b<multiple> (branch), so runs of
-the two modes never share a folder; an independent run at 1x is the main run itself.
+the two modes never share a folder; an independent run at 1x is the main run itself. A branch's task
+names its trunk's run and the update it starts from (`from`, `at_update`), which
+`biosrecall.experiments.study_engine` turns into the trunk's folder once the trunk has trained.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from biosrecall.errors import BiosrecallError
@@ -33,46 +34,57 @@ from biosrecall.experiments.study import (
     MAIN_SCHEDULES,
     UNIFORM,
     UPDATE_MATCHED,
-    RunSpec,
     StudyOptions,
-    make_run,
+    Tasks,
+    study_run,
+    with_config,
 )
-from biosrecall.train.config import TrainConfig, split_budget_of
+from biosrecall.sweep.jobs import SweepRun
+from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import decay_start
 
 FAMILY = {FIXED_K4: "fixed", FIXED_FIRST: "fixed", UNIFORM: "uniform", UPDATE_MATCHED: "uniform"}
 TRUNK_NAMES = (FIXED_K4, UNIFORM, UPDATE_MATCHED)  # one depth rule from start to end: a trunk can be any
 TRUNK_OF = {"fixed": FIXED_K4, "uniform": UNIFORM}  # the depth rule of a family's own trunk
-Planner = Callable[[RunSpec], tuple]  # spec -> (its Plan, its TrainConfig)
-
-
-def scaled_budget(config: TrainConfig, multiple: float) -> TrainConfig:
-    """`config` at `multiple` times its budget: FLOPs scaled, or SPEC:UPDATES with the updates scaled."""
-    if multiple == 1:
-        return config
-    if config.budget is not None:
-        return replace(config, budget=config.budget * multiple)
-    spec, updates = split_budget_of(config.budget_of)
-    scaled = round(updates * multiple)
-    if scaled < 1:
-        raise BiosrecallError(f"budget multiple {multiple:g} leaves less than one {spec} update")
-    return replace(config, budget_of=f"{spec}:{scaled}")
+Planner = Callable[[SweepRun], object]  # a run -> its Plan (`biosrecall.compute.planner`)
 
 
 def budget_runs(
-    study: StudyOptions, best_lr: dict[str, float], preset_lr: float, plan: Planner, warmup_updates: int
-) -> list[RunSpec]:
-    """Every seed's budget-sweep runs, each trunk before its branches. `plan` plans a spec; in branch
-    mode every run warms up over `warmup_updates` updates."""
-    runs: list[RunSpec] = []
+    study: StudyOptions,
+    base: TrainConfig,
+    tasks: Tasks,
+    best_lr: Mapping[str, float],
+    plan: Planner,
+    warmup_updates: int,
+) -> list[SweepRun]:
+    """Every seed's budget-sweep runs, each trunk before its branches (`study_run` builds each from
+    `base` and `tasks`). `plan` plans a run; in branch mode every run warms up over `warmup_updates`
+    updates."""
+    branch_mode = study.budget_mode == "branch"
+    wsd = {"lr_schedule": "wsd", "warmup_updates": warmup_updates} if branch_mode else {}
+
+    def point(name: str, schedule: str, seed: int, lr: float, multiple: float, **more) -> SweepRun:
+        return study_run(base, tasks, name, schedule, seed, lr, "budget", budget=multiple,
+                         suffix=_suffix(study, multiple), **wsd, **more)  # fmt: skip
+
+    runs: list[SweepRun] = []
     for seed in study.seeds:
         points = [
-            _point(study, name, seed, best_lr, preset_lr, m) for m in study.budgets for name in MAIN_SCHEDULES
+            point(name, schedule, seed, best_lr[name], m)
+            for m in study.budgets
+            for name, schedule in MAIN_SCHEDULES.items()
         ]
-        if study.update_matched:
-            points += [_update_matched(study, seed, best_lr, preset_lr, m, plan) for m in study.budgets]
-        if study.budget_mode == "branch":
-            points = _as_branches(points, plan, warmup_updates, preset_lr)
+        if study.update_matched:  # uniform for as many updates as fixed K=4 takes at each multiple
+            fixed = {
+                m: plan(point(FIXED_K4, MAIN_SCHEDULES[FIXED_K4], seed, best_lr[FIXED_K4], m))
+                for m in study.budgets
+            }
+            points += [
+                point(UPDATE_MATCHED, "uniform:1-16", seed, best_lr[UNIFORM], m, updates=fixed[m].updates)
+                for m in study.budgets
+            ]
+        if branch_mode:
+            points = _as_branches(points, plan, base, tasks, warmup_updates)
         runs += points
     return runs
 
@@ -83,63 +95,43 @@ def _suffix(study: StudyOptions, multiple: float) -> str:
     return f"_wsd_b{multiple:g}"
 
 
-def _point(study, name, seed, best_lr, preset_lr, multiple, updates=None, schedule=None) -> RunSpec:
-    run = make_run(name, schedule or MAIN_SCHEDULES[name], seed, best_lr[name], "budget", preset_lr, updates)
-    lr_schedule = "wsd" if study.budget_mode == "branch" else None
-    return replace(run, label=run.label + _suffix(study, multiple), budget=multiple, lr_schedule=lr_schedule)
-
-
-def _update_matched(study, seed, best_lr, preset_lr, multiple, plan: Planner) -> RunSpec:
-    """Uniform for as many updates as fixed K=4 takes at this multiple (at uniform's learning rate)."""
-    fixed, _ = plan(_point(study, FIXED_K4, seed, best_lr, preset_lr, multiple))
-    lr = {UPDATE_MATCHED: best_lr[UNIFORM]}
-    return _point(study, UPDATE_MATCHED, seed, lr, preset_lr, multiple, fixed.updates, "uniform:1-16")
-
-
 def _as_branches(
-    points: list[RunSpec], plan: Planner, warmup_updates: int, preset_lr: float
-) -> list[RunSpec]:
+    points: list[SweepRun], plan: Planner, base: TrainConfig, tasks: Tasks, warmup_updates: int
+) -> list[SweepRun]:
     """Per schedule family and learning rate, the longest run with one depth rule becomes the trunk
     (or, when none is as long as the family's longest run, a trunk of its own is added) and every
     other run a branch of it, at the last update the two share: the switch, or its own decay start."""
-    points = [replace(p, warmup_updates=warmup_updates) for p in points]
-    planned = {p: plan(p) for p in points}
-    groups: dict[tuple[str, float], list[RunSpec]] = {}
+    planned = {point.name: plan(point) for point in points}
+    groups: dict[tuple[str, float], list[SweepRun]] = {}
     for point in points:
-        groups.setdefault((FAMILY[point.name], point.lr), []).append(point)
-    ordered: list[RunSpec] = []
+        groups.setdefault((FAMILY[point.labels["name"]], point.config.lr), []).append(point)
+    ordered: list[SweepRun] = []
     for (family, lr), members in groups.items():
-        longest = max(planned[p][0].updates for p in members)
-        trunks = [p for p in members if p.name in TRUNK_NAMES and planned[p][0].updates == longest]
-        trunk = (
-            trunks[0] if trunks else _own_trunk(family, members[0], lr, longest, preset_lr, warmup_updates)
-        )
-        branches = [_branch(p, planned[p], trunk, warmup_updates) for p in members if p is not trunk]
-        ordered.append(replace(trunk, keep_updates=tuple(sorted({b.branch[1] for b in branches}))))
+        longest = max(planned[p.name].updates for p in members)
+        trunks = [
+            p for p in members if p.labels["name"] in TRUNK_NAMES and planned[p.name].updates == longest
+        ]
+        if trunks:
+            trunk = trunks[0]
+        else:  # a family whose longest run switches depth: its constant depth rule as long, not reported
+            name, member = TRUNK_OF[family], members[0]
+            trunk = study_run(base, tasks, f"{name}_trunk", MAIN_SCHEDULES[name], member.config.seed, lr,
+                              "trunk", budget=member.labels["budget"], suffix="_wsd", updates=longest,
+                              lr_schedule="wsd", warmup_updates=warmup_updates)  # fmt: skip
+        branches = [_branch(p, planned[p.name], trunk, warmup_updates) for p in members if p is not trunk]
+        kept = tuple(sorted({branch.task["at_update"] for branch in branches}))
+        ordered.append(with_config(trunk, keep_updates=kept) if kept else trunk)
         ordered += branches
     return ordered
 
 
-def _own_trunk(
-    family: str, member: RunSpec, lr: float, updates: int, preset_lr: float, warmup: int
-) -> RunSpec:
-    """A trunk for a family whose longest run switches depth (fixed-first at another learning rate
-    than fixed K=4's): the family's constant depth rule for as many updates. Trained, not reported."""
-    name = TRUNK_OF[family]
-    run = make_run(f"{name}_trunk", MAIN_SCHEDULES[name], member.seed, lr, "trunk", preset_lr, updates)
-    return replace(
-        run, label=f"{run.label}_wsd", lr_schedule="wsd", warmup_updates=warmup, budget=member.budget
-    )
-
-
-def _branch(point: RunSpec, planned: tuple, trunk: RunSpec, warmup_updates: int) -> RunSpec:
-    run_plan, config = planned
-    at = decay_start(run_plan.updates, config)
-    if run_plan.switch_update is not None:
-        at = min(at, run_plan.switch_update)
+def _branch(point: SweepRun, planned, trunk: SweepRun, warmup_updates: int) -> SweepRun:
+    at = decay_start(planned.updates, point.config)
+    if planned.switch_update is not None:
+        at = min(at, planned.switch_update)
     if at <= warmup_updates:
         raise BiosrecallError(
-            f"budget multiple {point.budget:g} is too small to branch {point.name}: its branch point {at} "
-            f"is inside the {warmup_updates}-update warm-up"
+            f"budget multiple {point.labels['budget']:g} is too small to branch {point.labels['name']}: its "
+            f"branch point {at} is inside the {warmup_updates}-update warm-up"
         )
-    return replace(point, branch=(trunk.folder, at))
+    return replace(point, task={**point.task, "from": trunk.name, "at_update": at})

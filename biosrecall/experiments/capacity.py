@@ -34,13 +34,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from biosrecall.atomic import atomic_write_json_if_changed
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.capacity_results import write_capacity_results
 from biosrecall.experiments.capacity_scoring import score_runs
-from biosrecall.experiments.study import MAIN_SCHEDULES, RunSpec, check_seeds
+from biosrecall.experiments.study import MAIN_SCHEDULES, check_seeds
+from biosrecall.experiments.study_engine import refuse_busy_runs, study_executor, train_study_runs
 from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
@@ -55,8 +58,10 @@ from biosrecall.sizing import (
     scoring_cost,
     shows_progress,
 )
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.run_folder import machine, versions
+from biosrecall.train.trainer import bios_training_task, make_plan
 
 RECORD, DATA, RUNS = "capacity.json", "data", "runs"
 DATA_SEED = 0
@@ -135,25 +140,18 @@ def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:
     return runs
 
 
-@dataclass(frozen=True)
-class CapacityRun:
-    """One training run: its sweep spec (folder seed<S>/people<N>/<name>), people and model preset."""
-
-    spec: RunSpec
-    people: int
-    model_preset: str
-    kind: str
-
-
-def capacity_runs(options: CapacityOptions) -> list[CapacityRun]:
-    """Every run of the study: people counts x seeds x (three schedules, two baselines)."""
+def capacity_runs(options: CapacityOptions, base: TrainConfig, datasets: dict[int, Path]) -> list[SweepRun]:
+    """Every run of the study, people counts x seeds x (three schedules, two baselines): folder
+    seed<S>/people<N>/<name>, `base` at the run's schedule and seed, its dataset and model preset, and
+    its labels (people, name, kind: "looped" or "baseline")."""
     runs = []
     for people in options.people:
         for seed in options.seeds:
             for name, (schedule, preset, kind) in model_presets(options.preset).items():
-                role = "main" if kind == "looped" else kind
-                spec = RunSpec(name, schedule, seed, options.lr, role, f"people{people}/{name}")
-                runs.append(CapacityRun(spec, people, preset, kind))
+                config = replace(base, schedule=schedule, seed=seed)
+                task = {"data": datasets[people].resolve(), "preset": preset}
+                labels = {"people": people, "name": name, "kind": kind}
+                runs.append(SweepRun(f"seed{seed}/people{people}/{name}", "train", config, task, labels))
     return runs
 
 
@@ -179,26 +177,18 @@ def run_capacity(
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
-    from biosrecall.experiments.study_engine import study_executor, train_study_runs
-
-    out_dir, runs = Path(out_dir), capacity_runs(options)
-    base = _base_config(options, device)
+    out_dir, base = Path(out_dir), _base_config(options, device)
+    runs = capacity_runs(options, base, _dataset_dirs(out_dir, options))
     record = _record(options, base, runs)
     executor = study_executor(workers, threads, device)
     check_study_size(options, out_dir, executor.slots(), report)
     with output_lock(out_dir):
-        datasets = _prepare(out_dir, options, record, base, runs, report)
+        _prepare(out_dir, options, record, runs, report)
         atomic_write_json_if_changed(out_dir / RECORD, record)  # a rerun refused later: untouched
-        by_spec = {run.spec: run for run in runs}
-
-        def describe(spec: RunSpec) -> tuple[TrainConfig, dict[str, Any]]:
-            run = by_spec[spec]
-            return _describe(run, base, datasets[run.people])
-
-        trained = train_study_runs(out_dir / RUNS, list(by_spec), describe, executor, report)
+        train_study_runs(out_dir / RUNS, runs, executor, report)
         if report is not None:  # cached scores are read back at once; a fresh one takes about a run's time
             report(f"scoring {len(runs)} final checkpoint(s), {executor.slots()} at a time")
-        table = score_runs(runs, trained, datasets, options, device, executor.slots(), executor.threads)
+        table = score_runs(runs, out_dir / RUNS, options, device, executor.slots(), executor.threads)
         written = write_capacity_results(out_dir, table)
     return CapacityResult(out_dir, table, written.summary, written.claims, written.files)
 
@@ -218,15 +208,7 @@ def _base_config(options: CapacityOptions, device: str):
     )
 
 
-def _run_config(run: CapacityRun, base):
-    return replace(base, schedule=run.spec.schedule, seed=run.spec.seed)
-
-
-def _describe(run: CapacityRun, base, data_dir: Path) -> tuple[TrainConfig, dict[str, Any]]:
-    return _run_config(run, base), {"data": data_dir.resolve(), "preset": run.model_preset}
-
-
-def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str, Any]:
+def _record(options: CapacityOptions, base, runs: list[SweepRun]) -> dict[str, Any]:
     """What capacity.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
     record = {
         "settings": {key: getattr(options, key) for key in IDENTITY},
@@ -239,7 +221,7 @@ def _record(options: CapacityOptions, base, runs: list[CapacityRun]) -> dict[str
             for name, v in model_presets(options.preset).items()
         },  # fmt: skip
         "train_config": base.to_dict(),
-        "runs": [str(run.spec.folder) for run in runs],
+        "runs": [run.name for run in runs],
         "versions": versions(),
         "machine": machine(),
     }
@@ -272,26 +254,26 @@ def _dataset_dir(out_dir: Path, people: int) -> Path:
     return out_dir / DATA / f"people{people}"
 
 
-def _prepare(out_dir: Path, options, record, base, runs, report=None) -> dict[int, Path]:
+def _dataset_dirs(out_dir: Path, options: CapacityOptions) -> dict[int, Path]:
+    return {people: _dataset_dir(out_dir, people) for people in options.people}
+
+
+def _prepare(out_dir: Path, options, record, runs, report=None) -> None:
     """Refuse an output made with other settings, make the missing datasets and plan every kind of
     run, before anything trains; a folder this call created is removed again if that fails."""
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     _check_same_settings(out_dir, record)
-    from biosrecall.experiments.study_engine import refuse_busy_runs
-
     refuse_busy_runs(out_dir / RUNS)
     created = not out_dir.exists()
-    datasets = {people: _dataset_dir(out_dir, people) for people in options.people}
     try:
-        for people, folder in datasets.items():
+        for people, folder in _dataset_dirs(out_dir, options).items():
             _dataset(folder, people, report)
-        _check_plans(runs, base, datasets)
+        _check_plans(runs)
     except BaseException:
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
-    return datasets
 
 
 def _check_same_settings(out_dir: Path, record: dict[str, Any]) -> None:
@@ -325,33 +307,29 @@ def _dataset(folder: Path, people: int, report=None) -> None:
         raise BiosrecallError(f"dataset {folder} is not {people} people of seed {DATA_SEED}; remove it")
 
 
-def _check_plans(runs: list[CapacityRun], base, datasets: dict[int, Path]) -> None:
+def _check_plans(runs: list[SweepRun]) -> None:
     """Plan each model at every people count (first seed): an exposure count beyond the planner's
     limit, a sequence too short for a biography or a schedule a preset refuses fails here."""
-    first = runs[0].spec.seed
-    plan_table([r for r in runs if r.spec.seed == first], base, datasets)
+    first = runs[0].config.seed
+    plan_table([run for run in runs if run.config.seed == first])
 
 
-def plan_table(runs: list[CapacityRun], base, datasets: dict[int, Path]):
+def plan_table(runs: list[SweepRun]) -> pd.DataFrame:
     """One row per run: what it will train (people, model, seed, parameters) and spend (updates,
     tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained."""
-    import pandas as pd
-
-    from biosrecall.train.trainer import bios_training_task, make_plan
-
     rows = []
     for run in runs:
-        config = _run_config(run, base)
+        config = run.config
         config.validate()
-        task = bios_training_task(datasets[run.people], run.model_preset)
+        task = bios_training_task(run.task["data"], run.task["preset"])
         model_config = task.model_config()
         seq_len = resolve_seq_len(config, model_config, task.preset)
         counted = task.exposures(task.batch_source(config, seq_len), config.exposures)
         plan = make_plan(model_config, config, seq_len, lambda asked, c=counted: c)
         counts = param_counts(model_config)
         rows.append({
-            "people": run.people, "name": run.spec.name, "model_preset": run.model_preset,
-            "seed": run.spec.seed, "parameters": counts["total"],
+            "people": run.labels["people"], "name": run.labels["name"], "model_preset": run.task["preset"],
+            "seed": config.seed, "parameters": counts["total"],
             "non_embedding_parameters": counts["non_embedding"], "updates": plan.updates,
             "tokens": plan.updates * plan.tokens_per_update, "train_flops": plan.total_flops,
             "exposures_mean": counted.mean,
@@ -365,14 +343,13 @@ def plan_capacity(options: CapacityOptions, report=None):
     larger than the machine is refused first, and the scratch folder of a plan that was killed is
     removed by the next one (`biosrecall.locking.scratch_folder`)."""
 
-    runs = capacity_runs(options)
     base = _base_config(options, "cpu")
     check_study_size(options, None, 1, report)
     with scratch_folder("capacity-plan") as scratch:
         datasets = {people: scratch / f"people{people}" for people in options.people}
         for people, folder in datasets.items():
             _dataset(folder, people, report)
-        return plan_table(runs, base, datasets)
+        return plan_table(capacity_runs(options, base, datasets))
 
 
 def capacity_command(record: dict[str, Any]) -> str:

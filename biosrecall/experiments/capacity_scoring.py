@@ -1,7 +1,7 @@
 """Scoring a capacity study: each run's final checkpoint as stored bits per serving depth, labelled.
 
     from biosrecall.experiments.capacity_scoring import score_runs
-    table = score_runs(runs, trained, datasets, options, "cpu", workers=2, threads=1)
+    table = score_runs(runs, Path("runs/capacity/runs"), options, "cpu", workers=2, threads=1)
 
 `biosrecall.experiments.capacity` trains the runs and calls `score_runs`; `capacity_results` turns
 its table into the CSVs, claims and figure. Scoring runs `workers` checkpoints at a time on the CPU
@@ -16,24 +16,26 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from biosrecall.eval.parallel import map_in_processes
+from biosrecall.eval.scoring import cached_dataset
+from biosrecall.eval.stored_bits import stored_bits_table
+from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
 from biosrecall.files import read_json_object
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
+from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
 
 STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 
 
-def score_runs(runs: list, trained: dict, datasets: dict[int, Path], options, device: str,
-               workers: int = 1, threads: int = 1):  # fmt: skip
-    """One row per run and serving depth: its final checkpoint's stored bits, labelled, `workers` at a
-    time on the CPU (`eval.parallel`), cached so an archive without weights is re-tabulated."""
-    import pandas as pd
-
-    from biosrecall.eval.parallel import map_in_processes
-    from biosrecall.train.distributed import resolve_device
-
+def score_runs(runs: list, runs_dir: Path, options, device: str, workers: int = 1, threads: int = 1):
+    """One row per run (`capacity.capacity_runs`, folders under `runs_dir`) and serving depth: its
+    final checkpoint's stored bits, labelled, `workers` at a time on the CPU (`eval.parallel`), cached
+    so an archive without weights is re-tabulated."""
     device = resolve_device(str(device))
-    items = [(run, trained[run.spec], datasets[run.people], options, device) for run in runs]
+    items = [(run, runs_dir / run.name, run.task["data"], options, device) for run in runs]
     tables = map_in_processes(_score, items, workers if device.type == "cpu" else 1, threads)
     return pd.concat(tables, ignore_index=True)
 
@@ -41,10 +43,6 @@ def score_runs(runs: list, trained: dict, datasets: dict[int, Path], options, de
 def _score(item) -> Any:
     """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
     what it cost: mean exposures, updates and training FLOPs."""
-    import pandas as pd
-
-    from biosrecall.eval.scoring import cached_dataset
-
     run, run_dir, data_dir, options, device = item
     dataset = cached_dataset(data_dir)
     folder = RunFolder(run_dir)
@@ -54,15 +52,15 @@ def _score(item) -> Any:
     table = _stored_bits(checkpoint, dataset, options.depths, device)
     plan = read_json_object(folder.config_file, "run config", required=("plan",))["plan"]
     labels = {
-        "people": run.people, "name": run.spec.name, "kind": run.kind, "schedule": run.spec.schedule,
-        "model_preset": run.model_preset, "seed": run.spec.seed,
+        "people": run.labels["people"], "name": run.labels["name"], "kind": run.labels["kind"],
+        "schedule": run.config.schedule, "model_preset": run.task["preset"], "seed": run.config.seed,
     }  # fmt: skip
     costs = {
         "exposures": float(options.exposures),
         "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
         "updates": int(meta["update"]),
         "train_flops": float(meta.get("flops", math.nan)),
-        "run": str(run.spec.folder),
+        "run": run.name,
     }
     front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
     return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)
@@ -70,9 +68,6 @@ def _score(item) -> Any:
 
 def _stored_bits(checkpoint: Path, dataset, depths, device):
     """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
-    from biosrecall.eval.stored_bits import stored_bits_table
-    from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
-
     key = checkpoint_key(
         checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
     )

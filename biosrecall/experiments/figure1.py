@@ -22,7 +22,8 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
 
 Every run is a `biosrecall train --config OUT/runs/.sweep/.specs/<run>.json` process launched by the
 sweep engine's local executor (`biosrecall.experiments.study_engine`), `workers` at a time; the study
-builds each run's `TrainConfig` once and that file holds its `to_dict()` (`biosrecall.sweep.run_spec`).
+describes each run once, as a `SweepRun` holding its `TrainConfig` (`biosrecall.experiments.study`),
+and that file holds the config's `to_dict()` (`biosrecall.sweep.run_spec`).
 
 The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
 finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
@@ -51,14 +52,14 @@ from biosrecall.experiments.budget_results import (
     saving_claim,
     write_budget_results,
 )
-from biosrecall.experiments.budgets import budget_runs, scaled_budget
+from biosrecall.experiments.budgets import budget_runs
 from biosrecall.experiments.claims import write_claims
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
     FIXED_K4,
     MAIN_SCHEDULES,
-    RunSpec,
     StudyOptions,
+    Tasks,
     dataset_folders,
     dataset_seed,
     grid_runs,
@@ -69,6 +70,7 @@ from biosrecall.experiments.study_serving import serve_study
 from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
 from biosrecall.train.run_folder import machine, versions
@@ -130,7 +132,7 @@ FIGURE1_PRESETS = {
 @dataclass
 class Figure1Result:
     out_dir: Path
-    runs: dict[str, Path]  # run folder under runs/ -> its path
+    runs: dict[str, Path]  # run name (its folder under runs/) -> its path
     table: pd.DataFrame  # every run's recall (`figure1_results.label_runs`)
     summary: pd.DataFrame  # per group and fraction, mean over seeds with intervals
     claims: pd.DataFrame
@@ -174,11 +176,11 @@ def run_figure1(
             out_dir, record, trainer.datasets, settings.people, overwrite, trainer.check_plans, report
         )
         output.write_record(out_dir, record)
-        best_lr = _tune_learning_rates(out_dir, trainer, settings)
-        specs = study_runs(study, best_lr, settings.lr, trainer.fixed4_updates())
-        trained = trainer.train_all(specs)
+        best_lr = _tune_learning_rates(out_dir, trainer)
+        trained = study_runs(study, config, trainer.tasks, best_lr, trainer.fixed4_updates())
+        trainer.train_all(trained)
         # The main runs' 100% checkpoints are served too: their frontier comes from the same pass.
-        main_runs = [spec for spec in trained if spec.role == "main"]
+        main_runs = [run for run in trained if run.labels["role"] == "main"]
         curves, frontier = trainer.evaluate(trained, FRACTIONS, served=main_runs)
         with timer.phase("tables"):
             written = write_study_results(out_dir, curves, [saving_claim()])
@@ -187,10 +189,10 @@ def run_figure1(
         swept = []
         if study.budgets:
             trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves)
-            trained = {**trained, **trained_budgets}
+            trained = list({run.name: run for run in trained + trained_budgets}.values())
         write_claims(claims, out_dir)
         timer.save(out_dir)
-    runs = {str(spec.folder): path for spec, path in trained.items()}
+    runs = {run.name: trainer.runs_dir / run.name for run in trained}
     figures = written.figures + served + swept
     return Figure1Result(out_dir, runs, curves, written.summary, claims, figures, headline)
 
@@ -201,16 +203,16 @@ def _budget_sweep(
     """Train and score the budget sweep's final checkpoints; write its tables and figure, judge the
     compute claim (its row replaces the "not measured" one), and, in branch mode, compare the 1x
     branches with the study's own runs (the independent runs at 1x)."""
-    settings, study = trainer.settings, trainer.study
-    specs = budget_runs(study, best_lr, settings.lr, trainer.plan, trainer.warmup_updates())
-    trained = trainer.train_all(specs)
-    reported = {spec: path for spec, path in trained.items() if spec.role != "trunk"}
-    curves, _ = trainer.evaluate(reported, (1.0,))
-    curves = curves.assign(budget_multiple=curves["run"].map({str(s.folder): s.budget for s in specs}))
+    runs = trainer.budget_runs(best_lr)
+    trainer.train_all(runs)
+    curves, _ = trainer.evaluate([run for run in runs if run.labels["role"] != "trunk"], (1.0,))
+    curves = curves.assign(
+        budget_multiple=curves["run"].map({run.name: run.labels["budget"] for run in runs})
+    )
     curve = budget_curve(curves)
     targets = compute_to_target(curve)
     modes = None
-    if study.budget_mode == "branch":
+    if trainer.study.budget_mode == "branch":
         alone = study_curves[
             study_curves["role"].isin(["main", "control"]) & (study_curves["fraction"] == 1.0)
         ]
@@ -218,7 +220,7 @@ def _budget_sweep(
     written = write_budget_results(curve, targets, out_dir, modes)
     row = saving_claim(targets)
     claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
-    return trained, claims, [p for p in written if p.suffix in (".png", ".pdf")]
+    return runs, claims, [p for p in written if p.suffix in (".png", ".pdf")]
 
 
 def _resolve(preset: str, overrides: dict) -> Figure1Preset:
@@ -268,43 +270,29 @@ def _record(preset: str, settings: Figure1Preset, config: TrainConfig, study: St
 class _Trainer:
     """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones.
 
-    Each run's `TrainConfig` is built once (`run_config`) and handed to its `biosrecall train` process
-    as its run spec (`describe`, `biosrecall.sweep.run_spec`); the dataset is read and checked once
-    per study (`task`)."""
+    Each run is described once (`biosrecall.experiments.study.study_run`: its TrainConfig from the
+    study's `config`, its task from `tasks`) and handed to its `biosrecall train` process as its run
+    spec (`biosrecall.sweep.run_spec`); the dataset is read and checked once per study (`task`)."""
 
     def __init__(self, out_dir: Path, config, settings, study, engine, timer: StudyTimer):
         self.runs_dir, self.datasets = out_dir / RUNS, dataset_folders(study, out_dir / DATA)
         self.config, self.settings, self.study = config, settings, study
         self.engine, self.timer = engine, timer  # engine: (executor, report)
-        self._configs: dict[RunSpec, TrainConfig] = {}
+        overrides = dict(settings.model_overrides) or None
+        self.tasks: Tasks = {
+            seed: {"data": self.datasets[dataset_seed(study, seed)].resolve(),
+                   "preset": settings.model_preset, "model_overrides": overrides}
+            for seed in study.seeds
+        }  # fmt: skip
 
-    def run_config(self, spec: RunSpec) -> TrainConfig:
-        """The run's TrainConfig: the study's at the run's budget multiple, with its schedule, seed,
-        learning rate and warm-up, and what it alone sets (rate schedule, kept states, update count)."""
-        if spec not in self._configs:
-            changes: dict[str, Any] = {
-                "schedule": spec.schedule, "seed": spec.seed, "lr": spec.lr,
-                "warmup_updates": spec.warmup_updates,
-            }  # fmt: skip
-            if spec.lr_schedule is not None:
-                changes["lr_schedule"] = spec.lr_schedule
-            if spec.keep_updates:
-                changes["keep_updates"] = spec.keep_updates
-            if spec.updates is not None:  # a control matched in updates, not FLOPs
-                changes.update(budget=None, budget_of=None, updates=spec.updates)
-            self._configs[spec] = replace(scaled_budget(self.config, spec.budget), **changes)
-        return self._configs[spec]
+    def plan(self, run: SweepRun):
+        """The plan of one run (`biosrecall.compute.planner.Plan`)."""
+        return make_plan(self.task.model_config(), run.config)
 
-    def plan(self, spec: RunSpec):
-        """(the plan, the TrainConfig) of one run."""
-
-        config = self.run_config(spec)
-        return make_plan(self.task.model_config(), config), config
-
-    def warmup_updates(self) -> int:
-        """The budget sweep's shared warm-up: the base fixed K=4 run's."""
-
-        return warmup_updates(self.fixed4_updates(), self.config)
+    def budget_runs(self, best_lr) -> list[SweepRun]:
+        """The budget sweep's runs, trunks first; in branch mode all warm up as the base fixed K=4 run."""
+        warmup = warmup_updates(self.fixed4_updates(), self.config)
+        return budget_runs(self.study, self.config, self.tasks, best_lr, self.plan, warmup)
 
     @cached_property
     def task(self):
@@ -328,33 +316,26 @@ class _Trainer:
         model_config = task.model_config()
         task.batch_source(self.config, resolve_seq_len(self.config, model_config, task.preset))
         best = {name: self.settings.lr for name in MAIN_SCHEDULES}
-        specs = grid_runs(self.study, self.settings.lr) + study_runs(self.study, best, self.settings.lr, 1)
+        runs = grid_runs(self.study, self.config, self.tasks)
+        runs += study_runs(self.study, self.config, self.tasks, best, 1)
         if self.study.budgets:
-            specs += budget_runs(self.study, best, self.settings.lr, self.plan, self.warmup_updates())
-        for spec in specs:
-            make_plan(model_config, self.run_config(spec))
+            runs += self.budget_runs(best)
+        for run in runs:
+            make_plan(model_config, run.config)
 
-    def describe(self, spec: RunSpec) -> tuple[TrainConfig, dict[str, Any]]:
-        """The run's TrainConfig and task: its dataset, model preset and overrides."""
-        task = {
-            "data": self.datasets[dataset_seed(self.study, spec.seed)].resolve(),
-            "preset": self.settings.model_preset,
-            "model_overrides": dict(self.settings.model_overrides) or None,
-        }
-        return self.run_config(spec), task
-
-    def train_all(self, specs: list[RunSpec]) -> dict[RunSpec, Path]:
+    def train_all(self, runs: list[SweepRun]) -> None:
         """Bring every run to done through the sweep engine (finished ones are skipped)."""
         executor, report = self.engine
         with self.timer.phase("training"):
-            return train_study_runs(self.runs_dir, specs, self.describe, executor, report)
+            train_study_runs(self.runs_dir, runs, executor, report)
 
-    def evaluate(self, trained: dict[RunSpec, Path], fractions, served=()) -> tuple[pd.DataFrame, Any]:
-        """The long recall table of every run at `fractions` and depths 1..max_depth, labelled by run,
+    def evaluate(self, runs: list[SweepRun], fractions, served=()) -> tuple[pd.DataFrame, Any]:
+        """The long recall table of `runs` at `fractions` and depths 1..max_depth, labelled by run,
         and the serving frontier (`SERVING_CRITERIA`) of the `served` runs' final checkpoints, from the
-        same pass (None when nothing is served); both with `run` the run's folder, `seed<S>/<name>`."""
-        paths, settings, executor = list(trained.values()), self.settings, self.engine[0]
-        served_paths = [trained[spec] for spec in served]
+        same pass (None when nothing is served); both with `run` the run's name, `seed<S>/<label>`."""
+        settings, executor = self.settings, self.engine[0]
+        paths = [self.runs_dir / run.name for run in runs]
+        served_paths = [self.runs_dir / run.name for run in served]
         doing = f"scoring {len(paths)} run(s) at depths 1..{settings.max_depth}"
         doing += f", serving {len(served)} of them" if served else ""
         with self.timer.phase("evaluation", f"{doing}, {executor.slots()} at a time"):
@@ -362,21 +343,22 @@ class _Trainer:
                                 max_depth=settings.max_depth, device=self.config.device,
                                 people=settings.eval_people, served=served_paths, workers=executor.slots(),
                                 threads=executor.threads)  # fmt: skip
-        specs = dict(zip(run_labels(paths), trained, strict=True))
+        by_label = dict(zip(run_labels(paths), runs, strict=True))
         frontier = scores.frontier
         if frontier is not None:
-            frontier = frontier.assign(run=frontier["run"].map(lambda run: str(specs[run].folder)))
-        return label_runs(scores.recall, specs), frontier
+            frontier = frontier.assign(run=frontier["run"].map(lambda run: by_label[run].name))
+        return label_runs(scores.recall, by_label), frontier
 
 
-def _tune_learning_rates(out_dir: Path, trainer: _Trainer, settings):
+def _tune_learning_rates(out_dir: Path, trainer: _Trainer):
     """Each main schedule's learning rate: the grid's winners (OUT/lr_grid.*, written as soon as the
     grid is done, before the other seeds train), or the preset's."""
     study = trainer.study
     if not study.lr_grid:
-        return {name: settings.lr for name in MAIN_SCHEDULES}
-    trained = trainer.train_all(grid_runs(study, settings.lr))
-    grid = grid_table(trainer.evaluate(trained, (1.0,))[0])
+        return {name: trainer.config.lr for name in MAIN_SCHEDULES}
+    runs = grid_runs(study, trainer.config, trainer.tasks)
+    trainer.train_all(runs)
+    grid = grid_table(trainer.evaluate(runs, (1.0,))[0])
     write_table(grid, out_dir / "lr_grid")
     return chosen_lr(grid)
 

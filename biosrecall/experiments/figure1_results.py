@@ -1,6 +1,6 @@
 """What a Figure-1 study writes from its recall table: per-run and seed-aggregated tables, figures, claims.
 
-    curves = label_runs(table, specs)          # recall_curves' table, with name/label/seed/lr/role columns
+    curves = label_runs(table, runs)           # recall_curves' table, with name/label/seed/lr/role columns
     files = write_study_results(out_dir, curves)
 
 Files (every table as CSV and parquet, every figure as PNG and PDF):
@@ -28,9 +28,10 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.plots import plot_recall_curves, schedule_label
 from biosrecall.eval.seeds import aggregate_recall
 from biosrecall.experiments.claims import judge_claims
-from biosrecall.experiments.study import FIXED_K4, MAIN_SCHEDULES, UPDATE_MATCHED, RunSpec
+from biosrecall.experiments.study import FIXED_K4, MAIN_SCHEDULES, UPDATE_MATCHED
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text
+from biosrecall.sweep.jobs import SweepRun
 
 SPEC_COLUMNS = ["name", "label", "seed", "lr", "role"]
 BASELINE_LABELS = {"std_params": "standard, as many parameters", "std_flops": "standard, as many FLOPs"}
@@ -49,12 +50,20 @@ def study_label(name: str) -> str:
     return BASELINE_LABELS.get(name, name)
 
 
-def label_runs(table: pd.DataFrame, specs: dict[str, RunSpec]) -> pd.DataFrame:
-    """`recall_curves`' table with each run's study labels; `specs` maps its `run` values to the runs.
-    The `run` column becomes the run's folder under runs/ (`seed0/fixed_k4`)."""
-    columns = {c: table["run"].map(lambda run, c=c: getattr(specs[run], c)) for c in SPEC_COLUMNS}
-    labelled = table.assign(**columns, run=table["run"].map(lambda run: str(specs[run].folder)))
+def label_runs(table: pd.DataFrame, runs: dict[str, SweepRun]) -> pd.DataFrame:
+    """`recall_curves`' table with each run's study labels (name, label, role; seed and lr from its
+    config); `runs` maps its `run` values to the runs. The `run` column becomes the run's name, its
+    folder under runs/ (`seed0/fixed_k4`)."""
+    columns = {
+        column: table["run"].map({key: _spec_value(run, column) for key, run in runs.items()})
+        for column in SPEC_COLUMNS
+    }
+    labelled = table.assign(**columns, run=table["run"].map({key: run.name for key, run in runs.items()}))
     return labelled[["run", *SPEC_COLUMNS, *(c for c in table.columns if c not in ("run", *SPEC_COLUMNS))]]
+
+
+def _spec_value(run: SweepRun, column: str):
+    return getattr(run.config, column) if column in ("seed", "lr") else run.labels[column]
 
 
 def seed_results(curves: pd.DataFrame):

@@ -1,27 +1,37 @@
 """The runs a Figure-1 study trains: schedules x seeds, the controls, the learning-rate grid, Figure 5.
 
     study = StudyOptions(seeds=(0, 1, 2), update_matched=True, lr_grid=(3e-3, 1e-2, 3e-2))
-    grid = grid_runs(study, preset_lr=1e-2)             # phase 1: each schedule at each lr, first seed
-    runs = study_runs(study, best_lr, fixed4_updates)   # phase 2: every seed at each schedule's own lr
+    grid = grid_runs(study, base, tasks)                                # phase 1: each schedule at each lr, first seed
+    runs = study_runs(study, base, tasks, best_lr, fixed4_updates)      # phase 2: every seed at each schedule's own lr
+
+A study describes each run once, as the sweep engine takes it (`biosrecall.sweep.jobs.SweepRun`): its
+folder name, its `TrainConfig` (the study's `base` config with the run's schedule, seed, learning rate
+and budget), its task (`tasks[seed]`: dataset folder, model preset, architecture overrides) and its
+labels (`name`, `label`, `role`, `budget`), the columns its rows carry in the study's tables.
 
 Every run has a folder `runs/seed<seed>/<label>` under the study's output, where the label is the
-run's name, plus `_lr<lr>` when it trains at another learning rate than the preset's. A grid point and
-the main run it selects are one folder, trained once, and runs that differ only in seed share their
-label: that is the group the tables aggregate over (`biosrecall.stats`), and what
+run's name, plus `_lr<lr>` when it trains at another learning rate than the preset's (`base.lr`). A
+grid point and the main run it selects are one folder, trained once, and runs that differ only in seed
+share their label: that is the group the tables aggregate over (`biosrecall.stats`), and what
 `biosrecall recall-curve OUT/runs/seed*/fixed_k4 --aggregate-seeds` groups by.
 
 Roles: `main` (the paper's three schedules), `control` (update-matched uniform: uniform for as many
 updates as fixed K=4, so it spends more FLOPs and separates "fewer optimizer steps" from "varied
-depth"), `sweep` (fixed K, the paper's Figure 5) and `grid` (a learning rate that lost its grid).
+depth"), `sweep` (fixed K, the paper's Figure 5) and `grid` (a learning rate that lost its grid); the
+budget sweep adds `budget` and `trunk` (`biosrecall.experiments.budgets`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.sweep.jobs import SweepRun
+from biosrecall.train.config import TrainConfig, split_budget_of
 
 # The paper's three schedules, in legend order: run name -> schedule spec.
 MAIN_SCHEDULES = {
@@ -97,31 +107,51 @@ def figure1_command(
     return "biosrecall figure1 " + " ".join(flags)
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run of the study."""
-
-    name: str
-    schedule: str
-    seed: int
-    lr: float
-    role: str
-    label: str  # what runs differing only in seed share: the name, plus the lr when not the preset's
-    updates: int | None = None  # None: the study's matched FLOP budget
-    budget: float = 1.0  # a multiple of the study's base budget (the budget sweep's runs)
-    lr_schedule: str | None = None  # None: the preset's
-    warmup_updates: int | None = None  # an absolute warm-up, shared by a trunk and its branches
-    branch: tuple[Path, int] | None = None  # (parent folder under runs/, update): a finishing branch
-    keep_updates: tuple[int, ...] = ()  # a trunk keeps its state after these updates for its branches
-
-    @property
-    def folder(self) -> Path:
-        return Path(f"seed{self.seed}") / self.label
+Tasks = Mapping[int, Mapping[str, Any]]
+"""Training seed -> the task of its runs: `data` (its dataset folder), `preset`, `model_overrides`."""
 
 
-def make_run(name: str, schedule: str, seed: int, lr: float, role: str, preset_lr: float, updates=None):
-    label = name if lr == preset_lr else f"{name}_lr{format_lr(lr)}"
-    return RunSpec(name, schedule, seed, lr, role, label, updates)
+def study_run(
+    base: TrainConfig,
+    tasks: Tasks,
+    name: str,
+    schedule: str,
+    seed: int,
+    lr: float,
+    role: str,
+    *,
+    budget: float = 1.0,
+    suffix: str = "",
+    updates: int | None = None,
+    **changes: Any,
+) -> SweepRun:
+    """One run of a study: `base` at `budget` times its budget with the run's schedule, seed, lr and
+    `changes` (TrainConfig fields), or for `updates` updates whatever they cost (a control matched in
+    updates, not FLOPs); labelled `name` (+ `_lr<lr>` off the preset's rate) + `suffix`."""
+    label = (name if lr == base.lr else f"{name}_lr{format_lr(lr)}") + suffix
+    config = replace(scaled_budget(base, budget), schedule=schedule, seed=seed, lr=lr, **changes)
+    if updates is not None:
+        config = replace(config, budget=None, budget_of=None, updates=updates)
+    labels = {"name": name, "label": label, "role": role, "budget": budget}
+    return SweepRun(f"seed{seed}/{label}", "train", config, tasks[seed], labels)
+
+
+def with_config(run: SweepRun, **changes: Any) -> SweepRun:
+    """`run` with its TrainConfig's `changes`."""
+    return replace(run, config=replace(run.config, **changes))
+
+
+def scaled_budget(config: TrainConfig, multiple: float) -> TrainConfig:
+    """`config` at `multiple` times its budget: FLOPs scaled, or SPEC:UPDATES with the updates scaled."""
+    if multiple == 1:
+        return config
+    if config.budget is not None:
+        return replace(config, budget=config.budget * multiple)
+    spec, updates = split_budget_of(config.budget_of)
+    scaled = round(updates * multiple)
+    if scaled < 1:
+        raise BiosrecallError(f"budget multiple {multiple:g} leaves less than one {spec} update")
+    return replace(config, budget_of=f"{spec}:{scaled}")
 
 
 def check_seeds(seeds) -> None:
@@ -161,19 +191,19 @@ def format_lr(lr: float) -> str:
     return f"{lr:.6g}"
 
 
-def grid_runs(study: StudyOptions, preset_lr: float) -> list[RunSpec]:
+def grid_runs(study: StudyOptions, base: TrainConfig, tasks: Tasks) -> list[SweepRun]:
     """Phase 1: each main schedule at each grid learning rate, first seed. Empty without a grid."""
     seed = study.seeds[0]
     return [
-        make_run(name, spec, seed, lr, "grid", preset_lr)
-        for name, spec in MAIN_SCHEDULES.items()
+        study_run(base, tasks, name, schedule, seed, lr, "grid")
+        for name, schedule in MAIN_SCHEDULES.items()
         for lr in study.lr_grid
     ]
 
 
 def study_runs(
-    study: StudyOptions, best_lr: dict[str, float], preset_lr: float, fixed4_updates: int
-) -> list[RunSpec]:
+    study: StudyOptions, base: TrainConfig, tasks: Tasks, best_lr: Mapping[str, float], fixed4_updates: int
+) -> list[SweepRun]:
     """Phase 2: every seed of the main schedules at their own learning rate, then the controls.
 
     The control uses uniform's learning rate; the Figure-5 runs use fixed K=4's, the closest tuned
@@ -181,18 +211,16 @@ def study_runs(
     runs = []
     for seed in study.seeds:
         runs += [
-            make_run(name, spec, seed, best_lr[name], "main", preset_lr)
-            for name, spec in MAIN_SCHEDULES.items()
+            study_run(base, tasks, name, schedule, seed, best_lr[name], "main")
+            for name, schedule in MAIN_SCHEDULES.items()
         ]
         if study.update_matched:
-            uniform_lr = best_lr[UNIFORM]
             runs.append(
-                make_run(
-                    UPDATE_MATCHED, "uniform:1-16", seed, uniform_lr, "control", preset_lr, fixed4_updates
-                )
-            )
+                study_run(base, tasks, UPDATE_MATCHED, "uniform:1-16", seed, best_lr[UNIFORM], "control",
+                          updates=fixed4_updates)
+            )  # fmt: skip
         runs += [
-            make_run(f"fixed_k{k}", f"fixed:{k}", seed, best_lr[FIXED_K4], "sweep", preset_lr)
+            study_run(base, tasks, f"fixed_k{k}", f"fixed:{k}", seed, best_lr[FIXED_K4], "sweep")
             for k in study.fixed_sweep
             if k != 4
         ]

@@ -1,19 +1,20 @@
 """A study's runs through the sweep engine: each run a `biosrecall train` process, several at once.
 
     executor = study_executor(workers=2, threads=1, device="cpu")   # figure1 --workers 2 --threads 1
-    paths = train_study_runs(out / "runs", specs, describe, executor, report=print)
-    sweep_study_runs(out / "runs", runs, evaluations, executor, report=print)   # lm study's SweepRuns
+    train_study_runs(out / "runs", runs, executor, report=print)     # trunks first, then branches
+    sweep_study_runs(out / "runs", runs, evaluations, executor, report=print)   # the lm study's
 
-`figure1` decides what to train (`biosrecall.experiments.study`, `.budgets`) and builds each run's
-`TrainConfig` and task once (`describe(spec)`). This module hands the runs to
+`figure1` and `capacity` decide what to train (`biosrecall.experiments.study`, `.budgets`) and describe
+each run once, as a `SweepRun`: its name, `TrainConfig`, task and labels. This module hands the runs to
 `biosrecall.sweep.run_sweep`, which writes each as a run spec (`biosrecall.sweep.run_spec`) and starts
 it as `biosrecall train --config runs/.sweep/.specs/<run>.json`, as in any sweep, so a study gets
 what every sweep gets: worker slots (2 workers x 1 thread trained 1.75x the updates per second of
 1 x 2 on 2 cores), finished runs skipped, interrupted ones resumed, a record and a log per run under
 runs/.sweep/. Runs that start
-from nothing (trunks, independent runs) go first; a branch starts only once its trunk has finished,
-from the state the trunk kept at the branch point, or from scratch when the trunk kept none there (a
-budget added after the trunk finished), which trains the same run.
+from nothing (trunks, independent runs) go first; a branch (a run whose task names its trunk's run as
+`from`, and `at_update`) starts only once its trunk has finished, from the state the trunk kept at the
+branch point, or from scratch when the trunk kept none there (a budget added after the trunk
+finished), which trains the same run.
 """
 
 from __future__ import annotations
@@ -28,17 +29,12 @@ from typing import Any
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.study import RunSpec
 from biosrecall.sweep.engine import Executor, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
-from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.trainer import RESUME_ADVICE, Interrupted
-
-Describe = Callable[[RunSpec], tuple[TrainConfig, dict[str, Any]]]
-"""A run of the study -> its TrainConfig and task (`biosrecall.sweep.jobs.SweepRun`)."""
 
 
 class StudyRunFailed(RuntimeError):
@@ -52,12 +48,12 @@ class RunKilled(BiosrecallError):
 
 def train_study_runs(
     runs_dir: Path,
-    specs: Sequence[RunSpec],
-    describe: Describe,
+    runs: Sequence[SweepRun],
     executor: LocalExecutor,
     report: Callable[[Any], None] | None = None,
-) -> dict[RunSpec, Path]:
-    """Bring every spec's run (folder runs_dir/<spec.folder>) to done; returns spec -> run folder.
+) -> None:
+    """Bring every run (folder runs_dir/<run.name>) to done: first the runs that start from nothing,
+    then the branches, each from its trunk's kept state (module docstring).
 
     `report` gets a line (str) before each wave with runs left to train, then each run's `Outcome`.
     Raises `Interrupted` naming the runs that were stopped (Ctrl-C), and `StudyRunFailed` naming each
@@ -65,9 +61,9 @@ def train_study_runs(
     `RunKilled` (a `BiosrecallError`) when a signal from outside ended every failed run; a dead fork
     server is `biosrecall.warm.ForkServerDied`. Error lines are in the study's words
     (`study_words`)."""
-    waves = [[s for s in specs if s.branch is None], [s for s in specs if s.branch is not None]]
+    waves = [[run for run in runs if "from" not in run.task], [run for run in runs if "from" in run.task]]
     for wave in waves:
-        left = sum(not RunFolder(runs_dir / s.folder).finished() for s in wave)
+        left = sum(not RunFolder(runs_dir / run.name).finished() for run in wave)
         if not left:
             continue
         if report is not None:
@@ -75,9 +71,7 @@ def train_study_runs(
                 f"training {left} run(s), {executor.slots()} at a time on {executor.threads} thread(s) "
                 f"each; progress in {runs_dir / BOOKKEEPING}/<run>.log"
             )
-        runs = [SweepRun(str(s.folder), "train", *_description(runs_dir, s, describe)) for s in wave]
-        sweep_study_runs(runs_dir, runs, (), executor, report)
-    return {spec: runs_dir / spec.folder for spec in specs}
+        sweep_study_runs(runs_dir, [_from_trunk(runs_dir, run) for run in wave], (), executor, report)
 
 
 def sweep_study_runs(
@@ -141,15 +135,19 @@ def _in_study_words(report):
     return lambda outcome: report(outcome if isinstance(outcome, str) else study_words(outcome))
 
 
-def _description(runs_dir: Path, spec: RunSpec, describe: Describe) -> tuple[TrainConfig, dict[str, Any]]:
-    """The run's config and task, with `from`/`at_update` for a branch whose trunk kept that state."""
-    config, task = describe(spec)
-    if spec.branch is None or RunFolder(runs_dir / spec.folder).finished():
-        return config, task
-    trunk, at = runs_dir / spec.branch[0], spec.branch[1]
-    if at in RunFolder(trunk).saved_states():
-        return config, {**task, "from": str(trunk), "at_update": at}
-    return config, task
+def _from_trunk(runs_dir: Path, run: SweepRun) -> SweepRun:
+    """A branch as its process starts it: from its trunk's folder when the trunk kept the state at
+    `at_update`, else (or once the branch has finished) from scratch, which trains the same run."""
+    if "from" not in run.task:
+        return run
+    task = {key: value for key, value in run.task.items() if key not in ("from", "at_update")}
+    trunk = runs_dir / run.task["from"]
+    if (
+        not RunFolder(runs_dir / run.name).finished()
+        and run.task["at_update"] in RunFolder(trunk).saved_states()
+    ):
+        task.update({"from": trunk, "at_update": run.task["at_update"]})
+    return dataclasses.replace(run, task=task)
 
 
 def _stopped(runs_dir: Path, names: Sequence[str]) -> str:

@@ -44,11 +44,11 @@ SPOKEN = {FIXED_K4: "fixed K=4", FIXED_FIRST: "fixed-first", UNIFORM: "uniform"}
 
 
 def serve_study(out_dir: Path, frontier: pd.DataFrame, main_runs: Iterable):
-    """Write the serving results of the specs `main_runs` (each with `.folder`, `.name` and `.seed`)
-    from their final checkpoints' `frontier` (its `run` the folders, `seed<S>/<name>`, as in the recall
+    """Write the serving results of the study's `main_runs` (`biosrecall.sweep.jobs.SweepRun`s) from
+    their final checkpoints' `frontier` (its `run` the run names, `seed<S>/<label>`, as in the recall
     tables) into `out_dir`; returns (headline, figure files, the claims rows)."""
     figures, headline = write_serving_results(out_dir, frontier)
-    names = {str(spec.folder): (spec.name, spec.seed) for spec in main_runs}
+    names = {run.name: (run.labels["name"], run.config.seed) for run in main_runs}
     summary = serving_summary(frontier, names)
     write_table(summary, Path(out_dir) / SUMMARY_NAME)
     atomic_write_text(Path(out_dir) / f"{SUMMARY_NAME}.md", summary_markdown(summary))
