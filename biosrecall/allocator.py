@@ -29,6 +29,7 @@ difference, or where freed memory must go back to the system at once).
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 # mallopt parameter numbers, from glibc's malloc.h.
@@ -67,8 +68,6 @@ def tunable() -> bool:
 def _glibc():
     """The C library this process runs on, when it is glibc (else None)."""
     try:
-        import ctypes  # here, not at the top: a library import of this module costs nothing
-
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018  (AttributeError elsewhere: musl, macOS, Windows)
         libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

@@ -16,7 +16,6 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, checkpoint_option
-from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts
 
 
@@ -42,14 +41,9 @@ from biosrecall.numbers import DEPTH, counts
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
 def ask(run_dir, prompt, exit_spec, max_depth, checkpoint, max_new_tokens, device, data_dir):
     """Answer PROMPT with RUN_DIR's model, printing each token with the depth it used."""
-    from biosrecall.eval.exits import check_max_depth, parse_exit
     from biosrecall.eval.serving import answer_prompt
 
-    criteria = parse_exit(exit_spec)
-    if len(criteria) != 1:
-        raise BiosrecallError(f"--exit takes one criterion with its parameter, got {exit_spec!r}")
-    check_max_depth(max_depth)
-    answer = answer_prompt(run_dir, prompt, criteria[0], max_depth, checkpoint=checkpoint,
+    answer = answer_prompt(run_dir, prompt, exit_spec, max_depth, checkpoint=checkpoint,
                            max_new_tokens=max_new_tokens, device=device, data_dir=data_dir)  # fmt: skip
     click.echo(" ".join(word for word, _ in answer))
     for word, depth in answer:

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import DEPTHS, RERUN_HINT, SEEDS, parse_seeds, report_outcome
+from biosrecall.cli.figure1 import DEPTHS, SEEDS, archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.options import Integer, NumberList, Real
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
@@ -118,46 +118,25 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     Writes capacity.csv/.md (every run and the mean over seeds, 95% t intervals), capacity.png and
     capacity_claims.csv/.md. Rerunning the same command skips finished runs and resumes stopped ones;
     an output made with another preset, exposures, batch, sequence length or lr is refused."""
-    from biosrecall.experiments.capacity import CapacityOptions, run_capacity
-    from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.train.trainer import Interrupted
+    from biosrecall.experiments.capacity import CapacityOptions, plan_capacity, run_capacity
 
-    if archive is not None:  # copies files: no training, no torch
-        from biosrecall.experiments.study_archive import archive_study
-
-        files, size = archive_study(out_dir, archive, overwrite=overwrite)
-        click.echo(
-            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
-        )
+    if archive is not None:
+        archive_output(out_dir, archive, overwrite)
         return
     options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths)
+    report = None if quiet else report_outcome
     if plan:
-        _print_plan(options, None if quiet else report_outcome)
+        _print_plan(options, plan_capacity(options, report))
         return
-    try:
+    with study_errors():
         result = run_capacity(
-            out_dir,
-            options,
-            device=device,
-            threads=threads,
-            workers=workers,
-            report=None if quiet else report_outcome,
+            out_dir, options, device=device, threads=threads, workers=workers, report=report
         )
-    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
-        click.echo(f"error: {exc}; {RERUN_HINT} once it is fixed", err=True)
-        raise SystemExit(1) from None
-    except (Interrupted, KeyboardInterrupt) as exc:
-        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
-        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
-        raise SystemExit(130) from None
     work_done()  # the outputs are written: a Ctrl-C while printing them changes nothing
     _print(result)
 
 
-def _print_plan(options, report) -> None:
-    from biosrecall.experiments.capacity import plan_capacity
-
-    table = plan_capacity(options, report)
+def _print_plan(options, table) -> None:
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     click.echo(
         f"{len(table)} runs: {table['updates'].sum():,} updates, {table['tokens'].sum():,} tokens, "

@@ -35,7 +35,6 @@ from biosrecall.diagnose.options import (
     parse_candidate_depths,
     parse_depth_list,
 )
-from biosrecall.diagnose.report import depth_average
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
 from biosrecall.train.run_folder import SWITCH
@@ -138,8 +137,6 @@ def diagnose_update(
     quiet,
 ):
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
-    import torch
-
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
 
     options = DiagnoseOptions(
@@ -154,14 +151,13 @@ def diagnose_update(
         bootstrap=bootstrap,
         level=level,
     )
-    if threads is not None:
-        torch.set_num_threads(threads)
     progress = None if quiet else lambda message: click.echo(message, err=True)
-    result = run_diagnosis(run_dir, checkpoint, options, device=device, data_dir=data_dir, progress=progress)
+    result = run_diagnosis(run_dir, checkpoint, options, device=device, threads=threads, data_dir=data_dir,
+                           progress=progress)  # fmt: skip
     written = result.write(out_dir if out_dir is not None else Path(run_dir) / "diagnose")
     shallow, deep = options.depths
     click.echo(f"advantage of the K={deep} update over K={shallow}, averaged over serving depths:")
-    shown = depth_average(result.summary)[["after_uniform", "update", "metric", "mean", "ci_low", "ci_high"]]
+    shown = result.depth_average()[["after_uniform", "update", "metric", "mean", "ci_low", "ci_high"]]
     click.echo(shown.to_string(index=False, float_format=lambda x: f"{x:+.4g}"))
     for path in written:
         click.echo(f"wrote {path}")

@@ -13,6 +13,8 @@ unless `--overwrite` asks for the output to be replaced.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,8 +33,10 @@ from biosrecall.experiments.study import (
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
+from biosrecall.train.stops import Interrupted
 
 RERUN_HINT = "rerun the same command to continue"
+FAILED_HINT = f"; {RERUN_HINT} once it is fixed"
 
 
 # Each list's numbers are read and checked by its type (`NumberList`: seeds, depths, rates); the
@@ -202,39 +206,52 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
 
         click.echo(plan_text(out_dir))
         return
-    if archive is not None:  # copies files: no training, no torch
-        from biosrecall.experiments.study_archive import archive_study
-
-        files, size = archive_study(out_dir, archive, overwrite=overwrite)
-        click.echo(
-            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
-        )
+    if archive is not None:
+        archive_output(out_dir, archive, overwrite)
         return
     from biosrecall.experiments.figure1 import run_figure1
-    from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.train.trainer import Interrupted
 
     study = StudyOptions(
         seeds=seeds, dataset_seed_per_run=dataset_seed_per_run, update_matched=update_matched,
         lr_grid=lr_grid, fixed_sweep=fixed_sweep, model_overrides=model_override, budgets=budgets,
         budget_mode=budget_mode,
     )  # fmt: skip
-    try:
+    with study_errors():
         result = run_figure1(
             out_dir, preset, study=study, budget=budget, device=device, threads=threads, workers=workers,
             log=log, overwrite=overwrite, report=None if quiet else report_outcome,
         )  # fmt: skip
+    work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
+    _print(result, _more_seeds_command(out_dir, preset, study, budget))
+
+
+@contextmanager
+def study_errors(failed_hint: str = FAILED_HINT) -> Iterator[None]:
+    """Around a study's call (figure1's, capacity's, lm study's): a failed run ends the command with one
+    line on stderr and exit 1 (`failed_hint` follows the error), Ctrl-C with one line and exit 130.
+
+    Finished runs and caches are kept and a stopped run saved its progress, so no option is needed to
+    carry on: the same command resumes."""
+    from biosrecall.experiments.study_engine import StudyRunFailed
+
+    try:
+        yield
     except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
-        click.echo(f"error: {exc}; {RERUN_HINT} once it is fixed", err=True)
+        click.echo(f"error: {exc}{failed_hint}", err=True)
         raise SystemExit(1) from None
     except (Interrupted, KeyboardInterrupt) as exc:
-        # Finished runs and recall caches are kept and a stopped run saved its progress, so no option
-        # is needed to carry on: the same command resumes.
         stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
         click.echo(f"{stopped}; {RERUN_HINT}", err=True)
         raise SystemExit(130) from None
-    work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
-    _print(result, _more_seeds_command(out_dir, preset, study, budget))
+
+
+def archive_output(out_dir: Path, dest: Path, overwrite: bool) -> None:
+    """--archive of figure1, capacity and lm study: copy the finished output without its weights
+    (`biosrecall.experiments.study_archive`); trains nothing."""
+    from biosrecall.experiments.study_archive import archive_study
+
+    files, size = archive_study(out_dir, dest, overwrite=overwrite)
+    click.echo(f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {dest}, without weights")
 
 
 def report_outcome(outcome) -> None:

@@ -61,12 +61,11 @@ def train(run_dir, max_depth, seed, confidence, batch_size, device, data_dir, **
     """Fit the learned exit gate of RUN_DIR's checkpoints on the training phrasings of its dataset and
     calibrate its threshold per delta on held-out people (an LM run: on training-shard windows, then
     on the validation split); write RUN_DIR/gates/<label>/."""
-    from biosrecall.eval.gate_fit import GATE_TASKS, fit_gates
-    from biosrecall.lm.gate import LM_GATE
+    from biosrecall.lm.gate import fit_run_gates
 
-    written = fit_gates(run_dir, selected[CHECKPOINT_LIST], max_depth=max_depth, seed=seed,
-                        confidence=confidence, batch_size=batch_size, device=device, data_dir=data_dir,
-                        tasks={**GATE_TASKS, "lm": LM_GATE})  # fmt: skip
+    written = fit_run_gates(run_dir, selected[CHECKPOINT_LIST], max_depth=max_depth, seed=seed,
+                            confidence=confidence, batch_size=batch_size, device=device,
+                            data_dir=data_dir)  # fmt: skip
     work_done()
     for folder in written:
         _report(folder)

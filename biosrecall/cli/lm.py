@@ -34,8 +34,8 @@ import click
 
 from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import RERUN_HINT, parse_seeds, report_outcome
 from biosrecall.cli.figure1 import SEEDS as FIGURE1_SEEDS
+from biosrecall.cli.figure1 import archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import (
@@ -53,6 +53,7 @@ from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.numbers import SEED, counts, rates
 from biosrecall.sweep.executors import make_executor
 from biosrecall.train.progress import make_reporter
+from biosrecall.train.stops import Interrupted, TrainingDiverged
 
 DEFAULT_VOCAB_SIZE = 8192
 
@@ -203,7 +204,6 @@ def _train(
     each budget fraction and a resumable `latest` (sharded under FSDP) in OUT/checkpoints/."""
     from biosrecall.lm.task import train_lm
     from biosrecall.train.distributed import is_main_process
-    from biosrecall.train.trainer import Interrupted, TrainingDiverged
 
     apply_no_verify(no_verify)
     config, overrides, preset, tokenizer = _train_config(options)
@@ -362,13 +362,8 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
     Resumable: Ctrl-C stops it (exit 130) and the same command continues."""  # fmt: skip
-    if archive is not None:  # copies files: no training, no torch
-        from biosrecall.experiments.study_archive import archive_study
-
-        files, size = archive_study(out_dir, archive, overwrite=overwrite)
-        click.echo(
-            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
-        )
+    if archive is not None:
+        archive_output(out_dir, archive, overwrite)
         return
     if overwrite:
         raise BiosrecallError(
@@ -391,17 +386,8 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     if plan_only:
         click.echo("\n".join(plan_lm_study(out_dir, data_dir, preset, **options)))
         return
-    from biosrecall.experiments.study_engine import StudyRunFailed
-    from biosrecall.train.trainer import Interrupted
-
-    try:
+    with study_errors(failed_hint=""):
         result = run_lm_study(out_dir, data_dir, preset, report=None if quiet else report_outcome, **options)
-    except StudyRunFailed as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(1) from None
-    except (Interrupted, KeyboardInterrupt) as exc:
-        click.echo(f"{exc if isinstance(exc, Interrupted) else 'interrupted'}; {RERUN_HINT}", err=True)
-        raise SystemExit(130) from None
     work_done()
     shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
     click.echo(shown.to_string(index=False))

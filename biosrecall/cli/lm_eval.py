@@ -92,20 +92,21 @@ def evaluate(
     """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.eval.exits import Gate, parse_exits
-    from biosrecall.eval.gate import check_gates
-    from biosrecall.lm.evaluate import TABLE, check_servable, evaluate_run, summarize
+    from biosrecall.lm.evaluate import (
+        BASELINE,
+        DEFAULT_EXIT_SEQUENCES,
+        EXIT_TABLE,
+        TABLE,
+        evaluate_exits,
+        evaluate_run,
+        exit_criteria,
+        summarize,
+    )
 
     apply_no_verify(no_verify)
-    criteria = parse_exits(exits) if exits else []
-    learned = [criterion for criterion in criteria if isinstance(criterion, Gate)]
-    if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
-        check_servable([criterion for criterion in criteria if criterion not in learned])
-    if val_sequences is not None and not criteria:
+    if val_sequences is not None and not exits:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
-    for run in runs:  # every run's selection (and gate) is checked before the first one is evaluated
-        RunFolder(run).select_checkpoints(checkpoints)
-    check_gates(runs, criteria, checkpoints, max_depth)
+    criteria = exit_criteria(exits, runs, checkpoints, max_depth)
     for run in runs:
         table = evaluate_run(
             run,
@@ -117,31 +118,33 @@ def evaluate(
             device=device,
             precision=precision,
         )
-        for summary in summarize(table).itertuples(index=False):
-            rows = table[table["checkpoint"] == summary.checkpoint]
-            by_depth = "  ".join(
-                f"K={d}:{nll:.4f}" for d, nll in zip(rows["depth"], rows["nll"], strict=True)
-            )
-            click.echo(f"{run} [{summary.checkpoint}] mean NLL {summary.mean_nll:.5f}  {by_depth}")
+        _print_nll(run, table, summarize(table))
         click.echo(f"wrote {RunFolder(run).eval_dir / TABLE}.csv and {TABLE}.parquet")
-        if criteria:
+        if criteria:  # NLL with per-token exit, next to the fixed-depth NLL on the same windows
             options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
             options.update(batch_size=batch_size, device=device, precision=precision)
-            _evaluate_exits(run, criteria, val_sequences, options)
+            sequences = val_sequences or DEFAULT_EXIT_SEQUENCES
+            exit_table = evaluate_exits(run, criteria, sequences=sequences, **options)
+            baseline = exit_table["kind"] == BASELINE
+            _print_exits(run, exit_table[baseline], exit_table[~baseline])
+            click.echo(f"wrote {RunFolder(run).eval_dir / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
 
 
-def _evaluate_exits(run: Path, criteria: list, sequences: int | None, options: dict) -> None:
-    """Score and print NLL with per-token exit, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.lm.evaluate import BASELINE, DEFAULT_EXIT_SEQUENCES, EXIT_TABLE, evaluate_exits
+def _print_nll(run: Path, table, summary) -> None:
+    """Per checkpoint: the mean serving-depth NLL and the NLL at each depth."""
+    for row in summary.itertuples(index=False):
+        rows = table[table["checkpoint"] == row.checkpoint]
+        by_depth = "  ".join(f"K={d}:{nll:.4f}" for d, nll in zip(rows["depth"], rows["nll"], strict=True))
+        click.echo(f"{run} [{row.checkpoint}] mean NLL {row.mean_nll:.5f}  {by_depth}")
 
-    table = evaluate_exits(run, criteria, sequences=sequences or DEFAULT_EXIT_SEQUENCES, **options)
-    for checkpoint, rows in table[table["kind"] == BASELINE].groupby("checkpoint", sort=False):
+
+def _print_exits(run: Path, fixed, criteria) -> None:
+    """Per checkpoint the fixed-depth NLL on the exit windows, then each criterion's NLL and depths."""
+    for checkpoint, rows in fixed.groupby("checkpoint", sort=False):
         by_depth = "  ".join(f"{c}:{nll:.4f}" for c, nll in zip(rows["criterion"], rows["nll"], strict=True))
         click.echo(f"{run} [{checkpoint}] same windows, fixed depth  {by_depth}")
-    shown = table[table["kind"] != BASELINE]
-    for row in shown.itertuples(index=False):
+    for row in criteria.itertuples(index=False):
         click.echo(
             f"{run} [{row.checkpoint}] exit {row.criterion}: NLL {row.nll:.5f}  mean depth "
             f"{row.mean_depth:.2f}  p95 depth {row.p95_depth:g}  ({row.eval_tokens} tokens)"
         )
-    click.echo(f"wrote {RunFolder(run).eval_dir / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")

@@ -49,7 +49,6 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from biosrecall.atomic import atomic_write_text
 from biosrecall.bios.dataset import FORMAT, MANIFEST
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
@@ -59,7 +58,6 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.hub import check_model_folder
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, counts
-from biosrecall.outputs import save_figure, write_table
 from biosrecall.sizing import Cost, check_fits, scoring_cost
 from biosrecall.train.run_folder import RunFolder
 
@@ -213,26 +211,17 @@ def recall_curve(
         chosen = None if depths is None else parse_depth_list(depths, "--depths")
         _drop_unwritten(earlier, _score_hf(hf_model, data_dir, chosen, options, out_dir, metric))
         return
-    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS
-    from biosrecall.eval.serving import score_runs
+    from biosrecall.eval.recall_curve import score_and_write
 
-    criteria = _parse_exits(exits, max_depth)
-    if per_token and not criteria:
-        raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
-    groups = _seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
     batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
-    scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, per_token=per_token,
-                        max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
-                        data_dir=data_dir, refresh=refresh, people=people)  # fmt: skip
-    shown_depths = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
-    if groups is None:
-        written = _write_curves(scores.recall, out_dir, metric, shown_depths, last=not criteria)
-    else:
-        written = _write_seed_curves(scores.recall, groups, out_dir, last=not criteria)
-    if criteria:
-        written += _write_exits(scores, out_dir)
-    _drop_unwritten(earlier, written)
-    for path in written:
+    result = score_and_write(run_dirs, out_dir, checkpoints, exits=exits, per_token=per_token,
+                             aggregate_seeds=aggregate_seeds, metric=metric, max_depth=max_depth,
+                             threshold=threshold, batch_size=batch_size, device=device, data_dir=data_dir,
+                             refresh=refresh, people=people)  # fmt: skip
+    work_done()  # every file is written: a signal while the results print changes nothing
+    _print(result)
+    _drop_unwritten(earlier, result.written)
+    for path in result.written:
         click.echo(f"wrote {path}")
 
 
@@ -304,118 +293,41 @@ def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
         check_fits(f"scoring {largest:,} people", cost, None, "score fewer with --people N")
 
 
-def _seed_groups(run_dirs):
-    from biosrecall.eval.seeds import seed_groups
-
-    return seed_groups(run_dirs)
-
-
-def _write_seed_curves(table, groups, out_dir: Path, last: bool) -> list[Path]:
-    """--aggregate-seeds: every run's table, the curves and summary over seeds, and the figure of the
-    means with their intervals; prints the summary. `last`: these are the command's last outputs."""
-    from biosrecall.eval.curves import TABLE_NAME
-    from biosrecall.eval.plots import plot_recall_curves
-    from biosrecall.eval.seeds import aggregate_recall
-
-    curves, summary, per_run = aggregate_recall(table, groups)
-    written = write_table(table, out_dir / TABLE_NAME) + write_table(curves, out_dir / f"{TABLE_NAME}_seeds")
-    for name, frame in (("summary", summary), ("summary_runs", per_run)):
-        atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
-        written.append(out_dir / f"{name}.csv")
-    written += save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME)
-    _outputs_complete(last)
-    shown = [c for c in summary.columns if not c.endswith(("_low", "_high"))]
-    click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
-    named = summary[shown].rename(columns={"group": "run"})  # a group is the run its seeds repeat
-    click.echo(named.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    return written
-
-
-def _write_curves(table, out_dir: Path, metric: str, shown_depths, fig=None, last: bool = True) -> list[Path]:
-    """The long table and the figure into out_dir; print the summary. Returns the paths written.
-    `last`: these are the command's last outputs."""
-    from biosrecall.eval.curves import TABLE_NAME, summary_table
-    from biosrecall.eval.plots import plot_recall_curves
-
-    written = write_table(table, out_dir / TABLE_NAME)
-    fig = plot_recall_curves(table, metric=metric) if fig is None else fig
-    written += save_figure(fig, out_dir / TABLE_NAME)
-    _outputs_complete(last)
-    click.echo("recalled bits per person:")
-    click.echo(summary_table(table, shown_depths).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    return written
-
-
 def _score_hf(
     hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str
 ) -> list[Path]:
     """--hf-model: score the model, then write and print what recall-curve writes for runs."""
     check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
-    from biosrecall.hf.scoring import DEFAULT_BATCH_SIZE, plot_hf_recall, score_hf_model
+    from biosrecall.hf.scoring import hf_recall_curve
 
-    batch_size = DEFAULT_BATCH_SIZE if options["batch_size"] is None else options["batch_size"]
-    table = score_hf_model(
-        hf_model,
-        data_dir,
-        depths,
-        options["depth_arg"],
-        options["threshold"],
-        batch_size=batch_size,
-        device=options["device"],
-        people=options["people"],
-        trust_remote_code=options["trust_remote_code"],
-        max_depth=options["max_depth"],
-    )
-    scored = sorted(table["depth"].unique())
-    shown = sorted({int(d) for d in scored if d in (1, 4, 16, 64)} | {int(scored[0]), int(scored[-1])})
-    written = _write_curves(table, out_dir, metric, shown, plot_hf_recall(table, metric))
-    for path in written:
+    result = hf_recall_curve(hf_model, data_dir, out_dir, depths, metric=metric, **options)
+    work_done()  # every file is written: a signal while the results print changes nothing
+    _print(result)
+    for path in result.written:
         click.echo(f"wrote {path}")
-    return written
+    return result.written
 
 
-def _outputs_complete(last: bool) -> None:
-    """Once the last file is written, a signal while the results print would turn a finished command
-    into exit 130: from then on it is ignored. Not before: evaluating exits can take minutes."""
-    if last:
-        work_done()
-
-
-def _parse_exits(exits, max_depth: int) -> list:
-    """The criteria of --exit (none when absent), checked before any model runs."""
-    if not exits:
-        return []
-    from biosrecall.eval.exits import check_max_depth, parse_exits
-
-    check_max_depth(max_depth)
-    return parse_exits(exits)
-
-
-def _write_exits(scores, out_dir: Path) -> list[Path]:
-    """Write and print the serving frontier (and the per-token gap, when scored): the last outputs."""
-    from biosrecall.eval.serving import write_frontier
-
-    written, headline = write_frontier(out_dir, scores.frontier)
-    if scores.gap is not None:
-        written += _write_per_token(scores.gap, out_dir)
-    _outputs_complete(True)  # the exit results are always written last
-    shown = scores.frontier[scores.frontier["kind"] != "fixed-depth"]
-    columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
-    columns.append("flops_per_query")
-    click.echo("adaptive exit:")
-    click.echo(shown[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    click.echo("mean depth to reach 95% of each run's best recall:")
-    click.echo(headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    return written
-
-
-def _write_per_token(gap, out_dir: Path) -> list[Path]:
-    """Write and print the gap of per-token to whole-query exit."""
-    from biosrecall.eval.token_exit import TABLE_NAME
-
-    written = write_table(gap, out_dir / TABLE_NAME)
-    columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth", "whole_query_bits"]
-    columns += ["gap_vs_whole_query", "gap_vs_fixed_depth"]
-    click.echo("per-token against whole-query exit:")
-    click.echo(gap[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    return written
+def _print(result) -> None:
+    """The summary of recalled bits, then with --exit the per-token gap, the frontier and the headline."""
+    if result.over_seeds:
+        shown = [c for c in result.summary.columns if not c.endswith(("_low", "_high"))]
+        click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
+        named = result.summary[shown].rename(columns={"group": "run"})  # a group is the run its seeds repeat
+        click.echo(named.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    else:
+        click.echo("recalled bits per person:")
+        click.echo(result.summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    if result.gap is not None:
+        columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth"]
+        columns += ["whole_query_bits", "gap_vs_whole_query", "gap_vs_fixed_depth"]
+        click.echo("per-token against whole-query exit:")
+        click.echo(result.gap[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    if result.frontier is not None:
+        shown = result.frontier[result.frontier["kind"] != "fixed-depth"]
+        columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
+        columns.append("flops_per_query")
+        click.echo("adaptive exit:")
+        click.echo(shown[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        click.echo("mean depth to reach 95% of each run's best recall:")
+        click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -24,6 +24,9 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
+from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
+from biosrecall.sweep.executors import make_executor
+from biosrecall.sweep.records import format_status, status_table
 from biosrecall.sweep.spec import load_spec
 
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
@@ -80,9 +83,6 @@ def run(spec_path, kind, overrides, only, dry_run, **given):
     """Bring every run of SPEC to done: finished runs are skipped, interrupted ones resumed, the
     others started; then each is evaluated as the spec's [eval] says. Options of the spec's
     [executor] section are defaults for the options here."""
-    from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
-    from biosrecall.sweep.executors import make_executor
-
     spec = load_spec(spec_path, overrides)
     executor = make_executor(kind, spec.executor, given)
     runs = spec.select(only)
@@ -112,8 +112,6 @@ def _report(outcome) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of the table.")
 def status(spec_path, as_json):
     """Print each run's state (done, running, failed, waiting), its updates and a detail, then counts."""
-    from biosrecall.sweep.records import format_status, status_table
-
     rows = status_table(load_spec(spec_path).state_jobs())
     click.echo(json.dumps(rows, indent=2) if as_json else format_status(rows))
 

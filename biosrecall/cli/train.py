@@ -25,6 +25,7 @@ from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import counts
 from biosrecall.train.progress import make_reporter
+from biosrecall.train.stops import Interrupted, TrainingDiverged
 
 MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 
@@ -67,7 +68,7 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     keeps weights at each budget fraction under OUT/checkpoints/<fraction>/ and a resumable
     OUT/checkpoints/latest, and logs every update to OUT/metrics.jsonl."""
     from biosrecall.train.branch import branch_of
-    from biosrecall.train.trainer import Interrupted, TrainingDiverged, train_bios
+    from biosrecall.train.trainer import train_bios
 
     config, overrides = split_options(options)
     overrides = merge_overrides(overrides, model_override)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from biosrecall.diagnose.batch_update import (
     adamw_batch_update,
@@ -107,18 +108,22 @@ def diagnose_update(
     options: DiagnoseOptions | None = None,
     *,
     device: str = "auto",
+    threads: int | None = None,
     data_dir: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
     **option_values,
 ) -> DiagnosisResult:
     """Run the diagnostic of `biosrecall.diagnose` on the one checkpoint `checkpoint` selects (the selector
     syntax of `biosrecall.train.run_folder`). The method's settings are `options`, or `DiagnoseOptions` fields given as
-    keywords; `device`, `data_dir` (instead of the recorded data) and `progress` (gets status lines) say
-    where and on what it runs."""
+    keywords; `device`, `threads` (torch's CPU threads, set for this process as a run's `threads` sets
+    them; None leaves torch's), `data_dir` (instead of the recorded data) and `progress` (gets status
+    lines) say where and on what it runs."""
     if options is None:
         options = DiagnoseOptions(**option_values)
     elif option_values:
         raise TypeError(f"pass DiagnoseOptions or its fields as keywords, not both ({sorted(option_values)})")
+    if threads is not None:
+        torch.set_num_threads(threads)
     log = progress or (lambda message: None)
     state, task = load_run_state(run_dir, checkpoint, device, data_dir, options.people, options.val_sequences)
     check_continuation(state, options.after_uniform)

@@ -4,6 +4,7 @@
 
     summary = summarize(batches, bootstrap=2000, level=0.95, seed=0)   # mean and interval per depth
     result = DiagnosisResult(summary, batches, options, record)
+    result.depth_average()                                             # the rows averaged over depths
     result.figure()                                                    # matplotlib Figure (no pyplot)
     result.write("runs/ff/diagnose")                                   # the files below
 
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from biosrecall.atomic import atomic_write_json
 from biosrecall.diagnose.options import DiagnoseOptions
@@ -119,6 +121,10 @@ class DiagnosisResult:
         asked = {k: v for k, v in self.options.to_dict().items() if k not in ("people", "val_sequences")}
         return {**asked, **self.record}
 
+    def depth_average(self) -> pd.DataFrame:
+        """The summary's depth-averaged rows (`depth_average`)."""
+        return depth_average(self.summary)
+
     def figure(self):
         return plot_diagnosis(self)
 
@@ -151,9 +157,6 @@ def _panel(ax, result: DiagnosisResult, metric: str) -> None:
 def plot_diagnosis(result: DiagnosisResult):
     """Advantage of the deeper update against serving depth, one panel per metric of the run's kind
     (bioS runs NLL left and recalled bits right, LM runs validation NLL): a matplotlib Figure."""
-    # matplotlib is imported here, not at the top: the command line imports this package to start.
-    from matplotlib.figure import Figure
-
     record, options = result.record, result.options
     metrics = [m for m in record["metrics"] if m in set(result.summary["metric"])]
     fig = Figure(figsize=(1.0 + 5.0 * len(metrics), 4.4), layout="constrained")

@@ -6,6 +6,7 @@
     plots.py   long-format table -> Figure-1 style figure (and the exit frontier figure)
     exits.py   exit criteria (fixed:K, kl:eps, stable:m, entropy:h, oracle) and their one parser
     serving.py whole-query adaptive exit scored from the all-depth pass; `ask` through the decoder
+    recall_curve.py  `recall-curve` of runs in one call: scored, then tables and figures written
 
 Checkpoints are chosen with `biosrecall.train.run_folder`' selector syntax; tables and figures are written by
 `biosrecall.outputs` (CSV + parquet, PNG + PDF). From a notebook:

@@ -29,6 +29,7 @@ pool's shared queues would break for every item and leak their locks).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.connection
 import os
 import signal
 from collections import deque
@@ -59,8 +60,6 @@ def map_in_processes(
     `name(item)` words an item in an error [default: the run folder and checkpoint it holds]."""
     if workers < 2 or len(items) < 2:
         return [score(item) for item in items]
-    import multiprocessing.connection
-
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(SERVER_IMPORTS)  # kept if the sweep started the server already
     results: list = [None] * len(items)

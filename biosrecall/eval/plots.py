@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
@@ -105,8 +106,6 @@ def line_labels(table: pd.DataFrame) -> dict[str, str]:
 def figure_renderer(fig: Figure):
     """A renderer that measures the figure's text as it will be drawn (pyplot-free figures have none)."""
     if not hasattr(fig.canvas, "get_renderer"):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
         FigureCanvasAgg(fig)
     return fig.canvas.get_renderer()
 

@@ -5,9 +5,9 @@
 
 Runs sharing a folder name are replicates of one configuration (figure1 lays its runs out that way:
 `OUT/runs/seed<S>/<label>`). Before anything is aggregated, each group is checked by
-`biosrecall.train.run_folder.check_replicates`: a group whose runs differ in anything but the seed (and settings
-that do not change what is trained) is refused with one line naming the field, since its "interval"
-would mix two experiments; so is a group holding one seed twice.
+`biosrecall.train.seed_replicates.check_replicates`: a group whose runs differ in anything but the
+seed (and settings that do not change what is trained) is refused with one line naming the field,
+since its "interval" would mix two experiments; so is a group holding one seed twice.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 from biosrecall.eval.curves import summary_table
 from biosrecall.eval.scoring import run_labels
 from biosrecall.stats import aggregate_seeds
-from biosrecall.train.run_folder import check_replicates
+from biosrecall.train.seed_replicates import check_replicates
 
 GROUP_KEYS = ["group", "schedule", "checkpoint", "fraction"]
 

@@ -37,7 +37,7 @@ from biosrecall.bios import load_dataset
 from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import check_scoring, check_thresholds, label_recall
-from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, exit_judge
+from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, exit_judge, parse_exit
 from biosrecall.eval.gate import resolve_gates
 from biosrecall.eval.plots import plot_exit_frontier
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, RECALL_SHARE
@@ -225,12 +225,17 @@ def write_frontier(out_dir, frontier: pd.DataFrame) -> tuple[list[Path], pd.Data
     return written, headline
 
 
-def answer_prompt(run_dir, prompt: str, criterion, max_depth: int = 64, *, checkpoint: str = "final",
+def answer_prompt(run_dir, prompt: str, exit_spec: str, max_depth: int = 64, *, checkpoint: str = "final",
                   max_new_tokens: int = 8, device: str = "auto", data_dir=None) -> list[tuple[str, int]]:  # fmt: skip
     """Greedy continuation of `prompt` by a run's checkpoint with the KV-cached decoder and a per-token
-    exit: (word, depth) per generated token, up to a full stop or a separator."""
+    exit by the one criterion `exit_spec` (`kl:1e-3`; `biosrecall.eval.exits`): (word, depth) per
+    generated token, up to a full stop or a separator."""
+    criteria = parse_exit(exit_spec)
+    if len(criteria) != 1:
+        raise BiosrecallError(f"--exit takes one criterion with its parameter, got {exit_spec!r}")
+    check_max_depth(max_depth)
     label, path = RunFolder(run_dir).select_checkpoint(checkpoint)
-    criterion = resolve_gates([criterion], run_dir, label, path, max_depth)[0]
+    criterion = resolve_gates(criteria, run_dir, label, path, max_depth)[0]
     cap = depth_cap(criterion, max_depth)
     judge = None if isinstance(criterion, Fixed) else (lambda: exit_judge(criterion))
     meta = read_meta(path)

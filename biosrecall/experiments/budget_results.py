@@ -28,9 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from biosrecall.atomic import atomic_write_text
+from biosrecall.eval.plots import curve_styles, format_flops, legend_below
 from biosrecall.experiments.claims import verdict
+from biosrecall.experiments.figure1_results import study_label
 from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text, seed_interval
@@ -200,12 +205,6 @@ def budget_figure(curve: pd.DataFrame):
     """Bits against training FLOPs (log axis), one line per schedule with a seed band, for the mean
     over K=1..16 and over K=17..64 (a panel only where the evaluation reached those depths), with the
     compute-to-target levels (`TARGETS` of the ceiling) marked."""
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
-    from biosrecall.eval.plots import curve_styles, legend_below
-    from biosrecall.experiments.figure1_results import study_label
-
     panels = [
         (c, t) for c, t in (("bits_1_16", "K=1..16"), ("bits_17_64", "K=17..64")) if curve[c].notna().any()
     ]
@@ -238,10 +237,6 @@ def budget_figure(curve: pd.DataFrame):
 def _flops_axis(axis) -> None:
     """Log FLOPs with ticks at 1, 2 and 5 per decade, written compactly ("2e11"): the budgets span
     about one decade, where matplotlib's default labels every minor tick in overlapping x10^n text."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from biosrecall.eval.plots import format_flops
-
     axis.set_xscale("log")
     axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: format_flops(value)))

@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
+from biosrecall.experiments.capacity_figure import plot_capacity
 from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, decide_text, verdict
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
@@ -337,8 +338,6 @@ def claims_markdown(claims: pd.DataFrame) -> str:
 
 def write_capacity_results(out_dir: str | Path, table: pd.DataFrame) -> CapacityTables:
     """Every file of the module doc, each written atomically; returns the summary, claims and paths."""
-    from biosrecall.experiments.capacity_figure import plot_capacity
-
     out_dir = Path(out_dir)
     summary, claims = summarize(table), judge_capacity_claims(table)
     files = [*write_table(table, out_dir / "capacity"), *write_table(summary, out_dir / "capacity_summary")]

@@ -26,6 +26,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.experiments.claims import earlier_look_file
+from biosrecall.experiments.study_engine import refuse_busy_runs
 from biosrecall.experiments.study_serving import SUMMARY_NAME
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.interrupts import held
@@ -144,8 +145,6 @@ def prepare_output(
         found = differences(out_dir, record, datasets, people)
         if found and not overwrite:
             raise refusal(out_dir, found)
-        from biosrecall.experiments.study_engine import refuse_busy_runs
-
         refuse_busy_runs(out_dir / RUNS)
         _check_size(out_dir, datasets, people, replacing=bool(found))
         out_dir.mkdir(parents=True, exist_ok=True)

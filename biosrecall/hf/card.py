@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from biosrecall.eval.scoring import RECALL_CACHE_FORMAT
+from biosrecall.eval.table_cache import checkpoint_key, read_cached, read_key
 from biosrecall.train.run_folder import recall_cache_file
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -45,16 +47,14 @@ class CardFacts:
 
 def cached_recall(checkpoint: Path, manifest_hash: str) -> tuple[pd.DataFrame | None, str]:
     """The checkpoint's cached recall table and a sentence on how it was computed, or (None, reason)."""
-    from biosrecall.eval.scoring import RECALL_CACHE_FORMAT as CACHE_FORMAT
-    from biosrecall.eval.table_cache import checkpoint_key, read_cached, read_key
-
     path = recall_cache_file(checkpoint)
     if not path.is_file():
         return None, "No recall was computed for this checkpoint (the run holds no cached recall table)."
     stored = read_key(path)
     if stored is None:
         return None, "No recall was computed for this checkpoint (its cached recall table is unreadable)."
-    table = read_cached(path, checkpoint_key(checkpoint, format=CACHE_FORMAT, manifest_hash=manifest_hash))
+    key = checkpoint_key(checkpoint, format=RECALL_CACHE_FORMAT, manifest_hash=manifest_hash)
+    table = read_cached(path, key)
     if table is None:
         return None, "No current recall was computed for this checkpoint (its cached table is stale)."
     people = stored.get("people")

@@ -5,6 +5,7 @@
     table = score_hf_model("models/huginn-bios", "data/bios-1k", depths=[1, 8, 32], depth_arg="num_steps",
                            trust_remote_code=True)
     table = score_hf_model("models/gpt2-bios", "data/bios-1k")                  # not looped: one depth
+    result = hf_recall_curve("exported/ff", "data/bios-1k", "recall-curve")   # scored, then written
 
 The scorer is `recall-curve`'s: an item (person, attribute, prompt) is exact when greedy decoding of
 the prompt produces the answer, and a fact is recalled when at least `threshold` of its 5 prompts are
@@ -42,6 +43,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import RUN_COLUMNS
 from biosrecall.eval.plots import TRAINING_DEPTH, plot_recall_curves
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
+from biosrecall.eval.recall_curve import SHOWN_DEPTHS, RecallCurve, write_curves
 from biosrecall.hf.loading import LoadedModel, check_depth_argument, load_hf_model
 from biosrecall.hf.prompts import (
     EncodedRows,
@@ -104,6 +106,42 @@ def score_hf_model(
     table["depth"] = np.asarray(depths)[table["depth"].to_numpy() - 1]
     table["manifest_hash"] = dataset.manifest_hash
     return _label(table, loaded)
+
+
+def hf_recall_curve(
+    model_dir: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    depths=None,
+    depth_arg: str | None = None,
+    threshold: int = DEFAULT_THRESHOLD,
+    *,
+    metric: str = "bits",
+    batch_size: int | None = None,
+    device: str = "auto",
+    people: int | None = None,
+    trust_remote_code: bool | None = None,
+    max_depth: int | None = None,
+) -> RecallCurve:
+    """`recall-curve --hf-model`: `score_hf_model` (`batch_size` None: `DEFAULT_BATCH_SIZE`), then its
+    long table and figure written into `out_dir` as `biosrecall.eval.recall_curve` writes a run's, with
+    the summary at depths 1, 4, 16, 64 and the first and last depth scored."""
+    table = score_hf_model(
+        model_dir,
+        data_dir,
+        depths,
+        depth_arg,
+        threshold,
+        batch_size=DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
+        device=device,
+        people=people,
+        trust_remote_code=trust_remote_code,
+        max_depth=max_depth,
+    )
+    scored = sorted(table["depth"].unique())
+    shown = sorted({int(d) for d in scored if d in SHOWN_DEPTHS} | {int(scored[0]), int(scored[-1])})
+    written, summary = write_curves(table, Path(out_dir), metric, shown, plot_hf_recall(table, metric))
+    return RecallCurve(written, summary)
 
 
 def _check_numbers(threshold: int, batch_size: int, people: int | None) -> None:

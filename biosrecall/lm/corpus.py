@@ -249,11 +249,10 @@ def _read_jsonl(path: Path, column: str) -> Iterator[str]:
 
 
 def _parquet_file(path: Path):
-    import pyarrow
-    import pyarrow.parquet as pq
+    import pyarrow.parquet
 
     try:
-        return pq.ParquetFile(path)
+        return pyarrow.parquet.ParquetFile(path)
     except (OSError, pyarrow.ArrowException) as exc:
         raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
 

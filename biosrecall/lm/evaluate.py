@@ -46,8 +46,17 @@ import torch
 import torch.nn.functional as F
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import Fixed, check_max_depth, check_servable, depth_cap, exit_judge, parameter_of
-from biosrecall.eval.gate import resolve_gates
+from biosrecall.eval.exits import (
+    Fixed,
+    Gate,
+    check_max_depth,
+    check_servable,
+    depth_cap,
+    exit_judge,
+    parameter_of,
+    parse_exits,
+)
+from biosrecall.eval.gate import check_gates, resolve_gates
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.model.decode import teacher_forced
@@ -180,6 +189,20 @@ def exit_nll(
             "eval_tokens": int(depths.size),
         })  # fmt: skip
     return pd.DataFrame.from_records(records)
+
+
+def exit_criteria(exits: Sequence[str], run_dirs, checkpoints, max_depth: int) -> list:
+    """The criteria of `exits` (none when it is empty), and the checkpoints `checkpoints` selects in each
+    of `run_dirs`, all checked before the first model loads: a `gate:delta` against each selected
+    checkpoint's fitted gate, every other criterion for serving a language model."""
+    criteria = parse_exits(exits) if exits else []
+    learned = [criterion for criterion in criteria if isinstance(criterion, Gate)]
+    if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
+        check_servable([criterion for criterion in criteria if criterion not in learned])
+    for run_dir in run_dirs:  # every run's selection (and gate) is checked before the first one is evaluated
+        RunFolder(run_dir).select_checkpoints(checkpoints)
+    check_gates(run_dirs, criteria, checkpoints, max_depth)
+    return criteria
 
 
 def evaluate_exits(

@@ -2,6 +2,7 @@
 validation split (`biosrecall gate train RUN` on an `lm train` run; `lm eval --exit gate:DELTA`).
 
     fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": LM_GATE})  # biosrecall.eval.gate_fit
+    fit_run_gates("runs/lm-ff")                                   # the same: a bioS or an LM run
     record, arrays = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
 
 The head, the target and the bound are bioS's (`biosrecall.eval.gate`, `biosrecall.eval.gate_data`);
@@ -31,7 +32,7 @@ import torch
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.gate import Trace, batch_states, deltas, query_logits, reference_depth, train_head
 from biosrecall.eval.gate_data import calibrate
-from biosrecall.eval.gate_fit import GateTask, gate_record
+from biosrecall.eval.gate_fit import GATE_TASKS, GateTask, fit_gates, gate_record
 from biosrecall.files import file_sha256
 from biosrecall.lm.evaluate import check_data
 from biosrecall.lm.loader import ShardLoader
@@ -122,3 +123,9 @@ def _fit(model, data_path: Path, seq_len: int, settings: dict, batch_size: int):
 
 LM_GATE = GateTask(check=_check_lm_data, fit=_fit)
 """How `biosrecall.eval.gate_fit.fit_gates` fits a language-model run's gate."""
+
+
+def fit_run_gates(run_dir, checkpoints="final", **settings) -> list[Path]:
+    """`fit_gates` of a bioS or a language-model run (what `biosrecall gate train` calls); `settings` are
+    its keywords but `tasks`."""
+    return fit_gates(run_dir, checkpoints, tasks={**GATE_TASKS, "lm": LM_GATE}, **settings)

@@ -63,8 +63,7 @@ DEFAULT_MAX_GEN_TOKENS = 256
 def require_lm_eval():
     """The lm_eval package, or one error naming the extra to install."""
     try:
-        import lm_eval
-        import lm_eval.api.model  # noqa: F401  (the LM base class)
+        import lm_eval.api.model  # the package, with the LM base class loaded
     except ImportError:
         raise BiosrecallError(f"downstream evaluation needs lm-eval: {EXTRA}") from None
     return lm_eval

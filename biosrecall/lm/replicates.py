@@ -9,8 +9,8 @@ Grouping is explicit: with `aggregate`, a RUN argument that is not a run folder 
 run folders directly inside it (one per seed, e.g. RUN/seed0, RUN/seed1); a run folder given directly
 is a group of one. Without `aggregate`, every argument must be a run folder and is its own group.
 
-A group's runs must differ in nothing but the seed: `biosrecall.train.run_folder.check_replicates`, the check
-`recall-curve --aggregate-seeds` applies too.
+A group's runs must differ in nothing but the seed: `biosrecall.train.seed_replicates.check_replicates`,
+the check `recall-curve --aggregate-seeds` applies too.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.train.run_folder import CONFIG_FILE, check_replicates
+from biosrecall.train.run_folder import CONFIG_FILE
+from biosrecall.train.seed_replicates import check_replicates
 
 __all__ = ["check_replicates", "expand_groups"]
 

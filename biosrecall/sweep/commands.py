@@ -17,6 +17,7 @@ that imports the CLI (lazily): the sweep sits beside `cli/` as a driver of its c
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,6 @@ def canonical_key(words: str, key: str, engine_keys=()) -> str:
     options = _options(click_command(words))
     option = options.get(key.replace("-", "_"))
     if option is None:
-        import difflib
-
         close = difflib.get_close_matches(key.replace("-", "_"), options, 1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise BiosrecallError(f"unknown option {key!r} for `biosrecall {words}`{hint}")

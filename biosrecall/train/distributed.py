@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from biosrecall.errors import BiosrecallError
 
@@ -112,8 +113,6 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str, device: torch.
     if not info.enabled:
         return model
     if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
     return _fully_shard(model)

@@ -1,0 +1,131 @@
+"""`biosrecall recall-curve` of training runs as one call: score their checkpoints over serving depths
+(and exit criteria), then write the tables and the figure into one folder.
+
+    result = score_and_write(["runs/fixed4", "runs/uniform"], "recall-curve", checkpoints="0.45,final")
+    result = score_and_write(runs, "recall-curve", exits=["kl:1e-3,oracle"], per_token=True)
+    result = score_and_write(runs, "recall-curve", aggregate_seeds=True)    # runs/seed*/NAME, over seeds
+    result.summary          # recalled bits per person at the shown depths (per run, or per group)
+    written, summary = write_curves(table, "recall-curve", "bits", [1, 4, 16, 64])   # any recall table
+
+Files, into `out_dir`:
+
+    recall_curve.csv, .parquet, .png, .pdf   the long table (`biosrecall.eval.curves`) and its figure
+    recall_curve_seeds.csv, .parquet,        with `aggregate_seeds` (`biosrecall.eval.seeds`): the
+    summary.csv, summary_runs.csv            curves over seeds, drawn instead, and the summaries
+    exit_frontier.*, exit_headline.*         with `exits`: the serving frontier (`biosrecall.eval.serving`)
+    exit_token_gap.csv, .parquet             with `per_token`: per-token against whole-query exit
+                                             (`biosrecall.eval.token_exit`)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from biosrecall.atomic import atomic_write_text
+from biosrecall.errors import BiosrecallError
+from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, summary_table
+from biosrecall.eval.exits import check_max_depth, parse_exits
+from biosrecall.eval.plots import plot_recall_curves
+from biosrecall.eval.recall import DEFAULT_THRESHOLD
+from biosrecall.eval.seeds import aggregate_recall, seed_groups
+from biosrecall.eval.serving import score_runs, write_frontier
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
+from biosrecall.eval.token_exit import TABLE_NAME as TOKEN_GAP_NAME
+from biosrecall.outputs import save_figure, write_table
+
+SHOWN_DEPTHS = (1, 4, 16, 64)
+
+
+@dataclass
+class RecallCurve:
+    """What `score_and_write` wrote, and the tables a reader is shown."""
+
+    written: list[Path]
+    summary: pd.DataFrame
+    """Recalled bits per person at the shown depths: one row per run, or with `over_seeds` one per group
+    of seeds with its 95% interval (`<column>_low`, `<column>_high`)."""
+    over_seeds: bool = False
+    frontier: pd.DataFrame | None = None
+    """With exit criteria: the serving frontier (`biosrecall.eval.serving`)."""
+    headline: pd.DataFrame | None = None
+    """With exit criteria: per run, the mean depth to reach 95% of its best recall, fixed and adaptive."""
+    gap: pd.DataFrame | None = None
+    """With `per_token`: each criterion decided per answer token against whole-query exit."""
+
+
+def score_and_write(
+    run_dirs,
+    out_dir: str | Path,
+    checkpoints=None,
+    *,
+    exits=(),
+    per_token: bool = False,
+    aggregate_seeds: bool = False,
+    metric: str = "bits",
+    max_depth: int = 64,
+    threshold: int = DEFAULT_THRESHOLD,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str = "auto",
+    data_dir=None,
+    refresh: bool = False,
+    people: int | None = None,
+) -> RecallCurve:
+    """Score the `checkpoints` of each run (default: every budget fraction) at depths 1..`max_depth` and
+    write the files of the module doc into `out_dir`. `exits` are exit-criteria texts (`kl:1e-3`,
+    `biosrecall.eval.exits`); everything is checked before the first model runs."""
+    criteria = _criteria(exits, max_depth)
+    if per_token and not criteria:
+        raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
+    groups = seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
+    scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, per_token=per_token,
+                        max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
+                        data_dir=data_dir, refresh=refresh, people=people)  # fmt: skip
+    out_dir = Path(out_dir)
+    if groups is None:
+        shown = sorted({d for d in SHOWN_DEPTHS if d <= max_depth} | {max_depth})
+        written, summary = write_curves(scores.recall, out_dir, metric, shown)
+    else:
+        written, summary = write_seed_curves(scores.recall, groups, out_dir)
+    result = RecallCurve(written, summary, over_seeds=groups is not None)
+    if criteria:
+        frontier_files, result.headline = write_frontier(out_dir, scores.frontier)
+        result.written += frontier_files
+        result.frontier = scores.frontier
+    if scores.gap is not None:
+        result.written += write_table(scores.gap, out_dir / TOKEN_GAP_NAME)
+        result.gap = scores.gap
+    return result
+
+
+def _criteria(exits, max_depth: int) -> list:
+    """The criteria of `exits` (none when absent), checked before any model runs."""
+    if not exits:
+        return []
+    check_max_depth(max_depth)
+    return parse_exits(exits)
+
+
+def write_curves(
+    table: pd.DataFrame, out_dir: Path, metric: str, shown_depths, figure=None
+) -> tuple[list[Path], pd.DataFrame]:
+    """The long table and its figure (`figure`, or `plot_recall_curves` of the table) into `out_dir`;
+    returns the paths written and the summary at `shown_depths`."""
+    written = write_table(table, out_dir / TABLE_NAME)
+    figure = plot_recall_curves(table, metric=metric) if figure is None else figure
+    written += save_figure(figure, out_dir / TABLE_NAME)
+    return written, summary_table(table, shown_depths)
+
+
+def write_seed_curves(table: pd.DataFrame, groups, out_dir: Path) -> tuple[list[Path], pd.DataFrame]:
+    """Every run's table, the curves and summaries over seeds, and the figure of the means with their
+    intervals; returns the paths written and the summary over seeds."""
+    curves, summary, per_run = aggregate_recall(table, groups)
+    written = write_table(table, out_dir / TABLE_NAME) + write_table(curves, out_dir / f"{TABLE_NAME}_seeds")
+    for name, frame in (("summary", summary), ("summary_runs", per_run)):
+        atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
+        written.append(out_dir / f"{name}.csv")
+    written += save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME)
+    return written, summary
