@@ -23,7 +23,7 @@ from biosrecall.train import tracking
 from biosrecall.train.config import TRACKERS, TrainConfig
 from biosrecall.train.progress import SilentReporter
 from biosrecall.train.run_folder import RunFolder
-from biosrecall.train.trainer import Interrupted
+from biosrecall.train.stops import Interrupted
 
 TIMING = ("wall_s", "tokens_per_s", "flops_per_s")  # differ between two runs of the same settings
 # 12 updates. A new run is built under a temporary name and swapped into its folder at its first save

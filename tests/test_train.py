@@ -89,7 +89,7 @@ def test_a_run_is_reproducible_from_its_seed(dataset, tmp_path):
 
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(dataset, tmp_path, monkeypatch):
     from biosrecall.model import LoopedTransformer
-    from biosrecall.train.trainer import TrainingDiverged
+    from biosrecall.train.stops import TrainingDiverged
 
     calls = {"n": 0}
     original = LoopedTransformer.forward

@@ -34,7 +34,8 @@ from biosrecall.sweep.executors import LocalExecutor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
 from biosrecall.train.run_folder import RunFolder
-from biosrecall.train.trainer import RESUME_ADVICE, Interrupted
+from biosrecall.train.stops import Interrupted
+from biosrecall.train.trainer import RESUME_ADVICE
 
 
 class StudyRunFailed(RuntimeError):

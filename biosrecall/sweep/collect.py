@@ -35,7 +35,7 @@ from biosrecall.lm.compare import compare_runs, write_comparison
 from biosrecall.lm.evaluate import TABLE
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.sweep import commands
-from biosrecall.sweep.jobs import Evaluation, Job, state_jobs
+from biosrecall.sweep.jobs import Evaluation, SweepRun, state_jobs
 from biosrecall.sweep.records import run_status
 from biosrecall.train.run_folder import RunFolder
 
@@ -65,7 +65,7 @@ def collect_sweep(
     return written + more, notes
 
 
-def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[Job]) -> pd.DataFrame:
+def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[SweepRun]) -> pd.DataFrame:
     """One row per run: name, labels, state, updates, planned, and its last logged metrics."""
     rows = []
     for job in jobs:
@@ -85,9 +85,7 @@ def _cell(value):
     return ",".join(map(str, value)) if isinstance(value, list) else value
 
 
-def _recall_tables(done: list[Job], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:
-    import matplotlib.pyplot as plt  # picks a backend when imported: only where a figure is closed
-
+def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:
     settings = _recall_settings(evaluations)
     # The parameter --checkpoint fills, named by the command's own definition.
     selector = settings[commands.canonical_key("recall-curve", "checkpoint")]
@@ -109,9 +107,7 @@ def _recall_tables(done: list[Job], evaluations: Sequence[Evaluation], dest: Pat
     else:
         written += write_table(summary_table(table, shown), dest / "summary")
     figure = plot_recall_curves(table)
-    written += save_figure(figure, dest / TABLE_NAME)
-    plt.close(figure)
-    return written
+    return written + save_figure(figure, dest / TABLE_NAME)
 
 
 def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
@@ -120,7 +116,7 @@ def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
     return commands.check_evaluation("recall-curve", options, "recall_curve")
 
 
-def _lm_comparison(done: list[Job], jobs: list[Job], dest: Path) -> tuple[list[Path], list[str]]:
+def _lm_comparison(done: list[SweepRun], jobs: list[SweepRun], dest: Path) -> tuple[list[Path], list[str]]:
 
     missing = [
         job.name for job in done if not (RunFolder(job.run_dir).eval_dir / f"{TABLE}.parquet").is_file()

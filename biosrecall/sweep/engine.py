@@ -29,7 +29,7 @@ from pathlib import Path
 
 from biosrecall.locking import output_lock
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
-from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, Job, SweepRun, build_jobs, check_runs
+from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.records import read_record
 from biosrecall.sweep.worker import Outcome, train_command
 from biosrecall.train.progress import format_seconds
@@ -62,7 +62,7 @@ class SweepResult:
 
 def prepare(
     out: str | Path, runs: Sequence[SweepRun], evaluations: Sequence[Evaluation], executor: Executor
-) -> list[Job]:
+) -> list[SweepRun]:
     """Every check (module docstring), then the jobs; nothing is written."""
     executor.check()
     check_runs(runs, evaluations)
@@ -103,7 +103,7 @@ def counted(report: Callable[[Outcome], None], total: int) -> Callable[[Outcome]
     return each
 
 
-def planned_actions(jobs: Sequence[Job]) -> list[tuple[str, str, list[str]]]:
+def planned_actions(jobs: Sequence[SweepRun]) -> list[tuple[str, str, list[str]]]:
     """(name, what a run would do now, its training command) for a dry run; nothing is launched."""
     plan = []
     for job in jobs:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from biosrecall.errors import BiosrecallError, first_line
-from biosrecall.sweep.jobs import Job
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.sweep.records import now, update_record
 from biosrecall.sweep.worker import Outcome, run_one
 from biosrecall.warm import ForkServerDied
@@ -87,7 +87,7 @@ class LocalExecutor:
             return max(1, torch.cuda.device_count() // self.gpus_per_run)
         return usable_cores()
 
-    def execute(self, jobs: Sequence[Job], report: Report | None = None) -> list[Outcome]:
+    def execute(self, jobs: Sequence[SweepRun], report: Report | None = None) -> list[Outcome]:
         pending = list(enumerate(jobs))
         outcomes: list[Outcome | None] = [None] * len(jobs)
         running: dict = {}
@@ -162,7 +162,7 @@ def _stop_signals_as_interrupt():
             signal.signal(sig, handler)
 
 
-def _run_guarded(job: Job, env: dict, running: dict) -> Outcome:
+def _run_guarded(job: SweepRun, env: dict, running: dict) -> Outcome:
     """`run_one`, with a failure of the engine itself (an unwritable record or log, a process that
     cannot start) recorded as this run's failure instead of ending the worker and its queue."""
     try:
@@ -211,7 +211,7 @@ class SlurmExecutor:
     def threads(self) -> int:
         return max(1, self.cpus_per_run // max(1, self.gpus_per_run))
 
-    def execute(self, jobs: Sequence[Job], report: Report | None = None) -> list[Outcome]:
+    def execute(self, jobs: Sequence[SweepRun], report: Report | None = None) -> list[Outcome]:
         submitit = import_submitit()
         executor = submitit.AutoExecutor(folder=jobs[0].bookkeeping / "submitit", cluster=self.cluster)
         executor.update_parameters(
@@ -232,7 +232,7 @@ class SlurmExecutor:
         return outcomes
 
 
-def _result(job: Job, task) -> Outcome:
+def _result(job: SweepRun, task) -> Outcome:
     """The task's outcome; a task that died without one (time limit, node failure) is recorded failed."""
     try:
         return task.result()

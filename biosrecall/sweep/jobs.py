@@ -1,10 +1,15 @@
-"""What a sweep runs: named runs of one training command, the evaluations after each, and their jobs.
+"""What a sweep runs: named runs of one training command and the evaluations after each.
 
     config = TrainConfig(schedule="fixed:4", updates=300, seed=0)
     runs = [SweepRun("seed0/fixed_4", "train", config, {"data": "data/bios", "preset": "bios-tiny"})]
     evaluations = [Evaluation("recall-curve", {"max_depth": 64})]
     check_runs(runs, evaluations)             # names, configs, presets, data folders, evaluation options
-    jobs = build_jobs("runs/sweep", runs, evaluations, threads=1, gpus=0)
+    jobs = build_jobs("runs/sweep", runs, evaluations, threads=1, gpus=0)   # the same runs, placed
+
+A `SweepRun` is the one description of a run, from the study or sweep spec that made it to the worker
+that trains it: the caller gives its name, command, TrainConfig, task and labels, and `build_jobs`
+places it (the sweep's folder, its evaluations' words, threads and GPUs), which is all a worker needs,
+as plain data that travels to cluster nodes.
 
 A run's folder is OUT/<name>; a name is one or more `/`-separated parts of letters, digits and
 `._=,+-` (no part starting with a dot). Everything the sweep itself keeps lies under OUT/.sweep/: per
@@ -37,7 +42,7 @@ MAX_PART = 200  # file systems refuse names over 255 bytes; leave room for suffi
 
 @dataclasses.dataclass(frozen=True)
 class SweepRun:
-    """One run of a sweep."""
+    """One run of a sweep: what the caller describes, then where and how the engine runs it."""
 
     name: str
     """Its folder under the sweep's output folder (see the module docstring for the allowed names)."""
@@ -50,37 +55,24 @@ class SweepRun:
     preset, model_overrides (a dict), from and at_update (a branch), tokenizer, quiet, no_verify
     (`biosrecall.sweep.run_spec.TASK_KEYS`); relative paths are relative to the current folder."""
     labels: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """What tells this run apart in the sweep (grid values, entry name): columns of `collect`'s table."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Evaluation:
-    """A command run on each run folder once the run has finished."""
-
-    command: str
-    """"recall-curve" (bioS runs), "lm eval" or "lm harness" (language-model runs)."""
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """That command's option values keyed by option name (the run folder is its argument)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """Everything one worker needs to bring a run to done, as plain data (it travels to cluster nodes)."""
-
-    name: str
-    run_dir: Path
-    bookkeeping: Path
-    eval_args: tuple[tuple[str, ...], ...]
+    """What tells this run apart (grid values, entry name; a study's name, label, role, budget):
+    columns of `collect`'s table."""
+    out: Path | None = None
+    """The sweep's output folder, absolute; set by `build_jobs` / `state_jobs`, like what follows."""
+    eval_args: tuple[tuple[str, ...], ...] = ()
     """`biosrecall` words of each evaluation."""
-    spec_text: str = ""
-    """The run spec (its TrainConfig, task and --out as JSON), written to `spec` before the run is
-    trained; empty in a job made only to read where the run stands (`state_jobs`)."""
-    train_args: tuple[str, ...] = ()
-    """`biosrecall` words of a fresh start, without --resume and --threads: `train --config <spec>`."""
     threads: int = 1
     """Torch and OpenMP threads per process."""
     gpus: int = 0
     """More than one: the run is started under torchrun with one process per GPU."""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.out / self.name
+
+    @property
+    def bookkeeping(self) -> Path:
+        return self.out / BOOKKEEPING
 
     @property
     def record(self) -> Path:
@@ -95,11 +87,32 @@ class Job:
         return spec_path(self.bookkeeping, self.name)
 
     @property
+    def spec_text(self) -> str:
+        """The run spec (its TrainConfig, task and --out as JSON), written to `spec` before the run is
+        trained."""
+        return run_spec_text(self.command, self.config, {**self.task, "out": self.run_dir})
+
+    @property
+    def train_args(self) -> tuple[str, ...]:
+        """`biosrecall` words of a fresh start, without --resume and --threads: `train --config <spec>`."""
+        return (*self.command.split(), "--config", str(self.spec))
+
+    @property
     def eval_key(self) -> str | None:
         """Fingerprint of the evaluations; a done run evaluated with other settings is evaluated again."""
         if not self.eval_args:
             return None
         return hashlib.sha256(json.dumps(self.eval_args).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """A command run on each run folder once the run has finished."""
+
+    command: str
+    """"recall-curve" (bioS runs), "lm eval" or "lm harness" (language-model runs)."""
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """That command's option values keyed by option name (the run folder is its argument)."""
 
 
 def check_name(name: str) -> str:
@@ -183,32 +196,29 @@ def build_jobs(
     evaluations: Sequence[Evaluation] = (),
     threads: int = 1,
     gpus: int = 0,
-) -> list[Job]:
-    """One job per run (call `check_runs` first): absolute folders, each run's spec and the words of
-    every process."""
-    jobs = []
-    for run, state in zip(runs, state_jobs(out, [run.name for run in runs], evaluations), strict=True):
-        task = commands.absolute_paths(run.command, run.task)  # every worker reads the same files
-        spec = run_spec_text(run.command, run.config, {**task, "out": state.run_dir})
-        train = (*run.command.split(), "--config", str(state.spec))
-        jobs.append(dataclasses.replace(state, spec_text=spec, train_args=train, threads=threads, gpus=gpus))
-    return jobs
-
-
-def state_jobs(out: str | Path, names: Sequence[str], evaluations: Sequence[Evaluation] = ()) -> list[Job]:
-    """The jobs of the runs `names`, enough to read where each stands (its folder, record, log and
-    evaluations) but not to train it: `build_jobs` adds the spec."""
+) -> list[SweepRun]:
+    """The runs placed for their workers (call `check_runs` first): the sweep's folder, absolute task
+    paths (every worker reads the same files), the words of every evaluation, threads and GPUs."""
     out = Path(out).absolute()
-    bookkeeping = out / BOOKKEEPING
     return [
-        Job(
-            name,
-            out / name,
-            bookkeeping,
-            tuple(_eval_args(e, name, out / name, bookkeeping) for e in evaluations),
+        dataclasses.replace(
+            run,
+            task=commands.absolute_paths(run.command, run.task),
+            out=out,
+            eval_args=tuple(_eval_args(e, run.name, out / run.name, out / BOOKKEEPING) for e in evaluations),
+            threads=threads,
+            gpus=gpus,
         )
-        for name in names
+        for run in runs
     ]
+
+
+def state_jobs(
+    out: str | Path, names: Sequence[str], evaluations: Sequence[Evaluation] = ()
+) -> list[SweepRun]:
+    """The runs `names` placed only to read where each stands (its folder, record, log and
+    evaluations), not to train: `sweep status` and `collect` read no config."""
+    return build_jobs(out, [SweepRun(name) for name in names], evaluations)
 
 
 def select_names(names: Sequence[str], patterns: Sequence[str]) -> list[str]:

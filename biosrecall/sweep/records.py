@@ -32,7 +32,7 @@ from typing import Any
 from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import parse_int
-from biosrecall.sweep.jobs import Job
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.run_folder import RunFolder
 
 STATES = ("done", "running", "failed", "waiting")
@@ -52,7 +52,7 @@ def read_record(path: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def update_record(job: Job, **changes: Any) -> dict[str, Any]:
+def update_record(job: SweepRun, **changes: Any) -> dict[str, Any]:
     """Rewrite the run's record atomically with `changes` over what it held."""
     record = {**read_record(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
     record.update(changes)
@@ -109,7 +109,7 @@ class RunStatus:
     log: str
 
 
-def run_status(job: Job) -> RunStatus:
+def run_status(job: SweepRun) -> RunStatus:
     """Where `job`'s run stands (states: module docstring), with a one-line detail."""
     record = read_record(job.record)
     updates, planned = progress(job.run_dir)
@@ -117,7 +117,7 @@ def run_status(job: Job) -> RunStatus:
     return RunStatus(job.name, state, detail, updates, planned, str(job.log))
 
 
-def _state(job: Job, record: dict[str, Any], updates: int) -> tuple[str, str]:
+def _state(job: SweepRun, record: dict[str, Any], updates: int) -> tuple[str, str]:
     if record_running(record):
         return "running", f"{record.get('phase', 'train')} on {record.get('host')} (pid {record.get('pid')})"
     holder = lock_holder(job.run_dir)
@@ -153,7 +153,7 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
     return updates, planned if isinstance(planned, int) else None
 
 
-def status_table(jobs: list[Job]) -> list[dict[str, Any]]:
+def status_table(jobs: list[SweepRun]) -> list[dict[str, Any]]:
     """One row per run: name, state, detail, updates, planned, log."""
     return [asdict(run_status(job)) for job in jobs]
 

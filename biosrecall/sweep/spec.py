@@ -54,7 +54,7 @@ from typing import Any
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep import commands
 from biosrecall.sweep.grid import WrittenRun, expand_runs, option_value, resolve
-from biosrecall.sweep.jobs import Evaluation, Job, SweepRun, check_name, check_names, select_names, state_jobs
+from biosrecall.sweep.jobs import Evaluation, SweepRun, check_name, check_names, select_names, state_jobs
 
 SECTIONS = ("sweep", "executor", "base", "grid", "runs", "eval")
 EXECUTOR_KEYS = {
@@ -101,7 +101,7 @@ class SweepSpec:
             if name in chosen
         ]
 
-    def state_jobs(self) -> list[Job]:
+    def state_jobs(self) -> list[SweepRun]:
         """The jobs of every run, to read where each stands (`sweep status`, `collect`): reading them
         needs no option of the runs, so a spec whose data comes with `sweep run --set` still reads."""
         return state_jobs(self.out, self.names, self.evaluations)

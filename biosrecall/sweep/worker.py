@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.sweep.jobs import Job
+from biosrecall.sweep.jobs import SweepRun
 from biosrecall.sweep.records import lock_holder, now, read_record, record_running, update_record
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.warm import WarmProcess, start_warm, warm_start_enabled
@@ -61,7 +61,7 @@ class Outcome:
     """Where the sweep stands once this run ended: "[3/12 runs, about 4m10s left]" (`engine.run_sweep`)."""
 
 
-def train_command(job: Job, resume: bool) -> list[str]:
+def train_command(job: SweepRun, resume: bool) -> list[str]:
     """The training process's words: fresh or resumed, on the job's threads (and GPUs)."""
     tail = [*job.train_args, *(["--resume"] if resume else []), "--threads", str(job.threads)]
     if job.gpus > 1:
@@ -71,7 +71,7 @@ def train_command(job: Job, resume: bool) -> list[str]:
 
 
 def run_one(
-    job: Job,
+    job: SweepRun,
     env: Mapping[str, str] | None = None,
     processes: MutableMapping[str, subprocess.Popen | WarmProcess] | None = None,
 ) -> Outcome:
@@ -103,7 +103,7 @@ def run_one(
 
 
 def _launch(
-    job: Job,
+    job: SweepRun,
     phase: str,
     action: str,
     argv: list[str],
@@ -155,6 +155,6 @@ def error_line(log: Path, start: int, code: int) -> str:
     return chosen[:MAX_ERROR]
 
 
-def _failed(job: Job, code: int, error: str, action: str) -> Outcome:
+def _failed(job: SweepRun, code: int, error: str, action: str) -> Outcome:
     update_record(job, state="failed", exit_code=code, error=error, finished=now(), action=action)
     return Outcome(job.name, "failed", action, code, error, str(job.log))

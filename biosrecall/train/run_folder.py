@@ -29,8 +29,10 @@ module and spells no name of its own:
 **Creation.** A run folder is refused when it already holds a run, unless the user resumes or
 overwrites it (a run killed before its first resumable state holds nothing to lose and is simply
 replaced: `check_new_or_resumable`). A new run is built under a temporary sibling name (`start`) and
-swapped into place once it has saved a resumable state, so a run that fails or is killed before (a
-bad option, a full disk, a `kill -9`) leaves the old folder as it was, readable at once.
+swapped into place once it has saved a resumable state (`publish`), so a run that fails or is killed
+before (a bad option, a full disk, a `kill -9`) leaves the old folder as it was, readable at once. The
+swap changes one object: the `RunFolder` that `start` returned, which the trainer, its checkpointer
+and the metrics log all hold.
 
 **Crash safety.** `save_latest` writes `state-<update>/` whole under a temporary name, then points
 `latest` at it by one rename of a fresh link, so a kill at any moment leaves a complete state behind.
@@ -60,11 +62,13 @@ import platform
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from biosrecall import __version__
 from biosrecall.atomic import atomic_directory, atomic_write_json, atomic_write_text
@@ -73,7 +77,6 @@ from biosrecall.files import read_json_object, require_keys, require_regular_fil
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, lock_path, remove_stale_temporaries
 from biosrecall.model.config import ModelConfig
 from biosrecall.numbers import parse_float
-from biosrecall.stats import check_seed_replicates
 from biosrecall.train.checkpoint_files import (
     META_FILE,
     RESUME_REQUIRED,
@@ -114,10 +117,14 @@ _DATA_KIND = {"bios": "dataset", "lm": "corpus"}
 
 
 class RunFolder:
-    """One run folder (see the module docstring); cheap to make, it holds only the path."""
+    """One run folder (see the module docstring); cheap to make, it holds only the path (and, while a
+    new run is built under a temporary name, where `publish` puts it)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(
+        self, path: str | Path, *, publish_to: Path | None = None, swap: Callable[[], None] | None = None
+    ):
         self.path = Path(path)
+        self._publish_to, self._swap = publish_to, swap
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -182,10 +189,30 @@ class RunFolder:
         raise BiosrecallError(f"run folder {self.path} already holds files (pass --resume or --overwrite)")
 
     def start(self, replace: bool, building: ExitStack) -> RunFolder:
-        """A temporary sibling to build the new run in. `building.close()` swaps it into place (a
-        replaced run is moved aside first and deleted only once the new one is in); an exception before
-        that removes it and leaves this folder as it was."""
-        return RunFolder(building.enter_context(atomic_directory(self.path, overwrite=replace)))
+        """The folder of a new run, built under a temporary sibling name until its `publish` swaps it
+        into place (a replaced run is moved aside first and deleted only once the new one is in); an
+        exception before that unwinds `building`, which removes it and leaves this folder as it was."""
+        temporary = building.enter_context(atomic_directory(self.path, overwrite=replace))
+        return RunFolder(temporary, publish_to=self.path, swap=building.close)
+
+    def started_elsewhere(self, temporary: Path) -> RunFolder:
+        """The folder another process `start`ed at `temporary` (a torchrun rank other than 0): its
+        `publish` only follows the rename that process makes."""
+        return RunFolder(temporary, publish_to=self.path)
+
+    @property
+    def building(self) -> bool:
+        """A new run under its temporary name, not yet published."""
+        return self._publish_to is not None
+
+    def publish(self) -> None:
+        """Swap a run being built into place. Only this object's path changes: everything writing the
+        run holds this RunFolder (the trainer, its checkpointer, the metrics log), so every later
+        write lands in the run's own folder, and a file already open moved with the rename."""
+        if self._swap is not None:
+            with writing(self._publish_to):
+                self._swap()
+        self.path, self._publish_to, self._swap = self._publish_to, None, None
 
     def write_config(self, record: dict[str, Any]) -> None:
         with writing(self.config_file):
@@ -193,7 +220,7 @@ class RunFolder:
 
     def metrics_log(self, resume_from_update: int = 0) -> MetricsLog:
         """The metrics log to append to, cut back to the updates a resumed state has seen."""
-        return MetricsLog(self.metrics_file, resume_from_update)
+        return MetricsLog(self, resume_from_update)
 
     # ---- the resumable state --------------------------------------------------------------------
 
@@ -553,7 +580,6 @@ def _data_kind(meta_or_record: dict) -> str:
 
 
 def versions() -> dict[str, str]:
-    import numpy as np
     import torch
 
     return {
@@ -651,8 +677,8 @@ class MetricsLog:
     cuts the file back to the newest saved state (`saved`, `cut_to_saved`), so it never holds updates
     a resume would train again."""
 
-    def __init__(self, path: Path, resume_from_update: int = 0):
-        self.path = path
+    def __init__(self, run: RunFolder, resume_from_update: int = 0):
+        self.run = run
         kept = _read_rows(self.path, limit=resume_from_update) if resume_from_update else []
         if len(kept) < resume_from_update:
             raise BiosrecallError(
@@ -666,9 +692,11 @@ class MetricsLog:
         self.next_update = resume_from_update
         self._saved = (resume_from_update, len(text.encode("utf-8")))  # (update, bytes up to it)
 
-    def moved_to(self, run: RunFolder) -> None:
-        """The run folder was renamed (a new run swapped into place); the open file moved with it."""
-        self.path = run.metrics_file
+    @property
+    def path(self) -> Path:
+        """Read from the run each time: a new run's folder is renamed into place at its first save
+        (`RunFolder.publish`), and the open file moves with it."""
+        return self.run.metrics_file
 
     def append(self, record: dict[str, Any]) -> None:
         if record.get("update") != self.next_update:
@@ -733,66 +761,3 @@ def _parse_row(line: bytes) -> Any:
         return json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
-
-
-# ---- seed replicates --------------------------------------------------------------------------------
-# Runs aggregated over seeds (`recall-curve --aggregate-seeds`, `lm compare --aggregate-seeds`) must
-# agree on every setting that can change what is trained, which is each run's config.json minus the
-# seed, `IGNORED_SETTINGS` (how a run executes, not what it trains: the data's own hash is still
-# compared) and the sections the trainer derives or observes (`plan` holds seed-dependent FLOP
-# totals). Settings are compared by dotted name, so a refusal names the field.
-
-SEED_SETTING = "train_config.seed"
-DERIVED_SECTIONS = ("plan", "machine", "versions")
-"""Sections written by the trainer about what happened (realised FLOPs, hardware, library versions)."""
-IGNORED_SETTINGS = (
-    "train_config.threads",
-    "train_config.device",
-    "train_config.compile",
-    "train_config.activation_checkpointing",
-    "train_config.parallel",
-    "train_config.grad_accum",
-    "train_config.save_every",
-    "train_config.log_every",
-    "train_config.checkpoint_fractions",
-    "train_config.log",  # experiment trackers (`lm train --log`)
-    "dataset.path",
-)
-
-
-def flat_settings(config: Mapping) -> dict[str, object]:
-    """config.json as {dotted name: value} without the derived sections (lists are compared whole)."""
-    flat: dict[str, object] = {}
-
-    def visit(prefix: str, value) -> None:
-        if isinstance(value, Mapping):
-            for key, inner in value.items():
-                visit(f"{prefix}.{key}" if prefix else str(key), inner)
-        else:
-            flat[prefix] = value
-
-    visit("", {k: v for k, v in config.items() if k not in DERIVED_SECTIONS})
-    return flat
-
-
-def seed_of(config: Mapping) -> int:
-    """The training seed a run recorded."""
-    return int(config["train_config"]["seed"])
-
-
-def check_replicates(label: str, members: Sequence[Path]) -> dict[Path, int]:
-    """Each member's seed, after checking that the members differ only in the seed (see above)."""
-    configs = {str(member): RunFolder(member).read_config() for member in members}
-    check_seed_replicates(
-        {name: flat_settings(config) for name, config in configs.items()},
-        ignore=(SEED_SETTING, *IGNORED_SETTINGS),
-    )
-    seeds: dict[int, str] = {}
-    for name, config in configs.items():
-        seed = seed_of(config)
-        if seed in seeds:
-            raise BiosrecallError(
-                f"cannot aggregate {label} over seeds: {seeds[seed]} and {name} both have seed {seed}"
-            )
-        seeds[seed] = name
-    return {member: seed_of(configs[str(member)]) for member in members}

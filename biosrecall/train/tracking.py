@@ -51,7 +51,8 @@ class TrackedRun:
     """What a tracker is told when training starts."""
 
     folder: Path
-    """Where the run writes now (for a new run a temporary folder until its first save; see `moved_to`)."""
+    """Where the run writes now (for a new run a temporary folder until its first save publishes it;
+    see `moved_to`)."""
     name: str
     """The run folder as the user named it (e.g. runs/ff): W&B's run name, the start of Trackio's."""
     config: dict[str, Any]

@@ -66,19 +66,12 @@ from biosrecall.train.distributed import DistInfo
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter, format_seconds
 from biosrecall.train.run_folder import SWITCH, MetricsLog, RunFolder, first_difference, update_dirname
+from biosrecall.train.stops import Interrupted, TrainingDiverged
 from biosrecall.train.tracking import with_trackers
 
 RESUME_ADVICE = "resume with --resume"
 """The trainer's advice after a stop; a study, which resumes its runs itself, words its own
 (`biosrecall.experiments.study_engine`)."""
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-class Interrupted(RuntimeError):
-    """Ctrl-C (or SIGTERM) stopped the run after `latest` was saved."""
 
 
 class NonFiniteLoss(BiosrecallError):
@@ -418,12 +411,12 @@ class Trainer:
         self.final = RunFolder(run_dir)
         """The run folder the user named."""
         self.folder = self.final
-        """Where the run writes now: for a new run, a temporary folder until its first resumable state."""
+        """Where the run writes: a new run's is built under a temporary name until its first resumable
+        state publishes it into place (`RunFolder.publish`: only this object's path changes)."""
         self.resume, self.overwrite = resume, overwrite
         self.reporter = reporter or SilentReporter()
         self.progress = _Progress()
         self.metrics: MetricsLog | None = None
-        self._publish: Callable[[], None] | None = None
         """Swaps a new run into `final` (rank 0; a no-op elsewhere); None once done or when resuming."""
 
     # ---- the whole run ------------------------------------------------------------------------
@@ -478,7 +471,6 @@ class Trainer:
         self.resume_from = self._starting_state(record, exposures)
         if not self.resume:
             self.folder = self._new_run_folder(replace, building)
-            self._publish = building.close if self.dist.is_main else lambda: None
         if self.dist.is_main and not self.resume:
             self.folder.write_config({**record, "plan": plan_summary(self.plan, model_config, shown)})
             if self.branch is not None:
@@ -521,10 +513,12 @@ class Trainer:
     def _new_run_folder(self, replace: bool, building: ExitStack) -> RunFolder:
         """Rank 0 starts the temporary folder of a new run; every rank learns its name (sharded saves
         write from every rank)."""
-        folder = [self.final.start(replace, building).path if self.dist.is_main else None]
-        if self.dist.enabled:
-            torch.distributed.broadcast_object_list(folder, src=0)
-        return RunFolder(folder[0])
+        if not self.dist.enabled:
+            return self.final.start(replace, building)
+        started = self.final.start(replace, building) if self.dist.is_main else None
+        path = [started.path if started else None]
+        torch.distributed.broadcast_object_list(path, src=0)
+        return started or self.final.started_elsewhere(path[0])
 
     def _checkpointer(self) -> Checkpointer:
         """FSDP: no rank holds the whole model, so every save and restore is collective and sharded."""
@@ -687,13 +681,8 @@ class Trainer:
         """Save the resumable state; the first one of a new run also swaps the run folder into place
         (a replaced run is moved aside first and deleted only once the new one is in place)."""
         self.checkpointer.save_latest(self._meta(None), self.source.state_dict())
-        if self._publish is not None:
-            with checkpoint_files.writing(self.final.path):
-                self._publish()
-            self._publish = None
-            self.folder = self.checkpointer.folder = self.final
-            if self.metrics:
-                self.metrics.moved_to(self.final)
+        if self.folder.building:
+            self.folder.publish()
         self.progress.saved_update = self.progress.update
         if self.metrics:
             self.metrics.saved(self.progress.update)
