@@ -35,7 +35,9 @@ def score_runs(runs: list, runs_dir: Path, options, device: str, workers: int = 
     final checkpoint's stored bits, labelled, `workers` at a time on the CPU (`eval.parallel`), cached
     so an archive without weights is re-tabulated."""
     device = resolve_device(str(device))
-    items = [(run, runs_dir / run.name, run.task["data"], options, device) for run in runs]
+    items = [
+        (runs_dir / run.name, run, run.task["data"], options, device) for run in runs
+    ]  # folder first: errors name it
     tables = map_in_processes(_score, items, workers if device.type == "cpu" else 1, threads)
     return pd.concat(tables, ignore_index=True)
 
@@ -43,7 +45,7 @@ def score_runs(runs: list, runs_dir: Path, options, device: str, workers: int = 
 def _score(item) -> Any:
     """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
     what it cost: mean exposures, updates and training FLOPs."""
-    run, run_dir, data_dir, options, device = item
+    run_dir, run, data_dir, options, device = item
     dataset = cached_dataset(data_dir)
     folder = RunFolder(run_dir)
     checkpoint = folder.fraction_checkpoints()[1.0]
