@@ -21,6 +21,7 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.figure1 import DEPTHS, SEEDS, archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.options import Integer, NumberList, Real
+from biosrecall.experiments.study import check_depths, check_people
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import EXPOSURES, counts
@@ -30,15 +31,11 @@ PEOPLE = NumberList(counts(), "people counts", "50,100,200")
 
 
 def parse_people(ctx, param, people: tuple[int, ...]) -> tuple[int, ...]:
-    from biosrecall.experiments.capacity import check_people
-
     check_people(people)
     return people
 
 
 def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
-    from biosrecall.experiments.capacity import check_depths
-
     check_depths(depths)
     return depths
 

@@ -42,13 +42,13 @@ from biosrecall.compute.flops import param_counts
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.capacity_results import write_capacity_results
 from biosrecall.experiments.capacity_scoring import score_runs
-from biosrecall.experiments.study import MAIN_SCHEDULES, check_seeds
+from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
 from biosrecall.experiments.study_engine import refuse_busy_runs, study_executor, train_study_runs
 from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
 from biosrecall.model.presets import PRESETS
-from biosrecall.numbers import EXPOSURES, check_count, check_depth, check_number
+from biosrecall.numbers import EXPOSURES, check_number
 from biosrecall.sizing import (
     Cost,
     check_fits,
@@ -103,25 +103,6 @@ class CapacityOptions:
         check_number("exposures", self.exposures, EXPOSURES)
         check_depths(self.depths)
         model_presets(self.preset)
-
-
-def check_people(people) -> None:
-    if not people:
-        raise BiosrecallError("--people is empty; give at least one count, e.g. --people 50,100,200")
-    for count in people:
-        check_count(count, "people counts")
-    repeated = sorted({n for n in people if list(people).count(n) > 1})
-    if repeated:
-        raise BiosrecallError(f"--people repeats {', '.join(map(str, repeated))}; give each count once")
-
-
-def check_depths(depths) -> None:
-    if not depths:
-        raise BiosrecallError("--depths is empty; give at least one serving depth, e.g. --depths 1,4,16,64")
-    for depth in depths:
-        check_depth(depth, "depths")
-    if len(set(depths)) != len(depths):
-        raise BiosrecallError(f"--depths repeats a value ({list(depths)}); give each depth once")
 
 
 def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:

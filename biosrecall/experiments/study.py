@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import check_count, check_depth
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig, split_budget_of
 
@@ -164,6 +165,25 @@ def check_seeds(seeds) -> None:
         raise BiosrecallError(f"--seeds repeats {', '.join(map(str, repeated))}; give each seed once")
     if len(seeds) > MAX_SEEDS:
         raise BiosrecallError(f"--seeds lists {len(seeds)} seeds; at most {MAX_SEEDS}")
+
+
+def check_people(people) -> None:
+    if not people:
+        raise BiosrecallError("--people is empty; give at least one count, e.g. --people 50,100,200")
+    for count in people:
+        check_count(count, "people counts")
+    repeated = sorted({n for n in people if list(people).count(n) > 1})
+    if repeated:
+        raise BiosrecallError(f"--people repeats {', '.join(map(str, repeated))}; give each count once")
+
+
+def check_depths(depths) -> None:
+    if not depths:
+        raise BiosrecallError("--depths is empty; give at least one serving depth, e.g. --depths 1,4,16,64")
+    for depth in depths:
+        check_depth(depth, "depths")
+    if len(set(depths)) != len(depths):
+        raise BiosrecallError(f"--depths repeats a value ({list(depths)}); give each depth once")
 
 
 def check_budgets(budgets, mode: str) -> None:
