@@ -37,7 +37,6 @@ from biosrecall.experiments.study import (
     StudyOptions,
     Tasks,
     study_run,
-    with_config,
 )
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig
@@ -120,7 +119,7 @@ def _as_branches(
                               lr_schedule="wsd", warmup_updates=warmup_updates)  # fmt: skip
         branches = [_branch(p, planned[p.name], trunk, warmup_updates) for p in members if p is not trunk]
         kept = tuple(sorted({branch.task["at_update"] for branch in branches}))
-        ordered.append(with_config(trunk, keep_updates=kept) if kept else trunk)
+        ordered.append(replace(trunk, config=replace(trunk.config, keep_updates=kept)) if kept else trunk)
         ordered += branches
     return ordered
 

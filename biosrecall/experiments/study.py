@@ -137,11 +137,6 @@ def study_run(
     return SweepRun(f"seed{seed}/{label}", "train", config, tasks[seed], labels)
 
 
-def with_config(run: SweepRun, **changes: Any) -> SweepRun:
-    """`run` with its TrainConfig's `changes`."""
-    return replace(run, config=replace(run.config, **changes))
-
-
 def scaled_budget(config: TrainConfig, multiple: float) -> TrainConfig:
     """`config` at `multiple` times its budget: FLOPs scaled, or SPEC:UPDATES with the updates scaled."""
     if multiple == 1:

@@ -200,16 +200,14 @@ def build_jobs(
     """The runs placed for their workers (call `check_runs` first): the sweep's folder, absolute task
     paths (every worker reads the same files), the words of every evaluation, threads and GPUs."""
     out = Path(out).absolute()
-    return [
+    placed = [
         dataclasses.replace(
-            run,
-            task=commands.absolute_paths(run.command, run.task),
-            out=out,
-            eval_args=tuple(_eval_args(e, run.name, out / run.name, out / BOOKKEEPING) for e in evaluations),
-            threads=threads,
-            gpus=gpus,
+            run, task=commands.absolute_paths(run.command, run.task), out=out, threads=threads, gpus=gpus
         )
         for run in runs
+    ]
+    return [
+        dataclasses.replace(run, eval_args=tuple(_eval_args(e, run) for e in evaluations)) for run in placed
     ]
 
 
@@ -231,9 +229,13 @@ def select_names(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
     return [name for name in names if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
 
 
-def _eval_args(evaluation: Evaluation, name: str, run_dir: Path, bookkeeping: Path) -> tuple[str, ...]:
+def _eval_args(evaluation: Evaluation, run: SweepRun) -> tuple[str, ...]:
     options = commands.absolute_paths(evaluation.command, evaluation.options)
-    words = [*evaluation.command.split(), str(run_dir), *commands.option_args(evaluation.command, options)]
+    words = [
+        *evaluation.command.split(),
+        str(run.run_dir),
+        *commands.option_args(evaluation.command, options),
+    ]
     if evaluation.command == "recall-curve":  # the sweep's own folder: a rerun replaces its results
-        words += ["--out", str(bookkeeping / "eval" / name), "--overwrite"]
+        words += ["--out", str(run.bookkeeping / "eval" / run.name), "--overwrite"]
     return tuple(words)
