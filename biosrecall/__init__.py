@@ -14,4 +14,5 @@ The pipeline, one sub-package per stage (imports only point downward):
 Run `biosrecall --help` for the commands.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+"""The one place the version is set: pyproject.toml reads it from here, `biosrecall --version` prints it."""

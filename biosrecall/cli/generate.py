@@ -42,7 +42,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
 from biosrecall.numbers import SEED, counts, parse_int
-from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
+from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR, writable_pools_dir
 from biosrecall.sizing import dataset_cost, shows_progress
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
@@ -283,13 +283,13 @@ def generate(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Folder for the pool files.  [default: the package's data/pools/]",
+    help="Folder for the pool files.  [default: the checkout's data/pools/; required for an installed package]",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty folder.")
 @click.option("--check", is_flag=True, help="Only compare the folder with a rebuild; fail if they differ.")
 def pools(out: Path | None, overwrite: bool, check: bool) -> None:
     """Rebuild the frozen attribute pools from Faker with the fixed seed."""
-    folder = out if out is not None else POOLS_DIR
+    folder = (out if out is not None else POOLS_DIR) if check else writable_pools_dir(out)
     if check:
         stale = stale_pool_files(folder)
         if stale:
