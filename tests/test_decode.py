@@ -68,7 +68,7 @@ def _reference_token(model, tokens, exits, max_depth, judge):
     inject, state = model.begin_state(x)
     frozen, exit_states, last_states = {}, state.clone(), []
     for depth in range(1, max_depth + 1):
-        x = model.block_input(state, inject)
+        x = model.recipe.step(model, state, inject, lambda u: u, depth, max_depth)  # the block input
         for j, layer in enumerate(model.block):
             x = x.clone()
             for q in range(last):

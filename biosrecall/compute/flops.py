@@ -18,8 +18,9 @@ d = d_model, m = d_mlp, V = vocab, T = sequence length:
 
     layer      = 8 d^2 (QKV + output projection) + 6 d m (SwiGLU; 4 d m for GELU) + 4 T d (attention)
     prelude    = n_prelude x layer
-    injection  = 2 d^2 once per call (concat: the prelude-output half of the 2d -> d adapter)
-    adapter    = 2 d^2 per iteration (concat: the state half)
+    injection  = the recipe's own matmuls once per call (`Recipe.injection_flops`; baseline's concat
+                 adapter: 2 d^2, its prelude-output half)
+    adapter    = the recipe's own matmuls per iteration (`Recipe.iteration_flops`; concat: 2 d^2)
     block      = n_block x layer per iteration
     coda       = n_coda x layer
     head       = 2 d V
@@ -30,9 +31,12 @@ Attention scores are counted over the full T x T square, as `torch.utils.flop_co
 gradient, 1x when only the weight gradient is needed, and 2.5x for SDPA (5 batched matmuls against
 2). An update at depth K with backprop depth k (None: k = K) runs the forward over all K iterations
 and the backward over the last min(k, K) iterations, the coda and head, the injection and the
-prelude (the prelude only when its output reaches a gradient-carrying iteration: always with
-`concat`/`add`, only at k >= K with `none`). The state entering the first gradient-carrying
-iteration never carries a gradient, so that iteration's adapter half is charged 1x.
+prelude (the prelude only when its output reaches a gradient-carrying iteration: always for a recipe
+that injects e every iteration, `Recipe.injects_every_iteration`, only at k >= K otherwise). The state
+entering the first gradient-carrying iteration never carries a gradient, so that iteration's adapter
+half is charged 1x. That is one route; a recipe whose objective reads more depths or runs a second
+route prices it from these parts (`Recipe.train_flops`: deep supervision and the exit gate add a
+readout per depth, LoopFormer a shorter second route).
 
 What the savings depend on. With full backprop an update's cost is linear in K: C(K) = A + K B, with
 A the non-recurrent training FLOPs (prelude, injection, coda, head) and B those of one iteration (each
@@ -67,6 +71,7 @@ import numpy as np
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
+from biosrecall.model.recipes import get_recipe
 
 MAX_TOKENS_PER_UPDATE = 2**26
 """Most tokens one update may take (67,108,864: 4 x the 16M-token batches of the largest LLM runs), so a
@@ -82,9 +87,10 @@ class FlopBreakdown:
     prelude: int
     """All prelude layers (once per call)."""
     injection: int
-    """Prelude-output half of the concat adapter (once per call); 0 for add/none."""
+    """The recipe's own matmuls once per call (baseline: the prelude-output half of the concat
+    adapter; 0 for add/none)."""
     adapter: int
-    """State half of the concat adapter, per block iteration; 0 for add/none."""
+    """The recipe's own matmuls per block iteration (baseline: the concat adapter's state half)."""
     block: int
     """All layers of the recurrent block, per iteration."""
     coda: int
@@ -127,12 +133,12 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> Flo
     """Forward FLOPs per token split by component; seq_len defaults to the context length."""
     seq_len = _seq_len(cfg, seq_len)
     layer = sum(_layer(cfg, seq_len))
-    half_adapter = 2 * cfg.d_model**2 if cfg.injection == "concat" else 0
+    recipe = get_recipe(cfg.recipe)
     return FlopBreakdown(
         seq_len=seq_len,
         prelude=cfg.n_prelude * layer,
-        injection=half_adapter,
-        adapter=half_adapter,
+        injection=recipe.injection_flops(cfg),
+        adapter=recipe.iteration_flops(cfg),
         block=cfg.n_block * layer,
         coda=cfg.n_coda * layer,
         head=2 * cfg.d_model * cfg.vocab_size,
@@ -152,17 +158,34 @@ def train_flops_per_token(
     cfg: ModelConfig, depth: int, seq_len: int | None = None, backprop_depth: int | None = None
 ) -> int:
     """Forward + backward FLOPs per token of an update at depth K. backprop_depth overrides the
-    config's (None: use the config's, whose None means full backprop)."""
-    seq_len = _seq_len(cfg, seq_len)
+    config's (None: use the config's, whose None means full backprop). The recipe's objective says
+    which routes and readouts an update runs (`Recipe.train_flops`)."""
+    costs = TrainingCosts(cfg, _seq_len(cfg, seq_len), backprop_depth)
     grad_iters = _grad_depth(cfg, depth, backprop_depth)
-    fwd = forward_flops_per_token(cfg, seq_len)
-    mm, att = _layer(cfg, seq_len)
-    layer_bwd = 2 * mm + 5 * att // 2
-    bwd = 2 * fwd.head + cfg.n_coda * layer_bwd + grad_iters * cfg.n_block * layer_bwd
-    bwd += (2 * grad_iters - 1) * fwd.adapter + 2 * fwd.injection
-    if cfg.injection != "none" or grad_iters >= depth:  # else the prelude output is cut off
-        bwd += cfg.n_prelude * layer_bwd
-    return fwd.non_recurrent + depth * fwd.iteration + bwd
+    return int(get_recipe(cfg.recipe).train_flops(cfg, int(depth), grad_iters, costs))
+
+
+class TrainingCosts:
+    """The parts a recipe's training FLOPs are made of, per token (see the module docstring)."""
+
+    def __init__(self, cfg: ModelConfig, seq_len: int, backprop_depth: int | None) -> None:
+        self.cfg, self.backprop_depth = cfg, backprop_depth
+        self.fwd = forward_flops_per_token(cfg, seq_len)
+        mm, att = _layer(cfg, seq_len)
+        self.layer_bwd = 2 * mm + 5 * att // 2
+        self.readout = self.fwd.coda + self.fwd.head + cfg.n_coda * self.layer_bwd + 2 * self.fwd.head
+        # one readout (coda and head), forward and backward, its gradient flowing into the state
+
+    def route(self, depth: int) -> int:
+        """One pass at depth K with one readout: forward over K iterations, backward over the last
+        min(k, K)."""
+        cfg, fwd, layer_bwd = self.cfg, self.fwd, self.layer_bwd
+        grad_iters = _grad_depth(cfg, depth, self.backprop_depth)
+        bwd = 2 * fwd.head + cfg.n_coda * layer_bwd + grad_iters * cfg.n_block * layer_bwd
+        bwd += (2 * grad_iters - 1) * fwd.adapter + 2 * fwd.injection
+        if get_recipe(cfg.recipe).injects_every_iteration(cfg) or grad_iters >= depth:
+            bwd += cfg.n_prelude * layer_bwd  # else the prelude output is cut off
+        return fwd.non_recurrent + depth * fwd.iteration + bwd
 
 
 def recompute_flops_per_token(
@@ -218,7 +241,7 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     counts = {
         "embedding": cfg.vocab_size * d + (cfg.context_length * d if cfg.position == "learned" else 0),
         "prelude": cfg.n_prelude * layer,
-        "adapter": 2 * d * d if cfg.injection == "concat" else 0,
+        "adapter": get_recipe(cfg.recipe).parameter_count(cfg),
         "block": cfg.n_block * layer,
         "coda": cfg.n_coda * layer,
         "final_norms": 2 * d,

@@ -10,6 +10,9 @@ The folder holds what `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_co
                                 section naming the run, checkpoint, schedule, budget and dataset
     model.safetensors           the checkpoint's weights under biosrecall's parameter names
     modeling_biosrecall.py      the modeling code (a copy of this package's template, torch + transformers)
+    recipe.py, recipe_base.py   the run's recipe (`config.json`'s `recipe`): a copy of its file, and of
+                                `biosrecall/model/recipes/base.py` it builds on; what one iteration
+                                computes, the same code biosrecall ran
     generation_config.json      <sep> as beginning and end of document, <pad> as padding, no cache
     tokenizer.json, tokenizer_config.json, ...   the dataset's word-level tokenizer as a
                                 PreTrainedTokenizerFast that puts <sep> before every text, as training did
@@ -55,10 +58,14 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
 from biosrecall.hf.card import CardFacts, cached_recall, model_card
 from biosrecall.locking import output_lock
+from biosrecall.model.recipes import base as recipes_base
+from biosrecall.model.recipes import recipe_file
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.run_folder import RunFolder, fraction_of
 
 MODELING_FILE = "modeling_biosrecall.py"
+RECIPE_FILE, RECIPE_BASE_FILE = "recipe.py", "recipe_base.py"
+RECIPE_BASE = Path(recipes_base.__file__)
 # A data folder, not a subpackage: the file imports transformers at its top, so it is kept out of the
 # modules that a default install imports, and read with `modeling_module()` when exporting.
 TEMPLATE = Path(__file__).with_name("template") / MODELING_FILE
@@ -102,6 +109,8 @@ def export_run(
             with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
                 _save_weights(hf_model, tmp)
                 shutil.copyfile(TEMPLATE, tmp / MODELING_FILE)
+                for name, source in recipe_files(model.recipe).items():
+                    shutil.copyfile(source, tmp / name)
                 save_tokenizer(dataset.tokenizer, model.config.context_length, tmp)
                 (tmp / "README.md").write_text(model_card(facts, recall, note), encoding="utf-8")
         except WriteFailed:  # already one line naming the file
@@ -119,6 +128,11 @@ def _save_weights(hf_model, folder: Path) -> None:
         if error_number(exc) is None:
             raise
         raise write_failed(folder / "model.safetensors", exc) from exc
+
+
+def recipe_files(recipe) -> dict[str, Path]:
+    """The files an export ships so its modeling code runs `recipe`: {name in the folder: source}."""
+    return {RECIPE_FILE: recipe_file(recipe), RECIPE_BASE_FILE: RECIPE_BASE}
 
 
 def _first_person():
@@ -222,6 +236,7 @@ def build_hf_model(model, num_steps: int, provenance: dict):
     """The Hugging Face model holding `model`'s weights (a copy), with `num_steps` as its default depth."""
 
     modeling = modeling_module()
+    modeling.RECIPE = model.recipe  # what an export's `recipe.py` defines, here the object itself
     config = modeling.BiosrecallLoopedConfig(
         **model.config.to_dict(),
         num_steps=num_steps,

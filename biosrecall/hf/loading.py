@@ -8,7 +8,8 @@ never waits on the Hub; a name that is no folder but looks like a Hub model (`so
 refused at once, saying how to download it. A folder whose config
 names its own modeling code (`auto_map`) runs that code only with `trust_remote_code=True`; the one
 exception is a biosrecall export whose modeling file is byte-identical to the template this package
-ships, since that code is biosrecall's own.
+ships and whose recipe files are byte-identical to a built-in recipe's, since that code is
+biosrecall's own.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import torch
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object
 from biosrecall.hf import quiet_transformers, require_transformers
-from biosrecall.hf.export import MODELING_FILE, TEMPLATE
+from biosrecall.hf.export import MODELING_FILE, TEMPLATE, recipe_files
 from biosrecall.hub import check_model_folder
-from biosrecall.model.config import ModelConfig
+from biosrecall.model.config import DEFAULT_RECIPE, ModelConfig
+from biosrecall.model.recipes import BUILT_IN, get_recipe
 from biosrecall.numbers import check_depth
 
 CONFIG_FILE = "config.json"
@@ -44,13 +46,23 @@ class LoadedModel:
 
 
 def is_biosrecall_export(folder: Path) -> bool:
-    """The folder holds a biosrecall export whose modeling code is exactly this package's template."""
+    """The folder holds a biosrecall export whose modeling code is exactly this package's template and
+    a built-in recipe."""
 
     config = _read_config(folder)
     code = folder / MODELING_FILE
     if config.get("model_type") != EXPORT_MODEL_TYPE or not code.is_file():
         return False
-    return code.read_bytes() == TEMPLATE.read_bytes()
+    if code.read_bytes() != TEMPLATE.read_bytes():
+        return False
+    name = config.get("recipe", DEFAULT_RECIPE)
+    if name not in BUILT_IN:
+        return False
+    shipped = recipe_files(get_recipe(name))
+    return all(
+        (folder / file).is_file() and (folder / file).read_bytes() == source.read_bytes()
+        for file, source in shipped.items()
+    )
 
 
 def _read_config(folder: Path) -> dict:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.model.recipes.base import check_recipe_name
 from biosrecall.numbers import MAX_DEPTH, MAX_SEED
 
 POSITIONS = ("rope", "learned")
@@ -24,6 +25,7 @@ NORMS = ("pre", "sandwich")
 MLPS = ("swiglu", "gelu")
 INJECTIONS = ("concat", "add", "none")
 INIT_STATES = ("zeros", "noise")
+DEFAULT_RECIPE = "baseline"
 # Stated maxima, so that a mistyped number is refused before anything is allocated: MAX_DEPTH and
 # MAX_SEED are `biosrecall.numbers`' (one rule per kind of number), and the largest LLM vocabularies
 # hold a few hundred thousand tokens.
@@ -84,6 +86,10 @@ class ModelConfig:
     init_mean_depth: float = 8.5
     """Recurrence assumed when scaling residual output projections at initialisation (the mean of
     U{1..16}); the effective depth n_prelude + n_coda + n_block x this sets the scale."""
+    recipe: str = "baseline"
+    """What one iteration computes and how training weighs the depths (`biosrecall.model.recipes`):
+    baseline (the loop above), huginn, deep-supervision, parcae, loopformer, ouro-gate, or an outside
+    recipe's name. Left out of `to_dict()` when baseline, so earlier records read the same."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -139,10 +145,16 @@ class ModelConfig:
         if self.backprop_depth is not None:
             _positive_ints(self, ("backprop_depth",))
             _at_most(self, "backprop_depth", MAX_DEPTH)
+        problem = check_recipe_name(self.recipe)
+        if problem is not None:
+            raise BiosrecallError(f"recipe {self.recipe!r}: {problem}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe dict of every field."""
-        return dataclasses.asdict(self)
+        """Plain JSON-safe dict of every field (`recipe` only when it is not baseline)."""
+        data = dataclasses.asdict(self)
+        if data["recipe"] == DEFAULT_RECIPE:
+            del data["recipe"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

@@ -11,7 +11,8 @@ per-token exit.
 
 `new_judge()` returns a fresh judge for one token; `judge(depth, logits [V])` is asked after each
 iteration's readout and returns True to stop (`biosrecall.eval.exits.exit_judge` builds one from an
-exit criterion). Every token stops at `max_depth` at the latest. A judge with `reads_state` set (a
+exit criterion, or `gate_cdf_judges` from a recipe's trained exit gate). Every token stops at
+`max_depth` at the latest. A judge with `reads_state` set (a
 readout-free criterion: `latent`, `accel`, or the learned `gate`) is asked with the token's recurrent state [d] instead, and
 the token is read out only once, at the depth it stops at.
 
@@ -102,10 +103,15 @@ class CachedDecoder:
         return self.model.begin_state(x, self.length)
 
     def _iteration(self, state, inject, depth: int, rope: Rope) -> torch.Tensor:
-        x = self.model.block_input(state, inject)
-        for j, layer in enumerate(self.model.block):
-            x = layer(x, rope, cache=KVCache(self.block[depth - 1, j], self.length))
-        return x
+        """Iteration `depth` as the model's recipe defines it, its block layers reading and writing
+        this iteration's cache; the recipe is told the max depth as the call's total K."""
+
+        def block(x: torch.Tensor) -> torch.Tensor:
+            for j, layer in enumerate(self.model.block):
+                x = layer(x, rope, cache=KVCache(self.block[depth - 1, j], self.length))
+            return x
+
+        return self.model.recipe.step(self.model, state, inject, block, depth, self.max_depth)
 
     def _readout(self, state: torch.Tensor, rope: Rope, head: bool = True) -> torch.Tensor | None:
         model = self.model
@@ -188,6 +194,29 @@ class CachedDecoder:
         newest = self.block[:, :, :, :, self.length].permute(0, 3, 1, 2, 4, 5)  # [it, row, layer, K/V, ...]
         picked = newest[offered, torch.arange(self.rows, device=exits.device)[None, :]]
         self.block[:, :, :, :, self.length] = picked.permute(0, 2, 3, 1, 4, 5)
+
+
+def gate_cdf_judges(model, q: float) -> Callable[[], RowsJudge]:
+    """For a recipe that trains an exit gate (`Recipe.exit_gate`, e.g. ouro-gate): a factory of fresh
+    judges that stop a row at the first depth where its exit CDF, 1 - prod_{i<=t} (1 - lambda_i),
+    reaches `q`. It reads the state, so a token is read out once, at its exit."""
+    if not model.recipe.exit_gate:
+        raise BiosrecallError(f"recipe {model.recipe.name} trains no exit gate to read")
+    if not 0 < q <= 1:
+        raise BiosrecallError(f"the exit CDF level q must lie in (0, 1], got {q!r}")
+
+    def new_judge() -> RowsJudge:
+        survival = []
+
+        def judge(depth: int, state: torch.Tensor) -> torch.Tensor:
+            stay = 1 - model.recipe.gate(model, state).float()
+            survival[:] = [stay if not survival else survival[0] * stay]
+            return 1 - survival[0] >= q
+
+        judge.reads_state = True
+        return judge
+
+    return new_judge
 
 
 def greedy_decode(model, prompt: list[int], max_new_tokens: int, max_depth: int,

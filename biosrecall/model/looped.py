@@ -27,6 +27,7 @@ input state for backward and recomputes the iteration there (memory flat in K, g
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Iterable, Iterator
@@ -38,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, head_cross_entropy, rope_tables
+from biosrecall.model.recipes import get_recipe
 
 
 class LoopedTransformer(nn.Module):
@@ -55,7 +57,11 @@ class LoopedTransformer(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, d)
         self.pos_embed = nn.Embedding(config.context_length, d) if config.position == "learned" else None
         self.prelude = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_prelude))
-        self.adapter = nn.Linear(2 * d, d, bias=False) if config.injection == "concat" else None
+        self.recipe = get_recipe(config.recipe)
+        problem = self.recipe.check(config)
+        if problem is not None:
+            raise BiosrecallError(f"recipe {config.recipe}: {problem}")
+        self.recipe.build(self, config)  # where the adapter always was: the seeded init is unchanged
         self.block = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_block))
         self.coda = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_coda))
         self.state_norm = RMSNorm(d, config.norm_eps)
@@ -82,6 +88,7 @@ class LoopedTransformer(nn.Module):
                 nn.init.normal_(module.weight, std=math.sqrt(2.0 / (5.0 * cfg.d_model)))
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
+        self.recipe.reset_parameters(self, cfg)
 
     def compile_layers(self, **options) -> None:
         """Compile every prelude, block and coda layer in place (`nn.Module.compile`, `options` go to
@@ -104,17 +111,40 @@ class LoopedTransformer(nn.Module):
             raise BiosrecallError(
                 f"targets {tuple(targets.shape)} must be shaped like tokens {tuple(tokens.shape)}"
             )
+        if targets is not None:
+            return self.recipe.loss(self, tokens, depth, targets)
+        for k, state, rope in self.gradient_states(tokens, depth):
+            if k == depth:
+                return self._readout(state, rope, None)
+        raise AssertionError("gradient_states ends at the requested depth")
+
+    def gradient_states(self, tokens: torch.Tensor, depth: int) -> Iterator[tuple[int, torch.Tensor, Rope]]:
+        """Run `depth` iterations on `tokens`; yield (k, s_k, RoPE slices) for every iteration k that
+        carries a gradient (all of them, or the last `backprop_depth` when gradients are on; the
+        earlier ones run under no_grad). A recipe's training objective reads the depths from here."""
         rope, inject, state = self._start(tokens)
         keep = self.config.backprop_depth
+        done = 0
         if keep is not None and depth > keep and torch.is_grad_enabled():
             with torch.no_grad():
-                state = self._iterate(state, inject, depth - keep, rope)
-            depth = keep
-        state = self._iterate(state, inject, depth, rope)
-        if targets is None:
-            return self._readout(state, rope, None)
-        x = self._final_hidden(state, rope, None)
-        return head_cross_entropy(x.flatten(0, 1), self._head_weight(), targets.flatten())
+                state = self._iterate(state, inject, depth - keep, rope, 0, depth)
+            done = depth - keep
+        for k in range(done + 1, depth + 1):
+            state = self._iterate(state, inject, 1, rope, k - 1, depth)
+            yield k, state, rope
+
+    def final_hidden(self, state: torch.Tensor, rope: Rope) -> torch.Tensor:
+        """What the head reads from a recurrent state [B, T, d]: coda and final norm."""
+        return self._final_hidden(state, rope, None)
+
+    def head_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The summed cross-entropy of the head on `hidden` [B, T, d] against `targets` [B, T]
+        (`layers.head_cross_entropy`: the logits are never made in full)."""
+        return head_cross_entropy(hidden.flatten(0, 1), self._head_weight(), targets.flatten())
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the head on `hidden` [..., d]."""
+        return nn.functional.linear(hidden, self._head_weight())
 
     def forward_all_depths(
         self, tokens: torch.Tensor, depths: Iterable[int], positions: torch.Tensor | None = None
@@ -129,12 +159,15 @@ class LoopedTransformer(nn.Module):
                 f"got {positions.dtype} {tuple(positions.shape)}"
             )
         with torch.no_grad():
-            rope, inject, state = self._start(tokens)
-        done = 0
+            rope, inject, start = self._start(tokens)
+        state, done = start, 0
         for k in wanted:
             # no_grad is entered per step, never held across a yield, so the caller's mode is untouched
             with torch.no_grad():
-                state = self._iterate(state, inject, k - done, rope)
+                if self.recipe.prefix_consistent:
+                    state = self._iterate(state, inject, k - done, rope, done, wanted[-1])
+                else:  # each depth is its own trajectory (the recipe's iterations are told K)
+                    state = self._iterate(start, inject, k, rope, 0, k)
                 logits = self._readout(state, rope, positions)
             done = k
             yield k, logits
@@ -181,40 +214,29 @@ class LoopedTransformer(nn.Module):
         incremental decoder calls this one token at a time)."""
         noise = self.initial_state(start + x.shape[1], x.device, x.dtype)
         noise = None if noise is None else noise[start:]
-        injection = self.config.injection
-        if injection == "none":
-            return None, x if noise is None else x + noise
-        state = torch.zeros_like(x) if noise is None else noise.expand_as(x)
-        if injection == "add":
-            return x, state
-        return nn.functional.linear(x, self.adapter.weight[:, self.config.d_model :]), state
-
-    def block_input(self, state: torch.Tensor, inject: torch.Tensor | None) -> torch.Tensor:
-        """What the recurrent block reads at one iteration: the state with the prelude output injected."""
-        injection = self.config.injection
-        if injection == "concat":
-            w_state = self.adapter.weight[:, : self.config.d_model]
-            return torch.addmm(inject.flatten(0, 1), state.flatten(0, 1), w_state.t()).view_as(inject)
-        if injection == "add":
-            return state + inject
-        return state
+        return self.recipe.begin(self, x, noise)
 
     def _iterate(
-        self, state: torch.Tensor, inject: torch.Tensor | None, steps: int, rope: Rope
+        self, state: torch.Tensor, inject, steps: int, rope: Rope, done: int, depth: int
     ) -> torch.Tensor:
-        """Apply the recurrent block `steps` times (each a checkpoint with `activation_checkpointing`
-        when gradients are on)."""
+        """Iterations done + 1 .. done + steps of a call of total depth `depth` (each a checkpoint
+        with `activation_checkpointing` when gradients are on)."""
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
-        for _ in range(steps):
+        for index in range(done + 1, done + steps + 1):
             if recompute:
-                state = checkpoint(self._block_step, state, inject, rope, use_reentrant=False)
+                state = checkpoint(self._block_step, state, inject, rope, index, depth, use_reentrant=False)
             else:
-                state = self._block_step(state, inject, rope)
+                state = self._block_step(state, inject, rope, index, depth)
         return state
 
-    def _block_step(self, state: torch.Tensor, inject: torch.Tensor | None, rope: Rope) -> torch.Tensor:
-        """One block iteration: s_i = block(inject(s_{i-1}, e))."""
-        x = self.block_input(state, inject)
+    def _block_step(self, state: torch.Tensor, inject, rope: Rope, index: int, depth: int) -> torch.Tensor:
+        """One iteration, as the recipe defines it (`recipes.base.Recipe.step`)."""
+        return self.recipe.step(
+            self, state, inject, functools.partial(self._run_block, rope=rope), index, depth
+        )
+
+    def _run_block(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
+        """The shared block layers on x: what a recipe's `block(x)` does."""
         for layer in self.block:
             x = layer(x, rope)
         return x

@@ -23,6 +23,7 @@ from biosrecall.compute.flops import MAX_TOKENS_PER_UPDATE, check_tokens_per_upd
 from biosrecall.compute.schedules import MAX_UPDATES, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import MAX_SEED
+from biosrecall.model.recipes.base import check_recipe_name
 from biosrecall.numbers import EXPOSURES, FLOAT_MAX, SEED, Limit, check_number
 
 DEFAULT_FRACTIONS = (0.25, 0.45, 0.67, 0.8, 1.0)
@@ -162,6 +163,14 @@ class TrainConfig:
     log: tuple[str, ...] = ()
     """Also send every metrics.jsonl record and the run's config to these trackers: tensorboard, wandb
     or trackio (repeatable or a comma list; needs pip install 'biosrecall[track]')."""
+    recipe: str = "baseline"
+    """The looped recipe: what one iteration computes and how the loss weighs the depths. Built in:
+    baseline, huginn, deep-supervision, parcae, loopformer, ouro-gate; another is an installed
+    package's biosrecall.recipes entry point or --recipe-module's. Recorded in the model config and
+    carried into an export."""
+    recipe_module: str | None = None
+    """A Python file defining RECIPE (a biosrecall.model.recipes.base.Recipe), checked and registered
+    before the run; --recipe then names it (the docs' guide "Add a recipe" has an example)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -176,7 +185,12 @@ class TrainConfig:
         require_installed(self.log)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, but the recipe fields only when set, so earlier runs' records read the same."""
+        data = asdict(self)
+        for name, default in OMITTED_AT_DEFAULT.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -237,9 +251,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 _UNSET_ALLOWED = {
     "budget", "budget_of", "updates", "exposures", "seq_len", "threads", "warmup_updates", "decay",
-    "keep_updates",
+    "keep_updates", "recipe_module",
 }  # fmt: skip
 DEFAULT_DECAY = 0.2  # wsd's decay share when `decay` is unset
+OMITTED_AT_DEFAULT = {"recipe": "baseline", "recipe_module": None}
+"""Fields added after runs were archived: recorded only when they differ from their default."""
 
 
 def check_field(name: str, value: Any) -> Any:
@@ -263,6 +279,15 @@ def check_field(name: str, value: Any) -> Any:
         return value
     if name == "log":
         return parse_trackers(value)
+    if name == "recipe":
+        problem = check_recipe_name(value)
+        if problem is not None:
+            raise BiosrecallError(f"recipe {value!r}: {problem}")
+        return value
+    if name == "recipe_module":
+        if not isinstance(value, str) or not value.endswith(".py"):
+            raise BiosrecallError(f"recipe_module must be the path of a .py file, got {value!r}")
+        return value
     if name not in ("schedule", "budget_of", "device"):
         raise BiosrecallError(f"unknown train config field {name!r}")
     if not isinstance(value, str):

@@ -56,8 +56,10 @@ from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
 from biosrecall.model import LoopedTransformer, get_preset
+from biosrecall.model.config import DEFAULT_RECIPE
 from biosrecall.model.layers import IGNORE_INDEX
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
+from biosrecall.model.recipes import get_recipe, load_recipe_module
 from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
 from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer, fractions_crossed
@@ -119,13 +121,25 @@ class VocabularyRule:
     """How to fix a mismatch, appended to the error message."""
 
 
-def build_model_config(preset: str, vocab_size: int, overrides: dict[str, Any] | None, rule: VocabularyRule):
-    """The preset's shape with `overrides` (None values ignored) and a vocabulary for `vocab_size` ids.
+def build_model_config(
+    preset: str,
+    vocab_size: int,
+    overrides: dict[str, Any] | None,
+    rule: VocabularyRule,
+    recipe: str = DEFAULT_RECIPE,
+):
+    """The preset's shape with the recipe's model defaults, then `overrides` (None values ignored), and
+    a vocabulary for `vocab_size` ids; refused if the recipe is not installed.
 
     A data-sized preset (bios-*) takes `vocab_size` unless the overrides set one; any other preset keeps
     its vocabulary, which must fit the data as `rule` says."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if recipe != DEFAULT_RECIPE:
+        overrides = {**get_recipe(recipe).model_defaults, **overrides, "recipe": recipe}
     config = get_preset(preset, **overrides)
+    problem = get_recipe(config.recipe).check(config)
+    if problem is not None:
+        raise BiosrecallError(f"recipe {config.recipe}: {problem}")
     if preset.startswith(DATA_SIZED_PREFIX) and "vocab_size" not in overrides:
         return config.replace(vocab_size=vocab_size)
     if rule.spare_ids and config.vocab_size < vocab_size:
@@ -160,8 +174,8 @@ class TrainingTask:
     (`biosrecall.bios.exposures.Exposures`); None: the task has no people to count, and a run sized
     by `exposures` is refused."""
 
-    def model_config(self):
-        return build_model_config(self.preset, self.vocab_size, self.model_overrides, self.vocab_rule)
+    def model_config(self, recipe: str = DEFAULT_RECIPE):
+        return build_model_config(self.preset, self.vocab_size, self.model_overrides, self.vocab_rule, recipe)
 
 
 BIOS_VOCABULARY = VocabularyRule(
@@ -424,7 +438,9 @@ class Trainer:
     def train(self) -> TrainResult:
         """Set up, (resume,) and train; returns where the checkpoints are. The run folder may not be,
         contain or lie inside the data it trains on."""
-        model_config = self.task.model_config()
+        if self.config.recipe_module is not None:
+            load_recipe_module(self.config.recipe_module)
+        model_config = self.task.model_config(self.config.recipe)
         self.seq_len = resolve_seq_len(self.config, model_config, self.task.preset)
         self.source = self.task.batch_source(self.config, self.seq_len)
         record = {

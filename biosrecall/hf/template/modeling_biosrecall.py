@@ -12,9 +12,12 @@ model loads without biosrecall installed:
 
 The model is a middle-loop transformer: embedding, prelude layers once, one recurrent block applied
 `num_steps` times (Huginn's argument name; default `config.num_steps`), coda layers once, head:
-e = prelude(embed(x)); s_0 = initial state; s_i = block(inject(s_{i-1}, e)); logits =
-head(final_norm(coda(state_norm(s_K)))). The arithmetic is biosrecall's, operation for operation
-(`biosrecall.model.looped` and `layers`), so logits equal biosrecall's forward.
+e = prelude(embed(x)); (inject, s_0) = recipe.begin(e); s_i = recipe.step(s_{i-1}, inject, block);
+logits = head(final_norm(coda(state_norm(s_K)))). What an iteration computes is the run's recipe
+(`config.recipe`), whose file ships beside this one as `recipe.py` (with `recipe_base.py`, the base it
+builds on): the same code biosrecall runs, so the round trip is exact. The rest of the arithmetic is
+biosrecall's, operation for operation (`biosrecall.model.looped` and `layers`), so logits equal
+biosrecall's forward.
 
 Padding. Without an attention mask, or with one that only pads on the right, the computation is
 exactly biosrecall's (causal attention never lets a real token see a later pad). A mask with zeros
@@ -37,6 +40,11 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+try:  # in an exported folder: the run's recipe, shipped beside this file
+    from .recipe import RECIPE
+except ImportError:  # loaded by biosrecall itself, which sets RECIPE before building a model
+    RECIPE = None
+
 MODEL_TYPE = "biosrecall_looped"
 # Every biosrecall model-config field this file implements, with the values it implements; the exporter
 # refuses a config holding any other field or value rather than export a model this code gets wrong.
@@ -50,7 +58,7 @@ SUPPORTED_CHOICES = {
 SUPPORTED_FIELDS = (
     *("vocab_size", "d_model", "n_heads", "d_mlp", "n_prelude", "n_block", "n_coda", "context_length"),
     *("rope_base", "norm_eps", "init_state_std", "init_state_seed", "tie_embeddings", "backprop_depth"),
-    *("init_mean_depth", *SUPPORTED_CHOICES),
+    *("init_mean_depth", "recipe", *SUPPORTED_CHOICES),
 )
 
 
@@ -88,6 +96,7 @@ class BiosrecallLoopedConfig(PretrainedConfig):
         tie_embeddings: bool = True,
         backprop_depth: int | None = None,
         init_mean_depth: float = 8.5,
+        recipe: str = "baseline",
         num_steps: int = 8,
         biosrecall: dict | None = None,
         **kwargs,
@@ -102,7 +111,7 @@ class BiosrecallLoopedConfig(PretrainedConfig):
             init_state_seed,
         )
         self.tie_embeddings, self.backprop_depth = tie_embeddings, backprop_depth
-        self.init_mean_depth, self.num_steps = init_mean_depth, num_steps
+        self.init_mean_depth, self.num_steps, self.recipe = init_mean_depth, num_steps, recipe
         self.biosrecall = biosrecall or {}
         for name, choices in SUPPORTED_CHOICES.items():
             if getattr(self, name) not in choices:
@@ -226,7 +235,11 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
         self.embed = nn.Embedding(config.vocab_size, d)
         self.pos_embed = nn.Embedding(config.context_length, d) if config.position == "learned" else None
         self.prelude = nn.ModuleList(LoopedLayer(config) for _ in range(config.n_prelude))
-        self.adapter = nn.Linear(2 * d, d, bias=False) if config.injection == "concat" else None
+        if RECIPE is None or RECIPE.name != config.recipe:
+            found = "none" if RECIPE is None else RECIPE.name
+            raise ValueError(f"config.json names recipe {config.recipe!r} but recipe.py holds {found!r}")
+        self.recipe = RECIPE
+        self.recipe.build(self, config)
         self.block = nn.ModuleList(LoopedLayer(config) for _ in range(config.n_block))
         self.coda = nn.ModuleList(LoopedLayer(config) for _ in range(config.n_coda))
         self.state_norm = RMSNorm(d, config.norm_eps)
@@ -285,12 +298,12 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
         for layer in self.prelude:
             x = layer(x, rope, mask)
         inject, state = self._begin_state(x, positions)
-        keep = self.config.backprop_depth
+        keep, done = self.config.backprop_depth, 0
         if keep is not None and depth > keep and torch.is_grad_enabled():
             with torch.no_grad():
-                state = self._iterate(state, inject, depth - keep, rope, mask)
-            depth = keep
-        state = self._iterate(state, inject, depth, rope, mask)
+                state = self._iterate(state, inject, 0, depth - keep, depth, rope, mask)
+            done = depth - keep
+        state = self._iterate(state, inject, done, depth, depth, rope, mask)
         logits = self._readout(state, rope, mask)
         loss = None
         if labels is not None:
@@ -349,30 +362,23 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
         return self._noise[key]
 
     def _begin_state(self, x: torch.Tensor, positions: torch.Tensor | None):
-        """(injected term, s_0) from the prelude output x [B, T, d]."""
+        """(injected term, s_0) from the prelude output x [B, T, d], as the recipe begins."""
         noise = None
         if self.config.init_state == "noise":
             table = self._initial_noise(x.device, x.dtype)
             noise = table[: x.shape[1]] if positions is None else table[positions]
-        injection = self.config.injection
-        if injection == "none":
-            return None, x if noise is None else x + noise
-        state = torch.zeros_like(x) if noise is None else noise.expand_as(x)
-        if injection == "add":
-            return x, state
-        return F.linear(x, self.adapter.weight[:, self.config.d_model :]), state
+        return self.recipe.begin(self, x, noise)
 
-    def _iterate(self, state, inject, steps: int, rope, mask) -> torch.Tensor:
-        injection, d = self.config.injection, self.config.d_model
-        for _ in range(steps):
-            if injection == "concat":
-                w_state = self.adapter.weight[:, :d]
-                x = torch.addmm(inject.flatten(0, 1), state.flatten(0, 1), w_state.t()).view_as(inject)
-            else:
-                x = state + inject if injection == "add" else state
+    def _iterate(self, state, inject, done: int, last: int, depth: int, rope, mask) -> torch.Tensor:
+        """Iterations done + 1 .. last of a call of total depth `depth`, each the recipe's step."""
+
+        def block(x: torch.Tensor) -> torch.Tensor:
             for layer in self.block:
                 x = layer(x, rope, mask)
-            state = x
+            return x
+
+        for index in range(done + 1, last + 1):
+            state = self.recipe.step(self, state, inject, block, index, depth)
         return state
 
     def _readout(self, state: torch.Tensor, rope, mask) -> torch.Tensor:

@@ -1,0 +1,38 @@
+"""`deep-supervision`: the loss at every depth of the update, not only at the last.
+
+    biosrecall train --data D --out R --recipe deep-supervision
+
+Deep supervision of a looped or weight-tied model (Lee et al. 2015, "Deeply-Supervised Nets", arXiv
+1409.5185; for recurrent depth, Dehghani et al. 2019, Universal Transformers, and Schwarzschild et al.
+2021, arXiv 2106.04537, who train the readout at every iteration). The iteration is the baseline's.
+At sampled depth K the update reads out every gradient-carrying state s_k and minimises
+
+    L = (1 / |G|) sum_{k in G} CE(head(final_norm(coda(state_norm(s_k)))), y),
+
+G = {1..K}, or the last `backprop_depth` iterations under truncated backprop (an iteration run
+without gradients cannot be supervised). The mean, not the sum, keeps the loss on the scale of one
+cross-entropy, so a learning rate tuned for baseline still fits. Training costs K readouts instead of
+one: `train_flops` adds |G| - 1 readouts (coda and head, forward and backward) to the baseline route.
+"""
+
+try:  # inside an exported model folder, beside its copy of the base
+    from .recipe_base import Recipe
+except ImportError:
+    from biosrecall.model.recipes.base import Recipe
+
+
+class DeepSupervision(Recipe):
+    name = "deep-supervision"
+
+    def loss(self, model, tokens, depth, targets):
+        losses = [
+            model.head_loss(model.final_hidden(state, rope), targets)
+            for _, state, rope in model.gradient_states(tokens, depth)
+        ]
+        return sum(losses) / len(losses)
+
+    def train_flops(self, config, depth, grad_iters, cost):
+        return cost.route(depth) + (grad_iters - 1) * cost.readout
+
+
+RECIPE = DeepSupervision()
