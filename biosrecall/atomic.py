@@ -160,6 +160,16 @@ def _take_back(path: Path) -> str:
     return f"{shown} was not created"
 
 
+def keep_outputs(folder: str | Path) -> None:
+    """From now on what the running command has written in `folder` (and the folders above it) is its
+    result: a later failed or interrupted write no longer takes it back. A study calls it once its
+    record is written, so a first call stopped at any later moment leaves an output a rerun continues."""
+    folder = Path(folder).absolute()
+    with _CREATED_LOCK:
+        for kept in (folder, *folder.parents):
+            _CREATED.pop(kept, None)
+
+
 def _failed(path: Path, exc: BaseException) -> WriteFailed:
     """The `WriteFailed` for a write of `path` that raised `exc`, once its new folders are taken back."""
     if isinstance(exc, WriteFailed):

@@ -219,7 +219,8 @@ def mode_rows(seeds_bits: dict[int, float]) -> pd.DataFrame:
 
 
 def test_the_two_modes_agree_only_when_the_difference_interval_lies_within_the_margin():
-    """The margin is 10% of the 40-bit ceiling: 4 bits."""
+    """The margin is 10% of the 40-bit ceiling: 4 bits. Inside it they agree, wholly outside they
+    differ, and whether the interval holds 0 decides nothing."""
     branch = mode_rows({0: 20.0, 1: 25.0, 2: 30.0})
     same = mode_rows({0: 20.5, 1: 24.5, 2: 30.0})
     independent = same[same["budget_multiple"] == 1]  # independent runs exist at 1x only
@@ -228,8 +229,12 @@ def test_the_two_modes_agree_only_when_the_difference_interval_lies_within_the_m
     assert modes.loc["K=1..16", "branch"] == pytest.approx(25.0) and modes.loc["K=1..16", "margin"] == 4.0
     assert modes.loc["K=1..16", "difference"] == pytest.approx(0.0)
     assert set(modes["modes"]) == {"agree"}
-    lower = mode_rows({0: 15.0, 1: 19.0, 2: 26.0})  # 5, 6 and 4 bits below the branches
+    lower = mode_rows({0: 10.0, 1: 14.0, 2: 18.0})  # 10, 11 and 12 bits below the branches
     assert set(mode_agreement(branch, lower)["modes"]) == {"differ"}
+    # 5, 6 and 4 bits below: the interval excludes 0 but reaches into the margin, so it is open.
+    near = mode_rows({0: 15.0, 1: 19.0, 2: 26.0})
+    near = mode_agreement(branch, near[near["budget_multiple"] == 1]).set_index("depths")
+    assert near.loc["K=1..16", "difference_low"] > 0 and near.loc["K=1..16", "modes"] == "inconclusive"
     scattered = mode_rows({0: 10.0, 1: 25.0, 2: 36.0})  # differences 10, 0 and -6: holds 0, wider than 4
     assert set(mode_agreement(branch, scattered)["modes"]) == {"inconclusive"}
     one_seed = mode_agreement(branch[branch["seed"] == 0], independent)

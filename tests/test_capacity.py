@@ -24,7 +24,7 @@ from harness import changes, run_cli, snapshot
 
 from biosrecall.cli import main
 from biosrecall.experiments import capacity_results as results
-from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, verdict
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
 from biosrecall.train.checkpoint_files import MODEL_FILE
 
@@ -163,6 +163,38 @@ def test_plan_is_what_the_study_trains_and_writes_nothing(study, tmp_path, capsy
         assert merged[f"{column}_planned"].tolist() == pytest.approx(merged[column].tolist()), column
 
 
+def test_plan_of_a_large_people_count_makes_no_dataset_of_it(tmp_path, capsys, monkeypatch):
+    """A plan reads no data it was not given and costs only a probe and its arithmetic: a count beyond
+    the probe is planned from the probe's batches, scaled, and one beyond the planner's limit is
+    refused in one line, never by generating it first."""
+    from biosrecall.experiments import capacity as capacity_study
+
+    made, generate = [], capacity_study.generate_dataset
+    monkeypatch.setattr(capacity_study, "PLAN_PROBE_PEOPLE", 12)
+    monkeypatch.setattr(
+        capacity_study,
+        "generate_dataset",
+        lambda folder, people, seed: made.append(people) or generate(folder, people=people, seed=seed),
+    )
+    args = ["--people", "6,12,1200", "--seeds", "0"]
+    code, err = run_cli([*capacity_args(tmp_path / "out", "--plan"), *args], capsys)
+    assert code == 0, err
+    assert max(made) == 12 and not (tmp_path / "out").exists()
+    options = capacity_study.CapacityOptions(
+        "bios-tiny", (12, 1200), (0,), 3, batch_size=4, seq_len=96, depths=DEPTHS
+    )
+    plan = capacity_study.plan_capacity(options).set_index(["people", "name"])
+    for name in MODELS:
+        assert plan.loc[(1200, name), "updates"] == plan.loc[(12, name), "updates"] * 100
+        assert plan.loc[(1200, name), "parameters"] == plan.loc[(12, name), "parameters"]
+    made.clear()
+    code, err = run_cli(
+        [*capacity_args(tmp_path / "out", "--plan"), "--people", "6,2000000000", "--seeds", "0"], capsys
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--people 2,000,000,000" in err, err
+    assert max(made) <= 12
+
+
 def test_gpu_script_dry_run_plans_every_run_at_1000_exposures(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "DRY_RUN": "1", "PEOPLE": "20,40", "SEEDS": "0", "OUT": str(out),
@@ -269,10 +301,12 @@ def test_saturation_is_the_largest_count_near_the_most_bits():
 
 
 def test_band_verdict():
-    assert results.band_verdict(0.8, 1.2) == HOLDS
-    assert results.band_verdict(0.1, 0.5) == FAILS and results.band_verdict(1.4, 2.0) == FAILS
-    assert results.band_verdict(0.5, 0.9) == INCONCLUSIVE
-    assert results.band_verdict(math.nan, math.nan) == INCONCLUSIVE
+    """Claim 1's band is a margin: inside holds, wholly outside fails, straddling an edge is open."""
+    band = results.ONE_BIT_BAND
+    assert verdict(0.8, 1.2, band) == HOLDS
+    assert verdict(0.1, 0.5, band) == FAILS and verdict(1.4, 2.0, band) == FAILS
+    assert verdict(0.5, 0.9, band) == INCONCLUSIVE
+    assert verdict(math.nan, math.nan, band) == INCONCLUSIVE
 
 
 def test_the_knee_is_between_the_last_full_count_and_the_peak():

@@ -73,7 +73,7 @@ def test_study_end_to_end(data, tmp_path, capsys):
     diagnosis = pd.read_csv(out / "lm_diagnose.csv")
     assert list(diagnosis["seed"]) == [0, 1] and (diagnosis["after_uniform"] == 16).all()
     assert (out / "diagnose" / "ff-k4-s0.67-uniform" / "seed0" / "diagnose_switch.png").is_file()
-    assert measured["update_diagnostic_zero"] in (HOLDS, FAILS)  # two seeds: an interval
+    assert measured["update_diagnostic_zero"] in (HOLDS, FAILS, INCONCLUSIVE)  # two seeds: an interval
     # Rerunning the finished study trains nothing and writes the same tables.
     before = pd.read_csv(out / "lm_nll.csv")
     assert study(capsys, data, out, "--seeds", "0,1", "--grid", GRID_SMALL)[0] == 0
@@ -129,6 +129,35 @@ def test_extending_seeds_keeps_the_first_look(data, tmp_path, capsys):
     assert current["n_seeds"].max() == 3
     table = pd.read_csv(out / "lm_nll.csv")
     assert sorted(set(table["seed"])) == [0, 1, 2]
+
+
+def test_ctrl_c_in_the_last_step_of_a_first_call_keeps_the_record(data, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the first call writes the update diagnostic (its last step before the tables):
+    the record written before the first run stays, so the advised rerun continues the study with the
+    runs already trained instead of refusing an output that "holds no lm_study.json"."""
+    from biosrecall.atomic import atomic_write_path
+    from biosrecall.experiments import lm_study
+
+    def stopped_mid_write(run_dir, *args, **kwargs):
+        out = tmp_path / "first" / "diagnose" / "ff-k4-s0.67-uniform" / "seed0"
+        with atomic_write_path(out / "diagnose_switch.parquet"):
+            raise KeyboardInterrupt
+
+    out = tmp_path / "first"
+    args = ["--seeds", "0", "--grid", "uniform,ff-k4-s0.67-uniform"]
+    with monkeypatch.context() as patch:
+        patch.setattr(lm_study, "diagnose_update", stopped_mid_write)
+        code, err = study(capsys, data, out, *args)
+    assert code == 130, err
+    assert (out / "lm_study.json").is_file()
+    assert (out / "runs" / UNIFORM / "seed0" / "eval" / "nll.parquet").is_file()
+    assert not (out / "diagnose" / "ff-k4-s0.67-uniform" / "seed0").exists(), (
+        "the cut diagnosis is taken back"
+    )
+    monkeypatch.setattr(lm_study, "sweep_study_runs", lambda *a, **k: pytest.fail("retrained a finished run"))
+    code, err = study(capsys, data, out, *args)
+    assert code == 0, err
+    assert (out / "lm_claims.csv").is_file() and (out / "lm_diagnose.csv").is_file()
 
 
 @pytest.mark.slow
@@ -247,6 +276,29 @@ def test_seeds_repeated_under_other_settings(data, tmp_path, capsys):
     _refused(capsys, tmp_path, argv, "seeds 0 would repeat")
 
 
+def test_another_corpus_is_refused_the_same_one_from_a_later_release_is_not(data, tmp_path, capsys):
+    """The corpus is pinned by what it is (tokenizer, vocabulary, training tokens), not by the release
+    that prepared it: a manifest naming another package version continues the study."""
+    from biosrecall.lm import Corpus, prepare_corpus
+
+    out = tmp_path / "first"
+    assert study(capsys, data, out, "--seeds", "0", "--grid", "uniform")[0] == 0
+    (tmp_path / "other.txt").write_text("\n\n".join(f"{w} loop {w} depth." for w in WORDS * 20) + "\n")
+    other = prepare_corpus(
+        Corpus([tmp_path / "other.txt"]), tmp_path / "other", vocab_size=300, val_fraction=0.1
+    )
+    argv = [*STUDY, "--data", str(other.path), "--out", str(out), "--seeds", "0", "--grid", "uniform"]
+    _refused(capsys, tmp_path, argv, "data differ")
+    later = tmp_path / "later"
+    shutil.copytree(data, later)
+    manifest = json.loads((later / "manifest.json").read_text())
+    (later / "manifest.json").write_text(json.dumps({**manifest, "package_version": "99.0"}))
+    code, err = run_cli(
+        [*STUDY, "--data", str(later), "--out", str(out), "--seeds", "0", "--grid", "uniform"], capsys
+    )
+    assert code == 0, err
+
+
 def test_unknown_bundled_corpus(tmp_path, capsys):
     argv = ["lm", "prepare", "pkg:shakespeare", "--out", str(tmp_path / "o")]
     _refused(capsys, tmp_path, argv, "unknown bundled corpus 'pkg:shakespeare'")
@@ -330,15 +382,32 @@ def test_claims_inconclusive_with_noise_or_one_seed():
 
 @pytest.mark.parametrize(
     ("advantages", "expected"),
-    [([0.002, -0.001, 0.0005, -0.002], HOLDS), ([0.010, 0.011, 0.012], FAILS), ([0.01], INCONCLUSIVE)],
+    [
+        ([0.0002, -0.0001, 0.00005, -0.0002], HOLDS),
+        # A tiny effect whose interval excludes 0 (about [1e-5, 2.3e-4] nats) but lies inside the margin.
+        ([1.7e-4, 1.1e-4, 7.8e-5], HOLDS),
+        ([0.010, 0.011, 0.012], FAILS),
+        # An interval that holds 0 only because it is wide: too few seeds, not "no difference".
+        ([0.01, -0.01, 0.005], INCONCLUSIVE),
+        ([0.01], INCONCLUSIVE),
+    ],
 )
-def test_the_update_diagnostic_row(advantages, expected):
+def test_the_update_diagnostic_row_is_judged_against_its_margin(advantages, expected):
+    """'Indistinguishable from zero' holds inside +-0.1% of uniform's NLL (3.0 here: 0.003 nats), fails
+    wholly outside, and whether the interval contains 0 decides nothing."""
     diagnosis = pd.DataFrame({"seed": range(len(advantages)), "advantage": advantages})
     table = crafted(seeds=tuple(range(len(advantages))))
     row = judge_lm_claims(table, diagnosis).set_index("claim").loc["update_diagnostic_zero"]
     assert row["verdict"] == expected
+    assert row["threshold"] == "in [-0.003, 0.003]"
     assert row["n_seeds"] == len(advantages)
     assert verdicts(table)["update_diagnostic_zero"] == NOT_MEASURED  # no diagnosis given
+
+
+def test_within_a_bound_of_uniform_is_two_sided():
+    """A schedule 2% better than uniform is not "within 0.5% of uniform" either."""
+    found = verdicts(crafted(noise=1e-5, k2_gap=-0.02))
+    assert found["k2_67_nll_within"] == FAILS and found["k4_67_nll_within"] == FAILS
 
 
 def test_claims_not_measured_without_their_runs():

@@ -134,7 +134,14 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
 
 
 def _print_plan(options, table) -> None:
+    from biosrecall.experiments.capacity import PLAN_PROBE_PEOPLE
+
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    if max(options.people) > PLAN_PROBE_PEOPLE:
+        click.echo(
+            f"runs of more than {PLAN_PROBE_PEOPLE:,} people are estimated from {PLAN_PROBE_PEOPLE:,} "
+            "people's batches, scaled (about); no dataset of theirs was made"
+        )
     click.echo(
         f"{len(table)} runs: {table['updates'].sum():,} updates, {table['tokens'].sum():,} tokens, "
         f"{table['train_flops'].sum():.3e} modeled training FLOPs in all, at {options.exposures:g} "
@@ -143,7 +150,7 @@ def _print_plan(options, table) -> None:
 
 
 def _print(result) -> None:
-    from biosrecall.experiments.capacity_results import claims_markdown
+    from biosrecall.experiments.claims import claims_markdown
 
     n_seeds = int(result.claims["n_seeds"].max())
     if n_seeds < 2:  # say why before the reader sees a column of "inconclusive"

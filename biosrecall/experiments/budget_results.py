@@ -16,9 +16,11 @@ FLOPs(other), paired by seed, over the seeds where both reached the target.
 Mode agreement: a branch (wsd rate schedule, its first updates trained by a shared trunk) and an
 independent run (the preset's cosine schedule, trained alone) at the same budget are two ways to
 measure one budget point. At a budget both were trained at, `mode_agreement` pairs them by seed and
-reads the 95% interval of the difference: the modes differ when it excludes 0, agree when it holds 0
-and lies within a margin of AGREEMENT_MARGIN of the ceiling, and the comparison is inconclusive
-otherwise (an interval that holds 0 but is wider than the margin shows too few seeds, not agreement).
+judges the 95% interval of the difference against a margin of AGREEMENT_MARGIN of the ceiling, as
+every "no difference" claim is (`biosrecall.experiments.claims`): the modes agree when the whole
+interval lies inside the margin, differ when it lies wholly outside, and the comparison is
+inconclusive otherwise. Whether the interval holds 0 decides nothing: a wide one shows too few seeds,
+a narrow one a difference too small to matter.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.plots import curve_styles, format_flops, legend_below
-from biosrecall.experiments.claims import verdict
+from biosrecall.experiments.claims import FAILS, HOLDS, verdict
 from biosrecall.experiments.figure1_results import study_label
 from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
 from biosrecall.outputs import save_figure, write_table
@@ -275,11 +277,8 @@ def mode_agreement(branches: pd.DataFrame, independent: pd.DataFrame) -> pd.Data
 
 
 def _agreement(low: float, high: float, margin: float) -> str:
-    if math.isnan(low):
-        return "inconclusive"
-    if not low <= 0 <= high:
-        return "differ"
-    return "agree" if -margin < low and high < margin else "inconclusive"
+    judged = verdict(low, high, (-margin, margin))
+    return {HOLDS: "agree", FAILS: "differ"}.get(judged, "inconclusive")
 
 
 def targets_markdown(targets: pd.DataFrame) -> str:

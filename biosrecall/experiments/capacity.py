@@ -34,16 +34,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_json_if_changed
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
+from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.capacity_results import write_capacity_results
 from biosrecall.experiments.capacity_scoring import score_runs
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
-from biosrecall.experiments.study_engine import refuse_busy_runs, study_executor, train_study_runs
+from biosrecall.experiments.study_engine import (
+    refuse_busy_runs,
+    study_executor,
+    train_study_runs,
+    write_study_record,
+)
 from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
@@ -165,7 +171,7 @@ def run_capacity(
     check_study_size(options, out_dir, executor.slots(), report)
     with output_lock(out_dir):
         _prepare(out_dir, options, record, runs, report)
-        atomic_write_json_if_changed(out_dir / RECORD, record)  # a rerun refused later: untouched
+        write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
         train_study_runs(out_dir / RUNS, runs, executor, report)
         if report is not None:  # cached scores are read back at once; a fresh one takes about a run's time
             report(f"scoring {len(runs)} final checkpoint(s), {executor.slots()} at a time")
@@ -318,19 +324,50 @@ def plan_table(runs: list[SweepRun]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows)
 
 
+PLAN_PROBE_PEOPLE = 10_000
+"""`--plan` plans a people count up to this on its own dataset, made in a scratch folder; a larger
+count from this many people's batches, scaled (about: a larger dataset's batches pack biographies of
+the same lengths). So a plan never makes or reads a dataset larger than this, whatever --people asks:
+its cost is a probe's and its own arithmetic."""
+
+
 def plan_capacity(options: CapacityOptions, report=None):
     """`plan_table` of every run of the study, its datasets generated in a temporary folder: what
-    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study). A plan
-    larger than the machine is refused first, and the scratch folder of a plan that was killed is
-    removed by the next one (`biosrecall.locking.scratch_folder`)."""
+    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study). Counts
+    over `PLAN_PROBE_PEOPLE` are estimated from the probe's plan. A plan larger than the machine is
+    refused first, and the scratch folder of a plan that was killed is removed by the next one
+    (`biosrecall.locking.scratch_folder`)."""
 
     base = _base_config(options, "cpu")
-    check_study_size(options, None, 1, report)
+    counted = replace(options, people=tuple(dict.fromkeys(min(n, PLAN_PROBE_PEOPLE) for n in options.people)))
+    check_study_size(counted, None, 1, report)
     with scratch_folder("capacity-plan") as scratch:
-        datasets = {people: scratch / f"people{people}" for people in options.people}
+        datasets = {people: scratch / f"people{people}" for people in counted.people}
         for people, folder in datasets.items():
             _dataset(folder, people, report)
-        return plan_table(capacity_runs(options, base, datasets))
+        table = plan_table(capacity_runs(counted, base, datasets))
+    return pd.concat([_scaled(table, people) for people in options.people], ignore_index=True)
+
+
+def _scaled(table: pd.DataFrame, people: int) -> pd.DataFrame:
+    """The planned rows of `people`: the probe's rows scaled by people / probe (updates, tokens and
+    FLOPs grow with the people a run must show `exposures` times; the model does not change)."""
+    probe = min(people, PLAN_PROBE_PEOPLE)
+    rows = table[table["people"] == probe].copy()
+    if people == probe:
+        return rows
+    updates = np.ceil(rows["updates"] * people / probe).astype(int)
+    if updates.max() > MAX_UPDATES:
+        raise BiosrecallError(
+            f"--people {people:,} needs about {updates.max():,} updates of this batch at these exposures, "
+            f"beyond the planner's limit of {MAX_UPDATES:,} (use smaller --people counts or a larger "
+            "--batch-size)"
+        )
+    grown = updates / rows["updates"]
+    per_update = rows["tokens"] // rows["updates"]
+    return rows.assign(
+        people=people, updates=updates, tokens=per_update * updates, train_flops=rows["train_flops"] * grown
+    )
 
 
 def capacity_command(record: dict[str, Any]) -> str:

@@ -14,7 +14,8 @@ Files (tables as CSV and parquet, the figure as PNG and PDF):
     capacity.md           both tables in Markdown (intervals as "mean [low, high]"), and between
                           them where each curve bends (`biosrecall.experiments.capacity_knees`)
     capacity_claims(.md)  the four claims of `capacity_claims`, each judged from its 95% interval
-                          over seeds
+                          over seeds (`biosrecall.experiments.claims`; an earlier look at another
+                          seed count is kept as capacity_claims_at_<n>seeds.csv)
     capacity.png/.pdf     stored bits against people: one panel per serving depth and measure, one
                           line per model (a baseline's one depth in every panel), the ceiling and the
                           lines of 1 and 2 bits per parameter of the looped model
@@ -25,7 +26,6 @@ A baseline has one serving depth: its rows say depth 1, and every claim reads it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +34,10 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.capacity_figure import plot_capacity
 from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
-from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, decide_text, verdict
+from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
 from biosrecall.outputs import markdown_table, save_figure, write_table
-from biosrecall.stats import aggregate_seeds, interval_text, seed_interval
+from biosrecall.stats import aggregate_seeds, interval_text
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
 MEASURE = "loss_bound_bits_per_param"
@@ -69,17 +69,11 @@ VALUES = [
 ]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class CapacityClaim:
-    key: str
-    statement: str
-    metric: str
-    threshold: str
-    why: str
-    measure: Callable[[pd.DataFrame], float]  # one seed's rows -> the metric (NaN: cannot be computed)
-    judge: Callable[[float, float], str]  # (low, high) of the interval -> the verdict
-    edge: Callable[[float], float]  # the mean -> the threshold value its seeds to decide are counted at
-    note: str = ""  # why the claim cannot be judged on this sweep ("" when it can): not measured
+COLUMNS = [
+    "claim", "statement", "metric", "threshold", "mean", "low", "high", "n_seeds", "per_seed", "verdict",
+    "seeds_to_decide", "note", "why_threshold",
+]  # fmt: skip
+"""capacity_claims.csv's columns, in order."""
 
 
 @dataclass
@@ -180,98 +174,69 @@ def band_unreachable(table: pd.DataFrame) -> str:
     )
 
 
-def band_verdict(low: float, high: float, band: tuple[float, float] = ONE_BIT_BAND) -> str:
-    """holds inside the band, does not hold wholly outside it, else (or with no interval) inconclusive."""
-    if math.isnan(low) or math.isnan(high):
-        return INCONCLUSIVE
-    if band[0] <= low and high <= band[1]:
-        return HOLDS
-    return FAILS if high < band[0] or low > band[1] else INCONCLUSIVE
-
-
 def capacity_claims(
     saturated: int, unreachable: str = "", unseen: str = "", flops_unseen: str = ""
-) -> list[CapacityClaim]:
+) -> list[Claim]:
     """The four claims: 1, 2 and 4 on each model's capacity (the most it stores over the sweep,
     `_capacity`), 3 where uniform saturates; `unreachable`, `unseen` and `flops_unseen` say why
     claim 1 (`band_unreachable`), 2 and 4 (`knee_unreached`) cannot be judged on this sweep."""
-    lo, hi = ONE_BIT_BAND
     return [
-        CapacityClaim(
+        Claim(
             "baseline_one_bit_per_param",
             "The params-matched standard transformer stores about 1 bit per parameter (within 30%)",
             "std_params' capacity: its most loss-bound bits per parameter over the people counts",
-            f"in [{lo:g}, {hi:g}]",
+            True,
+            ONE_BIT_BAND,
             "the 3.3 paper's ~1 bit per parameter at 100 exposures, +-30%",
             lambda r: _capacity(r, STD_PARAMS),
-            band_verdict,
-            lambda mean: lo if abs(mean - lo) < abs(mean - hi) else hi,
-            unreachable,
+            note=unreachable,
         ),
-        CapacityClaim(
+        Claim(
             "looped_no_more_per_param",
             "A looped model (uniform, best depth) stores no more bits per parameter than the "
             "params-matched standard transformer",
             "capacity of uniform (best people count and depth) minus std_params', loss-bound bits "
             "per parameter (paired by seed)",
-            f"< {LOOPED_MARGIN:g}",
+            False,
+            LOOPED_MARGIN,
             "a direction: reusing weights over depth adds computation, not storage",
             _looped_excess,
-            lambda low, high: verdict(low, high, LOOPED_MARGIN, above=False),
-            lambda mean: LOOPED_MARGIN,
-            unseen,
+            note=unseen,
         ),
-        CapacityClaim(
+        Claim(
             "fixed_first_near_uniform_at_saturation",
             "Fixed-first stores within 10% of uniform at every serving depth where uniform saturates",
             f"fixed-first / uniform exact bits at the worst serving depth, at {saturated} people "
             "(where uniform saturates)",
-            f"> {FIXED_FIRST_RATIO:g}",
+            True,
+            FIXED_FIRST_RATIO,
             "'within 10%' applied to the worst depth; saturation: the largest count within "
             f"{SATURATION_TOLERANCE:.0%} of uniform's most stored bits",
             lambda r: _worst_ratio(r, saturated),
-            lambda low, high: verdict(low, high, FIXED_FIRST_RATIO, above=True),
-            lambda mean: FIXED_FIRST_RATIO,
         ),
-        CapacityClaim(
+        Claim(
             "looped_below_flops_matched",
             "At matched training FLOPs per token, the looped model (fixed K=4, best depth) stores fewer "
             "bits than the standard transformer",
             "most loss-bound bits of fixed K=4 (best people count and depth) minus std_flops' (paired by "
             "seed)",
-            f"< {FLOPS_MARGIN:g}",
+            False,
+            FLOPS_MARGIN,
             "a direction: the FLOP-matched transformer spends the same compute on untied parameters",
             _flops_matched_excess,
-            lambda low, high: verdict(low, high, FLOPS_MARGIN, above=False),
-            lambda mean: FLOPS_MARGIN,
-            flops_unseen,
+            note=flops_unseen,
         ),
     ]
 
 
 def judge_capacity_claims(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim: the metric per seed, its 95% t interval over seeds and the verdict."""
+    """One row per claim: the metric per seed, its 95% t interval over seeds, the verdict and the
+    seeds to decide (`biosrecall.experiments.claims`), in capacity_claims.csv's columns."""
     unseen = knee_unreached(table, (UNIFORM, STD_PARAMS))
     flops_unseen = knee_unreached(table, (FIXED_K4, STD_FLOPS))
-    rows = []
-    for claim in capacity_claims(saturation_people(table), band_unreachable(table), unseen, flops_unseen):
-        values = [claim.measure(part) for _, part in table.groupby("seed", sort=True)]
-        measured = [v for v in values if not math.isnan(v)] if not claim.note else []
-        interval = seed_interval(measured)
-        decide = decide_text(
-            interval.mean, interval.low, interval.high, interval.n, claim.edge(interval.mean)
-        )
-        rows.append(
-            {
-                "claim": claim.key, "statement": claim.statement, "metric": claim.metric,
-                "threshold": claim.threshold, "mean": interval.mean, "low": interval.low,
-                "high": interval.high, "n_seeds": interval.n,
-                "per_seed": ";".join(f"{v:.4g}" for v in values),
-                "verdict": claim.judge(interval.low, interval.high) if measured else NOT_MEASURED,
-                "seeds_to_decide": decide, "note": claim.note, "why_threshold": claim.why,
-            }
-        )  # fmt: skip
-    return pd.DataFrame(rows)
+    claims = capacity_claims(saturation_people(table), band_unreachable(table), unseen, flops_unseen)
+    judged = with_seeds_to_decide(judge_claims(table, claims))
+    return judged.reindex(columns=COLUMNS, fill_value="")
 
 
 def _model(row) -> str:
@@ -322,27 +287,12 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
     )  # fmt: skip
 
 
-def claims_markdown(claims: pd.DataFrame) -> str:
-    rows = []
-    for row in claims.itertuples():
-        if row.n_seeds == 0:
-            measured = f"- ({row.note})" if isinstance(row.note, str) and row.note else "-"
-        else:
-            measured = interval_text(row.mean, row.low, row.high, "{:.3g}")
-            measured += " (one seed, no interval)" if math.isnan(row.low) else f", n={row.n_seeds}"
-        rows.append([row.statement, row.metric, row.threshold, measured, f"**{row.verdict}**",
-                     row.seeds_to_decide or "-"])  # fmt: skip
-    header = ["claim", "metric", "threshold", "measured (95% interval, seeds)", "verdict", "seeds to decide"]
-    return markdown_table(header, rows)
-
-
 def write_capacity_results(out_dir: str | Path, table: pd.DataFrame) -> CapacityTables:
     """Every file of the module doc, each written atomically; returns the summary, claims and paths."""
     out_dir = Path(out_dir)
     summary, claims = summarize(table), judge_capacity_claims(table)
     files = [*write_table(table, out_dir / "capacity"), *write_table(summary, out_dir / "capacity_summary")]
     atomic_write_text(out_dir / "capacity.md", capacity_markdown(summary, table))
-    files += [out_dir / "capacity.md", *write_table(claims, out_dir / "capacity_claims")]
-    atomic_write_text(out_dir / "capacity_claims.md", claims_markdown(claims))
-    files += [out_dir / "capacity_claims.md", *save_figure(plot_capacity(summary), out_dir / "capacity")]
+    files += [out_dir / "capacity.md", *write_claims(claims, out_dir, "capacity_claims")]
+    files += save_figure(plot_capacity(summary), out_dir / "capacity")
     return CapacityTables(summary, claims, files)

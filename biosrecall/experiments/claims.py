@@ -1,14 +1,24 @@
-"""The paper's Figure-1 statements, each judged from the recall table: holds, does not hold, inconclusive.
+"""The claims engine: one claim type and one judge for every study's claims rows (bioS, serving,
+capacity, LM), and the paper's Figure-1 statements as the first set of them.
 
     claims = judge_claims(curves)          # curves: one row per run, seed, fraction and depth (bits)
     write_claims(claims, "runs/figure1")   # claims.csv and claims.md
+    judge_claims(table, [Claim(...), ...]) # any study: a table with a `seed` column, its own claims
 
-Each claim is a metric computed on every seed separately (a paired difference where it compares two
-schedules, since the seeds share people), a 95% t interval over seeds (`biosrecall.stats`) and a
-threshold. The verdict is "holds" when the whole interval is on the claim's side of the threshold,
-"does not hold" when the whole interval is on the other side, and "inconclusive" when it straddles
-it or there is only one seed (no interval). A claim whose runs were not trained (no `--fixed-sweep`,
-no `--update-matched`) is "not measured". Thresholds live in `CLAIMS`, each with its reason.
+A `Claim` is a metric computed on every seed separately (a paired difference where it compares two
+runs, since the seeds share data), a 95% t interval over seeds (`biosrecall.stats`), a threshold with
+its side, the reason for the threshold and, where the paper states one, the paper's own number. The
+verdict of a one-sided claim is "holds" when the whole interval is on the claim's side of the
+threshold, "does not hold" when the whole interval is on the other side, and "inconclusive" when it
+straddles it or there is only one seed (no interval). A claim whose runs were not trained (no
+`--fixed-sweep`, no `--update-matched`, a grid without the run) is "not measured"; so is one whose
+`note` says why this sweep cannot judge it. Thresholds live beside each claim, each with its reason.
+
+A claim of "no difference", "indistinguishable from zero" or "within 0.1%" is two-sided: its
+threshold is a margin (low, high), stated with its reason. It holds when the whole interval lies
+inside the margin, does not hold when it lies wholly outside, and is inconclusive otherwise. It is
+never judged by whether the interval contains 0: that rule rewards running fewer seeds (a wide
+interval holds 0) and punishes running many (a tiny, irrelevant effect excludes it).
 
 A claim whose threshold is a share of the ceiling can only be tested where some schedule recalls
 that much: when no run of the study (its mean over seeds, at its best depth, at the claim's budget
@@ -17,9 +27,11 @@ ceiling" (`out_of_reach`) whatever the interval says, since more seeds cannot ch
 size or budget can.
 
 Each row also says how many seeds would decide it (`seeds_to_decide`, a planning estimate from its
-mean and interval: `biosrecall.stats.seeds_to_decide`). When a rerun judges the claims over another
-number of seeds, the claims it replaces are kept as `claims_at_<n>seeds.csv` and `claims.md` shows
-their verdicts beside the new ones, so a study extended after a look says so.
+mean and interval: `biosrecall.stats.seeds_to_decide`; for a margin, against the margin's edge
+nearest the mean). When a rerun judges the claims over another number of seeds, the claims it
+replaces are kept as `<stem>_at_<n>seeds.csv` and `<stem>.md` shows their verdicts beside the new
+ones, so a study extended after a look says so. `claims_markdown` is the one writer of every claims
+table.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_bytes, atomic_write_text
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED
-from biosrecall.outputs import write_table
+from biosrecall.outputs import markdown_table, write_table
 from biosrecall.stats import SEEDS_CAP, interval_text, sd_from_interval, seed_interval, seeds_to_decide
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
@@ -56,12 +68,27 @@ class Claim:
     key: str
     statement: str
     metric: str
-    above: bool  # the claim says the metric is above the threshold (False: below)
-    threshold: float
+    above: bool
+    """One-sided: the claim says the metric is above the threshold (False: below). Unused by a margin."""
+    threshold: float | tuple[float, float]
+    """A number (one-sided), or a margin (low, high) the whole interval must lie in (two-sided)."""
     why: str
-    measure: Callable[[pd.DataFrame], float]  # one seed's rows -> the metric (NaN: cannot be computed)
+    """The reason for the threshold: how the paper's words were read."""
+    measure: Callable[[pd.DataFrame], float]
+    """One seed's rows -> the metric (NaN: cannot be computed)."""
     reach: tuple[float, float] | None = None
     """(budget fraction, share of the ceiling) the claim's regime needs some schedule to reach."""
+    paper: str = ""
+    """The paper's own number or words, shown beside the statement ("" where the study adds none)."""
+    note: str = ""
+    """Why this sweep cannot judge the claim ("" when it can): then it is not measured."""
+
+
+def threshold_text(threshold: float | tuple[float, float], above: bool = True) -> str:
+    """A threshold cell: "> 0.5" or "< 0.5" one-sided, "in [-0.1, 0.1]" for a margin."""
+    if isinstance(threshold, tuple):
+        return f"in [{threshold[0]:g}, {threshold[1]:g}]"
+    return f"{'>' if above else '<'} {threshold:g}"
 
 
 def _bits(rows: pd.DataFrame, name: str, fraction: float, depths: tuple[int, int]) -> pd.Series:
@@ -201,10 +228,14 @@ CLAIMS = (
 )
 
 
-def verdict(low: float, high: float, threshold: float, above: bool) -> str:
-    """holds / does not hold / inconclusive from an interval; no interval (one seed) is inconclusive."""
+def verdict(low: float, high: float, threshold: float | tuple[float, float], above: bool = True) -> str:
+    """holds / does not hold / inconclusive from an interval; no interval (one seed) is inconclusive.
+    A margin (low, high) holds when the whole interval is inside it and fails when wholly outside."""
     if math.isnan(low) or math.isnan(high):
         return INCONCLUSIVE
+    if isinstance(threshold, tuple):
+        inside = threshold[0] <= low and high <= threshold[1]
+        return HOLDS if inside else FAILS if high < threshold[0] or low > threshold[1] else INCONCLUSIVE
     if above:
         return HOLDS if low > threshold else FAILS if high <= threshold else INCONCLUSIVE
     return HOLDS if high < threshold else FAILS if low >= threshold else INCONCLUSIVE
@@ -230,15 +261,17 @@ def testable(verdict_text) -> bool:
     return not str(verdict_text).startswith(NOT_TESTABLE)
 
 
-def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
-    """One row per claim. `curves`: whole-person recall, columns name, seed, fraction, depth, bits,
-    ceiling_bits (a run per name and seed)."""
+def judge_claims(table: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
+    """One row per claim, judged over the seeds of `table` (a `seed` column; each claim's `measure`
+    reads one seed's rows). The Figure-1 claims read whole-person recall: columns name, seed,
+    fraction, depth, bits, ceiling_bits (a run per name and seed). A `paper` column (before the
+    measured ones) is there when some claim states the paper's number."""
     rows = []
     for claim in claims:
-        values = [claim.measure(part) for _, part in curves.groupby("seed", sort=True)]
-        measured = [v for v in values if not math.isnan(v)]
+        values = [claim.measure(part) for _, part in table.groupby("seed", sort=True)]
+        measured = [] if claim.note else [v for v in values if not math.isnan(v)]
         interval = seed_interval(measured)
-        result = out_of_reach(claim, curves) or verdict(
+        result = out_of_reach(claim, table) or verdict(
             interval.low, interval.high, claim.threshold, claim.above
         )
         rows.append(
@@ -246,17 +279,21 @@ def judge_claims(curves: pd.DataFrame, claims=CLAIMS) -> pd.DataFrame:
                 "claim": claim.key,
                 "statement": claim.statement,
                 "metric": claim.metric,
-                "threshold": f"{'>' if claim.above else '<'} {claim.threshold:g}",
+                "threshold": threshold_text(claim.threshold, claim.above),
+                "paper": claim.paper,
                 "mean": interval.mean,
                 "low": interval.low,
                 "high": interval.high,
                 "n_seeds": interval.n,
                 "per_seed": ";".join(f"{v:.4g}" for v in values),
                 "verdict": result if measured else NOT_MEASURED,
+                "note": claim.note,
                 "why_threshold": claim.why,
             }
         )
-    return pd.DataFrame(rows)
+    judged = pd.DataFrame(rows)
+    unused = [column for column in ("paper", "note") if not any(getattr(c, column) for c in claims)]
+    return judged.drop(columns=unused)
 
 
 def decide_text(mean: float, low: float, high: float, n_seeds: int, threshold, verdict_text: str = "") -> str:
@@ -265,7 +302,7 @@ def decide_text(mean: float, low: float, high: float, n_seeds: int, threshold, v
     or for a claim this size cannot test (no seed count can)."""
     if n_seeds < 2 or math.isnan(low) or math.isnan(high) or not testable(verdict_text):
         return ""
-    value = _threshold_value(threshold)
+    value = _threshold_value(threshold, mean)
     if high == low:  # no spread: decided at any count, on the threshold too (`verdict` reads it as failing)
         return "2"
     if mean == value:
@@ -274,47 +311,45 @@ def decide_text(mean: float, low: float, high: float, n_seeds: int, threshold, v
     return f">{SEEDS_CAP}" if needed is None else str(needed)
 
 
-def _threshold_value(threshold) -> float:
-    """The number of a threshold cell ("> 0.5"; a bare number is accepted too)."""
+def _threshold_value(threshold, mean: float) -> float:
+    """The number of a threshold cell ("> 0.5"; a bare number is accepted too); of a margin
+    ("in [-0.1, 0.1]"), the edge nearest `mean`, the one whose crossing decides the claim."""
+    if isinstance(threshold, str) and threshold.startswith("in ["):
+        low, high = (float(edge) for edge in threshold[4:-1].split(","))
+        return low if abs(mean - low) < abs(mean - high) else high
     return float(threshold.split()[-1]) if isinstance(threshold, str) else float(threshold)
 
 
 def with_seeds_to_decide(claims: pd.DataFrame) -> pd.DataFrame:
-    """The claims with their `seeds_to_decide` column (text, so ">1000" and "" sit beside counts)."""
+    """The claims with their `seeds_to_decide` column (text, so ">1000" and "" sit beside counts): in
+    its place where the table has one, else last."""
     cells = [
         decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold, row.verdict)
         for row in claims.itertuples()
     ]
-    return claims.drop(columns=[SEEDS_TO_DECIDE], errors="ignore").assign(**{SEEDS_TO_DECIDE: cells})
+    return claims.assign(**{SEEDS_TO_DECIDE: cells})
 
 
 def claims_markdown(
     claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]] = (), stem: str = CLAIMS_STEM
 ) -> str:
-    """The claims as a Markdown table (what the README's claims section is generated from).
+    """The claims as a Markdown table, every study's (what the README's claims sections are made of).
 
     `earlier`: (seed count, claims) of each earlier look (`earlier_looks`); each adds a verdict column
     beside the current one, and a line above the table says the study was extended after it."""
     looks = [(n, dict(zip(table["claim"], table["verdict"], strict=True))) for n, table in earlier]
-    header = [*(f"verdict at {n} seeds" for n, _ in looks), "verdict", "seeds to decide (planning estimate)"]
-    lines = [
-        "| claim | metric | threshold | measured (95% interval, seeds) | " + " | ".join(header) + " |",
-        "|---|---|---|---|" + "---|" * len(header),
-    ]
+    header = [
+        "claim", "metric", "threshold", "measured (95% interval, seeds)",
+        *(f"verdict at {n} seeds" for n, _ in looks), "verdict", "seeds to decide (planning estimate)",
+    ]  # fmt: skip
+    rows = []
     for row in claims.itertuples():
         before = [verdicts.get(getattr(row, "claim", None), "-") for _, verdicts in looks]
         decide = decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold, row.verdict) or "-"
-        cells = [
-            row.statement,
-            row.metric,
-            row.threshold,
-            _measured(row),
-            *before,
-            f"**{row.verdict}**",
-            decide,
-        ]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return _look_note([n for n, _ in looks], stem) + "\n".join(lines) + "\n"
+        rows.append(
+            [row.statement, row.metric, row.threshold, _measured(row), *before, f"**{row.verdict}**", decide]
+        )
+    return _look_note([n for n, _ in looks], stem) + markdown_table(header, rows)
 
 
 def _look_note(counts: list[int], stem: str) -> str:
@@ -332,7 +367,8 @@ def _look_note(counts: list[int], stem: str) -> str:
 
 def _measured(row) -> str:
     if row.n_seeds == 0:
-        return "-"
+        note = getattr(row, "note", "")
+        return f"- ({note})" if isinstance(note, str) and note else "-"
     measured = interval_text(row.mean, row.low, row.high, "{:.3g}")
     if math.isnan(row.low):
         return f"{measured} (one seed, no interval)"

@@ -69,7 +69,7 @@ from biosrecall.experiments.lm_grid import (
     UNIFORM,
 )
 from biosrecall.experiments.study import check_seeds
-from biosrecall.experiments.study_engine import study_executor, sweep_study_runs
+from biosrecall.experiments.study_engine import study_executor, sweep_study_runs, write_study_record
 from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.files import file_sha256, parse_json_text
 from biosrecall.lm import compare_plots as plots
@@ -307,12 +307,14 @@ def lm_study_command(record: dict[str, Any]) -> str:
 
 
 def _identity(record: dict[str, Any], key: str) -> Any:
-    """What must match for a call to continue an output: the corpus is its manifest and tokenizer
-    (its source locations are only informative: an archive writes them relative to where it was
-    made)."""
+    """What must match for a call to continue an output: the corpus is its tokenizer (trained on its
+    training documents), vocabulary and training tokens. Its source locations are only informative
+    (an archive writes them relative to where it was made), and so is its manifest's hash, which
+    also records the release that prepared it: the same corpus prepared by a later release is the
+    same data."""
     value = record[key]
     if key == "data" and isinstance(value, dict):
-        return {name: item for name, item in value.items() if name != "sources"}
+        return {name: item for name, item in value.items() if name not in ("sources", "manifest_sha256")}
     return value
 
 
@@ -409,7 +411,7 @@ def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, to
             record["seeds"] = sorted(set(old["seeds"]) | set(record["seeds"]))
             record["grid"] = [item for item in GRID if item in set(old["grid"]) | set(record["grid"])]
 
-        atomic_write_text(study.out_dir / RECORD, json.dumps(record, indent=2) + "\n")
+        write_study_record(study.out_dir / RECORD, json.dumps(record, indent=2) + "\n")
         with timer.phase(
             "training", f"{len(runs)} run(s) and their evaluation at depths 1..{study.settings.max_depth}"
         ):

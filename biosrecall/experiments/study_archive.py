@@ -10,13 +10,22 @@ stored-bits tables are cached the same way) or a `biosrecall lm study` one (each
 lies in its eval/ folder, the update diagnostic's tables under diagnose/); `figure1 --archive`,
 `capacity --archive` and `lm study --archive` call this.
 
-Everything in the output is copied except what only training or fresh scoring reads: each
-checkpoint's weights and training state, the resumable states (`state-*`, `update-*`, `latest`),
-locks and temporaries, and the sweep's bookkeeping (`runs/.sweep/`: the command lines, process ids
-and logs of the machine it ran on). What stays is what `biosrecall figure1` reads to tabulate a
-finished run: the record, the dataset, each run's config, metrics and per-checkpoint meta.json with
-the recall and serving tables cached next to it (`biosrecall.eval.table_cache`), and every result
-table and figure (a CSV table over `LARGE_CSV_BYTES` only as its parquet twin). A rerun of the same
+An archive holds results, not copies of run folders. Everything in the output is copied except what
+only training or fresh scoring reads: each checkpoint's weights and training state, the resumable
+states (`state-*`, `update-*`, `latest`), locks and temporaries, the sweep's bookkeeping
+(`runs/.sweep/`: the command lines, process ids and logs of the machine it ran on), each run's
+per-update `metrics.jsonl` (its final loss, FLOPs, tokens and wall time are in the final checkpoint's
+meta.json), and inside a run's or a diagnosis's folder the CSV twin of a parquet table and the
+figures (per-run views; the study's own tables and figures hold the results). What stays is what the
+study's command reads to tabulate a finished run: the record, the dataset, each run's config and
+per-checkpoint meta.json with the evaluation tables cached next to it as parquet
+(`biosrecall.eval.table_cache`, an LM run's eval/nll.parquet, a diagnosis's tables and options), and
+every result table and figure of the study (a CSV table over `LARGE_CSV_BYTES` only as its parquet
+twin).
+
+An archive written by an earlier release (with those files) still loads; to slim it once, archive it
+again: `biosrecall figure1 --out OLD --archive NEW` (any study's archive; trains nothing), then
+replace OLD with NEW. A rerun of the same
 command on a copy therefore retrains and re-evaluates nothing; added seeds train only themselves.
 What a run's weights would be needed for (another serving criterion, a deeper recall curve, a
 learned gate) is refused with the file it lacks.
@@ -41,15 +50,19 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.table_cache import meta_digest, rekey_cached
 from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
 from biosrecall.experiments.figure1_output import RECORD, RUNS
+from biosrecall.experiments.lm_grid import DIAGNOSE
 from biosrecall.experiments.lm_grid import RECORD as LM_RECORD
 from biosrecall.files import parse_json_text
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock
 from biosrecall.sweep.jobs import BOOKKEEPING
 from biosrecall.train.checkpoint_files import META_FILE, MODEL_FILE, STATE_FILE
-from biosrecall.train.run_folder import CONFIG_FILE, LATEST, RunFolder, is_resumable_state
+from biosrecall.train.run_folder import CONFIG_FILE, LATEST, METRICS_FILE, RunFolder, is_resumable_state
 
-LEFT_OUT_FILES = (MODEL_FILE, STATE_FILE)
-"""What a kept checkpoint holds that only training or a fresh evaluation reads."""
+LEFT_OUT_FILES = (MODEL_FILE, STATE_FILE, METRICS_FILE)
+"""What a run holds that only training or a fresh evaluation reads: a kept checkpoint's weights and
+state, and the per-update log."""
+RUN_VIEWS = (".csv", ".png", ".pdf")
+"""Inside a run's or a diagnosis's folder: a table's CSV twin (the parquet is kept) and the figures."""
 LARGE_CSV_BYTES = 1_000_000
 """A result table's CSV copy above this size is left out when its parquet twin is kept (the long
 recall table: megabytes of text); a rerun of the study writes it again."""
@@ -134,7 +147,7 @@ def _check_finished(runs_dir: Path) -> None:
 def _kept(folder: Path, out_dir: Path):
     """The files under `folder` an archive of `out_dir` keeps (module doc), not following links."""
     for entry in folder.iterdir():
-        if _left_out(entry) or (folder == out_dir and _large_csv_copy(entry)):
+        if _left_out(entry) or (folder == out_dir and _large_csv_copy(entry)) or _run_view(entry, out_dir):
             continue
         if entry.is_dir() and not entry.is_symlink():
             yield from _kept(entry, out_dir)
@@ -150,6 +163,13 @@ def _left_out(entry: Path) -> bool:
         or name.endswith((TEMPORARY_SUFFIX, ASIDE_SUFFIX, ".lock"))
         or is_resumable_state(entry)
     )
+
+
+def _run_view(entry: Path, out_dir: Path) -> bool:
+    """A CSV twin or a figure in a run's or a diagnosis's folder (`RUN_VIEWS`), not one of the study's."""
+    if entry.suffix not in RUN_VIEWS or entry.relative_to(out_dir).parts[0] not in (RUNS, DIAGNOSE):
+        return False
+    return entry.suffix != ".csv" or entry.with_suffix(".parquet").is_file()
 
 
 def _large_csv_copy(entry: Path) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from biosrecall.atomic import atomic_write_bytes, keep_outputs
 from biosrecall.errors import BiosrecallError
 from biosrecall.sweep.engine import Executor, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, usable_cores
@@ -103,6 +104,22 @@ def _busy(name) -> BiosrecallError:
         f"run {name} is being trained by another process; let it finish (or stop it), then rerun the "
         "same command"
     )
+
+
+def write_study_record(path: Path, text: str) -> None:
+    """Write a study's record (`path`: OUT/<record>.json) before its first run, unless it holds these
+    very bytes already (a rerun refused later then leaves the output as it found it). From here on
+    OUT is the study's output: no later failure or interrupt of this call takes back the record or
+    what else it wrote into OUT (`atomic.keep_outputs`), so a first call stopped at any moment, the
+    last step included, is continued by rerunning it."""
+    data = text.encode("utf-8")
+    try:
+        unchanged = path.is_file() and not path.is_symlink() and path.read_bytes() == data
+    except OSError:  # unreadable: the write below says why, or replaces it
+        unchanged = False
+    if not unchanged:
+        atomic_write_bytes(path, data)
+    keep_outputs(path.parent)
 
 
 def refuse_busy_runs(runs_dir: Path) -> None:

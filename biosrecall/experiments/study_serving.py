@@ -28,7 +28,7 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.serving import BASELINE, RECALL_SHARE, headline_table, write_serving_results
-from biosrecall.experiments.claims import NOT_MEASURED, verdict
+from biosrecall.experiments.claims import Claim, judge_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
 from biosrecall.outputs import write_table
 from biosrecall.stats import interval_text, seed_interval
@@ -111,21 +111,44 @@ def summary_markdown(summary: pd.DataFrame) -> str:
 def serving_claims(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
     """The two claims rows of every schedule name, in claims.csv's columns, from a frontier table."""
     headline = headline_table(frontier).set_index("run")
-    per_run = {}
-    for run, rows in frontier.groupby("run", sort=False):
-        if run in names:
-            per_run[run] = (_cost_ratio(rows, headline.loc[run]), _headroom(rows))
-    rows = []
+    per_seed = [
+        {"name": names[run][0], "seed": names[run][1], "ratio": _cost_ratio(rows, headline.loc[run]),
+         "headroom": _headroom(rows)}
+        for run, rows in frontier.groupby("run", sort=False)
+        if run in names
+    ]  # fmt: skip
+    if not per_seed:
+        return pd.DataFrame()
+    claims = []
     for name in dict.fromkeys(name for name, _ in names.values()):
-        runs = sorted((seed, run) for run, (n, seed) in names.items() if n == name and run in per_run)
-        ratios = [per_run[run][0] for _, run in runs]
-        headrooms = [per_run[run][1] for _, run in runs]
         spoken = SPOKEN.get(name, name)
-        rows.append(_row(f"serving_pays_{name}", _pays_text(spoken), ratios, PAYS_THRESHOLD, False))
-        rows.append(
-            _row(f"oracle_headroom_{name}", _headroom_text(spoken), headrooms, HEADROOM_THRESHOLD, True)
+        statement, metric, why = _pays_text(spoken)
+        claims.append(
+            Claim(f"serving_pays_{name}", statement, metric, False, PAYS_THRESHOLD, why, _of(name, "ratio"))
         )
-    return pd.DataFrame(rows)
+        statement, metric, why = _headroom_text(spoken)
+        claims.append(
+            Claim(
+                f"oracle_headroom_{name}",
+                statement,
+                metric,
+                True,
+                HEADROOM_THRESHOLD,
+                why,
+                _of(name, "headroom"),
+            )
+        )
+    return judge_claims(pd.DataFrame(per_seed), claims)
+
+
+def _of(name: str, column: str):
+    """One seed's value of `column` for schedule `name` (NaN where the seed has no such run)."""
+
+    def measure(rows: pd.DataFrame) -> float:
+        part = rows.loc[rows["name"] == name, column]
+        return float(part.iloc[0]) if len(part) else math.nan
+
+    return measure
 
 
 def _cost_ratio(rows: pd.DataFrame, headline: pd.Series) -> float:
@@ -163,22 +186,3 @@ def _headroom_text(run: str) -> tuple[str, str, str]:
         "oracle minus best fixed-depth recall, bits per person",
         "the headroom of per-query depth: the most any exit criterion could gain",
     )
-
-
-def _row(key: str, text: tuple[str, str, str], values: list[float], threshold: float, above: bool) -> dict:
-    statement, metric, why = text
-    measured = [v for v in values if not math.isnan(v)]
-    interval = seed_interval(measured)
-    return {
-        "claim": key,
-        "statement": statement,
-        "metric": metric,
-        "threshold": f"{'>' if above else '<'} {threshold:g}",
-        "mean": interval.mean,
-        "low": interval.low,
-        "high": interval.high,
-        "n_seeds": interval.n,
-        "per_seed": ";".join(f"{v:.4g}" for v in values),
-        "verdict": verdict(interval.low, interval.high, threshold, above) if measured else NOT_MEASURED,
-        "why_threshold": why,
-    }
