@@ -149,6 +149,7 @@ def _model_section(facts: CardFacts) -> list[str]:
         f"- context {cfg.get('context_length')} tokens, vocabulary {cfg.get('vocab_size')} (word-level)",
         f"- positions {cfg.get('position')}, norms {cfg.get('norm')}, injection {cfg.get('injection')}, "
         f"initial state {cfg.get('init_state')}, tied embeddings {cfg.get('tie_embeddings')}",
+        f"- recipe {cfg.get('recipe', 'baseline')} (what one iteration computes: `recipe.py` in this folder)",
         "",
     ]
 

@@ -148,6 +148,10 @@ class ModelConfig:
         problem = check_recipe_name(self.recipe)
         if problem is not None:
             raise BiosrecallError(f"recipe {self.recipe!r}: {problem}")
+        if self.n_block == 0 and self.recipe != DEFAULT_RECIPE:
+            raise BiosrecallError(
+                f"recipe {self.recipe} needs a recurrent block (n_block >= 1), got n_block 0"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict of every field (`recipe` only when it is not baseline)."""

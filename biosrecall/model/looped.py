@@ -7,17 +7,17 @@
         for k, logits in model.forward_all_depths(tokens, range(1, 65)):
             ...                                              # one 64-iteration pass, a readout per k
 
-Per call: e = prelude(embed(tokens)); s_0 = the initial state; s_i = block(inject(s_{i-1}, e)) for
-i = 1..K; logits = head(final_norm(coda(state_norm(s_K)))). The initial state is deterministic (zeros
-or one seeded [T, d] draw shared by every sequence), so s_k does not depend on batch-mates or on how
-many iterations follow, and a whole serving-depth curve is one pass plus a readout per depth.
+Per call: x = prelude(embed(tokens)); (inject, s_0) = recipe.begin(x, noise); s_i =
+recipe.step(s_{i-1}, inject, block) for i = 1..K; logits = head(final_norm(coda(state_norm(s_K)))).
+What an iteration computes is the model's recipe (`ModelConfig.recipe`, `biosrecall.model.recipes`;
+the default, baseline, is s_i = block(inject(s_{i-1}, e))), and nothing here repeats it. The initial
+state is deterministic (zeros or one seeded [T, d] draw shared by every sequence), so s_k does not
+depend on batch-mates or on how many iterations follow, and a whole serving-depth curve is one pass
+plus a readout per depth (a pass per depth for a recipe whose iterations are told K).
 
-With `targets`, the head and the loss are one step (`layers.head_cross_entropy`): the training loss
-without the [B, T, V] logits. Every readout that needs logits (recall, exits, decoding) gets them
-from the same final state as before, bit for bit.
-
-The `concat` adapter W [d, 2d] is applied as s W_s^T + e W_e^T with e W_e^T computed once per call:
-the same function as Linear(cat(s, e)), minus a per-iteration concatenation and half its matmul.
+With `targets`, the recipe's training loss (baseline: the last depth's cross-entropy, the head and the
+loss as one step, `layers.head_cross_entropy`, without the [B, T, V] logits). Every readout that
+needs logits (recall, exits, decoding) gets them from the same final state as before, bit for bit.
 
 For training on accelerators: `model.compile_layers()` compiles each transformer layer and leaves the
 depth loop in Python, so every K reuses the same few graphs (compiling the whole model would unroll
@@ -103,9 +103,9 @@ class LoopedTransformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, depth: int, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, V] after `depth` block iterations; with `targets` (int [B, T], `IGNORE_INDEX`
-        where a position carries no loss) the summed cross-entropy of those logits instead, without
-        making them in full (`layers.head_cross_entropy`). With `backprop_depth` = k set and gradients
-        enabled, the first depth - k iterations run under no_grad."""
+        where a position carries no loss) the recipe's summed training loss instead (`Recipe.loss`;
+        baseline: the cross-entropy of those logits, without making them in full). With
+        `backprop_depth` = k set and gradients enabled, the first depth - k iterations run under no_grad."""
         depth = _check_depth(depth)
         if targets is not None and targets.shape != tokens.shape:
             raise BiosrecallError(

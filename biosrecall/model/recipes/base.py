@@ -111,9 +111,13 @@ class Recipe:
 
     def loss(self, model, tokens, depth: int, targets):
         """The summed training loss of a batch at depth K: the last depth's cross-entropy."""
+        return model.head_loss(self.final_hidden(model, tokens, depth), targets)
+
+    def final_hidden(self, model, tokens, depth: int):
+        """What the head reads after a `depth`-iteration call on `tokens` (coda and final norm)."""
         for k, state, rope in model.gradient_states(tokens, depth):
             if k == depth:
-                return model.head_loss(model.final_hidden(state, rope), targets)
+                return model.final_hidden(state, rope)
         raise AssertionError("gradient_states ends at the requested depth")
 
     # ---- FLOPs and parameters (per token, matmuls only, 2 FLOPs per multiply-add) -----------------

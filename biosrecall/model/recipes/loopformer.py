@@ -82,20 +82,14 @@ class LoopFormer(Recipe):
         return super().step(model, state, inject, lambda u: block(u * (1 + gamma) + beta), index, depth)
 
     def loss(self, model, tokens, depth, targets):
-        full = self._final(model, tokens, depth)
+        full = self.final_hidden(model, tokens, depth)
         loss = model.head_loss(full, targets)
         if depth < 2:
             return loss
-        short = self._final(model, tokens, depth // 2)
+        short = self.final_hidden(model, tokens, depth // 2)
         real = targets != IGNORE_INDEX
         gap = (short[real] - full[real].detach()).pow(2).mean(dim=-1).sum()
         return loss + SHORT_WEIGHT * model.head_loss(short, targets) + CONSISTENCY_WEIGHT * gap
-
-    def _final(self, model, tokens, depth):
-        for k, state, rope in model.gradient_states(tokens, depth):
-            if k == depth:
-                return model.final_hidden(state, rope)
-        raise AssertionError("gradient_states ends at the requested depth")
 
     def parameter_count(self, config):
         d = config.d_model
