@@ -212,6 +212,7 @@ RESUMABLE_DIFFERENCES = {
     "log",
     "keep_updates",
     "extra",
+    "recipe_module",  # where the recipe's file lies may change; its name (in the model config) may not
 }
 
 

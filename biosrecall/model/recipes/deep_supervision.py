@@ -2,10 +2,10 @@
 
     biosrecall train --data D --out R --recipe deep-supervision
 
-Deep supervision of a looped or weight-tied model (Lee et al. 2015, "Deeply-Supervised Nets", arXiv
-1409.5185; for recurrent depth, Dehghani et al. 2019, Universal Transformers, and Schwarzschild et al.
-2021, arXiv 2106.04537, who train the readout at every iteration). The iteration is the baseline's.
-At sampled depth K the update reads out every gradient-carrying state s_k and minimises
+Deep supervision (Lee et al. 2015, "Deeply-Supervised Nets", arXiv 1409.5185: a loss on every
+intermediate layer's readout), applied to the iterations of the loop, whose states all share one
+readout. The iteration is the baseline's. At sampled depth K the update reads out every
+gradient-carrying state s_k and minimises
 
     L = (1 / |G|) sum_{k in G} CE(head(final_norm(coda(state_norm(s_k)))), y),
 
