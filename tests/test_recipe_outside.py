@@ -76,6 +76,14 @@ def test_an_unknown_recipe_is_refused_before_anything_is_written(data, tmp_path,
     one_error_line(code, err, "Bad_Name", "lower-case letters")
 
 
+def test_a_module_whose_recipe_the_run_does_not_name_is_refused(data, tmp_path, capsys):
+    code, _, err = run_cli(train_args(data, tmp_path / "run", "--recipe-module", EXAMPLE), capsys)
+    one_error_line(
+        code, err, "defines recipe 'my-recipe' but the run asks for 'baseline'", "--recipe my-recipe"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 BAD_MODULES = {
     "syntax": ("this is not python\n", "fails to import"),
     "raises": ("raise RuntimeError('no GPU here')\n", "fails to import (RuntimeError: no GPU here)"),

@@ -65,6 +65,7 @@ from biosrecall.train.branch import Branch, branch_record, check_branch, copy_pa
 from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer, fractions_crossed
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len, split_budget_of
 from biosrecall.train.distributed import DistInfo
+from biosrecall.train.memory import memory_checked
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter, format_seconds
 from biosrecall.train.run_folder import SWITCH, MetricsLog, RunFolder, first_difference, update_dirname
@@ -439,7 +440,12 @@ class Trainer:
         """Set up, (resume,) and train; returns where the checkpoints are. The run folder may not be,
         contain or lie inside the data it trains on."""
         if self.config.recipe_module is not None:
-            load_recipe_module(self.config.recipe_module)
+            loaded = load_recipe_module(self.config.recipe_module).name
+            if loaded != self.config.recipe:
+                raise BiosrecallError(
+                    f"recipe module {self.config.recipe_module} defines recipe {loaded!r} but the run asks for "
+                    f"{self.config.recipe!r}: pass --recipe {loaded}"
+                )
         model_config = self.task.model_config(self.config.recipe)
         self.seq_len = resolve_seq_len(self.config, model_config, self.task.preset)
         self.source = self.task.batch_source(self.config, self.seq_len)
@@ -579,7 +585,7 @@ class Trainer:
             self._maybe_checkpoint()
         started = time.perf_counter() - progress.wall_seconds
         try:
-            with _stop_requests() as stop_requested, self._explaining_failed_saves():
+            with _stop_requests() as stop_requested, self._explaining_failed_saves(), memory_checked(self):
                 while progress.update < self.plan.updates:
                     row = self._one_update()
                     progress.wall_seconds = time.perf_counter() - started
