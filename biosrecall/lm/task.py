@@ -44,6 +44,7 @@ from biosrecall.train.trainer import (
     VocabularyRule,
     build_model_config,
     make_plan,
+    run_recipe,
 )
 
 
@@ -149,7 +150,7 @@ def plan_lines(
     vocab = get_preset(preset).vocab_size
     if data_dir is not None:
         vocab = int(load_manifest(data_dir)["tokenizer"]["vocab_size"])
-    model_config = build_model_config(preset, vocab, model_overrides, LM_VOCABULARY)
+    model_config = build_model_config(preset, vocab, model_overrides, LM_VOCABULARY, run_recipe(config))
     seq_len = resolve_seq_len(config, model_config, preset)
     if processes < 1:
         raise BiosrecallError(f"--nproc-per-node must be at least 1, got {processes}")

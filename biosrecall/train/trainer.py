@@ -154,6 +154,19 @@ def build_model_config(
     raise BiosrecallError(f"{problem} ({rule.hint})" if rule.hint else problem)
 
 
+def run_recipe(config: TrainConfig) -> str:
+    """The run's recipe name, its `recipe_module` registered first (checked against the contract, and
+    against the name the run asks for)."""
+    if config.recipe_module is not None:
+        loaded = load_recipe_module(config.recipe_module).name
+        if loaded != config.recipe:
+            raise BiosrecallError(
+                f"recipe module {config.recipe_module} defines recipe {loaded!r} but the run asks for "
+                f"{config.recipe!r}: pass --recipe {loaded}"
+            )
+    return config.recipe
+
+
 @dataclass(frozen=True)
 class TrainingTask:
     """What one kind of run supplies to the trainer; see the module docstring."""
@@ -439,14 +452,7 @@ class Trainer:
     def train(self) -> TrainResult:
         """Set up, (resume,) and train; returns where the checkpoints are. The run folder may not be,
         contain or lie inside the data it trains on."""
-        if self.config.recipe_module is not None:
-            loaded = load_recipe_module(self.config.recipe_module).name
-            if loaded != self.config.recipe:
-                raise BiosrecallError(
-                    f"recipe module {self.config.recipe_module} defines recipe {loaded!r} but the run asks for "
-                    f"{self.config.recipe!r}: pass --recipe {loaded}"
-                )
-        model_config = self.task.model_config(self.config.recipe)
+        model_config = self.task.model_config(run_recipe(self.config))
         self.seq_len = resolve_seq_len(self.config, model_config, self.task.preset)
         self.source = self.task.batch_source(self.config, self.seq_len)
         record = {
