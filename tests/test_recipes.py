@@ -15,6 +15,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -228,3 +229,21 @@ def _file_of(recipe: str) -> Path:
     from biosrecall.model.recipes import recipe_file
 
     return recipe_file(get_recipe(recipe))
+
+
+@pytest.mark.parametrize("recipe", ["parcae", "loopformer"])
+def test_state_exits_in_a_depth_sweep_need_one_trajectory(recipe, bios_dataset):
+    """latent and accel watch one pass's states; a recipe told K runs a pass per depth, so it is refused."""
+    from biosrecall.errors import BiosrecallError
+    from biosrecall.eval.sweep import answer_stats_by_depth
+
+    torch.manual_seed(0)
+    config = get_preset("bios-tiny", vocab_size=bios_dataset.vocab_size, **get_recipe(recipe).model_defaults)
+    model = LoopedTransformer(config.replace(recipe=recipe)).eval()
+    eval_set = bios_dataset.eval_set(np.arange(2))
+    if recipe == "loopformer":
+        with pytest.raises(BiosrecallError, match="recipe loopformer runs a pass per depth"):
+            answer_stats_by_depth(model, eval_set, 3, states=True)
+    else:
+        stats = answer_stats_by_depth(model, eval_set, 3, states=True)
+        assert stats is not None

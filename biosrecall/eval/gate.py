@@ -44,7 +44,13 @@ import torch
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_max_depth
 from biosrecall.eval.gate_data import calibrate
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
+from biosrecall.eval.sweep import (
+    DEFAULT_BATCH_SIZE,
+    answer_batch,
+    check_one_trajectory,
+    exact_rows,
+    plan_batches,
+)
 from biosrecall.files import file_sha256, read_json_object, require_regular_file
 from biosrecall.train.checkpoint_files import MODEL_FILE, read_meta
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
@@ -103,6 +109,7 @@ class Trace:
 def batch_states(model, batch, depth: int, readouts: bool):
     """States after each of `depth` iterations at the batch's positions, and (with `readouts`) the
     logits there at every depth (else only at `depth`)."""
+    check_one_trajectory(model, "the exit gate's states")
     states = []
     hook = model.block[-1].register_forward_hook(
         lambda _m, _i, out: states.append(out[batch.positions].float())

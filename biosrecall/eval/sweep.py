@@ -265,6 +265,7 @@ def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iter
     blocks = getattr(model, "block", None)
     if not blocks:
         raise BiosrecallError("latent and accel need a looped model whose recurrent block can be observed")
+    check_one_trajectory(model, "latent and accel")
     trail = StateTrail()
 
     def observe(_layer, _inputs, state):
@@ -277,6 +278,17 @@ def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iter
         yield
     finally:
         handle.remove()
+
+
+def check_one_trajectory(model, what: str) -> None:
+    """Refuse to observe a depth sweep's states as one trajectory when the model's recipe runs a call
+    per depth (its iterations are told K: `Recipe.prefix_consistent` False, e.g. loopformer)."""
+    recipe = getattr(model, "recipe", None)
+    if recipe is not None and not recipe.prefix_consistent:
+        raise BiosrecallError(
+            f"{what} read the states of one pass over the depths, but recipe {recipe.name} runs a pass per "
+            "depth (its iterations are told K)"
+        )
 
 
 def _reduce_rows(values: torch.Tensor, batch: AnswerBatch, reduce: str) -> torch.Tensor:
