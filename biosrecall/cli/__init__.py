@@ -43,6 +43,7 @@ COMMANDS = {
     "gate": ("biosrecall.cli.gate", "gate"),
     "export": ("biosrecall.cli.export", "export"),
     "sweep": ("biosrecall.cli.sweep", "sweep"),
+    "study": ("biosrecall.cli.study", "study"),
 }
 
 

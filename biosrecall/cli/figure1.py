@@ -245,12 +245,13 @@ def study_errors(failed_hint: str = FAILED_HINT) -> Iterator[None]:
         raise SystemExit(130) from None
 
 
-def archive_output(out_dir: Path, dest: Path, overwrite: bool) -> None:
-    """--archive of figure1, capacity and lm study: copy the finished output without its weights
-    (`biosrecall.experiments.study_archive`); trains nothing."""
+def archive_output(out_dir: Path, dest: Path, overwrite: bool, record: str | None = None) -> None:
+    """--archive of figure1, capacity, lm study and every `study NAME` (whose `record` names its
+    record file): copy the finished output without its weights (`biosrecall.experiments.study_archive`);
+    trains nothing."""
     from biosrecall.experiments.study_archive import archive_study
 
-    files, size = archive_study(out_dir, dest, overwrite=overwrite)
+    files, size = archive_study(out_dir, dest, overwrite=overwrite, record=record)
     click.echo(f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {dest}, without weights")
 
 

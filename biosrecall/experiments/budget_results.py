@@ -39,7 +39,7 @@ from biosrecall.eval.plots import curve_styles, format_flops, legend_below
 from biosrecall.experiments.claims import FAILS, HOLDS, verdict
 from biosrecall.experiments.figure1_results import study_label
 from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import interval_text, seed_interval
 
 TARGETS = (0.5, 0.75, 0.9)  # shares of the ceiling
@@ -283,39 +283,29 @@ def _agreement(low: float, high: float, margin: float) -> str:
 
 def targets_markdown(targets: pd.DataFrame) -> str:
     """compute_to_target as a Markdown table: FLOPs (or the saving) as "mean [low, high]" over seeds."""
-    lines = [
-        "| schedule | target | depths | FLOPs or saving [95% interval] | seeds reached | note |",
-        "|---|---|---|---|---|---|",
-    ]
+    header = ["schedule", "target", "depths", "FLOPs or saving [95% interval]", "seeds reached", "note"]
+    rows = []
     for row in targets.itertuples():
         fmt = "{:.0%}" if row.kind == "saving" else "{:.3g}"
-        value = _with_interval(row.value, row.low, row.high, fmt)
         subject = f"saving: {row.subject}" if row.kind == "saving" else row.subject
-        lines.append(
-            f"| {subject} | {row.target:.0%} | {row.depths} | {value} | {row.n_seeds}/{row.of_seeds} "
-            f"| {row.note} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append([subject, f"{row.target:.0%}", row.depths, _with_interval(row.value, row.low, row.high, fmt),
+                     f"{row.n_seeds}/{row.of_seeds}", row.note])  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def modes_markdown(modes: pd.DataFrame) -> str:
     """mode_agreement as a Markdown table."""
-    lines = [
-        "| schedule | budget | depths | branch (wsd) | independent (cosine) | difference | margin | seeds "
-        "| modes |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["schedule", "budget", "depths", "branch (wsd)", "independent (cosine)", "difference", "margin",
+              "seeds", "modes"]  # fmt: skip
+    rows = []
     for row in modes.itertuples():
         cells = [
             _with_interval(getattr(row, m), getattr(row, f"{m}_low"), getattr(row, f"{m}_high"), "{:.1f}")
             for m in ("branch", "independent", "difference")
         ]
-        lines.append(
-            f"| {row.name} | {row.budget_multiple:g}x | {row.depths} | "
-            + " | ".join(cells)
-            + f" | ±{row.margin:.1f} | {row.n_seeds} | {row.modes} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append([row.name, f"{row.budget_multiple:g}x", row.depths, *cells, f"±{row.margin:.1f}", row.n_seeds,
+                     row.modes])  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def _with_interval(mean: float, low: float, high: float, fmt: str) -> str:

@@ -29,7 +29,7 @@ from biosrecall.eval.plots import plot_recall_curves, schedule_label
 from biosrecall.eval.seeds import aggregate_recall
 from biosrecall.experiments.claims import judge_claims
 from biosrecall.experiments.study import FIXED_K4, MAIN_SCHEDULES, UPDATE_MATCHED
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import interval_text
 from biosrecall.sweep.jobs import SweepRun
 
@@ -114,13 +114,11 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         for c in summary.columns
         if c.startswith(("K=", "mean K", "min")) and not c.endswith(("_low", "_high"))
     ]
-    lines = ["| run | budget | " + " | ".join(numbers) + " | seeds |", "|---" * (len(numbers) + 3) + "|"]
-    for _, row in summary.iterrows():
-        cells = [_with_interval(row, c) for c in numbers]
-        lines.append(
-            f"| {row['group']} | {row['fraction']:.0%} | " + " | ".join(cells) + f" | {row['n_seeds']} |"
-        )
-    return "\n".join(lines) + "\n"
+    rows = [
+        [row["group"], f"{row['fraction']:.0%}", *(_with_interval(row, c) for c in numbers), row["n_seeds"]]
+        for _, row in summary.iterrows()
+    ]
+    return markdown_table(["run", "budget", *numbers, "seeds"], rows)
 
 
 def _with_interval(row, column: str) -> str:

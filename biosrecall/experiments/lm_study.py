@@ -78,7 +78,7 @@ from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.locking import output_lock
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import aggregate_seeds, interval_text
 from biosrecall.sweep.engine import planned_actions, prepare
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
@@ -565,15 +565,15 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     mean over seeds with the 95% interval (NLL in nats per token; savings and NLL against the same
     seed's uniform run)."""
     header = ["item", *(title for _, title, _ in SUMMARY_COLUMNS), "seeds"]
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    rows = []
     for row in summary.itertuples(index=False):
         values = row._asdict()
         cells = [
             interval_text(values[name], values[f"{name}_low"], values[f"{name}_high"], fmt)
             for name, _, fmt in SUMMARY_COLUMNS
         ]
-        lines.append("| " + " | ".join([row.item, *cells, str(row.n_seeds)]) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([row.item, *cells, row.n_seeds])
+    return markdown_table(header, rows)
 
 
 def _figures(table: pd.DataFrame, study: _Study) -> list[Path]:

@@ -68,14 +68,17 @@ LARGE_CSV_BYTES = 1_000_000
 recall table: megabytes of text); a rerun of the study writes it again."""
 
 
-def archive_study(out_dir: str | Path, dest: str | Path, overwrite: bool = False) -> tuple[int, int]:
-    """Copy the finished study `out_dir` into `dest` without weights; returns (files, bytes) copied."""
+def archive_study(
+    out_dir: str | Path, dest: str | Path, overwrite: bool = False, record: str | None = None
+) -> tuple[int, int]:
+    """Copy the finished study `out_dir` into `dest` without weights; returns (files, bytes) copied.
+    `record`: the record file of a study declared on the engine (`biosrecall.experiments.engine`)."""
     out_dir = Path(out_dir)
-    records = [name for name in (RECORD, CAPACITY_RECORD, LM_RECORD) if (out_dir / name).is_file()]
-    if not records or not (out_dir / RUNS).is_dir():
+    known = (RECORD, CAPACITY_RECORD, LM_RECORD) if record is None else (record,)
+    if not any((out_dir / name).is_file() for name in known) or not (out_dir / RUNS).is_dir():
         raise BiosrecallError(
-            f"{out_dir} is not a figure1, capacity or lm study output (no {RECORD}, {CAPACITY_RECORD} or "
-            f"{LM_RECORD}, and {RUNS}/, in it)"
+            f"{out_dir} is not a {'figure1, capacity or lm study' if record is None else record[:-5]} output "
+            f"(no {', '.join(known)} and {RUNS}/ in it)"
         )
     check_output_path(dest, inputs=[out_dir])
     files = size = 0

@@ -30,7 +30,7 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.serving import BASELINE, RECALL_SHARE, headline_table, write_serving_results
 from biosrecall.experiments.claims import Claim, judge_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import write_table
+from biosrecall.outputs import markdown_table, write_table
 from biosrecall.stats import interval_text, seed_interval
 
 SUMMARY_NAME = "exit_summary"
@@ -87,25 +87,24 @@ def serving_summary(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]
 
 def summary_markdown(summary: pd.DataFrame) -> str:
     """The serving summary as a Markdown table (FLOPs in millions per query)."""
-    lines = [
-        f"| schedule | seeds | best fixed-depth bits | cheapest fixed depth at {RECALL_SHARE:.0%}: depth, "
-        "MFLOPs | best realisable criterion (seeds chosen): depth, MFLOPs | criterion / fixed FLOPs | "
-        "oracle: depth, bits over best fixed |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "schedule", "seeds", "best fixed-depth bits", f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs",
+        "best realisable criterion (seeds chosen): depth, MFLOPs", "criterion / fixed FLOPs",
+        "oracle: depth, bits over best fixed",
+    ]  # fmt: skip
+    rows = []
     for _, r in summary.iterrows():
-        best = interval_text(r["best_bits"], r["best_bits_low"], r["best_bits_high"])
-        fixed = f"{r['fixed_depth']:.2f}, {r['fixed_flops'] / 1e6:.3g}"
         criterion = f"{r['criterion']} ({r['criterion_seeds']}/{r['n_seeds']}): "
         criterion += f"{r['adaptive_mean_depth']:.2f}, {r['adaptive_flops'] / 1e6:.3g}"
-        ratio = interval_text(r["ratio"], r["ratio_low"], r["ratio_high"], "{:.2f}")
         oracle = f"{r['oracle_mean_depth']:.2f}, " + interval_text(
             r["headroom"], r["headroom_low"], r["headroom_high"]
         )
-        lines.append(
-            f"| {r['schedule']} | {r['n_seeds']} | {best} | {fixed} | {criterion} | {ratio} | {oracle} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append([
+            r["schedule"], r["n_seeds"], interval_text(r["best_bits"], r["best_bits_low"], r["best_bits_high"]),
+            f"{r['fixed_depth']:.2f}, {r['fixed_flops'] / 1e6:.3g}", criterion,
+            interval_text(r["ratio"], r["ratio_low"], r["ratio_high"], "{:.2f}"), oracle,
+        ])  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def serving_claims(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:

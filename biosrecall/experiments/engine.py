@@ -1,0 +1,200 @@
+"""One engine for a study declared as data: its options, grid, per-run evaluation, tables and claims.
+
+    from biosrecall.experiments.depth_study import DEPTH, DepthOptions
+    result = run_study(DEPTH, "runs/depth", DepthOptions(data="data/lm-kjv", seeds=(0, 1, 2)))
+    print("\\n".join(plan_study(DEPTH, "runs/depth", DepthOptions(data="data/lm-kjv"))))
+    # CLI: biosrecall study depth --data data/lm-kjv --out runs/depth --seeds 0,1,2 [--plan] [--archive DEST]
+
+A `Study` says what is particular to it; the engine does the rest, the same way for every study:
+
+- options: one frozen dataclass whose field docstrings are its CLI options and `--config` keys
+  (`biosrecall.cli.study`) and whose values are its record, OUT/<name>.json, written before the
+  first run (`study_engine.write_study_record`: no interrupt takes it back). A later call with other
+  settings is refused in one line naming the first setting that differs; `seeds` may grow, and a
+  call with more seeds trains only the new ones (a copy of an archive included).
+- grid and evaluation: `SweepRun`s and `Evaluation`s of the sweep engine (`biosrecall.sweep`), which
+  trains, resumes and evaluates them `workers` at a time; a run the study's `done` accepts (finished,
+  its evaluation cached in its folder) is not handed to it at all, so an archive trains nothing.
+- tables: pure functions of the per-run table (one row per run and whatever `read` gives, with the
+  run's labels), each written as OUT/<table>.csv, .parquet and .md (`outputs.markdown_table`).
+- claims: `biosrecall.experiments.claims.Claim`s judged over seeds by the one judge into
+  OUT/claims.csv/.md, earlier looks at other seed counts kept beside them.
+- the lock of OUT for the whole call, progress and OUT/timings.md (`study_timings`), `--plan` (what
+  each run would do and its size from the trainer's own planner, nothing written) and `--archive`
+  (`study_archive`: the results without weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from biosrecall.errors import BiosrecallError
+
+RUNS = "runs"
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study as data: the engine runs any one (module docstring)."""
+
+    name: str
+    """The command (`biosrecall study <name>`) and the record's stem (OUT/<name>.json)."""
+    summary: str
+    """One sentence: what the study asks."""
+    options: type
+    """A frozen dataclass with a docstring under every field and a `seeds` tuple."""
+    runs: Callable[[Any], list]
+    """options -> the `SweepRun`s of the grid (labels carry what the tables group by, and `seed`)."""
+    evaluations: Callable[[Any], list]
+    """options -> the `Evaluation`s every run gets from the sweep engine."""
+    done: Callable[[Path], bool]
+    """A run folder that is finished and holds its evaluation: it is not trained or evaluated again."""
+    read: Callable[[Path], Any]
+    """A finished run folder -> its evaluation table (the engine adds the run's labels)."""
+    tables: Callable[[Any, Any], dict]
+    """(per-run table, options) -> {name: table}: pure functions of the per-run table."""
+    claims: Callable[[Any, Any], list]
+    """(per-run table, options) -> the claims, judged over its `seed` column."""
+    sizes: Callable[[Any, Any], dict] = lambda run, options: {}
+    """(run, options) -> what `--plan` prints of it (updates, tokens, FLOPs); reads no data."""
+    growing: tuple[str, ...] = field(default=("seeds",))
+    """Options a later call may extend on the same output (the record keeps their union)."""
+
+
+@dataclass
+class StudyResult:
+    out_dir: Path
+    per_run: Any  # the per-run table, every run's `read` with its labels
+    tables: dict
+    claims: Any  # claims.csv
+
+
+def record_of(study: Study, options) -> dict[str, Any]:
+    """What OUT/<name>.json holds, as JSON reads it back: the study, its options, versions, machine."""
+    from biosrecall.train.run_folder import machine, versions
+
+    values = {"study": study.name, "options": dataclasses.asdict(options)}
+    return json.loads(json.dumps({**values, "versions": versions(), "machine": machine()}, default=str))
+
+
+def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The record already in OUT (None for a new or empty folder), refusing another study's or one made
+    with other settings in one line naming the first setting that differs."""
+    from biosrecall.files import read_json_object
+
+    path = out_dir / f"{study.name}.json"
+    if not path.is_file():
+        if out_dir.is_dir() and any(out_dir.iterdir()):
+            raise BiosrecallError(
+                f"{out_dir} is not empty and holds no {path.name}: give a new or empty --out"
+            )
+        return None
+    old = read_json_object(path, f"{study.name} record", required=("study", "options"))
+    for key, value in record["options"].items():
+        if key not in study.growing and old["options"].get(key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise BiosrecallError(
+                f"{out_dir} holds a {study.name} study made with {flag} {_shown(old['options'].get(key))}, "
+                f"not {_shown(value)}: use another --out"
+            )
+    return old
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def plan_study(study: Study, out_dir, options, workers=None, threads=None) -> list[str]:
+    """What each run would do now (train, resume, evaluate, skip) and its size, every setting checked
+    as `run_study` checks it; nothing is written."""
+    from biosrecall.experiments.study_engine import study_executor
+    from biosrecall.sweep.engine import planned_actions, prepare
+
+    out_dir = Path(out_dir)
+    runs, evaluations = study.runs(options), study.evaluations(options)
+    check_record(out_dir, study, record_of(study, options))
+    executor = study_executor(workers, threads, options.device)
+    jobs = prepare(out_dir / RUNS, runs, evaluations, executor)
+    lines = [f"{study.name}: {len(runs)} runs, {executor.slots()} at a time on {executor.threads} thread(s)"]
+    for (name, action, _), run, job in zip(planned_actions(jobs), runs, jobs, strict=True):
+        sizes = ", ".join(f"{key} {value:,}" for key, value in study.sizes(run, options).items())
+        lines.append(f"  {name:<32} {'skip' if study.done(job.run_dir) else action:<8} {sizes}")
+    return lines
+
+
+def run_study(study: Study, out_dir, options, workers=None, threads=None, report=None) -> StudyResult:
+    """Train (or continue) every run, evaluate, and write the study's tables and claims (module doc).
+    Raises `Interrupted` on Ctrl-C (rerun to continue) and `StudyRunFailed` when a run fails."""
+    import pandas as pd
+
+    from biosrecall.atomic import atomic_write_text
+    from biosrecall.experiments.claims import judge_claims, write_claims
+    from biosrecall.experiments.study_engine import study_executor, sweep_study_runs, write_study_record
+    from biosrecall.experiments.study_timings import StudyTimer
+    from biosrecall.locking import output_lock
+    from biosrecall.outputs import write_table
+    from biosrecall.sweep.engine import prepare
+
+    out_dir, runs, evaluations = Path(out_dir), study.runs(options), study.evaluations(options)
+    record = record_of(study, options)
+    check_record(out_dir, study, record)
+    executor = study_executor(workers, threads, options.device)
+    prepare(out_dir / RUNS, runs, evaluations, executor)  # every run's options checked, nothing written
+    timer = StudyTimer(report, seeds=list(options.seeds), workers=executor.slots(), threads=executor.threads)
+    with output_lock(out_dir):
+        old = check_record(out_dir, study, record)
+        for key in study.growing if old is not None else ():
+            grown = list(old["options"][key]) + [
+                v for v in record["options"][key] if v not in old["options"][key]
+            ]
+            record["options"][key] = sorted(grown)
+        write_study_record(
+            out_dir / f"{study.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n"
+        )
+        with timer.phase("training", f"{len(runs)} run(s) and their evaluation"):
+            left = [run for run in runs if not study.done(out_dir / RUNS / run.name)]
+            if left:
+                sweep_study_runs(out_dir / RUNS, left, evaluations, executor, report)
+        with timer.phase("tables", "writing the tables and claims"):
+            per_run = pd.concat(
+                [study.read(out_dir / RUNS / run.name).assign(**run.labels) for run in runs],
+                ignore_index=True,
+            )
+            tables = study.tables(per_run, options)
+            for name, table in tables.items():
+                write_table(table, out_dir / name)
+                atomic_write_text(out_dir / f"{name}.md", table_markdown(table))
+            claims = judge_claims(per_run, study.claims(per_run, options))
+            write_claims(claims, out_dir)
+        timer.save(out_dir)
+    return StudyResult(out_dir, per_run, tables, claims)
+
+
+def table_markdown(table) -> str:
+    """A table as Markdown: numbers to 4 significant digits (`outputs.markdown_table`)."""
+    from biosrecall.outputs import markdown_table
+
+    def cell(value) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    return markdown_table(
+        list(map(str, table.columns)), [list(map(cell, row)) for row in table.itertuples(False)]
+    )
+
+
+def study_command(study: Study, options) -> str:
+    """The command that makes (or continues) the output: options other than their defaults."""
+    defaults = study.options()
+    flags = []
+    for item in dataclasses.fields(options):
+        value = getattr(options, item.name)
+        if value != getattr(defaults, item.name):
+            flags.append(
+                f"--{item.name.replace('_', '-')} {_shown(list(value) if isinstance(value, tuple) else value)}"
+            )
+    return " ".join(["biosrecall study", study.name, *flags])
