@@ -103,9 +103,13 @@ def test_bad_options_are_one_line_and_write_nothing(data, tmp_path, capsys):
     before = snapshot(tmp_path)
     for bad in (
         ["--schedules", "uniform,bogus"],
+        ["--schedules", ","],  # not "every schedule of the grid"
         ["--seeds", "0,0"],
-        ["--trained-depth", "30"],
         ["--seeds", "x"],
+        ["--trained-depth", "30"],
+        ["--margin-pct", "0"],
+        ["--preset", "nonesuch"],
+        ["--device", "bogus"],
     ):
         code, err = depth(capsys, data, tmp_path / "out", *bad)
         assert code == 2 and len(err.strip().splitlines()) == 1, (bad, err)

@@ -41,9 +41,14 @@ class CommaList(click.ParamType):
         if isinstance(value, tuple | list):
             return tuple(value)
         try:
-            return tuple(self.item(part.strip()) for part in str(value).split(",") if part.strip())
+            items = tuple(self.item(part.strip()) for part in str(value).split(",") if part.strip())
         except ValueError:
-            self.fail(f"expected a comma list of {self.item.__name__} values, got {value[:80]!r}", param, ctx)
+            items = ()
+        if not items:
+            self.fail(
+                f"expected a comma list of {self.item.__name__} values, got {str(value)[:80]!r}", param, ctx
+            )
+        return items
 
 
 def _option(item: dataclasses.Field, kind: Any, help_text: str):
