@@ -239,3 +239,36 @@ def test_state_exits_in_a_depth_sweep_need_one_trajectory(recipe, bios_dataset):
     else:
         stats = answer_stats_by_depth(model, eval_set, 3, states=True)
         assert stats is not None
+
+
+def test_recall_curve_serves_the_ouro_gate_where_its_cdf_reaches_q(runs, tmp_path, capsys):
+    """`--exit cdf:q` reads the gate the recipe trained: deeper exits for a larger q, never past the cap."""
+    import pandas as pd
+    from hf_fixtures import one_error_line, run_cli
+
+    out = tmp_path / "curve"
+    argv = [
+        "recall-curve",
+        runs["ouro-gate"],
+        "--checkpoint",
+        "final",
+        "--max-depth",
+        "6",
+        "--exit",
+        "cdf",
+        "--out",
+        out,
+    ]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
+    frontier = pd.read_csv(out / "exit_frontier.csv").set_index("criterion")
+    depths = [frontier.loc[f"cdf:{q:g}", "mean_depth"] for q in (0.3, 0.5, 0.7, 0.9)]
+    assert depths == sorted(depths) and depths[0] >= 1 and depths[-1] <= 6
+    code, _, err = run_cli([*argv[:-4], "--exit", "cdf:0.5", "--out", tmp_path / "other"], capsys)
+    assert code == 0, err
+    argv[1] = runs["baseline"]
+    code, _, err = run_cli([*argv[:-4], "--exit", "cdf:0.5", "--out", tmp_path / "base"], capsys)
+    one_error_line(code, err, "cdf:q reads the exit gate a recipe trains", "recipe baseline")
+    assert not (tmp_path / "base").exists()
+    code, _, err = run_cli([*argv[:-4], "--exit", "cdf:1.5", "--out", tmp_path / "base"], capsys)
+    one_error_line(code, err, "the exit CDF level q must lie in (0, 1]")

@@ -15,6 +15,9 @@ Each criterion is a small named object with one parameter, written on the comman
                  `biosrecall.eval.gate`) at the threshold calibrated so that the recall lost against
                  the best fixed depth stays under delta (in (0, 1)) with the confidence it was fitted
                  at; parsed here as `Gate(delta)` and resolved against a run by `eval.gate.resolve_gates`
+    cdf:q        Ouro's rule on the exit gate a recipe trains (`--recipe ouro-gate`): stop at the first
+                 depth t where the exit CDF 1 - prod_{i<=t} (1 - lambda_i) reaches q (in (0, 1]); parsed
+                 as `GateCdf(q)` and bound to a checkpoint's model by `eval.gate.resolve_gates`
     oracle       the smallest depth at which the answer is exact (depth 1 when none is): an upper
                  bound on what any criterion could achieve; it needs the answer, so it only scores
 
@@ -61,6 +64,7 @@ DEFAULT_SWEEPS = {
     "latent": (0.1, 0.05, 0.03, 0.01, 0.003, 0.001),
     "accel": (0.1, 0.05, 0.03, 0.01, 0.003, 0.001),
     "gate": (0.2, 0.1, 0.05, 0.02, 0.01),  # delta: the recall loss allowed, strictest last
+    "cdf": (0.3, 0.5, 0.7, 0.9),  # q: the exit probability reached, strictest last
 }
 _UNRESOLVED_GATE = (
     "gate:{delta:g} needs the run's fitted exit gate (`biosrecall gate train RUN`), resolved against "
@@ -270,7 +274,28 @@ class Gate:
         return f"gate:{self.delta:g}"
 
 
-Criterion = Fixed | KL | Stable | Entropy | Latent | Accel | Gate | Oracle
+@dataclass(frozen=True)
+class GateCdf:
+    """Ouro's exit rule at level q on the gate a recipe trains, before it is bound to a checkpoint's
+    model (`biosrecall.eval.gate.resolve_gates` turns it into a `RecipeGateExit`)."""
+
+    q: float
+    name = "cdf"
+    reads = "gate"
+
+    def holds(self, depth: int, stats: StepStats):
+        raise BiosrecallError(
+            f"cdf:{self.q:g} reads a checkpoint's trained exit gate: resolve it against one first"
+        )
+
+    @property
+    def spec(self) -> str:
+        return f"cdf:{self.q:g}"
+
+
+LEARNED = (Gate, GateCdf)
+"""Criteria bound to a checkpoint (its fitted gate, or its recipe's trained gate) before they serve."""
+Criterion = Fixed | KL | Stable | Entropy | Latent | Accel | Gate | GateCdf | Oracle
 
 
 def parameter_of(criterion: Criterion) -> float:
@@ -313,6 +338,16 @@ def _delta(value: str, raw: str) -> float:
     return number
 
 
+def _level(value: str, raw: str) -> float:
+    try:
+        number = parse_float(value)
+    except BiosrecallError:
+        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
+    if not 0 < number <= 1:
+        raise BiosrecallError(f"exit criterion {raw!r}: the exit CDF level q must lie in (0, 1]")
+    return number
+
+
 def _count(name: str, value: str, raw: str) -> int:
     try:
         number = parse_int(value)
@@ -331,6 +366,7 @@ _BUILDERS = {
     "latent": lambda v, raw: Latent(_number("latent", v, raw)),
     "accel": lambda v, raw: Accel(_number("accel", v, raw)),
     "gate": lambda v, raw: Gate(_delta(v, raw)),
+    "cdf": lambda v, raw: GateCdf(_level(v, raw)),
 }
 
 
@@ -383,9 +419,11 @@ def check_servable(criteria) -> list[Criterion]:
         raise BiosrecallError("no exit criterion given")
     if any(isinstance(criterion, Oracle) for criterion in criteria):
         raise BiosrecallError(_CANNOT_SERVE)
-    unresolved = next((criterion for criterion in criteria if isinstance(criterion, Gate)), None)
-    if unresolved is not None:
+    unresolved = next((criterion for criterion in criteria if isinstance(criterion, LEARNED)), None)
+    if isinstance(unresolved, Gate):
         raise BiosrecallError(_UNRESOLVED_GATE.format(delta=unresolved.delta))
+    if unresolved is not None:
+        unresolved.holds(1, None)  # its one-line refusal
     return list(criteria)
 
 

@@ -33,6 +33,7 @@ model it was fitted on; anything else is one error line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_max_depth
+from biosrecall.eval.exits import DEFAULT_SWEEPS, LEARNED, Gate, GateCdf, check_max_depth
 from biosrecall.eval.gate_data import calibrate
 from biosrecall.eval.sweep import (
     DEFAULT_BATCH_SIZE,
@@ -52,7 +53,9 @@ from biosrecall.eval.sweep import (
     plan_batches,
 )
 from biosrecall.files import file_sha256, read_json_object, require_regular_file
-from biosrecall.train.checkpoint_files import MODEL_FILE, read_meta
+from biosrecall.model.decode import gate_cdf_judges
+from biosrecall.model.recipes import get_recipe
+from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint, read_meta
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
 
 FORMAT = "biosrecall-exit-gate-1"
@@ -332,6 +335,10 @@ class GateExit:
         """Gate checks a query stopping at `depth` paid for: one per iteration before the cap."""
         return 0 if self.threshold is None else min(int(depth), self.cap - 1)
 
+    def scores(self, model, eval_set, max_depth: int, batch_size: int) -> np.ndarray:
+        """[max_depth, M] whole-query gate logits, what `holds` compares (`gate_scores_by_depth`)."""
+        return gate_scores_by_depth(model, self.head, eval_set, max_depth, self.cap, batch_size)
+
     def judge(self):
         """A per-token judge for the decoder: given the state [..., d] after iteration `depth`."""
 
@@ -345,8 +352,87 @@ class GateExit:
         return judge
 
 
+@dataclass(frozen=True, eq=False)
+class RecipeGateExit:
+    """`cdf:q` bound to one checkpoint whose recipe trains an exit gate (`Recipe.exit_gate`, e.g.
+    ouro-gate): stop at the first depth where the exit CDF 1 - prod_{i<=t} (1 - lambda_i) of every
+    checked position reaches q, lambda being the recipe's own gate (`Recipe.gate`), and at `cap`."""
+
+    q: float
+    cap: int
+    checkpoint: Path
+    name = "cdf"
+    reads = "gate"
+
+    @property
+    def spec(self) -> str:
+        return f"cdf:{self.q:g}"
+
+    def holds(self, depth, stats):
+        return np.asarray(stats.gate) >= self.q
+
+    def checks(self, depth: int) -> int:
+        """Gate checks a query stopping at `depth` paid for: one per iteration before the cap."""
+        return min(int(depth), self.cap - 1)
+
+    def scores(self, model, eval_set, max_depth: int, batch_size: int) -> np.ndarray:
+        """[max_depth, M]: per depth, the smallest exit CDF over each query's positions (-inf from the
+        cap on, where no gate is read), from the model's own pass."""
+        scores = np.full((check_max_depth(max_depth), len(eval_set)), -np.inf)
+        if self.cap <= 1:
+            return scores
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            for rows in plan_batches(eval_set, batch_size):
+                batch = answer_batch(eval_set, rows, device)
+                seen, _ = batch_states(model, batch, self.cap - 1, readouts=False)
+                cdf = 1 - torch.cumprod(1 - model.recipe.gate(model, torch.stack(seen)).double(), dim=0)
+                out = torch.full((len(seen), len(rows)), float("inf"), dtype=torch.float64, device=cdf.device)
+                index = batch.row_of_target.expand(len(seen), -1)
+                scores[: self.cap - 1, rows] = out.scatter_reduce(1, index, cdf, "amin").cpu().numpy()
+        return scores
+
+    def judge(self):
+        """A per-token judge for the decoder (`model.decode.gate_cdf_judges` on this checkpoint)."""
+        model = _gate_model(str(self.checkpoint))
+        inner = gate_cdf_judges(model, self.q)()
+
+        def judge(depth: int, state: torch.Tensor) -> torch.Tensor:
+            if depth >= self.cap:
+                return torch.zeros(state.shape[:-1], dtype=torch.bool)
+            with torch.inference_mode():
+                return inner(depth, state.to(next(model.parameters()).device)).cpu()
+
+        judge.reads_state = True
+        return judge
+
+
+@functools.lru_cache(maxsize=2)
+def _gate_model(checkpoint: str):
+    """The checkpoint's model, for a judge that reads its recipe's gate (loaded once per checkpoint)."""
+    return load_checkpoint(checkpoint)[0].eval()
+
+
+def _resolve_recipe_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> list:
+    """The criteria with every `cdf:q` bound to the checkpoint, refused unless its recipe trains a gate."""
+    if not any(isinstance(criterion, GateCdf) for criterion in criteria):
+        return list(criteria)
+    if any(isinstance(criterion, Gate) for criterion in criteria):
+        raise BiosrecallError("cdf:q and gate:delta read different gates: score them in separate calls")
+    recipe_name = (read_meta(Path(checkpoint)).get("model_config") or {}).get("recipe", "baseline")
+    if not get_recipe(recipe_name).exit_gate:
+        raise BiosrecallError(
+            f"cdf:q reads the exit gate a recipe trains (--recipe ouro-gate); {run_dir} @ {label} was trained "
+            f"with recipe {recipe_name}, which has none"
+        )
+    cap = check_max_depth(max_depth)
+    return [RecipeGateExit(c.q, cap, Path(checkpoint)) if isinstance(c, GateCdf) else c for c in criteria]
+
+
 def resolve_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> list:
-    """The criteria with every `gate:delta` bound to the checkpoint's fitted gate (others unchanged)."""
+    """The criteria with every `gate:delta` bound to the checkpoint's fitted gate and every `cdf:q` to
+    its recipe's trained gate (others unchanged)."""
+    criteria = _resolve_recipe_gates(criteria, run_dir, label, checkpoint, max_depth)
     if not any(isinstance(criterion, Gate) for criterion in criteria):
         return list(criteria)
     fitted = load_gate(run_dir, label, checkpoint)
@@ -367,7 +453,7 @@ def check_gates(run_dirs, criteria, checkpoints, max_depth: int) -> None:
     """Refuse, before anything runs or is written, a `gate:delta` that some selected checkpoint of
     `run_dirs` has no fitted gate for (or a gate fitted elsewhere)."""
 
-    if any(isinstance(criterion, Gate) for criterion in criteria):
+    if any(isinstance(criterion, LEARNED) for criterion in criteria):
         for run_dir in run_dirs:
             for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
                 resolve_gates(criteria, run_dir, label, path, max_depth)

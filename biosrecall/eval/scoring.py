@@ -49,7 +49,6 @@ from biosrecall.bios.dataset import MANIFEST
 from biosrecall.compute.flops import serving_flops
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import Oracle, StepStats, check_max_depth, depth_cap, parameter_of
-from biosrecall.eval.gate import gate_scores_by_depth
 from biosrecall.eval.parallel import map_in_processes
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, recall_table, score_exact
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth, exact_by_depth
@@ -182,14 +181,14 @@ def served_exact(model, eval_set, max_depth: int, **options) -> np.ndarray:
 
 def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -> StepStats:
     """`answer_stats_by_depth` (`options` go to it), observing the recurrent state in the same pass
-    when a criterion reads it (latent, accel), with the gate logits of a resolved `gate:delta`
-    (`eval.gate.gate_scores_by_depth`; every one in a list shares one checkpoint's gate)."""
+    when a criterion reads it (latent, accel), with the gate scores of a resolved `gate:delta` or
+    `cdf:q` (its `scores`; every one in a list shares one checkpoint's gate)."""
     states = any(criterion.reads == "state" for criterion in criteria)
     stats = answer_stats_by_depth(model, eval_set, max_depth, states=states, **options)
     gate = next((criterion for criterion in criteria if criterion.reads == "gate"), None)
     if gate is not None:
         batch_size = options.get("batch_size", DEFAULT_BATCH_SIZE)
-        scores = gate_scores_by_depth(model, gate.head, eval_set, max_depth, gate.cap, batch_size)
+        scores = gate.scores(model, eval_set, max_depth, batch_size)
         stats = replace(stats, gate=scores)
     return stats
 

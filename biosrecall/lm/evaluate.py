@@ -47,8 +47,8 @@ import torch.nn.functional as F
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import (
+    LEARNED,
     Fixed,
-    Gate,
     check_max_depth,
     check_servable,
     depth_cap,
@@ -196,7 +196,7 @@ def exit_criteria(exits: Sequence[str], run_dirs, checkpoints, max_depth: int) -
     of `run_dirs`, all checked before the first model loads: a `gate:delta` against each selected
     checkpoint's fitted gate, every other criterion for serving a language model."""
     criteria = parse_exits(exits) if exits else []
-    learned = [criterion for criterion in criteria if isinstance(criterion, Gate)]
+    learned = [criterion for criterion in criteria if isinstance(criterion, LEARNED)]
     if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
         check_servable([criterion for criterion in criteria if criterion not in learned])
     for run_dir in run_dirs:  # every run's selection (and gate) is checked before the first one is evaluated

@@ -3,8 +3,8 @@ bonus (Ouro / LoopLM, Zhu et al. 2025, "Scaling Latent Reasoning via Looped Lang
 2510.25741).
 
     biosrecall train --data D --out R --recipe ouro-gate
-    greedy_decode(model, prompt, 8, max_depth=16, new_judge=gate_cdf_judges(model, q=0.5))
-                                      # serving reads the gate (`biosrecall.model.decode`)
+    biosrecall recall-curve R --exit cdf:0.5          # serving reads the gate (`eval.gate.RecipeGateExit`)
+    biosrecall ask R "Ada Quill Morrison was born in" --exit cdf:0.5
 
 The iteration is the baseline's. After iteration t the gate gives each position
 
