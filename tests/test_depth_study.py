@@ -65,6 +65,7 @@ def test_the_depth_study_end_to_end(data, tmp_path, capsys, monkeypatch):
     claims = pd.read_csv(out / "claims.csv", dtype=str).set_index("claim")
     assert list(claims.index) == ["uniform_holds_beyond_k16", "fixed-k4_holds_beyond_k16"]
     assert set(claims["threshold"]) == {"in [-1, 1]"}
+    assert (out / "nll_vs_depth.png").is_file() and (out / "nll_vs_depth.pdf").is_file()
     written = {name: (out / name).read_bytes() for name in TABLES}
 
     handed.clear()

@@ -11,9 +11,10 @@ K=17..64 beyond the training range).
 
 Table `depth_extrapolation`, per schedule over seeds (mean and 95% t interval): the NLL at
 K=`trained_depth`, the mean NLL over K=trained_depth+1..max_depth, and their gap (beyond / at K - 1,
-in %). Claims, one per schedule: its NLL beyond the trained depth stays within `margin_pct` % of its
-NLL at that depth. A margin claim: it holds when the whole interval of the gap lies inside the
-margin, does not hold when it lies wholly outside, and is inconclusive otherwise.
+in %); figure `nll_vs_depth`, the NLL against serving depth per schedule. Claims, one per schedule:
+its NLL beyond the trained depth stays within `margin_pct` % of its NLL at that depth. A margin
+claim: it holds when the whole interval of the gap lies inside the margin, does not hold when it
+lies wholly outside, and is inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -154,6 +155,17 @@ def claims(per_run, options: DepthOptions) -> list:
     ]
 
 
+def figures(per_run, options: DepthOptions) -> dict:
+    """NLL against serving depth, one line per schedule (mean over seeds, 95% band)."""
+    from biosrecall.experiments.lm_grid import GRID
+    from biosrecall.lm.compare_plots import plot_nll_vs_depth
+    from biosrecall.stats import aggregate_seeds
+
+    labelled = per_run.assign(run=per_run["schedule"], schedule=per_run["schedule"].map(GRID))
+    curves = aggregate_seeds(labelled, ["run", "schedule", "depth"], ["nll"])
+    return {"nll_vs_depth": plot_nll_vs_depth(curves, list(dict.fromkeys(per_run["schedule"])))}
+
+
 def sizes(run, options: DepthOptions) -> dict:
     """Updates, tokens and modeled FLOPs of a run, from the trainer's own planner (the corpus's
     manifest gives the vocabulary; no data is read)."""
@@ -178,5 +190,6 @@ DEPTH = Study(
     read=read,
     tables=tables,
     claims=claims,
+    figures=figures,
     sizes=sizes,
 )

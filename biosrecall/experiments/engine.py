@@ -18,7 +18,8 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
 - tables: pure functions of the per-run table (one row per run and whatever `read` gives, with the
   run's labels), each written as OUT/<table>.csv, .parquet and .md (`outputs.markdown_table`).
 - claims: `biosrecall.experiments.claims.Claim`s judged over seeds by the one judge into
-  OUT/claims.csv/.md, earlier looks at other seed counts kept beside them.
+  OUT/claims.csv/.md, earlier looks at other seed counts kept beside them; figures, drawn from the
+  per-run table, as OUT/<stem>.png and .pdf.
 - the lock of OUT for the whole call, progress and OUT/timings.md (`study_timings`), `--plan` (what
   each run would do and its size from the trainer's own planner, nothing written) and `--archive`
   (`study_archive`: the results without weights).
@@ -60,6 +61,8 @@ class Study:
     """(per-run table, options) -> {name: table}: pure functions of the per-run table."""
     claims: Callable[[Any, Any], list]
     """(per-run table, options) -> the claims, judged over its `seed` column."""
+    figures: Callable[[Any, Any], dict] = lambda per_run, options: {}
+    """(per-run table, options) -> {stem: matplotlib Figure}, saved as OUT/<stem>.png and .pdf."""
     sizes: Callable[[Any, Any], dict] = lambda run, options: {}
     """(run, options) -> what `--plan` prints of it (updates, tokens, FLOPs); reads no data."""
     growing: tuple[str, ...] = field(default=("seeds",))
@@ -137,7 +140,7 @@ def run_study(study: Study, out_dir, options, workers=None, threads=None, report
     from biosrecall.experiments.study_engine import study_executor, sweep_study_runs, write_study_record
     from biosrecall.experiments.study_timings import StudyTimer
     from biosrecall.locking import output_lock
-    from biosrecall.outputs import write_table
+    from biosrecall.outputs import save_figure, write_table
     from biosrecall.sweep.engine import prepare
 
     out_dir, runs, evaluations = Path(out_dir), study.runs(options), study.evaluations(options)
@@ -171,6 +174,8 @@ def run_study(study: Study, out_dir, options, workers=None, threads=None, report
                 atomic_write_text(out_dir / f"{name}.md", table_markdown(table))
             claims = judge_claims(per_run, study.claims(per_run, options))
             write_claims(claims, out_dir)
+            for stem, figure in study.figures(per_run, options).items():
+                save_figure(figure, out_dir / stem)
         timer.save(out_dir)
     return StudyResult(out_dir, per_run, tables, claims)
 
