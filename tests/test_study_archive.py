@@ -22,7 +22,7 @@ from test_figure1_promises import TINY, figure1_args, run_cli
 from biosrecall.experiments import figure1, study_archive, study_engine
 from biosrecall.experiments.study import figure1_command
 from biosrecall.train.checkpoint_files import MODEL_FILE, STATE_FILE
-from biosrecall.train.run_folder import LATEST
+from biosrecall.train.run_folder import LATEST, METRICS_FILE
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 COMMITTED = ("study-default",)  # archives the README's numbers come from
@@ -51,6 +51,9 @@ def test_the_archive_holds_every_result_and_no_weights(archive):
     assert not names & {MODEL_FILE, STATE_FILE, LATEST}
     assert not {name for name in names if name.startswith(".")}, "no lock, temporary or sweep log"
     assert not any(name.startswith(("state-", "update-")) for name in names)
+    assert METRICS_FILE not in names, "per-update logs stay in the run folders"
+    runs = [path for path in (dest / figure1.RUNS).rglob("*") if path.is_file()]
+    assert not [path for path in runs if path.suffix in (".csv", ".png", ".pdf")], "one parquet per table"
     for table in TABLES:
         assert (dest / table).read_bytes() == (out / table).read_bytes(), table
     kept = [path for path in dest.rglob("recall.parquet")] + list(dest.rglob("exits.parquet"))
@@ -98,6 +101,23 @@ def test_a_large_csv_copy_is_left_to_its_parquet_twin_and_a_rerun_writes_it_agai
     assert (dest / "claims.csv").is_file(), "small tables keep their CSV"
     assert run_cli(figure1_args(dest)) == 0
     assert (dest / "recall_curve.csv").read_bytes() == (out / "recall_curve.csv").read_bytes()
+
+
+def test_an_archive_of_the_previous_release_is_slimmed_by_archiving_it_again(archive, tmp_path, tiny_preset):
+    """An archive written with each run's metrics.jsonl (the previous release's) still continues, and
+    `figure1 --out OLD --archive NEW` converts it once: the same results without the logs."""
+    out, dest = archive
+    old = tmp_path / "old"
+    shutil.copytree(dest, old)
+    for log in out.rglob(METRICS_FILE):
+        shutil.copy2(log, old / log.relative_to(out))
+    assert run_cli(figure1_args(old)) == 0 and not list(old.rglob(MODEL_FILE)), "it still loads"
+    assert run_cli(figure1_args(old, "--archive", str(tmp_path / "new"))) == 0
+    new = tmp_path / "new"
+    assert list(old.rglob(METRICS_FILE)) and not list(new.rglob(METRICS_FILE))
+    for table in TABLES:
+        assert (new / table).read_bytes() == (out / table).read_bytes(), table
+    assert run_cli(figure1_args(new)) == 0 and not list(new.rglob(MODEL_FILE)), "trains nothing"
 
 
 def test_an_unfinished_study_or_a_stranger_is_refused(archive, tmp_path, capsys):
