@@ -119,15 +119,48 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None) -> li
     from biosrecall.sweep.engine import planned_actions, prepare
 
     out_dir = Path(out_dir)
-    runs, evaluations = study.runs(options), study.evaluations(options)
-    check_record(out_dir, study, record_of(study, options))
+    options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
     executor = study_executor(workers, threads, options.device)
-    jobs = prepare(out_dir / RUNS, runs, evaluations, executor)
+    groups = by_trainer(study.runs(options), study.evaluations(options))
+    runs = [run for group, _ in groups for run in group]
+    jobs = [
+        job for group, evaluations in groups for job in prepare(out_dir / RUNS, group, evaluations, executor)
+    ]
     lines = [f"{study.name}: {len(runs)} runs, {executor.slots()} at a time on {executor.threads} thread(s)"]
     for (name, action, _), run, job in zip(planned_actions(jobs), runs, jobs, strict=True):
         sizes = ", ".join(f"{key} {value:,}" for key, value in study.sizes(run, options).items())
         lines.append(f"  {name:<32} {'skip' if study.done(job.run_dir) else action:<8} {sizes}")
     return lines
+
+
+def grown_options(study: Study, options, old: dict[str, Any] | None):
+    """`options` with each `growing` option the union of the record's values and the call's: a call
+    that adds seeds or grid items (a leaderboard's `--recipes`) tabulates the whole study."""
+    if old is None:
+        return options
+    grown = {}
+    for key in study.growing:
+        values = list(old["options"][key]) + [
+            v for v in getattr(options, key) if v not in old["options"][key]
+        ]
+        grown[key] = tuple(sorted(values) if key == "seeds" else values)
+    return dataclasses.replace(options, **grown)
+
+
+def by_trainer(runs: list, evaluations: list) -> list[tuple[list, list]]:
+    """The runs grouped by their training command, each group with the evaluations that read its runs
+    (`recall-curve` for `train`, `lm eval` for `lm train`): one sweep per group, as a sweep trains with
+    one command. Groups keep the runs' order."""
+    from biosrecall.sweep.commands import EVALUATIONS
+
+    commands = list(dict.fromkeys(run.command for run in runs))
+    return [
+        (
+            [run for run in runs if run.command == command],
+            [e for e in evaluations if EVALUATIONS[e.command] == command],
+        )
+        for command in commands
+    ]
 
 
 def run_study(study: Study, out_dir, options, workers=None, threads=None, report=None) -> StudyResult:
@@ -143,26 +176,26 @@ def run_study(study: Study, out_dir, options, workers=None, threads=None, report
     from biosrecall.outputs import save_figure, write_table
     from biosrecall.sweep.engine import prepare
 
-    out_dir, runs, evaluations = Path(out_dir), study.runs(options), study.evaluations(options)
-    record = record_of(study, options)
-    check_record(out_dir, study, record)
+    out_dir = Path(out_dir)
+    options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
     executor = study_executor(workers, threads, options.device)
-    prepare(out_dir / RUNS, runs, evaluations, executor)  # every run's options checked, nothing written
+    groups = by_trainer(study.runs(options), study.evaluations(options))
+    runs = [run for group, _ in groups for run in group]
+    for group, evaluations in groups:
+        prepare(out_dir / RUNS, group, evaluations, executor)  # every run's options checked, nothing written
     timer = StudyTimer(report, seeds=list(options.seeds), workers=executor.slots(), threads=executor.threads)
     with output_lock(out_dir):
-        old = check_record(out_dir, study, record)
-        for key in study.growing if old is not None else ():
-            grown = list(old["options"][key]) + [
-                v for v in record["options"][key] if v not in old["options"][key]
-            ]
-            record["options"][key] = sorted(grown)
+        # Under the lock: another call may have grown the record since the check above.
+        options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+        record = record_of(study, options)
         write_study_record(
             out_dir / f"{study.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n"
         )
         with timer.phase("training", f"{len(runs)} run(s) and their evaluation"):
-            left = [run for run in runs if not study.done(out_dir / RUNS / run.name)]
-            if left:
-                sweep_study_runs(out_dir / RUNS, left, evaluations, executor, report)
+            for group, evaluations in groups:
+                left = [run for run in group if not study.done(out_dir / RUNS / run.name)]
+                if left:
+                    sweep_study_runs(out_dir / RUNS, left, evaluations, executor, report)
         with timer.phase("tables", "writing the tables and claims"):
             per_run = pd.concat(
                 [study.read(out_dir / RUNS / run.name).assign(**run.labels) for run in runs],
