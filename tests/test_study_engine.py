@@ -94,3 +94,25 @@ def test_a_run_another_process_is_training_is_refused_not_evaluated(data, tmp_pa
     lock_path(runs / "seed0/trunk").write_text(str(os.getpid()))  # a live holder of the run's folder
     with pytest.raises(BiosrecallError, match="run seed0/trunk is being trained by another process"):
         train_study_runs(runs, [trunk(data)], LocalExecutor(workers=1))
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_a_study_record_survives_a_later_interrupted_write_of_its_first_call(tmp_path, record):
+    """Within one command, a write stopped by Ctrl-C takes back what the command wrote into folders it
+    created; once the study's record is written, OUT and what is in it are the study's and stay (a
+    rerun continues them), while the cut write's own new folders still go."""
+    from biosrecall.atomic import atomic_write_path, atomic_write_text, command_outputs
+    from biosrecall.experiments.study_engine import write_study_record
+
+    out = tmp_path / "new" / "study"
+    with command_outputs():
+        atomic_write_text(out / "data" / "manifest.json", "{}")  # the command creates OUT
+        if record:
+            write_study_record(out / "study.json", "{}\n")
+        else:
+            atomic_write_text(out / "notes.txt", "written before the cut, with no record")
+        with pytest.raises(KeyboardInterrupt), atomic_write_path(out / "diagnose" / "seed0" / "t.parquet"):
+            raise KeyboardInterrupt
+    assert not (out / "diagnose").exists()
+    assert (out / "data" / "manifest.json").is_file()
+    assert (out / "study.json").is_file() if record else not (out / "notes.txt").exists()
