@@ -7,6 +7,7 @@ other settings in one line, and its archive continues elsewhere, training only a
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -66,6 +67,12 @@ def test_the_depth_study_end_to_end(data, tmp_path, capsys, monkeypatch):
     assert list(claims.index) == ["uniform_holds_beyond_k16", "fixed-k4_holds_beyond_k16"]
     assert set(claims["threshold"]) == {"in [-1, 1]"}
     assert (out / "nll_vs_depth.png").is_file() and (out / "nll_vs_depth.pdf").is_file()
+    record = json.loads((out / "depth.json").read_text())
+    assert record[
+        "command"
+    ] == f"biosrecall study depth --data {data} --schedules uniform,fixed-k4 --seeds 0,1 " + (
+        "--max-depth 20 --device cpu"
+    )
     written = {name: (out / name).read_bytes() for name in TABLES}
 
     handed.clear()

@@ -78,10 +78,15 @@ class StudyResult:
 
 
 def record_of(study: Study, options) -> dict[str, Any]:
-    """What OUT/<name>.json holds, as JSON reads it back: the study, its options, versions, machine."""
+    """What OUT/<name>.json holds, as JSON reads it back: the study, its options, the command that
+    makes the output again (`study_command`, add `--out`), versions and machine."""
     from biosrecall.train.run_folder import machine, versions
 
-    values = {"study": study.name, "options": dataclasses.asdict(options)}
+    values = {
+        "study": study.name,
+        "options": dataclasses.asdict(options),
+        "command": study_command(study, options),
+    }
     return json.loads(json.dumps({**values, "versions": versions(), "machine": machine()}, default=str))
 
 
