@@ -4,9 +4,10 @@ one definition of an iteration, read the same by every path.
     pytest -q tests/test_recipes.py
 
 Per recipe: `forward_all_depths` equals `forward` at every depth; cached greedy decoding equals
-uncached `forward`; the modeled FLOPs of a forward and backward at K = 4 match torch's
-FlopCounterMode within 5%; the parameter account matches the model; a run trained on the tiny preset
+uncached `forward`; the modeled FLOPs of a forward and backward at K = 4 (and 12, past huginn's
+backprop depth) match torch's FlopCounterMode within 5%; the parameter account matches the model; a run trained on the tiny preset
 resumes bit-exactly; its export loads in transformers and gives biosrecall's logits at K = 1, 4, 16.
+The untrained models are perturbed (`tiny_model`), so no recipe's own path hides behind a zero init.
 """
 
 from __future__ import annotations
@@ -49,10 +50,17 @@ def example_recipe():
 
 
 def tiny_model(recipe: str, **overrides) -> LoopedTransformer:
+    """The recipe on the tiny preset, every parameter then moved by seeded noise: a recipe's extra
+    parameters start at zero or at the identity (LoopFormer's modulation, the example's gate), where it
+    would compute what baseline computes and a test of its own path would pass whatever that path did."""
     torch.manual_seed(0)
     defaults = get_recipe(recipe).model_defaults
     config = get_preset("bios-tiny", vocab_size=61, **{**defaults, **overrides, "recipe": recipe})
-    return LoopedTransformer(config).eval()
+    model = LoopedTransformer(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param), alpha=0.1)
+    return model
 
 
 def tokens(batch=2, length=20, seed=1) -> torch.Tensor:
@@ -67,6 +75,10 @@ def test_forward_all_depths_equals_forward_at_every_depth(recipe):
         swept = dict(model.forward_all_depths(ids, depths))
         for depth in depths:
             torch.testing.assert_close(swept[depth], model(ids, depth), rtol=0, atol=1e-5)
+        if not model.recipe.prefix_consistent:  # told K: depth 8 of a 16-deep call is another function
+            states = {k: (state, rope) for k, state, rope in model.gradient_states(ids, 16)}
+            read_inside = model.head_logits(model.final_hidden(*states[8]))
+            assert (read_inside - swept[8]).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -78,12 +90,13 @@ def test_cached_greedy_decoding_equals_uncached_forward(recipe):
         assert cached.depths == [depth] * 6
 
 
+@pytest.mark.parametrize("depth", [4, 12])  # 12: past huginn's backprop depth of 8 (truncated backprop)
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_modeled_training_flops_match_the_flop_counter(recipe):
+def test_modeled_training_flops_match_the_flop_counter(recipe, depth):
     model, ids = tiny_model(recipe).train(), tokens(2, 24)
     with FlopCounterMode(display=False, custom_mapping=CPU_SDPA) as counter:
-        model(ids, 4, targets=ids.roll(-1, 1)).backward()
-    modeled = ids.numel() * train_flops_per_token(model.config, 4, seq_len=24)
+        model(ids, depth, targets=ids.roll(-1, 1)).backward()
+    modeled = ids.numel() * train_flops_per_token(model.config, depth, seq_len=24)
     assert abs(modeled / counter.get_total_flops() - 1) <= 0.05
     assert model.num_parameters() == param_counts(model.config)["total"]
 

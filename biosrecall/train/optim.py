@@ -14,13 +14,14 @@ from biosrecall.train.config import DEFAULT_DECAY, TrainConfig
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """Matrices of linear layers decay; norms, biases and embedding tables do not (standard practice)."""
+    """Matrices of linear layers decay; norms, biases and embedding tables do not (standard practice),
+    nor a matrix its recipe marks `no_weight_decay` (Parcae's B, as its authors train it)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        is_matrix = param.ndim >= 2 and "embed" not in name
-        (decay if is_matrix else no_decay).append(param)
+        decays = param.ndim >= 2 and "embed" not in name and not getattr(param, "no_weight_decay", False)
+        (decay if decays else no_decay).append(param)
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

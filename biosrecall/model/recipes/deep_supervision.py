@@ -10,8 +10,11 @@ gradient-carrying state s_k and minimises
     L = (1 / |G|) sum_{k in G} CE(head(final_norm(coda(state_norm(s_k)))), y),
 
 G = {1..K}, or the last `backprop_depth` iterations under truncated backprop (an iteration run
-without gradients cannot be supervised). The mean, not the sum, keeps the loss on the scale of one
-cross-entropy, so a learning rate tuned for baseline still fits. Training costs K readouts instead of
+without gradients cannot be supervised). Every depth weighs the same, 1 / |G| (Lee et al. weigh
+each companion loss by its own alpha and decay them over training; no such schedule is public for
+loops, and equal weights favour no serving depth). The mean, not the sum, keeps the loss on the scale
+of one cross-entropy, so a learning rate tuned for baseline still fits. Padding (targets of -100)
+carries no loss at any depth (`head_loss`). Training costs K readouts instead of
 one: `train_flops` adds |G| - 1 readouts (coda and head, forward and backward) to the baseline route.
 """
 

@@ -5,15 +5,20 @@ read, not copied).
     biosrecall train --data D --out R --recipe loopformer
 
 A call of K iterations is a trajectory from t = 0 to 1 in steps of dt = 1/K; iteration i is at
-t_i = (i - 1)/K. It is told (t_i, dt) through a conditioning vector and an adaLN-zero modulation:
+t_i = (i - 1)/K. It is told (t_i, dt) through a conditioning vector and a modulation initialised at
+zero (adaLN-style):
 
     c_i = MLP_t(phi(t_i)) + MLP_dt(phi(dt)),   phi(x) = [cos(1000 x w_j), sin(1000 x w_j)]_j,
           w_j = 10000^(-j/F), j < F = 16
     s_i = block(u_i (1 + gamma(c_i)) + beta(c_i)),   u_i = inject(s_{i-1}, e)  (the baseline's)
 
-gamma and beta one Linear(d, 2d) initialised at zero, so an untrained model is the baseline. Training
-at sampled depth K (the full route) adds a shorter route of M = floor(K/2) steps (dt = 1/M) from the
-same input, and minimises
+gamma and beta one Linear(d, 2d) initialised at zero, so an untrained model is the baseline (the
+authors' adaLN-zero instead zero-gates each layer's residual branches, an identity block at init).
+phi feeds 1000 t to F = 16 frequencies, as DiT feeds its timesteps in [0, 1000]; the authors feed t in
+[0, 1] to 256 frequencies, which at F = 16 would leave every angle under 1 radian and the steps of a
+deep call nearly indistinguishable. Training at sampled depth K (the full route: the run's schedule
+draws it, where the authors' full route is always their L iterations) adds a shorter route of
+M = floor(K/2) steps (dt = 1/M) from the same input, and minimises
 
     L = CE(full) + 0.1 CE(short) + 0.1 sum_tokens mean_d (h_short - stopgrad(h_full))^2
 

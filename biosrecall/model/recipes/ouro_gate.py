@@ -22,11 +22,16 @@ summed over tokens like every recipe's loss. Serving exits a token at the first 
 sum_{i<=t} p(i | x) = 1 - prod_{i<=t} (1 - lambda_i) reaches q (`exit_cdf`; per token in the cached
 decoder, `decode.gate_cdf_judges`), which needs no readout until the exit.
 
-Choices where the paper leaves room: beta = 0.05 (Ouro anneals beta in its first stage; a fixed value
-keeps a run's loss a function of its weights and batch); the gate reads `state_norm(s_t)`, the state
+Choices where the paper leaves room: beta = 0.05, fixed (Ouro's schedule for beta is not reproduced:
+a fixed value keeps a run's loss a function of its weights and batch; beta H(p) is, up to a constant,
+beta times the KL from p to the uniform prior the paper motivates it with); the gate reads `state_norm(s_t)`, the state
 the readout reads, not the coda's output, so a check costs 2 d FLOPs and no readout; the gate trains
-jointly with the model (Ouro's first stage) rather than in a second, gate-only stage. Training costs a
-readout at every gradient-carrying depth: `train_flops` adds n - 1 readouts and the gate's 6 d.
+jointly with the model (Ouro's first stage) rather than in a second, gate-only stage; under truncated
+backprop (`backprop_depth` k < K) p is spread over the k gradient-carrying depths only, the last taking
+the rest. Numerics: p, log p and the per-depth cross-entropies are fp32 whatever the model's dtype,
+and log p is taken of p clamped at 1e-12, so a gate saturated at 0 or 1 gives a finite loss and
+gradient. Training costs a readout at every gradient-carrying depth: `train_flops` adds n - 1 readouts
+and the gate's 6 d.
 """
 
 try:  # inside an exported model folder, beside its copy of the base

@@ -16,10 +16,18 @@ every iteration through B_bar (computed once per call: B_bar e does not change w
 Choices, following the reference code where it is public:
 - Diagonal injection (the authors' default `injection_type="diagonal"`): log A, delta in R^d, B in
   R^{d x d}; B_bar e = Delta * (e B^T). Initialisation as theirs: log A = 0 (A = -1), Delta so that
-  A_bar = sqrt(1/5) in every channel, B = I.
+  A_bar = sqrt(1/5) in every channel, B = I. As theirs, log A, delta and B take no weight decay (decay
+  would pull B away from the identity and Delta towards softplus(0) for no modelling reason).
 - e is RMS-normalised with its own gain (their `prelude_norm=True` at every size they train).
+- A_bar s + B_bar e is formed in fp32 and rounded once to the state's dtype. Under bf16 autocast the
+  state is the fp32 residual stream, so A_bar < 1 holds to fp32 precision; a model cast whole to bf16
+  keeps 8 significant bits per iteration, and there a channel with A_bar above about 0.996 rounds back
+  to its old value (a limit of the format, not of the recipe).
 - The state entering an iteration is not normalised: the block's own (pre-norm or sandwich) layers
-  read it, and `state_norm` reads out as in every recipe.
+  read it, and `state_norm` reads out as in every recipe. Where this departs from their code: there is
+  no output map C (their identity-initialised Linear between the loop and the coda), since the readout
+  is the host's, shared by every recipe; s_0 is the host's initial state (zeros, or one seeded draw),
+  not a fresh random draw per call, so an output never depends on the call.
 - The model config's `injection` must stay `none`: this recipe replaces the adapter.
 
 FLOPs: e B^T is 2 d^2 per token once per call; A_bar s and the scaling are element-wise (counted 0,
@@ -52,6 +60,7 @@ class Parcae(Recipe):
         model.parcae_log_a = nn.Parameter(torch.zeros(d))
         model.parcae_delta = nn.Parameter(torch.zeros(d))
         model.parcae_b = nn.Linear(d, d, bias=False)
+        model.parcae_b.weight.no_weight_decay = True  # read by the optimizer's grouping
         model.parcae_e_gain = nn.Parameter(torch.ones(d))
 
     def reset_parameters(self, model, config):
@@ -71,14 +80,13 @@ class Parcae(Recipe):
         return step * model.parcae_b(e), state
 
     def step(self, model, state, inject, block, index, depth):
-        torch, _, F = torch_modules()
-        decay = torch.exp(-F.softplus(model.parcae_delta) * torch.exp(model.parcae_log_a))
-        return block(decay.to(state.dtype) * state + inject)
+        carried = self.transition(model) * state.float() + inject.float()  # fp32: A_bar stays < 1
+        return block(carried.to(state.dtype))
 
     def transition(self, model):
-        """A_bar per channel (each in (0, 1)), for measuring the contraction."""
+        """A_bar per channel, in fp32 (each in [0, 1): exp of a negative number)."""
         torch, _, F = torch_modules()
-        return torch.exp(-F.softplus(model.parcae_delta) * torch.exp(model.parcae_log_a))
+        return torch.exp(-F.softplus(model.parcae_delta.float()) * torch.exp(model.parcae_log_a.float()))
 
     def injection_flops(self, config):
         return 2 * config.d_model**2
