@@ -114,14 +114,9 @@ def batch_states(model, batch, depth: int, readouts: bool):
     logits there at every depth (else only at `depth`)."""
     check_one_trajectory(model, "the exit gate's states")
     states = []
-    hook = model.block[-1].register_forward_hook(
-        lambda _m, _i, out: states.append(out[batch.positions].float())
-    )
-    try:
+    with model.observing_states(lambda state: states.append(state[batch.positions].float())):
         depths = range(1, depth + 1) if readouts else [depth]
         logits = [out for _, out in model.forward_all_depths(batch.tokens, depths, positions=batch.positions)]
-    finally:
-        hook.remove()
     if len(states) != depth:
         raise BiosrecallError(f"the block ran {len(states)} times for {depth} iterations")
     return states, logits

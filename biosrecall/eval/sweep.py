@@ -256,28 +256,24 @@ def answer_stats_by_depth(
 
 @contextmanager
 def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iterator[None]:
-    """While the block runs, append each iteration's per-row largest latent and accel (`StateTrail`,
-    float64) to `per_depth`; nothing when it is None."""
+    """While the model iterates, append each iteration's per-row largest latent and accel (`StateTrail`,
+    float64, of the states its recipe's steps return) to `per_depth`; nothing when it is None."""
     if per_depth is None:
         yield
         return
 
-    blocks = getattr(model, "block", None)
-    if not blocks:
+    if not getattr(model, "block", None) or not hasattr(model, "observing_states"):
         raise BiosrecallError("latent and accel need a looped model whose recurrent block can be observed")
     check_one_trajectory(model, "latent and accel")
     trail = StateTrail()
 
-    def observe(_layer, _inputs, state):
+    def observe(state):
         stats = trail.observe(state[batch.positions])
         for name in ("latent", "accel"):
             per_depth[name].append(_reduce_rows(getattr(stats, name).double(), batch, "amax"))
 
-    handle = blocks[-1].register_forward_hook(observe)
-    try:
+    with model.observing_states(observe):
         yield
-    finally:
-        handle.remove()
 
 
 def check_one_trajectory(model, what: str) -> None:

@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -39,7 +40,7 @@ from torch.utils.checkpoint import checkpoint
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, head_cross_entropy, rope_tables
-from biosrecall.model.recipes import get_recipe
+from biosrecall.model.recipes import check_config, get_recipe
 
 
 class LoopedTransformer(nn.Module):
@@ -57,10 +58,8 @@ class LoopedTransformer(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, d)
         self.pos_embed = nn.Embedding(config.context_length, d) if config.position == "learned" else None
         self.prelude = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_prelude))
+        check_config(config)
         self.recipe = get_recipe(config.recipe)
-        problem = self.recipe.check(config)
-        if problem is not None:
-            raise BiosrecallError(f"recipe {config.recipe}: {problem}")
         self.recipe.build(self, config)  # where the adapter always was: the seeded init is unchanged
         self.block = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_block))
         self.coda = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_coda))
@@ -70,6 +69,7 @@ class LoopedTransformer(nn.Module):
         if config.position == "rope":
             self.register_buffer("rope_table", torch.stack(rope_tables(config), dim=-1), persistent=False)
         self._init_states: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._state_observers: list[Callable[[torch.Tensor], None]] = []
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -172,6 +172,17 @@ class LoopedTransformer(nn.Module):
             done = k
             yield k, logits
 
+    @contextmanager
+    def observing_states(self, observer: Callable[[torch.Tensor], None]) -> Iterator[None]:
+        """While open, `observer(s_i)` is called with the state [B, T, d] after every iteration the
+        model runs (forward, forward_all_depths), in order: what the recipe's step returned, so a
+        state-reading exit criterion sees exactly the states the readout reads, whatever the recipe."""
+        self._state_observers.append(observer)
+        try:
+            yield
+        finally:
+            self._state_observers.remove(observer)
+
     def initial_state(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """The [seq_len, d] noise initial state (None for zeros). Drawn once on the CPU from
         `init_state_seed` for the whole context, so any prefix sees the same rows on any device."""
@@ -227,6 +238,8 @@ class LoopedTransformer(nn.Module):
                 state = checkpoint(self._block_step, state, inject, rope, index, depth, use_reentrant=False)
             else:
                 state = self._block_step(state, inject, rope, index, depth)
+            for observe in self._state_observers:
+                observe(state)
         return state
 
     def _block_step(self, state: torch.Tensor, inject, rope: Rope, index: int, depth: int) -> torch.Tensor:
