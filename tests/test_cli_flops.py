@@ -23,7 +23,7 @@ def _run(*args: str) -> str:
 
 def test_help_documents_options_and_defaults():
     text = " ".join(_run("--help").split())
-    for option in ("--preset", "--schedule", "--seq-len", "--updates", "--backprop-depth"):
+    for option in ("--preset", "--schedule", "--seq-len", "--updates", "--backprop-depth", "--recipe"):
         assert option in text
     assert "[default: lm-200m]" in text and "[default: 4800]" in text
     assert "bios-cpu" in text and "preset's context length" in text
@@ -49,9 +49,32 @@ def test_custom_schedules_several_presets_and_seq_len():
     assert "fixed_first" not in out
 
 
+@pytest.mark.parametrize("recipe", ["parcae", "loopformer", "ouro-gate"])
+def test_a_recipe_is_counted_as_train_builds_it(recipe):
+    """--recipe prices the recipe's own parameters and objective: the numbers are the account's for the
+    config `train --recipe` would build (its model defaults applied), and they differ from baseline's."""
+    from biosrecall.compute.flops import param_counts, train_flops_per_token
+    from biosrecall.model import get_preset
+    from biosrecall.model.recipes import recipe_overrides
+
+    out = _run("--preset", "bios-tiny", "--schedule", "fixed:4", "--recipe", recipe)
+    base = _run("--preset", "bios-tiny", "--schedule", "fixed:4")
+    cfg = get_preset("bios-tiny", **recipe_overrides(recipe, {}))
+    assert f"recipe {recipe}" in out.splitlines()[0] and "recipe" not in base.splitlines()[0]
+    assert f"{param_counts(cfg)['total']:,}" in out
+    training = float(re.search(r"K = 4\s+[\d.]+\s+([\d.]+)", out).group(1))
+    assert training == pytest.approx(train_flops_per_token(cfg, 4) / 1e6, rel=1e-3)
+    assert out != base
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--recipe", "nope"], "error: recipe 'nope' is not installed"),
+        (
+            ["--preset", "bios-cpu-std-params", "--recipe", "parcae"],
+            "error: recipe parcae needs a recurrent block",
+        ),
         (["--preset", "lm-7b"], "error: unknown preset 'lm-7b'"),
         (["--schedule", "fixed_first:k0=4,switch=2"], "error: schedule 'fixed_first:k0=4,switch=2': switch"),
         (["--schedule", "warp:9"], "error: unknown schedule 'warp'"),

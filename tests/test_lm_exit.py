@@ -102,3 +102,25 @@ def test_bad_exit_is_one_error_line_and_writes_nothing(tmp_path, capsys, extra, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
     assert not (tmp_path / "missing-run").exists()
+
+
+def test_eval_serves_the_ouro_gate_where_its_cdf_reaches_q(trained, capsys):
+    """`--exit cdf:q` on an ouro-gate LM run reads the gate the recipe trained, per token: q = 1 is never
+    reached before the cap (every token at depth 6: the fixed-depth NLL), a low q exits earlier; a run
+    whose recipe trains no gate is refused in one line, with nothing written."""
+    root, data = trained
+    run = root / "ouro"
+    train(capsys, data, run, "--schedule", "uniform:1-6", "--updates", "6", "--recipe", "ouro-gate")
+    args = ["lm", "eval", run, "--max-depth", "6", "--max-sequences", "2", "--batch-size", "2"]
+    code, out, err = cli(capsys, *args, "--exit", "cdf:0.3,cdf:1", "--val-sequences", "2")
+    assert code == 0, err
+    rows = pd.read_parquet(run / "eval" / "nll_exit.parquet").set_index("criterion")
+    assert (rows.loc[["cdf:0.3", "cdf:1"], "kind"] == "cdf").all()
+    assert rows.loc["cdf:1", "mean_depth"] == 6
+    assert rows.loc["cdf:1", "nll"] == pytest.approx(rows.loc["K=6", "nll"], abs=1e-6)
+    assert 1 <= rows.loc["cdf:0.3", "mean_depth"] < 6
+    plain = root / "plain-for-cdf"
+    train(capsys, data, plain, "--schedule", "fixed:2", "--updates", "2")
+    code, _, err = cli(capsys, "lm", "eval", plain, "--max-depth", "4", "--exit", "cdf:0.5")
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "recipe baseline" in err and not (plain / "eval").exists()

@@ -28,7 +28,8 @@ from biosrecall.numbers import DEPTH, counts
     "exit_spec",
     default="kl:1e-3",
     show_default=True,
-    help="One exit criterion (recall-curve's; gate:DELTA needs `biosrecall gate train` first).",
+    help="One exit criterion (recall-curve's; gate:DELTA needs `biosrecall gate train` first, cdf:Q an "
+    "ouro-gate run).",
 )
 @click.option(
     "--max-depth", default=64, type=Integer(DEPTH), show_default=True, help="Most block iterations per token."

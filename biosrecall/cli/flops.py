@@ -3,6 +3,7 @@
     biosrecall flops --preset lm-200m
     biosrecall flops --preset bios-cpu --schedule fixed:4 --schedule uniform:1-16 --seq-len 128
     biosrecall flops --preset bios-cpu --preset bios-cpu-std-params --preset bios-cpu-std-flops
+    biosrecall flops --preset bios-tiny --recipe loopformer      # a recipe's own parameters and FLOPs
 
 A standard-transformer baseline (no recurrent block) has one depth: it is shown at K = 1 with how it
 matches its looped preset, and without schedules (every depth would cost the same).
@@ -34,8 +35,9 @@ from biosrecall.compute.planner import saving_vs_uniform
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_json_object
-from biosrecall.model.config import ModelConfig
+from biosrecall.model.config import DEFAULT_RECIPE, ModelConfig
 from biosrecall.model.presets import PRESETS, get_preset
+from biosrecall.model.recipes import BUILT_IN, check_config, recipe_overrides
 from biosrecall.numbers import DEPTH
 from biosrecall.train.config import LIMITS
 
@@ -114,6 +116,14 @@ REPORTED = {
     default=None,
     help="Backprop only through the last k iterations.  [default: the preset's, full backprop]",
 )
+@click.option(
+    "--recipe",
+    default=DEFAULT_RECIPE,
+    show_default=True,
+    help="The looped recipe to count, as `train --recipe` builds it (its model defaults under the "
+    f"preset's shape; its extra parameters and training objective priced). Built in: {', '.join(BUILT_IN)}, "
+    "or an installed package's biosrecall.recipes entry point.",
+)
 def flops(
     presets: tuple[str, ...],
     schedules: tuple[str, ...],
@@ -121,6 +131,7 @@ def flops(
     updates: int,
     data_dir: Path | None,
     backprop_depth: int | None,
+    recipe: str,
 ) -> None:
     """Print, per preset, parameters by component, FLOPs per token at K = 1, 4, 8.5 (the mean of
     U{1..16}) and 16, and each schedule's modeled training compute relative to uniform:1-16 at the same
@@ -131,7 +142,8 @@ def flops(
         overrides = {} if backprop_depth is None else {"backprop_depth": backprop_depth}
         if vocabulary is not None:
             overrides["vocab_size"] = vocabulary
-        cfg = get_preset(name, **overrides)
+        cfg = get_preset(name, **recipe_overrides(recipe, overrides))
+        check_config(cfg)
         if index:
             click.echo()
         lines = _report(name, cfg, [s.spec for s in parsed], seq_len, updates, data_dir)
@@ -170,7 +182,8 @@ def _report(
     lines = [
         f"{name}: width {cfg.d_model}, {cfg.n_heads} heads, {cfg.mlp} MLP {cfg.d_mlp}, layers "
         f"{layers}, context {cfg.context_length}, "
-        f"{vocab}, {cfg.injection} injection, {cfg.norm}-norm",
+        f"{vocab}, {cfg.injection} injection, {cfg.norm}-norm"
+        + ("" if cfg.recipe == DEFAULT_RECIPE else f", recipe {cfg.recipe}"),
         *([match] if (match := describe_match(name)) else []),
         "",
     ]

@@ -66,8 +66,9 @@ def apply_no_verify(no_verify: bool) -> None:
     "exits",
     multiple=True,
     help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
-    "entropy:H, latent:EPS, accel:EPS, gate:DELTA (the run's fitted gate: `biosrecall gate train RUN`); "
-    "a bare name sweeps its thresholds. Capped at --max-depth.",
+    "entropy:H, latent:EPS, accel:EPS, gate:DELTA (the run's fitted gate: `biosrecall gate train RUN`), "
+    "cdf:Q (the exit gate an ouro-gate run trained: stop where the exit CDF reaches Q); a bare name "
+    "sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
     "--val-sequences",

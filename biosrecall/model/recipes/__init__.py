@@ -3,6 +3,7 @@
     from biosrecall.model.recipes import get_recipe, load_recipe_module, recipe_names
     recipe_names()                        # the built-in names, baseline first
     get_recipe("parcae")                  # the Recipe object (`base.Recipe`)
+    get_preset("bios-tiny", **recipe_overrides("parcae", {}))   # a model config of that recipe
     load_recipe_module("my_recipe.py")    # import a user's file, check it, register its RECIPE
 
 A recipe is one file defining `RECIPE`, an instance of a `base.Recipe` subclass (see `base.py` for
@@ -73,6 +74,21 @@ def get_recipe(name: str) -> Recipe:
         f"recipe {name!r} is not installed (built in: {', '.join(BUILT_IN)}; another comes from an "
         f"installed package's {ENTRY_POINT_GROUP} entry point or from --recipe-module FILE)"
     )
+
+
+def recipe_overrides(name: str, overrides: dict) -> dict:
+    """Model-config overrides for a model of recipe `name`: its `model_defaults`, then `overrides` (the
+    run's own choices win), then the name. Baseline adds nothing, so its configs stay as they were."""
+    if name == DEFAULT:
+        return dict(overrides)
+    return {**get_recipe(name).model_defaults, **overrides, "recipe": name}
+
+
+def check_config(config) -> None:
+    """Refuse, in one line naming the recipe and its rule, a model config its recipe cannot build."""
+    problem = get_recipe(config.recipe).check(config)
+    if problem is not None:
+        raise BiosrecallError(f"recipe {config.recipe}: {problem}")
 
 
 def load_recipe_module(path: str | Path) -> Recipe:
