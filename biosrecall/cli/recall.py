@@ -129,7 +129,8 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     multiple=True,
     help="Exit criteria to score (repeatable or a comma list): fixed:K, kl:EPS, stable:M, entropy:H, "
     "latent:EPS, accel:EPS (no readout: the recurrent state's change), gate:DELTA (the learned gate of "
-    "`biosrecall gate train`, recall lost <= DELTA), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
+    "`biosrecall gate train`, recall lost <= DELTA), cdf:Q (the exit gate an ouro-gate run trained: stop "
+    "where the exit CDF reaches Q), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
 )
 @click.option(
     "--per-token",
