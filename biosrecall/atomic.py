@@ -5,6 +5,19 @@ or the complete new one, never a half-written file. Folders are built the same w
 folder (`overwrite`) is a swap: the old one is moved aside only once the new one is complete, put back
 if the swap fails, and deleted last.
 
+**Only what is ours.** `--overwrite` replaces a non-empty folder only when the command's own record
+marks it as that command's output (`OutputRecord`: a record file, optionally a JSON key it holds and
+the only names the folder may hold); a folder of the user's own files is refused in one line and left
+as it is. The study engines call the same function (`replace_output`), so one rule holds for every
+command:
+
+    with replace_output("recall-curve", overwrite=True, record=RECALL_CURVE_RECORD) as tmp:
+        ...  # fill tmp, the record included; swapped in whole once complete
+
+Outputs that are a set of files in a shared folder (a diagnosis's `STEM.*`) use `replace_files`: every
+file is written complete under a staging folder first and only then renamed into place, so a full
+disk leaves the previous set as it was.
+
 `check_output_path` guards the other way round: an output may not be the working folder or one of its
 ancestors, nor an input, nor contain an input, nor lie inside one (compared after resolving symlinks
 and `..`), so `--overwrite` can never swap away what the command reads.
@@ -29,6 +42,7 @@ so a failed command leaves no new folder behind, only what was there before.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -41,9 +55,11 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
-from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.errors import BiosrecallError, excerpt, first_line
 from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_ENTRY, ASIDE_SUFFIX, TEMPORARY_SUFFIX, temporary_prefix
 
@@ -314,13 +330,69 @@ def atomic_write_path(path: str | Path) -> Iterator[Path]:
     _wrote(path)
 
 
-def check_output_dir(path: str | Path, overwrite: bool) -> Path:
-    """Refuse a non-empty existing folder unless `overwrite`; refuse a path that is a file."""
+# A record larger than this is no record of ours (it is read whole to check its key).
+MAX_RECORD_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """What marks a folder as one command's output: the only kind of folder its `--overwrite` replaces."""
+
+    command: str
+    """The command that writes the folder, named in the refusal (e.g. "recall-curve")."""
+    name: str
+    """The record file the command writes into every folder it makes (e.g. "recall_curve.json")."""
+    key: str | None = None
+    """A key the record (a JSON object) must hold, or None when the file's presence is the mark."""
+    value: object = None
+    """The value `key` must have (e.g. the manifest's format), or None when any value marks it."""
+    only: tuple[str, ...] = ()
+    """Glob patterns of every name the folder may hold (empty: any): a folder that also holds the
+    user's own files is not replaced whole."""
+
+    def marks(self, folder: Path) -> bool:
+        """Whether `folder` holds this record (and nothing but the names `only` allows)."""
+        path = folder / self.name
+        try:
+            if not path.is_file() or path.is_symlink():
+                return False
+            if self.key is not None:
+                if path.stat().st_size > MAX_RECORD_BYTES:
+                    return False
+                found = json.loads(path.read_bytes())
+                if not isinstance(found, dict) or self.key not in found:
+                    return False
+                if self.value is not None and found[self.key] != self.value:
+                    return False
+            return not self.only or all(
+                any(fnmatch(entry.name, pattern) for pattern in (self.name, *self.only))
+                for entry in os.scandir(folder)
+            )
+        except (OSError, ValueError, RecursionError):
+            return False
+
+    def stranger(self, folder: Path) -> str:
+        """Why `folder` is not this command's output, for the one-line refusal."""
+        strangers = [] if not self.only else sorted(
+            entry.name for entry in os.scandir(folder)
+            if not any(fnmatch(entry.name, p) for p in (self.name, *self.only))
+        )  # fmt: skip
+        if strangers and (folder / self.name).is_file():
+            return f"it also holds {excerpt(strangers[0])}, which {self.command} did not write"
+        return f"it holds no {self.command} record {self.name}"
+
+
+def check_output_dir(path: str | Path, overwrite: bool, record: OutputRecord | None = None) -> Path:
+    """Refuse a non-empty existing folder unless `overwrite`, and with it unless `record` marks it as
+    the command's own output; refuse a path that is a file. `record=None` is for a folder the package
+    itself names (a checkpoint, a gate): nothing else may be in it."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise BiosrecallError(f"output path {path} exists and is not a folder")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise BiosrecallError(f"output folder {path} is not empty (pass --overwrite to replace it)")
+    if path.is_dir() and any(path.iterdir()):
+        if not overwrite:
+            raise BiosrecallError(f"output folder {path} is not empty (pass --overwrite to replace it)")
+        _check_ours(path, record)
     parent = path.parent if path.parent != Path("") else Path(".")
     probe = parent
     while not probe.exists():
@@ -328,6 +400,15 @@ def check_output_dir(path: str | Path, overwrite: bool) -> Path:
     if not os.access(probe, os.W_OK):
         raise BiosrecallError(f"output folder {path} is not writable")
     return path
+
+
+def _check_ours(path: Path, record: OutputRecord | None) -> None:
+    """Refuse to replace `path` unless `record` marks it (see `OutputRecord`)."""
+    if record is not None and not record.marks(path):
+        raise BiosrecallError(
+            f"--overwrite replaces only a folder that {record.command} wrote, and {path} is not one "
+            f"({record.stranger(path)}); it was left as it is: choose another folder"
+        )
 
 
 def _refuse_working_folder(path: Path) -> Path:
@@ -383,18 +464,24 @@ def _swap_target(path: Path) -> Path:
 
 
 @contextmanager
-def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+def atomic_directory(
+    path: str | Path, overwrite: bool = False, record: OutputRecord | None = None
+) -> Iterator[Path]:
     """Build a folder under a temporary sibling name and swap it into place only when the block succeeds.
 
     With `overwrite`, an existing folder is replaced only after the new one is complete, and restored
-    if the swap fails. Without it, an output that appeared meanwhile is never replaced.
+    if the swap fails; with `record`, only a folder it marks is replaced (checked on entry and again at
+    the swap), and the new folder must hold the record itself. Without `overwrite`, an output that
+    appeared meanwhile is never replaced.
     """
-    path, tmp = _swap_target(check_output_dir(path, overwrite)), None
+    path, tmp = _swap_target(check_output_dir(path, overwrite, record)), None
     try:
         with held():  # a signal waits until `tmp` names the folder the clean-up below removes
             tmp = _temporary_folder(path)
         yield tmp
-        _swap_in(tmp, path, overwrite)
+        if record is not None and not record.marks(tmp):
+            raise RuntimeError(f"{record.command} built {path} without its record {record.name}")
+        _swap_in(tmp, path, overwrite, record)
     except BaseException as exc:
         if tmp is None:  # nothing was made (a failure to make it is already named)
             raise
@@ -404,6 +491,63 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
             _take_back(path)
             raise
         raise write_failed(written, exc.__cause__ or exc, _take_back(path)) from exc
+
+
+def replace_output(
+    path: str | Path, overwrite: bool, record: OutputRecord
+) -> contextlib.AbstractContextManager[Path]:
+    """The one `--overwrite` rule as a library call (every command, the study engines included): build
+    the output in the yielded temporary folder, the record included; it replaces `path` whole once
+    complete, and only when `path` is new, empty, or (with `overwrite`) marked by `record`."""
+    return atomic_directory(path, overwrite=overwrite, record=record)
+
+
+@contextmanager
+def replace_files(folder: str | Path, record: OutputRecord) -> Iterator[Path]:
+    """Write a set of files into a shared `folder` as one: the block fills the yielded staging folder
+    (hidden, inside `folder`, so the renames stay on one file system), and only once every file is
+    complete are they renamed into place, together and with signals held; a failure before (a full
+    disk) leaves the previous set as it was. `record` names the set's record, written last: files of
+    the same names are replaced only when their record marks them (a folder of the user's own files
+    that happen to share a name is refused, and nothing is written)."""
+    folder = Path(folder)
+    _make_folder(folder)
+    stage = None
+    try:
+        with held():  # a signal waits until `stage` names the folder the clean-up below removes
+            stage = Path(
+                tempfile.mkdtemp(
+                    prefix=temporary_prefix(folder / record.name), suffix=TEMPORARY_SUFFIX, dir=folder
+                )
+            )
+        yield stage
+        names = sorted(entry.name for entry in os.scandir(stage))
+        if record.name not in names:
+            raise RuntimeError(f"{record.command} wrote {folder} without its record {record.name}")
+        check_files_replaceable(folder, names, record)
+        with held():  # renames need no space: once begun, the whole set goes in
+            for name in [n for n in names if n != record.name] + [record.name]:
+                os.replace(stage / name, folder / name)
+    except BaseException as exc:
+        written = None if stage is None else _written_in(exc, stage, folder)
+        if written is None:
+            raise
+        raise write_failed(written, exc.__cause__ or exc) from exc  # named as the file it would be
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_files_replaceable(folder: str | Path, names: Iterable[str], record: OutputRecord) -> None:
+    """Refuse to write `names` into `folder` when one exists that `record` does not mark as this
+    command's earlier output."""
+    folder = Path(folder)
+    existing = [name for name in names if os.path.lexists(folder / name)]
+    if existing and not record.marks(folder):
+        raise BiosrecallError(
+            f"{folder / existing[0]} exists and {record.command} did not write it (no record "
+            f"{record.name} beside it); it was left as it is: move it or choose another folder"
+        )
 
 
 def _temporary_folder(path: Path) -> Path:
@@ -444,12 +588,14 @@ def committed(path: str | Path) -> bool:
         return False
 
 
-def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
-    """Rename `tmp` to `path`; an existing `path` (with `overwrite`) is moved aside first, put back on
-    failure, and deleted once the new folder is in place."""
+def _swap_in(tmp: Path, path: Path, overwrite: bool, record: OutputRecord | None = None) -> None:
+    """Rename `tmp` to `path`; an existing `path` (with `overwrite`, and marked by `record`) is moved
+    aside first, put back on failure, and deleted once the new folder is in place."""
     aside = None
     try:
         if overwrite and os.path.lexists(path):
+            if path.is_dir() and any(path.iterdir()):  # filled meanwhile: still only ours is replaced
+                _check_ours(path, record)
             prefix = temporary_prefix(path)
             with held():  # a signal waits until `aside` names the folder the clean-up below removes
                 aside = Path(tempfile.mkdtemp(prefix=prefix, suffix=ASIDE_SUFFIX, dir=path.parent))

@@ -6,18 +6,36 @@ that it holds UTF-8 JSON, that the top level is an object and that the required 
 
     record = read_json_object(run_dir / "config.json", "run config", required=("train_config",))
     require_keys(record["plan"], ("updates",), "run config plan", path)
+
+A file the user writes (a `--config` TOML, a sweep spec, a templates file) is read by
+`read_toml_file`, bounded in size (`MAX_USER_FILE_BYTES`) and in nesting (`MAX_NESTING`): a 10 MB
+or deeply nested file gives one line, not a RecursionError or minutes of parsing. JSON is bounded the
+same way (`parse_json_text`).
+
+    data = read_toml_file(path, "sweep spec")
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import stat
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+
+MAX_USER_FILE_BYTES = 1 << 20
+"""The largest config file, sweep spec or templates file read: option values, not data (1 MiB)."""
+MAX_NESTING = 64
+"""The deepest nesting of arrays and tables a user's TOML or JSON file may have (no file of ours
+nests more than a few levels; the parsers recurse, and overflow the stack near 1000)."""
+# Openers of arrays and inline tables, and their closers, outside strings (a cheap upper bound on the
+# nesting, counted before a recursive parser sees the text).
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[{]|[\]}]')
 
 
 def file_sha256(path: str | Path) -> str:
@@ -44,6 +62,50 @@ def require_regular_file(path: str | Path, what: str) -> Path:
     return path
 
 
+def check_nesting(text: str, where: str, limit: int = MAX_NESTING) -> None:
+    """Refuse text whose brackets nest deeper than `limit` (strings and comments skipped), before it is parsed."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                raise BiosrecallError(f"{where} nests arrays or tables deeper than {limit} levels")
+        elif token in "]}":
+            depth -= 1
+
+
+def read_user_text(path: str | Path, what: str, max_bytes: int = MAX_USER_FILE_BYTES) -> str:
+    """The UTF-8 text of a file the user wrote, refused over `max_bytes` or when it cannot be read."""
+    path = require_regular_file(path, what)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise BiosrecallError(f"{what} {path} holds {size:,} bytes, above the {max_bytes:,} allowed")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise BiosrecallError(f"cannot read {what} {path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise BiosrecallError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def parse_toml_text(text: str, where: str) -> dict[str, Any]:
+    """TOML from text, nesting bounded (`check_nesting`); an error is one line naming `where`."""
+    check_nesting(text, where)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BiosrecallError(f"{where} is not valid TOML: {exc}") from None
+    except RecursionError:  # nesting the bracket count missed (dotted keys): the parser's stack ran out
+        raise BiosrecallError(f"{where} nests tables too deeply") from None
+
+
+def read_toml_file(path: str | Path, what: str) -> dict[str, Any]:
+    """A user's TOML file (size and nesting bounded), or one line naming it and the problem."""
+    return parse_toml_text(read_user_text(path, what), f"{what} {path}")
+
+
 def parse_json_text(text: str, where: str) -> Any:
     """JSON from text; a decoding error or absurd nesting becomes one line naming `where`."""
     try:
@@ -54,10 +116,19 @@ def parse_json_text(text: str, where: str) -> Any:
         raise BiosrecallError(f"{where} is corrupt: JSON nested too deeply") from None
 
 
-def read_json_object(path: str | Path, what: str, required: Iterable[str] = ()) -> dict[str, Any]:
-    """A JSON file whose top level is an object holding `required` keys."""
+MAX_JSON_BYTES = 64 << 20
+"""The largest JSON record read whole (a run's config.json, a checkpoint's meta.json: kilobytes)."""
+
+
+def read_json_object(
+    path: str | Path, what: str, required: Iterable[str] = (), max_bytes: int = MAX_JSON_BYTES
+) -> dict[str, Any]:
+    """A JSON file (at most `max_bytes`) whose top level is an object holding `required` keys."""
     path = require_regular_file(path, what)
     try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise BiosrecallError(f"{what} {path} holds {size:,} bytes, above the {max_bytes:,} allowed")
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         raise BiosrecallError(f"{what} {path} is corrupt: not UTF-8 text") from None

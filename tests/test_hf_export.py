@@ -203,12 +203,16 @@ def test_existing_output_is_refused_then_replaced_with_overwrite(world, tmp_path
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     one_error_line(*run_cli(["export", world.run, "--out", out], capsys)[::2], "not empty", "--overwrite")
+    # --overwrite replaces only an export (its config.json's biosrecall section), never the user's files.
+    args = ["export", world.run, "--out", out, "--overwrite"]
+    one_error_line(*run_cli(args, capsys)[::2], "replaces only a folder that export wrote")
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    assert run_cli(["export", world.run, "--out", out], capsys)[0] == 0
     code, stdout, stderr = run_cli(
         ["export", world.run, "--checkpoint", "0.5", "--out", out, "--overwrite"], capsys
     )
     assert code == 0, stderr
-    assert "keep.txt" not in {p.name for p in out.iterdir()}
     assert json.loads((out / "config.json").read_text())["biosrecall"]["checkpoint"] == "0.5"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no temporary folder is left behind"
 

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 import biosrecall
-from biosrecall.atomic import atomic_directory, check_output_dir, check_output_path
+from biosrecall.atomic import OutputRecord, atomic_directory, check_output_dir, check_output_path
 from biosrecall.bios.encoding import TokenArrays, TokenStore, encode_arrays
 from biosrecall.bios.evalset import EvalSet, build_eval_set
 from biosrecall.bios.people import chance_bits, check_people_count, draw_people, people_table
@@ -64,6 +64,8 @@ from biosrecall.sizing import check_fits, dataset_cost, describe
 
 FORMAT = "biosrecall-bios-1"
 MANIFEST = "manifest.json"
+# What marks a folder as a dataset `generate` made: the only kind its --overwrite replaces.
+RECORD = OutputRecord("generate", MANIFEST, "format", FORMAT)
 PEOPLE = "people.parquet"
 TOKENIZER = "tokenizer.json"
 DATA_FILES = (PEOPLE, TOKENIZER, *TokenArrays.file_names())
@@ -165,7 +167,7 @@ def generate_dataset(
     }
     check_output_path(out_dir, sources.values())
     with output_lock(out_dir):
-        check_output_dir(out_dir, overwrite)  # fail before the work, not after it
+        check_output_dir(out_dir, overwrite, RECORD)  # fail before the work, not after it
         options = (holdout_eval_templates, overwrite, report or (lambda stage: None))
         return _generate(out_dir, people, seed, pool_sizes, options, **sources)
 
@@ -190,7 +192,7 @@ def _generate(out_dir, people, seed, pool_sizes, options, templates_dir, pools_d
     )
     report(f"  writing {out_dir}")
     try:
-        with atomic_directory(out_dir, overwrite=overwrite) as folder:
+        with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as folder:
             _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)
     except OSError as exc:
         raise BiosrecallError(f"could not write dataset folder {out_dir}: {exc.strerror or exc}") from exc

@@ -42,6 +42,7 @@ import tokenizers
 
 import biosrecall
 from biosrecall.atomic import (
+    OutputRecord,
     WriteFailed,
     atomic_directory,
     check_output_dir,
@@ -59,6 +60,8 @@ from biosrecall.locking import output_lock
 from biosrecall.sizing import check_fits, export_cost
 
 FORMAT = "biosrecall-bios-text-1"
+# What marks a folder as a text export: the only kind its --overwrite replaces.
+RECORD = OutputRecord("generate --export-text", MANIFEST, "format", FORMAT)
 TEXT_FORMATS = ("jsonl", "parquet")
 DEFAULT_EXPOSURES = 100
 MAX_EXPOSURES = 10_000
@@ -99,7 +102,7 @@ class TextExport:
         _require_int("exposures", self.exposures, 1, MAX_EXPOSURES)
         _require_int("seed", self.seed, 0)
         check_output_path(self.out_dir, inputs)
-        check_output_dir(self.out_dir, self.overwrite)
+        check_output_dir(self.out_dir, self.overwrite, RECORD)
 
 
 def _require_int(name: str, value, low: int, high: int | None = None) -> None:
@@ -130,7 +133,7 @@ def export_text(dataset_dir: str | Path, export: TextExport) -> dict:
     with output_lock(out_dir):
         export.check(inputs=[dataset_dir])  # again, now that no other writer can change the answer
         try:
-            with atomic_directory(out_dir, overwrite=export.overwrite) as folder:
+            with atomic_directory(out_dir, overwrite=export.overwrite, record=RECORD) as folder:
                 files = {
                     f"train.{export.format}": _write(
                         folder, "train", export.format, TRAIN_COLUMNS, _training_chunks(dataset, export)

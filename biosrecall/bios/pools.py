@@ -50,7 +50,7 @@ from pathlib import Path
 
 from faker import Faker
 
-from biosrecall.atomic import atomic_directory
+from biosrecall.atomic import OutputRecord, atomic_directory
 from biosrecall.bios.tokenizer import SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import require_regular_file
@@ -200,7 +200,9 @@ def build_pools(out_dir: str | Path | None = None, overwrite: bool = False, seed
     """Write `<name>.txt` for every pool into `out_dir` (default `data/pools/`) atomically."""
     out_dir = Path(out_dir) if out_dir is not None else POOLS_DIR
     pools = make_pools(seed)
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+    # A pools folder holds its pool files and nothing else: --overwrite replaces no other folder.
+    record = OutputRecord("pools", f"{POOL_NAMES[0]}.txt", only=tuple(f"{name}.txt" for name in POOL_NAMES))
+    with atomic_directory(out_dir, overwrite=overwrite, record=record) as tmp:
         for name, values in pools.items():
             (tmp / f"{name}.txt").write_text(pool_file_text(values), encoding="utf-8")
     return out_dir

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import require_regular_file
+from biosrecall.files import check_nesting, require_regular_file
 from biosrecall.paths import TEMPLATES_DIR
 
 TRAIN_FILE = "train.toml"
@@ -97,10 +97,13 @@ class _Source:
 
 def _parse(source: _Source, key: str) -> dict[str, list[str]]:
     """The `key` list of every attribute table, with the file's structure checked."""
+    check_nesting(source.text, f"template file {source.path}")  # the parser recurses: bound it first
     try:
         data = tomllib.loads(source.text)
     except tomllib.TOMLDecodeError as exc:
         raise BiosrecallError(f"{source.path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise BiosrecallError(f"{source.path}: invalid TOML: tables nested too deeply") from None
     for table in data:
         if table not in ATTRIBUTES:
             raise source.error(f"unknown attribute [{table}] (expected {', '.join(ATTRIBUTES)})", table)

@@ -26,7 +26,7 @@ import click
 
 from biosrecall import __version__, interrupts
 from biosrecall.atomic import command_outputs
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 
 # command name -> (module, attribute); each module holds one thin command (or group of them).
 COMMANDS = {
@@ -44,6 +44,7 @@ COMMANDS = {
     "export": ("biosrecall.cli.export", "export"),
     "sweep": ("biosrecall.cli.sweep", "sweep"),
     "study": ("biosrecall.cli.study", "study"),
+    "leaderboard": ("biosrecall.cli.leaderboard", "leaderboard"),
 }
 
 
@@ -144,8 +145,10 @@ def cli() -> None:
 
 
 def fail(message: str) -> None:
-    """Print one error line and exit 2 (the contract for every user mistake)."""
-    click.echo(f"error: {message}", err=True)
+    """Print one error line, at most MAX_MESSAGE characters whatever it quotes, and exit 2 (the
+    contract for every user mistake)."""
+    shown = bounded(message, MAX_MESSAGE - len("error: "), quoted=_ARGV)  # long words as excerpts
+    click.echo("error: " + shown, err=True)
     sys.exit(2)
 
 
@@ -172,7 +175,12 @@ def main(argv: list[str] | None = None) -> None:
             interrupts.restore(previous)
 
 
+_ARGV: list[str] = []
+"""The words of the command being run: a message that repeats a long one shows an excerpt (`fail`)."""
+
+
 def _run(argv: list[str] | None) -> None:
+    _ARGV[:] = [str(word) for word in (sys.argv[1:] if argv is None else argv)]
 
     try:
         with command_outputs():  # a failed write takes back the folders this command made

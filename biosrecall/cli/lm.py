@@ -48,7 +48,7 @@ from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
 from biosrecall.lm.corpus import Corpus
-from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, prepare_corpus
+from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, RECORD, prepare_corpus
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.numbers import SEED, counts, rates
 from biosrecall.sweep.executors import make_executor
@@ -126,9 +126,9 @@ def prepare(
 
     if tokenizer_path is not None and vocab_size is not None:
         raise BiosrecallError("give either --tokenizer or --vocab-size, not both")
-    check_output_dir(out_dir, overwrite)
     corpus = Corpus(inputs, text_column=text_column, hf_split=hf_split, max_documents=max_documents)
     check_output_path(out_dir, [*corpus.local_inputs, tokenizer_path])  # --overwrite never eats an input
+    check_output_dir(out_dir, overwrite, RECORD)  # nor a folder `lm prepare` did not make
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path is not None else None
     result = prepare_corpus(
         corpus,

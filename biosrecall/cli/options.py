@@ -30,7 +30,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 import click
 from click.core import ParameterSource
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, excerpt
 from biosrecall.model.config import INIT_STATES, INJECTIONS, MAX_VOCAB, NORMS, ModelConfig
 from biosrecall.model.presets import parse_model_overrides
 from biosrecall.numbers import DEPTH, Limit, check_number, counts, parse_float, parse_int, split_list
@@ -91,7 +91,7 @@ class FieldValue(click.ParamType):
             return tuple(_READERS[self.item](item) for item in split_list(value))
         except BiosrecallError:
             items = "update counts" if self.item is int else "fractions"
-            raise BiosrecallError(f"expected comma-separated {items}, got {value!r}") from None
+            raise BiosrecallError(f"expected comma-separated {items}, got {excerpt(value)}") from None
 
 
 _READERS = {int: parse_int, float: parse_float}
@@ -114,11 +114,11 @@ class _Number:
         try:
             number = _READERS[self.limit.kind](value) if isinstance(value, str) else value
         except BiosrecallError:
-            self.fail(f"{value!r} is not a valid {self.name}.", param, ctx)
+            self.fail(f"{excerpt(value)} is not a valid {self.name}.", param, ctx)
         if self.below is not None and _is_integer(number) and _under(number, self.limit):
             if self.bare:
-                raise BiosrecallError(self.below.format(value=number))
-            self.fail(self.below.format(value=number), param, ctx)
+                raise BiosrecallError(self.below.format(value=excerpt(number)))
+            self.fail(self.below.format(value=excerpt(number)), param, ctx)
         try:
             return check_number(self.label or param.name, number, self.limit)
         except BiosrecallError as exc:
@@ -160,10 +160,12 @@ class NumberList(click.ParamType):
             items = [_READERS[self.limit.kind](item) for item in split_list(value)]
         except BiosrecallError:
             self.fail(
-                f"expected comma-separated {self.noun} such as {self.example}, got {value!r}", param, ctx
+                f"expected comma-separated {self.noun} such as {self.example}, got {excerpt(value)}",
+                param,
+                ctx,
             )
         if self.below is not None and any(_under(item, self.limit) for item in items):
-            self.fail(self.below.format(value=value), param, ctx)
+            self.fail(self.below.format(value=excerpt(value)), param, ctx)
         try:
             return tuple(check_number(self.noun, item, self.limit) for item in items)
         except BiosrecallError as exc:
@@ -289,7 +291,9 @@ def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:
     parts = [part for value in values for part in value.split(",")]
     if "" in parts:
         shown = next(value for value in values if "" in value.split(","))
-        raise BiosrecallError(f"--model-override takes FIELD=VALUE pairs without empty items, got {shown!r}")
+        raise BiosrecallError(
+            f"--model-override takes FIELD=VALUE pairs without empty items, got {excerpt(shown)}"
+        )
     return parse_model_overrides(parts)
 
 

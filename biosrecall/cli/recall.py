@@ -5,7 +5,9 @@
 Evaluates the chosen checkpoints (the selector syntax of `biosrecall.train.run_folder`, the same in every command;
 default: every budget fraction) of each run at serving depths 1..--max-depth with one
 all-depth sweep per checkpoint, and writes into --out (default `./recall-curve`; the figure compares
-runs, so it belongs to none of them):
+runs, so it belongs to none of them), a folder of its own, built whole and swapped in at the end (an
+existing one is replaced only with --overwrite, and only when its record `recall_curve.json` marks it
+as recall-curve's output, never a folder of other files):
 
     recall_curve.csv, recall_curve.parquet   long format: run, schedule, fraction, update, flops, budget,
                                              depth, attribute ("all" = whole person), recall, bits, ...
@@ -115,7 +117,10 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 )
 @click.option("--refresh", is_flag=True, help="Re-evaluate even when a cached result is current.")
 @click.option(
-    "--overwrite", is_flag=True, help="Replace the recall-curve results already in --out (other files stay)."
+    "--overwrite",
+    is_flag=True,
+    help="Replace an earlier recall-curve folder --out (swapped in whole once complete; a folder "
+    "recall-curve did not write is refused).",
 )
 @click.option(
     "--people",
@@ -198,10 +203,9 @@ def recall_curve(
     if out_dir.exists() and not out_dir.is_dir():  # before hours of evaluation, not after
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     _check_mode(run_dirs, hf_model, data_dir)
-    earlier = _earlier_outputs(out_dir)
-    if earlier and not overwrite:
-        raise BiosrecallError(f"{out_dir} already holds recall-curve results ({earlier[0].name}); "
-                              "pass --overwrite to replace them")  # fmt: skip
+    from biosrecall.eval.recall_curve import check_output
+
+    check_output(out_dir, overwrite)  # before hours of scoring: only recall-curve's own folder is replaced
     _check_size(run_dirs, data_dir, people, max_depth)
     if hf_model is not None:
         options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
@@ -210,7 +214,7 @@ def recall_curve(
         # Only an explicit --max-depth: a model without a depth argument is refused one.
         options["max_depth"] = max_depth if _given("max_depth") else None
         chosen = None if depths is None else parse_depth_list(depths, "--depths")
-        _drop_unwritten(earlier, _score_hf(hf_model, data_dir, chosen, options, out_dir, metric))
+        _score_hf(hf_model, data_dir, chosen, options, out_dir, metric, overwrite)
         return
     from biosrecall.eval.recall_curve import score_and_write
 
@@ -218,31 +222,11 @@ def recall_curve(
     result = score_and_write(run_dirs, out_dir, checkpoints, exits=exits, per_token=per_token,
                              aggregate_seeds=aggregate_seeds, metric=metric, max_depth=max_depth,
                              threshold=threshold, batch_size=batch_size, device=device, data_dir=data_dir,
-                             refresh=refresh, people=people)  # fmt: skip
+                             refresh=refresh, people=people, overwrite=overwrite)  # fmt: skip
     work_done()  # every file is written: a signal while the results print changes nothing
     _print(result)
-    _drop_unwritten(earlier, result.written)
     for path in result.written:
         click.echo(f"wrote {path}")
-
-
-# Every file recall-curve writes into --out, by name.
-OWN_OUTPUTS = ("recall_curve*", "summary.csv", "summary_runs.csv", "exit_frontier.*", "exit_headline.*",
-               "exit_token_gap.*")  # fmt: skip
-
-
-def _earlier_outputs(out_dir: Path) -> list[Path]:
-    """The files of an earlier recall-curve in `out_dir` (none when it is not a folder yet)."""
-    if not out_dir.is_dir():
-        return []
-    return sorted(path for pattern in OWN_OUTPUTS for path in out_dir.glob(pattern) if path.is_file())
-
-
-def _drop_unwritten(earlier: list[Path], written: list[Path]) -> None:
-    """With --overwrite, an earlier call's results that this call did not write again would describe
-    other runs or settings beside the new ones: they go, once everything new is in place."""
-    for path in set(earlier) - set(written):
-        path.unlink(missing_ok=True)
 
 
 def _given(name: str) -> bool:
@@ -295,18 +279,22 @@ def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
 
 
 def _score_hf(
-    hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str
-) -> list[Path]:
-    """--hf-model: score the model, then write and print what recall-curve writes for runs."""
+    hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str, overwrite: bool
+) -> None:
+    """--hf-model: score the model, then write and print what recall-curve writes for runs (into a new
+    folder swapped in whole, as for runs)."""
     check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
+    from biosrecall.eval.recall_curve import write_output
     from biosrecall.hf.scoring import hf_recall_curve
 
-    result = hf_recall_curve(hf_model, data_dir, out_dir, depths, metric=metric, **options)
+    def write(folder: Path):
+        return hf_recall_curve(hf_model, data_dir, folder, depths, metric=metric, **options)
+
+    result = write_output(out_dir, overwrite, write)
     work_done()  # every file is written: a signal while the results print changes nothing
     _print(result)
     for path in result.written:
         click.echo(f"wrote {path}")
-    return result.written
 
 
 def _print(result) -> None:

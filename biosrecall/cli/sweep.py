@@ -22,6 +22,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
+from biosrecall.errors import bounded
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
 from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
@@ -96,7 +97,10 @@ def run(spec_path, kind, overrides, only, dry_run, **given):
         if str(exc):  # what still runs elsewhere (a Slurm array)
             click.echo(str(exc), err=True)
         raise
-    click.echo(result.summary())
+    counts, *failures = result.summary().splitlines()
+    click.echo(counts)
+    for line in failures:  # which runs failed and where their logs are, where errors go
+        click.echo(bounded(line), err=True)
     if result.failed:
         raise SystemExit(1)
 

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from biosrecall.atomic import atomic_write_json
+from biosrecall.atomic import OutputRecord, atomic_write_json, replace_files
 from biosrecall.diagnose.options import DiagnoseOptions
 from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
 from biosrecall.stats import interval_text
@@ -174,11 +174,14 @@ def plot_diagnosis(result: DiagnosisResult):
 
 
 def write_diagnosis(result: DiagnosisResult, out_dir: str | Path) -> list[Path]:
-    """Write the tables, the figure and the options JSON into `out_dir`; returns the paths written."""
-    base = Path(out_dir) / f"diagnose_{result.record['checkpoint']}"
-    written = write_table(result.summary, base)
-    written += write_table(result.batches, base.with_name(f"{base.name}_batches"))
-    written += save_figure(plot_diagnosis(result), base)
-    json_path = base.with_name(f"{base.name}.json")
-    atomic_write_json(json_path, result.to_json())
-    return [*written, json_path]
+    """Write the tables, the figure and the options JSON into `out_dir`, as one set (`replace_files`:
+    a failure leaves an earlier diagnosis of the checkpoint whole, and a file of the same name that no
+    diagnosis wrote is refused); returns the paths written."""
+    stem = f"diagnose_{result.record['checkpoint']}"
+    record = OutputRecord("diagnose-update", f"{stem}.json", "checkpoint", result.record["checkpoint"])
+    with replace_files(out_dir, record) as stage:
+        written = write_table(result.summary, stage / stem)
+        written += write_table(result.batches, stage / f"{stem}_batches")
+        written += save_figure(plot_diagnosis(result), stage / stem)
+        atomic_write_json(stage / record.name, result.to_json())
+    return [Path(out_dir) / path.name for path in [*written, stage / record.name]]

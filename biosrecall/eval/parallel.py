@@ -23,7 +23,9 @@ server itself gone) is a `WorkerDied`: one line naming the item (the run and che
 signal, raised once the other items under way have ended, so what they scored is cached and a
 rerun continues from there. Each item runs in a process of its own that sends its result back over
 a pipe of its own, so a death takes nothing else with it and leaves no semaphore behind (a process
-pool's shared queues would break for every item and leak their locks).
+pool's shared queues would break for every item and leak their locks). A worker's own locks are
+unlinked as soon as they are made (`_work`), so a worker killed holding one leaves nothing for the
+resource tracker to warn about after the error line.
 """
 
 from __future__ import annotations
@@ -166,6 +168,10 @@ def _work(score, item, threads: int, send) -> None:
     # The warm server ignores SIGTERM (the sweep stops runs by SIGINT); a worker takes it back, so
     # the parent can end it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A lock the scoring makes (tqdm's, any multiprocessing one) is then unlinked as soon as it is
+    # made, as under fork, instead of named and registered with the shared resource tracker, which a
+    # SIGKILLed worker never unregisters: the tracker would print "leaked semaphore" after the error.
+    multiprocessing.set_start_method("fork", force=True)
     torch.set_num_threads(threads)
     try:
         message = (True, score(item))

@@ -15,6 +15,12 @@ Files, into `out_dir`:
     exit_frontier.*, exit_headline.*         with `exits`: the serving frontier (`biosrecall.eval.serving`)
     exit_token_gap.csv, .parquet             with `per_token`: per-token against whole-query exit
                                              (`biosrecall.eval.token_exit`)
+    recall_curve.json                        the record: what wrote the folder, and its files
+
+The folder is recall-curve's own: it is built under a temporary name and swapped in whole once every
+file is written (`write_output`), so a full disk or a kill leaves the previous result as it was, and
+`overwrite` replaces only a folder whose record marks it as recall-curve's (`RECORD`), never a folder
+of the user's own files.
 """
 
 from __future__ import annotations
@@ -24,7 +30,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_text
+from biosrecall.atomic import (
+    OutputRecord,
+    atomic_write_json,
+    atomic_write_text,
+    check_output_dir,
+    replace_output,
+)
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, summary_table
 from biosrecall.eval.exits import check_max_depth, parse_exits
@@ -34,9 +46,16 @@ from biosrecall.eval.seeds import aggregate_recall, seed_groups
 from biosrecall.eval.serving import score_runs, write_frontier
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.eval.token_exit import TABLE_NAME as TOKEN_GAP_NAME
+from biosrecall.locking import output_lock
 from biosrecall.outputs import save_figure, write_table
 
 SHOWN_DEPTHS = (1, 4, 16, 64)
+# Every file recall-curve writes into its folder, by name (the record's list is exact; these bound it).
+OWN_OUTPUTS = ("recall_curve*", "summary.csv", "summary_runs.csv", "exit_frontier.*", "exit_headline.*",
+               "exit_token_gap.*")  # fmt: skip
+RECORD_FILE = "recall_curve.json"
+RECORD = OutputRecord("recall-curve", RECORD_FILE, "files", only=OWN_OUTPUTS)
+"""What marks a folder as recall-curve's output: the only kind its `overwrite` replaces."""
 
 
 @dataclass
@@ -72,10 +91,12 @@ def score_and_write(
     data_dir=None,
     refresh: bool = False,
     people: int | None = None,
+    overwrite: bool = False,
 ) -> RecallCurve:
     """Score the `checkpoints` of each run (default: every budget fraction) at depths 1..`max_depth` and
-    write the files of the module doc into `out_dir`. `exits` are exit-criteria texts (`kl:1e-3`,
-    `biosrecall.eval.exits`); everything is checked before the first model runs."""
+    write the files of the module doc into `out_dir` (`write_output`). `exits` are exit-criteria texts
+    (`kl:1e-3`, `biosrecall.eval.exits`); everything is checked before the first model runs."""
+    check_output(out_dir, overwrite)
     criteria = _criteria(exits, max_depth)
     if per_token and not criteria:
         raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
@@ -83,20 +104,48 @@ def score_and_write(
     scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, per_token=per_token,
                         max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
                         data_dir=data_dir, refresh=refresh, people=people)  # fmt: skip
+
+    def write(folder: Path) -> RecallCurve:
+        if groups is None:
+            shown = sorted({d for d in SHOWN_DEPTHS if d <= max_depth} | {max_depth})
+            written, summary = write_curves(scores.recall, folder, metric, shown)
+        else:
+            written, summary = write_seed_curves(scores.recall, groups, folder)
+        result = RecallCurve(written, summary, over_seeds=groups is not None)
+        if criteria:
+            frontier_files, result.headline = write_frontier(folder, scores.frontier)
+            result.written += frontier_files
+            result.frontier = scores.frontier
+        if scores.gap is not None:
+            result.written += write_table(scores.gap, folder / TOKEN_GAP_NAME)
+            result.gap = scores.gap
+        return result
+
+    return write_output(out_dir, overwrite, write)
+
+
+def check_output(out_dir: str | Path, overwrite: bool) -> None:
+    """Refuse, before any scoring, an `out_dir` that is a file, holds an earlier result (without
+    `overwrite`), or holds anything recall-curve did not write (`RECORD`)."""
     out_dir = Path(out_dir)
-    if groups is None:
-        shown = sorted({d for d in SHOWN_DEPTHS if d <= max_depth} | {max_depth})
-        written, summary = write_curves(scores.recall, out_dir, metric, shown)
-    else:
-        written, summary = write_seed_curves(scores.recall, groups, out_dir)
-    result = RecallCurve(written, summary, over_seeds=groups is not None)
-    if criteria:
-        frontier_files, result.headline = write_frontier(out_dir, scores.frontier)
-        result.written += frontier_files
-        result.frontier = scores.frontier
-    if scores.gap is not None:
-        result.written += write_table(scores.gap, out_dir / TOKEN_GAP_NAME)
-        result.gap = scores.gap
+    if not overwrite and out_dir.is_dir() and RECORD.marks(out_dir):
+        raise BiosrecallError(f"{out_dir} already holds recall-curve results ({RECORD_FILE}); "
+                              "pass --overwrite to replace them")  # fmt: skip
+    check_output_dir(out_dir, overwrite, RECORD)
+
+
+def write_output(out_dir: str | Path, overwrite: bool, write) -> RecallCurve:
+    """Run `write(folder)` (it returns the `RecallCurve` of what it wrote into `folder`) in a new folder
+    that replaces `out_dir` whole once it and the record are complete; the paths returned are under
+    `out_dir`. The output is locked meanwhile (`biosrecall.locking`)."""
+    out_dir = Path(out_dir)
+    with output_lock(out_dir):
+        check_output(out_dir, overwrite)
+        with replace_output(out_dir, overwrite, RECORD) as folder:
+            result = write(folder)
+            names = sorted(path.name for path in result.written)
+            atomic_write_json(folder / RECORD_FILE, {"command": "recall-curve", "files": names})
+    result.written = [out_dir / name for name in names]
     return result
 
 

@@ -31,14 +31,22 @@ too. Every problem (missing file, unknown suffix, missing column, invalid UTF-8 
 found in a folder, is refused before anything is read), and a line or document may hold at most
 `MAX_DOCUMENT_CHARS` characters, so memory stays bounded whatever the input.
 
+A source given twice (`pkg:kjv pkg:kjv`, one file under two paths or through its folder and by name,
+one Hub dataset twice) is refused when the corpus is built: its documents would land in both splits.
+`fingerprints` hashes every document, so `lm prepare` can refuse a text that lands in both splits
+however it got there (`biosrecall.lm.shards`).
+
     corpus = Corpus(["data/books", "extra.jsonl"], text_column="text")
     n = corpus.count()
+    hashes = corpus.fingerprints()      # one uint64 per document, in corpus order
     for doc in corpus: ...
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import stat
 import sys
 from collections.abc import Iterator, Sequence
@@ -47,7 +55,9 @@ from importlib.util import find_spec
 from itertools import islice
 from pathlib import Path
 
-from biosrecall.errors import BiosrecallError, first_line
+import numpy as np
+
+from biosrecall.errors import BiosrecallError, excerpt, first_line
 from biosrecall.files import file_sha256
 from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
 from biosrecall.lm.bundled import bundled_path, is_bundled, read_bundled
@@ -92,6 +102,7 @@ class Corpus:
             str(item) for item in inputs if not str(item).startswith(HF_PREFIX) and not is_bundled(item)
         ]
         self.sources = [source for item in inputs for source in _resolve(str(item))]
+        _refuse_repeats(self.sources)
         for source in self.sources:
             _check_source(source, text_column)
 
@@ -102,6 +113,15 @@ class Corpus:
     def count(self) -> int:
         """Number of non-empty documents (one full pass)."""
         return sum(1 for _ in self)
+
+    def fingerprints(self) -> np.ndarray:
+        """A 64-bit hash of every document's text, in order (one full pass, as `count`): equal texts,
+        and only they (but for a 2^-64 chance), have equal fingerprints."""
+        digest = hashlib.blake2b
+        return np.fromiter(
+            (int.from_bytes(digest(doc.encode("utf-8"), digest_size=8).digest(), "little") for doc in self),
+            dtype=np.uint64,
+        )
 
     def _read(self, source: Source) -> Iterator[str]:
         if source.kind == "txt":
@@ -154,6 +174,38 @@ def _resolve(item: str) -> list[Source]:
     if path.suffix not in SUFFIXES:
         raise BiosrecallError(f"input {item}: unsupported file type (expected {', '.join(SUFFIXES)})")
     return [Source(path.suffix[1:], item)]
+
+
+def _source_key(source: Source) -> tuple:
+    """What identifies a source whatever path names it: a file's device and inode, a dataset's name."""
+    if source.kind == "huggingface":
+        return ("huggingface", source.location, source.config)
+    file = Path(source.config if source.kind == "bundled" else source.location)
+    try:
+        info = os.stat(file)
+    except OSError:  # its own check names the problem
+        return ("path", str(file.absolute()))
+    return ("file", info.st_dev, info.st_ino)
+
+
+def _refuse_repeats(sources: Sequence[Source]) -> None:
+    """Refuse a source given twice: its documents would be held out and trained on at once."""
+    seen: dict[tuple, Source] = {}
+    for source in sources:
+        key = _source_key(source)
+        if key in seen:
+            first = seen[key]
+            same = "" if first.location == source.location else f" as {excerpt(first.location)}"
+            raise BiosrecallError(
+                f"input {excerpt(source.location)} is given twice (the same {_kind_word(source)}{same}); "
+                "its documents would land in both the training and the validation split: give each "
+                "source once"
+            )
+        seen[key] = source
+
+
+def _kind_word(source: Source) -> str:
+    return {"huggingface": "Hub dataset", "bundled": "bundled corpus"}.get(source.kind, "file")
 
 
 def _require_regular(path: Path) -> None:

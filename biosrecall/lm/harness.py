@@ -42,7 +42,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from biosrecall.atomic import atomic_write_text
+from biosrecall.atomic import OutputRecord, atomic_write_text, check_files_replaceable, replace_files
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import check_data, with_checkpoint_columns
 from biosrecall.lm.shard_manifest import load_manifest
@@ -296,6 +296,11 @@ def evaluate_harness(
     depths = check_depths(depths)
     if batch_size < 1 or (limit is not None and not limit > 0):
         raise BiosrecallError("batch size and limit must be positive")
+    base = Path(out) if out is not None else RunFolder(run_dir).eval_dir / TABLE
+    base = base.with_suffix("") if base.suffix in (".csv", ".parquet") else base
+    record_of = _output_record(base)
+    names = [f"{base.name}.csv", f"{base.name}.parquet", record_of.name]
+    check_files_replaceable(base.parent, names, record_of)  # before hours of scoring, as at the end
     manager, tasks = resolve_tasks(tasks, include_path)
     config, chosen, tokenizer, target, autocast = _load_setup(
         run_dir, checkpoint, data_dir, device, precision
@@ -315,13 +320,16 @@ def evaluate_harness(
             tables.append(with_checkpoint_columns(rows, run_dir, config, name, meta))
             record = results
     table = pd.concat(tables, ignore_index=True)
-    base = Path(out) if out is not None else RunFolder(run_dir).eval_dir / TABLE
-    written = write_table(table, base)
-    atomic_write_text(
-        written[0].with_suffix(RECORD_SUFFIX),
-        _record_text(record, tasks, depths, chosen, limit, num_fewshot, include_path),
-    )
+    with replace_files(base.parent, record_of) as stage:  # the table and its record, as one
+        write_table(table, stage / base.name)
+        text = _record_text(record, tasks, depths, chosen, limit, num_fewshot, include_path)
+        atomic_write_text(stage / record_of.name, text)
     return table
+
+
+def _output_record(base: Path) -> OutputRecord:
+    """What marks `base`.csv and .parquet as this command's: the record beside them."""
+    return OutputRecord("lm harness", base.name + RECORD_SUFFIX, "lm_eval_version")
 
 
 def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, include_path) -> str:

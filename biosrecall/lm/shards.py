@@ -18,8 +18,11 @@ by the tokens, so `numpy.memmap` reads it without copying:
     24      32    sha256 of tokenizer.json (raw digest)
     56      8     zero
 
-Validation documents are chosen by document, not by token: exactly max(1, round(n * val_fraction))
-of the n documents, drawn without replacement from `numpy.random.default_rng(seed)`.
+Validation documents are chosen by text, not by token: exactly max(1, round(n * val_fraction)) of
+the n distinct document texts (in order of first appearance), drawn without replacement from
+`numpy.random.default_rng(seed)`, and every copy of a text follows it, so no text is both held out
+and trained on (a repeated paragraph, a file that quotes another): `choose_validation`. A corpus
+without repeats gets exactly the documents a draw over its n documents gives.
 
 Each shard's manifest entry records its largest token id (`max_token`), so a reader checks every id
 against the vocabulary when it opens the corpus, without reading the tokens, and the sha256 of its
@@ -44,7 +47,13 @@ from pathlib import Path
 import numpy as np
 
 from biosrecall import __version__
-from biosrecall.atomic import atomic_directory, atomic_write_json, check_output_dir, check_output_path
+from biosrecall.atomic import (
+    OutputRecord,
+    atomic_directory,
+    atomic_write_json,
+    check_output_dir,
+    check_output_path,
+)
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import require_regular_file
 from biosrecall.lm.corpus import Corpus
@@ -62,6 +71,8 @@ MAGIC = b"BRLMSHRD"
 HEADER = struct.Struct("<8sIIQ32s8x")
 HEADER_BYTES = HEADER.size  # 64, so the tokens start aligned
 DEFAULT_SHARD_TOKENS = 2**27  # 256 MiB of uint16 per shard
+# What marks a folder as prepared shards: the only kind `lm prepare --overwrite` replaces.
+RECORD = OutputRecord("lm prepare", "manifest.json", "format", MANIFEST_FORMAT)
 _ENCODE_BATCH = 512  # documents per encode call: large enough to use every core, small in memory
 _ENCODE_BATCH_CHARS = 1 << 26  # ... and at most this many characters, however long the documents
 
@@ -175,21 +186,27 @@ class ShardWriter:
         return self.shards
 
 
-def choose_validation(num_documents: int, val_fraction: float, seed: int) -> np.ndarray:
-    """A bool mask over documents: True for the held-out ones (see the module docstring)."""
+def choose_validation(fingerprints: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
+    """A bool mask over documents, True for the held-out ones: a draw over the distinct texts (by
+    fingerprint, `Corpus.fingerprints`, in order of first appearance), each copy following its text
+    (see the module docstring)."""
     if not 0.0 <= val_fraction < 1.0:
         raise BiosrecallError(f"validation fraction must be in [0, 1), got {val_fraction}")
-    mask = np.zeros(num_documents, dtype=bool)
-    if val_fraction == 0.0:
-        return mask
-    held_out = max(1, round(num_documents * val_fraction))
-    if held_out >= num_documents:
-        raise BiosrecallError(
-            f"the corpus has {num_documents} document(s): too few to hold out a validation split "
-            f"(fraction {val_fraction}) and keep training documents"
-        )
-    mask[np.random.default_rng(seed).choice(num_documents, size=held_out, replace=False)] = True
-    return mask
+    _, first, text_of = np.unique(fingerprints, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # texts numbered by first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    texts = len(first)
+    held = np.zeros(texts, dtype=bool)
+    if val_fraction > 0.0:
+        held_out = max(1, round(texts * val_fraction))
+        if held_out >= texts:
+            raise BiosrecallError(
+                f"the corpus has {texts} distinct document(s): too few to hold out a validation split "
+                f"(fraction {val_fraction}) and keep training documents"
+            )
+        held[np.random.default_rng(seed).choice(texts, size=held_out, replace=False)] = True
+    return held[rank[text_of.reshape(-1)]]
 
 
 @dataclass(frozen=True)
@@ -226,7 +243,7 @@ def prepare_corpus(
     out_dir = check_output_path(out_dir, corpus.local_inputs)
     _check_size(corpus, out_dir, tokenizer.vocab_size if tokenizer is not None else vocab_size)
     with output_lock(out_dir):
-        check_output_dir(out_dir, overwrite)
+        check_output_dir(out_dir, overwrite, RECORD)
         split = (val_fraction, seed, shard_tokens)
         return _prepare(corpus, out_dir, tokenizer, vocab_size, tokenizer_documents, overwrite, split)
 
@@ -251,12 +268,12 @@ def _prepare(corpus, out_dir, tokenizer, vocab_size, tokenizer_documents, overwr
     shard_tokens)."""
     val_fraction, seed, shard_tokens = split
     start = time.perf_counter()
-    num_documents = corpus.count()
-    if num_documents == 0:
+    fingerprints = corpus.fingerprints()  # the counting pass, hashing each document on the way
+    if len(fingerprints) == 0:
         raise BiosrecallError("the corpus is empty: no non-empty documents in the inputs")
-    is_val = choose_validation(num_documents, val_fraction, seed)
+    is_val = choose_validation(fingerprints, val_fraction, seed)
     given = tokenizer is not None
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+    with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as tmp:
         if tokenizer is None:
             tokenizer = _train_on_training_documents(corpus, is_val, vocab_size, tokenizer_documents)
         tokenizer.save(tmp / "tokenizer.json")

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from biosrecall.atomic import OutputRecord, atomic_directory
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, recall_curves, summary_table
 from biosrecall.eval.plots import plot_recall_curves
@@ -40,6 +41,8 @@ from biosrecall.sweep.records import run_status
 from biosrecall.train.run_folder import RunFolder
 
 COLLECT = "collect"
+RECORD = OutputRecord("sweep collect", "runs.csv")
+"""What marks OUT/collect/ as collect's: the runs table it always writes."""
 _LAST_METRICS = ("loss", "flops", "tokens", "wall_s")
 
 
@@ -58,11 +61,16 @@ def collect_sweep(
             f"no run of the sweep in {out} has finished yet (see `biosrecall sweep status`)"
         )
     dest = Path(out).absolute() / COLLECT
-    written = write_table(runs_table(labels, jobs), dest / "runs")
-    if command == "train":
-        return written + _recall_tables(done, evaluations, dest), []
-    more, notes = _lm_comparison(done, jobs, dest)
-    return written + more, notes
+    # Built whole and swapped in (a full disk leaves the previous tables as they were), replacing only
+    # an earlier collect (its runs table marks it).
+    with atomic_directory(dest, overwrite=True, record=RECORD) as tmp:
+        written = write_table(runs_table(labels, jobs), tmp / "runs")
+        if command == "train":
+            written, notes = written + _recall_tables(done, evaluations, tmp), []
+        else:
+            more, notes = _lm_comparison(done, jobs, tmp)
+            written += more
+    return [dest / path.relative_to(tmp) for path in written], notes
 
 
 def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[SweepRun]) -> pd.DataFrame:

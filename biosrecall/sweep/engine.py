@@ -27,7 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
+from biosrecall.sweep.commands import is_path_option
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.records import read_record
@@ -66,7 +68,27 @@ def prepare(
     """Every check (module docstring), then the jobs; nothing is written."""
     executor.check()
     check_runs(runs, evaluations)
-    return build_jobs(out, runs, evaluations, executor.threads, executor.gpus_per_run)
+    jobs = build_jobs(out, runs, evaluations, executor.threads, executor.gpus_per_run)
+    check_out(out, jobs)
+    return jobs
+
+
+def check_out(out: str | Path, jobs: Sequence[SweepRun]) -> None:
+    """Refuse a sweep whose folder is, or lies inside, what a run reads (its dataset, tokenizer, parent
+    run): its bookkeeping and runs would be written into the input, as `train --out DATA` is refused.
+    (An input inside the sweep's folder, a study's own dataset, is fine: no run is named after it.)"""
+    resolved = Path(out).resolve()
+    for job in jobs:
+        for key, value in job.task.items():
+            if not isinstance(value, Path) or not is_path_option(job.command, key.replace("-", "_")):
+                continue
+            source = value.resolve()
+            if resolved == source or source in resolved.parents:
+                relation = "is" if resolved == source else "lies inside"
+                raise BiosrecallError(
+                    f"the sweep's out {out} {relation} the {key} of run {job.name}, {value}; "
+                    "choose another out"
+                )
 
 
 def run_sweep(

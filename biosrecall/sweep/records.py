@@ -47,7 +47,7 @@ def read_record(path: Path) -> dict[str, Any]:
     """A run's record, or {} when there is none yet (a damaged one counts as none: it is only a cache)."""
     try:
         record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return {}
     return record if isinstance(record, dict) else {}
 
@@ -148,7 +148,7 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
         updates = 0
     try:
         planned = json.loads(RunFolder(run_dir).config_file.read_text())["plan"]["updates"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         planned = None
     return updates, planned if isinstance(planned, int) else None
 

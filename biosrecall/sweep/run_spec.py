@@ -67,7 +67,7 @@ def read_run_file(
     at_update, tokenizer) of the run spec or run config.json at `path`, for the command that trains
     `task`; a run config.json's model fields count only when in `overridable`. A problem is one
     BiosrecallError line naming the file."""
-    record = read_json_object(path, "run config", required=("task", "train_config"))
+    record = read_json_object(path, "run config", required=("task", "train_config"), max_bytes=16 << 20)
     sections = {name: record.get(name, {}) for name in ("task", "train_config", "model_config", "dataset")}
     if not all(isinstance(section, dict) for section in sections.values()):
         raise BiosrecallError(f"run config {path} is corrupt: its sections must be objects")

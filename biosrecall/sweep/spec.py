@@ -44,7 +44,6 @@ set a grid key.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_toml_file
 from biosrecall.sweep import commands
 from biosrecall.sweep.grid import WrittenRun, expand_runs, option_value, resolve
 from biosrecall.sweep.jobs import Evaluation, SweepRun, check_name, check_names, select_names, state_jobs
@@ -142,16 +142,8 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise BiosrecallError(f"cannot read sweep spec {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise BiosrecallError(f"cannot read sweep spec {path}: not UTF-8 text") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BiosrecallError(f"{path} is not valid TOML: {exc}") from None
+    """The spec's tables, its size and nesting bounded (`biosrecall.files.read_toml_file`)."""
+    return read_toml_file(path, "sweep spec")
 
 
 def _table(data: Mapping[str, Any], name: str, path: Path) -> dict[str, Any]:

@@ -71,7 +71,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from biosrecall import __version__
-from biosrecall.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from biosrecall.atomic import (
+    OutputRecord,
+    atomic_directory,
+    atomic_write_json,
+    atomic_write_text,
+)
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object, require_keys, require_regular_file
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, lock_path, remove_stale_temporaries
@@ -85,6 +90,7 @@ from biosrecall.train.checkpoint_files import (
     load_checkpoint,
     load_training_state,
     read_meta,
+    register_recorded_recipe,
     save_checkpoint,
     writing,
 )
@@ -96,6 +102,8 @@ if TYPE_CHECKING:
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
+# What marks a folder as a run: the only kind `--overwrite` replaces.
+RUN_RECORD = OutputRecord("train", CONFIG_FILE, "train_config")
 LATEST = "latest"
 SWITCH = "switch"
 EVAL_DIR = "eval"
@@ -185,14 +193,14 @@ class RunFolder:
         if not self.path.is_dir() or not any(self.path.iterdir()):
             return False
         if overwrite or self.holds_nothing_resumable():
-            return True
+            return True  # `start` replaces only a run (RUN_RECORD): a folder of other files stays
         raise BiosrecallError(f"run folder {self.path} already holds files (pass --resume or --overwrite)")
 
     def start(self, replace: bool, building: ExitStack) -> RunFolder:
         """The folder of a new run, built under a temporary sibling name until its `publish` swaps it
         into place (a replaced run is moved aside first and deleted only once the new one is in); an
         exception before that unwinds `building`, which removes it and leaves this folder as it was."""
-        temporary = building.enter_context(atomic_directory(self.path, overwrite=replace))
+        temporary = building.enter_context(atomic_directory(self.path, overwrite=replace, record=RUN_RECORD))
         return RunFolder(temporary, publish_to=self.path, swap=building.close)
 
     def started_elsewhere(self, temporary: Path) -> RunFolder:
@@ -320,6 +328,7 @@ class RunFolder:
         for section in (*REQUIRED_SECTIONS, *(key for key in ("dataset", "task") if key in record)):
             require_keys(record[section], (), f"section {section!r} of run config", path)
         require_keys(record["plan"], ("updates", "budget"), "plan of run config", path)
+        register_recorded_recipe(record)
         problem = _config_problem(record)
         if problem:
             raise BiosrecallError(f"run config {path} is corrupt: {problem}")
