@@ -26,7 +26,10 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.figure1 import archive_output, report_outcome, study_errors
 from biosrecall.cli.options import field_docs
 
-STUDIES = {"depth": ("biosrecall.experiments.depth_study", "DEPTH")}
+STUDIES = {
+    "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
+    "leaderboard": ("biosrecall.experiments.leaderboard", "LEADERBOARD"),
+}
 
 
 class CommaList(click.ParamType):

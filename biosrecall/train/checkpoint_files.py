@@ -212,9 +212,25 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:30]}..."
 
 
+def register_recorded_recipe(record: dict[str, Any]) -> None:
+    """Register the recipe file a run trained with (`--recipe-module FILE`, recorded in its config.json
+    and each meta.json) while the file is still there and the recipe is not installed otherwise: another
+    process (a sweep's evaluation, `recall-curve` in a new shell) then rebuilds the model as the
+    training process did. Without the file, the recipe's name is refused as not installed."""
+    from biosrecall.model.recipes import get_recipe, load_recipe_module
+
+    module = (record.get("train_config") or {}).get("recipe_module")
+    recipe = (record.get("model_config") or {}).get("recipe")
+    if isinstance(module, str) and isinstance(recipe, str) and Path(module).is_file():
+        try:
+            get_recipe(recipe)
+        except BiosrecallError:
+            load_recipe_module(module)
+
+
 def model_config_of(path: str | Path, meta: dict[str, Any]):
     """The `ModelConfig` a checkpoint's meta describes; an invalid one is a `DamagedCheckpoint`."""
-
+    register_recorded_recipe(meta)
     try:
         return ModelConfig.from_dict(meta["model_config"])
     except (BiosrecallError, TypeError, ValueError) as exc:

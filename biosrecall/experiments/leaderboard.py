@@ -1,0 +1,377 @@
+"""The leaderboard: is adaptive depth a finishing stage for every looped recipe?
+
+    biosrecall generate --out data/bios-100 --people 100 --seed 0
+    biosrecall lm prepare pkg:kjv --out data/lm-kjv --vocab-size 512 --val-fraction 0.05
+    biosrecall leaderboard --bios-data data/bios-100 --lm-data data/lm-kjv --out runs/leaderboard
+    biosrecall leaderboard ... --plan                       # every run and its size; trains nothing
+    biosrecall leaderboard ... --recipes my-recipe --recipe-modules examples/my_recipe.py   # add one
+
+A study declared on the engine (`biosrecall.experiments.engine`): every recipe
+(`biosrecall.model.recipes`) under every schedule of `SCHEDULES`, on bioS and on the LM corpus, per
+seed, at one modeled-FLOP budget per task (`SIZES`, sized on docs/results/leaderboard-sizing.md).
+`uniform-um` is the paper's update-matched control: uniform for as many updates as fixed-first's
+budget buys, which costs about 40% more FLOPs. bioS runs are scored by `recall-curve` (recalled
+bits per person, K=1..64), LM runs by `lm eval` (validation NLL, K=1..64).
+
+Table `leaderboard`, one row per task, recipe and schedule, each value a mean over seeds with its
+95% interval: bits at K=1, 4, 16 and 64, peak bits and the best K, drift beyond the training range
+(mean over K=17..64 minus K=16), LM mean NLL over K=1..16 and its drift, the modeled training FLOPs,
+and seconds per update against `baseline` under the same schedule (paired by seed). Figure
+`frontier`: serving quality against training FLOPs, a colour per recipe, a marker per schedule.
+
+Claims, per recipe and task, judged by the one verdict rule over seeds (`experiments.claims`):
+fixed-first matches the update-matched uniform control within the paper's bound for at least 30%
+less compute; the recipe beats `baseline` under uniform at matched compute; and its quality does
+not fall beyond the training depth.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.engine import Study
+
+TABLE = "leaderboard"
+FINAL = 1.0
+TRAINED = 16  # the deepest depth uniform trains on: K=17..64 is beyond the training range
+SCHEDULES = {
+    "fixed-k4": "fixed:4",
+    "uniform": "uniform:1-16",
+    "ff-k4-80": "fixed_first:k0=4,switch=0.8,finish=uniform",
+    "curriculum": "curriculum:mean=8,warmup=0.75,shape=1-sqrt",
+    "uniform-um": "uniform:1-16",  # for as many updates as ff-k4-80's budget buys
+}
+FIXED_FIRST, UNIFORM, MATCHED = "ff-k4-80", "uniform", "uniform-um"
+PAPER_BOUND_PCT = 0.8
+BITS_DRIFT_MARGIN = 0.5
+NLL_DRIFT_MARGIN_PCT = 1.0
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """One task's runs: model preset, batch, learning rate, budget and evaluation."""
+
+    command: str
+    preset: str
+    batch_size: int
+    seq_len: int
+    lr: float
+    budget_of: str
+    max_depth: int
+    evaluation: str
+    eval_options: tuple[tuple[str, object], ...] = ()
+
+
+SIZES = {
+    # The tests': seconds per run on any small dataset and corpus.
+    "tiny": {
+        "bios": TaskSize("train", "bios-tiny", 4, 128, 1e-2, "fixed:4:24", 20, "recall-curve"),
+        "lm": TaskSize("lm train", "lm-tiny", 4, 16, 3e-3, "fixed:4:24", 20, "lm eval", (("max_sequences", 8),)),
+    },
+    # docs/results/leaderboard-sizing.md: the middle budget sweep's bioS size at 1x; the LM study's
+    # model and corpus at twice its K=4 budget, so that uniform trains past the 500 updates at which
+    # depth was measured to matter for it (at 1x it trains 267 and its NLL is flat in depth).
+    "default": {
+        "bios": TaskSize("train", "bios-tiny", 8, 128, 1e-2, "fixed:4:750", 64, "recall-curve"),
+        "lm": TaskSize("lm train", "lm-tiny", 8, 128, 3e-3, "fixed:4:1000", 64, "lm eval", (("max_sequences", 128),)),
+    },
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LeaderboardOptions:
+    bios_data: str = ""
+    """The bioS dataset folder `biosrecall generate` wrote (100 people at the default size)."""
+    lm_data: str = ""
+    """The corpus folder `biosrecall lm prepare` wrote (pkg:kjv, vocabulary 512, at the default size)."""
+    tasks: tuple[str, ...] = ("bios", "lm")
+    """The tasks: bios (exact recall) and lm (validation NLL). Naming a new one on an existing
+    leaderboard adds its runs (a leaderboard may be run one task at a time)."""
+    size: str = "default"
+    """The size of every run: default (the sizing page's) or tiny (seconds per run, for tests)."""
+    recipes: tuple[str, ...] = ("baseline", "huginn", "deep-supervision", "parcae", "loopformer", "ouro-gate")
+    """The recipes: built in, installed through the biosrecall.recipes entry points, or from
+    --recipe-modules. Naming new ones on an existing leaderboard adds them and trains only their runs."""
+    recipe_modules: tuple[str, ...] = ()
+    """Python files that each define an outside recipe (see the guide "Add a recipe")."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Seeds: each trains every run of the grid; the claims are judged over them (3, fixed on the
+    sizing page before the first look)."""
+    device: str = "auto"
+    """Where runs train and evaluate: auto, cpu, cuda or mps."""
+
+
+def _sizes(options: LeaderboardOptions) -> dict[str, TaskSize]:
+    """The size of each task, every option checked before anything is written."""
+    from biosrecall.experiments.study import check_seeds
+    from biosrecall.model.recipes import get_recipe, load_recipe_module
+
+    check_seeds(options.seeds)
+    if options.size not in SIZES:
+        raise BiosrecallError(f"unknown --size {options.size!r}; choose one of: {', '.join(SIZES)}")
+    if not options.tasks or set(options.tasks) - set(SIZES[options.size]):
+        raise BiosrecallError(f"--tasks takes a comma list of: {', '.join(SIZES[options.size])}")
+    for module in options.recipe_modules:
+        load_recipe_module(module)
+    for recipe in options.recipes:
+        get_recipe(recipe)
+    for task in options.tasks:
+        if not getattr(options, f"{task}_data"):
+            raise BiosrecallError(f"the {task} task needs --{task}-data FOLDER")
+    return {task: SIZES[options.size][task] for task in options.tasks}
+
+
+def runs(options: LeaderboardOptions) -> list:
+    from dataclasses import replace
+
+    from biosrecall.sweep.jobs import SweepRun
+    from biosrecall.train.config import TrainConfig
+
+    runs = []
+    for task, size in _sizes(options).items():
+        data = Path(getattr(options, f"{task}_data")).resolve()
+        task_spec = {"data": data, "preset": size.preset}
+        reference = TrainConfig(
+            batch_size=size.batch_size, seq_len=size.seq_len, schedule="fixed:4", budget_of=size.budget_of
+        )
+        # One budget for every recipe: baseline's FLOPs for the task's fixed K=4 updates, so a costlier
+        # iteration (deep supervision, a gate) buys fewer updates, as it would on any accelerator.
+        budget = _plan(reference, size, data).total_flops
+        for recipe in options.recipes:
+            module = _module_of(recipe, options)
+            for seed in options.seeds:
+                base = replace(
+                    reference,
+                    lr=size.lr,
+                    budget=budget,
+                    budget_of=None,
+                    seed=seed,
+                    device=options.device,
+                    recipe=recipe,
+                    recipe_module=module,
+                    checkpoint_fractions=(FINAL,),
+                )
+                for schedule, spec in SCHEDULES.items():
+                    config = replace(base, schedule=spec)
+                    if schedule == MATCHED:
+                        ff = _plan(replace(base, schedule=SCHEDULES[FIXED_FIRST]), size, data)
+                        config = replace(config, budget=None, updates=ff.updates)
+                    labels = {"task": task, "recipe": recipe, "schedule": schedule, "seed": seed}
+                    runs.append(
+                        SweepRun(
+                            f"{task}/{recipe}/{schedule}/seed{seed}", size.command, config, task_spec, labels
+                        )
+                    )
+    return runs  # fmt: skip
+
+
+def _module_of(recipe: str, options: LeaderboardOptions) -> str | None:
+    """The --recipe-modules file that defines `recipe` (None for a built-in or installed one)."""
+    from biosrecall.model.recipes import get_recipe, recipe_file
+
+    for module in options.recipe_modules:
+        if recipe_file(get_recipe(recipe)).resolve() == Path(module).resolve():
+            return str(Path(module).resolve())
+    return None
+
+
+def _plan(config, size: TaskSize, data: Path):
+    """The trainer's own plan of a run (updates, FLOPs); the dataset's manifest gives the vocabulary."""
+    from biosrecall.lm.task import LM_VOCABULARY
+    from biosrecall.train.trainer import BIOS_VOCABULARY, build_model_config, make_plan
+
+    vocab = int(json.loads((data / "manifest.json").read_text())["tokenizer"]["vocab_size"])
+    rule = LM_VOCABULARY if size.command == "lm train" else BIOS_VOCABULARY
+    return make_plan(build_model_config(size.preset, vocab, None, rule, config.recipe), config)
+
+
+def evaluations(options: LeaderboardOptions) -> list:
+    from biosrecall.sweep.jobs import Evaluation
+
+    found = []
+    for size in _sizes(options).values():
+        words = {"max_depth": size.max_depth, "device": options.device, **dict(size.eval_options)}
+        if size.evaluation == "recall-curve":
+            words["checkpoints"] = "final"
+        found.append(Evaluation(size.evaluation, words))
+    return found
+
+
+def done(run_dir: Path) -> bool:
+    from biosrecall.experiments.lm_study import evaluated
+    from biosrecall.train.run_folder import RunFolder, recall_cache_file
+
+    folder = RunFolder(run_dir)
+    return evaluated(run_dir) or (
+        folder.finished() and recall_cache_file(folder.checkpoint_dir(FINAL)).is_file()
+    )
+
+
+def read(run_dir: Path):
+    """The final checkpoint's quality at every serving depth (`value`: bits per person for bioS, NLL
+    for LM) with its modeled FLOPs and seconds per update (from its meta.json)."""
+    import pandas as pd
+
+    from biosrecall.train.run_folder import RunFolder, recall_cache_file
+
+    checkpoint = RunFolder(run_dir).checkpoint_dir(FINAL)
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    nll = Path(run_dir) / "eval" / "nll.parquet"
+    if nll.is_file():
+        table = pd.read_parquet(nll)
+        table = table.loc[table["update"] == table["update"].max(), ["depth", "nll"]].rename(
+            columns={"nll": "value"}
+        )
+    else:
+        recall = pd.read_parquet(recall_cache_file(checkpoint))
+        table = recall.loc[recall["attribute"] == "all", ["depth", "bits"]].rename(columns={"bits": "value"})
+    return table.assign(flops=meta["flops"], seconds_per_update=meta["wall_seconds"] / meta["update"])  # fmt: skip
+
+
+def _summary(rows) -> dict:
+    """One run's row of the leaderboard from its per-depth rows."""
+    curve = rows.set_index("depth")["value"].sort_index()
+    at = curve.get(TRAINED, math.nan)
+    beyond = curve.loc[TRAINED + 1 :]
+    summary = {
+        **{f"k{k}": curve.get(k, math.nan) for k in (1, 4, 16, 64)},
+        "mean_k1_16": curve.loc[1:TRAINED].mean(),
+        "drift": beyond.mean() - at if len(beyond) else math.nan,
+        "flops": rows["flops"].iloc[0],
+        "seconds_per_update": rows["seconds_per_update"].iloc[0],
+    }
+    higher_is_better = rows["task"].iloc[0] == "bios"
+    best = curve.idxmax() if higher_is_better else curve.idxmin()
+    return {**summary, "peak": curve.loc[best], "best_k": best}
+
+
+def _per_run(per_run):
+    import pandas as pd
+
+    keys = ["task", "recipe", "schedule", "seed"]
+    rows = [
+        {**dict(zip(keys, key, strict=True)), **_summary(part)}
+        for key, part in per_run.groupby(keys, sort=False)
+    ]
+    table = pd.DataFrame(rows)
+    baseline = table[table["recipe"] == "baseline"].set_index(["task", "schedule", "seed"])[
+        "seconds_per_update"
+    ]
+    index = pd.MultiIndex.from_frame(table[["task", "schedule", "seed"]])
+    return table.assign(time_vs_baseline=table["seconds_per_update"].to_numpy() / baseline.reindex(index).to_numpy())  # fmt: skip
+
+
+VALUES = ["k1", "k4", "k16", "k64", "mean_k1_16", "peak", "best_k", "drift", "flops", "time_vs_baseline"]
+
+
+def tables(per_run, options: LeaderboardOptions) -> dict:
+    from biosrecall.stats import aggregate_seeds
+
+    return {TABLE: aggregate_seeds(_per_run(per_run), ["task", "recipe", "schedule"], VALUES)}
+
+
+def _pct(numerator: float, denominator: float) -> float:
+    """numerator / denominator - 1, in %; NaN below a tenth (of a bit or a nat), where a run has
+    learned nothing and a ratio of two noise levels means nothing."""
+    return 100 * (numerator / denominator - 1) if denominator > 0.1 else math.nan
+
+
+def _value(rows, recipe: str, schedule: str, column: str = "mean_k1_16") -> float:
+    part = rows[(rows["recipe"] == recipe) & (rows["schedule"] == schedule)]
+    return float(part[column].iloc[0]) if len(part) else math.nan
+
+
+def claims(per_run, options: LeaderboardOptions) -> list:
+    from biosrecall.experiments.claims import Claim
+
+    found = []
+    for task in dict.fromkeys(per_run["task"]):
+        bios = task == "bios"
+        quality = "bits over K=1..16" if bios else "NLL over K=1..16"
+
+        def per_seed(measure, task=task):
+            return lambda rows: measure(_per_run(rows[rows["task"] == task]))
+
+        for recipe in dict.fromkeys(per_run.loc[per_run["task"] == task, "recipe"]):
+
+            def ff_gap(t, r=recipe):  # fmt: skip
+                return _pct(_value(t, r, FIXED_FIRST), _value(t, r, MATCHED))
+
+            found.append(Claim(
+                f"{task}_{recipe}_ff_matches_uniform",
+                f"{task}, {recipe}: fixed-first K0=4/80% matches update-matched uniform within the paper's bound "
+                f"for at least 30% less compute",
+                f"fixed-first / update-matched uniform - 1, mean {quality}, in % (per seed)",
+                bios, -PAPER_BOUND_PCT if bios else PAPER_BOUND_PCT,
+                "the 1B LM's terminal NLL within 0.8% of uniform at 30.8-36.9% less compute, read as a bound on "
+                "the relative loss of quality; fixed-first's saving is its modeled FLOPs against the control's",
+                per_seed(ff_gap), paper="NLL within 0.8% of uniform (1B) for 30.8-36.9% less compute",
+            ))  # fmt: skip
+            if recipe != "baseline":
+
+                def gain(t, r=recipe, sign=1 if bios else -1):  # fmt: skip
+                    return sign * (_value(t, r, UNIFORM) - _value(t, "baseline", UNIFORM))
+
+                found.append(Claim(
+                    f"{task}_{recipe}_beats_baseline", f"{task}, {recipe}: beats baseline under uniform at matched compute",
+                    f"{recipe} minus baseline under uniform, mean {quality} ({'bits' if bios else 'nats, baseline minus recipe'})",
+                    True, 0.0, "any gain, paired by seed: both train at the same modeled FLOPs", per_seed(gain),
+                ))  # fmt: skip
+            found.append(Claim(
+                f"{task}_{recipe}_holds_beyond_k16",
+                f"{task}, {recipe}: {'recall' if bios else 'NLL'} does not fall beyond the training depth (uniform)",
+                "mean over K=17..64 minus K=16, bits" if bios else "mean NLL over K=17..64 / NLL at K=16 - 1, in %",
+                bios, -BITS_DRIFT_MARGIN if bios else NLL_DRIFT_MARGIN_PCT,
+                "0.5 bits is 1.5% of the 33.39-bit ceiling" if bios else "1%: the depth study's margin",
+                per_seed(lambda t, r=recipe, bios=bios: _value(t, r, UNIFORM, "drift") if bios
+                         else _pct(_value(t, r, UNIFORM, "drift") + _value(t, r, UNIFORM, "k16"), _value(t, r, UNIFORM, "k16"))),
+            ))  # fmt: skip
+    return found
+
+
+def figures(per_run, options: LeaderboardOptions) -> dict:
+    """Serving quality (mean over K=1..16) against training FLOPs: a colour per recipe, a marker per
+    schedule, a panel per task; means over seeds."""
+    import matplotlib.pyplot as plt
+
+    table = tables(per_run, options)[TABLE]
+    tasks = list(dict.fromkeys(table["task"]))
+    figure, axes = plt.subplots(
+        1, len(tasks), figsize=(6 * len(tasks), 4.5), squeeze=False, layout="constrained"
+    )
+    colours = {r: f"C{i}" for i, r in enumerate(dict.fromkeys(table["recipe"]))}
+    markers = dict(zip(SCHEDULES, "os^Dv", strict=True))
+    for axis, task in zip(axes[0], tasks, strict=True):
+        for row in table[table["task"] == task].itertuples():
+            axis.scatter(row.flops, row.mean_k1_16, color=colours[row.recipe], marker=markers[row.schedule])
+        axis.set(xscale="log", xlabel="modeled training FLOPs", title=task,
+                 ylabel="bits per person, mean K=1..16" if task == "bios" else "validation NLL, mean K=1..16")  # fmt: skip
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=r) for r, c in colours.items()]
+    handles += [plt.Line2D([], [], color="grey", marker=m, ls="", label=s) for s, m in markers.items()]
+    figure.legend(handles=handles, loc="outside right center")
+    return {"frontier": figure}
+
+
+def sizes(run, options: LeaderboardOptions) -> dict:
+    plan = _plan(run.config, _sizes(options)[run.labels["task"]], Path(run.task["data"]))
+    return {"updates": plan.updates, "FLOPs": int(plan.total_flops)}
+
+
+LEADERBOARD = Study(
+    name="leaderboard",
+    summary="Looped recipes x depth schedules at matched modeled FLOPs, on bioS and on text.",
+    options=LeaderboardOptions,
+    runs=runs,
+    evaluations=evaluations,
+    done=done,
+    read=read,
+    tables=tables,
+    claims=claims,
+    figures=figures,
+    sizes=sizes,
+    growing=("seeds", "tasks", "recipes", "recipe_modules"),
+)

@@ -1,0 +1,111 @@
+"""`biosrecall leaderboard` end to end on its tiny size: it trains every recipe x schedule on bioS and
+text and judges the claims; an archive's copy, rerun with the same command, trains nothing and writes
+the same tables; an outside recipe added to the copy trains only its own runs.
+
+    pytest -q tests/test_leaderboard.py
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from harness import run_cli
+
+from biosrecall.experiments import study_engine
+from biosrecall.experiments.leaderboard import SCHEDULES
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
+TABLES = ("leaderboard.csv", "leaderboard.md", "claims.csv", "claims.md")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, Path]:
+    from biosrecall.bios.dataset import generate_dataset
+    from biosrecall.lm import Corpus, prepare_corpus
+
+    root = tmp_path_factory.mktemp("leaderboard")
+    bios = root / "bios"
+    generate_dataset(bios, people=20, seed=0)
+    rng = random.Random(0)
+    docs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60))) + "." for _ in range(200)]
+    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    lm = prepare_corpus(Corpus([root / "corpus.txt"]), root / "lm", vocab_size=300, val_fraction=0.1).path
+    return bios, lm
+
+
+def leaderboard(capsys, data, out: Path, *extra: str):
+    bios, lm = data
+    argv = ["leaderboard", "--bios-data", str(bios), "--lm-data", str(lm), "--size", "tiny", "--seeds", "0",
+            "--device", "cpu", "--workers", "2", "--threads", "1", "--quiet", "--out", str(out), *extra]  # fmt: skip
+    return run_cli(argv, capsys)
+
+
+def trained_runs(monkeypatch) -> list[str]:
+    """The names of the runs the study hands to the sweep engine from now on."""
+    handed, real = [], study_engine.sweep_study_runs
+
+    def recording(runs_dir, runs, *args, **kwargs):
+        handed.extend(run.name for run in runs)
+        return real(runs_dir, runs, *args, **kwargs)
+
+    monkeypatch.setattr(study_engine, "sweep_study_runs", recording)
+    return handed
+
+
+@pytest.mark.slow
+def test_the_leaderboard_trains_judges_archives_and_grows_by_a_recipe(data, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "lb"
+    handed = trained_runs(monkeypatch)
+    code, err = leaderboard(capsys, data, out, "--recipes", "baseline")
+    assert code == 0, err
+    assert len(handed) == 2 * len(SCHEDULES)
+    table = pd.read_csv(out / "leaderboard.csv")
+    assert sorted(map(tuple, table[["task", "schedule"]].to_numpy())) == sorted(
+        (task, schedule) for task in ("bios", "lm") for schedule in SCHEDULES
+    )
+    # The update-matched control trains fixed-first's updates, so it spends more modeled FLOPs; every
+    # other schedule spends the one budget of its task, within one update's cost.
+    for task, rows in table.groupby("task"):
+        flops = rows.set_index("schedule")["flops"]
+        assert flops["uniform-um"] > 1.2 * flops["ff-k4-80"]
+        assert flops.drop("uniform-um").max() < 1.25 * flops.drop("uniform-um").min(), task
+    claims = pd.read_csv(out / "claims.csv")
+    assert {"bios_baseline_ff_matches_uniform", "lm_baseline_holds_beyond_k16"} <= set(claims["claim"])
+    assert (out / "frontier.png").stat().st_size > 0
+
+    archive, copy = tmp_path / "archive", tmp_path / "copy"
+    code, err = run_cli(["leaderboard", "--out", str(out), "--archive", str(archive)], capsys)
+    assert code == 0, err
+    assert not list(archive.rglob("model.safetensors")) and not list(archive.rglob("metrics.jsonl"))
+    shutil.copytree(archive, copy)
+    handed.clear()
+    code, err = leaderboard(capsys, data, copy, "--recipes", "baseline")
+    assert code == 0 and handed == [], err
+    for name in TABLES:
+        assert (copy / name).read_bytes() == (out / name).read_bytes(), name
+
+    example = str(ROOT / "examples" / "my_recipe.py")
+    code, err = leaderboard(capsys, data, copy, "--recipes", "my-recipe", "--recipe-modules", example)
+    assert code == 0, err
+    assert sorted(handed) == sorted(f"{t}/my-recipe/{s}/seed0" for t in ("bios", "lm") for s in SCHEDULES)
+    grown = pd.read_csv(copy / "leaderboard.csv")
+    assert set(grown["recipe"]) == {"baseline", "my-recipe"} and len(grown) == 4 * len(SCHEDULES)
+    assert "bios_my-recipe_beats_baseline" in set(pd.read_csv(copy / "claims.csv")["claim"])
+
+
+def test_bad_leaderboard_options_are_one_line_and_write_nothing(data, tmp_path, capsys):
+    out = tmp_path / "lb"
+    for extra, needle in [
+        (["--recipes", "no-such-recipe"], "no-such-recipe"),
+        (["--size", "huge"], "--size"),
+        (["--tasks", "vision"], "--tasks"),
+        (["--recipe-modules", str(tmp_path / "missing.py")], "missing.py"),
+    ]:
+        code, err = leaderboard(capsys, data, out, *extra)
+        assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)
+        assert not out.exists()
