@@ -23,8 +23,10 @@ reads the state) until its judge says stop at depth e.
 At iteration i it attends to the cached K/V of iteration i of every earlier token; an earlier token
 that stopped at e' < i offers the K/V of its last iteration e' instead (as Huginn does). In the coda
 every earlier token offers the K/V of its readout at its own exit depth. Without a judge no token
-stops early, so the cache holds exactly what `forward(tokens, max_depth)` computes. Every layer
-runs through the model's own `TransformerLayer` with a `KVCache`, so both share one arithmetic.
+stops early, so the cache holds exactly what `forward(tokens, max_depth)` computes. The decoder
+computes nothing of its own: it runs the model's prelude (`start`), its recipe's iteration
+(`recipe.step` on `run_block`) and its readout (`final_hidden`, `head_logits`), each stack's layers
+with their `KVCache`; it only says which cache each call reads and writes.
 
 Teacher forcing (`teacher_forced`, for scoring NLL with per-token exit). The given tokens [B, T] are
 fed one position at a time, B rows side by side, with no prefill: every position, the first one
@@ -37,11 +39,11 @@ rides along until every row has stopped, and what its extra iterations compute i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.layers import KVCache, Rope
@@ -96,32 +98,25 @@ class CachedDecoder:
                 f"the sequence would exceed the model's context of {self.model.config.context_length} tokens"
             )
 
-    def _begin(self, tokens: torch.Tensor, rope: Rope):
-        x = self.model.embed_at(tokens, self.length)
-        for j, layer in enumerate(self.model.prelude):
-            x = layer(x, rope, cache=KVCache(self.prelude[j], self.length))
-        return self.model.begin_state(x, self.length)
+    def _caches(self, stores: torch.Tensor) -> list[KVCache]:
+        """The `KVCache` of each layer of a stack (`stores` [layer, K/V, ...]) at the current length."""
+        return [KVCache(store, self.length) for store in stores]
+
+    def _begin(self, tokens: torch.Tensor):
+        """The model's prelude and the recipe's begin on the new tokens, through the prelude's cache."""
+        return self.model.start(tokens, self.length, self._caches(self.prelude))
 
     def _iteration(self, state, inject, depth: int, rope: Rope) -> torch.Tensor:
         """Iteration `depth` as the model's recipe defines it, its block layers reading and writing
         this iteration's cache; the recipe is told the max depth as the call's total K."""
-
-        def block(x: torch.Tensor) -> torch.Tensor:
-            for j, layer in enumerate(self.model.block):
-                x = layer(x, rope, cache=KVCache(self.block[depth - 1, j], self.length))
-            return x
-
+        block = functools.partial(self.model.run_block, rope=rope, caches=self._caches(self.block[depth - 1]))
         return self.model.recipe.step(self.model, state, inject, block, depth, self.max_depth)
 
     def _readout(self, state: torch.Tensor, rope: Rope, head: bool = True) -> torch.Tensor | None:
-        model = self.model
-        x = model.state_norm(state)
-        for j, layer in enumerate(model.coda):
-            x = layer(x, rope, cache=KVCache(self.coda[j], self.length))
-        if not head:
-            return None
-        weight = model.embed.weight if model.head is None else model.head.weight
-        return F.linear(model.final_norm(x[:, -1]), weight)
+        """The model's readout of the newest position through the coda's cache (only the cache's keys
+        and values when `head` is False)."""
+        hidden = self.model.final_hidden(state, rope, self._caches(self.coda))
+        return self.model.head_logits(hidden[:, -1]) if head else None
 
     def prefill(self, tokens: list[int]) -> None:
         """Run `tokens` (the first ones of the sequence) through every iteration up to the max depth."""
@@ -129,8 +124,7 @@ class CachedDecoder:
             raise BiosrecallError("prefill takes the first tokens of an empty one-row sequence")
         self._check_room(len(tokens))
         ids = torch.tensor([tokens], device=self.block.device)
-        rope = self.model.rope_at(0, len(tokens))
-        inject, state = self._begin(ids, rope)
+        rope, inject, state = self._begin(ids)
         for depth in range(1, self.max_depth + 1):
             state = self._iteration(state, inject, depth, rope)
         self._readout(state, rope, head=False)  # only the coda's K/V are needed
@@ -151,8 +145,7 @@ class CachedDecoder:
         where some row stops."""
         self._check_room(1)
         ids = tokens.view(self.rows, 1).to(self.block.device)
-        rope = self.model.rope_at(self.length, 1)
-        inject, state = self._begin(ids, rope)
+        rope, inject, state = self._begin(ids)
         done = torch.zeros(self.rows, dtype=torch.bool, device=ids.device)
         exits = torch.full_like(ids[:, 0], self.max_depth)
         kept_logits = kept_coda = None

@@ -39,8 +39,11 @@ from torch.utils.checkpoint import checkpoint
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.model.layers import RMSNorm, Rope, TransformerLayer, head_cross_entropy, rope_tables
+from biosrecall.model.layers import KVCache, RMSNorm, Rope, TransformerLayer, head_cross_entropy, rope_tables
 from biosrecall.model.recipes import check_config, get_recipe
+
+Caches = list[KVCache] | None
+"""One `KVCache` per layer of a stack (prelude, one iteration of the block, coda), or None."""
 
 
 class LoopedTransformer(nn.Module):
@@ -122,7 +125,7 @@ class LoopedTransformer(nn.Module):
         """Run `depth` iterations on `tokens`; yield (k, s_k, RoPE slices) for every iteration k that
         carries a gradient (all of them, or the last `backprop_depth` when gradients are on; the
         earlier ones run under no_grad). A recipe's training objective reads the depths from here."""
-        rope, inject, state = self._start(tokens)
+        rope, inject, state = self.start(tokens)
         keep = self.config.backprop_depth
         done = 0
         if keep is not None and depth > keep and torch.is_grad_enabled():
@@ -133,9 +136,10 @@ class LoopedTransformer(nn.Module):
             state = self._iterate(state, inject, 1, rope, k - 1, depth)
             yield k, state, rope
 
-    def final_hidden(self, state: torch.Tensor, rope: Rope) -> torch.Tensor:
-        """What the head reads from a recurrent state [B, T, d]: coda and final norm."""
-        return self._final_hidden(state, rope, None)
+    def final_hidden(self, state: torch.Tensor, rope: Rope, caches: Caches = None) -> torch.Tensor:
+        """What the head reads from a recurrent state [B, T, d]: coda and final norm (each coda layer
+        with its `KVCache` when `caches` is given, as the cached decoder reads out)."""
+        return self._final_hidden(state, rope, None, caches)
 
     def head_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The summed cross-entropy of the head on `hidden` [B, T, d] against `targets` [B, T]
@@ -159,7 +163,7 @@ class LoopedTransformer(nn.Module):
                 f"got {positions.dtype} {tuple(positions.shape)}"
             )
         with torch.no_grad():
-            rope, inject, start = self._start(tokens)
+            rope, inject, start = self.start(tokens)
         state, done = start, 0
         for k in wanted:
             # no_grad is entered per step, never held across a yield, so the caller's mode is untouched
@@ -196,14 +200,18 @@ class LoopedTransformer(nn.Module):
             self._init_states[key] = noise.to(device=device, dtype=dtype)
         return self._init_states[key][:seq_len]
 
-    def _start(self, tokens: torch.Tensor) -> tuple[Rope, torch.Tensor | None, torch.Tensor]:
-        """Embed and run the prelude; return the RoPE slices, the injected term and s_0."""
+    def start(
+        self, tokens: torch.Tensor, start: int = 0, caches: Caches = None
+    ) -> tuple[Rope, torch.Tensor | None, torch.Tensor]:
+        """Embed `tokens` [B, T] sitting at positions start.. and run the prelude (each layer with its
+        `KVCache` when `caches` is given: the cached decoder); return the RoPE slices, the injected
+        term and s_0, as the recipe begins (`Recipe.begin`)."""
         seq_len = self._check_tokens(tokens)
-        rope = self.rope_at(0, seq_len)
-        x = self.embed_at(tokens)
-        for layer in self.prelude:
-            x = layer(x, rope)
-        inject, state = self.begin_state(x)
+        rope = self.rope_at(start, seq_len)
+        x = self.embed_at(tokens, start)
+        for j, layer in enumerate(self.prelude):
+            x = layer(x, rope, cache=None if caches is None else caches[j])
+        inject, state = self.begin_state(x, start)
         return rope, inject, state
 
     def rope_at(self, start: int, length: int) -> Rope:
@@ -245,13 +253,14 @@ class LoopedTransformer(nn.Module):
     def _block_step(self, state: torch.Tensor, inject, rope: Rope, index: int, depth: int) -> torch.Tensor:
         """One iteration, as the recipe defines it (`recipes.base.Recipe.step`)."""
         return self.recipe.step(
-            self, state, inject, functools.partial(self._run_block, rope=rope), index, depth
+            self, state, inject, functools.partial(self.run_block, rope=rope), index, depth
         )
 
-    def _run_block(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
-        """The shared block layers on x: what a recipe's `block(x)` does."""
-        for layer in self.block:
-            x = layer(x, rope)
+    def run_block(self, x: torch.Tensor, rope: Rope, caches: Caches = None) -> torch.Tensor:
+        """The shared block layers on x: what a recipe's `block(x)` does (each layer with its `KVCache`
+        of this iteration when `caches` is given: the cached decoder)."""
+        for j, layer in enumerate(self.block):
+            x = layer(x, rope, cache=None if caches is None else caches[j])
         return x
 
     def _readout(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
@@ -263,15 +272,15 @@ class LoopedTransformer(nn.Module):
     def _head_weight(self) -> torch.Tensor:
         return self.embed.weight if self.head is None else self.head.weight
 
-    def _final_hidden(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
+    def _final_hidden(
+        self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None, caches: Caches = None
+    ) -> torch.Tensor:
         """What the head reads: coda and final norm on a recurrent state (`_readout` without the head)."""
         x = self.state_norm(state)
-        layers = list(self.coda)
-        for layer in layers[:-1]:
-            x = layer(x, rope)
-        if layers:
-            x = layers[-1](x, rope, positions)
-        elif positions is not None:
+        last = len(self.coda) - 1
+        for j, layer in enumerate(self.coda):
+            x = layer(x, rope, positions if j == last else None, None if caches is None else caches[j])
+        if last < 0 and positions is not None:
             x = x[positions]
         return self.final_norm(x)
 
