@@ -105,6 +105,8 @@ def test_bad_leaderboard_options_are_one_line_and_write_nothing(data, tmp_path, 
         (["--size", "huge"], "--size"),
         (["--tasks", "vision"], "--tasks"),
         (["--recipe-modules", str(tmp_path / "missing.py")], "missing.py"),
+        (["--bios-data", str(tmp_path)], "manifest.json"),
+        (["--lm-data", str(data[0])], "LM shard manifest"),
     ]:
         code, err = leaderboard(capsys, data, out, *extra)
         assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)

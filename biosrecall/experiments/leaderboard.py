@@ -166,7 +166,7 @@ def runs(options: LeaderboardOptions) -> list:
                             f"{task}/{recipe}/{schedule}/seed{seed}", size.command, config, task_spec, labels
                         )
                     )
-    return runs  # fmt: skip
+    return runs
 
 
 def _module_of(recipe: str, options: LeaderboardOptions) -> str | None:
@@ -180,12 +180,19 @@ def _module_of(recipe: str, options: LeaderboardOptions) -> str | None:
 
 
 def _plan(config, size: TaskSize, data: Path):
-    """The trainer's own plan of a run (updates, FLOPs); the dataset's manifest gives the vocabulary."""
+    """The trainer's own plan of a run (updates, FLOPs); the dataset's manifest, checked as its
+    readers check it, gives the vocabulary. No other data is read."""
+    from biosrecall.bios.dataset import FORMAT, MANIFEST
+    from biosrecall.bios.validation import read_manifest
+    from biosrecall.lm.shard_manifest import load_manifest
     from biosrecall.lm.task import LM_VOCABULARY
     from biosrecall.train.trainer import BIOS_VOCABULARY, build_model_config, make_plan
 
-    vocab = int(json.loads((data / "manifest.json").read_text())["tokenizer"]["vocab_size"])
-    rule = LM_VOCABULARY if size.command == "lm train" else BIOS_VOCABULARY
+    if size.command == "lm train":
+        manifest, rule = load_manifest(data), LM_VOCABULARY
+    else:
+        manifest, rule = read_manifest(data / MANIFEST, FORMAT)[1], BIOS_VOCABULARY
+    vocab = int(manifest["tokenizer"]["vocab_size"])
     return make_plan(build_model_config(size.preset, vocab, None, rule, config.recipe), config)
 
 
