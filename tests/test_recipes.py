@@ -149,6 +149,38 @@ def test_parcae_transition_contracts_whatever_the_weights():
     assert bool(((decay >= 0) & (decay < 1)).all())  # exp(-x), x > 0: may round to 0, never reach 1
 
 
+def test_parcae_trains_its_dynamics_without_weight_decay():
+    """As its authors train it: A (log A), Delta and B take no weight decay; the block's matrices do."""
+    from biosrecall.train.optim import build_optimizer
+
+    model = tiny_model("parcae")
+    decayed, kept = build_optimizer(model, TrainConfig(weight_decay=0.1)).param_groups
+    assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
+    dynamics = {id(p) for p in (model.parcae_log_a, model.parcae_delta, model.parcae_b.weight)}
+    assert dynamics <= {id(p) for p in kept["params"]}
+    assert id(model.block[0].attn.qkv.weight) in {id(p) for p in decayed["params"]}
+
+
+def test_ouro_exit_distribution_and_loss_stay_finite_when_the_gate_saturates():
+    """p(t) = lambda_t prod_{j<t} (1 - lambda_j), the last depth taking the rest, sums to 1; a gate at
+    exactly 0 or 1 (log 0 in the entropy) still gives a finite loss and finite gradients."""
+    from biosrecall.model.recipes.ouro_gate import exit_distribution
+
+    lam = torch.tensor([[0.2, 1.0, 0.0], [0.5, 0.3, 0.0], [0.9, 0.5, 0.0]])  # [depth, token]
+    p = exit_distribution(lam)
+    expected = torch.tensor([[0.2, 1.0, 0.0], [0.8 * 0.5, 0.0, 0.0], [0.8 * 0.5, 0.0, 1.0]])
+    torch.testing.assert_close(p, expected)
+    torch.testing.assert_close(p.sum(0), torch.ones(3))
+    model, ids = tiny_model("ouro-gate").train(), tokens(2, 12)
+    with torch.no_grad():
+        model.exit_gate_head.weight.zero_()
+        model.exit_gate_head.bias.fill_(200.0)  # sigmoid rounds to exactly 1: p = (1, 0, 0, 0)
+    loss = model(ids, 4, targets=ids.roll(-1, 1))
+    loss.backward()
+    assert bool(torch.isfinite(loss))
+    assert all(bool(torch.isfinite(q.grad).all()) for q in model.parameters() if q.grad is not None)
+
+
 # ---- runs: training, resuming and exporting on the tiny preset ---------------------------------------
 
 

@@ -22,12 +22,13 @@ M = floor(K/2) steps (dt = 1/M) from the same input, and minimises
 
     L = CE(full) + 0.1 CE(short) + 0.1 sum_tokens mean_d (h_short - stopgrad(h_full))^2
 
-with h the final hidden state (coda and final norm). The weights 0.1 are the authors'. Choices where
-this differs from their code: the conditioning modulates the block's input once per iteration, not
-every layer's norms, so the shared layers stay the host's (and the cached decoder and the export need
-nothing new); the short route has a fixed length floor(K/2) with equal steps, not a random length with
-random steps, so an update's loss is a function of (weights, batch, K) and its FLOPs are known before
-it runs (one route of M more: about 1.5x, as the authors report); at K = 1 there is no shorter route.
+with h the final hidden state (coda and final norm; the gap taken in fp32) and padding (targets of
+-100) left out of both. The weights 0.1 are the authors'. Choices where this differs from their code:
+the conditioning modulates the block's input once per iteration, not every layer's norms, so the
+shared layers stay the host's (and the cached decoder and the export need nothing new); the short
+route has a fixed length floor(K/2) with equal steps, not a random length with random steps, so an
+update's loss is a function of (weights, batch, K) and its FLOPs are known before it runs (one route
+of M more: about 1.5x, as the authors report); at K = 1 there is no shorter route.
 The state depends on K, so a pass reads one depth (`prefix_consistent` False) and the cached decoder
 conditions on its max depth. FLOPs: the conditioning MLPs run on one vector per iteration, not per
 token (under 2% of an iteration at bios-tiny, 0 in the per-token account).
@@ -93,7 +94,7 @@ class LoopFormer(Recipe):
             return loss
         short = self.final_hidden(model, tokens, depth // 2)
         real = targets != IGNORE_INDEX
-        gap = (short[real] - full[real].detach()).pow(2).mean(dim=-1).sum()
+        gap = (short[real].float() - full[real].detach().float()).pow(2).mean(dim=-1).sum()
         return loss + SHORT_WEIGHT * model.head_loss(short, targets) + CONSISTENCY_WEIGHT * gap
 
     def parameter_count(self, config):

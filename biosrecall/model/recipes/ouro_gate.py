@@ -28,7 +28,7 @@ beta times the KL from p to the uniform prior the paper motivates it with); the 
 the readout reads, not the coda's output, so a check costs 2 d FLOPs and no readout; the gate trains
 jointly with the model (Ouro's first stage) rather than in a second, gate-only stage; under truncated
 backprop (`backprop_depth` k < K) p is spread over the k gradient-carrying depths only, the last taking
-the rest. Numerics: p, log p and the per-depth cross-entropies are fp32 whatever the model's dtype,
+the rest. Numerics: lambda, p, log p and the per-depth cross-entropies are fp32 whatever the model's dtype,
 and log p is taken of p clamped at 1e-12, so a gate saturated at 0 or 1 gives a finite loss and
 gradient. Training costs a readout at every gradient-carrying depth: `train_flops` adds n - 1 readouts
 and the gate's 6 d.
@@ -55,7 +55,8 @@ class OuroGate(Recipe):
     def gate(self, model, state):
         torch, _, F = torch_modules()
         head = model.exit_gate_head
-        return torch.sigmoid(F.linear(model.state_norm(state), head.weight, head.bias)).squeeze(-1)
+        logit = F.linear(model.state_norm(state), head.weight, head.bias).float()  # lambda to fp32 precision
+        return torch.sigmoid(logit).squeeze(-1)
 
     def loss(self, model, tokens, depth, targets):
         torch, _, F = torch_modules()
@@ -64,7 +65,7 @@ class OuroGate(Recipe):
         for _, state, rope in model.gradient_states(tokens, depth):
             logits = model.head_logits(model.final_hidden(state, rope)[real])
             losses.append(F.cross_entropy(logits.float(), targets[real], reduction="none"))
-            gates.append(self.gate(model, state)[real].float())
+            gates.append(self.gate(model, state)[real])
         p = exit_distribution(torch.stack(gates))  # [n, tokens]
         entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(dim=0)
         return ((p * torch.stack(losses)).sum(dim=0) - ENTROPY_WEIGHT * entropy).sum()
