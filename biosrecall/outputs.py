@@ -5,7 +5,9 @@
     COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]
 
 Each file goes to a temporary name and is renamed into place (`biosrecall.atomic`), so a reader never
-sees half a table or half a figure. A suffix of one of the written formats on `base` is dropped.
+sees half a table or half a figure; the two files of a table (or of a figure) are renamed only once both
+are complete, so a failure (a full disk) never leaves a new csv beside an old parquet. A suffix of one
+of the written formats on `base` is dropped.
 """
 
 from __future__ import annotations
@@ -38,21 +40,22 @@ def _paths(base: str | Path, formats: tuple[str, ...]) -> list[Path]:
 
 
 def write_table(table: pd.DataFrame, base: str | Path) -> list[Path]:
-    """`<base>.csv` and `<base>.parquet` (no index), each written atomically; returns both paths."""
+    """`<base>.csv` and `<base>.parquet` (no index), both written before either is renamed into place;
+    returns both paths."""
     csv_path, parquet_path = _paths(base, TABLE_FORMATS)
-    with atomic_write_path(csv_path) as tmp:
-        table.to_csv(tmp, index=False)
-    with atomic_write_path(parquet_path) as tmp:
-        table.to_parquet(tmp, index=False)
+    with atomic_write_path(csv_path) as csv_tmp, atomic_write_path(parquet_path) as parquet_tmp:
+        table.to_csv(csv_tmp, index=False)
+        table.to_parquet(parquet_tmp, index=False)
     return [csv_path, parquet_path]
 
 
 def save_figure(fig, base: str | Path) -> list[Path]:
-    """`<base>.png` (200 dpi) and `<base>.pdf` of a matplotlib Figure, each written atomically."""
-    written = _paths(base, FIGURE_FORMATS)
-    for path, fmt in zip(written, FIGURE_FORMATS, strict=True):
-        with atomic_write_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=FIGURE_DPI)
+    """`<base>.png` (200 dpi) and `<base>.pdf` of a matplotlib Figure, both written before either is
+    renamed into place."""
+    png_path, pdf_path = written = _paths(base, FIGURE_FORMATS)
+    with atomic_write_path(png_path) as png_tmp, atomic_write_path(pdf_path) as pdf_tmp:
+        fig.savefig(png_tmp, format="png", dpi=FIGURE_DPI)
+        fig.savefig(pdf_tmp, format="pdf", dpi=FIGURE_DPI)
     return written
 
 

@@ -169,6 +169,21 @@ def test_a_set_of_files_in_a_shared_folder_is_replaced_together(tmp_path):
     assert (other / "diagnose_1.0.csv").read_text() == "the user's"
 
 
+def test_a_table_is_never_half_new(tmp_path, monkeypatch):
+    """Every table's csv and parquet (and a figure's png and pdf) are renamed only once both are
+    written: the disk filling on the parquet leaves the old csv, not a new one beside an old parquet."""
+    import pandas as pd
+
+    from biosrecall.outputs import write_table
+
+    write_table(pd.DataFrame({"a": [1]}), tmp_path / "t")
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", _full_disk)
+    with pytest.raises(BiosrecallError, match=r"t\.parquet: No space left"):
+        write_table(pd.DataFrame({"a": [2]}), tmp_path / "t")
+    assert changes(before, snapshot(tmp_path)) == []
+
+
 # ---- 5. training sizes itself before its first update ---------------------------------------------
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import check_nesting, require_regular_file
+from biosrecall.files import MAX_USER_FILE_BYTES, check_nesting, require_regular_file
 from biosrecall.paths import TEMPLATES_DIR
 
 TRAIN_FILE = "train.toml"
@@ -69,6 +69,8 @@ class _Source:
             raise BiosrecallError(f"template file {path} not found")
         # A FIFO or device named train.toml would block the read below forever.
         require_regular_file(path, "template file")
+        if path.stat().st_size > MAX_USER_FILE_BYTES:  # phrasings, not data: bounded like a config file
+            raise BiosrecallError(f"template file {path} holds over {MAX_USER_FILE_BYTES:,} bytes")
         try:
             self.text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:

@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from biosrecall.atomic import OutputRecord, replace_files
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_exit_table, read_table, summarize
@@ -46,6 +47,9 @@ from biosrecall.lm.replicates import check_replicates, expand_groups
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import aggregate_seeds
 from biosrecall.train.run_folder import fraction_of
+
+RECORD = OutputRecord("lm compare", "lm_compare.parquet")
+"""What marks a comparison's files in a folder as `lm compare`'s: its table, always written."""
 
 UNIFORM = "uniform:1-16"
 RELATIVE = ("mean_nll_vs_ref_pct", "compute_vs_ref", "compute_saving_pct", "wall_vs_ref", "wall_saving_pct")
@@ -249,21 +253,26 @@ def format_harness(harness: pd.DataFrame) -> str:
 
 
 def write_comparison(comparison: Comparison, out_dir) -> list[Path]:
-    """The comparison tables (CSV + parquet) and figures under `out_dir`; returns the files written."""
+    """The comparison tables (CSV + parquet) and figures under `out_dir`, renamed into place together
+    once all are written (`replace_files`: a full disk leaves an earlier comparison whole, and files of
+    the same names that no comparison wrote are refused); returns the files written."""
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    written = write_table(comparison.table, out_dir / "lm_compare")
-    order = comparison.table["run"].tolist()
-    written += save_figure(plots.plot_nll_vs_depth(comparison.curves, order), out_dir / "nll_vs_depth")
-    written += save_figure(plots.plot_nll_vs_compute(comparison.summaries, order), out_dir / "nll_vs_compute")
-    if not comparison.exits.empty:
-        written += write_table(comparison.exits, out_dir / "lm_exit")
-        figure = plots.plot_nll_vs_exit_depth(comparison.exits, order)
-        written += save_figure(figure, out_dir / "nll_vs_exit_depth")
-    if not comparison.harness.empty:
-        written += write_table(comparison.harness, out_dir / "lm_harness")
-        figure = plots.plot_harness_vs_depth(comparison.harness, comparison.curves, order)
-        written += save_figure(figure, out_dir / "harness_vs_depth")
-    return written
+    with replace_files(out_dir, RECORD) as stage:
+        written = write_table(comparison.table, stage / "lm_compare")
+        order = comparison.table["run"].tolist()
+        written += save_figure(plots.plot_nll_vs_depth(comparison.curves, order), stage / "nll_vs_depth")
+        written += save_figure(
+            plots.plot_nll_vs_compute(comparison.summaries, order), stage / "nll_vs_compute"
+        )
+        if not comparison.exits.empty:
+            written += write_table(comparison.exits, stage / "lm_exit")
+            figure = plots.plot_nll_vs_exit_depth(comparison.exits, order)
+            written += save_figure(figure, stage / "nll_vs_exit_depth")
+        if not comparison.harness.empty:
+            written += write_table(comparison.harness, stage / "lm_harness")
+            figure = plots.plot_harness_vs_depth(comparison.harness, comparison.curves, order)
+            written += save_figure(figure, stage / "harness_vs_depth")
+    return [out_dir / path.name for path in written]
