@@ -114,6 +114,18 @@ BAD_MODULES = {
         """),
         "recipe makes-nan breaks the recipe contract: non-finite (NaN or inf) logits at K=1",
     ),
+    "told-k": (  # its iterations depend on K, but it does not say so: a depth sweep would read it wrong
+        BASE_IMPORT
+        + textwrap.dedent("""
+            class Mine(Recipe):
+                name = "told-k"
+                def step(self, model, state, inject, block, index, depth):
+                    return super().step(model, state, inject, block, index, depth) + 1 / depth
+            RECIPE = Mine()
+        """),
+        "recipe told-k breaks the recipe contract: depth 1 read from a 3-deep pass differs from a call "
+        "of depth 1 (its iterations depend on the call's K); set prefix_consistent = False",
+    ),
 }
 
 
@@ -171,3 +183,10 @@ def test_an_installed_entry_point_is_found(tmp_path, monkeypatch, forget_outside
     monkeypatch.syspath_prepend(str(package))
     assert get_recipe("theirs").name == "theirs"
     monkeypatch.delitem(sys.modules, "their_recipes", raising=False)
+
+
+@pytest.mark.parametrize("name", recipes.recipe_names())
+def test_every_built_in_recipe_meets_the_contract_outside_ones_are_held_to(name):
+    """The contract check builds its tiny model with the recipe's model defaults (Parcae's needs
+    injection none) and accepts every built-in, LoopFormer's told-K iterations included."""
+    recipes.check_contract(get_recipe(name))

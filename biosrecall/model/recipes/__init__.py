@@ -15,7 +15,8 @@ the contract, `docs/guides/add-a-recipe.md` for a worked example). Three ways in
 - `train --recipe-module FILE` (`load_recipe_module`), registered for this process.
 
 An outside recipe is checked before it is used: its name must be well formed and no built-in's, and a
-tiny model built with it must give finite logits of the right shape at K = 1 and 2. Every refusal is
+tiny model built with it must give finite logits of the right shape at K = 1 and 2, and (unless it
+sets `prefix_consistent = False`) the same logits at depths 1 and 2 of one deeper pass. Every refusal is
 one `BiosrecallError` line naming the recipe and the rule it broke.
 """
 
@@ -143,7 +144,7 @@ def check_contract(recipe: Recipe) -> None:
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            config = ModelConfig(**shape, context_length=16, recipe=recipe.name)
+            config = ModelConfig(**{**shape, **recipe.model_defaults}, context_length=16, recipe=recipe.name)
             model = LoopedTransformer(config)
             tokens = torch.randint(0, 17, (2, 8))
             for depth in (1, 2):
@@ -157,10 +158,31 @@ def check_contract(recipe: Recipe) -> None:
             loss = model(tokens, 1, targets=tokens)
             if loss.dim() != 0 or not bool(torch.isfinite(loss)):
                 raise BiosrecallError("the training loss at K=1 is not one finite number")
+            if recipe.prefix_consistent:
+                _check_prefix_consistent(model, tokens)
     except BiosrecallError as exc:
         raise BiosrecallError(f"{label}: {exc}") from None
     except Exception as exc:
         raise BiosrecallError(f"{label}: {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def _check_prefix_consistent(model, tokens) -> None:
+    """A recipe that says its state after i iterations does not depend on the call's K is read at
+    every depth from one pass (`forward_all_depths`); refuse it if depths 1 and 2 of a 3-deep pass
+    differ from calls of depth 1 and 2. The weights are moved off their initialisation first, since a
+    zero-initialised conditioning (LoopFormer's) hides the dependence."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param), alpha=0.1)
+        swept = dict(model.forward_all_depths(tokens, (1, 2, 3)))
+        for depth in (1, 2):
+            if not torch.allclose(swept[depth], model(tokens, depth), rtol=1e-4, atol=1e-4):
+                raise BiosrecallError(
+                    f"depth {depth} read from a 3-deep pass differs from a call of depth {depth} (its "
+                    "iterations depend on the call's K); set prefix_consistent = False"
+                )
 
 
 def _recipe_of(loaded, where: str) -> Recipe:
