@@ -4,11 +4,13 @@
     biosrecall study depth --data data/lm-kjv --out runs/depth --plan          # what would run; writes nothing
     biosrecall study depth --out runs/depth --archive docs/results/depth         # the results without weights
     biosrecall study depth --help                                                # every option, from the study
+    biosrecall study depth ... --device cuda --executor slurm --partition gpu --time-min 600   # a Slurm array
 
 Each study (`STUDIES`: name -> the module and attribute of its `biosrecall.experiments.engine.Study`)
 becomes one subcommand. Its options are the fields of the study's options dataclass, each with the
 docstring under the field as its help and its default as the option's: a tuple field takes a comma
-list. `--config FILE` reads the same names from a TOML file. The engine does the rest
+list. `--config FILE` reads the same names from a TOML file. The executor options are `sweep run`'s
+(`biosrecall.cli.sweep.executor_options`): runs go to processes here or to a Slurm job array. The engine does the rest
 (`biosrecall.experiments.engine`: lock, record, training through the sweep engine, tables, claims).
 """
 
@@ -25,6 +27,10 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.figure1 import archive_output, report_outcome, study_errors
 from biosrecall.cli.options import field_docs
+from biosrecall.cli.sweep import executor_options
+
+EXECUTOR_OPTIONS = ("kind", "gpus_per_run", "partition", "cpus_per_run", "time_min", "array_parallelism")
+"""The values `executor_options` adds, handed to the engine as the executor's settings."""
 
 STUDIES = {
     "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
@@ -73,12 +79,14 @@ def study_command(name: str) -> click.Command:
         if archive is not None:
             archive_output(out_dir, archive, overwrite, f"{study.name}.json")
             return
+        executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
         options = study.options(**values)
         if plan:
-            click.echo("\n".join(plan_study(study, out_dir, options, workers, threads)))
+            click.echo("\n".join(plan_study(study, out_dir, options, workers, threads, executor)))
             return
+        report = None if quiet else report_outcome
         with study_errors():
-            result = run_study(study, out_dir, options, workers, threads, None if quiet else report_outcome)
+            result = run_study(study, out_dir, options, workers, threads, report, executor)
         for table in result.tables:
             click.echo(f"wrote {out_dir / table}.csv, .parquet, .md")
         click.echo(f"wrote {out_dir / 'claims'}.csv, .md: " + ", ".join(result.claims["verdict"]))
@@ -86,10 +94,14 @@ def study_command(name: str) -> click.Command:
     engine_options = [
         click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
                      help="The study's output folder; rerunning the same command continues it."),
-        click.option("--workers", type=click.IntRange(min=1), default=None, help="Runs at once [default: one per core]."),
-        click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads per run."),
+        executor_options(gpus_default="1 with --device cuda, else 0"),
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="local: runs at once [default: one per core, or per GPU on CUDA]."),
+        click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="local: threads per run [default: the cores shared among the workers]."),
         click.option("--quiet", is_flag=True, help="No progress lines."),
-        click.option("--plan", is_flag=True, help="Print what each run would do and its size; write nothing."),
+        click.option("--plan", is_flag=True,
+                     help="Print what each run would do, its size and estimated CPU time; write nothing."),
         click.option("--archive", type=click.Path(path_type=Path), default=None,
                      help="Copy the finished output into this folder without weights; train nothing."),
         click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST."),

@@ -33,6 +33,33 @@ from biosrecall.sweep.spec import load_spec
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
 
 
+def executor_options(gpus_default: str = "0"):
+    """`--executor` and the options of both executors but workers and threads (`sweep run`'s, and every
+    study's through `biosrecall study`), passed as `kind`, `gpus_per_run`, `partition`, `cpus_per_run`,
+    `time_min`, `array_parallelism` (None: not given); `make_executor` reads them."""
+    options = [
+        click.option("--executor", "kind", type=click.Choice(["local", "slurm"]), default="local",
+                     show_default=True,
+                     help="Where runs go: processes on this machine, or a Slurm job array (submitit)."),
+        click.option("--gpus-per-run", type=Integer(counts(low=0)), default=None,
+                     help=f"GPUs of each run; over 1: torchrun [default: {gpus_default}]."),
+        click.option("--partition", default=None, help="slurm: partition [default: the cluster's]."),
+        click.option("--cpus-per-run", type=Integer(counts()), default=None,
+                     help="slurm: CPUs of each run [default: 1]."),
+        click.option("--time-min", type=Integer(counts()), default=None,
+                     help="slurm: time limit per run, minutes [default: 1440]."),
+        click.option("--array-parallelism", type=Integer(counts()), default=None,
+                     help="slurm: tasks at once [default: 256]."),
+    ]  # fmt: skip
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @click.group()
 def sweep() -> None:
     """Run, watch and tabulate a grid of training runs described by one TOML spec."""
@@ -41,14 +68,7 @@ def sweep() -> None:
 @sweep.command("run")
 @config_option()
 @_SPEC
-@click.option(
-    "--executor",
-    "kind",
-    type=click.Choice(["local", "slurm"]),
-    default="local",
-    show_default=True,
-    help="Where runs go: processes on this machine, or a Slurm job array (submitit).",
-)
+@executor_options()
 @click.option(
     "--workers",
     type=Integer(counts()),
@@ -57,25 +77,6 @@ def sweep() -> None:
 )
 @click.option(
     "--threads-per-run", type=Integer(counts()), default=None, help="local: threads of each run [default: 1]."
-)
-@click.option(
-    "--gpus-per-run",
-    type=Integer(counts(low=0)),
-    default=None,
-    help="GPUs of each run; over 1: torchrun [default: 0].",
-)
-@click.option("--partition", default=None, help="slurm: partition [default: the cluster's].")
-@click.option(
-    "--cpus-per-run", type=Integer(counts()), default=None, help="slurm: CPUs of each run [default: 1]."
-)
-@click.option(
-    "--time-min",
-    type=Integer(counts()),
-    default=None,
-    help="slurm: time limit per run, minutes [default: 1440].",
-)
-@click.option(
-    "--array-parallelism", type=Integer(counts()), default=None, help="slurm: tasks at once [default: 256]."
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Set an option of every run.")
 @click.option("--only", multiple=True, metavar="PATTERN", help="Only runs whose names match (repeatable).")

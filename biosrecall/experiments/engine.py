@@ -21,8 +21,10 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
   OUT/claims.csv/.md, earlier looks at other seed counts kept beside them; figures, drawn from the
   per-run table, as OUT/<stem>.png and .pdf.
 - the lock of OUT for the whole call, progress and OUT/timings.md (`study_timings`), `--plan` (what
-  each run would do and its size from the trainer's own planner, nothing written) and `--archive`
-  (`study_archive`: the results without weights).
+  each run would do, its size from the trainer's own planner and its estimated training time, nothing
+  written) and `--archive` (`study_archive`: the results without weights).
+- where runs go: processes here (`--workers`, `--threads`) or a Slurm job array (`--executor slurm`
+  and `sweep run`'s Slurm options; `study_engine.study_executor`), on the study's `device`.
 """
 
 from __future__ import annotations
@@ -117,25 +119,57 @@ def _shown(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def plan_study(study: Study, out_dir, options, workers=None, threads=None) -> list[str]:
-    """What each run would do now (train, resume, evaluate, skip) and its size, every setting checked
-    as `run_study` checks it; nothing is written."""
-    from biosrecall.experiments.study_engine import study_executor
+def plan_study(study: Study, out_dir, options, workers=None, threads=None, executor=None) -> list[str]:
+    """What each run would do now (train, resume, evaluate, skip), its size and an estimate of its
+    training time, every setting checked as `run_study` checks it; nothing is written.
+
+    The estimate is the run's modeled FLOPs (its `sizes`' "FLOPs") times the seconds per FLOP its model
+    takes on this machine's CPU at the executor's threads, timed as `biosrecall train` times its plan
+    line's "est. time" (`study_engine.seconds_per_flop_of`; no data is read beyond manifests).
+    Evaluation is not included."""
+    from biosrecall.experiments.study_engine import describe_executor, executor_slots, seconds_per_flop_of
     from biosrecall.sweep.engine import planned_actions, prepare
+    from biosrecall.train.progress import format_seconds
 
     out_dir = Path(out_dir)
     options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
-    executor = study_executor(workers, threads, options.device)
+    executor = _executor(workers, threads, options, executor)
     groups = by_trainer(study.runs(options), study.evaluations(options))
     runs = [run for group, _ in groups for run in group]
     jobs = [
         job for group, evaluations in groups for job in prepare(out_dir / RUNS, group, evaluations, executor)
     ]
-    lines = [f"{study.name}: {len(runs)} runs, {executor.slots()} at a time on {executor.threads} thread(s)"]
+    lines = [f"{study.name}: {len(runs)} runs, {describe_executor(executor)}"]
+    measured: dict = {}
+    total, timed = 0.0, 0
     for (name, action, _), run, job in zip(planned_actions(jobs), runs, jobs, strict=True):
-        sizes = ", ".join(f"{key} {value:,}" for key, value in study.sizes(run, options).items())
-        lines.append(f"  {name:<32} {'skip' if study.done(job.run_dir) else action:<8} {sizes}")
+        action = "skip" if study.done(job.run_dir) else action
+        sizes = study.sizes(run, options)
+        shown = [f"{key} {value:,}" for key, value in sizes.items()]
+        flops = sizes.get("FLOPs")
+        rate = None if flops is None else seconds_per_flop_of(run, executor.threads, measured)
+        if rate is not None:
+            shown.append(f"est. {format_seconds(flops * rate)}")
+            if action in ("train", "resume"):
+                total, timed = total + flops * rate, timed + 1
+        lines.append(f"  {name:<32} {action:<8} {', '.join(shown)}")
+    if timed:
+        slots = min(executor_slots(executor), timed)
+        lines.append(
+            f"estimate: {format_seconds(total)} of training for {timed} run(s) (resumed ones counted whole), "
+            f"about {format_seconds(total / slots)} with {slots} at a time; from each run's modeled FLOPs "
+            f"and its model's throughput measured on this machine's CPU at {executor.threads} thread(s); "
+            "evaluation not included"
+        )
     return lines
+
+
+def _executor(workers, threads, options, executor):
+    """The study's executor: `executor` holds `sweep run`'s options by name (`kind`, `partition`, ...;
+    `study_engine.study_executor`), the device is the study's."""
+    from biosrecall.experiments.study_engine import study_executor
+
+    return study_executor(workers, threads, options.device, **(executor or {}))
 
 
 def grown_options(study: Study, options, old: dict[str, Any] | None):
@@ -168,14 +202,18 @@ def by_trainer(runs: list, evaluations: list) -> list[tuple[list, list]]:
     ]
 
 
-def run_study(study: Study, out_dir, options, workers=None, threads=None, report=None) -> StudyResult:
+def run_study(
+    study: Study, out_dir, options, workers=None, threads=None, report=None, executor=None
+) -> StudyResult:
     """Train (or continue) every run, evaluate, and write the study's tables and claims (module doc).
+    Runs go `workers` at a time on `threads` threads here, or where `executor` says: `sweep run`'s
+    options by name, {"kind": "slurm", "partition": "gpu", "time_min": 600} (`study_executor`).
     Raises `Interrupted` on Ctrl-C (rerun to continue) and `StudyRunFailed` when a run fails."""
     import pandas as pd
 
     from biosrecall.atomic import atomic_write_text
     from biosrecall.experiments.claims import judge_claims, write_claims
-    from biosrecall.experiments.study_engine import study_executor, sweep_study_runs, write_study_record
+    from biosrecall.experiments.study_engine import executor_slots, sweep_study_runs, write_study_record
     from biosrecall.experiments.study_timings import StudyTimer
     from biosrecall.locking import output_lock
     from biosrecall.outputs import save_figure, write_table
@@ -183,12 +221,14 @@ def run_study(study: Study, out_dir, options, workers=None, threads=None, report
 
     out_dir = Path(out_dir)
     options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
-    executor = study_executor(workers, threads, options.device)
+    executor = _executor(workers, threads, options, executor)
     groups = by_trainer(study.runs(options), study.evaluations(options))
     runs = [run for group, _ in groups for run in group]
     for group, evaluations in groups:
         prepare(out_dir / RUNS, group, evaluations, executor)  # every run's options checked, nothing written
-    timer = StudyTimer(report, seeds=list(options.seeds), workers=executor.slots(), threads=executor.threads)
+    timer = StudyTimer(
+        report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
+    )
     with output_lock(out_dir):
         # Under the lock: another call may have grown the record since the check above.
         options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))

@@ -15,6 +15,11 @@ from nothing (trunks, independent runs) go first; a branch (a run whose task nam
 `from`, and `at_update`) starts only once its trunk has finished, from the state the trunk kept at the
 branch point, or from scratch when the trunk kept none there (a budget added after the trunk
 finished), which trains the same run.
+
+Where the runs go is `study_executor`'s: worker slots here, or a Slurm job array (`--executor slurm`
+and `sweep run`'s Slurm options, `biosrecall.sweep.executors.make_executor`). A study whose runs
+fail says so in one line of bounded length: the first failed run, its error and log, and how many
+others failed with the folder of their logs.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ from typing import Any
 import torch
 
 from biosrecall.atomic import atomic_write_bytes, keep_outputs
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 from biosrecall.sweep.engine import Executor, run_sweep
-from biosrecall.sweep.executors import LocalExecutor, usable_cores
+from biosrecall.sweep.executors import LocalExecutor, make_executor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
 from biosrecall.train.run_folder import RunFolder
@@ -92,8 +97,12 @@ def sweep_study_runs(
     if result.failed:
         failed = [study_words(outcome) for outcome in result.failed]
         if all(_killed(outcome) for outcome in failed):
-            raise RunKilled("; ".join(_kill(outcome) for outcome in failed) + f"; {RERUN}")
-        raise StudyRunFailed("; ".join(_failure(outcome) for outcome in failed))
+            raise RunKilled(
+                _one_line(_kill(failed[0]) + _others(failed, "were killed", runs_dir) + f"; {RERUN}")
+            )
+        others = _others(failed, "failed", runs_dir)
+        room = STUDY_MESSAGE - len(_failure(failed[0], "") + others)  # what the error's excerpt may take
+        raise StudyRunFailed(_one_line(_failure(failed[0], _cut(failed[0].error or "", room)) + others))
     busy = [outcome.name for outcome in result.outcomes if outcome.state == "busy"]
     if busy:
         raise _busy(busy[0])
@@ -200,17 +209,99 @@ def _kill(outcome) -> str:
     return f"run {outcome.name} was killed by {name} [log {outcome.log}]"
 
 
-def _failure(outcome) -> str:
-    return f"run {outcome.name} failed (exit {outcome.exit_code}): {outcome.error} [log {outcome.log}]"
+def _failure(outcome, error: str) -> str:
+    return f"run {outcome.name} failed (exit {outcome.exit_code}): {error} [log {outcome.log}]"
 
 
-def study_executor(workers: int | None, threads: int | None, device: str) -> LocalExecutor:
-    """The local executor of a study: `workers` runs at once [default: one per GPU on CUDA, else one
-    per core], each on `threads` threads [default: the cores shared among the workers]."""
+STUDY_MESSAGE = MAX_MESSAGE - 100
+"""The longest message of a failed study: room for the command's "error: " and its advice to rerun."""
 
+
+def _others(failed: Sequence, what: str, runs_dir: Path) -> str:
+    """How many runs beside the first `what`, and the folder of their logs ("" for none): the message
+    names one run, however many failed (a leaderboard may fail all of them at once)."""
+    if len(failed) < 2:
+        return ""
+    return f"; {len(failed) - 1} other run(s) {what} too, their logs in {Path(runs_dir) / BOOKKEEPING}/"
+
+
+def _cut(text: str, room: int) -> str:
+    """`text`, or its first characters and a marker when longer than `room` (its log holds it all)."""
+    return text if len(text) <= room else text[: max(room - 6, 40)] + " [...]"
+
+
+def _one_line(message: str) -> str:
+    """`message` within `STUDY_MESSAGE` characters, whatever the paths it names."""
+    return bounded(message, STUDY_MESSAGE)
+
+
+def study_executor(
+    workers: int | None = None, threads: int | None = None, device: str = "cpu", kind: str = "local", **given
+) -> Executor:
+    """The executor of a study. Local (`kind` "local"): `workers` runs at once [default: one per GPU on
+    CUDA, else one per core], each on `threads` threads [default: the cores shared among the workers].
+    "slurm": a job array through submitit, `given` holding `sweep run`'s Slurm options by name
+    (`partition`, `cpus_per_run`, `time_min`, `array_parallelism`; None: its default), as
+    `sweep.executors.make_executor` reads them. Either way each run gets `gpus_per_run` GPUs
+    [default: 1 on CUDA, else 0]."""
+
+    if kind == "slurm" and threads is not None:
+        raise BiosrecallError("--threads applies to --executor local only (slurm: --cpus-per-run)")
     # The device name itself is checked with the rest of the settings, before anything runs.
-    gpus = 1 if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()) else 0
-    slots = LocalExecutor(workers=workers, gpus_per_run=gpus).slots()
-    executor = LocalExecutor(workers, threads or max(1, usable_cores() // slots), gpus)
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    defaults = {"gpus_per_run": 1 if cuda else 0}
+    executor = make_executor(kind, defaults, {"workers": workers, "threads_per_run": threads, **given})
     executor.check()
+    if isinstance(executor, LocalExecutor) and threads is None:
+        executor = dataclasses.replace(executor, threads_per_run=max(1, usable_cores() // executor.slots()))
     return executor
+
+
+def executor_slots(executor: Executor) -> int:
+    """Runs at once: a local executor's workers, a Slurm array's parallelism."""
+    return executor.slots() if isinstance(executor, LocalExecutor) else executor.array_parallelism
+
+
+def describe_executor(executor: Executor) -> str:
+    """Where and how many runs go at once, for a study's plan and progress."""
+    gpus = f", {executor.gpus_per_run} GPU(s)" if executor.gpus_per_run else ""
+    if isinstance(executor, LocalExecutor):
+        return f"{executor.slots()} at a time on {executor.threads} thread(s){gpus} each"
+    partition = executor.partition or "the default partition"
+    return (
+        f"as a Slurm job array on {partition}, up to {executor.array_parallelism} at a time, "
+        f"{executor.cpus_per_run} CPU(s){gpus} and {executor.time_min} min each"
+    )
+
+
+def seconds_per_flop_of(run: SweepRun, threads: int, measured: dict | None = None) -> float | None:
+    """Seconds per modeled FLOP of `run`'s model on this machine's CPU at `threads` threads, timed as
+    the trainer times its "est. time" (`trainer.seconds_per_flop`), from the data's manifest and
+    nothing else of it; None for a run without a preset. `measured` caches a model's value."""
+    from biosrecall.files import read_json_object
+    from biosrecall.lm.task import LM_VOCABULARY
+    from biosrecall.model import LoopedTransformer
+    from biosrecall.train.config import resolve_seq_len
+    from biosrecall.train.trainer import BIOS_VOCABULARY, build_model_config, run_recipe, seconds_per_flop
+
+    preset = run.task.get("preset")
+    if preset is None:
+        return None
+    manifest = read_json_object(Path(run.task["data"]) / "manifest.json", "dataset manifest")
+    rule = LM_VOCABULARY if run.command == "lm train" else BIOS_VOCABULARY
+    model_config = build_model_config(
+        preset, int(manifest["tokenizer"]["vocab_size"]), run.task.get("model_overrides"), rule,
+        run_recipe(run.config),
+    )  # fmt: skip
+    seq_len = resolve_seq_len(run.config, model_config, preset)
+    key = (repr(model_config), run.config.batch_size, seq_len, threads)
+    measured = {} if measured is None else measured
+    if key not in measured:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            model = LoopedTransformer(model_config)
+            measured[key] = seconds_per_flop(model, run.config.batch_size, seq_len)
+        finally:
+            torch.set_num_threads(before)
+    return measured[key]

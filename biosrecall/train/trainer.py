@@ -389,6 +389,23 @@ def plan_summary(plan, model_config, exposures=None) -> dict[str, Any]:
     return summary
 
 
+def seconds_per_flop(model, batch_size: int, seq_len: int, autocast=nullcontext) -> float:
+    """Seconds per modeled FLOP of `model` on its device, from the second of two forward+backward
+    passes at depth 4 (weights untouched, gradients cleared): the wall-time estimate of a run's plan
+    line ("est. time") and of a study's `--plan`."""
+    device = next(model.parameters()).device
+    tokens = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)
+    elapsed = 0.0
+    for _ in range(2):  # the first call pays one-off allocation costs
+        tick = time.perf_counter()
+        with autocast():
+            model(tokens, 4).float().sum().backward()
+        elapsed = time.perf_counter() - tick
+    model.zero_grad(set_to_none=True)
+    config = model.config
+    return elapsed / update_flops(config, 4, batch_size * seq_len, seq_len, config.backprop_depth)
+
+
 def describe_plan(plan, model_config, seconds_per_flop: float | None, exposures=None) -> str:
     total = param_counts(model_config)["total"]
     switch = "-" if plan.switch_update is None else str(plan.switch_update)
@@ -558,23 +575,9 @@ class Trainer:
         return LocalCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
 
     def _seconds_per_flop(self) -> float | None:
-        """Time two forward+backward passes at depth 4 (weights untouched) to estimate the wall time."""
         if self.device.type != "cpu" or self.dist.enabled:
             return None
-        batch_size = self.config.batch_size
-        tokens = torch.zeros(batch_size, self.seq_len, dtype=torch.long, device=self.device)
-        elapsed = 0.0
-        for _ in range(2):  # the first call pays one-off allocation costs
-            tick = time.perf_counter()
-            with self.autocast():
-                self.raw_model(tokens, 4).float().sum().backward()
-            elapsed = time.perf_counter() - tick
-        self.raw_model.zero_grad(set_to_none=True)
-        model_config = self.raw_model.config
-        flops = update_flops(
-            model_config, 4, batch_size * self.seq_len, self.seq_len, model_config.backprop_depth
-        )
-        return elapsed / flops
+        return seconds_per_flop(self.raw_model, self.config.batch_size, self.seq_len, self.autocast)
 
     # ---- the loop ----------------------------------------------------------------------------
 
