@@ -10,8 +10,9 @@ Each study (`STUDIES`: name -> the module and attribute of its `biosrecall.exper
 becomes one subcommand. Its options are the fields of the study's options dataclass, each with the
 docstring under the field as its help and its default as the option's: a tuple field takes a comma
 list. `--config FILE` reads the same names from a TOML file. The executor options are `sweep run`'s
-(`biosrecall.cli.sweep.executor_options`): runs go to processes here or to a Slurm job array. The engine does the rest
-(`biosrecall.experiments.engine`: lock, record, training through the sweep engine, tables, claims).
+(`biosrecall.cli.sweep.executor_options`): runs go to processes here or to a Slurm job array. The
+engine does the rest (`biosrecall.experiments.engine`: lock, record, training through the sweep
+engine, tables, claims).
 """
 
 from __future__ import annotations
