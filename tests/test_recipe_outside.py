@@ -141,9 +141,15 @@ def test_a_bad_recipe_module_is_one_line_and_nothing_written(case, data, tmp_pat
     assert not (tmp_path / "run").exists()
 
 
-def test_a_run_whose_recipe_is_not_installed_is_refused_untouched(
-    example_run, data, tmp_path, capsys, forget_outside
-):
+def test_a_run_whose_recipe_is_not_installed_is_refused_untouched(data, tmp_path, capsys, forget_outside):
+    """The run records its --recipe-module file, which another process registers while it is there;
+    once it is gone, and no package provides the recipe, the run is refused untouched."""
+    module = tmp_path / "gone_recipe.py"
+    module.write_bytes(EXAMPLE.read_bytes())
+    example_run = tmp_path / "run"
+    main([str(a) for a in train_args(data, example_run, "--recipe-module", module, "--recipe", "my-recipe")])
+    recipes._outside.clear()  # this process as a fresh one
+    module.unlink()
     before = snapshot(example_run)
     commands = {
         "resumed": train_args(data, example_run, "--recipe", "my-recipe", "--resume"),
