@@ -13,8 +13,9 @@ Two parts, one process, one torch thread:
   the modeled training FLOPs per token (`compute.flops.train_flops_per_token`, what the planner
   charges), and both as ratios to `baseline` at the same K.
 - Boundedness. Each recipe trains a `bios-tiny` run through the real trainer (`train_bios`, schedule
-  uniform:1-8, the same seed and data), then the RMS over the evaluation tokens of the recurrent state
-  ||s_K|| / sqrt(d) after K = 1..64 iterations (for LoopFormer, whose state depends on the call's K,
+  uniform:1-8, the same seed and data), then the RMS over the evaluation tokens (padding not counted)
+  of the recurrent state ||s_K|| / sqrt(d) after K = 1..64 iterations (`biosrecall.eval.state_norms`,
+  what `recall-curve --state-norms` measures; for LoopFormer, whose state depends on the call's K,
   the last state of a K-iteration call). Reported: the norm at K = 1, 8, 16, 64 and its growth
   max_K ||s_K|| / ||s_8|| beyond the trained depths.
 
@@ -37,9 +38,10 @@ import torch
 
 from biosrecall.bios import BatchSampler, batch_generator, generate_dataset, load_dataset
 from biosrecall.compute.flops import train_flops_per_token
+from biosrecall.eval.state_norms import state_rms
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.layers import IGNORE_INDEX
-from biosrecall.model.recipes import get_recipe, recipe_names
+from biosrecall.model.recipes import recipe_names, recipe_overrides
 from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
@@ -55,8 +57,7 @@ TRAINED_SCHEDULE, TRAINED_MAX = "uniform:1-8", 8
 
 def _model(recipe: str, vocab: int) -> LoopedTransformer:
     torch.manual_seed(SEED)
-    overrides = {**get_recipe(recipe).model_defaults, "recipe": recipe}
-    return LoopedTransformer(get_preset(PRESET, vocab_size=vocab, **overrides))
+    return LoopedTransformer(get_preset(PRESET, vocab_size=vocab, **recipe_overrides(recipe, {})))
 
 
 def update_seconds(recipes, dataset, depth: int, rounds: int, updates: int) -> dict[str, float]:
@@ -83,22 +84,11 @@ def update_seconds(recipes, dataset, depth: int, rounds: int, updates: int) -> d
     return {name: statistics.median(values) for name, values in per_round.items()}
 
 
-@torch.no_grad()
-def state_norms(model: LoopedTransformer, tokens: torch.Tensor) -> list[float]:
-    """RMS of ||s_K|| / sqrt(d) over every token, for K in NORM_DEPTHS."""
-
-    def rms(state):
-        return float(state.float().pow(2).mean().sqrt())
-
-    if model.recipe.prefix_consistent:
-        return [rms(state) for _, state, _ in model.gradient_states(tokens, NORM_DEPTHS[-1])]
-    return [rms(list(model.gradient_states(tokens, k))[-1][1]) for k in NORM_DEPTHS]
-
-
 def trained_norms(recipes, data_dir: Path, dataset, updates: int, root: Path) -> dict[str, dict]:
     """Per recipe: the state norms of a freshly trained run, and its final training loss."""
     config = dict(schedule=TRAINED_SCHEDULE, updates=updates, batch_size=BATCH, seq_len=SEQ_LEN, seed=SEED)
     tokens = torch.from_numpy(dataset.eval_set(np.arange(20)).tokens)
+    counted = tokens != dataset.pad_id  # as `recall-curve --state-norms` counts them
     norms = {}
     for name in recipes:
         run = root / name
@@ -106,7 +96,8 @@ def trained_norms(recipes, data_dir: Path, dataset, updates: int, root: Path) ->
         train_bios(data_dir, run, train_config, preset=PRESET)
         model, _ = load_checkpoint(RunFolder(run).fraction_checkpoints()[1.0])
         loss = RunFolder(run).read_metrics()[-1]["loss"]
-        norms[name] = {"norms": state_norms(model.eval(), tokens), "final_loss": loss}
+        rms = state_rms(model.eval(), [(tokens, counted)], NORM_DEPTHS[-1])
+        norms[name] = {"norms": rms.tolist(), "final_loss": loss}
     return norms
 
 
@@ -122,9 +113,7 @@ def run(quick: bool = False) -> dict:
         for depth in COST_DEPTHS:
             seconds = update_seconds(recipes, dataset, depth, rounds, updates)
             for name in recipes:
-                flops = train_flops_per_token(
-                    config.replace(**get_recipe(name).model_defaults, recipe=name), depth, SEQ_LEN
-                )
+                flops = train_flops_per_token(config.replace(**recipe_overrides(name, {})), depth, SEQ_LEN)
                 cost[(name, depth)] = {"seconds": seconds[name], "flops_per_token": flops}
         norms = trained_norms(recipes, data_dir, dataset, trained, Path(tmp))
     report = {"name": "recipes", "preset": PRESET, "batch": BATCH, "seq_len": SEQ_LEN, "rounds": rounds,
