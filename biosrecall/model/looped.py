@@ -6,6 +6,8 @@
     with torch.no_grad():
         for k, logits in model.forward_all_depths(tokens, range(1, 65)):
             ...                                              # one 64-iteration pass, a readout per k
+    with model.observing_states(seen.append):                # each iteration's state, as the recipe made it
+        model(tokens, depth=4)
 
 Per call: x = prelude(embed(tokens)); (inject, s_0) = recipe.begin(x, noise); s_i =
 recipe.step(s_{i-1}, inject, block) for i = 1..K; logits = head(final_norm(coda(state_norm(s_K)))).
