@@ -127,6 +127,22 @@ def test_one_iteration_is_defined_once_by_the_recipe(recipe, monkeypatch):
     assert len(seen) >= 9 + 3 + 3  # the checkpointed iterations run again in backward
 
 
+def test_state_readers_observe_what_the_step_returns(monkeypatch):
+    """latent, accel and the gates read `observing_states`: the recipe's state after each iteration,
+    even when the step does more after the block (a hook on the last block layer would miss that)."""
+    model, ids = tiny_model("baseline"), tokens(1, 6)
+    step = type(model.recipe).step
+    monkeypatch.setattr(type(model.recipe), "step", lambda self, *args: 0.5 * step(self, *args))
+    seen = []
+    with torch.no_grad():
+        with model.observing_states(seen.append):
+            for _ in model.forward_all_depths(ids, [1, 2, 3]):
+                pass
+        states = [state for _, state, _ in model.gradient_states(ids, 3)]
+    assert len(seen) == 3 and all(torch.equal(a, b) for a, b in zip(seen, states, strict=True))
+    assert not model._state_observers  # closed: later passes are not observed
+
+
 def test_ouro_gate_exits_where_its_cdf_reaches_q():
     model, prompt = tiny_model("ouro-gate"), tokens(1, 9)[0].tolist()
     with torch.no_grad():
