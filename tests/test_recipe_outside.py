@@ -74,6 +74,12 @@ def test_an_unknown_recipe_is_refused_before_anything_is_written(data, tmp_path,
     assert not (tmp_path / "run").exists()
     code, _, err = run_cli(train_args(data, tmp_path / "run", "--recipe", "Bad_Name"), capsys)
     one_error_line(code, err, "Bad_Name", "lower-case letters")
+    # a run's own model choice that its recipe cannot build: named with the recipe's rule
+    code, _, err = run_cli(
+        train_args(data, tmp_path / "run", "--recipe", "parcae", "--injection", "concat"), capsys
+    )
+    one_error_line(code, err, "recipe parcae: injection must be none")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_module_whose_recipe_the_run_does_not_name_is_refused(data, tmp_path, capsys):

@@ -59,7 +59,7 @@ from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.config import DEFAULT_RECIPE
 from biosrecall.model.layers import IGNORE_INDEX
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
-from biosrecall.model.recipes import get_recipe, load_recipe_module
+from biosrecall.model.recipes import check_config, load_recipe_module, recipe_overrides
 from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
 from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer, fractions_crossed
@@ -134,13 +134,9 @@ def build_model_config(
 
     A data-sized preset (bios-*) takes `vocab_size` unless the overrides set one; any other preset keeps
     its vocabulary, which must fit the data as `rule` says."""
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    if recipe != DEFAULT_RECIPE:
-        overrides = {**get_recipe(recipe).model_defaults, **overrides, "recipe": recipe}
+    overrides = recipe_overrides(recipe, {k: v for k, v in (overrides or {}).items() if v is not None})
     config = get_preset(preset, **overrides)
-    problem = get_recipe(config.recipe).check(config)
-    if problem is not None:
-        raise BiosrecallError(f"recipe {config.recipe}: {problem}")
+    check_config(config)
     if preset.startswith(DATA_SIZED_PREFIX) and "vocab_size" not in overrides:
         return config.replace(vocab_size=vocab_size)
     if rule.spare_ids and config.vocab_size < vocab_size:
