@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, excerpt
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,10 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise BiosrecallError("--device cuda was asked for but no CUDA device is available")
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError:  # torch's message lists every device type it knows and repeats the name
+        raise BiosrecallError(f"unknown device {excerpt(name)} (use auto, cpu, cuda or cuda:N)") from None
 
 
 def autocast_for(device: torch.device, precision: str):
