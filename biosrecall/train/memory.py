@@ -77,7 +77,7 @@ TRAINING_FIXED = 30e6
 """What any update takes beyond its tensors (thread pools, allocator arenas): measured 26 MB."""
 
 # What torch and the C allocator say when an allocation fails, whatever the device.
-_OUT_OF_MEMORY = re.compile(r"out of memory|can't allocate memory|CUDA error: out of memory", re.IGNORECASE)
+_OUT_OF_MEMORY = re.compile(r"out of memory|can't allocate memory|not enough memory", re.IGNORECASE)
 
 
 def micro_batch(config: TrainConfig) -> int:
