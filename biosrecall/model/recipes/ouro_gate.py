@@ -19,8 +19,9 @@ and the exit distribution over the update's gradient-carrying depths t_1 < ... <
     L = sum_j p(t_j | x) CE_{t_j} - beta H(p),   H(p) = -sum_j p log p,
 
 summed over tokens like every recipe's loss. Serving exits a token at the first t where the CDF
-sum_{i<=t} p(i | x) = 1 - prod_{i<=t} (1 - lambda_i) reaches q (`exit_cdf`; per token in the cached
-decoder, `decode.gate_cdf_judges`), which needs no readout until the exit.
+sum_{i<=t} p(i | x) = 1 - prod_{i<=t} (1 - lambda_i) reaches q, or at the cap (whole queries:
+`eval.gate.RecipeGateExit`; per token in the cached decoder: `decode.gate_cdf_judges`), which needs no
+readout until the exit.
 
 Choices where the paper leaves room: beta = 0.05, fixed (Ouro's schedule for beta is not reproduced:
 a fixed value keeps a run's loss a function of its weights and batch; beta H(p) is, up to a constant,
@@ -84,12 +85,6 @@ def exit_distribution(gates):
     survive = torch.cumprod(1 - gates, dim=0)
     before = torch.cat([torch.ones_like(gates[:1]), survive[:-1]])
     return torch.cat([(gates * before)[:-1], before[-1:]])
-
-
-def exit_cdf(gates):
-    """The exit CDF [n, ...] over the depths of `gates` [n, ...], as serving reads it."""
-    torch, _, _ = torch_modules()
-    return torch.cumsum(exit_distribution(gates), dim=0)
 
 
 RECIPE = OuroGate()
