@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from harness import run_cli
+from test_lm_train import cli
 
 from biosrecall.experiments import study_engine
 from biosrecall.experiments.leaderboard import SCHEDULES
@@ -74,6 +75,11 @@ def test_the_leaderboard_trains_judges_archives_and_grows_by_a_recipe(data, tmp_
         flops = rows.set_index("schedule")["flops"]
         assert flops["uniform-um"] > 1.2 * flops["ff-k4-80"]
         assert flops.drop("uniform-um").max() < 1.25 * flops.drop("uniform-um").min(), task
+    # Every run's state-norm growth and its exit rule (baseline: the readout-free one), over seeds.
+    assert set(table["exit_rule"]) == {"latent:0.03"} and (table["norm_growth"] > 0).all()
+    assert table.loc[table["task"] == "bios", "exit_bits"].notna().all()
+    assert table.loc[table["task"] == "lm", "exit_nll"].notna().all()
+    assert table["exit_depth"].between(1, 20).all()
     claims = pd.read_csv(out / "claims.csv")
     assert {"bios_baseline_ff_matches_uniform", "lm_baseline_holds_beyond_k16"} <= set(claims["claim"])
     assert (out / "frontier.png").stat().st_size > 0
@@ -111,3 +117,61 @@ def test_bad_leaderboard_options_are_one_line_and_write_nothing(data, tmp_path, 
         code, err = leaderboard(capsys, data, out, *extra)
         assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)
         assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def evaluated(data, tmp_path_factory) -> dict[str, Path]:
+    """Tiny runs of three recipes on each task, trained for two updates and evaluated by the very
+    command words the leaderboard hands the sweep engine (`evaluations`, at max depth 4)."""
+    from dataclasses import replace
+
+    from biosrecall.experiments.leaderboard import LeaderboardOptions, evaluations
+    from biosrecall.lm.task import train_lm
+    from biosrecall.sweep.commands import option_args
+    from biosrecall.train.config import TrainConfig
+    from biosrecall.train.trainer import train_bios
+
+    bios, lm = data
+    root = tmp_path_factory.mktemp("evaluated")
+    options = LeaderboardOptions(bios_data=str(bios), lm_data=str(lm), size="tiny", device="cpu")
+    words = {e.command: {**e.options, "max_depth": 4} for e in evaluations(options)}
+    runs = {}
+    for task, recipe in [("bios", r) for r in ("baseline", "ouro-gate", "loopformer")] + [
+        ("lm", "ouro-gate")
+    ]:
+        run = root / f"{task}-{recipe}"
+        config = TrainConfig(batch_size=4, seq_len=16, updates=2, recipe=recipe, checkpoint_fractions=(1.0,))
+        if task == "bios":
+            train_bios(bios, run, replace(config, seq_len=128), preset="bios-tiny")
+            argv = ["recall-curve", str(run), *option_args("recall-curve", words["recall-curve"])]
+            argv += ["--out", str(root / f"curve-{recipe}")]
+        else:
+            train_lm(lm, run, config, preset="lm-tiny")
+            argv = ["lm", "eval", str(run), *option_args("lm eval", words["lm eval"])]
+        runs[f"{task}-{recipe}"] = run
+        runs[f"{task}-{recipe}-argv"] = argv
+    return runs
+
+
+def test_a_finished_run_is_done_only_once_its_state_norms_and_exit_rule_are_evaluated(evaluated, capsys):
+    from biosrecall.experiments.leaderboard import GATE_RULE, READOUT_FREE_RULE, done, read
+
+    printed = {}
+    for name in ("bios-baseline", "bios-ouro-gate", "bios-loopformer", "lm-ouro-gate"):
+        assert not done(evaluated[name])  # finished, not yet evaluated: the sweep evaluates it
+        code, printed[name], err = cli(capsys, *evaluated[f"{name}-argv"])
+        assert code == 0, err
+        assert done(evaluated[name]), name
+    rows = {name: read(evaluated[name]).iloc[0] for name in printed}
+    assert rows["bios-baseline"]["exit_rule"] == READOUT_FREE_RULE
+    assert rows["bios-ouro-gate"]["exit_rule"] == rows["lm-ouro-gate"]["exit_rule"] == GATE_RULE
+    for name in ("bios-baseline", "bios-ouro-gate", "lm-ouro-gate"):
+        assert 1 <= rows[name]["exit_depth"] <= 4 and rows[name]["exit_value"] == rows[name]["exit_value"], (
+            name
+        )
+    # loopformer serves neither rule (told K, no gate): its cells are NaN, every other column is read.
+    assert pd.isna(rows["bios-loopformer"]["exit_value"]) and pd.isna(rows["bios-loopformer"]["exit_depth"])
+    assert "latent:0.03: recipe loopformer runs a pass per depth" in printed["bios-loopformer"]
+    assert "cdf:0.5: recipe baseline trains no exit gate" in printed["bios-baseline"]
+    for name, row in rows.items():
+        assert row["norm_growth"] > 0, name

@@ -3,6 +3,7 @@ exit; also the `--no-verify` option that `lm train` shares. Registered under `lm
 
     biosrecall lm eval runs/200m/uniform [--checkpoints all]        # NLL at serving depths 1..16
     biosrecall lm eval runs/200m/uniform --exit kl:5e-4,stable:2     # and with per-token exit
+    biosrecall lm eval runs/200m/uniform --state-norms               # and the state's RMS by depth
 """
 
 from __future__ import annotations
@@ -76,6 +77,19 @@ def apply_no_verify(no_verify: bool) -> None:
     default=None,
     help="Validation windows scored with --exit (one token at a time, so slow) [default: 64].",
 )
+@click.option(
+    "--applicable-exits",
+    is_flag=True,
+    help="With --exit: score each checkpoint on the criteria its recipe can serve (cdf:Q needs a trained "
+    "exit gate; latent, accel and gate:DELTA one trajectory over depths, not loopformer's pass per depth) "
+    "and name each one left out, instead of refusing the call.",
+)
+@click.option(
+    "--state-norms",
+    is_flag=True,
+    help="Also measure the recurrent state's RMS after each depth 1..--max-depth on the first 8 "
+    "validation windows, cached as checkpoints/<label>/state_norm.parquet (`biosrecall.eval.state_norms`).",
+)
 @no_verify_option
 def evaluate(
     runs,
@@ -88,6 +102,8 @@ def evaluate(
     precision,
     exits,
     val_sequences,
+    applicable_exits,
+    state_norms,
     no_verify,
 ) -> None:
     """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
@@ -100,14 +116,18 @@ def evaluate(
         TABLE,
         evaluate_exits,
         evaluate_run,
+        evaluate_state_norms,
         exit_criteria,
+        skipped_exits,
         summarize,
     )
 
     apply_no_verify(no_verify)
     if val_sequences is not None and not exits:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
-    criteria = exit_criteria(exits, runs, checkpoints, max_depth)
+    if applicable_exits and not exits:
+        raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
+    criteria = exit_criteria(exits, runs, checkpoints, max_depth, applicable_exits)
     for run in runs:
         table = evaluate_run(
             run,
@@ -125,10 +145,22 @@ def evaluate(
             options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
             options.update(batch_size=batch_size, device=device, precision=precision)
             sequences = val_sequences or DEFAULT_EXIT_SEQUENCES
-            exit_table = evaluate_exits(run, criteria, sequences=sequences, **options)
-            baseline = exit_table["kind"] == BASELINE
-            _print_exits(run, exit_table[baseline], exit_table[~baseline])
-            click.echo(f"wrote {RunFolder(run).eval_dir / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
+            exit_table = evaluate_exits(
+                run, criteria, sequences=sequences, applicable=applicable_exits, **options
+            )
+            for line in skipped_exits(run, criteria, checkpoints) if applicable_exits else ():
+                click.echo(f"{run} left out (--applicable-exits): {line}")
+            if exit_table is not None:
+                baseline = exit_table["kind"] == BASELINE
+                _print_exits(run, exit_table[baseline], exit_table[~baseline])
+                click.echo(f"wrote {RunFolder(run).eval_dir / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
+        if state_norms:
+            from biosrecall.eval.state_norms import summary_line
+
+            found = evaluate_state_norms(run, checkpoints=checkpoints, data_dir=data_dir, max_depth=max_depth,
+                                         device=device)  # fmt: skip
+            for label, table in found.items():
+                click.echo(f"{run} [{label}] {summary_line(table)}")
 
 
 def _print_nll(run: Path, table, summary) -> None:

@@ -28,6 +28,10 @@ its answer positions, and --out gets:
 Each checkpoint's result is cached as `checkpoints/<label>/recall.parquet`, so re-plotting (another
 --metric, fewer runs, a smaller --max-depth) does not re-evaluate; --refresh forces it.
 
+With --state-norms each checkpoint also gets the recurrent state's RMS after every depth 1..--max-depth
+on 64 evaluation rows (`biosrecall.eval.state_norms`: does the state stay bounded past the trained
+depths?), cached as `checkpoints/<label>/state_norm.parquet` and printed at K = 1, 4, 16, 64.
+
 Any Hugging Face causal LM instead of runs (`biosrecall.hf.scoring`, needs the `hf` extra):
 
     biosrecall recall-curve --hf-model exported/ff --data data/bios-1k                # K = 1..64, as runs
@@ -65,7 +69,15 @@ from biosrecall.train.run_folder import RunFolder
 
 DEFAULT_OUT = Path("recall-curve")
 RUN_BATCH_SIZE = 256
-RUN_ONLY = (CHECKPOINT_LIST, "refresh", "exits", "per_token", "aggregate_seeds")
+RUN_ONLY = (
+    CHECKPOINT_LIST,
+    "refresh",
+    "exits",
+    "per_token",
+    "aggregate_seeds",
+    "state_norms",
+    "applicable_exits",
+)
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
@@ -144,6 +156,19 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
     "compare its recall with whole-query exit at the same mean depth (exit_token_gap.*; slower).",
 )
 @click.option(
+    "--applicable-exits",
+    is_flag=True,
+    help="With --exit: score each checkpoint on the criteria its recipe can serve (cdf:Q needs a trained "
+    "exit gate; latent, accel and gate:DELTA one trajectory over depths, not loopformer's pass per depth) "
+    "and name each one left out, instead of refusing the call.",
+)
+@click.option(
+    "--state-norms",
+    is_flag=True,
+    help="Also measure the recurrent state's RMS after each depth 1..--max-depth on 64 evaluation rows "
+    "of each checkpoint, cached as checkpoints/<label>/state_norm.parquet (`biosrecall.eval.state_norms`).",
+)
+@click.option(
     "--aggregate-seeds",
     is_flag=True,
     help="Runs sharing a folder name are seeds of one configuration (figure1's runs/seed*/NAME): "
@@ -191,6 +216,8 @@ def recall_curve(
     people,
     exits,
     per_token,
+    applicable_exits,
+    state_norms,
     aggregate_seeds,
     hf_model,
     depth_arg,
@@ -220,13 +247,28 @@ def recall_curve(
 
     batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
     result = score_and_write(run_dirs, out_dir, checkpoints, exits=exits, per_token=per_token,
+                             applicable_exits=applicable_exits,
                              aggregate_seeds=aggregate_seeds, metric=metric, max_depth=max_depth,
                              threshold=threshold, batch_size=batch_size, device=device, data_dir=data_dir,
                              refresh=refresh, people=people, overwrite=overwrite)  # fmt: skip
+    if state_norms:
+        _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device)
     work_done()  # every file is written: a signal while the results print changes nothing
     _print(result)
     for path in result.written:
         click.echo(f"wrote {path}")
+
+
+def _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device) -> None:
+    """--state-norms: each checkpoint's state RMS by depth, cached in its folder; one line per checkpoint."""
+    from biosrecall.eval.curves import DEFAULT_CHECKPOINTS
+    from biosrecall.eval.state_norms import bios_state_norms, summary_line
+
+    for run_dir in run_dirs:
+        found = bios_state_norms(run_dir, checkpoints or DEFAULT_CHECKPOINTS, max_depth, people=people,
+                                 data_dir=data_dir, device=device)  # fmt: skip
+        for label, table in found.items():
+            click.echo(f"{run_dir} [{label}] {summary_line(table)}")
 
 
 def _given(name: str) -> bool:
@@ -307,6 +349,8 @@ def _print(result) -> None:
     else:
         click.echo("recalled bits per person:")
         click.echo(result.summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    for line in result.skipped:
+        click.echo(f"left out (--applicable-exits): {line}")
     if result.gap is not None:
         columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth"]
         columns += ["whole_query_bits", "gap_vs_whole_query", "gap_vs_fixed_depth"]

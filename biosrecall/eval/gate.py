@@ -444,6 +444,30 @@ def resolve_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> 
     return resolved
 
 
+def servable_criteria(criteria, run_dir, checkpoint) -> tuple[list, list[str]]:
+    """(the criteria the checkpoint's recipe can serve, one line per criterion it cannot, saying why):
+    `cdf:q` needs a recipe that trains an exit gate; latent, accel and a fitted `gate:delta` observe one
+    trajectory over depths, which a recipe whose iterations are told K (loopformer) does not run. What
+    `--applicable-exits` scores on each checkpoint instead of refusing the call."""
+    RunFolder(run_dir).read_config()  # registers a recipe the run trained from --recipe-module
+    name = (read_meta(Path(checkpoint)).get("model_config") or {}).get("recipe", "baseline")
+    recipe = get_recipe(name)
+    kept, skipped = [], []
+    for criterion in criteria:
+        if isinstance(criterion, GateCdf) and not recipe.exit_gate:
+            skipped.append(f"{criterion.spec}: recipe {name} trains no exit gate")
+        elif (
+            criterion.reads in ("state", "gate")
+            and not isinstance(criterion, GateCdf)
+            and not recipe.prefix_consistent
+        ):
+            skipped.append(f"{criterion.spec}: recipe {name} runs a pass per depth (its iterations are told K), "
+                           "no one trajectory to observe")  # fmt: skip
+        else:
+            kept.append(criterion)
+    return kept, skipped
+
+
 def check_gates(run_dirs, criteria, checkpoints, max_depth: int) -> None:
     """Refuse, before anything runs or is written, a `gate:delta` that some selected checkpoint of
     `run_dirs` has no fitted gate for (or a gate fitted elsewhere)."""

@@ -73,6 +73,8 @@ class RecallCurve:
     """With exit criteria: per run, the mean depth to reach 95% of its best recall, fixed and adaptive."""
     gap: pd.DataFrame | None = None
     """With `per_token`: each criterion decided per answer token against whole-query exit."""
+    skipped: tuple[str, ...] = ()
+    """With `applicable_exits`: each criterion left out of a checkpoint its recipe cannot serve, and why."""
 
 
 def score_and_write(
@@ -82,6 +84,7 @@ def score_and_write(
     *,
     exits=(),
     per_token: bool = False,
+    applicable_exits: bool = False,
     aggregate_seeds: bool = False,
     metric: str = "bits",
     max_depth: int = 64,
@@ -95,15 +98,20 @@ def score_and_write(
 ) -> RecallCurve:
     """Score the `checkpoints` of each run (default: every budget fraction) at depths 1..`max_depth` and
     write the files of the module doc into `out_dir` (`write_output`). `exits` are exit-criteria texts
-    (`kl:1e-3`, `biosrecall.eval.exits`); everything is checked before the first model runs."""
+    (`kl:1e-3`, `biosrecall.eval.exits`); with `applicable_exits` each checkpoint is scored on those its
+    recipe can serve, the others left out (`eval.serving.score_runs`); everything is checked before the
+    first model runs."""
     check_output(out_dir, overwrite)
     criteria = _criteria(exits, max_depth)
     if per_token and not criteria:
         raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
+    if applicable_exits and not criteria:
+        raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
     groups = seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
     scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, per_token=per_token,
                         max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
-                        data_dir=data_dir, refresh=refresh, people=people)  # fmt: skip
+                        data_dir=data_dir, refresh=refresh, people=people,
+                        applicable=applicable_exits)  # fmt: skip
 
     def write(folder: Path) -> RecallCurve:
         if groups is None:
@@ -111,8 +119,8 @@ def score_and_write(
             written, summary = write_curves(scores.recall, folder, metric, shown)
         else:
             written, summary = write_seed_curves(scores.recall, groups, folder)
-        result = RecallCurve(written, summary, over_seeds=groups is not None)
-        if criteria:
+        result = RecallCurve(written, summary, over_seeds=groups is not None, skipped=scores.skipped)
+        if scores.frontier is not None:  # none when no checkpoint could serve any criterion
             frontier_files, result.headline = write_frontier(folder, scores.frontier)
             result.written += frontier_files
             result.frontier = scores.frontier

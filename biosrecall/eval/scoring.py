@@ -201,7 +201,7 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
     criteria = list(criteria)
     recall_key = _recall_key(job, dataset, scoring)
     exits_key = _exits_key(job, dataset, scoring, criteria)
-    cacheable = not any(criterion.reads == "gate" for criterion in criteria)
+    cacheable = _cacheable(criteria)
     recall_table_ = None
     if recall and not scoring.refresh:
         recall_table_ = _read_recall(job, recall_key)
@@ -267,9 +267,16 @@ def _needs_pass(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, cri
         return True
     if recall and _read_recall(job, _recall_key(job, dataset, scoring)) is None:
         return True
-    if not criteria or any(criterion.reads == "gate" for criterion in criteria):
+    if not criteria or not _cacheable(criteria):
         return bool(criteria)
     return read_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, list(criteria))) is None
+
+
+def _cacheable(criteria) -> bool:
+    """A fitted gate (`gate:delta`, `gate train`) may be fitted again on the same checkpoint, so rows
+    scored with one are never cached; a recipe's trained gate (`cdf:q`) is part of the checkpoint's own
+    weights, which the key's meta.json digest ties the rows to."""
+    return not any(criterion.reads == "gate" and criterion.name == "gate" for criterion in criteria)
 
 
 def _score_job(item) -> CheckpointScores:

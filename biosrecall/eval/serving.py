@@ -18,7 +18,7 @@ checkpoint, fraction before the rows of `biosrecall.eval.scoring` (its module do
 
 Each checkpoint's rows are cached in its folder (`exits.parquet`, `biosrecall.eval.table_cache`) under
 the criteria, depth, threshold, people, dataset and accounting they were scored with, so a study rerun
-or extended by seeds scores only new checkpoints (learned gates apart: they are always rescored).
+or extended by seeds scores only new checkpoints (fitted gates apart: `gate:delta` is always rescored).
 
 `write_serving_results` writes the frontier table and figure and the headline table into one folder
 (what `biosrecall figure1` adds for its 100% checkpoints, with the `SERVING_CRITERIA` list), and keeps
@@ -38,7 +38,7 @@ from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import check_scoring, check_thresholds, label_recall
 from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, exit_judge, parse_exit
-from biosrecall.eval.gate import resolve_gates
+from biosrecall.eval.gate import resolve_gates, servable_criteria
 from biosrecall.eval.plots import plot_exit_frontier
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, RECALL_SHARE
 from biosrecall.eval.scoring import (
@@ -103,40 +103,54 @@ class RunScores:
     """The frontier table (module doc) when criteria were given."""
     gap: pd.DataFrame | None
     """Per-token against whole-query exit (`biosrecall.eval.token_exit`) when asked for."""
+    skipped: tuple[str, ...] = ()
+    """With `applicable`: "<run> @ <checkpoint>: <criterion>: why its recipe cannot serve it", per
+    criterion left out."""
 
 
 def score_runs(run_dirs, checkpoints, criteria=(), *, per_token: bool = False, max_depth: int = 64,
                threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto",
                data_dir=None, refresh: bool = False, people: int | None = None,
-               progress: bool | None = None, served=None, workers: int = 1, threads: int = 1) -> RunScores:  # fmt: skip
+               progress: bool | None = None, served=None, workers: int = 1, threads: int = 1,
+               applicable: bool = False) -> RunScores:  # fmt: skip
     """Recall, and with `criteria` the serving frontier (and with `per_token` the per-token gap), of
     the selected checkpoints of each run; `served` (run folders) limits the frontier to those runs'
     final checkpoints (what `figure1` serves). The checkpoints are planned, their gates bound and
     their datasets loaded once, all before the first model runs; each checkpoint gets one all-depth
     pass for both tables (`biosrecall.eval.scoring`; on the CPU `workers` at a time in processes of
-    `threads` threads), and per-token decoding only when asked."""
+    `threads` threads), and per-token decoding only when asked. With `applicable` each checkpoint is
+    scored only on the criteria its recipe can serve (`eval.gate.servable_criteria`), the others named
+    in `skipped`, instead of refusing the call."""
     scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress, refresh)
     criteria = list(criteria)
     if per_token and not criteria:
         raise BiosrecallError("per-token exit needs exit criteria: the criteria to decide per token")
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
     finals = None if served is None else _finals(served, data_dir)
-    resolved = {index: resolve_gates(criteria, job.run_dir, job.label, job.path, max_depth)
-                for index, job in enumerate(jobs)
-                if criteria and (finals is None or job.path.resolve() in finals)}  # fmt: skip
+    chosen, skipped = {}, []
+    for index, job in enumerate(jobs):
+        if criteria and (finals is None or job.path.resolve() in finals):
+            kept, left_out = (
+                servable_criteria(criteria, job.run_dir, job.path) if applicable else (criteria, [])
+            )
+            skipped += [f"{job.run} @ {job.label}: {line}" for line in left_out]
+            if kept:
+                chosen[index] = kept
+    resolved = {index: resolve_gates(kept, jobs[index].run_dir, jobs[index].label, jobs[index].path, max_depth)
+                for index, kept in chosen.items()}  # fmt: skip
     datasets = load_checked_datasets(jobs)
     check_thresholds(datasets, scoring)
     scores = score_checkpoints(jobs, datasets, scoring, criteria=resolved, workers=workers, threads=threads)
     recall = label_recall(jobs, scores)
     if not resolved:
-        return RunScores(recall, None, None)
+        return RunScores(recall, None, None, tuple(skipped))
     served_jobs = [jobs[index] for index in resolved]
     exits = [scores[index].exits for index in resolved]
     frontier = _frontier_table(served_jobs, exits)
     gap = (
         token_exit_gap(served_jobs, datasets, list(resolved.values()), exits, scoring) if per_token else None
     )
-    return RunScores(recall, frontier, gap)
+    return RunScores(recall, frontier, gap, tuple(skipped))
 
 
 def _finals(run_dirs, data_dir) -> set[Path]:

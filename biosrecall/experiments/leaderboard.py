@@ -19,6 +19,20 @@ Table `leaderboard`, one row per task, recipe and schedule, each value a mean ov
 and seconds per update against `baseline` under the same schedule (paired by seed). Figure
 `frontier`: serving quality against training FLOPs, a colour per recipe, a marker per schedule.
 
+Two more columns come from the same evaluation commands, cached beside each final checkpoint:
+
+- `norm_growth`: the recurrent state's RMS at the deepest evaluated depth over its RMS at K=1
+  (`--state-norms`, `biosrecall.eval.state_norms`; K=64 at the default size, K=20 at tiny). Near 1, the
+  state stays bounded past the trained depths (Parcae's claim); well above 1, it grows.
+- `exit_rule`, `exit_bits` (bioS) or `exit_nll` (LM), and `exit_depth` (mean exit depth, per query or
+  per token): one exit rule per recipe, scored by `--exit cdf:0.5,latent:0.03 --applicable-exits`.
+  A recipe that trains an exit gate (`ouro-gate`) is read at its gate, `cdf:0.5` (Ouro's rule at
+  q = 0.5); every other recipe at the one readout-free criterion `latent:0.03` (Huginn's own
+  threshold: no readout before the exit, so no recipe is helped by a head it was not trained for).
+  `loopformer`'s cells are NaN: its iterations are told K, so no one trajectory exists whose state
+  change latent could observe, and it trains no gate; the commands leave both criteria out for it
+  and name why in the run's evaluation log.
+
 Claims, per recipe and task, judged by the one verdict rule over seeds (`experiments.claims`):
 fixed-first matches the update-matched uniform control within the paper's bound for at least 30%
 less compute; the recipe beats `baseline` under uniform at matched compute; and its quality does
@@ -49,6 +63,7 @@ FIXED_FIRST, UNIFORM, MATCHED = "ff-k4-80", "uniform", "uniform-um"
 PAPER_BOUND_PCT = 0.8
 BITS_DRIFT_MARGIN = 0.5
 NLL_DRIFT_MARGIN_PCT = 1.0
+GATE_RULE, READOUT_FREE_RULE = "cdf:0.5", "latent:0.03"  # the exit rules (module doc)
 
 
 @dataclass(frozen=True)
@@ -70,14 +85,14 @@ SIZES = {
     # The tests': seconds per run on any small dataset and corpus.
     "tiny": {
         "bios": TaskSize("train", "bios-tiny", 4, 128, 1e-2, "fixed:4:24", 20, "recall-curve"),
-        "lm": TaskSize("lm train", "lm-tiny", 4, 16, 3e-3, "fixed:4:24", 20, "lm eval", (("max_sequences", 8),)),
+        "lm": TaskSize("lm train", "lm-tiny", 4, 16, 3e-3, "fixed:4:24", 20, "lm eval", (("max_sequences", 8), ("val_sequences", 2))),
     },
     # docs/results/leaderboard-sizing.md: the middle budget sweep's bioS size at 1x; the LM study's
     # model and corpus at twice its K=4 budget, so that uniform trains past the 500 updates at which
     # depth was measured to matter for it (at 1x it trains 267 and its NLL is flat in depth).
     "default": {
         "bios": TaskSize("train", "bios-tiny", 8, 128, 1e-2, "fixed:4:750", 64, "recall-curve"),
-        "lm": TaskSize("lm train", "lm-tiny", 8, 128, 3e-3, "fixed:4:1000", 64, "lm eval", (("max_sequences", 128),)),
+        "lm": TaskSize("lm train", "lm-tiny", 8, 128, 3e-3, "fixed:4:1000", 64, "lm eval", (("max_sequences", 128), ("val_sequences", 16))),
     },
 }  # fmt: skip
 
@@ -201,7 +216,8 @@ def evaluations(options: LeaderboardOptions) -> list:
 
     found = []
     for size in _sizes(options).values():
-        words = {"max_depth": size.max_depth, "device": options.device, **dict(size.eval_options)}
+        words = {"max_depth": size.max_depth, "device": options.device, **dict(size.eval_options),
+                 "exits": f"{GATE_RULE},{READOUT_FREE_RULE}", "applicable_exits": True, "state_norms": True}  # fmt: skip
         if size.evaluation == "recall-curve":
             words["checkpoints"] = "final"
         found.append(Evaluation(size.evaluation, words))
@@ -209,34 +225,85 @@ def evaluations(options: LeaderboardOptions) -> list:
 
 
 def done(run_dir: Path) -> bool:
-    from biosrecall.experiments.lm_study import evaluated
-    from biosrecall.train.run_folder import RunFolder, recall_cache_file
+    """Finished and evaluated: its quality curve, its state norms and, where its recipe can serve one,
+    its exit rules (a run evaluated before these were asked for is evaluated again)."""
+    from biosrecall.eval.exits import parse_exits
+    from biosrecall.eval.gate import servable_criteria
+    from biosrecall.train.run_folder import (
+        RunFolder,
+        exits_cache_file,
+        recall_cache_file,
+        state_norm_cache_file,
+    )
 
     folder = RunFolder(run_dir)
-    return evaluated(run_dir) or (
-        folder.finished() and recall_cache_file(folder.checkpoint_dir(FINAL)).is_file()
-    )
+    if not folder.finished():
+        return False
+    final = folder.checkpoint_dir(FINAL)
+    nll, exits = _lm_tables(run_dir)
+    curve = nll.is_file() or recall_cache_file(final).is_file()
+    served = servable_criteria(parse_exits(f"{GATE_RULE},{READOUT_FREE_RULE}"), run_dir, final)[0]
+    rules = exits if nll.is_file() else exits_cache_file(final)
+    return curve and state_norm_cache_file(final).is_file() and (not served or rules.is_file())
 
 
 def read(run_dir: Path):
     """The final checkpoint's quality at every serving depth (`value`: bits per person for bioS, NLL
-    for LM) with its modeled FLOPs and seconds per update (from its meta.json)."""
+    for LM) with its modeled FLOPs and seconds per update (from its meta.json), its state-norm growth
+    and its exit rule's quality and mean depth (module doc), each repeated on every row."""
     import pandas as pd
 
-    from biosrecall.train.run_folder import RunFolder, recall_cache_file
+    from biosrecall.eval.state_norms import growth
+    from biosrecall.train.run_folder import (
+        RunFolder,
+        exits_cache_file,
+        recall_cache_file,
+        state_norm_cache_file,
+    )
 
     checkpoint = RunFolder(run_dir).checkpoint_dir(FINAL)
     meta = json.loads((checkpoint / "meta.json").read_text())
-    nll = Path(run_dir) / "eval" / "nll.parquet"
+    nll, exits = _lm_tables(run_dir)
     if nll.is_file():
         table = pd.read_parquet(nll)
         table = table.loc[table["update"] == table["update"].max(), ["depth", "nll"]].rename(
             columns={"nll": "value"}
         )
+        rules = pd.read_parquet(exits) if exits.is_file() else None
+        rules = None if rules is None else rules[rules["update"] == rules["update"].max()]
+        quality = "nll"
     else:
         recall = pd.read_parquet(recall_cache_file(checkpoint))
         table = recall.loc[recall["attribute"] == "all", ["depth", "bits"]].rename(columns={"bits": "value"})
-    return table.assign(flops=meta["flops"], seconds_per_update=meta["wall_seconds"] / meta["update"])  # fmt: skip
+        rules = (
+            pd.read_parquet(exits_cache_file(checkpoint)) if exits_cache_file(checkpoint).is_file() else None
+        )
+        quality = "bits"
+    norms = pd.read_parquet(state_norm_cache_file(checkpoint))
+    rule = _exit_rule(rules)
+    row = None if rules is None else rules[rules["criterion"] == rule]
+    found = row is not None and len(row) == 1
+    return table.assign(
+        flops=meta["flops"], seconds_per_update=meta["wall_seconds"] / meta["update"],
+        norm_growth=growth(norms, 1, int(norms["depth"].max())), exit_rule=rule,
+        exit_value=float(row[quality].iloc[0]) if found else math.nan,
+        exit_depth=float(row["mean_depth"].iloc[0]) if found else math.nan,
+    )  # fmt: skip
+
+
+def _lm_tables(run_dir: Path) -> tuple[Path, Path]:
+    """Where `lm eval` writes an LM run's NLL table and its exit rules' table."""
+    from biosrecall.lm.evaluate import EXIT_TABLE, TABLE
+    from biosrecall.train.run_folder import RunFolder
+
+    eval_dir = RunFolder(run_dir).eval_dir
+    return eval_dir / f"{TABLE}.parquet", eval_dir / f"{EXIT_TABLE}.parquet"
+
+
+def _exit_rule(rules) -> str:
+    """The gate's rule where the commands scored it (a recipe that trains one), else the readout-free one."""
+    has_gate = rules is not None and GATE_RULE in set(rules["criterion"])
+    return GATE_RULE if has_gate else READOUT_FREE_RULE
 
 
 def _summary(rows) -> dict:
@@ -250,9 +317,14 @@ def _summary(rows) -> dict:
         "drift": beyond.mean() - at if len(beyond) else math.nan,
         "flops": rows["flops"].iloc[0],
         "seconds_per_update": rows["seconds_per_update"].iloc[0],
+        "norm_growth": rows["norm_growth"].iloc[0],
     }
     higher_is_better = rows["task"].iloc[0] == "bios"
     best = curve.idxmax() if higher_is_better else curve.idxmin()
+    exit_value = rows["exit_value"].iloc[0]
+    summary.update(exit_rule=rows["exit_rule"].iloc[0], exit_depth=rows["exit_depth"].iloc[0],
+                   exit_bits=exit_value if higher_is_better else math.nan,
+                   exit_nll=math.nan if higher_is_better else exit_value)  # fmt: skip
     return {**summary, "peak": curve.loc[best], "best_k": best}
 
 
@@ -272,13 +344,14 @@ def _per_run(per_run):
     return table.assign(time_vs_baseline=table["seconds_per_update"].to_numpy() / baseline.reindex(index).to_numpy())  # fmt: skip
 
 
-VALUES = ["k1", "k4", "k16", "k64", "mean_k1_16", "peak", "best_k", "drift", "flops", "time_vs_baseline"]
+VALUES = ["k1", "k4", "k16", "k64", "mean_k1_16", "peak", "best_k", "drift", "flops", "time_vs_baseline",
+          "norm_growth", "exit_bits", "exit_nll", "exit_depth"]  # fmt: skip
 
 
 def tables(per_run, options: LeaderboardOptions) -> dict:
     from biosrecall.stats import aggregate_seeds
 
-    return {TABLE: aggregate_seeds(_per_run(per_run), ["task", "recipe", "schedule"], VALUES)}
+    return {TABLE: aggregate_seeds(_per_run(per_run), ["task", "recipe", "schedule", "exit_rule"], VALUES)}
 
 
 def _pct(numerator: float, denominator: float) -> float:

@@ -4,8 +4,9 @@
     table = evaluate_run("runs/lm-ff", checkpoints="all", max_sequences=512)
     summarize(table)                                       # mean serving-depth NLL per checkpoint
     exits = evaluate_exits("runs/lm-ff", parse_exits("kl:5e-4,stable:2"), sequences=64)
+    norms = evaluate_state_norms("runs/lm-ff", max_depth=64)   # {label: state RMS per depth}, cached
     # CLI: biosrecall lm eval runs/lm-ff [--checkpoint all|final|switch|0.45,1.0] [--max-sequences N]
-    #      [--exit kl:5e-4,stable:2 --val-sequences 64]
+    #      [--exit kl:5e-4,stable:2 --val-sequences 64 [--applicable-exits]] [--state-norms]
 
 Checkpoints are chosen with the selector syntax of `biosrecall.train.run_folder` (the same in every command); the
 corpus is the one the run recorded, or `data_dir`, whose tokenizer must be the run's.
@@ -31,7 +32,11 @@ with like the table also holds the fixed-depth baseline on the same windows. It 
 RUN_DIR/eval/nll_exit.{csv,parquet}, one row per (checkpoint, criterion): the run columns above,
 then criterion (its text, or "K=<k>" for the baseline), kind ("fixed-depth", "fixed",
 "kl", "stable", "entropy", "latent", "accel", "gate"), parameter, nll, mean_depth, p95_depth (exit depth over
-target tokens), eval_tokens.
+target tokens), eval_tokens. With `applicable` (`lm eval --applicable-exits`) each checkpoint is scored
+on the criteria its recipe can serve (`eval.gate.servable_criteria`; `skipped_exits` names the rest).
+
+`evaluate_state_norms` (`lm eval --state-norms`): the recurrent state's RMS after each depth on the
+first validation windows, cached in each checkpoint folder (`biosrecall.eval.state_norms`).
 """
 
 from __future__ import annotations
@@ -56,7 +61,8 @@ from biosrecall.eval.exits import (
     parameter_of,
     parse_exits,
 )
-from biosrecall.eval.gate import check_gates, resolve_gates
+from biosrecall.eval.gate import check_gates, resolve_gates, servable_criteria
+from biosrecall.eval.state_norms import LM_WINDOWS, cached_state_norms
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.model.decode import teacher_forced
@@ -151,6 +157,29 @@ def evaluate_run(
     return result
 
 
+def evaluate_state_norms(
+    run_dir: str | Path,
+    *,
+    checkpoints="final",
+    data_dir: str | Path | None = None,
+    max_depth: int = max(SERVING_DEPTHS),
+    windows: int = LM_WINDOWS,
+    device: str = "auto",
+) -> dict[str, pd.DataFrame]:
+    """{checkpoint label: the recurrent state's RMS per depth 1..`max_depth`} on the first `windows`
+    validation windows, each cached in its checkpoint folder (`biosrecall.eval.state_norms`)."""
+    setup = _setup(Path(run_dir), checkpoints, data_dir, windows, windows, device, "fp32")
+
+    def batches():
+        return [(torch.from_numpy(rows[:, :-1]), None)
+                for rows in validation_batches(setup.data_dir, setup.seq_len, windows, max_windows=windows)]  # fmt: skip
+
+    corpus = load_manifest(setup.data_dir)["tokenizer"]["sha256"]
+    source = {"windows": windows, "seq_len": setup.seq_len, "tokenizer_sha256": corpus}
+    return {name: cached_state_norms(path, batches, source, max_depth, setup.device)
+            for name, path in setup.chosen.items()}  # fmt: skip
+
+
 def criterion_nll(model, windows: Sequence[np.ndarray], criterion, max_depth: int, device, autocast):
     """(mean NLL per target token, exit depth of every target token) of `windows` under per-token exit
     (module doc); `fixed:K` needs no decision, so it runs without intermediate readouts."""
@@ -191,18 +220,35 @@ def exit_nll(
     return pd.DataFrame.from_records(records)
 
 
-def exit_criteria(exits: Sequence[str], run_dirs, checkpoints, max_depth: int) -> list:
+def exit_criteria(
+    exits: Sequence[str], run_dirs, checkpoints, max_depth: int, applicable: bool = False
+) -> list:
     """The criteria of `exits` (none when it is empty), and the checkpoints `checkpoints` selects in each
     of `run_dirs`, all checked before the first model loads: a `gate:delta` against each selected
-    checkpoint's fitted gate, every other criterion for serving a language model."""
+    checkpoint's fitted gate, every other criterion for serving a language model. With `applicable`, a
+    checkpoint is checked only against those its recipe can serve (`eval.gate.servable_criteria`)."""
     criteria = parse_exits(exits) if exits else []
     learned = [criterion for criterion in criteria if isinstance(criterion, LEARNED)]
     if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
         check_servable([criterion for criterion in criteria if criterion not in learned])
     for run_dir in run_dirs:  # every run's selection (and gate) is checked before the first one is evaluated
-        RunFolder(run_dir).select_checkpoints(checkpoints)
-    check_gates(run_dirs, criteria, checkpoints, max_depth)
+        chosen = RunFolder(run_dir).select_checkpoints(checkpoints)
+        for label, path in chosen.items() if applicable else ():
+            resolve_gates(servable_criteria(criteria, run_dir, path)[0], run_dir, label, path, max_depth)
+    if not applicable:
+        check_gates(run_dirs, criteria, checkpoints, max_depth)
     return criteria
+
+
+def skipped_exits(run_dir, criteria, checkpoints) -> list[str]:
+    """ "<checkpoint>: <criterion>: why", for each criterion a selected checkpoint's recipe cannot serve
+    (what `evaluate_exits(applicable=True)` leaves out)."""
+    chosen = RunFolder(run_dir).select_checkpoints(checkpoints)
+    return [
+        f"{label}: {line}"
+        for label, path in chosen.items()
+        for line in servable_criteria(criteria, run_dir, path)[1]
+    ]
 
 
 def evaluate_exits(
@@ -216,18 +262,27 @@ def evaluate_exits(
     sequences: int = DEFAULT_EXIT_SEQUENCES,
     device: str = "auto",
     precision: str = "auto",
-) -> pd.DataFrame:
+    applicable: bool = False,
+) -> pd.DataFrame | None:
     """NLL with per-token exit of each criterion (parsed, e.g. `parse_exits("kl:5e-4")`) on the first
-    `sequences` validation windows of the chosen checkpoints; write and return the table (module doc)."""
+    `sequences` validation windows of the chosen checkpoints; write and return the table (module doc).
+    With `applicable` a checkpoint is scored on the criteria its recipe can serve (`skipped_exits` names
+    the others), and one that can serve none is left out: None, and nothing written, when none can."""
 
     run_dir, max_depth = Path(run_dir), check_max_depth(max_depth)
     setup = _setup(run_dir, checkpoints, data_dir, batch_size, sequences, device, precision)
+    chosen = {name: servable_criteria(criteria, run_dir, path)[0] if applicable else criteria
+              for name, path in setup.chosen.items()}  # fmt: skip
     # Every gate:delta bound to its checkpoint's fitted gate (or refused) before the first model loads.
-    resolved = {name: check_servable(resolve_gates(criteria, run_dir, name, path, max_depth))
-                for name, path in setup.chosen.items()}  # fmt: skip
+    resolved = {name: check_servable(resolve_gates(chosen[name], run_dir, name, path, max_depth))
+                for name, path in setup.chosen.items() if chosen[name]}  # fmt: skip
+    if not resolved:
+        return None
     windows = list(validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=sequences))
     tables = []
     for name, path in setup.chosen.items():
+        if name not in resolved:
+            continue
         model, meta = load_checkpoint(path, device=setup.device)
         table = exit_nll(model, windows, resolved[name], max_depth, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))

@@ -15,8 +15,8 @@
 
 Every checkpoint folder holds the files of `biosrecall.train.checkpoint_files` (`model.safetensors`,
 `meta.json`, `training_state.pt`); a kept one also holds the tables evaluation caches there
-(`recall.parquet`, `exits.parquet`, `stored_bits.parquet`). Every command reads runs through this
-module and spells no name of its own:
+(`recall.parquet`, `exits.parquet`, `stored_bits.parquet`, `state_norm.parquet`). Every command reads
+runs through this module and spells no name of its own:
 
     run = RunFolder("runs/ff")
     run.read_config()                         # config.json, checked
@@ -113,6 +113,7 @@ GATE_CALIBRATION_FILE = "calibration.npz"
 RECALL_CACHE_FILE = "recall.parquet"
 EXITS_CACHE_FILE = "exits.parquet"
 STORED_BITS_CACHE_FILE = "stored_bits.parquet"
+STATE_NORM_CACHE_FILE = "state_norm.parquet"
 REQUIRED_SECTIONS = ("model_config", "train_config", "plan")
 """What every later stage reads from config.json (resume, evaluation, the diagnostic)."""
 FINAL, FRACTIONS, ALL = "final", "fractions", "all"
@@ -480,6 +481,12 @@ def exits_cache_file(checkpoint: str | Path) -> Path:
 def stored_bits_cache_file(checkpoint: str | Path) -> Path:
     """The stored-bits rows `biosrecall capacity` caches inside a checkpoint folder."""
     return Path(checkpoint) / STORED_BITS_CACHE_FILE
+
+
+def state_norm_cache_file(checkpoint: str | Path) -> Path:
+    """The recurrent state's RMS per depth (`biosrecall.eval.state_norms`) cached inside a checkpoint
+    folder by `recall-curve --state-norms` and `lm eval --state-norms`."""
+    return Path(checkpoint) / STATE_NORM_CACHE_FILE
 
 
 def fraction_dirname(fraction: float) -> str:
