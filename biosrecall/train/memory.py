@@ -19,10 +19,11 @@ The estimate: what one update holds beyond the model's weights, which are alloca
   output; the MLP's up, gate, activation and product), times `ALLOCATOR_FACTOR`, measured. The layers
   applied with gradients are the prelude, the coda and `n_block` per iteration, with the iterations
   capped at `backprop_depth` when set; `activation_checkpointing` keeps only each iteration's state
-  and recomputes one iteration at a time.
+  and recomputes one iteration at a time. Under bf16 autocast a kept float takes
+  `BF16_ACTIVATION_BYTES` on average.
 
 Measured against real peak resident memory (`ru_maxrss` of a 2-update `biosrecall train --threads 1`
-less that of the same run at depth 1 and batch 1; 2-core x86, torch 2.13 CPU, fp32):
+less that of the same run at depth 1 and batch 1, fp32; 2-core x86, torch 2.13 CPU):
 
     preset     depth  batch  option                      measured   estimate
     bios-tiny      4      8                                  47 MB     +4%
@@ -37,8 +38,10 @@ less that of the same run at depth 1 and batch 1; 2-core x86, torch 2.13 CPU, fp
     bios-cpu       8    128                               5,039 MB     -8%
     bios-cpu      32     64  --grad-accum 4               2,553 MB    -21%
     bios-cpu      64     64  --activation-checkpointing   2,704 MB     -8%
+    bios-cpu      32     16  --precision bf16             1,356 MB     -2%
+    bios-tiny    128     32  --precision bf16             1,172 MB     -9%
 
-So within -8% .. +4% of the peak, except with gradient accumulation, which holds about a quarter more
+So within -9% .. +4% of the peak, except with gradient accumulation, which holds about a quarter more
 than one micro-batch (-21%): an estimate low by that much is still caught mid-run as one line. On a
 GPU the limit is the device's free memory (not measured here). A recipe that keeps more per depth
 (a loss at every depth) is estimated as the baseline loop.
@@ -60,6 +63,9 @@ if TYPE_CHECKING:
     from biosrecall.train.config import TrainConfig
 
 FLOAT_BYTES = 4
+BF16_ACTIVATION_BYTES = 2.6
+"""Bytes a kept float takes on average under bf16 autocast: matmul outputs are bf16, norms and the
+residual stream fp32."""
 STATE_BYTES_PER_PARAMETER = 12
 """Gradients (4) and AdamW's first and second moments (4 + 4), fp32; the weights are already held."""
 ACTIVATION_FLOATS_PER_D = 10
@@ -85,8 +91,11 @@ def micro_batch(config: TrainConfig) -> int:
     return max(1, config.batch_size // max(1, config.grad_accum))
 
 
-def training_memory(model_config: ModelConfig, config: TrainConfig, seq_len: int, deepest: int) -> Cost:
-    """Memory one update at depth `deepest` takes beyond the model's weights (`Cost.memory`)."""
+def training_memory(
+    model_config: ModelConfig, config: TrainConfig, seq_len: int, deepest: int, bf16: bool = False
+) -> Cost:
+    """Memory one update at depth `deepest` takes beyond the model's weights (`Cost.memory`); `bf16`:
+    under bf16 autocast, whose matmul outputs (most of what is kept) take 2 bytes."""
     cfg = model_config
     tokens = micro_batch(config) * seq_len
     per_layer = ACTIVATION_FLOATS_PER_D * cfg.d_model + ACTIVATION_FLOATS_PER_MLP * cfg.d_mlp
@@ -98,7 +107,8 @@ def training_memory(model_config: ModelConfig, config: TrainConfig, seq_len: int
         loop = with_gradients * per_iteration
     floats = tokens * ((cfg.n_prelude + cfg.n_coda) * per_layer + loop)
     state = STATE_BYTES_PER_PARAMETER * param_counts(cfg)["total"]
-    return Cost(memory=TRAINING_FIXED + state + ALLOCATOR_FACTOR * FLOAT_BYTES * floats)
+    per_float = BF16_ACTIVATION_BYTES if bf16 else FLOAT_BYTES
+    return Cost(memory=TRAINING_FIXED + state + ALLOCATOR_FACTOR * per_float * floats)
 
 
 def _device_memory(device) -> tuple[int, str]:
@@ -115,7 +125,9 @@ def check_training_fits(model_config: ModelConfig, config: TrainConfig, plan, se
     """Refuse, before the first update, a run whose deepest update needs more memory than `device`
     has: one line naming the estimate, the limit and the options to lower."""
     deepest = int(plan.depths.max()) if len(plan.depths) else 1
-    need = training_memory(model_config, config, seq_len, deepest).memory
+    kind = getattr(device, "type", str(device))
+    bf16 = config.precision == "bf16" or (config.precision == "auto" and kind == "cuda")  # autocast_for
+    need = training_memory(model_config, config, seq_len, deepest, bf16).memory
     limit, source = _device_memory(device)
     if need > limit:
         raise BiosrecallError(
