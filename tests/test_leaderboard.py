@@ -76,7 +76,8 @@ def test_the_leaderboard_trains_judges_archives_and_grows_by_a_recipe(data, tmp_
         assert flops["uniform-um"] > 1.2 * flops["ff-k4-80"]
         assert flops.drop("uniform-um").max() < 1.25 * flops.drop("uniform-um").min(), task
     # Every run's state-norm growth and its exit rule (baseline: the readout-free one), over seeds.
-    assert set(table["exit_rule"]) == {"latent:0.03"} and (table["norm_growth"] > 0).all()
+    assert set(table["exit_rule"]) == {"latent:0.03"}
+    assert (table["norm_growth"] > 0).all() and (table["norm_growth_beyond"] > 0).all()
     assert table.loc[table["task"] == "bios", "exit_bits"].notna().all()
     assert table.loc[table["task"] == "lm", "exit_nll"].notna().all()
     assert table["exit_depth"].between(1, 20).all()

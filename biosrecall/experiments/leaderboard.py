@@ -22,8 +22,10 @@ and seconds per update against `baseline` under the same schedule (paired by see
 Two more columns come from the same evaluation commands, cached beside each final checkpoint:
 
 - `norm_growth`: the recurrent state's RMS at the deepest evaluated depth over its RMS at K=1
-  (`--state-norms`, `biosrecall.eval.state_norms`; K=64 at the default size, K=20 at tiny). Near 1, the
-  state stays bounded past the trained depths (Parcae's claim); well above 1, it grows.
+  (`--state-norms`, `biosrecall.eval.state_norms`; K=64 at the default size, K=20 at tiny), and
+  `norm_growth_beyond`: the same over its RMS at K=16, the deepest trained depth. The first also
+  counts how the state settles within the trained depths (Parcae's grows from K=1 as it integrates
+  its input); the second is Parcae's claim: near 1, the state stays bounded past the trained depths.
 - `exit_rule`, `exit_bits` (bioS) or `exit_nll` (LM), and `exit_depth` (mean exit depth, per query or
   per token): one exit rule per recipe, scored by `--exit cdf:0.5,latent:0.03 --applicable-exits`.
   A recipe that trains an exit gate (`ouro-gate`) is read at its gate, `cdf:0.5` (Ouro's rule at
@@ -286,6 +288,7 @@ def read(run_dir: Path):
     return table.assign(
         flops=meta["flops"], seconds_per_update=meta["wall_seconds"] / meta["update"],
         norm_growth=growth(norms, 1, int(norms["depth"].max())), exit_rule=rule,
+        norm_growth_beyond=growth(norms, TRAINED, int(norms["depth"].max())),
         exit_value=float(row[quality].iloc[0]) if found else math.nan,
         exit_depth=float(row["mean_depth"].iloc[0]) if found else math.nan,
     )  # fmt: skip
@@ -318,6 +321,7 @@ def _summary(rows) -> dict:
         "flops": rows["flops"].iloc[0],
         "seconds_per_update": rows["seconds_per_update"].iloc[0],
         "norm_growth": rows["norm_growth"].iloc[0],
+        "norm_growth_beyond": rows["norm_growth_beyond"].iloc[0],
     }
     higher_is_better = rows["task"].iloc[0] == "bios"
     best = curve.idxmax() if higher_is_better else curve.idxmin()
@@ -345,7 +349,7 @@ def _per_run(per_run):
 
 
 VALUES = ["k1", "k4", "k16", "k64", "mean_k1_16", "peak", "best_k", "drift", "flops", "time_vs_baseline",
-          "norm_growth", "exit_bits", "exit_nll", "exit_depth"]  # fmt: skip
+          "norm_growth", "norm_growth_beyond", "exit_bits", "exit_nll", "exit_depth"]  # fmt: skip
 
 
 def tables(per_run, options: LeaderboardOptions) -> dict:
