@@ -163,12 +163,13 @@ def _take_back(path: Path) -> str:
     removed, folder = None, path.absolute().parent
     with _CREATED_LOCK:
         while folder in _CREATED:
-            for written in _CREATED.pop(folder):
+            for written in _CREATED[folder]:
                 written.unlink(missing_ok=True)
             try:
                 folder.rmdir()
-            except OSError:  # something else lives there too: it stays, and so do its parents
-                break
+            except OSError:  # something else lives there too (for now: an enclosing write's temporary,
+                break  # whose own clean-up takes the folder back): it stays, and so do its parents
+            del _CREATED[folder]
             removed, folder = folder, folder.parent
     if removed is None:
         return ""

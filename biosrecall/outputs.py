@@ -43,9 +43,10 @@ def write_table(table: pd.DataFrame, base: str | Path) -> list[Path]:
     """`<base>.csv` and `<base>.parquet` (no index), both written before either is renamed into place;
     returns both paths."""
     csv_path, parquet_path = _paths(base, TABLE_FORMATS)
-    with atomic_write_path(csv_path) as csv_tmp, atomic_write_path(parquet_path) as parquet_tmp:
-        table.to_csv(csv_tmp, index=False)
-        table.to_parquet(parquet_tmp, index=False)
+    with atomic_write_path(csv_path) as csv_tmp:  # each write inside its own file's block: a failure
+        table.to_csv(csv_tmp, index=False)  # names the file it was writing
+        with atomic_write_path(parquet_path) as parquet_tmp:
+            table.to_parquet(parquet_tmp, index=False)
     return [csv_path, parquet_path]
 
 
@@ -53,9 +54,10 @@ def save_figure(fig, base: str | Path) -> list[Path]:
     """`<base>.png` (200 dpi) and `<base>.pdf` of a matplotlib Figure, both written before either is
     renamed into place."""
     png_path, pdf_path = written = _paths(base, FIGURE_FORMATS)
-    with atomic_write_path(png_path) as png_tmp, atomic_write_path(pdf_path) as pdf_tmp:
+    with atomic_write_path(png_path) as png_tmp:
         fig.savefig(png_tmp, format="png", dpi=FIGURE_DPI)
-        fig.savefig(pdf_tmp, format="pdf", dpi=FIGURE_DPI)
+        with atomic_write_path(pdf_path) as pdf_tmp:
+            fig.savefig(pdf_tmp, format="pdf", dpi=FIGURE_DPI)
     return written
 
 
