@@ -81,12 +81,31 @@ def provenance(study: Path, name: str) -> str:
     )
 
 
-RECORDS = ("figure1.json", "capacity.json", "lm_study.json")
+ENGINE_STUDIES = ("leaderboard", "depth")
+"""Studies declared on the engine (`biosrecall.cli.study.STUDIES`), each recording `<name>.json`."""
+RECORDS = ("figure1.json", "capacity.json", "lm_study.json", *(f"{name}.json" for name in ENGINE_STUDIES))
 """The record that each kind of study writes in its output folder."""
 
 
+def _engine_study(study: Path):
+    """(the declaration, its record) of an engine study's output, else None."""
+    for name in ENGINE_STUDIES:
+        if (study / f"{name}.json").is_file():
+            import importlib
+
+            from biosrecall.cli.study import STUDIES
+
+            module, attribute = STUDIES[name]
+            return getattr(importlib.import_module(module), attribute), json.loads(
+                (study / f"{name}.json").read_text()
+            )
+    return None
+
+
 def _record(study: Path) -> tuple[dict, list[int]]:
-    """The study's record (capacity.json, lm_study.json, else figure1.json) and its seeds."""
+    """The study's record (an engine study's, capacity.json, lm_study.json, else figure1.json) and its seeds."""
+    if (engine := _engine_study(study)) is not None:
+        return engine[1], engine[1]["options"]["seeds"]
     for name in ("capacity.json", "lm_study.json"):
         if (study / name).is_file():
             record = json.loads((study / name).read_text())
@@ -97,6 +116,12 @@ def _record(study: Path) -> tuple[dict, list[int]]:
 
 def study_command(study: Path) -> str:
     """The command that made `study`, from its record: `biosrecall capacity`, `lm study` or `figure1`."""
+    if (engine := _engine_study(study)) is not None:
+        from biosrecall.experiments.engine import study_command as engine_command
+
+        declaration, record = engine
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in record["options"].items()}
+        return engine_command(declaration, declaration.options(**values))
     record, _ = _record(study)
     if (study / "capacity.json").is_file():
         from biosrecall.experiments.capacity import capacity_command

@@ -69,6 +69,9 @@ class Study:
     """(run, options) -> what `--plan` prints of it (updates, tokens, FLOPs); reads no data."""
     growing: tuple[str, ...] = field(default=("seeds",))
     """Options a later call may extend on the same output (the record keeps their union)."""
+    command: str = ""
+    """The command words that run it ("" for `biosrecall study <name>`; "leaderboard" for a study with
+    a command of its own)."""
 
 
 @dataclass
@@ -280,4 +283,4 @@ def study_command(study: Study, options) -> str:
             flags.append(
                 f"--{item.name.replace('_', '-')} {_shown(list(value) if isinstance(value, tuple) else value)}"
             )
-    return " ".join(["biosrecall study", study.name, *flags])
+    return " ".join(["biosrecall", study.command or f"study {study.name}", *flags])
