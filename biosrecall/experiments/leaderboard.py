@@ -458,4 +458,5 @@ LEADERBOARD = Study(
     figures=figures,
     sizes=sizes,
     growing=("seeds", "tasks", "recipes", "recipe_modules"),
+    command="leaderboard",
 )
