@@ -352,10 +352,35 @@ VALUES = ["k1", "k4", "k16", "k64", "mean_k1_16", "peak", "best_k", "drift", "fl
           "norm_growth", "norm_growth_beyond", "exit_bits", "exit_nll", "exit_depth"]  # fmt: skip
 
 
-def tables(per_run, options: LeaderboardOptions) -> dict:
-    from biosrecall.stats import aggregate_seeds
+# The columns of each task's readable table (`leaderboard_bios`, `leaderboard_lm`): (heading, column, format) per task.
+VIEW = {
+    "bios": [("bits K=1", "k1", "{:.1f}"), ("K=4", "k4", "{:.1f}"), ("K=16", "k16", "{:.1f}"),
+             ("K=64", "k64", "{:.1f}"), ("mean K=1..16", "mean_k1_16", "{:.1f}"), ("drift >16", "drift", "{:.2f}"),
+             ("exit bits", "exit_bits", "{:.1f}"), ("exit depth", "exit_depth", "{:.1f}")],
+    "lm": [("NLL K=1", "k1", "{:.3f}"), ("K=4", "k4", "{:.3f}"), ("K=16", "k16", "{:.3f}"), ("K=64", "k64", "{:.3f}"),
+           ("mean K=1..16", "mean_k1_16", "{:.3f}"), ("drift >16", "drift", "{:.4f}"),
+           ("exit NLL", "exit_nll", "{:.3f}"), ("exit depth", "exit_depth", "{:.1f}")],
+}  # fmt: skip
+COMMON = [("state growth >16", "norm_growth_beyond", "{:.3f}"), ("FLOPs", "flops", "{:.3g}"),
+          ("s/update vs baseline", "time_vs_baseline", "{:.2f}")]  # fmt: skip
 
-    return {TABLE: aggregate_seeds(_per_run(per_run), ["task", "recipe", "schedule", "exit_rule"], VALUES)}
+
+def tables(per_run, options: LeaderboardOptions) -> dict:
+    """`leaderboard`: every value's mean and interval as numbers (for a notebook); `leaderboard_bios`
+    and `leaderboard_lm`: each task's rows as "mean [low, high]" cells, for the results page."""
+    import pandas as pd
+
+    from biosrecall.stats import aggregate_seeds, interval_text
+
+    table = aggregate_seeds(_per_run(per_run), ["task", "recipe", "schedule", "exit_rule"], VALUES)
+    views = {}
+    for row in table.itertuples(index=False):
+        cells = {"recipe": row.recipe, "schedule": row.schedule}
+        for heading, column, fmt in VIEW[row.task] + COMMON:
+            mean, low, high = (getattr(row, f"{column}{end}") for end in ("", "_low", "_high"))
+            cells[heading] = "-" if pd.isna(mean) else interval_text(mean, low, high, fmt)
+        views.setdefault(f"{TABLE}_{row.task}", []).append({**cells, "seeds": row.n_seeds})
+    return {TABLE: table, **{name: pd.DataFrame(rows) for name, rows in views.items()}}
 
 
 def _pct(numerator: float, denominator: float) -> float:
