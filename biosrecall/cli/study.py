@@ -113,7 +113,7 @@ def study_command(name: str) -> click.Command:
     ]
     for decorate in reversed([*fields, *engine_options]):
         command = decorate(command)
-    return click.command(name, help=study.summary)(command)
+    return click.command(name, help=study.summary, short_help=study.summary)(command)
 
 
 class _Studies(click.Group):
