@@ -63,6 +63,7 @@ SCHEDULES = {
 }
 FIXED_FIRST, UNIFORM, MATCHED = "ff-k4-80", "uniform", "uniform-um"
 PAPER_BOUND_PCT = 0.8
+MIN_SAVING = 0.30  # the claim is about a saving of at least 30%: below it, the claim is not testable
 BITS_DRIFT_MARGIN = 0.5
 NLL_DRIFT_MARGIN_PCT = 1.0
 GATE_RULE, READOUT_FREE_RULE = "cdf:0.5", "latent:0.03"  # the exit rules (module doc)
@@ -394,6 +395,14 @@ def _value(rows, recipe: str, schedule: str, column: str = "mean_k1_16") -> floa
     return float(part[column].iloc[0]) if len(part) else math.nan
 
 
+def _saving(rows, recipe: str) -> float:
+    """Fixed-first's modeled FLOPs saved against the update-matched control (same updates), mean over
+    seeds: the paper's saving is this ratio, and the embedding and head a small model spends at every
+    update shrink it (the tiny bioS model saves about 26%, not the 37% a block-dominated model would)."""
+    flops = rows[rows["recipe"] == recipe].groupby("schedule")["flops"].mean()
+    return 1 - flops.get(FIXED_FIRST, math.nan) / flops.get(MATCHED, math.nan)
+
+
 def claims(per_run, options: LeaderboardOptions) -> list:
     from biosrecall.experiments.claims import Claim
 
@@ -410,15 +419,18 @@ def claims(per_run, options: LeaderboardOptions) -> list:
             def ff_gap(t, r=recipe):  # fmt: skip
                 return _pct(_value(t, r, FIXED_FIRST), _value(t, r, MATCHED))
 
+            saving = _saving(per_run[per_run["task"] == task], recipe)
             found.append(Claim(
                 f"{task}_{recipe}_ff_matches_uniform",
                 f"{task}, {recipe}: fixed-first K0=4/80% matches update-matched uniform within the paper's bound "
-                f"for at least 30% less compute",
+                f"for at least 30% less compute (it saves {saving:.0%} here)",
                 f"fixed-first / update-matched uniform - 1, mean {quality}, in % (per seed)",
                 bios, -PAPER_BOUND_PCT if bios else PAPER_BOUND_PCT,
                 "the 1B LM's terminal NLL within 0.8% of uniform at 30.8-36.9% less compute, read as a bound on "
                 "the relative loss of quality; fixed-first's saving is its modeled FLOPs against the control's",
                 per_seed(ff_gap), paper="NLL within 0.8% of uniform (1B) for 30.8-36.9% less compute",
+                note="" if saving >= MIN_SAVING else f"not testable at this size: fixed-first saves {saving:.0%} of "
+                f"the control's modeled FLOPs, under the claim's {MIN_SAVING:.0%}",
             ))  # fmt: skip
             if recipe != "baseline":
 
@@ -453,7 +465,7 @@ def figures(per_run, options: LeaderboardOptions) -> dict:
         1, len(tasks), figsize=(6 * len(tasks), 4.5), squeeze=False, layout="constrained"
     )
     colours = {r: f"C{i}" for i, r in enumerate(dict.fromkeys(table["recipe"]))}
-    markers = dict(zip(SCHEDULES, "os^Dv", strict=True))
+    markers = {schedule: "os^Dvp*"[i] for i, schedule in enumerate(SCHEDULES)}
     for axis, task in zip(axes[0], tasks, strict=True):
         for row in table[table["task"] == task].itertuples():
             axis.scatter(row.flops, row.mean_k1_16, color=colours[row.recipe], marker=markers[row.schedule])
