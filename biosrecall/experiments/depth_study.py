@@ -24,6 +24,10 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.engine import Study
+from biosrecall.experiments.lm_grid import GRID
+from biosrecall.experiments.study import check_seeds
+from biosrecall.sweep.jobs import Evaluation, SweepRun
+from biosrecall.train.config import TrainConfig
 
 TABLE = "depth_extrapolation"
 WHY = "--margin-pct: the LM study's largest NLL gap between schedules is 1.6%; a smaller drift keeps their order"
@@ -53,7 +57,6 @@ class DepthOptions:
 def _settings(options: DepthOptions):
     """The `lm study` preset, every option checked before anything is written."""
     from biosrecall.experiments.lm_study import resolve_preset
-    from biosrecall.experiments.study import check_seeds
     from biosrecall.lm.shard_manifest import load_manifest
 
     check_seeds(options.seeds)
@@ -64,10 +67,7 @@ def _settings(options: DepthOptions):
 
 
 def runs(options: DepthOptions) -> list:
-    from biosrecall.experiments.lm_grid import GRID
     from biosrecall.experiments.lm_study import parse_grid
-    from biosrecall.sweep.jobs import SweepRun
-    from biosrecall.train.config import TrainConfig
 
     s = _settings(options)
     task = {"data": Path(options.data).resolve(), "preset": s.model_preset,
@@ -95,8 +95,6 @@ def runs(options: DepthOptions) -> list:
 
 
 def evaluations(options: DepthOptions) -> list:
-    from biosrecall.sweep.jobs import Evaluation
-
     sequences = _settings(options).eval_sequences
     extra = {} if sequences is None else {"max_sequences": sequences}
     return [Evaluation("lm eval", {"max_depth": options.max_depth, "device": options.device, **extra})]
@@ -157,7 +155,6 @@ def claims(per_run, options: DepthOptions) -> list:
 
 def figures(per_run, options: DepthOptions) -> dict:
     """NLL against serving depth, one line per schedule (mean over seeds, 95% band)."""
-    from biosrecall.experiments.lm_grid import GRID
     from biosrecall.lm.compare_plots import plot_nll_vs_depth
     from biosrecall.stats import aggregate_seeds
 

@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.study_timings import StudyTimer
+from biosrecall.files import read_json_object
+from biosrecall.locking import output_lock
+from biosrecall.sweep.commands import EVALUATIONS
+from biosrecall.sweep.engine import planned_actions, prepare
+from biosrecall.train.progress import format_seconds
+from biosrecall.train.run_folder import machine, versions
 
 RUNS = "runs"
 
@@ -85,8 +93,6 @@ class StudyResult:
 def record_of(study: Study, options) -> dict[str, Any]:
     """What OUT/<name>.json holds, as JSON reads it back: the study, its options, the command that
     makes the output again (`study_command`, add `--out`), versions and machine."""
-    from biosrecall.train.run_folder import machine, versions
-
     values = {
         "study": study.name,
         "options": dataclasses.asdict(options),
@@ -98,8 +104,6 @@ def record_of(study: Study, options) -> dict[str, Any]:
 def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[str, Any] | None:
     """The record already in OUT (None for a new or empty folder), refusing another study's or one made
     with other settings in one line naming the first setting that differs."""
-    from biosrecall.files import read_json_object
-
     path = out_dir / f"{study.name}.json"
     if not path.is_file():
         if out_dir.is_dir() and any(out_dir.iterdir()):
@@ -131,8 +135,6 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
     line's "est. time" (`study_engine.seconds_per_flop_of`; no data is read beyond manifests).
     Evaluation is not included."""
     from biosrecall.experiments.study_engine import describe_executor, executor_slots, seconds_per_flop_of
-    from biosrecall.sweep.engine import planned_actions, prepare
-    from biosrecall.train.progress import format_seconds
 
     out_dir = Path(out_dir)
     options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
@@ -193,8 +195,6 @@ def by_trainer(runs: list, evaluations: list) -> list[tuple[list, list]]:
     """The runs grouped by their training command, each group with the evaluations that read its runs
     (`recall-curve` for `train`, `lm eval` for `lm train`): one sweep per group, as a sweep trains with
     one command. Groups keep the runs' order."""
-    from biosrecall.sweep.commands import EVALUATIONS
-
     commands = list(dict.fromkeys(run.command for run in runs))
     return [
         (
@@ -214,13 +214,9 @@ def run_study(
     Raises `Interrupted` on Ctrl-C (rerun to continue) and `StudyRunFailed` when a run fails."""
     import pandas as pd
 
-    from biosrecall.atomic import atomic_write_text
     from biosrecall.experiments.claims import judge_claims, write_claims
     from biosrecall.experiments.study_engine import executor_slots, sweep_study_runs, write_study_record
-    from biosrecall.experiments.study_timings import StudyTimer
-    from biosrecall.locking import output_lock
     from biosrecall.outputs import save_figure, write_table
-    from biosrecall.sweep.engine import prepare
 
     out_dir = Path(out_dir)
     options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
