@@ -318,56 +318,35 @@ def depth_cap(criterion: Criterion, max_depth: int) -> int:
     return min(limit, max_depth)
 
 
-def _number(name: str, value: str, raw: str) -> float:
-    try:
-        number = parse_float(value)  # ASCII only, like every number (biosrecall.numbers)
-    except BiosrecallError:
-        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise BiosrecallError(f"exit criterion {raw!r}: the {name} threshold must be a positive number")
-    return number
+def _positive(n: float) -> bool:
+    return math.isfinite(n) and n > 0
 
 
-def _delta(value: str, raw: str) -> float:
-    try:
-        number = parse_float(value)
-    except BiosrecallError:
-        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
-    if not 0 < number < 1:  # also refuses nan and the infinities
-        raise BiosrecallError(f"exit criterion {raw!r}: the recall loss delta must lie in (0, 1)")
-    return number
-
-
-def _level(value: str, raw: str) -> float:
-    try:
-        number = parse_float(value)
-    except BiosrecallError:
-        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a number") from None
-    if not 0 < number <= 1:
-        raise BiosrecallError(f"exit criterion {raw!r}: the exit CDF level q must lie in (0, 1]")
-    return number
-
-
-def _count(name: str, value: str, raw: str) -> int:
-    try:
-        number = parse_int(value)
-    except BiosrecallError:
-        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a whole number") from None
-    if number < 1:
-        raise BiosrecallError(f"exit criterion {raw!r}: {name} needs a whole number of at least 1")
-    return number
-
-
+# name -> (criterion, parser of its value, what the value must be, the refusal of any other value)
 _BUILDERS = {
-    "fixed": lambda v, raw: Fixed(_count("fixed", v, raw)),
-    "kl": lambda v, raw: KL(_number("kl", v, raw)),
-    "stable": lambda v, raw: Stable(_count("stable", v, raw)),
-    "entropy": lambda v, raw: Entropy(_number("entropy", v, raw)),
-    "latent": lambda v, raw: Latent(_number("latent", v, raw)),
-    "accel": lambda v, raw: Accel(_number("accel", v, raw)),
-    "gate": lambda v, raw: Gate(_delta(v, raw)),
-    "cdf": lambda v, raw: GateCdf(_level(v, raw)),
+    "fixed": (Fixed, parse_int, lambda n: n >= 1, "fixed needs a whole number of at least 1"),
+    "kl": (KL, parse_float, _positive, "the kl threshold must be a positive number"),
+    "stable": (Stable, parse_int, lambda n: n >= 1, "stable needs a whole number of at least 1"),
+    "entropy": (Entropy, parse_float, _positive, "the entropy threshold must be a positive number"),
+    "latent": (Latent, parse_float, _positive, "the latent threshold must be a positive number"),
+    "accel": (Accel, parse_float, _positive, "the accel threshold must be a positive number"),
+    # `0 < n < 1` also refuses nan and the infinities
+    "gate": (Gate, parse_float, lambda n: 0 < n < 1, "the recall loss delta must lie in (0, 1)"),
+    "cdf": (GateCdf, parse_float, lambda n: 0 < n <= 1, "the exit CDF level q must lie in (0, 1]"),
 }
+
+
+def _build(name: str, value: str, raw: str) -> Criterion:
+    """The criterion `name` with its value read ASCII-only, like every number (biosrecall.numbers)."""
+    criterion, parse, allowed, refusal = _BUILDERS[name]
+    try:
+        number = parse(value)
+    except BiosrecallError:
+        noun = "whole number" if parse is parse_int else "number"
+        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a {noun}") from None
+    if not allowed(number):
+        raise BiosrecallError(f"exit criterion {raw!r}: {refusal}")
+    return criterion(number)
 
 
 _FORM = "NAME or NAME:VALUE, e.g. kl:1e-3 (a bare kl sweeps its thresholds)"
@@ -393,7 +372,7 @@ def parse_exit(text: str) -> list[Criterion]:
     if colon and not value:
         raise BiosrecallError(f"exit criterion {raw!r}: the colon needs a value after it; expected {_FORM}")
     values = [value] if colon else [str(v) for v in DEFAULT_SWEEPS[name]]
-    return [_BUILDERS[name](v, raw) for v in values]
+    return [_build(name, v, raw) for v in values]
 
 
 def parse_exits(text) -> list[Criterion]:
