@@ -86,15 +86,15 @@ def recall_curves(
 def check_scoring(max_depth: int, threshold: int, batch_size: int, people: int | None, device: str = "auto",
                   progress: bool | None = None, refresh: bool = False) -> Scoring:  # fmt: skip
     """The `Scoring` of a command's options, each checked before anything is planned."""
-    if max_depth < 1:
-        raise BiosrecallError(f"--max-depth must be at least 1 (got {max_depth})")
-    if threshold < 1:
-        raise BiosrecallError(f"--threshold must be at least 1 (got {threshold})")
-    if batch_size < 1:
-        raise BiosrecallError(f"--batch-size must be at least 1 (got {batch_size})")
-    if people is not None and people < 1:
-        raise BiosrecallError(f"--people must be at least 1 (got {people})")
+    check_at_least_one(max_depth=max_depth, threshold=threshold, batch_size=batch_size, people=people)
     return Scoring(max_depth, threshold, people, batch_size, resolve_device(str(device)), progress, refresh)
+
+
+def check_at_least_one(**options: int | None) -> None:
+    """Refuse an option (named as its flag) below 1; None is an option left unset."""
+    for name, value in options.items():
+        if value is not None and value < 1:
+            raise BiosrecallError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
 
 
 def check_thresholds(datasets: dict, scoring: Scoring) -> None:

@@ -40,7 +40,7 @@ from tqdm.std import tqdm  # plain text everywhere: tqdm.auto warns in a noteboo
 
 from biosrecall.bios import load_dataset
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import RUN_COLUMNS
+from biosrecall.eval.curves import RUN_COLUMNS, check_at_least_one
 from biosrecall.eval.plots import TRAINING_DEPTH, plot_recall_curves
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
 from biosrecall.eval.recall_curve import SHOWN_DEPTHS, RecallCurve, write_curves
@@ -85,7 +85,7 @@ def score_hf_model(
     one the model is scored at one depth (labelled 1).
     """
 
-    _check_numbers(threshold, batch_size, people)
+    check_at_least_one(threshold=threshold, batch_size=batch_size, people=people)
     check_model_folder(model_dir)  # before the dataset: a Hub name is refused at once
     dataset = load_dataset(data_dir)
     eval_set = dataset.eval_set(None if people is None else np.arange(min(people, dataset.num_people)))
@@ -142,15 +142,6 @@ def hf_recall_curve(
     shown = sorted({int(d) for d in scored if d in SHOWN_DEPTHS} | {int(scored[0]), int(scored[-1])})
     written, summary = write_curves(table, Path(out_dir), metric, shown, plot_hf_recall(table, metric))
     return RecallCurve(written, summary)
-
-
-def _check_numbers(threshold: int, batch_size: int, people: int | None) -> None:
-    if threshold < 1:
-        raise BiosrecallError(f"--threshold must be at least 1 (got {threshold})")
-    if batch_size < 1:
-        raise BiosrecallError(f"--batch-size must be at least 1 (got {batch_size})")
-    if people is not None and people < 1:
-        raise BiosrecallError(f"--people must be at least 1 (got {people})")
 
 
 def _check_export_dataset(loaded: LoadedModel, dataset) -> None:
