@@ -18,7 +18,7 @@ from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.recipes.base import check_recipe_name
-from biosrecall.numbers import MAX_DEPTH, MAX_SEED
+from biosrecall.numbers import DEPTH, MAX_SEED, SEED, check_number, counts, rates  # noqa: F401 (MAX_SEED: re-exported)
 
 POSITIONS = ("rope", "learned")
 NORMS = ("pre", "sandwich")
@@ -31,6 +31,14 @@ DEFAULT_RECIPE = "baseline"
 # hold a few hundred thousand tokens.
 MAX_VOCAB = 2**24
 """Largest vocabulary (16,777,216 ids, 64 x the largest LLM vocabularies)."""
+# Every integer field's bounds; the layer counts may be 0 (no prelude, no block: a standard transformer).
+_INT_LIMITS = {
+    **dict.fromkeys(("d_model", "n_heads", "d_mlp", "context_length"), counts()),
+    "vocab_size": counts(2, MAX_VOCAB, "64 x the largest LLM vocabularies"),
+    **dict.fromkeys(("n_prelude", "n_block", "n_coda"), counts(low=0)),
+    "init_state_seed": SEED,
+    "backprop_depth": DEPTH,
+}
 
 
 @dataclass(frozen=True)
@@ -107,12 +115,9 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise `BiosrecallError` naming the first field whose value is impossible."""
-        _positive_ints(self, ("vocab_size", "d_model", "n_heads", "d_mlp", "context_length"))
-        _non_negative_ints(self, ("n_prelude", "n_block", "n_coda", "init_state_seed"))
-        if self.vocab_size < 2:
-            raise BiosrecallError(f"vocab_size must be at least 2, got {self.vocab_size}")
-        _at_most(self, "vocab_size", MAX_VOCAB)
-        _at_most(self, "init_state_seed", MAX_SEED)
+        for name, limit in _INT_LIMITS.items():
+            if getattr(self, name) is not None or name != "backprop_depth":  # unset: through all K
+                check_number(name, getattr(self, name), limit)
         if self.d_model % self.n_heads:
             raise BiosrecallError(
                 f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}) so every head has the same width"
@@ -131,9 +136,7 @@ class ModelConfig:
                     f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
                 )
         for name in ("rope_base", "norm_eps", "init_state_std", "init_mean_depth"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
-                raise BiosrecallError(f"{name} must be a positive finite number, got {value!r}")
+            check_number(name, getattr(self, name), rates(low_open=True))
         if self.n_block == 0 and self.injection != "none":
             # An adapter alone, applied K times, would still be a recurrence (a linear one).
             raise BiosrecallError(
@@ -142,9 +145,6 @@ class ModelConfig:
             )
         if not isinstance(self.tie_embeddings, bool):
             raise BiosrecallError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
-        if self.backprop_depth is not None:
-            _positive_ints(self, ("backprop_depth",))
-            _at_most(self, "backprop_depth", MAX_DEPTH)
         problem = check_recipe_name(self.recipe)
         if problem is not None:
             raise BiosrecallError(f"recipe {self.recipe!r}: {problem}")
@@ -179,23 +179,3 @@ class ModelConfig:
         if unknown:
             raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
-
-
-def _positive_ints(cfg: ModelConfig, names: tuple[str, ...]) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise BiosrecallError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _non_negative_ints(cfg: ModelConfig, names: tuple[str, ...]) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise BiosrecallError(f"{name} must be a non-negative integer, got {value!r}")
-
-
-def _at_most(cfg: ModelConfig, name: str, limit: int) -> None:
-    value = getattr(cfg, name)
-    if value > limit:
-        raise BiosrecallError(f"{name} must be at most {limit:,}, got {value:,}")
