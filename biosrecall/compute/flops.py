@@ -72,6 +72,7 @@ import numpy as np
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.recipes import get_recipe
+from biosrecall.numbers import check_count
 
 MAX_TOKENS_PER_UPDATE = 2**26
 """Most tokens one update may take (67,108,864: 4 x the 16M-token batches of the largest LLM runs), so a
@@ -115,8 +116,7 @@ class FlopBreakdown:
 
 def _seq_len(cfg: ModelConfig, seq_len: int | None) -> int:
     seq_len = cfg.context_length if seq_len is None else seq_len
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
-        raise BiosrecallError(f"sequence length must be a positive integer, got {seq_len!r}")
+    seq_len = check_count(seq_len, "sequence length")
     if seq_len > cfg.context_length:
         raise BiosrecallError(f"sequence length {seq_len} exceeds the model's context {cfg.context_length}")
     return int(seq_len)
@@ -146,11 +146,9 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> Flo
 
 
 def _grad_depth(cfg: ModelConfig, depth: int, backprop_depth: int | None) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
-        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
+    depth = check_count(depth, "depth")
     keep = cfg.backprop_depth if backprop_depth is None else backprop_depth
-    if keep is not None and (not isinstance(keep, int | np.integer) or keep < 1):
-        raise BiosrecallError(f"backprop depth must be an integer >= 1, got {keep!r}")
+    keep = None if keep is None else check_count(keep, "backprop depth")
     return int(depth) if keep is None else int(min(depth, keep))
 
 
@@ -206,8 +204,7 @@ def update_flops(
 
 def check_tokens_per_update(tokens: int) -> int:
     """`tokens` as an int, refused unless 1 <= tokens <= MAX_TOKENS_PER_UPDATE."""
-    if isinstance(tokens, bool) or not isinstance(tokens, int | np.integer) or tokens < 1:
-        raise BiosrecallError(f"tokens per update must be a positive integer, got {tokens!r}")
+    tokens = check_count(tokens, "tokens per update")
     if tokens > MAX_TOKENS_PER_UPDATE:
         raise BiosrecallError(
             f"{tokens:,} tokens per update (batch size x sequence length) exceeds the limit of "
@@ -293,8 +290,7 @@ def serving_flops(cfg: ModelConfig, length: int, depth: int, checked: int, reado
     each checked position (`STATE_CHECK_FLOPS_PER_WIDTH` x d each) and `gate_checks` learned-gate
     checks there (`GATE_CHECK_FLOPS_PER_WIDTH` x d each)."""
     fwd = forward_flops_per_token(cfg, _seq_len(cfg, length))
-    if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
-        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
+    depth = check_count(depth, "depth")
     if readouts < 1 or state_checks < 0 or gate_checks < 0:
         raise BiosrecallError(
             f"a served query reads out at least once ({readouts=}, {state_checks=}, {gate_checks=})"
