@@ -263,7 +263,7 @@ def test_a_folder_is_not_a_config_file(here, capsys):
     [
         (["figure1"], {}, "reads TOML config files; a .json one is a run spec or a run's config.json"),
         (["train", "--out", "o"], "lm", "records a run of `biosrecall lm train`, not of `biosrecall train`"),
-        (["train", "--out", "o"], {"train_config": {}}, "is corrupt: missing 'task'"),
+        (["train", "--out", "o"], {"train_config": {}}, "is corrupt: field 'task' is missing"),
     ],
     ids=["json-for-a-toml-command", "lm-run-for-train", "not-a-run-config"],
 )

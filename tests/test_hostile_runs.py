@@ -125,8 +125,8 @@ CONFIG_DAMAGE = [
     ("config-garbage", "run/config.json", garbage, "not UTF-8"),
     ("config-bad-lr", "run/config.json", set_key("train_config", "lr", "fast"), "train_config: lr must be"),
     ("config-task-is-text", "run/config.json", edited(lambda d: d.__setitem__("task", "bios")), "'task'"),
-    ("config-no-plan", "run/config.json", edited(lambda d: d.pop("plan")), "missing 'plan'"),
-    ("config-bad-updates", "run/config.json", set_key("plan", "updates", "11"), "plan.updates must be"),
+    ("config-no-plan", "run/config.json", edited(lambda d: d.pop("plan")), "field 'plan' is missing"),
+    ("config-bad-updates", "run/config.json", set_key("plan", "updates", "11"), "field 'plan.updates'"),
 ]
 
 
@@ -137,10 +137,10 @@ def checkpoint_damage(folder: str) -> list[tuple]:
     )
     return [
         ("meta-garbage", meta, garbage, "not UTF-8"),
-        ("meta-empty-object", meta, text("{}"), "missing 'model_config', 'update'"),
+        ("meta-empty-object", meta, text("{}"), "field 'model_config' is missing"),
         ("meta-a-list", meta, text("[]"), "expected a JSON object, got list"),
-        ("meta-without-update", meta, edited(lambda d: d.pop("update")), "missing 'update'"),
-        ("meta-negative-update", meta, edited(lambda d: d.__setitem__("update", -3)), "update must be"),
+        ("meta-without-update", meta, edited(lambda d: d.pop("update")), "field 'update' is missing"),
+        ("meta-negative-update", meta, edited(lambda d: d.__setitem__("update", -3)), "field 'update': expected int >= 0, got -3"),
         ("meta-bad-model", meta, set_key("model_config", "d_model", "wide"), "model_config"),
         ("state-truncated", state, truncated, "training state"),
         ("state-garbage", state, garbage, "training state"),
@@ -152,7 +152,12 @@ def checkpoint_damage(folder: str) -> list[tuple]:
 
 RESUME_DAMAGE = [
     *checkpoint_damage(LATEST),
-    ("meta-without-flops", f"{LATEST}/meta.json", edited(lambda d: d.pop("flops")), "missing 'flops'"),
+    (
+        "meta-without-flops",
+        f"{LATEST}/meta.json",
+        edited(lambda d: d.pop("flops")),
+        "field 'flops' is missing",
+    ),
     ("latest-dangling", LATEST, relinked("state-00000099"), "is not a checkpoint folder"),
     *CONFIG_DAMAGE,
     ("metrics-garbage", "run/metrics.jsonl", garbage, "metrics log"),

@@ -1,7 +1,7 @@
 """Checks that a dataset folder is whole and consistent before anything uses it.
 
 Used by `load_dataset`: the manifest must be a regular file of bounded size, parse, and hold the
-expected fields with sane types and ranges; every data file must be a regular file matching its
+fields of `DatasetManifest` with sane types and ranges (read through `biosrecall.records`); every data file must be a regular file matching its
 sha256 in the manifest, and the arrays must agree with the manifest and with
 each other (shapes, offsets, pool indices, token ids). Each failure is one `BiosrecallError` line
 that names the folder and the problem.
@@ -10,13 +10,15 @@ that names the folder and the problem.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
+from msgspec import Meta
 from tokenizers import Tokenizer
 
 from biosrecall.bios.encoding import EVAL_COLUMNS, TRAIN_COLUMNS, TokenArrays
@@ -25,6 +27,7 @@ from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import file_sha256, require_regular_file
+from biosrecall.records import Amount, Count, check_record, exact_keys
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
 
@@ -33,69 +36,62 @@ def _fail(folder: Path, message: str) -> BiosrecallError:
     return BiosrecallError(f"dataset {folder}: {message}")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+PoolSize = Annotated[int, Meta(ge=MIN_POOL_SIZE)]
+PoolSizes = exact_keys("PoolSizes", ATTRIBUTES, PoolSize)
+NamePoolSizes = exact_keys("NamePoolSizes", NAME_PARTS, PoolSize)
+AttributeBits = exact_keys("AttributeBits", ATTRIBUTES, Amount)
+AttributeTemplates = exact_keys("AttributeTemplates", ATTRIBUTES, Annotated[list[str], Meta(min_length=1)])
 
 
-def _check_sizes(folder: Path, manifest: dict, key: str, names: Sequence[str]) -> None:
-    sizes = manifest.get(key)
-    if not isinstance(sizes, dict) or sorted(sizes) != sorted(names):
-        raise _fail(folder, f"manifest.json field '{key}' must map {', '.join(names)} to sizes")
-    if not all(_is_int(size) and size >= MIN_POOL_SIZE for size in sizes.values()):
-        raise _fail(
-            folder, f"manifest.json field '{key}' holds a size that is not an integer >= {MIN_POOL_SIZE}"
-        )
+@dataclass(kw_only=True)
+class TemplateLists:
+    train: AttributeTemplates
+    """The training templates of each attribute."""
+    eval: AttributeTemplates
+    """The evaluation prompts of each attribute."""
 
 
-def _is_amount(value) -> bool:
-    """A finite, non-negative number (bits are never negative)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+@dataclass(kw_only=True)
+class DatasetTokenizer:
+    vocab_size: Annotated[int, Meta(ge=len(SPECIAL_TOKENS))]
+    """The word-level vocabulary's size, special tokens included."""
+    pad_id: Count
+    """The padding token's id."""
+    sep_id: Count
+    """The separator token's id."""
+
+    def __post_init__(self) -> None:
+        for key in ("pad_id", "sep_id"):
+            if getattr(self, key) >= self.vocab_size:
+                raise ValueError(f"{key} {getattr(self, key)} outside the vocabulary of {self.vocab_size}")
 
 
-def _check_bits(folder: Path, manifest: dict) -> None:
-    for key in ("total_bits", "chance_bits"):
-        if not _is_amount(manifest.get(key)):
-            raise _fail(folder, f"manifest.json field '{key}' must be a finite non-negative number")
-    for key in ("bits_per_attribute", "chance_bits_per_attribute"):
-        values = manifest.get(key)
-        if not isinstance(values, dict) or sorted(values) != sorted(ATTRIBUTES):
-            raise _fail(folder, f"manifest.json field '{key}' must map {', '.join(ATTRIBUTES)} to bits")
-        if not all(_is_amount(value) for value in values.values()):
-            raise _fail(folder, f"manifest.json field '{key}' holds a value that is not a finite number >= 0")
+@dataclass(kw_only=True)
+class DatasetManifest:
+    """What readers use of a dataset's manifest.json (`biosrecall.bios.dataset` describes it all)."""
 
-
-def _check_tokenizer_info(folder: Path, manifest: dict) -> None:
-    info = manifest.get("tokenizer")
-    if not isinstance(info, dict) or not all(
-        _is_int(info.get(key)) for key in ("vocab_size", "pad_id", "sep_id")
-    ):
-        raise _fail(folder, "manifest.json field 'tokenizer' must hold integer vocab_size, pad_id and sep_id")
-    if info["vocab_size"] < len(SPECIAL_TOKENS):
-        raise _fail(
-            folder,
-            f"manifest.json field 'tokenizer' has vocab_size {info['vocab_size']} < {len(SPECIAL_TOKENS)}",
-        )
-    for key in ("pad_id", "sep_id"):
-        if not 0 <= info[key] < info["vocab_size"]:
-            raise _fail(
-                folder, f"manifest.json field 'tokenizer' has {key} {info[key]} outside the vocabulary"
-            )
-
-
-def _check_templates(folder: Path, manifest: dict) -> None:
-    templates = manifest.get("templates")
-    if not isinstance(templates, dict) or not all(
-        isinstance(templates.get(role), dict)
-        and sorted(templates[role]) == sorted(ATTRIBUTES)
-        and all(
-            isinstance(texts, list) and texts and all(isinstance(text, str) for text in texts)
-            for texts in templates[role].values()
-        )
-        for role in ("train", "eval")
-    ):
-        raise _fail(
-            folder, "manifest.json field 'templates' must list train and eval templates per attribute"
-        )
+    num_people: Annotated[int, Meta(ge=1)]
+    """People in the dataset."""
+    seed: Count
+    """The seed they were drawn with."""
+    pool_sizes: PoolSizes
+    """Each attribute's pool size."""
+    name_pool_sizes: NamePoolSizes
+    """Each name part's pool size."""
+    tokenizer: DatasetTokenizer
+    """The vocabulary size and special ids."""
+    templates: TemplateLists
+    """The templates in use."""
+    total_bits: Amount
+    """Bits of all attributes of one person."""
+    chance_bits: Amount
+    """Bits a model recalls by always answering each attribute's most common value."""
+    bits_per_attribute: AttributeBits
+    """Each attribute's bits."""
+    chance_bits_per_attribute: AttributeBits
+    """Each attribute's chance bits."""
+    files: dict[str, str]
+    """sha256 of every data file (`verify_files` checks the names and the bytes)."""
 
 
 def _read_json(path: Path) -> tuple[bytes, object]:
@@ -117,20 +113,11 @@ def _read_json(path: Path) -> tuple[bytes, object]:
 
 
 def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
-    """The manifest's raw bytes and parsed content, with its fields' presence, types and ranges checked."""
-    folder = path.parent
+    """The manifest's raw bytes and its content as JSON read it, checked as a `DatasetManifest`."""
     raw, manifest = _read_json(path)
     if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
-        raise _fail(folder, f"{path.name} is not a '{expected_format}' manifest")
-    if not _is_int(manifest.get("num_people")) or manifest["num_people"] < 1:
-        raise _fail(folder, "manifest.json field 'num_people' must be a positive integer")
-    if not _is_int(manifest.get("seed")) or manifest["seed"] < 0:
-        raise _fail(folder, "manifest.json field 'seed' must be a non-negative integer")
-    _check_sizes(folder, manifest, "pool_sizes", ATTRIBUTES)
-    _check_sizes(folder, manifest, "name_pool_sizes", NAME_PARTS)
-    _check_tokenizer_info(folder, manifest)
-    _check_templates(folder, manifest)
-    _check_bits(folder, manifest)
+        raise _fail(path.parent, f"{path.name} is not a '{expected_format}' manifest")
+    check_record(manifest, DatasetManifest, f"dataset manifest {path}")
     return raw, manifest
 
 

@@ -1,6 +1,7 @@
 """The manifest of a prepared LM shard folder: `load_manifest` reads it and checks every field a reader
 uses (types, required keys, ranges, shard names that stay inside the folder, token ids inside the
-vocabulary, checksums), naming the first bad one. The folder's layout and the shard format are
+vocabulary, checksums), naming the first bad one: the rules are the fields of `ShardManifest`
+(read through `biosrecall.records`). The folder's layout and the shard format are
 described in `biosrecall.lm.shards`, which writes both. `reprepare_command` rebuilds the `lm prepare`
 command that made a folder from what its manifest records, for messages about a damaged shard.
 
@@ -11,109 +12,122 @@ command that made a folder from what its manifest records, for messages about a 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
+from msgspec import Meta
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import require_regular_file
+from biosrecall.files import read_json_object
 from biosrecall.lm.tokenizer import MAX_VOCAB_SIZE, token_dtype
+from biosrecall.records import Count, Sha256, check_record
 
 MANIFEST_FORMAT = "biosrecall-lm-shards"
 FORMAT_VERSION = 1
 SPLITS = ("train", "validation")
 DTYPES = ("<u2", "<u4")
 MAX_MANIFEST_BYTES = 64 << 20
-_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.bin")  # a plain name: never leaves the folder
+_SHARD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.bin$"  # a plain name: never leaves the folder
+
+
+@dataclass(kw_only=True)
+class Shard:
+    """One shard file of a split."""
+
+    file: Annotated[str, Meta(pattern=_SHARD_NAME)]
+    """Its name inside the folder: a plain name such as train-00000.bin, never a path."""
+    tokens: Count
+    """Tokens it holds."""
+    max_token: Count | None = None
+    """Its largest token id (absent in folders of early releases)."""
+    sha256: Sha256 | None = None
+    """Its checksum (absent in folders prepared before checksums were recorded)."""
+
+
+@dataclass(kw_only=True)
+class Split:
+    """One split: its documents, tokens and shards."""
+
+    documents: Count
+    """Documents in the split."""
+    tokens: Count
+    """Tokens in the split: the sum of its shards'."""
+    shards: list[Shard]
+    """Its shard files, in order."""
+
+    def __post_init__(self) -> None:
+        counted = sum(shard.tokens for shard in self.shards)
+        if counted != self.tokens:
+            raise ValueError(f"tokens is {self.tokens} but its shards hold {counted}")
+
+
+@dataclass(kw_only=True)
+class Splits:
+    train: Split
+    """The documents trained on."""
+    validation: Split
+    """The held-out documents."""
+
+
+@dataclass(kw_only=True)
+class TokenizerEntry:
+    """The folder's tokenizer."""
+
+    vocab_size: Annotated[int, Meta(ge=1, le=MAX_VOCAB_SIZE)]
+    """Its vocabulary size."""
+    eod_id: Count
+    """The end-of-document token id."""
+    sha256: Sha256
+    """The checksum of its tokenizer.json."""
+
+    def __post_init__(self) -> None:
+        if self.eod_id >= self.vocab_size:
+            raise ValueError(f"eod_id {self.eod_id} is outside the vocabulary of {self.vocab_size}")
+
+
+@dataclass(kw_only=True)
+class ShardManifest:
+    """What readers use of a shard folder's manifest.json (`biosrecall.lm.shards` writes it all)."""
+
+    dtype: Literal[DTYPES]
+    """How token ids are stored: <u2 or <u4, whichever the vocabulary needs."""
+    tokenizer: TokenizerEntry
+    """The tokenizer the shards were encoded with."""
+    splits: Splits
+    """The train and validation splits."""
+
+    def __post_init__(self) -> None:
+        vocab = self.tokenizer.vocab_size
+        if np.dtype(self.dtype) != np.dtype(token_dtype(vocab)):
+            raise ValueError(
+                f"field 'dtype' is {self.dtype}, but a vocabulary of {vocab} is stored as {token_dtype(vocab)}"
+            )
+        for split in (self.splits.train, self.splits.validation):
+            for shard in split.shards:
+                if shard.max_token is not None and shard.max_token >= vocab:
+                    raise ValueError(
+                        f"shard {shard.file} holds token id {shard.max_token}, outside the vocabulary of {vocab}"
+                    )
 
 
 def load_manifest(data_dir: str | Path) -> dict:
-    """Read `manifest.json` of a prepared folder, checking every field a reader uses (types, ranges)."""
+    """`manifest.json` of a prepared folder as JSON read it, checked as a `ShardManifest`."""
     path = Path(data_dir) / "manifest.json"
     if not os.path.lexists(path):
         raise BiosrecallError(f"{data_dir} is not a prepared folder (no manifest.json; run `lm prepare`)")
-    require_regular_file(path, "LM shard manifest")
-    size = path.stat().st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise BiosrecallError(f"{path} holds {size:,} bytes, above the {MAX_MANIFEST_BYTES:,} allowed")
-    try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BiosrecallError(f"cannot read {path}: {exc}") from None
-    except RecursionError:
-        raise BiosrecallError(f"cannot read {path}: JSON nested too deeply") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+    manifest = read_json_object(path, "LM shard manifest", max_bytes=MAX_MANIFEST_BYTES)
+    if manifest.get("format") != MANIFEST_FORMAT:
         raise BiosrecallError(f"{path} is not a biosrecall LM shard manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise BiosrecallError(
             f"{path} has format version {manifest.get('format_version')}; expected {FORMAT_VERSION}"
         )
-    vocab = _check_tokenizer_entry(path, manifest)
-    splits = _field(path, manifest, "splits", dict, "an object")
-    for name in SPLITS:
-        _check_split(path, name, _field(path, splits, name, dict, "an object", "splits."), vocab)
+    check_record(manifest, ShardManifest, f"LM shard manifest {path}")
     return manifest
-
-
-def _field(path: Path, data: dict, key: str, kind: type, kind_text: str, prefix: str = ""):
-    value = data.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise BiosrecallError(f"{path}: field '{prefix}{key}' is missing or not {kind_text}")
-    return value
-
-
-def _count(path: Path, data: dict, key: str, prefix: str, high: int | None = None) -> int:
-    """A non-negative integer field, at most `high`."""
-    value = _field(path, data, key, int, "an integer", prefix)
-    if value < 0 or (high is not None and value > high):
-        limit = "" if high is None else f" and at most {high:,}"
-        raise BiosrecallError(f"{path}: field '{prefix}{key}' is {value}; it must be >= 0{limit}")
-    return value
-
-
-def _check_tokenizer_entry(path: Path, manifest: dict) -> int:
-    """The tokenizer entry and dtype agree with each other; returns the vocabulary size."""
-    dtype = manifest.get("dtype")
-    if dtype not in DTYPES:
-        raise BiosrecallError(f"{path}: field 'dtype' is {dtype!r}; expected one of {', '.join(DTYPES)}")
-    info = _field(path, manifest, "tokenizer", dict, "an object")
-    vocab = _count(path, info, "vocab_size", "tokenizer.", MAX_VOCAB_SIZE)
-    if vocab == 0 or np.dtype(dtype) != np.dtype(token_dtype(vocab)):
-        raise BiosrecallError(
-            f"{path}: field 'dtype' is {dtype}, but a vocabulary of {vocab} is stored as {token_dtype(vocab)}"
-        )
-    _count(path, info, "eod_id", "tokenizer.", vocab - 1)
-    sha = info.get("sha256")
-    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
-        raise BiosrecallError(f"{path}: field 'tokenizer.sha256' is not a sha256 hex digest")
-    return vocab
-
-
-def _check_split(path: Path, name: str, split: dict, vocab: int) -> None:
-    """Counts are non-negative, shard names stay inside the folder, token ids fit the vocabulary."""
-    prefix = f"splits.{name}."
-    _count(path, split, "documents", prefix)
-    total = _count(path, split, "tokens", prefix)
-    counted = 0
-    for index, entry in enumerate(_field(path, split, "shards", list, "a list", prefix)):
-        where = f"{prefix}shards[{index}]"
-        if not isinstance(entry, dict) or not _SHARD_NAME.fullmatch(str(entry.get("file"))):
-            raise BiosrecallError(f"{path}: {where} needs a 'file' named like train-00000.bin")
-        counted += _count(path, entry, "tokens", f"{where}.")
-        largest = entry.get("max_token")
-        if largest is not None and _count(path, entry, "max_token", f"{where}.") >= vocab:
-            raise BiosrecallError(
-                f"{path}: shard {entry['file']} holds token id {largest}, outside the vocabulary of {vocab}"
-            )
-        sha = entry.get("sha256")  # absent in folders prepared before checksums were recorded
-        if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
-            raise BiosrecallError(f"{path}: field '{where}.sha256' is not a sha256 hex digest")
-    if counted != total:
-        raise BiosrecallError(f"{path}: field '{prefix}tokens' is {total} but its shards hold {counted}")
 
 
 def reprepare_command(data_dir: str | Path, manifest: dict) -> str:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import read_json_object
+from biosrecall.records import read_record
 from biosrecall.train.config import TrainConfig
 
 SPECS = ".specs"
@@ -67,27 +68,40 @@ def read_run_file(
     at_update, tokenizer) of the run spec or run config.json at `path`, for the command that trains
     `task`; a run config.json's model fields count only when in `overridable`. A problem is one
     BiosrecallError line naming the file."""
-    record = read_json_object(path, "run config", required=("task", "train_config"), max_bytes=16 << 20)
-    sections = {name: record.get(name, {}) for name in ("task", "train_config", "model_config", "dataset")}
-    if not all(isinstance(section, dict) for section in sections.values()):
-        raise BiosrecallError(f"run config {path} is corrupt: its sections must be objects")
-    recorded = sections["task"].get("name")
-    if recorded != task:
-        made_by = TRAINED_BY.get(recorded, "another command")
+    spec = read_record(path, RunSpec, "run config", max_bytes=16 << 20)
+    if spec.task.get("name") != task:
+        made_by = TRAINED_BY.get(spec.task.get("name"), "another command")
         raise BiosrecallError(f"{path} records a run of `{made_by}`, not of `{TRAINED_BY.get(task)}`")
     try:
-        config = TrainConfig.from_dict(sections["train_config"])
+        config = TrainConfig.from_dict(spec.train_config)
     except (BiosrecallError, TypeError, ValueError) as exc:
         raise BiosrecallError(f"{path}: train_config: {exc}") from None
-    overrides = sections["task"].get("model_overrides")
+    overrides = spec.task.get("model_overrides")
     if overrides is None:  # a run's config.json: the whole model config, of which the command's own fields
-        model = sections["model_config"]
-        overrides = {key: model[key] for key in overridable if model.get(key) is not None}
+        overrides = {
+            key: spec.model_config[key] for key in overridable if spec.model_config.get(key) is not None
+        }
     if not isinstance(overrides, dict):
-        raise BiosrecallError(f"run config {path} is corrupt: task.model_overrides must be an object")
-    values = {key: sections["task"].get(key) for key in TASK_KEYS if key != "model_overrides"}
-    values.update(data=sections["dataset"].get("path"), out=record.get("out"))
+        raise BiosrecallError(f"run config {path} is corrupt: field 'task.model_overrides' must be an object")
+    values = {key: spec.task.get(key) for key in TASK_KEYS if key != "model_overrides"}
+    values.update(data=spec.dataset.get("path"), out=spec.out)
     return config, overrides, {key: value for key, value in values.items() if value is not None}
+
+
+@dataclass(kw_only=True)
+class RunSpec:
+    """A run spec, or the same sections of a run's config.json, as `read_run_file` reads them."""
+
+    task: dict[str, Any]
+    """The task's name (bios or lm) and any of `TASK_KEYS`."""
+    train_config: dict[str, Any]
+    """The TrainConfig (`TrainConfig.to_dict`)."""
+    model_config: dict[str, Any] = field(default_factory=dict)
+    """A run config.json's whole model config (a run spec gives task.model_overrides instead)."""
+    dataset: dict[str, Any] = field(default_factory=dict)
+    """The data to train on: {"path": ...}."""
+    out: Any = None
+    """The run folder (a run config.json has none: the command line gives --out)."""
 
 
 def spec_path(bookkeeping: Path, name: str) -> Path:

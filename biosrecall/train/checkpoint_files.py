@@ -25,20 +25,22 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET, UnsetType
 from safetensors import SafetensorError
 
 from biosrecall.atomic import atomic_directory
 from biosrecall.errors import BiosrecallError, first_line
-from biosrecall.files import read_json_object, require_regular_file
+from biosrecall.files import require_regular_file
 from biosrecall.model.config import ModelConfig
+from biosrecall.records import Amount, Count, Fraction, optional, read_checked_json
 
 if TYPE_CHECKING:
     import torch
@@ -46,13 +48,6 @@ if TYPE_CHECKING:
 MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
 STATE_FILE = "training_state.pt"
-# What every checkpoint's meta.json holds, and what a resume reads on top (see `Trainer._meta`).
-META_REQUIRED = ("model_config", "update")
-RESUME_REQUIRED = (
-    *META_REQUIRED,
-    *("flops", "tokens", "real_tokens", "fractions_done", "loss", "wall_seconds"),
-    *("schedule", "seed", "budget", "planned_updates"),
-)
 
 
 class DamagedCheckpoint(BiosrecallError):
@@ -148,68 +143,72 @@ def write_training_state(path: Path, state: dict[str, Any]) -> None:
 # ---- reading ---------------------------------------------------------------------------------------
 
 
-def read_meta(path: str | Path, required: tuple[str, ...] = META_REQUIRED) -> dict[str, Any]:
-    """The sidecar of one checkpoint folder, checked to hold `required` with values of the right type
-    and range; anything else raises `DamagedCheckpoint` naming the file."""
+@dataclass(kw_only=True)
+class CheckpointMeta:
+    """The fields of a checkpoint's meta.json that readers use (see `Trainer._meta` for all it holds);
+    a kept checkpoint needs only the model config and its update."""
+
+    model_config: dict[str, Any]
+    """The resolved model config (checked where a model is built from it, `model_config_of`)."""
+    update: Count
+    """Updates done when the checkpoint was saved."""
+    tokens: Count | UnsetType = optional()
+    """Tokens trained on, padding included."""
+    real_tokens: Count | UnsetType = optional()
+    """Tokens trained on, padding excluded."""
+    seed: Count | UnsetType = optional()
+    """The run's seed."""
+    planned_updates: Count | UnsetType = optional()
+    """Updates the run's plan holds."""
+    flops: Amount | UnsetType = optional()
+    """Modeled training FLOPs spent so far."""
+    budget: Amount | UnsetType = optional()
+    """The run's FLOP budget."""
+    wall_seconds: Amount | UnsetType = optional()
+    """Training time so far."""
+    loss: float | UnsetType = optional()
+    """The last update's training loss."""
+    fraction: Fraction | None | UnsetType = optional()
+    """The budget fraction a kept checkpoint stands for (null: a state or the switch checkpoint)."""
+    fractions_done: list[Fraction] | UnsetType = optional()
+    """The budget fractions whose checkpoints are kept so far."""
+    schedule: str | UnsetType = optional()
+    """The depth schedule's spec."""
+    dataset: dict[str, Any] | UnsetType = optional()
+    """The data trained on: its path and manifest hash."""
+    task: dict[str, Any] | UnsetType = optional()
+    """The task (bios or lm) and its options."""
+
+    def __post_init__(self) -> None:
+        if self.planned_updates is not UNSET and self.update > self.planned_updates:
+            raise ValueError(f"update {self.update} is past the planned {self.planned_updates}")
+
+
+@dataclass(kw_only=True)
+class ResumableMeta(CheckpointMeta):
+    """The meta.json of a state a run resumes or branches from: the counters it carries on from
+    (`field()`: required here, though optional in a kept checkpoint)."""
+
+    tokens: Count = field()
+    real_tokens: Count = field()
+    seed: Count = field()
+    planned_updates: Count = field()
+    flops: Amount = field()
+    budget: Amount = field()
+    wall_seconds: Amount = field()
+    loss: float = field()
+    fractions_done: list[Fraction] = field()
+    schedule: str = field()
+
+
+def read_meta(path: str | Path, resumable: bool = False) -> dict[str, Any]:
+    """The sidecar of one checkpoint folder as JSON read it, checked as a `CheckpointMeta` (a
+    `ResumableMeta` when `resumable`); anything wrong raises `DamagedCheckpoint` naming the file."""
     meta_path = Path(path) / META_FILE
     if not os.path.lexists(meta_path):
         raise DamagedCheckpoint(f"{path} is not a checkpoint folder (no {META_FILE})")
-    try:
-        meta = read_json_object(meta_path, "checkpoint meta", required)
-    except BiosrecallError as exc:
-        raise DamagedCheckpoint(str(exc)) from None
-    problem = meta_problem(meta)
-    if problem:
-        raise DamagedCheckpoint(f"checkpoint meta {meta_path} is corrupt: {problem}")
-    return meta
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _amount(value: Any) -> bool:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    return number and math.isfinite(value) and value >= 0
-
-
-def _fraction(value: Any) -> bool:
-    return _amount(value) and 0 < value <= 1
-
-
-_META_RULES = {
-    "update": (_count, "a non-negative integer"),
-    "tokens": (_count, "a non-negative integer"),
-    "real_tokens": (_count, "a non-negative integer"),
-    "seed": (_count, "a non-negative integer"),
-    "planned_updates": (_count, "a non-negative integer"),
-    "flops": (_amount, "a non-negative number"),
-    "budget": (_amount, "a non-negative number"),
-    "wall_seconds": (_amount, "a non-negative number"),
-    "loss": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
-    "fraction": (lambda v: v is None or _fraction(v), "null or a fraction in (0, 1]"),
-    "fractions_done": (lambda v: isinstance(v, list) and all(map(_fraction, v)), "a list of fractions"),
-    "schedule": (lambda v: isinstance(v, str), "text"),
-    "model_config": (lambda v: isinstance(v, dict), "an object"),
-    "dataset": (lambda v: isinstance(v, dict), "an object"),
-    "task": (lambda v: isinstance(v, dict), "an object"),
-}
-
-
-def meta_problem(meta: dict[str, Any]) -> str | None:
-    """What is wrong with a checkpoint's meta values (keys it lacks are the caller's business; the model
-    config is checked where a model is built from it, `load_checkpoint`)."""
-    for key, (valid, expected) in _META_RULES.items():
-        if key in meta and not valid(meta[key]):
-            return f"{key} must be {expected}, got {_show(meta[key])}"
-    if "planned_updates" in meta and meta.get("update", 0) > meta["planned_updates"]:
-        return f"update {meta['update']} is past the planned {meta['planned_updates']}"
-    return None
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    return text if len(text) <= 40 else f"{text[:30]}..."
+    record = ResumableMeta if resumable else CheckpointMeta
+    return read_checked_json(meta_path, record, "checkpoint meta", error=DamagedCheckpoint)
 
 
 def register_recorded_recipe(record: dict[str, Any]) -> None:

@@ -8,7 +8,8 @@
     RUN/checkpoints/state-00000800/  the resumable state after update 800 ...
     RUN/checkpoints/latest           ... a symbolic link to the newest one
     RUN/checkpoints/.<name>.tmp|.old temporaries of interrupted saves (hidden: names start with ".")
-    RUN/eval/                        `lm eval` and `lm harness` tables (`biosrecall.lm.evaluate`)
+    RUN/eval/                        `lm eval` and `lm harness` tables (`biosrecall.lm.evaluate`;
+                                     `lm_eval_tables` names the cached NLL and exit tables)
     RUN/gates/<label>/               the learned exit gate of checkpoint <label> (`gate train`,
                                      `biosrecall.eval.gate`): gate.json and calibration.npz
     .RUN.lock                        beside the folder: held by the one process writing the run
@@ -66,9 +67,10 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
+from msgspec import Meta, UnsetType
 
 from biosrecall import __version__
 from biosrecall.atomic import (
@@ -78,13 +80,13 @@ from biosrecall.atomic import (
     atomic_write_text,
 )
 from biosrecall.errors import BiosrecallError, first_line
-from biosrecall.files import read_json_object, require_keys, require_regular_file
+from biosrecall.files import require_regular_file
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, lock_path, remove_stale_temporaries
 from biosrecall.model.config import ModelConfig
-from biosrecall.numbers import parse_float
+from biosrecall.numbers import FLOAT_MAX, parse_float
+from biosrecall.records import Count, optional, read_checked_json
 from biosrecall.train.checkpoint_files import (
     META_FILE,
-    RESUME_REQUIRED,
     STATE_FILE,
     DamagedCheckpoint,
     load_checkpoint,
@@ -107,6 +109,10 @@ RUN_RECORD = OutputRecord("train", CONFIG_FILE, "train_config")
 LATEST = "latest"
 SWITCH = "switch"
 EVAL_DIR = "eval"
+LM_NLL_TABLE = "nll"
+"""The name (without suffix) of `lm eval`'s NLL table in a run's eval folder."""
+LM_EXIT_TABLE = "nll_exit"
+"""The name (without suffix) of the table of exit rules `lm eval` writes in a run's eval folder."""
 GATES_DIR = "gates"
 GATE_RECORD_FILE = "gate.json"
 GATE_CALIBRATION_FILE = "calibration.npz"
@@ -114,8 +120,6 @@ RECALL_CACHE_FILE = "recall.parquet"
 EXITS_CACHE_FILE = "exits.parquet"
 STORED_BITS_CACHE_FILE = "stored_bits.parquet"
 STATE_NORM_CACHE_FILE = "state_norm.parquet"
-REQUIRED_SECTIONS = ("model_config", "train_config", "plan")
-"""What every later stage reads from config.json (resume, evaluation, the diagnostic)."""
 FINAL, FRACTIONS, ALL = "final", "fractions", "all"
 KEYWORDS = (FINAL, FRACTIONS, ALL, SWITCH)
 _STATE_PREFIX = "state-"
@@ -160,6 +164,11 @@ class RunFolder:
     def eval_dir(self) -> Path:
         """Where `lm eval` and `lm harness` write their tables by default."""
         return self.path / EVAL_DIR
+
+    def lm_eval_tables(self) -> tuple[Path, Path]:
+        """(the NLL table, the exit rules' table) that `lm eval` caches in the eval folder, as parquet
+        (`biosrecall.lm.evaluate` writes them, a csv beside each): where every LM study reads them."""
+        return self.eval_dir / f"{LM_NLL_TABLE}.parquet", self.eval_dir / f"{LM_EXIT_TABLE}.parquet"
 
     @property
     def lock_file(self) -> Path:
@@ -291,7 +300,7 @@ class RunFolder:
             if folder.name.startswith(".") or not (folder / STATE_FILE).is_file():
                 continue
             try:
-                update = read_meta(folder, RESUME_REQUIRED)["update"]
+                update = read_meta(folder, resumable=True)["update"]
             except DamagedCheckpoint:
                 continue
             found.setdefault(update, folder.resolve())
@@ -306,7 +315,7 @@ class RunFolder:
             if child.name.startswith(".") or child.is_symlink() or child.resolve() == besides:
                 continue
             try:
-                found.append((read_meta(child, RESUME_REQUIRED)["update"], child))
+                found.append((read_meta(child, resumable=True)["update"], child))
             except BiosrecallError:
                 continue
         for update, child in sorted(found, reverse=True):
@@ -321,19 +330,10 @@ class RunFolder:
     # ---- reading a run --------------------------------------------------------------------------
 
     def read_config(self) -> dict[str, Any]:
-        """The run's `config.json`, checked to hold valid model and train configs and a plan."""
-        path = self.config_file
-        if not os.path.lexists(path):
+        """The run's `config.json` as JSON read it, checked as a `RunConfigRecord`."""
+        if not os.path.lexists(self.config_file):
             raise BiosrecallError(f"{self.path} is not a run folder (no {CONFIG_FILE})")
-        record = read_json_object(path, "run config", required=REQUIRED_SECTIONS)
-        for section in (*REQUIRED_SECTIONS, *(key for key in ("dataset", "task") if key in record)):
-            require_keys(record[section], (), f"section {section!r} of run config", path)
-        require_keys(record["plan"], ("updates", "budget"), "plan of run config", path)
-        register_recorded_recipe(record)
-        problem = _config_problem(record)
-        if problem:
-            raise BiosrecallError(f"run config {path} is corrupt: {problem}")
-        return record
+        return read_checked_json(self.config_file, RunConfigRecord, "run config")
 
     def read_metrics(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Every logged update of the run (the first `limit`), in order (a last line torn by a hard kill
@@ -642,27 +642,50 @@ def _build_setting(build: str, name: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def _config_problem(record: dict[str, Any]) -> str | None:
-    """What is wrong with the values of a run config, or None."""
-    for section, build in (("model_config", ModelConfig.from_dict), ("train_config", TrainConfig.from_dict)):
-        try:
-            build(record[section])
-        except (BiosrecallError, TypeError, ValueError) as exc:
-            return f"{section}: {first_line(exc)}"
-    plan = record["plan"]
-    if not _whole(plan["updates"]) or plan["updates"] < 1:
-        return f"plan.updates must be a positive integer, got {plan['updates']!r}"
-    budget = plan["budget"]
-    if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget < float("inf"):
-        return f"plan.budget must be a positive number, got {budget!r}"
-    switch = plan.get("switch_update")
-    if switch is not None and not (_whole(switch) and 0 <= switch <= plan["updates"]):
-        return f"plan.switch_update must be null or an update of the plan, got {switch!r}"
-    return None
+@dataclass(kw_only=True)
+class RunPlan:
+    """The plan section of a run's config.json (`biosrecall.compute.planner.Plan.summary`), as far as
+    later stages read it."""
+
+    updates: Annotated[int, Meta(ge=1)]
+    """Updates the run takes."""
+    budget: Annotated[float, Meta(gt=0, le=FLOAT_MAX)]
+    """The FLOP budget the updates fit."""
+    switch_update: Count | None = None
+    """The update where a fixed-first schedule switches (null: the schedule has none)."""
+
+    def __post_init__(self) -> None:
+        if self.switch_update is not None and self.switch_update > self.updates:
+            raise ValueError(f"switch_update {self.switch_update} is past the plan's {self.updates} updates")
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+@dataclass(kw_only=True)
+class RunConfigRecord:
+    """What every later stage reads from a run's config.json (resume, evaluation, the diagnostic);
+    the model and train configs are checked by building them."""
+
+    model_config: dict[str, Any]
+    """The resolved `ModelConfig`."""
+    train_config: dict[str, Any]
+    """The `TrainConfig` (`TrainConfig.to_dict`)."""
+    plan: RunPlan
+    """The planned updates and budget."""
+    task: dict[str, Any] | UnsetType = optional()
+    """The task (bios or lm) and the options the command was given."""
+    dataset: dict[str, Any] | UnsetType = optional()
+    """The data trained on: its path and manifest hash."""
+
+    def __post_init__(self) -> None:
+        # A recipe from a file (--recipe-module) is registered before the model config naming it is built.
+        register_recorded_recipe({"model_config": self.model_config, "train_config": self.train_config})
+        for section, build in (
+            ("model_config", ModelConfig.from_dict),
+            ("train_config", TrainConfig.from_dict),
+        ):
+            try:
+                build(getattr(self, section))
+            except (BiosrecallError, TypeError, ValueError) as exc:
+                raise ValueError(f"{section}: {first_line(exc)}") from None
 
 
 def seq_len_of(record: dict) -> int:

@@ -803,7 +803,7 @@ def _check_resume(run: RunFolder, record: dict[str, Any], plan, config: TrainCon
         raise BiosrecallError(f"cannot resume: {run.path} has no saved checkpoint yet")
     latest = link.resolve()
     try:
-        meta = checkpoint_files.read_meta(latest, checkpoint_files.RESUME_REQUIRED)
+        meta = checkpoint_files.read_meta(latest, resumable=True)
         checkpoint_files.model_config_of(latest, meta)
     except checkpoint_files.DamagedCheckpoint as exc:
         raise damaged_latest(run, latest, exc) from None

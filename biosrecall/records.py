@@ -1,0 +1,137 @@
+"""One way to read a JSON record: the file is read into its record class (a dataclass whose field types
+and `msgspec.Meta` constraints are the rules), and a bad file is one line naming the file and the field.
+
+    meta = read_record(checkpoint / "meta.json", CheckpointMeta, "checkpoint meta")
+    # BiosrecallError: checkpoint meta runs/a/checkpoints/1.0/meta.json is corrupt:
+    #                  field 'update': expected int >= 0, got -3
+
+    meta = read_checked_json(path, CheckpointMeta, "checkpoint meta")   # checked, as JSON read it
+    check_record(data, ShardManifest, f"LM shard manifest {path}")       # a dict already read
+
+Every record biosrecall writes and reads back goes through here: a run's config.json
+(`biosrecall.train.run_folder.RunConfigRecord`), a checkpoint's meta.json
+(`biosrecall.train.checkpoint_files.CheckpointMeta`), a bioS dataset's manifest.json
+(`biosrecall.bios.validation.DatasetManifest`), an LM shard manifest
+(`biosrecall.lm.shard_manifest.ShardManifest`) and a run spec (`biosrecall.sweep.run_spec.RunSpec`).
+A record class lists only the fields readers rely on: other keys in the file are left alone, so a
+record written by an earlier release still loads. The file itself (a regular file, bounded in size,
+UTF-8 JSON whose top level is an object) is checked by `biosrecall.files.read_json_object`.
+
+A rule that ties fields together lives in the record's `__post_init__`, raising `ValueError`: its
+message follows the name of the object that holds the fields. The types below are the recurring field
+types: `Count`, `Amount`, `Fraction` and `Sha256`, and `exact_keys` for an object that must map
+exactly a given set of names (a pool size per attribute).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import field
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+from biosrecall.errors import BiosrecallError
+from biosrecall.files import MAX_JSON_BYTES, read_json_object
+from biosrecall.numbers import FLOAT_MAX
+
+Record = TypeVar("Record")
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+"""A whole number of things: an update, tokens, a seed."""
+Amount = Annotated[float, msgspec.Meta(ge=0, le=FLOAT_MAX)]
+"""A finite non-negative number (FLOPs, seconds, bits): NaN and infinity are refused."""
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+"""A budget fraction in (0, 1]."""
+Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+"""A sha256 hex digest."""
+
+# msgspec's own message and where it points: "Expected `int` >= 0 - at `$.splits.train.tokens`".
+_LOCATED = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<where>[^`]*)`)?", re.DOTALL)
+_FIELD_NAMED = re.compile(r"Object (?P<how>missing required|contains unknown) field `(?P<name>[^`]*)`")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def read_record(
+    path: str | Path,
+    record_type: type[Record],
+    what: str,
+    *,
+    max_bytes: int = MAX_JSON_BYTES,
+    error: type[BiosrecallError] = BiosrecallError,
+) -> Record:
+    """The JSON file at `path` as a `record_type` (`what` names it in a message: "run config"); any
+    problem raises `error`, one line naming the file and, where one is at fault, the field."""
+    data = read_checked_json(path, record_type, what, max_bytes=max_bytes, error=error)
+    return msgspec.convert(data, record_type)
+
+
+def read_checked_json(
+    path: str | Path,
+    record_type: type,
+    what: str,
+    *,
+    max_bytes: int = MAX_JSON_BYTES,
+    error: type[BiosrecallError] = BiosrecallError,
+) -> dict[str, Any]:
+    """`read_record`'s checks, returning the JSON object as read (for readers whose callers index it)."""
+    try:
+        data = read_json_object(path, what, max_bytes=max_bytes)
+    except BiosrecallError as exc:
+        raise error(str(exc)) from None
+    check_record(data, record_type, f"{what} {path}", error=error)
+    return data
+
+
+def check_record(
+    data: Any, record_type: type[Record], where: str, *, error: type[BiosrecallError] = BiosrecallError
+) -> Record:
+    """`data` (JSON as read) as a `record_type`; a problem raises `error`: "<where> is corrupt: field
+    'a.b': <what is wrong>"."""
+    try:
+        return msgspec.convert(data, record_type)
+    except msgspec.ValidationError as exc:
+        raise error(f"{where} is corrupt: {describe(exc, data)}") from None
+
+
+def describe(exc: msgspec.ValidationError, data: Any) -> str:
+    """msgspec's message in the project's words: the field as a dotted path, the value found."""
+    found = _LOCATED.fullmatch(str(exc))
+    problem, where = found.group("problem"), (found.group("where") or "").lstrip(".")
+    named = _FIELD_NAMED.fullmatch(problem)
+    if named:
+        field = f"{where}.{named.group('name')}" if where else named.group("name")
+        return f"field '{field}' is " + (
+            "missing" if named.group("how") == "missing required" else "unexpected"
+        )
+    if problem.startswith("Expected") and ", got " not in problem:  # a bound: msgspec omits the value
+        problem += f", got {_show(_value_at(data, where))}"
+    if problem.startswith(("Expected", "Invalid")):
+        problem = problem[:1].lower() + problem[1:].replace("`", "")
+    return f"field '{where}': {problem}" if where else problem  # no field: a rule of the whole record
+
+
+def optional() -> Any:
+    """The default of a field a file may leave out: `msgspec.UNSET` when it does (type the field
+    `X | UnsetType`). A factory, not a plain default, so that a subclass can make the field required
+    again with `= field()` (msgspec would take a plain default inherited as a class attribute)."""
+    return field(default_factory=lambda: msgspec.UNSET)
+
+
+def exact_keys(name: str, keys: tuple[str, ...], value_type: Any) -> type:
+    """A record type for an object that maps exactly `keys` (no more, no fewer) to `value_type`."""
+    return msgspec.defstruct(name, [(key, value_type) for key in keys], forbid_unknown_fields=True)
+
+
+def _value_at(data: Any, where: str) -> Any:
+    """The value at a dotted path such as "splits.train.shards[0].tokens" of `data`."""
+    for key, index in _STEP.findall("." + where):
+        data = data[key] if key else data[int(index)]
+    return data
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, float) else json.dumps(value, default=str)
+    return text if len(text) <= 40 else f"{text[:30]}..."
