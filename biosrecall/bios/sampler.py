@@ -31,6 +31,7 @@ import numpy as np
 from biosrecall.bios.encoding import TokenStore, expand_runs
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import check_count
 
 # Keeps the batch stream apart from the depth draws, which the trainer seeds from the same (seed, update).
 BATCH_STREAM = 0xB105
@@ -56,12 +57,6 @@ class BatchLayout:
     template: np.ndarray
 
 
-def _positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise BiosrecallError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def biography_length_range(store: TokenStore) -> tuple[int, int]:
     """Longest and shortest possible biography (without its separator), over people and templates."""
     literal_length = store.piece_length.sum(axis=1)
@@ -76,8 +71,8 @@ class BatchSampler:
     """Assembles `[batch_size, seq_len + 1]` token rows of whole biographies from a `BiosDataset`."""
 
     def __init__(self, dataset, batch_size: int, seq_len: int):
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.seq_len = _positive_int("seq_len", seq_len)
+        self.batch_size = check_count(batch_size, "batch_size")
+        self.seq_len = check_count(seq_len, "seq_len")
         self.row_length = self.seq_len + 1
         self.dataset = dataset
         self.pad_id = dataset.pad_id

@@ -28,6 +28,7 @@ from biosrecall.compute.flops import check_tokens_per_update, train_flops_table
 from biosrecall.compute.schedules import MAX_UPDATES, Schedule, Uniform, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
+from biosrecall.numbers import check_count
 
 REFERENCE = Uniform(1, 16)
 # What a plan holds per update: the cached uniform and normal draws, the depth and the FLOPs (8 bytes each).
@@ -228,8 +229,7 @@ def _check_budget(budget: float) -> float:
 
 
 def _check_updates(updates: int) -> None:
-    if isinstance(updates, bool) or not isinstance(updates, int | np.integer) or updates < 1:
-        raise BiosrecallError(f"updates must be a positive integer, got {updates!r}")
+    check_count(updates, "updates")
     _check_plan_size(updates)
 
 

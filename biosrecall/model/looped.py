@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -43,6 +42,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.layers import KVCache, RMSNorm, Rope, TransformerLayer, head_cross_entropy, rope_tables
 from biosrecall.model.recipes import check_config, get_recipe
+from biosrecall.numbers import check_count
 
 Caches = list[KVCache] | None
 """One `KVCache` per layer of a stack (prelude, one iteration of the block, coda), or None."""
@@ -111,7 +111,7 @@ class LoopedTransformer(nn.Module):
         where a position carries no loss) the recipe's summed training loss instead (`Recipe.loss`;
         baseline: the cross-entropy of those logits, without making them in full). With
         `backprop_depth` = k set and gradients enabled, the first depth - k iterations run under no_grad."""
-        depth = _check_depth(depth)
+        depth = check_count(depth, "depth")
         if targets is not None and targets.shape != tokens.shape:
             raise BiosrecallError(
                 f"targets {tuple(targets.shape)} must be shaped like tokens {tuple(tokens.shape)}"
@@ -299,18 +299,8 @@ class LoopedTransformer(nn.Module):
         return seq_len
 
 
-def _check_depth(depth: int) -> int:
-    try:
-        value = operator.index(depth)
-    except TypeError:
-        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}") from None
-    if value < 1 or isinstance(depth, bool):
-        raise BiosrecallError(f"depth must be an integer >= 1, got {depth!r}")
-    return value
-
-
 def _check_depths(depths: Iterable[int]) -> list[int]:
-    wanted = sorted({_check_depth(k) for k in depths})
+    wanted = sorted({check_count(k, "depth") for k in depths})
     if not wanted:
         raise BiosrecallError("depths must name at least one depth")
     return wanted
