@@ -24,7 +24,7 @@ from harness import changes, run_cli, snapshot
 
 from biosrecall.cli import main
 from biosrecall.experiments import capacity_results as results
-from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, verdict
+from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, judge_claims, verdict
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
 from biosrecall.train.checkpoint_files import MODEL_FILE
 
@@ -86,8 +86,8 @@ def test_tables_hold_every_run_and_depth(study):
     assert "## Mean over seeds" in markdown and "std_params (baseline)" in markdown
     assert (study / "capacity.png").stat().st_size > 0
     record = json.loads((study / "capacity.json").read_text())
-    assert record["seeds"] == list(SEEDS) and record["people"] == list(PEOPLE)
-    assert record["settings"]["preset"] == "bios-tiny" and "torch" in record["versions"]
+    assert record["options"]["seeds"] == list(SEEDS) and record["options"]["people"] == list(PEOPLE)
+    assert record["options"]["preset"] == "bios-tiny" and "torch" in record["versions"]
 
 
 @pytest.mark.slow
@@ -111,9 +111,13 @@ def test_the_record_names_the_command_that_made_the_study(study):
     from biosrecall.experiments.capacity import capacity_command
 
     record = json.loads((study / "capacity.json").read_text())
-    assert capacity_command(record) == (
-        "biosrecall capacity --preset bios-tiny --people 6,12 --seeds 0 --exposures 3 --batch-size 4 "
-        "--seq-len 96 --depths 1,2,4"
+    assert (
+        capacity_command(record)
+        == record["command"]
+        == (
+            "biosrecall capacity --preset bios-tiny --people 6,12 --exposures 3.0 --batch-size 4 --seq-len 96 "
+            "--depths 1,2,4"
+        )
     )
 
 
@@ -125,7 +129,7 @@ def test_rerun_trains_nothing_and_other_settings_are_refused(study, capsys):
     assert code == 0 and final_weights(study) == weights
     before = snapshot(study)
     code, err = run_cli(capacity_args(study, "--lr", "0.02"), capsys)
-    assert code == 2 and err.startswith("error:") and "lr was 0.01, now 0.02" in err
+    assert code == 2 and err.startswith("error:") and "made with --lr 0.01, not 0.02" in err
     assert changes(before, snapshot(study)) == []
 
 
@@ -141,8 +145,24 @@ def test_an_archive_without_weights_reruns_to_the_same_tables(study, tmp_path, c
     shutil.copytree(archive, copy)
     code, _ = run_cli(capacity_args(copy), capsys)
     assert code == 0 and not list(copy.rglob(MODEL_FILE)), "every table came from the caches"
-    for table in ("capacity.csv", "capacity_summary.csv", "capacity_claims.csv"):
+    for table in ("capacity.csv", "capacity_summary.csv", "capacity_claims.csv", "capacity.md"):
         assert (copy / table).read_bytes() == (study / table).read_bytes(), table
+
+
+@pytest.mark.slow
+def test_an_output_of_release_0_2_0_continues(study, tmp_path, capsys):
+    """Its capacity.json (settings, people, seeds, depths) is read as the engine's record."""
+    copy = tmp_path / "old"
+    code, _ = run_cli(capacity_args(study, "--archive", str(copy)), capsys)
+    options = json.loads((copy / "capacity.json").read_text())["options"]
+    settings = {key: options[key] for key in ("preset", "exposures", "batch_size", "seq_len", "lr")}
+    old = {"settings": settings, "people": options["people"], "seeds": options["seeds"],
+           "depths": options["depths"], "data_seed": 0, "train_config": {"device": "auto"}}  # fmt: skip
+    (copy / "capacity.json").write_text(json.dumps(old))
+    code, err = run_cli(capacity_args(copy), capsys)
+    assert code == 0, err
+    assert json.loads((copy / "capacity.json").read_text())["options"] == options
+    assert (copy / "capacity_claims.csv").read_bytes() == (study / "capacity_claims.csv").read_bytes()
 
 
 @pytest.mark.slow
@@ -246,9 +266,14 @@ def made_up(
     return pd.DataFrame(rows).assign(parameters=100, ceiling_bits=ceiling)
 
 
+def judged(table: pd.DataFrame) -> pd.DataFrame:
+    """capacity_claims.csv of a per-run table: the study's claims through the one judge."""
+    return results.claims_file(judge_claims(table, results.claims(table)))
+
+
 def verdicts(table: pd.DataFrame) -> list[str]:
     """The verdicts of claims 1-3 (the made-up tables have no fixed K=4 or std_flops rows for 4)."""
-    return list(results.judge_capacity_claims(table)["verdict"])[:3]
+    return list(judged(table)["verdict"])[:3]
 
 
 def test_claims_are_judged_from_the_data():
@@ -262,11 +287,11 @@ def test_claims_are_judged_from_the_data():
     assert verdicts(made_up([1.0, 1.02, 0.98], {10: 0, 20: 0}, 0.95))[2] == NOT_MEASURED
     # 30 bits of facts cannot make 0.7 bits on each of 100 parameters, and the baseline stores all
     # 30 (uniform 28 of them): the sweep never reached either model's capacity.
-    claims = results.judge_capacity_claims(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=30))
+    claims = judged(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=30))
     assert list(claims["verdict"].iloc[:2]) == [NOT_MEASURED, NOT_MEASURED]
     assert "at least 47 people" in claims["note"].iloc[0] and "add larger counts" in claims["note"].iloc[1]
     # The same baseline below a ceiling of 50 has run out of room: 0.3 bits/param is its capacity.
-    claims = results.judge_capacity_claims(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=50))
+    claims = judged(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=50))
     assert list(claims["verdict"].iloc[:2]) == [FAILS, HOLDS]
 
 
@@ -290,7 +315,7 @@ def test_looped_against_flops_matched_compares_stored_bits_paired_by_seed():
             ]  # fmt: skip
     table = pd.DataFrame(rows).assign(parameters=100, ceiling_bits=1e6, exact_bits=1.0)
     table[results.MEASURE] = table["loss_bound_bits"] / 100
-    claims = results.judge_capacity_claims(table).set_index("claim")
+    claims = judged(table).set_index("claim")
     row = claims.loc["looped_below_flops_matched"]
     assert row["verdict"] == HOLDS and row["mean"] == pytest.approx(-(100 + 70 + 110) / 3)
 

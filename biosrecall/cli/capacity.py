@@ -7,7 +7,7 @@ biosrecall capacity --out runs/capacity --archive docs/results/capacity   # with
 
 Trains the three Figure-1 schedules and the `<preset>-std-params` / `<preset>-std-flops` baselines at
 every people count and seed, each for `--exposures` views of every biography, scores their stored
-bits (`biosrecall.experiments.capacity`) and writes OUT/capacity.{csv,md,png} and
+bits (the study `biosrecall.experiments.capacity`, declared on the engine) and writes OUT/capacity.{csv,md,png} and
 OUT/capacity_claims.{csv,md}. Rerunning the same command skips finished runs and resumes stopped ones
 (Ctrl-C: exit code 130); adding seeds or people counts trains only what is new.
 """
@@ -120,15 +120,13 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     if archive is not None:
         archive_output(out_dir, archive, overwrite)
         return
-    options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths)
+    options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths, device)
     report = None if quiet else report_outcome
     if plan:
         _print_plan(options, plan_capacity(options, report))
         return
     with study_errors():
-        result = run_capacity(
-            out_dir, options, device=device, threads=threads, workers=workers, report=report
-        )
+        result = run_capacity(out_dir, options, threads=threads, workers=workers, report=report)
     work_done()  # the outputs are written: a Ctrl-C while printing them changes nothing
     _print(result)
 

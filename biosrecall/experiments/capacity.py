@@ -4,28 +4,32 @@
     options = CapacityOptions(preset="bios-tiny", people=(50, 100, 200), seeds=(0, 1, 2), exposures=100)
     result = run_capacity("runs/capacity", options)     # or: biosrecall capacity --out runs/capacity ...
 
-For every people count it generates a dataset, then trains, at every seed, the three schedules of
-Figure 1 on the looped preset (fixed K=4, fixed-first, uniform 1..16) and its two standard-transformer
-baselines (`<preset>-std-params`, `<preset>-std-flops`, at their one depth), each run as long as it
-takes to show every person's biography `exposures` times (`biosrecall.bios.exposures`), so every
-model sees the same data and only what it spends differs. Each final checkpoint is scored by
+A study declared on the engine (`biosrecall.experiments.engine`, `CAPACITY`). For every people count
+it generates a dataset, then trains, at every seed, the three schedules of Figure 1 on the looped
+preset (fixed K=4, fixed-first, uniform 1..16) and its two standard-transformer baselines
+(`<preset>-std-params`, `<preset>-std-flops`, at their one depth), each run as long as it takes to
+show every person's biography `exposures` times (`biosrecall.bios.exposures`), so every model sees
+the same data and only what it spends differs. Each final checkpoint is scored by
 `biosrecall.experiments.capacity_scoring` at the serving depths (a baseline at depth 1 only), and
-`biosrecall.experiments.capacity_results` writes the tables, the claims and the figure. Layout:
+`biosrecall.experiments.capacity_results` holds the tables, the claims and capacity.md. Layout:
 
-    OUT/capacity.json                     settings, seeds, people, versions, machine, the runs
+    OUT/capacity.json                     the engine's record: options, command, versions, machine
     OUT/data/people<N>/                   the bioS dataset of N people (seed `DATA_SEED`)
     OUT/runs/seed<S>/people<N>/<model>/   one run folder each (model: fixed_k4, ..., std_params)
     OUT/runs/.sweep/                      each run's spec, record and log (`biosrecall.sweep`)
     OUT/capacity*.csv/.md/.png, OUT/capacity_claims.*   (`capacity_results`)
 
-Runs go through the sweep engine like figure1's (`biosrecall.experiments.study_engine`): the same
-command run again skips finished runs and resumes stopped ones, and more seeds or people counts only
-train what is new. Other settings (preset, exposures, batch, sequence length, lr) are refused on an
-existing output. The whole call holds the output's lock (`biosrecall.locking.output_lock`).
+The engine locks OUT, refuses other settings on an existing output, trains through the sweep engine
+(a finished, scored run is not handed to it again), tabulates and judges; `--seeds` and `--people`
+may grow, and a call with more trains only what is new. Three steps are this module's own, around
+`run_study` (the engine has no hook for them): the datasets under OUT (the grid names them, so it is
+bound to OUT per call, `_bound`), scoring every checkpoint at once in worker processes (`read`), and
+capacity.md and capacity_claims.*, whose layout predates the engine's one table per file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -41,19 +45,12 @@ from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.capacity_results import write_capacity_results
-from biosrecall.experiments.capacity_scoring import score_runs
+from biosrecall.experiments import capacity_results as results
+from biosrecall.experiments.engine import Study, check_record, grown_options, record_of, run_study
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
-from biosrecall.experiments.study_engine import (
-    refuse_busy_runs,
-    study_executor,
-    train_study_runs,
-    write_study_record,
-)
-from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
-from biosrecall.model.presets import PRESETS
+from biosrecall.model.presets import DEFAULT_BIOS_PRESET, PRESETS
 from biosrecall.numbers import EXPOSURES, check_number
 from biosrecall.sizing import (
     Cost,
@@ -66,7 +63,7 @@ from biosrecall.sizing import (
 )
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig, resolve_seq_len
-from biosrecall.train.run_folder import machine, versions
+from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
 from biosrecall.train.trainer import bios_training_task, make_plan
 
 RECORD, DATA, RUNS = "capacity.json", "data", "runs"
@@ -76,19 +73,15 @@ two models' numbers are compared paired by seed (only the training randomness di
 BASELINES = {"std_params": "std-params", "std_flops": "std-flops"}
 """Baseline run name -> the suffix of its preset (`biosrecall.model.presets.BASELINES`)."""
 BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it accepts
-DEFAULT_PEOPLE = (50, 100, 200)
-DEFAULT_DEPTHS = (1, 4, 16, 64)
-IDENTITY = ("preset", "exposures", "batch_size", "seq_len", "lr")
-"""What an output's runs depend on beside their people and seed: a rerun must repeat these."""
 
 
 @dataclass(frozen=True)
 class CapacityOptions:
     """What a capacity study trains and scores; checked on construction."""
 
-    preset: str = "bios-cpu"
+    preset: str = DEFAULT_BIOS_PRESET
     """Looped model preset; it needs `<preset>-std-params` and `<preset>-std-flops` baselines."""
-    people: tuple[int, ...] = DEFAULT_PEOPLE
+    people: tuple[int, ...] = (50, 100, 200)
     """People counts of the sweep, one dataset each."""
     seeds: tuple[int, ...] = (0,)
     """Training seeds (weights, batches, depth draws)."""
@@ -100,8 +93,10 @@ class CapacityOptions:
     """Tokens per sequence [default: the preset's context]."""
     lr: float = 1e-2
     """Peak learning rate of every run."""
-    depths: tuple[int, ...] = DEFAULT_DEPTHS
+    depths: tuple[int, ...] = (1, 4, 16, 64)
     """Serving depths each looped model is scored at (a baseline has one, 1)."""
+    device: str = "auto"
+    """Where runs train and are scored: auto, cpu or cuda."""
 
     def __post_init__(self) -> None:
         check_people(self.people)
@@ -127,10 +122,14 @@ def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:
     return runs
 
 
-def capacity_runs(options: CapacityOptions, base: TrainConfig, datasets: dict[int, Path]) -> list[SweepRun]:
+def capacity_runs(options: CapacityOptions, datasets: dict[int, Path]) -> list[SweepRun]:
     """Every run of the study, people counts x seeds x (three schedules, two baselines): folder
-    seed<S>/people<N>/<name>, `base` at the run's schedule and seed, its dataset and model preset, and
-    its labels (people, name, kind: "looped" or "baseline")."""
+    seed<S>/people<N>/<name>, sized by exposures with one checkpoint, on its people count's dataset
+    and model preset, and its labels (people, name, kind: "looped" or "baseline")."""
+    base = TrainConfig(
+        exposures=float(options.exposures), batch_size=options.batch_size, seq_len=options.seq_len,
+        lr=options.lr, device=options.device, checkpoint_fractions=(1.0,),
+    )  # fmt: skip
     runs = []
     for people in options.people:
         for seed in options.seeds:
@@ -142,77 +141,114 @@ def capacity_runs(options: CapacityOptions, base: TrainConfig, datasets: dict[in
     return runs
 
 
-@dataclass
-class CapacityResult:
-    out_dir: Path
-    table: Any  # pandas DataFrame: one row per run and serving depth (capacity.csv)
-    summary: Any  # the same over seeds: mean and 95% t interval (capacity_summary.csv)
-    claims: Any  # capacity_claims.csv
-    files: list[Path]
+def scored(run_dir: Path) -> bool:
+    """A run whose final checkpoint holds its stored bits: the engine hands it to no sweep."""
+    final = RunFolder(run_dir).fraction_checkpoints().get(1.0)
+    return final is not None and stored_bits_cache_file(final).is_file()
 
 
-def run_capacity(
-    out_dir: str | Path,
-    options: CapacityOptions,
-    *,
-    device: str = "auto",
-    threads: int | None = None,
-    workers: int | None = None,
-    report=None,
-) -> CapacityResult:
-    """Generate the datasets, train every run (skipping finished ones), score, write the results.
+def _needs_binding(*_):
+    raise BiosrecallError("the capacity study's runs live under its output: run it with run_capacity")
+
+
+def figures(per_run, options: CapacityOptions) -> dict:
+    from biosrecall.experiments.capacity_figure import plot_capacity
+
+    return {"capacity": plot_capacity(results.summarize(per_run))}
+
+
+CAPACITY = Study(
+    name="capacity",
+    summary="Stored bits per parameter of the three schedules and two standard transformers, against people.",
+    options=CapacityOptions,
+    runs=_needs_binding,  # bound to OUT's datasets per call (`_bound`)
+    evaluations=lambda options: [],  # scored by `read`: stored bits are no sweep evaluation command
+    done=scored,
+    read=_needs_binding,
+    tables=results.tables,
+    claims=results.claims,
+    figures=figures,
+    growing=("seeds", "people"),
+    command="capacity",
+)
+
+
+def _bound(out_dir: Path, options: CapacityOptions, executor, report=None) -> Study:
+    """`CAPACITY` with its grid on OUT's datasets, and a `read` that scores every final checkpoint
+    `executor.slots()` at a time on the first call (each cached beside it: a rerun and an archive
+    read them back without loading a model)."""
+    from biosrecall.experiments.capacity_scoring import score_runs
+
+    grid = capacity_runs(options, {people: out_dir / DATA / f"people{people}" for people in options.people})
+    tables: dict[Path, Any] = {}
+
+    def read(run_dir: Path):
+        if not tables:
+            if report is not None:  # cached scores are read back at once; a fresh one takes a run's time
+                report(f"scoring {len(grid)} final checkpoint(s), {executor.slots()} at a time")
+            tables.update(score_runs(grid, out_dir / RUNS, options, executor.slots(), executor.threads))
+        return tables[run_dir]
+
+    return replace(CAPACITY, runs=lambda _: grid, read=read)
+
+
+def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None, workers=None, report=None):
+    """Generate the datasets, train and score every run (skipping scored ones), write the results;
+    the engine's `StudyResult`, its claims in capacity_claims.csv's columns.
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
-    out_dir, base = Path(out_dir), _base_config(options, device)
-    runs = capacity_runs(options, base, _dataset_dirs(out_dir, options))
-    record = _record(options, base, runs)
-    executor = study_executor(workers, threads, device)
+    from biosrecall.atomic import atomic_write_text
+    from biosrecall.experiments.claims import write_claims
+    from biosrecall.experiments.study_engine import study_executor, write_study_record
+
+    out_dir = Path(out_dir)
+    executor = study_executor(workers, threads, options.device)
     check_study_size(options, out_dir, executor.slots(), report)
-    with output_lock(out_dir):
-        _prepare(out_dir, options, record, runs, report)
-        write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
-        train_study_runs(out_dir / RUNS, runs, executor, report)
-        if report is not None:  # cached scores are read back at once; a fresh one takes about a run's time
-            report(f"scoring {len(runs)} final checkpoint(s), {executor.slots()} at a time")
-        table = score_runs(runs, out_dir / RUNS, options, device, executor.slots(), executor.threads)
-        written = write_capacity_results(out_dir, table)
-    return CapacityResult(out_dir, table, written.summary, written.claims, written.files)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
+    with output_lock(out_dir):  # the engine takes it again: one lock from the datasets to the claims
+        _upgrade_record(out_dir)
+        options = grown_options(
+            CAPACITY, options, check_record(out_dir, CAPACITY, record_of(CAPACITY, options))
+        )
+        study, created = _bound(out_dir, options, executor, report), not out_dir.exists()
+        try:  # the record first: a folder holding datasets and no record would be refused next time
+            record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
+            write_study_record(out_dir / RECORD, record)
+            for people in options.people:
+                _dataset(out_dir / DATA / f"people{people}", people, report)
+            first = options.seeds[0]  # every model at every count: what a run would refuse, refused now
+            plan_table([run for run in study.runs(options) if run.config.seed == first])
+        except BaseException:
+            if created:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise
+        result = run_study(study, out_dir, options, workers, threads, report)
+        # The engine wrote capacity.md as a plain table and claims.*; capacity's own files beside them.
+        summary = result.tables["capacity_summary"]
+        atomic_write_text(out_dir / "capacity.md", results.capacity_markdown(summary, result.per_run))
+        claims = results.claims_file(result.claims)
+        write_claims(claims, out_dir, "capacity_claims")
+    return dataclasses.replace(result, claims=claims)
 
 
-def _base_config(options: CapacityOptions, device: str):
-    """Every run's trainer settings before its schedule and seed: sized by exposures, one checkpoint."""
+def _upgrade_record(out_dir: Path) -> None:
+    """A capacity.json of release 0.2.0 (settings, people, seeds, depths) given the engine's `study`
+    and `options` too, so its output continues; its other keys are kept until the engine rewrites it."""
+    from biosrecall.atomic import atomic_write_text
+    from biosrecall.files import read_json_object
 
-    return TrainConfig(
-        schedule=MAIN_SCHEDULES["fixed_k4"],
-        exposures=float(options.exposures),
-        batch_size=options.batch_size,
-        seq_len=options.seq_len,
-        lr=options.lr,
-        seed=options.seeds[0],
-        device=device,
-        checkpoint_fractions=(1.0,),
-    )
-
-
-def _record(options: CapacityOptions, base, runs: list[SweepRun]) -> dict[str, Any]:
-    """What capacity.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
-    record = {
-        "settings": {key: getattr(options, key) for key in IDENTITY},
-        "people": options.people,
-        "seeds": options.seeds,
-        "depths": options.depths,
-        "data_seed": DATA_SEED,
-        "models": {
-            name: dict(zip(("schedule", "preset", "kind"), v, strict=True))
-            for name, v in model_presets(options.preset).items()
-        },  # fmt: skip
-        "train_config": base.to_dict(),
-        "runs": [run.name for run in runs],
-        "versions": versions(),
-        "machine": machine(),
-    }
-    return json.loads(json.dumps(record))
+    path = out_dir / RECORD
+    if not path.is_file():
+        return
+    old = read_json_object(path, "capacity record")
+    if "options" in old or "settings" not in old:
+        return  # the engine's own, or not a record it could continue: the engine says which
+    options = {**old["settings"], "people": old.get("people"), "seeds": old.get("seeds"),
+               "depths": old.get("depths"), "device": old.get("train_config", {}).get("device", "auto")}  # fmt: skip
+    record = {**old, "study": CAPACITY.name, "options": options}
+    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:
@@ -222,7 +258,9 @@ def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: in
     `out_dir` None: the datasets go to a temporary folder (`--plan`)."""
 
     largest, depth = max(options.people), max(options.depths)
-    missing = [n for n in options.people if out_dir is None or not os.path.lexists(_dataset_dir(out_dir, n))]
+    missing = [
+        n for n in options.people if out_dir is None or not os.path.lexists(out_dir / DATA / f"people{n}")
+    ]
     prepare = Cost()
     for people in missing:
         prepare = prepare.then(dataset_cost(people))
@@ -235,49 +273,6 @@ def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: in
     check_fits(f"--people {largest:,}", cost, out_dir or tempfile.gettempdir(), fewer)
     if report is not None and shows_progress(prepare):
         report(f"preparing {len(missing)} dataset(s) of up to {largest:,} people: {describe(prepare)}")
-
-
-def _dataset_dir(out_dir: Path, people: int) -> Path:
-    return out_dir / DATA / f"people{people}"
-
-
-def _dataset_dirs(out_dir: Path, options: CapacityOptions) -> dict[int, Path]:
-    return {people: _dataset_dir(out_dir, people) for people in options.people}
-
-
-def _prepare(out_dir: Path, options, record, runs, report=None) -> None:
-    """Refuse an output made with other settings, make the missing datasets and plan every kind of
-    run, before anything trains; a folder this call created is removed again if that fails."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    _check_same_settings(out_dir, record)
-    refuse_busy_runs(out_dir / RUNS)
-    created = not out_dir.exists()
-    try:
-        for people, folder in _dataset_dirs(out_dir, options).items():
-            _dataset(folder, people, report)
-        _check_plans(runs)
-    except BaseException:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-
-
-def _check_same_settings(out_dir: Path, record: dict[str, Any]) -> None:
-
-    path = out_dir / RECORD
-    if not os.path.lexists(path):
-        if os.path.lexists(out_dir / RUNS):
-            raise BiosrecallError(f"{out_dir} holds {RUNS}/ but no {RECORD} saying how they were trained")
-        return
-    stored = read_json_object(path, "capacity record", required=("settings",))["settings"]
-    changed = [f"{key} was {stored.get(key)}, now {value}" for key, value in record["settings"].items()
-               if stored.get(key) != value]  # fmt: skip
-    if changed:
-        raise BiosrecallError(
-            f"{out_dir} was made with other settings ({'; '.join(changed)}); rerun with the settings "
-            "it was made with to continue it, or choose another --out"
-        )
 
 
 def _dataset(folder: Path, people: int, report=None) -> None:
@@ -294,16 +289,11 @@ def _dataset(folder: Path, people: int, report=None) -> None:
         raise BiosrecallError(f"dataset {folder} is not {people} people of seed {DATA_SEED}; remove it")
 
 
-def _check_plans(runs: list[SweepRun]) -> None:
-    """Plan each model at every people count (first seed): an exposure count beyond the planner's
-    limit, a sequence too short for a biography or a schedule a preset refuses fails here."""
-    first = runs[0].config.seed
-    plan_table([run for run in runs if run.config.seed == first])
-
-
 def plan_table(runs: list[SweepRun]) -> pd.DataFrame:
     """One row per run: what it will train (people, model, seed, parameters) and spend (updates,
-    tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained."""
+    tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained. An
+    exposure count beyond the planner's limit, a sequence too short for a biography or a schedule a
+    preset refuses fails here."""
     rows = []
     for run in runs:
         config = run.config
@@ -333,19 +323,21 @@ its cost is a probe's and its own arithmetic (2,000 people: about 3 s on a 2-cor
 
 def plan_capacity(options: CapacityOptions, report=None):
     """`plan_table` of every run of the study, its datasets generated in a temporary folder: what
-    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study). Counts
-    over `PLAN_PROBE_PEOPLE` are estimated from the probe's plan. A plan larger than the machine is
-    refused first, and the scratch folder of a plan that was killed is removed by the next one
-    (`biosrecall.locking.scratch_folder`)."""
+    `biosrecall capacity --plan` prints, with nothing written (a dry run of a long study). The
+    engine's `plan_study` cannot give it: a run's length here is a count of its dataset's batches.
+    Counts over `PLAN_PROBE_PEOPLE` are estimated from the probe's plan. A plan larger than the
+    machine is refused first, and the scratch folder of a plan that was killed is removed by the next
+    one (`biosrecall.locking.scratch_folder`)."""
 
-    base = _base_config(options, "cpu")
-    counted = replace(options, people=tuple(dict.fromkeys(min(n, PLAN_PROBE_PEOPLE) for n in options.people)))
+    counted = replace(
+        options, device="cpu", people=tuple(dict.fromkeys(min(n, PLAN_PROBE_PEOPLE) for n in options.people))
+    )
     check_study_size(counted, None, 1, report)
     with scratch_folder("capacity-plan") as scratch:
         datasets = {people: scratch / f"people{people}" for people in counted.people}
         for people, folder in datasets.items():
             _dataset(folder, people, report)
-        table = plan_table(capacity_runs(counted, base, datasets))
+        table = plan_table(capacity_runs(counted, datasets))
     return pd.concat([_scaled(table, people) for people in options.people], ignore_index=True)
 
 
@@ -371,8 +363,10 @@ def _scaled(table: pd.DataFrame, people: int) -> pd.DataFrame:
 
 
 def capacity_command(record: dict[str, Any]) -> str:
-    """The `biosrecall capacity` command that wrote an output, from its capacity.json: defaults left
-    out and no `--out`, as `biosrecall.experiments.study.figure1_command` writes figure1's."""
+    """The `biosrecall capacity` command that wrote an output, from its capacity.json (the engine's
+    own `command`, or rebuilt from a 0.2.0 record: defaults left out and no `--out`)."""
+    if "command" in record:
+        return record["command"]
     settings, defaults = record["settings"], CapacityOptions()
     flags = [
         f"--preset {settings['preset']}",

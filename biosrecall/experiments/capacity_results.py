@@ -1,9 +1,11 @@
-"""What `biosrecall capacity` writes from its stored-bits table: per-run and seed tables, claims, figure.
+"""The capacity study's tables, claims and capacity.md, from its per-run table of stored bits.
 
-    files = write_capacity_results("runs/capacity", table)   # table: `capacity_scoring.score_runs`
-    claims = judge_capacity_claims(table)
+    tables(per_run, options)     # {"capacity": every run and depth, "capacity_summary": over seeds}
+    claims(per_run, options)     # the four `Claim`s, judged by `biosrecall.experiments.claims`
+    capacity_markdown(summary, per_run)   # capacity.md
 
-Files (tables as CSV and parquet, the figure as PNG and PDF):
+The declaration `biosrecall.experiments.capacity.CAPACITY` hands the first two to the engine. Files
+(tables as CSV and parquet, the figure as PNG and PDF):
 
     capacity              one row per people count, model, seed and serving depth: exact_bits,
                           loss_bound_bits, ceiling_bits, parameters, non_embedding_parameters, both
@@ -15,28 +17,23 @@ Files (tables as CSV and parquet, the figure as PNG and PDF):
                           them where each curve bends (`biosrecall.experiments.capacity_knees`)
     capacity_claims(.md)  the four claims of `capacity_claims`, each judged from its 95% interval
                           over seeds (`biosrecall.experiments.claims`; an earlier look at another
-                          seed count is kept as capacity_claims_at_<n>seeds.csv)
-    capacity.png/.pdf     stored bits against people: one panel per serving depth and measure, one
-                          line per model (a baseline's one depth in every panel), the ceiling and the
-                          lines of 1 and 2 bits per parameter of the looped model
+                          seed count is kept as capacity_claims_at_<n>seeds.csv), in `COLUMNS`
+    capacity.png/.pdf     stored bits against people (`biosrecall.experiments.capacity_figure`)
 
+The engine also writes its own plain capacity_summary.md and claims.csv/.md beside them.
 A baseline has one serving depth: its rows say depth 1, and every claim reads it there.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_text
-from biosrecall.experiments.capacity_figure import plot_capacity
 from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
-from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
+from biosrecall.experiments.claims import Claim, with_seeds_to_decide
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import markdown_table, save_figure, write_table
+from biosrecall.outputs import markdown_table
 from biosrecall.stats import aggregate_seeds, interval_text
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
@@ -76,17 +73,15 @@ COLUMNS = [
 """capacity_claims.csv's columns, in order."""
 
 
-@dataclass
-class CapacityTables:
-    summary: pd.DataFrame
-    claims: pd.DataFrame
-    files: list[Path]
-
-
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and 95% t interval over seeds per people count, model and depth (`biosrecall.stats`)."""
 
     return aggregate_seeds(table, GROUP, VALUES)
+
+
+def tables(per_run: pd.DataFrame, options=None) -> dict:
+    """The study's tables: every run as scored (`capacity_scoring`), and its means over seeds."""
+    return {"capacity": per_run, "capacity_summary": summarize(per_run)}
 
 
 def _at(rows: pd.DataFrame, people: int, name: str) -> pd.DataFrame:
@@ -229,14 +224,16 @@ def capacity_claims(
     ]
 
 
-def judge_capacity_claims(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim: the metric per seed, its 95% t interval over seeds, the verdict and the
-    seeds to decide (`biosrecall.experiments.claims`), in capacity_claims.csv's columns."""
-    unseen = knee_unreached(table, (UNIFORM, STD_PARAMS))
-    flops_unseen = knee_unreached(table, (FIXED_K4, STD_FLOPS))
-    claims = capacity_claims(saturation_people(table), band_unreachable(table), unseen, flops_unseen)
-    judged = with_seeds_to_decide(judge_claims(table, claims))
-    return judged.reindex(columns=COLUMNS, fill_value="")
+def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
+    """The declaration's claims: `capacity_claims`, with why this sweep cannot judge some of them."""
+    unseen = knee_unreached(per_run, (UNIFORM, STD_PARAMS))
+    flops_unseen = knee_unreached(per_run, (FIXED_K4, STD_FLOPS))
+    return capacity_claims(saturation_people(per_run), band_unreachable(per_run), unseen, flops_unseen)
+
+
+def claims_file(judged: pd.DataFrame) -> pd.DataFrame:
+    """The judged claims (`claims.judge_claims`) with their seeds to decide, in `COLUMNS`."""
+    return with_seeds_to_decide(judged).reindex(columns=COLUMNS, fill_value="")
 
 
 def _model(row) -> str:
@@ -285,14 +282,3 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
                      "loss-bound bits/param", "loss-bound bits/non-emb.", "exposures (mean)",
                      "updates", "train FLOPs"], runs)
     )  # fmt: skip
-
-
-def write_capacity_results(out_dir: str | Path, table: pd.DataFrame) -> CapacityTables:
-    """Every file of the module doc, each written atomically; returns the summary, claims and paths."""
-    out_dir = Path(out_dir)
-    summary, claims = summarize(table), judge_capacity_claims(table)
-    files = [*write_table(table, out_dir / "capacity"), *write_table(summary, out_dir / "capacity_summary")]
-    atomic_write_text(out_dir / "capacity.md", capacity_markdown(summary, table))
-    files += [out_dir / "capacity.md", *write_claims(claims, out_dir, "capacity_claims")]
-    files += save_figure(plot_capacity(summary), out_dir / "capacity")
-    return CapacityTables(summary, claims, files)
