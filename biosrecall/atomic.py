@@ -288,20 +288,6 @@ def atomic_write_json(path: str | Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def atomic_write_json_if_changed(path: str | Path, obj: object) -> bool:
-    """`atomic_write_json`, unless the file holds exactly those bytes already (a study's record on a
-    rerun): a command refused later then leaves it untouched. Returns whether it wrote."""
-    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    path = Path(path)
-    try:
-        if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
-            return False
-    except OSError:  # unreadable: the write below says why, or replaces it
-        pass
-    atomic_write_bytes(path, data)
-    return True
-
-
 @contextmanager
 def atomic_write_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path for a library that writes files itself (parquet, safetensors, savefig)."""

@@ -4,8 +4,7 @@
     check_seed(7)                                # an integer in 0 .. 2^63-1, for every command
     check_depth(64, "--max-depth")               # an integer in 1 .. MAX_DEPTH
     check_count(1000, "people", low=1)           # an integer in low .. high (2^63-1 unless said)
-    check_rate(2e-3, "lr", low=0, high=1, low_open=True)   # a finite number within bounds
-    check_number("lr", 2e-3, rates(0, 1, low_open=True))  # the same: each kind is a `Limit`
+    check_number("lr", 2e-3, rates(0, 1, low_open=True))  # a finite number within bounds: each kind is a `Limit`
     split_list("0.9,0.95")                       # the items of a comma list, each read as above
 
 Every command-line option, `TrainConfig` field and schedule spec that holds one of these kinds reads
@@ -142,11 +141,6 @@ def check_depth(value: Any, name: str = "depth") -> int:
 
 def check_count(value: Any, name: str, low: int = 1, high: int = MAX_COUNT, why: str = _INT64) -> int:
     return check_number(name, value, counts(low, high, why))
-
-
-def check_rate(value: Any, name: str, **bounds: Any) -> float:
-    """`bounds`: those of `rates`."""
-    return check_number(name, value, rates(**bounds))
 
 
 def check_number(name: str, value: Any, limit: Limit) -> int | float:

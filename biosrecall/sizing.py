@@ -154,12 +154,6 @@ def _proc_size(path: Path, key: str) -> int | None:
         if name == key and parts and parts[0].isdigit():
             return int(parts[0]) * 1024
     return None
-    for line in lines:
-        name, _, value = line.partition(":")
-        parts = value.split()
-        if name == key and parts and parts[0].isdigit():
-            return int(parts[0]) * 1024
-    return None
 
 
 def _cgroup_left() -> tuple[int, str] | None:

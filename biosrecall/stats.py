@@ -27,7 +27,6 @@ import pandas as pd
 
 from biosrecall.errors import BiosrecallError
 
-LEVEL = 0.95
 SEED_COLUMN = "seed"
 SEEDS_CAP = 1000  # seeds_to_decide searches no further: a claim needing more is not one to plan for
 # Two-sided 95% Student t critical values t(0.975, df) for df = 1..30 (standard tables).

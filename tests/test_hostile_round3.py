@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from harness import changes, run_cli, snapshot
+from harness import run_cli
 from test_hostile_data import assert_refused, hidden
 from test_hostile_runs import assert_same_run, case_dir, stopped_at, train_args, world
 
@@ -596,7 +596,6 @@ class TestLeftovers:
         found before anything is touched."""
         from test_figure1_promises import TINY, figure1_args
 
-        from biosrecall.atomic import atomic_write_json_if_changed
         from biosrecall.experiments import figure1, study_engine
 
         monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
@@ -614,7 +613,3 @@ class TestLeftovers:
         lock.write_text(f"{os.getpid()}\n")  # `train --resume` of one run, by hand, in another process
         assert_refused(figure1_args(out), "run seed0/fixed_k4 is being trained by another process",
                        tmp_path, capsys)  # fmt: skip
-        record = json.loads((out / "figure1.json").read_text())
-        before = snapshot(out)
-        assert not atomic_write_json_if_changed(out / "figure1.json", record)  # the same bytes: kept
-        assert changes(before, snapshot(out)) == []
