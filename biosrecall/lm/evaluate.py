@@ -106,8 +106,8 @@ def check_data(run_config: dict, data_dir: Path) -> None:
         )
 
 
-class _Setup(NamedTuple):
-    """What evaluating a run needs, checked before any model is loaded."""
+class LMSetup(NamedTuple):
+    """What evaluating a run needs, checked before any model is loaded (`lm_setup`)."""
 
     config: dict
     chosen: dict
@@ -117,18 +117,24 @@ class _Setup(NamedTuple):
     autocast: object
 
 
-def _setup(run_dir: Path, checkpoints, data_dir, batch_size: int, sequences, device, precision) -> _Setup:
+def lm_setup(run_dir: Path, checkpoints, data_dir, device, precision) -> LMSetup:
+    """The `LMSetup` of an LM run's chosen checkpoints; a bioS run, or shards of another tokenizer, is
+    refused in one line."""
     run = RunFolder(run_dir)
     config = run.read_config()
     if config.get("task", {}).get("name") != "lm":
         raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
-    if batch_size < 1 or (sequences is not None and sequences < 1):
-        raise BiosrecallError("batch size and max sequences must be at least 1")
     chosen = run.select_checkpoints(checkpoints)
     data_dir = run.training_data(config, data_dir)
     check_data(config, data_dir)
     target = resolve_device(device)
-    return _Setup(config, chosen, data_dir, seq_len_of(config), target, autocast_for(target, precision))
+    return LMSetup(config, chosen, data_dir, seq_len_of(config), target, autocast_for(target, precision))
+
+
+def _setup(run_dir: Path, checkpoints, data_dir, batch_size: int, sequences, device, precision) -> LMSetup:
+    if batch_size < 1 or (sequences is not None and sequences < 1):
+        raise BiosrecallError("batch size and max sequences must be at least 1")
+    return lm_setup(run_dir, checkpoints, data_dir, device, precision)
 
 
 def evaluate_run(

@@ -44,14 +44,13 @@ import torch
 
 from biosrecall.atomic import OutputRecord, atomic_write_text, check_files_replaceable, replace_files
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.evaluate import check_data, with_checkpoint_columns
+from biosrecall.lm.evaluate import lm_setup, with_checkpoint_columns
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model.decode import CachedDecoder
 from biosrecall.outputs import write_table
 from biosrecall.train.checkpoint_files import load_checkpoint
-from biosrecall.train.distributed import autocast_for, resolve_device
-from biosrecall.train.run_folder import RunFolder, seq_len_of
+from biosrecall.train.run_folder import RunFolder
 
 TABLE = "harness"
 RECORD_SUFFIX = ".json"
@@ -236,20 +235,6 @@ def check_tasks(tasks: Sequence[str], manager) -> list[str]:
     return list(tasks)
 
 
-def _load_setup(run_dir: Path, checkpoint, data_dir, device: str, precision: str):
-    """(run config, chosen checkpoints, tokenizer, device, autocast), all checked before any model loads."""
-    run = RunFolder(run_dir)
-    config = run.read_config()
-    if config.get("task", {}).get("name") != "lm":
-        raise BiosrecallError(f"{run_dir} is not a language-model run (train it with `biosrecall lm train`)")
-    chosen = run.select_checkpoints(checkpoint)
-    data_dir = run.training_data(config, data_dir)
-    check_data(config, data_dir)
-    tokenizer = load_tokenizer(Path(data_dir) / load_manifest(data_dir)["tokenizer"]["file"])
-    target = resolve_device(device)
-    return config, chosen, tokenizer, target, autocast_for(target, precision)
-
-
 def check_depths(depths: Sequence[int]) -> list[int]:
     depths = sorted(set(int(d) for d in depths))
     if not depths or depths[0] < 1:
@@ -302,10 +287,10 @@ def evaluate_harness(
     names = [f"{base.name}.csv", f"{base.name}.parquet", record_of.name]
     check_files_replaceable(base.parent, names, record_of)  # before hours of scoring, as at the end
     manager, tasks = resolve_tasks(tasks, include_path)
-    config, chosen, tokenizer, target, autocast = _load_setup(
+    config, chosen, data_dir, max_length, target, autocast = lm_setup(
         run_dir, checkpoint, data_dir, device, precision
     )
-    max_length = seq_len_of(config)
+    tokenizer = load_tokenizer(Path(data_dir) / load_manifest(data_dir)["tokenizer"]["file"])
     tables, record = [], {}
     for name, path in chosen.items():
         model, meta = load_checkpoint(path, device=target)
