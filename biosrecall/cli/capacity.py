@@ -7,9 +7,11 @@ biosrecall capacity --out runs/capacity --archive docs/results/capacity   # with
 
 Trains the three Figure-1 schedules and the `<preset>-std-params` / `<preset>-std-flops` baselines at
 every people count and seed, each for `--exposures` views of every biography, scores their stored
-bits (the study `biosrecall.experiments.capacity`, declared on the engine) and writes OUT/capacity.{csv,md,png} and
-OUT/capacity_claims.{csv,md}. Rerunning the same command skips finished runs and resumes stopped ones
-(Ctrl-C: exit code 130); adding seeds or people counts trains only what is new.
+bits (the study `biosrecall.experiments.capacity`, declared on the engine) and writes
+OUT/capacity.{csv,md,png} and OUT/capacity_claims.{csv,md}. Rerunning the same command skips
+finished runs and resumes stopped ones (Ctrl-C: exit code 130); adding seeds or people counts trains
+only what is new. OUT/capacity.json holds the options and the command that continues the output
+(`biosrecall.experiments.engine`).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
 
     Writes capacity.csv/.md (every run and the mean over seeds, 95% t intervals), capacity.png and
     capacity_claims.csv/.md. Rerunning the same command skips finished runs and resumes stopped ones;
-    an output made with another preset, exposures, batch, sequence length or lr is refused."""
+    --seeds and --people may grow, and an output made with other settings is refused."""
     from biosrecall.experiments.capacity import CapacityOptions, plan_capacity, run_capacity
 
     if archive is not None:
