@@ -23,8 +23,8 @@ import pytest
 from harness import changes, run_cli, snapshot, wait_for_updates
 
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
-from biosrecall.experiments.lm_claims import judge_lm_claims
 from biosrecall.experiments.lm_grid import GRID, MATCHED, UNIFORM, fixed_first_name
+from biosrecall.experiments.lm_study import LMStudyOptions, judge, plan_lm_study
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
@@ -109,9 +109,8 @@ def test_plan_writes_nothing(data, tmp_path, capsys):
 
 
 def test_plan_lists_every_run(data, tmp_path):
-    from biosrecall.experiments.lm_study import plan_lm_study
-
-    lines = plan_lm_study(tmp_path / "p", data, "tiny", seeds=(0, 1), device="cpu", workers=1, threads=1)
+    options = LMStudyOptions(data=str(data), preset="tiny", seeds=(0, 1), device="cpu")
+    lines = plan_lm_study(tmp_path / "p", options, workers=1, threads=1)
     assert sum(" train " in line for line in lines) == 2 * len(GRID)
     assert not (tmp_path / "p").exists()
 
@@ -348,7 +347,7 @@ def crafted(seeds=(0, 1, 2), noise=0.0, k2_gap=0.002, matched_gap=0.05, wall_sca
 
 
 def verdicts(table: pd.DataFrame) -> dict[str, str]:
-    claims = judge_lm_claims(table)
+    claims = judge(table)
     return dict(zip(claims["claim"], claims["verdict"], strict=True))
 
 
@@ -376,7 +375,7 @@ def test_claims_inconclusive_with_noise_or_one_seed():
     noisy = verdicts(crafted(noise=0.2, k2_gap=0.0))  # seed-to-seed noise far above every margin
     assert noisy["k2_67_nll_within"] == INCONCLUSIVE
     assert noisy["order_reverses_from_k3"] in (INCONCLUSIVE, FAILS)
-    one = judge_lm_claims(crafted(seeds=(0,)), pd.DataFrame({"seed": [0], "advantage": [0.01]}))
+    one = judge(crafted(seeds=(0,)), pd.DataFrame({"seed": [0], "advantage": [0.01]}))
     assert set(one["verdict"]) == {INCONCLUSIVE}  # one seed: no interval
 
 
@@ -397,7 +396,7 @@ def test_the_update_diagnostic_row_is_judged_against_its_margin(advantages, expe
     wholly outside, and whether the interval contains 0 decides nothing."""
     diagnosis = pd.DataFrame({"seed": range(len(advantages)), "advantage": advantages})
     table = crafted(seeds=tuple(range(len(advantages))))
-    row = judge_lm_claims(table, diagnosis).set_index("claim").loc["update_diagnostic_zero"]
+    row = judge(table, diagnosis).set_index("claim").loc["update_diagnostic_zero"]
     assert row["verdict"] == expected
     assert row["threshold"] == "in [-0.003, 0.003]"
     assert row["n_seeds"] == len(advantages)

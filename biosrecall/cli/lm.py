@@ -51,7 +51,6 @@ from biosrecall.lm.corpus import Corpus
 from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, RECORD, prepare_corpus
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.numbers import SEED, counts, rates
-from biosrecall.sweep.executors import make_executor
 from biosrecall.train.progress import make_reporter
 from biosrecall.train.stops import Interrupted, TrainingDiverged
 
@@ -371,23 +370,24 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
         )
     if data_dir is None:
         raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
-    from biosrecall.experiments.lm_study import plan_lm_study, run_lm_study
+    from biosrecall.experiments.lm_study import LMStudyOptions, parse_grid, plan_lm_study, run_lm_study
 
-    options = dict(seeds=seeds, grid=grid, tokens=tokens, device=device, workers=workers, threads=threads)
+    options = LMStudyOptions(str(data_dir), preset, tuple(seeds), parse_grid(grid), tokens, device)
     slurm = dict(partition=partition, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, time_min=time_min)
+    executor = None
     if kind == "slurm":
         if workers is not None or threads is not None:
             raise BiosrecallError("--workers and --threads apply to --executor local only")
-        options["executor"] = make_executor("slurm", {}, slurm)
+        executor = {"kind": "slurm", **slurm}
     elif any(value is not None for value in slurm.values()):
         raise BiosrecallError(
             "--partition, --gpus-per-run, --cpus-per-run and --time-min apply to --executor slurm only"
         )
     if plan_only:
-        click.echo("\n".join(plan_lm_study(out_dir, data_dir, preset, **options)))
+        click.echo("\n".join(plan_lm_study(out_dir, options, workers, threads, executor)))
         return
     with study_errors(failed_hint=""):
-        result = run_lm_study(out_dir, data_dir, preset, report=None if quiet else report_outcome, **options)
+        result = run_lm_study(out_dir, options, workers, threads, None if quiet else report_outcome, executor)
     work_done()
     shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
     click.echo(shown.to_string(index=False))

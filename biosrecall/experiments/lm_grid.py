@@ -2,8 +2,8 @@
 
     GRID["ff-k2-s0.67-uniform"]    # "fixed_first:k0=2,switch=0.67,finish=uniform"
 
-Shared by the study that trains them (`biosrecall.experiments.lm_study`), the claims that judge them
-(`biosrecall.experiments.lm_claims`) and the archive that copies a finished study
+Shared by the study that trains and judges them (`biosrecall.experiments.lm_study`), the depth study
+that reuses some (`biosrecall.experiments.depth_study`) and the archive that copies a finished study
 (`biosrecall.experiments.study_archive`, which must not import torch).
 """
 

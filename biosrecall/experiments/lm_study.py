@@ -1,7 +1,7 @@
-"""The paper's Figure-2 language-model study as an experiment: the 200M grid over seeds, judged.
+"""The paper's Figure-2 language-model study, declared on the study engine: the 200M grid over seeds, judged.
 
-    from biosrecall.experiments.lm_study import run_lm_study
-    result = run_lm_study("runs/lm-study", "data/lm-kjv", preset="small", seeds=(0, 1, 2))
+    from biosrecall.experiments.lm_study import LMStudyOptions, run_lm_study
+    result = run_lm_study("runs/lm-study", LMStudyOptions(data="data/lm-kjv", preset="small", seeds=(0, 1, 2)))
     # CLI: biosrecall lm study --data data/lm-kjv --out runs/lm-study --preset small --seeds 0,1,2
     #      [--grid uniform,ff-k2-s0.67-uniform,...] [--tokens N] [--workers 2 --threads 1] [--plan]
 
@@ -11,8 +11,8 @@ to the modeled compute of K0=4 / 67% (the paper's "compute-matched uniform"); pl
 sizing control (its NLL beyond the training depth shows whether depth matters at this size). Every
 run trains the same number of updates (the preset's, or as many as `tokens` buys) on the same data,
 is evaluated on the corpus's validation split at serving depths 1..`max_depth` (64: the paper's
-serving range 1..16 and beyond), and the claims of `biosrecall.experiments.lm_claims` are judged from
-the NLL tables, over seeds. Layout:
+serving range 1..16 and beyond), and the paper's LM statements (`LM_CLAIMS`) are judged from the NLL
+tables over seeds by the one claims engine (`biosrecall.experiments.claims`). Layout:
 
     OUT/lm_study.json            resolved preset, data (its manifest's sha256), updates, grid, seeds,
                                  versions, machine: a later call with other settings is refused
@@ -27,17 +27,35 @@ the NLL tables, over seeds. Layout:
     OUT/diagnose/<item>/seed<S>/, lm_diagnose.{csv,parquet}   the update diagnostic (`biosrecall.diagnose`)
                                  of K0=4 / 67% at each seed: 16 uniform updates after its switch, the
                                  depth-averaged NLL advantage of a K=16 over a K=4 update
-    OUT/lm_claims.{csv,parquet,md}   the claims (`lm_claims`); earlier looks as lm_claims_at_<n>seeds.csv
+    OUT/lm_claims.{csv,parquet,md}   the claims; earlier looks as lm_claims_at_<n>seeds.csv
     OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
 
-Every run is a `biosrecall lm train --config OUT/runs/.sweep/.specs/<run>.json` process of the sweep engine
-(`SweepRun` with command "lm train", then `Evaluation` "lm eval"), `workers` at a time locally; the
-same runs can go to a cluster with `biosrecall sweep` (`sweep_runs` gives them). Calling again
-continues: finished runs are skipped, an interrupted one resumes from its last save, and added seeds
-or grid items train only what is new. `plan_lm_study` (`--plan`) says what each run would do and
-spend, and writes nothing. `lm study --archive DEST` copies a finished study without its weights
-(`biosrecall.experiments.study_archive`); a copy continues it, since a run with its NLL table and a
-seed with its diagnosis are done without them.
+The study is `LM_STUDY`, a `biosrecall.experiments.engine.Study`: its options (`LMStudyOptions`),
+grid, evaluation, per-run table, tables, claims, figures and run sizes. The engine's own runner
+(`engine.run_study`) cannot run it yet, so `run_lm_study` and `plan_lm_study` do the engine's steps
+with its parts (the lock, the record written before the first run, the sweep engine, timings, the
+claims judge and writer) plus four things the engine has no hook for: a record that pins the corpus
+by what it holds rather than its folder (and reads the records earlier releases wrote), the update
+diagnostic after training, the claims as lm_claims.* with the paper's number beside each statement,
+and lm_summary.md's "mean [95% interval]" cells. Calling again continues: finished runs are skipped,
+an interrupted one resumes from its last save, and added seeds or grid items train only what is new
+(the tables and claims cover every seed and item of the output, as the engine's do). `lm study
+--archive DEST` copies a finished study without its weights (`biosrecall.experiments.study_archive`);
+a copy continues it, since a run with its NLL table and a seed with its diagnosis are done without
+them.
+
+The claims: each is a metric computed on every seed separately (paired: the runs of one seed read
+the same batches), judged by its 95% t interval over seeds against a threshold; "not measured" when
+the grid left out a run it needs. Each row carries the paper's own number (`paper`). Mean serving NLL
+is the mean over K=1..16 of the final checkpoint's validation NLL; a NLL gap is run / uniform - 1
+(same seed); a compute saving is 1 - modeled training FLOPs / uniform's (the trainer's own FLOP
+account), a wall-clock saving the same with the measured training seconds. "About X%" of a saving is
+read as within 5 points of X. "Within X% of uniform" is two-sided: the NLL gap's whole interval must
+lie in [-X, X]. The update diagnostic's row (one depth-averaged advantage per seed) reads
+"indistinguishable from zero" against a margin: 0.1% of uniform's mean serving NLL (the paper's
+tightest bound on an NLL difference it calls none, K0=4 at 67% within 0.1% of uniform), in nats;
+whether the interval contains 0 decides nothing. Without the uniform run there is no margin, and
+the row is not measured.
 """
 
 from __future__ import annotations
@@ -49,6 +67,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -56,9 +75,11 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.lm_claims import judge_lm_claims, write_lm_claims
+from biosrecall.experiments.claims import Claim, judge_claims, write_claims
+from biosrecall.experiments.engine import RUNS, Study, StudyResult
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
+    CURRICULUM,
     DIAGNOSE,
     DIAGNOSED,
     GRID,
@@ -67,14 +88,21 @@ from biosrecall.experiments.lm_grid import (
     RECORD,
     SERVING,
     UNIFORM,
+    fixed_first_name,
 )
 from biosrecall.experiments.study import check_seeds
-from biosrecall.experiments.study_engine import study_executor, sweep_study_runs, write_study_record
+from biosrecall.experiments.study_engine import (
+    describe_executor,
+    executor_slots,
+    study_executor,
+    sweep_study_runs,
+    write_study_record,
+)
 from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.files import file_sha256, parse_json_text
 from biosrecall.lm import compare_plots as plots
+from biosrecall.lm.evaluate import EXIT_TABLE, read_table
 from biosrecall.lm.evaluate import TABLE as NLL_TABLE
-from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.locking import output_lock
@@ -86,7 +114,7 @@ from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder, machine, versions
 from biosrecall.train.trainer import build_model_config, make_plan
 
-RUNS = "runs"
+CLAIMS = "lm_claims"  # the claims' file stem: lm_claims.csv / .parquet / .md
 PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
@@ -137,14 +165,22 @@ LM_STUDY_PRESETS = {
 }
 
 
-@dataclass
-class LMStudyResult:
-    out_dir: Path
-    runs: dict[str, Path]  # run name (<item>/seed<S>) -> its folder
-    table: pd.DataFrame  # lm_nll: one row per item, seed and depth
-    summary: pd.DataFrame
-    claims: pd.DataFrame
-    figures: list[Path]
+@dataclass(frozen=True)
+class LMStudyOptions:
+    """What one `biosrecall lm study` call asks for (its options, by the same names)."""
+
+    data: str = ""
+    """The `lm prepare` output the runs train on (the record pins what it holds, not where it is)."""
+    preset: str = "small"
+    """The study's size, a key of `LM_STUDY_PRESETS`: tiny (tests) or small."""
+    seeds: tuple[int, ...] = (0,)
+    """Training seeds; the claims are judged over them, and a later call may add more."""
+    grid: tuple[str, ...] = tuple(GRID)
+    """Grid items to train (`GRID`'s names); a later call may add more."""
+    tokens: int | None = None
+    """Training tokens of every run (None: the preset's updates); whole updates only."""
+    device: str = "auto"
+    """Where runs train and evaluate: auto, cpu or cuda."""
 
 
 def parse_grid(items: str | None) -> tuple[str, ...]:
@@ -182,342 +218,72 @@ def study_updates(settings: LMStudyPreset, tokens: int | None) -> int:
     return tokens // per_update
 
 
-def _data_record(data_dir: Path) -> dict[str, Any]:
-    """The corpus as the record pins it: `lm prepare` output (checked), its manifest's hash."""
-
-    manifest = load_manifest(data_dir)  # a BiosrecallError when it is not `lm prepare` output
-    return {
-        "manifest_sha256": file_sha256(data_dir / "manifest.json"),
-        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
-        "vocab_size": int(manifest["tokenizer"]["vocab_size"]),
-        "train_tokens": int(manifest["splits"]["train"]["tokens"]),
-        "sources": [entry.get("location") for entry in manifest.get("source", {}).get("inputs", [])],
-    }
+def _settings(options: LMStudyOptions) -> tuple[LMStudyPreset, int]:
+    """The preset and the updates of every run, every option checked before anything is written."""
+    settings = resolve_preset(options.preset)
+    check_seeds(tuple(options.seeds))
+    parse_grid(",".join(options.grid))
+    return settings, study_updates(settings, options.tokens)
 
 
-@dataclass(frozen=True)
-class _Study:
-    """Everything one call resolved before anything is written."""
-
-    out_dir: Path
-    data_dir: Path
-    preset: str
-    settings: LMStudyPreset
-    updates: int
-    seeds: tuple[int, ...]
-    grid: tuple[str, ...]
-    device: str
-
-    def run_name(self, item: str, seed: int) -> str:
-        return f"{item}/seed{seed}"
-
-    def describe(self, item: str, seed: int) -> tuple[TrainConfig, dict[str, Any]]:
-        """The run's `lm train` TrainConfig and task."""
-        s = self.settings
-        size = (
-            {"budget_of": f"{GRID[MATCHED_TO]}:{self.updates}"}
-            if item == MATCHED
-            else {"updates": self.updates}
-        )
-        config = TrainConfig(
-            schedule=GRID[item], seed=seed, batch_size=s.batch_size, seq_len=s.seq_len, lr=s.lr,
-            device=self.device, checkpoint_fractions=(1.0,), **size,
-        )  # fmt: skip
-        task = {
-            "data": self.data_dir.resolve(),
-            "preset": s.model_preset,
-            "model_overrides": dict(s.model_overrides) or None,
-        }
-        return config, task
-
-    def runs(self) -> list[SweepRun]:
-        return [
-            SweepRun(
-                self.run_name(item, seed),
-                "lm train",
-                *self.describe(item, seed),
-                {"item": item, "seed": seed},
-            )
-            for seed in self.seeds
-            for item in self.grid
-        ]
-
-    def evaluation(self) -> Evaluation:
-        options: dict[str, Any] = {"max_depth": self.settings.max_depth, "device": self.device}
-        if self.settings.eval_sequences is not None:
-            options["max_sequences"] = self.settings.eval_sequences
-        return Evaluation("lm eval", options)
-
-    def record(self, data: dict[str, Any]) -> dict[str, Any]:
-        """What lm_study.json holds, as it reads back from JSON (lists, not tuples)."""
-
-        settings = {
-            "preset": self.preset,
-            "settings": asdict(self.settings),
-            "updates": self.updates,
-            "tokens_per_update": self.settings.batch_size * self.settings.seq_len,
-            "device": self.device,
-            "data": data,
-            "schedules": {item: GRID[item] for item in GRID},
-        }
-        record = {**settings, "grid": list(self.grid), "seeds": list(self.seeds)}
-        return json.loads(json.dumps({**record, "versions": versions(), "machine": machine()}))
+# ---- the declaration: grid, evaluation, per-run table, tables, claims, figures, sizes ----
 
 
-SETTINGS_KEYS = ("preset", "settings", "updates", "tokens_per_update", "device", "data", "schedules")
+def runs(options: LMStudyOptions) -> list[SweepRun]:
+    """One `lm train` run per grid item and seed, labelled with both."""
+    s, updates = _settings(options)
+    task = {"data": Path(options.data).resolve(), "preset": s.model_preset,
+            "model_overrides": dict(s.model_overrides) or None}  # fmt: skip
 
+    def config(item: str, seed: int) -> TrainConfig:
+        size = {"budget_of": f"{GRID[MATCHED_TO]}:{updates}"} if item == MATCHED else {"updates": updates}
+        return TrainConfig(schedule=GRID[item], seed=seed, batch_size=s.batch_size, seq_len=s.seq_len, lr=s.lr,
+                           device=options.device, checkpoint_fractions=(1.0,), **size)  # fmt: skip
 
-def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
-    """The record already in OUT, refusing one made with other settings: its runs' seeds would be
-    repeated under other settings (or mixed with them) in one output."""
-
-    path = out_dir / RECORD
-    if not path.is_file():
-        if out_dir.is_dir() and any(out_dir.iterdir()):
-            raise BiosrecallError(f"{out_dir} is not empty and holds no {RECORD}: give a new or empty --out")
-        return None
-    old = parse_json_text(path.read_text(encoding="utf-8"), str(path))
-    if not isinstance(old, dict) or any(key not in old for key in SETTINGS_KEYS):
-        raise BiosrecallError(f"{path} is not an lm study record; give another --out")
-    changed = [key for key in SETTINGS_KEYS if _identity(old, key) != _identity(record, key)]
-    if changed:
-        seeds = sorted(set(old.get("seeds", [])) & set(record["seeds"]))
-        repeat = f"seeds {','.join(map(str, seeds))} would repeat" if seeds else "its seeds would mix with"
-        raise BiosrecallError(
-            f"{out_dir} holds an lm study with other settings ({', '.join(changed)} differ): {repeat} "
-            "the runs already there; use another --out"
-        )
-    return old
-
-
-def lm_study_command(record: dict[str, Any]) -> str:
-    """The `biosrecall lm study` command that wrote an output, from its lm_study.json: defaults left
-    out and no `--out`, as `biosrecall.experiments.study.figure1_command` writes figure1's. The record
-    pins the corpus by its manifest, not its folder, so `--data` names what `lm prepare` read."""
-    sources = " ".join(str(source) for source in record["data"].get("sources") or ["?"])
-    flags = [f"--data <lm prepare {sources}>", f"--preset {record['preset']}"]
-    flags.append("--seeds " + ",".join(map(str, record["seeds"])))
-    if list(record["grid"]) != list(GRID):
-        flags.append("--grid " + ",".join(record["grid"]))
-    if record["updates"] != record["settings"]["updates"]:
-        flags.append(f"--tokens {record['updates'] * record['tokens_per_update']}")
-    if record["device"] != "auto":
-        flags.append(f"--device {record['device']}")
-    return "biosrecall lm study " + " ".join(flags)
-
-
-def _identity(record: dict[str, Any], key: str) -> Any:
-    """What must match for a call to continue an output: the corpus is its tokenizer (trained on its
-    training documents), vocabulary and training tokens. Its source locations are only informative
-    (an archive writes them relative to where it was made), and so is its manifest's hash, which
-    also records the release that prepared it: the same corpus prepared by a later release is the
-    same data."""
-    value = record[key]
-    if key == "data" and isinstance(value, dict):
-        return {name: item for name, item in value.items() if name not in ("sources", "manifest_sha256")}
-    return value
-
-
-def _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device) -> _Study:
-    settings = resolve_preset(preset)
-    check_seeds(tuple(seeds))
-    return _Study(
-        Path(out_dir), Path(data_dir), preset, settings, study_updates(settings, tokens), tuple(seeds),
-        parse_grid(grid) if isinstance(grid, str) or grid is None else parse_grid(",".join(grid)), device,
-    )  # fmt: skip
-
-
-def sweep_runs(study: _Study) -> tuple[list[SweepRun], list[Evaluation]]:
-    """The study's runs and their evaluation, for `biosrecall.sweep` (locally or on Slurm)."""
-    return study.runs(), [study.evaluation()]
-
-
-def plan_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, tokens=None, device="auto",
-                  workers=None, threads=None, executor=None) -> list[str]:  # fmt: skip
-    """What each run would do now (train, resume, evaluate, skip) and spend (updates, tokens,
-    modeled FLOPs), every setting checked as `run_lm_study` checks it; nothing is written."""
-
-    study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
-    data = _data_record(study.data_dir)
-    _check_record(study.out_dir, study.record(data))
-    executor = executor or study_executor(workers, threads, device)
-    runs, evaluations = sweep_runs(study)
-    jobs = prepare(study.out_dir / RUNS, runs, evaluations, executor)
-    plans = _plans(study, data["vocab_size"])
-    lines = [
-        f"lm study {preset}: {len(study.grid)} grid item(s) x {len(study.seeds)} seed(s) = {len(runs)} runs, "
-        f"{study.updates:,} updates of {study.settings.batch_size} x {study.settings.seq_len} tokens each; "
-        f"evaluated at depths 1..{study.settings.max_depth}; {_slots(executor)} at a time on "
-        f"{executor.threads} thread(s) each"
+    grid = parse_grid(",".join(options.grid))
+    return [
+        SweepRun(f"{item}/seed{seed}", "lm train", config(item, seed), task, {"item": item, "seed": seed})
+        for seed in options.seeds
+        for item in grid
     ]
-    total = 0.0
-    for (name, action, _), run, job in zip(planned_actions(jobs), runs, jobs, strict=True):
-        action = "skip" if evaluated(job.run_dir) else action
-        plan = plans[run.labels["item"]]
-        total += plan.total_flops
-        lines.append(
-            f"  {name:<36} {action:<8} {plan.schedule}: {plan.updates:,} updates, "
-            f"{plan.updates * plan.tokens_per_update:,} tokens, {plan.total_flops:.3e} FLOPs"
-        )
-    lines.append(f"modeled training FLOPs of every run: {total:.4e}")
-    return lines
 
 
-def _plans(study: _Study, vocab: int) -> dict[str, Any]:
-    """Each grid item's training plan from the trainer's own planner (a budget under one update, an
-    unknown schedule or override fails here)."""
-
-    s = study.settings
-    model = build_model_config(s.model_preset, vocab, dict(s.model_overrides), LM_VOCABULARY)
-    base = TrainConfig(batch_size=s.batch_size, seq_len=s.seq_len, lr=s.lr, updates=study.updates)
-    plans = {}
-    for item in study.grid:
-        config = replace(base, schedule=GRID[item])
-        if item == MATCHED:
-            config = replace(config, updates=None, budget_of=f"{GRID[MATCHED_TO]}:{study.updates}")
-        config.validate()
-        plans[item] = make_plan(model, config)
-    return plans
+def evaluations(options: LMStudyOptions) -> list[Evaluation]:
+    settings, _ = _settings(options)
+    extra = {} if settings.eval_sequences is None else {"max_sequences": settings.eval_sequences}
+    return [Evaluation("lm eval", {"max_depth": settings.max_depth, "device": options.device, **extra})]
 
 
-def _slots(executor) -> int | str:
-    """Runs at once: the local executor's slots, or a Slurm array's parallelism."""
-    return executor.slots() if hasattr(executor, "slots") else f"up to {executor.array_parallelism} (Slurm)"
-
-
-def run_lm_study(out_dir, data_dir, preset="small", *, seeds=(0,), grid=None, tokens=None, device="auto",
-                 workers=None, threads=None, executor=None, report=None) -> LMStudyResult:  # fmt: skip
-    """Train (or continue) every run of the study, evaluate, and write the tables, figures and claims.
-
-    Refuses, before anything is written, an output made with other settings, a corpus folder that is
-    not `lm prepare` output, an unknown grid item and a token budget under one update. `executor`
-    (a `biosrecall.sweep.executors` one, e.g. a `SlurmExecutor`) replaces the local one of `workers`
-    x `threads`; the diagnostic and the tables run here either way. Raises
-    `Interrupted` when Ctrl-C stops training (rerun the same call to continue) and `StudyRunFailed`
-    when a run fails."""
-
-    study = _resolve(out_dir, data_dir, preset, seeds, grid, tokens, device)
-    data = _data_record(study.data_dir)
-    record = study.record(data)
-    executor = executor or study_executor(workers, threads, device)
-    runs, evaluations = sweep_runs(study)
-    _check_record(study.out_dir, record)
-    _plans(study, data["vocab_size"])
-    prepare(study.out_dir / RUNS, runs, evaluations, executor)  # every run's options checked, nothing written
-    timer = StudyTimer(report, seeds=list(study.seeds), workers=_slots(executor), threads=executor.threads)
-    with output_lock(study.out_dir):
-        old = _check_record(study.out_dir, record)
-        if old is not None:  # what earlier calls trained stays recorded
-            record["seeds"] = sorted(set(old["seeds"]) | set(record["seeds"]))
-            record["grid"] = [item for item in GRID if item in set(old["grid"]) | set(record["grid"])]
-
-        write_study_record(study.out_dir / RECORD, json.dumps(record, indent=2) + "\n")
-        with timer.phase(
-            "training", f"{len(runs)} run(s) and their evaluation at depths 1..{study.settings.max_depth}"
-        ):
-            folders = _train(study, runs, evaluations, executor, report)
-        with timer.phase("evaluation", "the update diagnostic at K0=4 / 67%'s switch, 16 updates on"):
-            diagnosis = diagnose_runs(study, folders, report, executor.threads)
-        with timer.phase("tables", "writing the NLL tables, figures and claims"):
-            table = nll_table(study, folders)
-            summary = summary_table(table)
-            written = write_table(table, study.out_dir / "lm_nll") + write_table(
-                summary, study.out_dir / "lm_summary"
-            )
-            atomic_write_text(study.out_dir / "lm_summary.md", summary_markdown(summary))
-            figures = _figures(table, study)
-            if diagnosis is not None:
-                written += write_table(diagnosis, study.out_dir / "lm_diagnose")
-            claims = judge_lm_claims(table, diagnosis)
-            write_lm_claims(claims, study.out_dir)
-        timer.save(study.out_dir)
-    del written
-    return LMStudyResult(study.out_dir, folders, table, summary, claims, figures)
-
-
-def _train(study: _Study, runs, evaluations, executor, report) -> dict[str, Path]:
-    """Bring every run to done and evaluated through the sweep engine; errors in the study's words."""
-
-    runs_dir = study.out_dir / RUNS
-    folders = {run.name: runs_dir / run.name for run in runs}
-    # A finished run with its NLL table is done whatever the sweep's bookkeeping says: an archived
-    # study keeps no weights and no bookkeeping, and its copy continues without training or scoring.
-    left = [run for run in runs if not evaluated(folders[run.name])]
-    if not left:
-        return folders
-    if report is not None:
-        report(f"progress of each run in {runs_dir / BOOKKEEPING}/<run>.log")
-    sweep_study_runs(runs_dir, left, evaluations, executor, report)
-    return folders
+def lm_eval_tables(run_dir: Path) -> tuple[Path, Path]:
+    """Where `lm eval` writes a run's NLL table and its exit rules' table (`RunFolder` is their owner
+    to be: every LM study reads them here)."""
+    eval_dir = RunFolder(run_dir).eval_dir
+    return eval_dir / f"{NLL_TABLE}.parquet", eval_dir / f"{EXIT_TABLE}.parquet"
 
 
 def evaluated(run_dir: Path) -> bool:
     """Whether the run has finished and `lm eval` has written its NLL table (the study's settings,
     checked against lm_study.json, fix the evaluation's)."""
-    return RunFolder(run_dir).finished() and (RunFolder(run_dir).eval_dir / f"{NLL_TABLE}.parquet").is_file()
+    return RunFolder(run_dir).finished() and lm_eval_tables(run_dir)[0].is_file()
 
 
-def diagnose_runs(
-    study: _Study, folders: dict[str, Path], report=None, threads: int = 1
-) -> pd.DataFrame | None:
-    """Per seed, the depth-averaged NLL advantage of a K=16 over a K=4 update after `AFTER_UNIFORM`
-    uniform updates from K0=4 / 67%'s switch (None when the grid has no such run). Each seed's
-    diagnosis is written to OUT/diagnose/<item>/seed<S>/ and read back on later calls."""
-
-    if DIAGNOSED not in study.grid:
-        return None
-    options = DiagnoseOptions(after_uniform=(AFTER_UNIFORM,), batches=study.settings.diagnose_batches,
-                              val_sequences=study.settings.eval_sequences, seed=0)  # fmt: skip
-    rows = []
-    for seed in study.seeds:
-        name = study.run_name(DIAGNOSED, seed)
-        out = study.out_dir / DIAGNOSE / name
-        summary_path = out / "diagnose_switch.parquet"
-        if not (out / "diagnose_switch.json").is_file():  # written last: the diagnosis is complete
-            if report is not None:
-                report(f"diagnosing {name}")
-            with torch_threads(threads):
-                diagnose_update(folders[name], "switch", options, device=study.device).write(out)
-        averages = depth_average(pd.read_parquet(summary_path))
-        row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
-        rows.append({"item": DIAGNOSED, "seed": seed, "after_uniform": AFTER_UNIFORM, "update": int(row["update"]),
-                     "advantage": float(row["mean"]), "ci_low": float(row["ci_low"]),
-                     "ci_high": float(row["ci_high"]), "n_batches": int(row["n_batches"])})  # fmt: skip
-    return pd.DataFrame(rows)
+def read(run_dir: Path) -> pd.DataFrame:
+    """The final checkpoint's rows of the run's NLL table."""
+    table = read_table(run_dir)
+    return table[table["update"] == table["update"].max()]
 
 
-@contextmanager
-def torch_threads(threads: int):
-    """Torch on `threads` threads for the block (a run's own count): the diagnostic runs in this
-    process, and on torch's default, on a busy 2-core machine, it was many times slower than one
-    thread (docs/results/lm-sizing.md)."""
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def nll_table(study: _Study, folders: dict[str, Path]) -> pd.DataFrame:
+def nll_table(per_run: pd.DataFrame) -> pd.DataFrame:
     """lm_nll: every run's final-checkpoint NLL at every serving depth, with its item and seed."""
-
-    frames = []
-    for run in study.runs():
-        table = read_table(folders[run.name])
-        final = table[table["update"] == table["update"].max()]
-        frames.append(final.assign(item=run.labels["item"], seed=run.labels["seed"]))
-    table = pd.concat(frames, ignore_index=True)
     columns = ["item", "schedule", "seed", "depth", "nll", "update", "flops", "train_tokens", "wall_seconds"]
-    return table[columns].sort_values(["item", "seed", "depth"], key=_grid_order, ignore_index=True)
+    return per_run[columns].sort_values(["item", "seed", "depth"], key=_grid_order, ignore_index=True)
 
 
 def _grid_order(column: pd.Series) -> pd.Series:
     return column.map(list(GRID).index) if column.name == "item" else column
 
 
-def per_run(table: pd.DataFrame) -> pd.DataFrame:
+def run_summaries(table: pd.DataFrame) -> pd.DataFrame:
     """One row per item and seed: mean serving NLL over K=1..16, NLL at K=1, K=16 and beyond, updates, FLOPs,
     wall seconds, and both savings against the same seed's uniform run (NaN without one)."""
     rows = []
@@ -533,19 +299,23 @@ def per_run(table: pd.DataFrame) -> pd.DataFrame:
             "update": int(part["update"].iloc[0]), "flops": float(part["flops"].iloc[0]),
             "wall_seconds": float(part["wall_seconds"].iloc[0]),
         })  # fmt: skip
-    runs = pd.DataFrame(rows)
-    uniform = runs[runs["item"] == UNIFORM].set_index("seed")
+    runs_ = pd.DataFrame(rows)
+    uniform = runs_[runs_["item"] == UNIFORM].set_index("seed")
     for column, saving in (("flops", "compute_saving_pct"), ("wall_seconds", "wall_saving_pct")):
-        runs[saving] = 100 * (1 - runs[column] / runs["seed"].map(uniform[column]))
-    runs["mean_nll_vs_uniform_pct"] = 100 * (runs["mean_nll"] / runs["seed"].map(uniform["mean_nll"]) - 1)
-    return runs
+        runs_[saving] = 100 * (1 - runs_[column] / runs_["seed"].map(uniform[column]))
+    runs_["mean_nll_vs_uniform_pct"] = 100 * (runs_["mean_nll"] / runs_["seed"].map(uniform["mean_nll"]) - 1)
+    return runs_
 
 
-def summary_table(table: pd.DataFrame) -> pd.DataFrame:
-    """lm_summary: `per_run`'s numbers per item, mean over seeds with 95% intervals."""
+def tables(per_run: pd.DataFrame, options: LMStudyOptions) -> dict[str, pd.DataFrame]:
+    """lm_nll, and lm_summary: `run_summaries`' numbers per item, mean over seeds with 95% intervals."""
+    table = nll_table(per_run)
     values = ["mean_nll", "nll_k1", "nll_k16", "beyond_nll", "flops", "wall_seconds", "compute_saving_pct",
               "wall_saving_pct", "mean_nll_vs_uniform_pct"]  # fmt: skip
-    return aggregate_seeds(per_run(table), ["item", "schedule"], values)
+    return {
+        "lm_nll": table,
+        "lm_summary": aggregate_seeds(run_summaries(table), ["item", "schedule"], values),
+    }
 
 
 SUMMARY_COLUMNS = (
@@ -576,18 +346,469 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     return markdown_table(header, rows)
 
 
-def _figures(table: pd.DataFrame, study: _Study) -> list[Path]:
+def figures(per_run: pd.DataFrame, options: LMStudyOptions) -> dict[str, Any]:
     """NLL against serving depth and mean serving NLL against modeled compute, over seeds."""
-
+    table = nll_table(per_run)
     # Log-spaced depths: the plot ticks every depth it draws, and 64 ticks on a log axis overlap
     # (lm_nll.csv has every depth).
     shown = [d for d in sorted(set(table["depth"])) if d in PLOTTED_DEPTHS or d == table["depth"].max()]
     labelled = table[table["depth"].isin(shown)].rename(columns={"item": "run"})
     curves = aggregate_seeds(labelled, ["run", "schedule", "depth"], ["nll"])
-    points = per_run(table).rename(columns={"item": "run"}).assign(checkpoint="1.0")
+    points = run_summaries(table).rename(columns={"item": "run"}).assign(checkpoint="1.0")
     summaries = aggregate_seeds(points, ["run", "schedule", "checkpoint"], ["update", "flops", "mean_nll"])
     order = [item for item in GRID if item in set(table["item"])]
-    written = save_figure(plots.plot_nll_vs_depth(curves, order), study.out_dir / "nll_vs_depth")
-    return written + save_figure(
-        plots.plot_nll_vs_compute(summaries, order), study.out_dir / "nll_vs_compute"
+    return {"nll_vs_depth": plots.plot_nll_vs_depth(curves, order),
+            "nll_vs_compute": plots.plot_nll_vs_compute(summaries, order)}  # fmt: skip
+
+
+def sizes(run: SweepRun, options: LMStudyOptions) -> dict[str, Any]:
+    """Updates, tokens and modeled FLOPs of a run (`_plan`)."""
+    plan = _plan(run, options)
+    return {
+        "updates": plan.updates,
+        "tokens": plan.updates * plan.tokens_per_update,
+        "FLOPs": plan.total_flops,
+    }
+
+
+def _plan(run: SweepRun, options: LMStudyOptions):
+    """The run's training plan from the trainer's own planner (a budget under one update, an unknown
+    schedule or override fails here; the corpus's manifest gives the vocabulary)."""
+    vocab = int(load_manifest(Path(options.data))["tokenizer"]["vocab_size"])
+    run.config.validate()
+    model = build_model_config(run.task["preset"], vocab, run.task["model_overrides"] or {}, LM_VOCABULARY)
+    return make_plan(model, run.config)
+
+
+# ---- the claims: the paper's statements, judged by `biosrecall.experiments.claims` ----
+
+ABOUT = 5.0  # "about X%" of a saving: within this many percentage points of X
+ZERO_SHARE = 1e-3
+"""The update diagnostic's margin: this share of uniform's mean serving NLL (module docstring)."""
+FIXED_FIRST = [fixed_first_name(k0, s, "uniform") for k0 in (1, 2, 4) for s in (0.67, 0.8)]
+DIAGNOSTIC = "update-diagnostic"  # the diagnosis's rows in the table the claims are judged on
+
+
+def _nll(rows: pd.DataFrame, item: str, depths: tuple[int, int] = SERVING) -> pd.Series:
+    """NLL of `item` in one seed's rows, indexed by depth, over the inclusive depth range."""
+    part = rows[(rows["item"] == item) & rows["depth"].between(*depths)]
+    return part.set_index("depth")["nll"].sort_index()
+
+
+def _mean(rows, item) -> float:
+    values = _nll(rows, item)
+    return float(values.mean()) if len(values) else math.nan
+
+
+def _value(rows, item, column) -> float:
+    part = rows.loc[rows["item"] == item, column]
+    return float(part.iloc[0]) if len(part) else math.nan
+
+
+def _gap_pct(rows, item) -> float:
+    """Mean serving NLL of `item` against uniform's, in % (run / uniform - 1)."""
+    return 100 * (_mean(rows, item) / _mean(rows, UNIFORM) - 1)
+
+
+def _saving_pct(rows, item, column="flops") -> float:
+    return 100 * (1 - _value(rows, item, column) / _value(rows, UNIFORM, column))
+
+
+def _off_by(target: float):
+    """Distance in points of `item`'s modeled compute saving from the paper's `target`."""
+    return lambda item: lambda rows: abs(_saving_pct(rows, item) - target)
+
+
+def _worst(values, pick) -> float:
+    """`pick` (min or max) of `values`, NaN when any is NaN (a run the claim needs is missing)."""
+    values = [float(v) for v in values]
+    return math.nan if not values or any(math.isnan(v) for v in values) else pick(values)
+
+
+def _k1_advantage(rows) -> float:
+    """At 67%: NLL at K=1 of K0=1 minus the better of K0=2 and K0=4 (negative: K0=1 is best)."""
+    at_k1 = [_nll(rows, fixed_first_name(k0, 0.67, "uniform"), (1, 1)) for k0 in (1, 2, 4)]
+    if any(len(values) == 0 for values in at_k1):
+        return math.nan
+    return float(at_k1[0].iloc[0] - min(at_k1[1].iloc[0], at_k1[2].iloc[0]))
+
+
+def _reversed_from_k3(rows) -> float:
+    """At 67%: the smallest margin, over K=3..16, of the reversed order K0=4 < K0=2 < K0=1 (positive
+    at every depth: the order holds everywhere from K=3 on)."""
+    curves = [_nll(rows, fixed_first_name(k0, 0.67, "uniform"), (3, SERVING[1])) for k0 in (1, 2, 4)]
+    if any(len(curve) == 0 for curve in curves):
+        return math.nan
+    k1, k2, k4 = curves
+    return float(np.minimum(k1 - k2, k2 - k4).min())
+
+
+def _finish_margin(rows) -> float:
+    """Smallest margin, over the six fixed-first schedules, of Poisson-lognormal's mean NLL above the
+    uniform finish's (positive: uniform finish lower in all six)."""
+    margins = [
+        _mean(rows, fixed_first_name(k0, s, "poisson_lognormal"))
+        - _mean(rows, fixed_first_name(k0, s, "uniform"))
+        for k0 in (1, 2, 4)
+        for s in (0.67, 0.8)
+    ]
+    return _worst(margins, min)
+
+
+def _k2_vs_curriculum_nll(rows) -> float:
+    """Largest mean-NLL gap of the K0=2 uniform-finish schedules to the curriculum (negative: both
+    lower)."""
+    return _worst(
+        [_mean(rows, fixed_first_name(2, s, "uniform")) - _mean(rows, CURRICULUM) for s in (0.67, 0.8)], max
     )
+
+
+def _k2_vs_curriculum_compute(rows) -> float:
+    """Largest modeled-compute ratio of the K0=2 uniform-finish schedules to the curriculum, minus 1."""
+    ratios = [
+        _value(rows, fixed_first_name(2, s, "uniform"), "flops") / _value(rows, CURRICULUM, "flops")
+        for s in (0.67, 0.8)
+    ]
+    return _worst(ratios, max) - 1
+
+
+def _matched_worse(rows) -> float:
+    """Compute-matched uniform's mean NLL minus the better of K0=4 / 67% and uniform (positive: worse
+    than both)."""
+    return _mean(rows, MATCHED) - _worst([_mean(rows, K4_67), _mean(rows, UNIFORM)], min)
+
+
+def _wall_vs_modeled(rows) -> float:
+    """Largest relative distance, over the uniform-finish fixed-first runs, of the measured wall-clock
+    saving from the modeled one: |wall saving - modeled saving| / modeled saving."""
+    gaps = []
+    for item in FIXED_FIRST:
+        modeled, wall = _saving_pct(rows, item), _saving_pct(rows, item, "wall_seconds")
+        gaps.append(abs(wall - modeled) / modeled if modeled > 0 else math.nan)
+    return _worst(gaps, max)
+
+
+K2_67, K2_80, K4_67 = (
+    fixed_first_name(2, 0.67, "uniform"),
+    fixed_first_name(2, 0.8, "uniform"),
+    FIXED_FIRST[4],
+)
+
+# Thresholds from the paper's statements, each with its reading and the paper's own number.
+LM_CLAIMS: tuple[Claim, ...] = (
+    Claim("k2_67_compute_saving", "K0=2 at 67% saves about 45% of modeled compute",
+           "distance of the modeled compute saving vs uniform from 45%, in points", False, ABOUT,
+           "'about 45%' read as within 5 points", _off_by(45.0)(K2_67), paper="45%"),
+    Claim("k2_67_nll_within", "K0=2 at 67%: mean serving NLL within 0.5% of uniform",
+           "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.5, 0.5),
+           "the paper's bound, two-sided", lambda r: _gap_pct(r, K2_67), paper="within 0.5%"),
+    Claim("k2_80_compute_saving", "K0=2 at 80% saves about 54% of modeled compute",
+           "distance of the modeled compute saving vs uniform from 54%, in points", False, ABOUT,
+           "'about 54%' read as within 5 points", _off_by(54.0)(K2_80), paper="54%"),
+    Claim("k2_80_nll_within", "K0=2 at 80%: mean serving NLL within 0.8% of uniform",
+           "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.8, 0.8),
+           "the paper's bound, two-sided", lambda r: _gap_pct(r, K2_80), paper="within 0.8%"),
+    Claim("k1_best_at_k1", "At 67%, K0=1 has the best NLL at K=1",
+           "NLL at K=1: K0=1 minus the better of K0=2, K0=4 (uniform finish, 67%)", False, 0.0,
+           "a direction", _k1_advantage, paper="K0=1 best at K=1"),
+    Claim("order_reverses_from_k3", "At 67%, the ordering reverses from K=3 on (K0=4 < K0=2 < K0=1)",
+           "smallest margin over K=3..16 of nll(K0=1)-nll(K0=2) and nll(K0=2)-nll(K0=4)", True, 0.0,
+           "a direction, at every depth from 3 to 16", _reversed_from_k3, paper="reversed from K=3"),
+    Claim("uniform_finish_beats_pln", "A uniform finish gives lower mean NLL than Poisson-lognormal, "
+           "for all six fixed-first schedules",
+           "smallest over the six of mean NLL (Poisson-lognormal) - mean NLL (uniform finish)", True, 0.0,
+           "a direction, for every one of the six", _finish_margin, paper="6 of 6"),
+    Claim("k2_beats_curriculum_nll", "The K0=2 uniform-finish schedules beat the curriculum's mean NLL",
+           "largest over 67%, 80% of mean NLL (K0=2) - mean NLL (curriculum)", False, 0.0,
+           "a direction, for both", _k2_vs_curriculum_nll, paper="both lower"),
+    Claim("k2_less_compute_than_curriculum", "... with less compute than the curriculum",
+           "largest over 67%, 80% of modeled FLOPs (K0=2) / curriculum - 1", False, 0.0,
+           "a direction, for both", _k2_vs_curriculum_compute, paper="both cheaper"),
+    Claim("k4_67_nll_within", "K0=4 at 67%: mean serving NLL within 0.1% of uniform",
+           "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.1, 0.1),
+           "the paper's bound, two-sided", lambda r: _gap_pct(r, K4_67), paper="within 0.1%"),
+    Claim("k4_67_compute_saving", "K0=4 at 67% uses about 31% less compute",
+           "distance of the modeled compute saving vs uniform from 31%, in points", False, ABOUT,
+           "'about 31%' read as within 5 points", _off_by(31.0)(K4_67), paper="31%"),
+    Claim("matched_uniform_worse", "The compute-matched uniform run is worse than both K0=4 at 67% and uniform",
+           "mean NLL (matched uniform) - the better of K0=4 / 67% and uniform", True, 0.0,
+           "a direction", _matched_worse, paper="worse than both"),
+    Claim("wall_matches_modeled", "Fixed-first's measured wall-clock saving is within 10% of its modeled saving",
+           "largest over the uniform-finish fixed-first runs of abs(wall saving - modeled saving) / modeled",
+           False, 0.10, "the paper's 10%, relative to the modeled saving", _wall_vs_modeled, paper="within 10%"),
+)  # fmt: skip
+
+
+def diagnostic_claim(margin: float) -> Claim:
+    """The update diagnostic's claim against a margin of +-`margin` nats (NaN: no uniform run)."""
+    return Claim(
+        "update_diagnostic_zero",
+        "16 uniform updates after the switch (K0=4, 67%), a K=16 update's depth-averaged advantage over "
+        "a K=4 update is indistinguishable from zero",
+        "depth-averaged NLL advantage of the K=16 update (`biosrecall diagnose`), per seed",
+        True,
+        (-margin, margin),
+        f"'indistinguishable from zero' read as inside +-{ZERO_SHARE:.1%} of uniform's mean serving NLL, "
+        "the paper's tightest bound on an NLL difference it calls none (K0=4 at 67% within 0.1%)",
+        lambda rows: _value(rows, DIAGNOSTIC, "nll"),
+        paper="indistinguishable from zero",
+        note="" if not math.isnan(margin) else "needs the uniform run, whose NLL sets the margin",
+    )
+
+
+def zero_margin(table: pd.DataFrame) -> float:
+    """The diagnostic's margin in nats: `ZERO_SHARE` of uniform's mean serving NLL over seeds, to 3
+    significant digits (the threshold cell shows the number it was judged against)."""
+    means = [_mean(rows, UNIFORM) for _, rows in table.groupby("seed")]
+    uniform = float(np.nanmean(means)) if means and not all(map(math.isnan, means)) else math.nan
+    return math.nan if math.isnan(uniform) else float(f"{ZERO_SHARE * uniform:.3g}")
+
+
+def claims(per_run: pd.DataFrame, options: LMStudyOptions | None = None) -> list[Claim]:
+    """The paper's statements (`LM_CLAIMS`) and the update diagnostic's, its margin from `per_run`."""
+    return [*LM_CLAIMS, diagnostic_claim(zero_margin(per_run))]
+
+
+def judge(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The claims judged over the seeds of `table` (lm_nll's columns), the diagnostic's row from
+    `diagnosis` (columns seed, advantage; "not measured" without it). A claim's reason for not being
+    measured shows as its verdict, so the table has no `note` column."""
+    rows = table
+    if diagnosis is not None and len(diagnosis):
+        extra = diagnosis.assign(item=DIAGNOSTIC, nll=diagnosis["advantage"])[["item", "seed", "nll"]]
+        rows = pd.concat([table, extra], ignore_index=True)
+    return judge_claims(rows, claims(table)).drop(columns=["note"], errors="ignore")
+
+
+def write_lm_claims(judged: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """OUT/lm_claims.{csv,parquet,md} by the claims engine's writer, the .md with the paper's number
+    beside each statement."""
+    papers = zip(judged["statement"], judged["paper"], strict=True)
+    shown = judged.assign(statement=[f"{statement} (paper: {paper})" for statement, paper in papers])
+    return write_claims(judged, out_dir, stem=CLAIMS, shown=shown)
+
+
+LM_STUDY = Study(
+    name="lm_study",
+    summary="The paper's Figure-2 LM study over seeds, with its claims judged.",
+    options=LMStudyOptions,
+    runs=runs,
+    evaluations=evaluations,
+    done=evaluated,
+    read=read,
+    tables=tables,
+    claims=claims,
+    figures=figures,
+    sizes=sizes,
+    growing=("seeds", "grid"),
+    command="lm study",
+)
+
+
+# ---- what the engine has no hook for yet (module doc): the record, the diagnostic, the writers ----
+
+
+def _data_record(data_dir: Path) -> dict[str, Any]:
+    """The corpus as the record pins it: `lm prepare` output (checked), its manifest's hash."""
+    manifest = load_manifest(data_dir)  # a BiosrecallError when it is not `lm prepare` output
+    return {
+        "manifest_sha256": file_sha256(data_dir / "manifest.json"),
+        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "vocab_size": int(manifest["tokenizer"]["vocab_size"]),
+        "train_tokens": int(manifest["splits"]["train"]["tokens"]),
+        "sources": [entry.get("location") for entry in manifest.get("source", {}).get("inputs", [])],
+    }
+
+
+def _record(options: LMStudyOptions) -> dict[str, Any]:
+    """What lm_study.json holds, as it reads back from JSON (lists, not tuples)."""
+    settings, updates = _settings(options)
+    record = {
+        "preset": options.preset,
+        "settings": asdict(settings),
+        "updates": updates,
+        "tokens_per_update": settings.batch_size * settings.seq_len,
+        "device": options.device,
+        "data": _data_record(Path(options.data)),
+        "schedules": dict(GRID),
+        "grid": list(parse_grid(",".join(options.grid))),
+        "seeds": list(options.seeds),
+    }
+    return json.loads(json.dumps({**record, "versions": versions(), "machine": machine()}))
+
+
+SETTINGS_KEYS = ("preset", "settings", "updates", "tokens_per_update", "device", "data", "schedules")
+
+
+def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The record already in OUT, refusing one made with other settings: its runs' seeds would be
+    repeated under other settings (or mixed with them) in one output."""
+    path = out_dir / RECORD
+    if not path.is_file():
+        if out_dir.is_dir() and any(out_dir.iterdir()):
+            raise BiosrecallError(f"{out_dir} is not empty and holds no {RECORD}: give a new or empty --out")
+        return None
+    old = parse_json_text(path.read_text(encoding="utf-8"), str(path))
+    if not isinstance(old, dict) or any(key not in old for key in SETTINGS_KEYS):
+        raise BiosrecallError(f"{path} is not an lm study record; give another --out")
+    changed = [key for key in SETTINGS_KEYS if _identity(old, key) != _identity(record, key)]
+    if changed:
+        seeds = sorted(set(old.get("seeds", [])) & set(record["seeds"]))
+        repeat = f"seeds {','.join(map(str, seeds))} would repeat" if seeds else "its seeds would mix with"
+        raise BiosrecallError(
+            f"{out_dir} holds an lm study with other settings ({', '.join(changed)} differ): {repeat} "
+            "the runs already there; use another --out"
+        )
+    return old
+
+
+def _identity(record: dict[str, Any], key: str) -> Any:
+    """What must match for a call to continue an output: the corpus is its tokenizer (trained on its
+    training documents), vocabulary and training tokens. Its source locations are only informative
+    (an archive writes them relative to where it was made), and so is its manifest's hash, which
+    also records the release that prepared it: the same corpus prepared by a later release is the
+    same data."""
+    value = record[key]
+    if key == "data" and isinstance(value, dict):
+        return {name: item for name, item in value.items() if name not in ("sources", "manifest_sha256")}
+    return value
+
+
+def lm_study_command(record: dict[str, Any]) -> str:
+    """The `biosrecall lm study` command that wrote an output, from its lm_study.json: defaults left
+    out and no `--out`, as `biosrecall.experiments.study.figure1_command` writes figure1's. The record
+    pins the corpus by its manifest, not its folder, so `--data` names what `lm prepare` read."""
+    sources = " ".join(str(source) for source in record["data"].get("sources") or ["?"])
+    flags = [f"--data <lm prepare {sources}>", f"--preset {record['preset']}"]
+    flags.append("--seeds " + ",".join(map(str, record["seeds"])))
+    if list(record["grid"]) != list(GRID):
+        flags.append("--grid " + ",".join(record["grid"]))
+    if record["updates"] != record["settings"]["updates"]:
+        flags.append(f"--tokens {record['updates'] * record['tokens_per_update']}")
+    if record["device"] != "auto":
+        flags.append(f"--device {record['device']}")
+    return "biosrecall lm study " + " ".join(flags)
+
+
+def plan_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, executor=None) -> list[str]:
+    """What each run would do now (train, resume, evaluate, skip) and spend (updates, tokens,
+    modeled FLOPs), every setting checked as `run_lm_study` checks it; nothing is written.
+    `executor`: `sweep run`'s options by name, as `engine.run_study` takes them."""
+    out_dir = Path(out_dir)
+    settings, updates = _settings(options)
+    _check_record(out_dir, _record(options))
+    executor = study_executor(workers, threads, options.device, **(executor or {}))
+    grid_runs = runs(options)
+    jobs = prepare(out_dir / RUNS, grid_runs, evaluations(options), executor)
+    lines = [
+        f"lm study {options.preset}: {len(options.grid)} grid item(s) x {len(options.seeds)} seed(s) = "
+        f"{len(grid_runs)} runs, {updates:,} updates of {settings.batch_size} x {settings.seq_len} tokens "
+        f"each; evaluated at depths 1..{settings.max_depth}; {describe_executor(executor)}"
+    ]
+    total = 0.0
+    for (name, action, _), run, job in zip(planned_actions(jobs), grid_runs, jobs, strict=True):
+        action = "skip" if evaluated(job.run_dir) else action
+        plan = _plan(run, options)
+        total += plan.total_flops
+        lines.append(
+            f"  {name:<36} {action:<8} {plan.schedule}: {plan.updates:,} updates, "
+            f"{plan.updates * plan.tokens_per_update:,} tokens, {plan.total_flops:.3e} FLOPs"
+        )
+    lines.append(f"modeled training FLOPs of every run: {total:.4e}")
+    return lines
+
+
+def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, report=None,
+                 executor=None) -> StudyResult:  # fmt: skip
+    """Train (or continue) every run of the study, evaluate, diagnose, and write the tables, figures
+    and claims: `engine.run_study`'s steps, in its order, with the four additions of the module doc.
+
+    Refuses, before anything is written, an output made with other settings, a corpus folder that is
+    not `lm prepare` output, an unknown grid item and a token budget under one update. `executor`:
+    `sweep run`'s options by name ({"kind": "slurm", "partition": "gpu"}); the diagnostic and the
+    tables run here either way. Raises `Interrupted` when Ctrl-C stops training (rerun the same call
+    to continue) and `StudyRunFailed` when a run fails."""
+    out_dir = Path(out_dir)
+    settings, _ = _settings(options)
+    executor = study_executor(workers, threads, options.device, **(executor or {}))
+    _check_record(out_dir, _record(options))
+    for run in runs(options):
+        _plan(run, options)
+    prepare(out_dir / RUNS, runs(options), evaluations(options), executor)  # every run's options checked
+    timer = StudyTimer(
+        report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
+    )
+    with output_lock(out_dir):
+        old = _check_record(out_dir, _record(options))
+        if old is not None:  # what earlier calls trained stays recorded, and is tabulated with this call's
+            grid = [item for item in GRID if item in {*old["grid"], *options.grid}]
+            options = replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=tuple(grid))
+        write_study_record(out_dir / RECORD, json.dumps(_record(options), indent=2) + "\n")
+        grid_runs = runs(options)
+        with timer.phase(
+            "training", f"{len(grid_runs)} run(s) and their evaluation at depths 1..{settings.max_depth}"
+        ):
+            left = [run for run in grid_runs if not evaluated(out_dir / RUNS / run.name)]
+            if left:
+                if report is not None:
+                    report(f"progress of each run in {out_dir / RUNS / BOOKKEEPING}/<run>.log")
+                sweep_study_runs(out_dir / RUNS, left, evaluations(options), executor, report)
+        with timer.phase("evaluation", "the update diagnostic at K0=4 / 67%'s switch, 16 updates on"):
+            diagnosis = diagnose_runs(out_dir, options, report, executor.threads)
+        with timer.phase("tables", "writing the NLL tables, figures and claims"):
+            per_run = pd.concat(
+                [read(out_dir / RUNS / run.name).assign(**run.labels) for run in grid_runs], ignore_index=True
+            )
+            written = tables(per_run, options)
+            for name, table in written.items():
+                write_table(table, out_dir / name)
+            atomic_write_text(out_dir / "lm_summary.md", summary_markdown(written["lm_summary"]))
+            for stem, figure in figures(per_run, options).items():
+                save_figure(figure, out_dir / stem)
+            if diagnosis is not None:
+                write_table(diagnosis, out_dir / "lm_diagnose")
+            judged = judge(written["lm_nll"], diagnosis)
+            write_lm_claims(judged, out_dir)
+        timer.save(out_dir)
+    return StudyResult(out_dir, per_run, written, judged)
+
+
+def diagnose_runs(
+    out_dir: Path, options: LMStudyOptions, report=None, threads: int = 1
+) -> pd.DataFrame | None:
+    """Per seed, the depth-averaged NLL advantage of a K=16 over a K=4 update after `AFTER_UNIFORM`
+    uniform updates from K0=4 / 67%'s switch (None when the grid has no such run). Each seed's
+    diagnosis is written to OUT/diagnose/<item>/seed<S>/ and read back on later calls."""
+    if DIAGNOSED not in options.grid:
+        return None
+    settings, _ = _settings(options)
+    diagnose = DiagnoseOptions(after_uniform=(AFTER_UNIFORM,), batches=settings.diagnose_batches,
+                               val_sequences=settings.eval_sequences, seed=0)  # fmt: skip
+    rows = []
+    for seed in options.seeds:
+        name = f"{DIAGNOSED}/seed{seed}"
+        out = out_dir / DIAGNOSE / name
+        if not (out / "diagnose_switch.json").is_file():  # written last: the diagnosis is complete
+            if report is not None:
+                report(f"diagnosing {name}")
+            with torch_threads(threads):
+                diagnose_update(out_dir / RUNS / name, "switch", diagnose, device=options.device).write(out)
+        averages = depth_average(pd.read_parquet(out / "diagnose_switch.parquet"))
+        row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
+        rows.append({"item": DIAGNOSED, "seed": seed, "after_uniform": AFTER_UNIFORM, "update": int(row["update"]),
+                     "advantage": float(row["mean"]), "ci_low": float(row["ci_low"]),
+                     "ci_high": float(row["ci_high"]), "n_batches": int(row["n_batches"])})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@contextmanager
+def torch_threads(threads: int):
+    """Torch on `threads` threads for the block (a run's own count): the diagnostic runs in this
+    process, and on torch's default, on a busy 2-core machine, it was many times slower than one
+    thread (docs/results/lm-sizing.md)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
