@@ -227,12 +227,10 @@ def recall_curve(
     """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
     plot Figure-1 style curves."""
 
-    if out_dir.exists() and not out_dir.is_dir():  # before hours of evaluation, not after
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     _check_mode(run_dirs, hf_model, data_dir)
     from biosrecall.eval.recall_curve import check_output
 
-    check_output(out_dir, overwrite)  # before hours of scoring: only recall-curve's own folder is replaced
+    check_output(out_dir, overwrite)  # before hours of scoring: a file or a stranger folder is refused
     _check_size(run_dirs, data_dir, people, max_depth)
     if hf_model is not None:
         options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
