@@ -25,6 +25,13 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
   written) and `--archive` (`study_archive`: the results without weights).
 - where runs go: processes here (`--workers`, `--threads`) or a Slurm job array (`--executor slurm`
   and `sweep run`'s Slurm options; `study_engine.study_executor`), on the study's `device`.
+
+A study that needs more declares it, each hook optional (`figure1` uses them all): `prepare`, a record
+of its own and what it refuses or replaces (`overwrite`), and inputs it makes (a dataset) under the
+lock; `then`, runs chosen from the first runs' results (a learning-rate grid's winners); `evaluate`,
+one scoring pass in this process instead of per-run `evaluations`; `write`, files in formats of its
+own. Branches (a run whose task names its trunk's run as `from`) train after every other run, from
+the state their trunk kept (`study_engine.train_study_runs`).
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from biosrecall.locking import output_lock
 from biosrecall.sweep.commands import EVALUATIONS
 from biosrecall.sweep.engine import planned_actions, prepare
 from biosrecall.train.progress import format_seconds
-from biosrecall.train.run_folder import machine, versions
+from biosrecall.train.run_folder import RunFolder, machine, versions
 
 RUNS = "runs"
 
@@ -61,15 +68,16 @@ class Study:
     """A frozen dataclass with a docstring under every field and a `seeds` tuple."""
     runs: Callable[[Any], list]
     """options -> the `SweepRun`s of the grid (labels carry what the tables group by, and `seed`)."""
-    evaluations: Callable[[Any], list]
+    evaluations: Callable[[Any], list] = lambda options: []
     """options -> the `Evaluation`s every run gets from the sweep engine."""
-    done: Callable[[Path], bool]
+    done: Callable[[Path], bool] = lambda run_dir: RunFolder(run_dir).finished()
     """A run folder that is finished and holds its evaluation: it is not trained or evaluated again."""
-    read: Callable[[Path], Any]
-    """A finished run folder -> its evaluation table (the engine adds the run's labels)."""
-    tables: Callable[[Any, Any], dict]
+    read: Callable[[Path], Any] | None = None
+    """A finished run folder -> its evaluation table (the engine adds the run's labels); needed
+    unless the study has an `evaluate` of its own."""
+    tables: Callable[[Any, Any], dict] = lambda per_run, options: {}
     """(per-run table, options) -> {name: table}: pure functions of the per-run table."""
-    claims: Callable[[Any, Any], list]
+    claims: Callable[[Any, Any], list] = lambda per_run, options: []
     """(per-run table, options) -> the claims, judged over its `seed` column."""
     figures: Callable[[Any, Any], dict] = lambda per_run, options: {}
     """(per-run table, options) -> {stem: matplotlib Figure}, saved as OUT/<stem>.png and .pdf."""
@@ -80,14 +88,29 @@ class Study:
     command: str = ""
     """The command words that run it ("" for `biosrecall study <name>`; "leaderboard" for a study with
     a command of its own)."""
+    prepare: Callable[[Path, Any, bool, Any], None] | None = None
+    """(out, options, overwrite, report): for a study with a record of its own, under the lock before
+    anything trains: check what OUT holds against the options (refuse, or with `overwrite` replace,
+    an output made otherwise), write the record, make what the runs read (a dataset). None: the
+    engine's record, OUT/<name>.json, and its check."""
+    then: Callable[[Any, Any], list] | None = None
+    """(per-run table of the `runs`, options) -> the runs their results choose (each schedule at the
+    learning rate its grid picked), trained after them; the tables see both."""
+    evaluate: Callable[[Path, list, Any, Any], Any] | None = None
+    """(runs folder, runs, options, executor) -> the per-run table, scored in this process with the
+    executor's workers; None: each run's `read` of what its `evaluations` wrote."""
+    write: Callable[[Path, Any, Any], tuple] | None = None
+    """(out, per-run table, options) -> (tables, judged claims, figure paths): a study whose files have
+    formats of their own writes them itself; None: `tables`, `claims` and `figures` as above."""
 
 
 @dataclass
 class StudyResult:
     out_dir: Path
-    per_run: Any  # the per-run table, every run's `read` with its labels
+    per_run: Any  # the per-run table, every run's `read` with its labels (or the study's `evaluate`)
     tables: dict
     claims: Any  # claims.csv
+    figures: list = field(default_factory=list)  # the figures' files
 
 
 def record_of(study: Study, options) -> dict[str, Any]:
@@ -206,55 +229,88 @@ def by_trainer(runs: list, evaluations: list) -> list[tuple[list, list]]:
 
 
 def run_study(
-    study: Study, out_dir, options, workers=None, threads=None, report=None, executor=None
+    study: Study, out_dir, options, workers=None, threads=None, report=None, executor=None, overwrite=False
 ) -> StudyResult:
     """Train (or continue) every run, evaluate, and write the study's tables and claims (module doc).
     Runs go `workers` at a time on `threads` threads here, or where `executor` says: `sweep run`'s
     options by name, {"kind": "slurm", "partition": "gpu", "time_min": 600} (`study_executor`).
-    Raises `Interrupted` on Ctrl-C (rerun to continue) and `StudyRunFailed` when a run fails."""
-    import pandas as pd
-
+    `overwrite` is handed to the study's `prepare`. Raises `Interrupted` on Ctrl-C (rerun to
+    continue) and `StudyRunFailed` when a run fails."""
     from biosrecall.experiments.claims import judge_claims, write_claims
-    from biosrecall.experiments.study_engine import executor_slots, sweep_study_runs, write_study_record
+    from biosrecall.experiments.study_engine import executor_slots, write_study_record
     from biosrecall.outputs import save_figure, write_table
 
     out_dir = Path(out_dir)
-    options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+    if study.prepare is None:
+        options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
     executor = _executor(workers, threads, options, executor)
-    groups = by_trainer(study.runs(options), study.evaluations(options))
-    runs = [run for group, _ in groups for run in group]
-    for group, evaluations in groups:
+    runs = study.runs(options)
+    for group, evaluations in by_trainer(runs, study.evaluations(options)):
         prepare(out_dir / RUNS, group, evaluations, executor)  # every run's options checked, nothing written
     timer = StudyTimer(
         report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
     )
     with output_lock(out_dir):
-        # Under the lock: another call may have grown the record since the check above.
-        options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
-        record = record_of(study, options)
-        write_study_record(
-            out_dir / f"{study.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n"
-        )
-        with timer.phase("training", f"{len(runs)} run(s) and their evaluation"):
-            for group, evaluations in groups:
-                left = [run for run in group if not study.done(out_dir / RUNS / run.name)]
-                if left:
-                    sweep_study_runs(out_dir / RUNS, left, evaluations, executor, report)
-        with timer.phase("tables", "writing the tables and claims"):
-            per_run = pd.concat(
-                [study.read(out_dir / RUNS / run.name).assign(**run.labels) for run in runs],
-                ignore_index=True,
+        if study.prepare is None:
+            # Under the lock: another call may have grown the record since the check above.
+            options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+            record = record_of(study, options)
+            write_study_record(
+                out_dir / f"{study.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n"
             )
-            tables = study.tables(per_run, options)
-            for name, table in tables.items():
-                write_table(table, out_dir / name)
-                atomic_write_text(out_dir / f"{name}.md", table_markdown(table))
-            claims = judge_claims(per_run, study.claims(per_run, options))
+        else:
+            study.prepare(out_dir, options, overwrite, report)
+        _train(study, out_dir, runs, options, executor, report, timer)
+        if study.then is not None:
+            more = study.then(_evaluated(study, out_dir, runs, options, executor, timer), options)
+            _train(study, out_dir, more, options, executor, report, timer)
+            runs = runs + more
+        if study.evaluate is not None:
+            per_run = _evaluated(study, out_dir, runs, options, executor, timer)
+        with timer.phase("tables", "writing the tables and claims"):
+            if study.evaluate is None:
+                per_run = _evaluated(study, out_dir, runs, options, executor, timer)
+            if study.write is not None:
+                tables, claims, figures = study.write(out_dir, per_run, options)
+            else:
+                tables, figures = study.tables(per_run, options), []
+                for name, table in tables.items():
+                    write_table(table, out_dir / name)
+                    atomic_write_text(out_dir / f"{name}.md", table_markdown(table))
+                claims = judge_claims(per_run, study.claims(per_run, options))
+                for stem, figure in study.figures(per_run, options).items():
+                    figures += save_figure(figure, out_dir / stem)
             write_claims(claims, out_dir)
-            for stem, figure in study.figures(per_run, options).items():
-                save_figure(figure, out_dir / stem)
         timer.save(out_dir)
-    return StudyResult(out_dir, per_run, tables, claims)
+    return StudyResult(out_dir, per_run, tables, claims, figures)
+
+
+def _train(study: Study, out_dir: Path, runs: list, options, executor, report, timer: StudyTimer) -> None:
+    """Bring the runs the study's `done` does not accept to done, with their evaluations, trunks
+    before their branches (`study_engine.train_study_runs`)."""
+    from biosrecall.experiments.study_engine import train_study_runs
+
+    every = study.evaluations(options)
+    if runs:
+        with timer.phase("training", f"{len(runs)} run(s) and their evaluation" if every else None):
+            for group, evaluations in by_trainer(runs, every):
+                train_study_runs(out_dir / RUNS, group, executor, report, evaluations, study.done)
+
+
+def _evaluated(study: Study, out_dir: Path, runs: list, options, executor, timer: StudyTimer):
+    """The per-run table of `runs`: the study's `evaluate` (timed as evaluation), or each run's `read`
+    with its labels."""
+    import pandas as pd
+
+    if study.evaluate is None:
+        return pd.concat(
+            [study.read(out_dir / RUNS / run.name).assign(**run.labels) for run in runs], ignore_index=True
+        )
+    from biosrecall.experiments.study_engine import executor_slots
+
+    doing = f"scoring {len(runs)} run(s), {executor_slots(executor)} at a time" if runs else None
+    with timer.phase("evaluation", doing):
+        return study.evaluate(out_dir / RUNS, runs, options, executor)
 
 
 def table_markdown(table) -> str:

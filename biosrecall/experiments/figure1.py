@@ -20,21 +20,21 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/runs/.sweep/               each run's spec (.specs/<run>.json), record and log (`biosrecall.sweep`)
     OUT/timings.jsonl, timings.md  wall time per phase of every call (`biosrecall.experiments.study_timings`)
 
-Every run is a `biosrecall train --config OUT/runs/.sweep/.specs/<run>.json` process launched by the
-sweep engine's local executor (`biosrecall.experiments.study_engine`), `workers` at a time; the study
-describes each run once, as a `SweepRun` holding its `TrainConfig` (`biosrecall.experiments.study`),
-and that file holds the config's `to_dict()` (`biosrecall.sweep.run_spec`).
-
-The whole call holds the output's lock (`biosrecall.locking.output_lock`). Calling again continues:
-finished runs are kept, an interrupted one resumes from its last save, recall results are cached per
-checkpoint, and added seeds or controls only train what is new (`figure1_output` says what is refused).
+The study is a declaration on the engine (`biosrecall.experiments.engine`, `FIGURE1`), which holds
+the output's lock for the whole call, trains every run as a `biosrecall train` process of the sweep
+engine `workers` at a time (each described once, as a `SweepRun` holding its `TrainConfig`:
+`biosrecall.experiments.study`), trunks before their branches, and times each phase. What is
+figure1's own: its record and what it refuses or replaces (`prepare`, `figure1_output`), its
+datasets, the learning-rate grid whose winners choose the other runs (`runs`, then `then`), one
+in-process scoring pass of recall and serving (`evaluate`), and its files (`write`). Calling again
+continues: finished runs are kept, an interrupted one resumes from its last save, recall results are
+cached per checkpoint, and added seeds or controls only train what is new.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
-from functools import cached_property
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,24 +53,20 @@ from biosrecall.experiments.budget_results import (
     write_budget_results,
 )
 from biosrecall.experiments.budgets import budget_runs
-from biosrecall.experiments.claims import write_claims
+from biosrecall.experiments.engine import Study, run_study
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
     FIXED_K4,
     MAIN_SCHEDULES,
     StudyOptions,
-    Tasks,
     dataset_folders,
     dataset_seed,
     grid_runs,
     study_runs,
 )
-from biosrecall.experiments.study_engine import study_executor, train_study_runs
+from biosrecall.experiments.study_engine import write_study_record
 from biosrecall.experiments.study_serving import serve_study
-from biosrecall.experiments.study_timings import StudyTimer
-from biosrecall.locking import output_lock
 from biosrecall.outputs import write_table
-from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
 from biosrecall.train.run_folder import machine, versions
@@ -129,6 +125,28 @@ FIGURE1_PRESETS = {
 }
 
 
+@dataclass(frozen=True)
+class Figure1Options:
+    """One call of the study: where, at which size, and what `StudyOptions` adds."""
+
+    out: Path = Path("runs/figure1")
+    """The output folder: the datasets the runs train on are its data/."""
+    preset: str = "quick"
+    """The size, a `FIGURE1_PRESETS` name."""
+    budget: float | None = None
+    """The matched FLOP budget (None: what fixed K=4 spends in the preset's `budget_updates`)."""
+    study: StudyOptions = field(default_factory=StudyOptions)
+    """Seeds, controls, learning-rate grid, Figure-5 sweep, architecture overrides, budget sweep."""
+    device: str = "auto"
+    """Where runs train and are scored: auto, cpu or cuda."""
+    log: tuple[str, ...] = ()
+    """Experiment trackers every run reports to (`biosrecall.train.tracking`)."""
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return self.study.seeds
+
+
 @dataclass
 class Figure1Result:
     out_dir: Path
@@ -138,6 +156,17 @@ class Figure1Result:
     claims: pd.DataFrame
     figures: list[Path]
     headline: Any = None  # adaptive against fixed serving depth (`biosrecall.eval.serving`)
+
+
+@dataclass
+class Scores:
+    """What one scoring pass gives the tables: recall curves by role, and the serving frontier."""
+
+    runs: list  # every run of the call, grid points included
+    grid: pd.DataFrame | None = None  # the learning-rate grid's runs at 100%
+    curves: pd.DataFrame | None = None  # main runs, controls and the Figure-5 sweep at every fraction
+    frontier: pd.DataFrame | None = None  # the main runs' final checkpoints served
+    budget: pd.DataFrame | None = None  # the budget sweep's runs (not its trunks) at 100%
 
 
 def run_figure1(
@@ -161,66 +190,14 @@ def run_figure1(
     run reports to (`biosrecall.train.tracking`). Raises `Interrupted` (naming the runs) when Ctrl-C
     stops training, and `StudyRunFailed` when a run fails.
     """
-    study = study or StudyOptions()
-    settings = _resolve(preset, study.model_overrides)
-    out_dir = Path(out_dir)
-    config = replace(_train_config(settings, budget, study.seeds[0], device), log=tuple(log))
-    record = _record(preset, settings, config, study)
-    executor = study_executor(workers, threads, device)
-    timer = StudyTimer(
-        report, seeds=list(study.seeds), workers=executor.slots(), threads=executor.threads_per_run
-    )
-    trainer = _Trainer(out_dir, config, settings, study, (executor, report), timer)
-    with output_lock(out_dir):
-        output.prepare_output(
-            out_dir, record, trainer.datasets, settings.people, overwrite, trainer.check_plans, report
-        )
-        output.write_record(out_dir, record)
-        best_lr = _tune_learning_rates(out_dir, trainer)
-        trained = study_runs(study, config, trainer.tasks, best_lr, trainer.fixed4_updates())
-        trainer.train_all(trained)
-        # The main runs' 100% checkpoints are served too: their frontier comes from the same pass.
-        main_runs = [run for run in trained if run.labels["role"] == "main"]
-        curves, frontier = trainer.evaluate(trained, FRACTIONS, served=main_runs)
-        with timer.phase("tables"):
-            written = write_study_results(out_dir, curves, [saving_claim()])
-        with timer.phase("serving", "writing the exit frontier and its claims"):
-            headline, served, claims = _serving(out_dir, frontier, main_runs, written.claims)
-        swept = []
-        if study.budgets:
-            trained_budgets, claims, swept = _budget_sweep(out_dir, trainer, best_lr, claims, curves)
-            trained = list({run.name: run for run in trained + trained_budgets}.values())
-        write_claims(claims, out_dir)
-        timer.save(out_dir)
-    runs = {run.name: trainer.runs_dir / run.name for run in trained}
-    figures = written.figures + served + swept
-    return Figure1Result(out_dir, runs, curves, written.summary, claims, figures, headline)
-
-
-def _budget_sweep(
-    out_dir: Path, trainer: _Trainer, best_lr, claims: pd.DataFrame, study_curves: pd.DataFrame
-):
-    """Train and score the budget sweep's final checkpoints; write its tables and figure, judge the
-    compute claim (its row replaces the "not measured" one), and, in branch mode, compare the 1x
-    branches with the study's own runs (the independent runs at 1x)."""
-    runs = trainer.budget_runs(best_lr)
-    trainer.train_all(runs)
-    curves, _ = trainer.evaluate([run for run in runs if run.labels["role"] != "trunk"], (1.0,))
-    curves = curves.assign(
-        budget_multiple=curves["run"].map({run.name: run.labels["budget"] for run in runs})
-    )
-    curve = budget_curve(curves)
-    targets = compute_to_target(curve)
-    modes = None
-    if trainer.study.budget_mode == "branch":
-        alone = study_curves[
-            study_curves["role"].isin(["main", "control"]) & (study_curves["fraction"] == 1.0)
-        ]
-        modes = mode_agreement(curve, budget_curve(alone.assign(budget_multiple=1.0)))
-    written = write_budget_results(curve, targets, out_dir, modes)
-    row = saving_claim(targets)
-    claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
-    return runs, claims, [p for p in written if p.suffix in (".png", ".pdf")]
+    options = Figure1Options(Path(out_dir), preset, budget, study or StudyOptions(), device, tuple(log))
+    result = run_study(FIGURE1, out_dir, options, workers, threads, report, overwrite=overwrite)
+    scores = result.per_run
+    runs = {run.name: Path(out_dir) / RUNS / run.name for run in scores.runs if run.labels["role"] != "grid"}
+    return Figure1Result(
+        result.out_dir, runs, scores.curves, result.tables["summary"], result.claims, result.figures,
+        result.tables.get("exit_headline"),
+    )  # fmt: skip
 
 
 def _resolve(preset: str, overrides: dict) -> Figure1Preset:
@@ -236,27 +213,34 @@ def _resolve(preset: str, overrides: dict) -> Figure1Preset:
     return replace(settings, model_overrides=tuple(sorted(merged.items())))
 
 
-def _train_config(settings: Figure1Preset, budget, seed: int, device: str) -> TrainConfig:
+def _settings(options: Figure1Options) -> Figure1Preset:
+    return _resolve(options.preset, options.study.model_overrides)
+
+
+def _train_config(options: Figure1Options) -> TrainConfig:
     """Every run's trainer settings before its schedule, seed and lr; the budget is the preset's
     unless `budget` is given."""
+    settings, budget = _settings(options), options.budget
     return TrainConfig(
         batch_size=settings.batch_size,
         seq_len=settings.seq_len,
         lr=settings.lr,
-        seed=seed,
-        device=device,
+        seed=options.seeds[0],
+        device=options.device,
         checkpoint_fractions=FRACTIONS,
         budget=budget,
         budget_of=None if budget is not None else f"fixed:4:{settings.budget_updates}",
+        log=options.log,
     )
 
 
-def _record(preset: str, settings: Figure1Preset, config: TrainConfig, study: StudyOptions) -> dict[str, Any]:
+def _record(options: Figure1Options) -> dict[str, Any]:
     """What figure1.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
+    study = options.study
     record = {
-        "preset": preset,
-        "settings": asdict(settings),
-        "train_config": config.to_dict(),
+        "preset": options.preset,
+        "settings": asdict(_settings(options)),
+        "train_config": _train_config(options).to_dict(),
         "schedules": MAIN_SCHEDULES,
         "fractions": list(FRACTIONS),
         "dataset_seed": "per run" if study.dataset_seed_per_run else study.seeds[0],
@@ -267,107 +251,144 @@ def _record(preset: str, settings: Figure1Preset, config: TrainConfig, study: St
     return json.loads(json.dumps(record))
 
 
-class _Trainer:
-    """Trains the study's runs, each in its folder, skipping finished ones and resuming stopped ones.
+def _datasets(options: Figure1Options) -> dict[int, Path]:
+    return dataset_folders(options.study, options.out / DATA)
 
-    Each run is described once (`biosrecall.experiments.study.study_run`: its TrainConfig from the
-    study's `config`, its task from `tasks`) and handed to its `biosrecall train` process as its run
-    spec (`biosrecall.sweep.run_spec`); the dataset is read and checked once per study (`task`)."""
 
-    def __init__(self, out_dir: Path, config, settings, study, engine, timer: StudyTimer):
-        self.runs_dir, self.datasets = out_dir / RUNS, dataset_folders(study, out_dir / DATA)
-        self.config, self.settings, self.study = config, settings, study
-        self.engine, self.timer = engine, timer  # engine: (executor, report)
-        overrides = dict(settings.model_overrides) or None
-        self.tasks: Tasks = {
-            seed: {"data": self.datasets[dataset_seed(study, seed)].resolve(),
-                   "preset": settings.model_preset, "model_overrides": overrides}
-            for seed in study.seeds
-        }  # fmt: skip
+def _tasks(options: Figure1Options) -> dict[int, dict]:
+    """Training seed -> the task of its runs: its dataset, the model preset and its overrides."""
+    settings, datasets = _settings(options), _datasets(options)
+    overrides = dict(settings.model_overrides) or None
+    return {
+        seed: {"data": datasets[dataset_seed(options.study, seed)].resolve(),
+               "preset": settings.model_preset, "model_overrides": overrides}
+        for seed in options.seeds
+    }  # fmt: skip
 
-    def plan(self, run: SweepRun):
-        """The plan of one run (`biosrecall.compute.planner.Plan`)."""
-        return make_plan(self.task.model_config(), run.config)
 
-    def budget_runs(self, best_lr) -> list[SweepRun]:
-        """The budget sweep's runs, trunks first; in branch mode all warm up as the base fixed K=4 run."""
-        warmup = warmup_updates(self.fixed4_updates(), self.config)
-        return budget_runs(self.study, self.config, self.tasks, best_lr, self.plan, warmup)
+def _task(options: Figure1Options):
+    """The bioS task on the first dataset, read and checked (every dataset has the same vocabulary,
+    so one plans every run); asked for once the datasets exist."""
+    settings = _settings(options)
+    data_dir = next(iter(_datasets(options).values()))
+    return bios_training_task(data_dir, settings.model_preset, dict(settings.model_overrides))
 
-    @cached_property
-    def task(self):
-        """The bioS task on the first dataset, read and checked once (every dataset has the same
-        vocabulary, so one plans every run); first asked for once the datasets exist."""
 
-        data_dir = next(iter(self.datasets.values()))
-        return bios_training_task(data_dir, self.settings.model_preset, dict(self.settings.model_overrides))
+def runs(options: Figure1Options) -> list:
+    """The learning-rate grid's runs (first seed): their winners choose the other runs (`then`)."""
+    return grid_runs(options.study, _train_config(options), _tasks(options))
 
-    def fixed4_updates(self) -> int:
 
-        model_config = self.task.model_config()
-        return make_plan(model_config, replace(self.config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
+def then(scores: Scores, options: Figure1Options, task=None) -> list:
+    """Every seed of the main schedules at their own learning rate (the grid's winners, or the
+    preset's), the controls, the Figure-5 sweep and the budget sweep (trunks before branches)."""
+    study, config, tasks = options.study, _train_config(options), _tasks(options)
+    best = chosen_lr(grid_table(scores.grid)) if study.lr_grid else dict.fromkeys(MAIN_SCHEDULES, config.lr)
+    task = task or _task(options)
+    fixed4 = make_plan(task.model_config(), replace(config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
+    chosen = study_runs(study, config, tasks, best, fixed4)
+    if study.budgets:
+        plan = lambda run: make_plan(task.model_config(), run.config)  # noqa: E731
+        chosen += budget_runs(study, config, tasks, best, plan, warmup_updates(fixed4, config))
+    return chosen
 
-    def check_plans(self) -> None:
-        """Plan every kind of run and build a batch source, so a budget too small for one update, an
-        unknown architecture override or a sequence too short for a biography fails before training."""
 
-        self.config.validate()
-        task = self.task
-        model_config = task.model_config()
-        task.batch_source(self.config, resolve_seq_len(self.config, model_config, task.preset))
-        best = {name: self.settings.lr for name in MAIN_SCHEDULES}
-        runs = grid_runs(self.study, self.config, self.tasks)
-        runs += study_runs(self.study, self.config, self.tasks, best, 1)
-        if self.study.budgets:
-            runs += self.budget_runs(best)
-        for run in runs:
-            make_plan(model_config, run.config)
+def prepare(out_dir: Path, options: Figure1Options, overwrite: bool, report) -> None:
+    """Refuse (or with `overwrite` replace) an output made with other settings, make the missing
+    datasets, plan every run (`check_plans`) and write figure1.json (`figure1_output`)."""
+    record = _record(options)
+    check = lambda: _check_plans(options)  # noqa: E731
+    output.prepare_output(
+        out_dir, record, _datasets(options), _settings(options).people, overwrite, check, report
+    )
+    write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
-    def train_all(self, runs: list[SweepRun]) -> None:
-        """Bring every run to done through the sweep engine (finished ones are skipped)."""
-        executor, report = self.engine
-        with self.timer.phase("training"):
-            train_study_runs(self.runs_dir, runs, executor, report)
 
-    def evaluate(self, runs: list[SweepRun], fractions, served=()) -> tuple[pd.DataFrame, Any]:
-        """The long recall table of `runs` at `fractions` and depths 1..max_depth, labelled by run,
-        and the serving frontier (`SERVING_CRITERIA`) of the `served` runs' final checkpoints, from the
-        same pass (None when nothing is served); both with `run` the run's name, `seed<S>/<label>`."""
-        settings, executor = self.settings, self.engine[0]
-        paths = [self.runs_dir / run.name for run in runs]
-        served_paths = [self.runs_dir / run.name for run in served]
-        doing = f"scoring {len(paths)} run(s) at depths 1..{settings.max_depth}"
-        doing += f", serving {len(served)} of them" if served else ""
-        with self.timer.phase("evaluation", f"{doing}, {executor.slots()} at a time"):
-            scores = score_runs(paths, fractions, parse_exits(SERVING_CRITERIA) if served else (),
-                                max_depth=settings.max_depth, device=self.config.device,
-                                people=settings.eval_people, served=served_paths, workers=executor.slots(),
-                                threads=executor.threads)  # fmt: skip
-        by_label = dict(zip(run_labels(paths), runs, strict=True))
+def _check_plans(options: Figure1Options) -> None:
+    """Plan every kind of run and build a batch source, so a budget too small for one update, an
+    unknown architecture override or a sequence too short for a biography fails before training."""
+    config = _train_config(options)
+    config.validate()
+    task = _task(options)
+    model_config = task.model_config()
+    task.batch_source(config, resolve_seq_len(config, model_config, task.preset))
+    grid = Scores([], grid=None)
+    for run in runs(options) + then(grid, replace(options, study=replace(options.study, lr_grid=())), task):
+        make_plan(model_config, run.config)
+
+
+def evaluate(runs_dir: Path, runs: list, options: Figure1Options, executor) -> Scores:
+    """The recall of every run at depths 1..max_depth (the grid's and the budget sweep's at 100%, the
+    others at 45% and 100%), and the serving frontier of the main runs' final checkpoints from the
+    same pass; `run` is each run's name, `seed<S>/<label>`."""
+    settings = _settings(options)
+
+    def score(group: list, fractions, served=()):
+        if not group:
+            return None, None
+        paths = [runs_dir / run.name for run in group]
+        scores = score_runs(paths, fractions, parse_exits(SERVING_CRITERIA) if served else (),
+                            max_depth=settings.max_depth, device=options.device, people=settings.eval_people,
+                            served=[runs_dir / run.name for run in served], workers=executor.slots(),
+                            threads=executor.threads)  # fmt: skip
+        by_label = dict(zip(run_labels(paths), group, strict=True))
         frontier = scores.frontier
         if frontier is not None:
             frontier = frontier.assign(run=frontier["run"].map(lambda run: by_label[run].name))
         return label_runs(scores.recall, by_label), frontier
 
+    def role(*names):
+        return [run for run in runs if run.labels["role"] in names]
 
-def _tune_learning_rates(out_dir: Path, trainer: _Trainer):
-    """Each main schedule's learning rate: the grid's winners (OUT/lr_grid.*, written as soon as the
-    grid is done, before the other seeds train), or the preset's."""
-    study = trainer.study
-    if not study.lr_grid:
-        return {name: trainer.config.lr for name in MAIN_SCHEDULES}
-    runs = grid_runs(study, trainer.config, trainer.tasks)
-    trainer.train_all(runs)
-    grid = grid_table(trainer.evaluate(runs, (1.0,))[0])
-    write_table(grid, out_dir / "lr_grid")
-    return chosen_lr(grid)
+    main = role("main")
+    curves, frontier = score(role("main", "control", "sweep"), FRACTIONS, served=main)
+    budget = score(role("budget"), (1.0,))[0]
+    if budget is not None:
+        multiples = {run.name: run.labels["budget"] for run in role("budget")}
+        budget = budget.assign(budget_multiple=budget["run"].map(multiples))
+    return Scores(runs, score(role("grid"), (1.0,))[0], curves, frontier, budget)
 
 
-def _serving(out_dir: Path, frontier: pd.DataFrame, main_runs, claims: pd.DataFrame):
-    """The serving results of every main run's 100% checkpoint (scored with its recall,
-    `_Trainer.evaluate`) and its claims rows, added before the compute claim (which stays last, where
-    the budget sweep replaces it); returns the headline, the frontier figure's files and the claims."""
-    headline, figures, rows = serve_study(out_dir, frontier, main_runs)
-    compute = claims["claim"] == saving_claim()["claim"]
-    claims = pd.concat([claims[~compute], rows, claims[compute]], ignore_index=True)
-    return headline, figures, claims
+def write(out_dir: Path, scores: Scores, options: Figure1Options):
+    """lr_grid.*, the recall tables, summaries, figures and claims (`figure1_results`), the serving
+    results and their claims rows (`study_serving`), and the budget sweep's (`budget_results`), whose
+    compute claim replaces the "not measured" one; returns (tables, claims, figure files)."""
+    tables: dict[str, pd.DataFrame] = {}
+    if options.study.lr_grid:
+        tables["lr_grid"] = grid_table(scores.grid)
+        write_table(tables["lr_grid"], out_dir / "lr_grid")
+    written = write_study_results(out_dir, scores.curves, [saving_claim()])
+    tables["summary"] = written.summary
+    main_runs = [run for run in scores.runs if run.labels["role"] == "main"]
+    tables["exit_headline"], served, rows = serve_study(out_dir, scores.frontier, main_runs)
+    # The serving rows go before the compute claim, which stays last, where the budget sweep's replaces it.
+    compute = written.claims["claim"] == saving_claim()["claim"]
+    claims = pd.concat([written.claims[~compute], rows, written.claims[compute]], ignore_index=True)
+    figures = written.figures + served
+    if scores.budget is not None:
+        curve = budget_curve(scores.budget)
+        targets = compute_to_target(curve)
+        modes = None
+        if options.study.budget_mode == "branch":  # the 1x branches against the study's own runs
+            curves = scores.curves
+            alone = curves[curves["role"].isin(["main", "control"]) & (curves["fraction"] == 1.0)]
+            modes = mode_agreement(curve, budget_curve(alone.assign(budget_multiple=1.0)))
+        figures += [
+            p for p in write_budget_results(curve, targets, out_dir, modes) if p.suffix in (".png", ".pdf")
+        ]
+        row = saving_claim(targets)
+        claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
+    return tables, claims, figures
+
+
+FIGURE1 = Study(
+    name="figure1",
+    summary="The paper's Figure 1: three schedules at one matched FLOP budget, over seeds, with claims.",
+    options=Figure1Options,
+    runs=runs,
+    command="figure1",
+    prepare=prepare,
+    then=then,
+    evaluate=evaluate,
+    write=write,
+)

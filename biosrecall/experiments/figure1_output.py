@@ -13,7 +13,6 @@ settings have been checked, and puts it back if they fail.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.experiments.claims import earlier_look_file
-from biosrecall.experiments.study_engine import refuse_busy_runs, write_study_record
+from biosrecall.experiments.study_engine import refuse_busy_runs
 from biosrecall.experiments.study_serving import SUMMARY_NAME
 from biosrecall.files import read_json_object, require_keys
 from biosrecall.interrupts import held
@@ -173,13 +172,6 @@ def _check_size(out_dir: Path, datasets: dict[int, Path], people: int, replacing
             cost = cost.then(dataset_cost(people))
     cost = cost.then(scoring_cost(people))
     check_fits(f"a study of {people:,} people", cost, out_dir, "choose a smaller --preset")
-
-
-def write_record(out_dir: Path, record: dict[str, Any]) -> None:
-    """Write `figure1.json`, unless it already holds these very bytes: a rerun that is refused later
-    (a run busy in another process, say) then leaves the output exactly as it found it."""
-
-    write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def _make_dataset(data_dir: Path, people: int, seed: int, report=None) -> None:

@@ -56,11 +56,14 @@ class RunKilled(BiosrecallError):
 def train_study_runs(
     runs_dir: Path,
     runs: Sequence[SweepRun],
-    executor: LocalExecutor,
+    executor: Executor,
     report: Callable[[Any], None] | None = None,
+    evaluations: Sequence[Evaluation] = (),
+    done: Callable[[Path], bool] | None = None,
 ) -> None:
-    """Bring every run (folder runs_dir/<run.name>) to done: first the runs that start from nothing,
-    then the branches, each from its trunk's kept state (module docstring).
+    """Bring every run (folder runs_dir/<run.name>) and its `evaluations` to done: first the runs that
+    start from nothing, then the branches, each from its trunk's kept state (module docstring). A run
+    `done` accepts (default: a finished one) is left alone; a run listed twice trains once.
 
     `report` gets a line (str) before each wave with runs left to train, then each run's `Outcome`.
     Raises `Interrupted` naming the runs that were stopped (Ctrl-C), and `StudyRunFailed` naming each
@@ -68,17 +71,18 @@ def train_study_runs(
     `RunKilled` (a `BiosrecallError`) when a signal from outside ended every failed run; a dead fork
     server is `biosrecall.warm.ForkServerDied`. Error lines are in the study's words
     (`study_words`)."""
-    waves = [[run for run in runs if "from" not in run.task], [run for run in runs if "from" in run.task]]
-    for wave in waves:
-        left = sum(not RunFolder(runs_dir / run.name).finished() for run in wave)
+    done = done or (lambda run_dir: RunFolder(run_dir).finished())
+    runs = list({run.name: run for run in runs}.values())
+    for branches in (False, True):
+        left = [run for run in runs if ("from" in run.task) == branches and not done(runs_dir / run.name)]
         if not left:
             continue
         if report is not None:
             report(
-                f"training {left} run(s), {executor.slots()} at a time on {executor.threads} thread(s) "
-                f"each; progress in {runs_dir / BOOKKEEPING}/<run>.log"
+                f"training {len(left)} run(s), {describe_executor(executor)}; progress in "
+                f"{runs_dir / BOOKKEEPING}/<run>.log"
             )
-        sweep_study_runs(runs_dir, [_from_trunk(runs_dir, run) for run in wave], (), executor, report)
+        sweep_study_runs(runs_dir, [from_trunk(runs_dir, run) for run in left], evaluations, executor, report)
 
 
 def sweep_study_runs(
@@ -162,7 +166,7 @@ def _in_study_words(report):
     return lambda outcome: report(outcome if isinstance(outcome, str) else study_words(outcome))
 
 
-def _from_trunk(runs_dir: Path, run: SweepRun) -> SweepRun:
+def from_trunk(runs_dir: Path, run: SweepRun) -> SweepRun:
     """A branch as its process starts it: from its trunk's folder when the trunk kept the state at
     `at_update`, else (or once the branch has finished) from scratch, which trains the same run."""
     if "from" not in run.task:
