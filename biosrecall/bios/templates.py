@@ -23,7 +23,7 @@ from pathlib import Path
 
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import MAX_USER_FILE_BYTES, check_nesting, require_regular_file
+from biosrecall.files import check_nesting, read_user_text
 from biosrecall.paths import TEMPLATES_DIR
 
 TRAIN_FILE = "train.toml"
@@ -67,16 +67,8 @@ class _Source:
         self.path = path
         if not path.exists():
             raise BiosrecallError(f"template file {path} not found")
-        # A FIFO or device named train.toml would block the read below forever.
-        require_regular_file(path, "template file")
-        if path.stat().st_size > MAX_USER_FILE_BYTES:  # phrasings, not data: bounded like a config file
-            raise BiosrecallError(f"template file {path} holds over {MAX_USER_FILE_BYTES:,} bytes")
-        try:
-            self.text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise BiosrecallError(f"template file {path} is not UTF-8 text") from None
-        except OSError as exc:
-            raise BiosrecallError(f"template file {path} cannot be read: {exc.strerror}") from None
+        # Phrasings, not data: bounded like a config file (and a FIFO named train.toml is refused).
+        self.text = read_user_text(path, "template file")
         self.lines = self.text.splitlines()
 
     def where(self, table: str, entry: str | None = None, index: int = 0) -> str:
