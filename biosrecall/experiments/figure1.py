@@ -280,10 +280,14 @@ def runs(options: Figure1Options) -> list:
 
 
 def then(scores: Scores, options: Figure1Options, task=None) -> list:
-    """Every seed of the main schedules at their own learning rate (the grid's winners, or the
-    preset's), the controls, the Figure-5 sweep and the budget sweep (trunks before branches)."""
+    """Every seed of the main schedules at their own learning rate (the grid's winners, written as
+    OUT/lr_grid.*, or the preset's), the controls, the Figure-5 sweep and the budget sweep (trunks before branches)."""
     study, config, tasks = options.study, _train_config(options), _tasks(options)
-    best = chosen_lr(grid_table(scores.grid)) if study.lr_grid else dict.fromkeys(MAIN_SCHEDULES, config.lr)
+    best = dict.fromkeys(MAIN_SCHEDULES, config.lr)
+    if study.lr_grid:  # OUT/lr_grid.* as soon as the grid is done, before the other runs train
+        grid = grid_table(scores.grid)
+        write_table(grid, options.out / "lr_grid")
+        best = chosen_lr(grid)
     task = task or _task(options)
     fixed4 = make_plan(task.model_config(), replace(config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
     chosen = study_runs(study, config, tasks, best, fixed4)
@@ -350,15 +354,11 @@ def evaluate(runs_dir: Path, runs: list, options: Figure1Options, executor) -> S
 
 
 def write(out_dir: Path, scores: Scores, options: Figure1Options):
-    """lr_grid.*, the recall tables, summaries, figures and claims (`figure1_results`), the serving
+    """The recall tables, summaries, figures and claims (`figure1_results`), the serving
     results and their claims rows (`study_serving`), and the budget sweep's (`budget_results`), whose
     compute claim replaces the "not measured" one; returns (tables, claims, figure files)."""
-    tables: dict[str, pd.DataFrame] = {}
-    if options.study.lr_grid:
-        tables["lr_grid"] = grid_table(scores.grid)
-        write_table(tables["lr_grid"], out_dir / "lr_grid")
     written = write_study_results(out_dir, scores.curves, [saving_claim()])
-    tables["summary"] = written.summary
+    tables = {"summary": written.summary}
     main_runs = [run for run in scores.runs if run.labels["role"] == "main"]
     tables["exit_headline"], served, rows = serve_study(out_dir, scores.frontier, main_runs)
     # The serving rows go before the compute claim, which stays last, where the budget sweep's replaces it.
