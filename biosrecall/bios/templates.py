@@ -14,7 +14,6 @@ Every problem is a `BiosrecallError` naming the file and the line (or the entry)
 
 from __future__ import annotations
 
-import hashlib
 import re
 import string
 import tomllib
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import check_nesting, read_user_text
+from biosrecall.files import check_nesting, file_sha256, read_user_text
 from biosrecall.paths import TEMPLATES_DIR
 
 TRAIN_FILE = "train.toml"
@@ -204,10 +203,6 @@ def _check_against_prompts(train_src: _Source, train, eval_src: _Source, prompts
                 raise source.error(f"{attribute} template {text!r} {detail}", attribute, entry, i)
 
 
-def _file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def load_templates(templates_dir: str | Path | None = None) -> Templates:
     """Read and validate `train.toml` and `eval.toml` from `templates_dir` (default `templates/`)."""
     folder = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
@@ -223,5 +218,5 @@ def load_templates(templates_dir: str | Path | None = None) -> Templates:
     return Templates(
         train={a: tuple(train[a]) for a in ATTRIBUTES},
         eval={a: tuple(prompts[a]) for a in ATTRIBUTES},
-        file_hashes={TRAIN_FILE: _file_hash(train_src.path), EVAL_FILE: _file_hash(eval_src.path)},
+        file_hashes={TRAIN_FILE: file_sha256(train_src.path), EVAL_FILE: file_sha256(eval_src.path)},
     )
