@@ -2,10 +2,11 @@
 
 Every JSON file biosrecall writes (run `config.json`, checkpoint `meta.json`, manifests) is read back
 through `read_json_object`, which checks that the path is a regular file (a FIFO would block forever),
-that it holds UTF-8 JSON, that the top level is an object and that the required keys are there.
+that it holds UTF-8 JSON, that the top level is an object and that the required keys are there. A
+record with rules on its fields is read into its record class by `biosrecall.records.read_record`,
+which reads the file here.
 
-    record = read_json_object(run_dir / "config.json", "run config", required=("train_config",))
-    require_keys(record["plan"], ("updates",), "run config plan", path)
+    ids = read_json_object(run_dir / "trackers.json", "tracker ids")
 
 A file the user writes (a `--config` TOML, a sweep spec, a templates file) is read by
 `read_toml_file`, bounded in size (`MAX_USER_FILE_BYTES`) and in nesting (`MAX_NESTING`): a 10 MB
@@ -77,7 +78,8 @@ def check_nesting(text: str, where: str, limit: int = MAX_NESTING) -> None:
 
 
 def read_user_text(path: str | Path, what: str, max_bytes: int = MAX_USER_FILE_BYTES) -> str:
-    """The UTF-8 text of a file the user wrote, refused over `max_bytes` or when it cannot be read."""
+    """The UTF-8 text of a file (one the user wrote, or a record read back), refused over `max_bytes`
+    or when it cannot be read."""
     path = require_regular_file(path, what)
     try:
         size = path.stat().st_size
@@ -123,18 +125,9 @@ MAX_JSON_BYTES = 64 << 20
 def read_json_object(
     path: str | Path, what: str, required: Iterable[str] = (), max_bytes: int = MAX_JSON_BYTES
 ) -> dict[str, Any]:
-    """A JSON file (at most `max_bytes`) whose top level is an object holding `required` keys."""
-    path = require_regular_file(path, what)
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise BiosrecallError(f"{what} {path} holds {size:,} bytes, above the {max_bytes:,} allowed")
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise BiosrecallError(f"{what} {path} is corrupt: not UTF-8 text") from None
-    except OSError as exc:
-        raise BiosrecallError(f"{what} {path} cannot be read: {exc.strerror}") from None
-    data = parse_json_text(text, f"{what} {path}")
+    """A JSON file (at most `max_bytes`) whose top level is an object holding `required` keys (a
+    record with more rules than keys is read by `biosrecall.records.read_record`)."""
+    data = parse_json_text(read_user_text(path, what, max_bytes), f"{what} {path}")
     if not isinstance(data, dict):
         raise BiosrecallError(f"{what} {path} is corrupt: expected a JSON object, got {type(data).__name__}")
     require_keys(data, required, what, path)

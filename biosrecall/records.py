@@ -6,7 +6,7 @@ and `msgspec.Meta` constraints are the rules), and a bad file is one line naming
     #                  field 'update': expected int >= 0, got -3
 
     meta = read_checked_json(path, CheckpointMeta, "checkpoint meta")   # checked, as JSON read it
-    check_record(data, ShardManifest, f"LM shard manifest {path}")       # a dict already read
+    parse_record(data, ShardManifest, f"LM shard manifest {path} is corrupt")   # a dict already read
 
 Every record biosrecall writes and reads back goes through here: a run's config.json
 (`biosrecall.train.run_folder.RunConfigRecord`), a checkpoint's meta.json
@@ -25,6 +25,7 @@ exactly a given set of names (a pool size per attribute).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import field
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import MAX_JSON_BYTES, read_json_object
@@ -51,7 +53,7 @@ Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 # msgspec's own message and where it points: "Expected `int` >= 0 - at `$.splits.train.tokens`".
 _LOCATED = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<where>[^`]*)`)?", re.DOTALL)
 _FIELD_NAMED = re.compile(r"Object (?P<how>missing required|contains unknown) field `(?P<name>[^`]*)`")
-_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")  # "[...]": a value of a mapping, key not told
 
 
 def read_record(
@@ -64,8 +66,8 @@ def read_record(
 ) -> Record:
     """The JSON file at `path` as a `record_type` (`what` names it in a message: "run config"); any
     problem raises `error`, one line naming the file and, where one is at fault, the field."""
-    data = read_checked_json(path, record_type, what, max_bytes=max_bytes, error=error)
-    return msgspec.convert(data, record_type)
+    data = _json_object(path, what, max_bytes, error)
+    return parse_record(data, record_type, f"{what} {path} is corrupt", error=error)
 
 
 def read_checked_json(
@@ -77,37 +79,46 @@ def read_checked_json(
     error: type[BiosrecallError] = BiosrecallError,
 ) -> dict[str, Any]:
     """`read_record`'s checks, returning the JSON object as read (for readers whose callers index it)."""
-    try:
-        data = read_json_object(path, what, max_bytes=max_bytes)
-    except BiosrecallError as exc:
-        raise error(str(exc)) from None
-    check_record(data, record_type, f"{what} {path}", error=error)
+    data = _json_object(path, what, max_bytes, error)
+    parse_record(data, record_type, f"{what} {path} is corrupt", error=error)
     return data
 
 
-def check_record(
+def _json_object(path: str | Path, what: str, max_bytes: int, error: type[BiosrecallError]) -> dict:
+    try:
+        return read_json_object(path, what, max_bytes=max_bytes)
+    except BiosrecallError as exc:
+        raise error(str(exc)) from None
+
+
+def parse_record(
     data: Any, record_type: type[Record], where: str, *, error: type[BiosrecallError] = BiosrecallError
 ) -> Record:
-    """`data` (JSON as read) as a `record_type`; a problem raises `error`: "<where> is corrupt: field
-    'a.b': <what is wrong>"."""
+    """`data` (JSON or TOML as read) as a `record_type`; a problem raises `error`: "<where>: field
+    'a.b': <what is wrong>" (`where`: "LM shard manifest PATH is corrupt", or a user's file's path)."""
     try:
         return msgspec.convert(data, record_type)
     except msgspec.ValidationError as exc:
-        raise error(f"{where} is corrupt: {describe(exc, data)}") from None
+        raise error(f"{where}: {describe(exc, data, record_type)}") from None
 
 
-def describe(exc: msgspec.ValidationError, data: Any) -> str:
-    """msgspec's message in the project's words: the field as a dotted path, the value found."""
+def describe(exc: msgspec.ValidationError, data: Any, record_type: Any = None) -> str:
+    """msgspec's message in the project's words: the field as a dotted path, the value found, and
+    for a field the record does not know, the ones it does."""
     found = _LOCATED.fullmatch(str(exc))
     problem, where = found.group("problem"), (found.group("where") or "").lstrip(".")
     named = _FIELD_NAMED.fullmatch(problem)
     if named:
         field = f"{where}.{named.group('name')}" if where else named.group("name")
-        return f"field '{field}' is " + (
-            "missing" if named.group("how") == "missing required" else "unexpected"
-        )
+        if named.group("how") == "missing required":
+            return f"field '{field}' is missing"
+        known: list[str] = []
+        with contextlib.suppress(AttributeError, TypeError, LookupError):
+            known = _known_fields(record_type, where)
+        return f"field '{field}' is unknown" + (f" (known: {', '.join(known)})" if known else "")
     if problem.startswith("Expected") and ", got " not in problem:  # a bound: msgspec omits the value
-        problem += f", got {_show(_value_at(data, where))}"
+        with contextlib.suppress(LookupError, TypeError, ValueError):
+            problem += f", got {_show(_value_at(data, where))}"
     if problem.startswith(("Expected", "Invalid")):
         problem = problem[:1].lower() + problem[1:].replace("`", "")
     return f"field '{where}': {problem}" if where else problem  # no field: a rule of the whole record
@@ -125,10 +136,28 @@ def exact_keys(name: str, keys: tuple[str, ...], value_type: Any) -> type:
     return msgspec.defstruct(name, [(key, value_type) for key in keys], forbid_unknown_fields=True)
 
 
+def _known_fields(record_type: Any, where: str) -> list[str]:
+    """The field names of the record (or nested record, at `where`) of `record_type`."""
+    info = _unwrapped(msgspec.inspect.type_info(record_type)) if record_type is not None else None
+    for key, _ in _STEP.findall("." + where) if where else ():
+        fields = getattr(info, "fields", ())
+        inner = getattr(info, "item_type", None) or getattr(info, "value_type", None)
+        info = _unwrapped(next((f.type for f in fields if f.name == key), None) if key else inner)
+    return [f.name for f in getattr(info, "fields", ())]
+
+
+def _unwrapped(info: Any) -> Any:
+    """A type's record or list type, past constraints and unions with null or unset."""
+    while isinstance(info, msgspec.inspect.Metadata | msgspec.inspect.UnionType):
+        kinds = info.types if isinstance(info, msgspec.inspect.UnionType) else (info.type,)
+        info = next((kind for kind in kinds if not isinstance(kind, msgspec.inspect.NoneType)), None)
+    return info
+
+
 def _value_at(data: Any, where: str) -> Any:
     """The value at a dotted path such as "splits.train.shards[0].tokens" of `data`."""
     for key, index in _STEP.findall("." + where):
-        data = data[key] if key else data[int(index)]
+        data = data[key] if key else data[int(index)]  # "[...]": a ValueError
     return data
 
 

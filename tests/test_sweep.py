@@ -190,12 +190,12 @@ def test_the_200m_spec_holds_the_runs_of_the_old_script(tmp_path):
 
 
 BAD_SPECS = {
-    "unknown section": ("[sweeps]\nout = 'x'\n", "unknown section(s) sweeps"),
-    "no out": ("[sweep]\ncommand = 'train'\n", "[sweep] needs out"),
-    "unknown sweep key": ("[sweep]\nout = 'runs'\nworkers = 2\n", "unknown key(s) workers in [sweep]"),
+    "unknown section": ("[sweeps]\nout = 'x'\n", "field 'sweeps' is unknown"),
+    "no out": ("[sweep]\ncommand = 'train'\n", "field 'sweep.out' is missing"),
+    "unknown sweep key": ("[sweep]\nout = 'runs'\nworkers = 2\n", "field 'sweep.workers' is unknown"),
     "unknown option": ("[sweep]\nout = 'runs'\n[base]\nbatch_sise = 4\n", "did you mean batch_size?"),
     "unknown grid option": ("[sweep]\nout = 'runs'\n[grid]\nsed = [1]\n", "unknown option 'sed'"),
-    "empty grid": ("[sweep]\nout = 'runs'\n[grid]\n", "[grid] is empty"),
+    "empty grid": ("[sweep]\nout = 'runs'\n[grid]\n", "field 'grid': expected object of length >= 1"),
     "grid not a list": ("[sweep]\nout = 'runs'\n[grid]\nseed = 0\n", "seed must be a non-empty list"),
     "grid empty list": ("[sweep]\nout = 'runs'\n[grid]\nseed = []\n", "seed must be a non-empty list"),
     "engine option": ("[sweep]\nout = 'runs'\n[base]\nthreads = 2\n", "threads is set by the sweep itself"),
@@ -213,7 +213,7 @@ BAD_SPECS = {
         "two runs are named schedule=fixed_2",
     ),
     "bad name": ("[sweep]\nout = 'runs'\n[[runs]]\nname = '../up'\n", "is not a folder name"),
-    "unknown evaluation": ("[sweep]\nout = 'runs'\n[eval]\nrecall = {}\n", "unknown key(s) recall in [eval]"),
+    "unknown evaluation": ("[sweep]\nout = 'runs'\n[eval]\nrecall = {}\n", "field 'eval.recall' is unknown"),
 }
 BAD_VALUES = {  # structurally fine specs whose values the commands themselves refuse
     "batch size": ("batch_size = 0", "batch_size must be"),

@@ -27,7 +27,7 @@ from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import file_sha256, require_regular_file
-from biosrecall.records import Amount, Count, check_record, exact_keys
+from biosrecall.records import Amount, Count, exact_keys, parse_record
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
 
@@ -117,7 +117,7 @@ def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
     raw, manifest = _read_json(path)
     if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
         raise _fail(path.parent, f"{path.name} is not a '{expected_format}' manifest")
-    check_record(manifest, DatasetManifest, f"dataset manifest {path}")
+    parse_record(manifest, DatasetManifest, f"dataset manifest {path} is corrupt")
     return raw, manifest
 
 

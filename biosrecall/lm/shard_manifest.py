@@ -24,7 +24,7 @@ from msgspec import Meta
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_json_object
 from biosrecall.lm.tokenizer import MAX_VOCAB_SIZE, token_dtype
-from biosrecall.records import Count, Sha256, check_record
+from biosrecall.records import Count, Sha256, parse_record
 
 MANIFEST_FORMAT = "biosrecall-lm-shards"
 FORMAT_VERSION = 1
@@ -126,7 +126,7 @@ def load_manifest(data_dir: str | Path) -> dict:
         raise BiosrecallError(
             f"{path} has format version {manifest.get('format_version')}; expected {FORMAT_VERSION}"
         )
-    check_record(manifest, ShardManifest, f"LM shard manifest {path}")
+    parse_record(manifest, ShardManifest, f"LM shard manifest {path} is corrupt")
     return manifest
 
 

@@ -43,7 +43,7 @@ def now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def run_record(path: Path) -> dict[str, Any]:
     """A run's record, or {} when there is none yet (a damaged one counts as none: it is only a cache)."""
     try:
         record = json.loads(Path(path).read_text())
@@ -54,7 +54,7 @@ def read_record(path: Path) -> dict[str, Any]:
 
 def update_record(job: SweepRun, **changes: Any) -> dict[str, Any]:
     """Rewrite the run's record atomically with `changes` over what it held."""
-    record = {**read_record(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
+    record = {**run_record(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
     record.update(changes)
     atomic_write_json(job.record, record)
     return record
@@ -111,7 +111,7 @@ class RunStatus:
 
 def run_status(job: SweepRun) -> RunStatus:
     """Where `job`'s run stands (states: module docstring), with a one-line detail."""
-    record = read_record(job.record)
+    record = run_record(job.record)
     updates, planned = progress(job.run_dir)
     state, detail = _state(job, record, updates)
     return RunStatus(job.name, state, detail, updates, planned, str(job.log))

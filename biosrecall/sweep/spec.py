@@ -48,20 +48,63 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_toml_file
+from biosrecall.records import parse_record
 from biosrecall.sweep import commands
 from biosrecall.sweep.grid import WrittenRun, expand_runs, option_value, resolve
 from biosrecall.sweep.jobs import Evaluation, SweepRun, check_name, check_names, select_names, state_jobs
 
-SECTIONS = ("sweep", "executor", "base", "grid", "runs", "eval")
-EXECUTOR_KEYS = {
-    "workers": int, "threads_per_run": int, "gpus_per_run": int, "partition": str, "cpus_per_run": int,
-    "time_min": int, "array_parallelism": int,
-}  # fmt: skip
 EVAL_KEYS = {"recall_curve": "recall-curve", "lm_eval": "lm eval", "lm_harness": "lm harness"}
+TRAINER_NAMES = commands.TRAINERS
+
+
+class SweepSection(Struct, forbid_unknown_fields=True):
+    out: Annotated[str, Meta(min_length=1)]
+    """Where the runs go: OUT/<run name>/."""
+    command: Literal[TRAINER_NAMES] = "train"
+    """The command that trains each run."""
+
+
+class ExecutorSection(Struct, forbid_unknown_fields=True):
+    """Defaults of `sweep run`'s executor options (see them for what each does)."""
+
+    workers: int | UnsetType = UNSET
+    threads_per_run: int | UnsetType = UNSET
+    gpus_per_run: int | UnsetType = UNSET
+    partition: str | UnsetType = UNSET
+    cpus_per_run: int | UnsetType = UNSET
+    time_min: int | UnsetType = UNSET
+    array_parallelism: int | UnsetType = UNSET
+
+
+class EvalSection(Struct, forbid_unknown_fields=True):
+    """The options of each evaluation after a finished run ({} for its defaults)."""
+
+    recall_curve: dict[str, Any] | UnsetType = UNSET
+    lm_eval: dict[str, Any] | UnsetType = UNSET
+    lm_harness: dict[str, Any] | UnsetType = UNSET
+
+
+class RunEntry(Struct):
+    name: str
+    """The entry's name; its other keys are option values."""
+
+
+class SpecFile(Struct, forbid_unknown_fields=True):
+    """The structure of a sweep spec (module docstring); option values are checked by the commands."""
+
+    sweep: SweepSection
+    executor: ExecutorSection = msgspec.field(default_factory=ExecutorSection)
+    base: dict[str, Any] = msgspec.field(default_factory=dict)
+    grid: Annotated[dict[str, Any], Meta(min_length=1)] | UnsetType = UNSET
+    runs: Annotated[list[RunEntry], Meta(min_length=1)] | UnsetType = UNSET
+    eval: EvalSection = msgspec.field(default_factory=EvalSection)
 
 
 @dataclass(frozen=True)
@@ -112,53 +155,22 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     TrainConfig by its command's own parser when `runs` is first asked for; data folders and trackers
     are checked when the sweep runs (`biosrecall.sweep.jobs.check_runs`)."""
     path = Path(path)
-    data = _read(path)
-    unknown = sorted(set(data) - set(SECTIONS))
-    if unknown:
-        raise BiosrecallError(
-            f"{path}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
-        )
-    sweep = _table(data, "sweep", path)
-    _known_keys(sweep, ("out", "command"), "[sweep]", path)
-    if not isinstance(sweep.get("out"), str) or not sweep["out"]:
-        raise BiosrecallError(f'{path}: [sweep] needs out = "FOLDER", where the runs go')
-    command = sweep.get("command", "train")
-    if command not in commands.TRAINERS:
-        raise BiosrecallError(f"{path}: [sweep] command must be one of {', '.join(commands.TRAINERS)}")
-    here = path.parent
-    base = _options(command, _table(data, "base", path), "[base]", here, path)
-    grid = _grid(command, data.get("grid"), path)
-    entries = _entries(command, data.get("runs"), here, path)
+    data = read_toml_file(path, "sweep spec")
+    parse_record(data, SpecFile, str(path))
+    command, here = data["sweep"].get("command", "train"), path.parent
+    base = _options(command, data.get("base", {}), "[base]", here, path)
+    grid = _grid(command, data.get("grid", {}), path)
+    entries = _entries(command, data.get("runs", []), here, path)
     fixed = _overrides(command, overrides, grid, path)
     written = expand_runs(command, base, grid, entries, fixed, here, path)
     return SweepSpec(
         path=path,
-        out=Path(resolve(sweep["out"], here)),
+        out=Path(resolve(data["sweep"]["out"], here)),
         command=command,
         written=written,
-        evaluations=_evaluations(_table(data, "eval", path), here, path),
-        executor=_executor(_table(data, "executor", path), path),
+        evaluations=_evaluations(data.get("eval", {}), here, path),
+        executor=dict(data.get("executor", {})),
     )
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The spec's tables, its size and nesting bounded (`biosrecall.files.read_toml_file`)."""
-    return read_toml_file(path, "sweep spec")
-
-
-def _table(data: Mapping[str, Any], name: str, path: Path) -> dict[str, Any]:
-    value = data.get(name, {})
-    if not isinstance(value, dict):
-        raise BiosrecallError(f"{path}: [{name}] must be a table")
-    return value
-
-
-def _known_keys(table: Mapping[str, Any], known, where: str, path: Path) -> None:
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise BiosrecallError(
-            f"{path}: unknown key(s) {', '.join(unknown)} in {where}; known: {', '.join(known)}"
-        )
 
 
 def _options(command: str, table: Mapping[str, Any], where: str, here: Path, path: Path) -> dict[str, Any]:
@@ -181,11 +193,7 @@ def _canonical(command: str, key: str, where: str, path: Path) -> str:
         raise BiosrecallError(f"{path}: {where}: {exc}") from None
 
 
-def _grid(command: str, grid: Any, path: Path) -> list[tuple[str, list[Any]]]:
-    if grid is None:
-        return []
-    if not isinstance(grid, dict) or not grid:
-        raise BiosrecallError(f"{path}: [grid] is empty; give each key a list of values, or remove it")
+def _grid(command: str, grid: Mapping[str, list[Any]], path: Path) -> list[tuple[str, list[Any]]]:
     axes = []
     for key, values in grid.items():
         name = _canonical(command, key, "[grid]", path)
@@ -199,16 +207,10 @@ def _grid(command: str, grid: Any, path: Path) -> list[tuple[str, list[Any]]]:
     return axes
 
 
-def _entries(command: str, entries: Any, here: Path, path: Path) -> list[tuple[str, dict[str, Any]]]:
-    if entries is None:
-        return []
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries) or not entries:
-        raise BiosrecallError(f"{path}: [[runs]] must be tables, each with a name and option values")
+def _entries(command: str, entries: list[dict[str, Any]], here: Path, path: Path) -> list[tuple[str, dict]]:
     found = []
-    for number, entry in enumerate(entries, start=1):
-        name = entry.get("name")
-        if not isinstance(name, str):
-            raise BiosrecallError(f'{path}: [[runs]] entry {number} needs name = "..."')
+    for entry in entries:
+        name = entry["name"]
         try:
             check_name(name)
         except BiosrecallError as exc:
@@ -238,14 +240,9 @@ def _overrides(command: str, overrides: Sequence[str], grid, path: Path) -> dict
 
 
 def _evaluations(table: Mapping[str, Any], here: Path, path: Path) -> list[Evaluation]:
-    _known_keys(table, tuple(EVAL_KEYS), "[eval]", path)
     evaluations = []
     for key, options in table.items():
         words = EVAL_KEYS[key]
-        if not isinstance(options, dict):
-            raise BiosrecallError(
-                f"{path}: [eval] {key} must be a table of {words} options ({{}} for defaults)"
-            )
         checked = {}
         for option, value in options.items():
             try:
@@ -255,13 +252,3 @@ def _evaluations(table: Mapping[str, Any], here: Path, path: Path) -> list[Evalu
             checked[option] = option_value(words, name, value, here, f"[eval] {key} {option}", path)
         evaluations.append(Evaluation(words, checked))
     return evaluations
-
-
-def _executor(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    _known_keys(table, tuple(EXECUTOR_KEYS), "[executor]", path)
-    for key, value in table.items():
-        kind = EXECUTOR_KEYS[key]
-        if isinstance(value, bool) or not isinstance(value, kind):
-            expected = "an integer" if kind is int else "a string"
-            raise BiosrecallError(f"{path}: [executor] {key} must be {expected}, got {value!r}")
-    return dict(table)

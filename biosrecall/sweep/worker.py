@@ -37,7 +37,7 @@ from pathlib import Path
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.sweep.records import lock_holder, now, read_record, record_running, update_record
+from biosrecall.sweep.records import lock_holder, now, record_running, run_record, update_record
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.warm import WarmProcess, start_warm, warm_start_enabled
 
@@ -78,7 +78,7 @@ def run_one(
     """Bring `job`'s run to done (module docstring). `env`: extra environment (a GPU slot's
     CUDA_VISIBLE_DEVICES); `processes`: where the running child is registered, for the executor to
     interrupt it."""
-    if record_running(read_record(job.record)) or lock_holder(job.run_dir) is not None:
+    if record_running(run_record(job.record)) or lock_holder(job.run_dir) is not None:
         return Outcome(job.name, "busy", "busy", log=str(job.log))
     job.record.parent.mkdir(parents=True, exist_ok=True)
     action = "skipped"
@@ -89,7 +89,7 @@ def run_one(
         code, error = _launch(job, "train", action, train_command(job, resume), env, processes)
         if code != 0:
             return _failed(job, code, error, action)
-    record = read_record(job.record)
+    record = run_record(job.record)
     if job.eval_key is not None and record.get("evaluated") != job.eval_key:
         action = "evaluated" if action == "skipped" else action
         for args in job.eval_args:
