@@ -115,6 +115,20 @@ def test_plan_lists_every_run(data, tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+def test_the_declaration_plans_on_the_engine(data, tmp_path):
+    """`LM_STUDY` is a study the engine's own planner reads: every run, its size and time estimate."""
+    from biosrecall.experiments.engine import plan_study
+    from biosrecall.experiments.lm_study import LM_STUDY
+
+    options = LMStudyOptions(
+        data=str(data), preset="tiny", seeds=(0, 1), grid=(UNIFORM, MATCHED), device="cpu"
+    )
+    lines = plan_study(LM_STUDY, tmp_path / "p", options, workers=1, threads=1)
+    assert sum(" train " in line and "updates 60," in line for line in lines) == 2  # uniform at both seeds
+    assert sum(" train " in line and "updates 4" in line for line in lines) == 2  # matched: fewer updates
+    assert not (tmp_path / "p").exists()
+
+
 def test_extending_seeds_keeps_the_first_look(data, tmp_path, capsys):
     """A call naming only a new seed trains it and tabulates every seed of the output, as every study
     on the engine does; the claims judged over the first two seeds are kept beside the new ones."""

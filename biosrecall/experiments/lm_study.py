@@ -367,7 +367,7 @@ def sizes(run: SweepRun, options: LMStudyOptions) -> dict[str, Any]:
     return {
         "updates": plan.updates,
         "tokens": plan.updates * plan.tokens_per_update,
-        "FLOPs": plan.total_flops,
+        "FLOPs": int(plan.total_flops),
     }
 
 
