@@ -209,20 +209,22 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     with output_lock(out_dir):  # the engine takes it again: one lock from the datasets to the claims
         _upgrade_record(out_dir)
-        options = grown_options(
-            CAPACITY, options, check_record(out_dir, CAPACITY, record_of(CAPACITY, options))
-        )
-        study, created = _bound(out_dir, options, executor, report), not out_dir.exists()
-        try:  # the record first: a folder holding datasets and no record would be refused next time
-            record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
-            write_study_record(out_dir / RECORD, record)
+        old = check_record(out_dir, CAPACITY, record_of(CAPACITY, options))
+        options = grown_options(CAPACITY, options, old)
+        study, created, fresh = _bound(out_dir, options, executor, report), not out_dir.exists(), not old
+        try:
+            if fresh:  # the record first: a folder holding datasets and no record is refused next time
+                record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
+                write_study_record(out_dir / RECORD, record)
             for people in options.people:
                 _dataset(out_dir / DATA / f"people{people}", people, report)
             first = options.seeds[0]  # every model at every count: what a run would refuse, refused now
             plan_table([run for run in study.runs(options) if run.config.seed == first])
         except BaseException:
-            if created:
+            if fresh:  # OUT was new or empty: leave it so (a continued output keeps its own record)
                 shutil.rmtree(out_dir, ignore_errors=True)
+                if not created:
+                    out_dir.mkdir()
             raise
         result = run_study(study, out_dir, options, workers, threads, report)
         # The engine wrote capacity.md as a plain table and claims.*; capacity's own files beside them.
