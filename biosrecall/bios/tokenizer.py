@@ -70,22 +70,27 @@ def build_tokenizer(words: Iterable[str]) -> Tokenizer:
 
 def read_tokenizer(path: str | Path) -> Tokenizer:
     """Load a tokenizer.json: a regular file of bounded size whose token ids are exactly 0..N-1."""
+    return read_tokenizer_text(path, MAX_TOKENIZER_BYTES)[0]
+
+
+def read_tokenizer_text(path: str | Path, max_bytes: int) -> tuple[Tokenizer, str]:
+    """A tokenizer.json (a regular file of at most `max_bytes` whose token ids are exactly 0..N-1) and
+    its text: the one reader of a tokenizer file, bioS's and the language model's."""
     path = require_regular_file(path, "tokenizer")
     size = path.stat().st_size
-    if size > MAX_TOKENIZER_BYTES:
-        raise BiosrecallError(
-            f"tokenizer {path} holds {size:,} bytes, above the {MAX_TOKENIZER_BYTES:,} allowed"
-        )
+    if size > max_bytes:
+        raise BiosrecallError(f"tokenizer {path} holds {size:,} bytes, above the {max_bytes:,} allowed")
     try:
-        tokenizer = Tokenizer.from_str(path.read_bytes().decode("utf-8"))
+        text = path.read_bytes().decode("utf-8")
+        tokenizer = Tokenizer.from_str(text)
     except Exception as exc:  # the Rust side raises a plain Exception for any malformed file
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BiosrecallError(f"tokenizer {path} is not a valid tokenizer.json ({reason})") from None
     ids = set(tokenizer.get_vocab(with_added_tokens=True).values())
     size = tokenizer.get_vocab_size(with_added_tokens=True)
-    if len(ids) != size or min(ids, default=0) != 0 or max(ids, default=0) != size - 1:
+    if ids != set(range(size)):
         raise BiosrecallError(f"tokenizer {path}: its token ids are not exactly 0..{size - 1}")
-    return tokenizer
+    return tokenizer, text
 
 
 def encode_words(tokenizer: Tokenizer, words: list[str]) -> list[int]:

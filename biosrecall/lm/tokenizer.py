@@ -28,8 +28,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from biosrecall.atomic import atomic_write_text
+from biosrecall.bios.tokenizer import read_tokenizer_text
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import require_regular_file
 
 EOD_TOKEN = "<|endoftext|>"
 # Names a given tokenizer.json may use for its end-of-document token, tried in this order.
@@ -127,21 +127,6 @@ def _bounded_runs(texts: Iterable[str]) -> Iterator[str]:
             yield text[start:]
 
 
-def _read_json_text(path: Path) -> str:
-    if not path.exists():
-        raise BiosrecallError(f"cannot read tokenizer {path}: no such file")
-    require_regular_file(path, "tokenizer")
-    size = path.stat().st_size
-    if size > MAX_TOKENIZER_BYTES:
-        raise BiosrecallError(
-            f"tokenizer {path} holds {size:,} bytes, above the {MAX_TOKENIZER_BYTES:,} allowed"
-        )
-    try:
-        return path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BiosrecallError(f"cannot read tokenizer {path}: {exc}") from None
-
-
 def load_tokenizer(path: str | Path) -> LMTokenizer:
     """Read a `tokenizer.json`; its end-of-document token is the first of `EOD_CANDIDATES` it holds.
 
@@ -149,29 +134,18 @@ def load_tokenizer(path: str | Path) -> LMTokenizer:
     every id fits the vocabulary the model is built with), and N within the vocabulary bounds.
     """
     path = Path(path)
-    json_text = _read_json_text(path)
-    try:
-        tokenizer = Tokenizer.from_str(json_text)
-    except Exception as exc:  # the Rust side raises a plain Exception for any malformed file
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BiosrecallError(f"{path} is not a valid tokenizer.json: {reason}") from None
+    if not path.exists():
+        raise BiosrecallError(f"cannot read tokenizer {path}: no such file")
+    tokenizer, json_text = read_tokenizer_text(path, MAX_TOKENIZER_BYTES)
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size > MAX_VOCAB_SIZE:
+        raise BiosrecallError(f"tokenizer {path} has {size} tokens, more than the {MAX_VOCAB_SIZE} allowed")
     eod = next((c for c in EOD_CANDIDATES if tokenizer.token_to_id(c) is not None), None)
     if eod is None:
         raise BiosrecallError(
             f"tokenizer {path} has no end-of-document token (expected one of {', '.join(EOD_CANDIDATES)})"
         )
-    _check_ids(tokenizer, path)
     return LMTokenizer(tokenizer, json_text, eod)
-
-
-def _check_ids(tokenizer: Tokenizer, path: Path) -> None:
-    """Ids exactly 0..N-1, so the vocabulary size bounds every id a shard can hold."""
-    ids = set(tokenizer.get_vocab(with_added_tokens=True).values())
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    if size > MAX_VOCAB_SIZE:
-        raise BiosrecallError(f"tokenizer {path} has {size} tokens, more than the {MAX_VOCAB_SIZE} allowed")
-    if len(ids) != size or min(ids) != 0 or max(ids) != size - 1:
-        raise BiosrecallError(f"tokenizer {path}: its token ids are not exactly 0..{size - 1}")
 
 
 def token_dtype(vocab_size: int) -> str:
