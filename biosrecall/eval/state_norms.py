@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import check_count
 
 BIOS_ROWS = 64
 """Evaluation rows the bioS state is measured on (every position but the padding)."""
@@ -43,8 +44,7 @@ def state_rms(
 ) -> np.ndarray:
     """float64 [max_depth]: the RMS of s_K for K = 1..max_depth over the positions each batch's mask
     marks (tokens [B, T], mask bool [B, T] or None for all), pooled over the batches."""
-    if max_depth < 1:
-        raise BiosrecallError(f"the state norm needs a max depth of at least 1, got {max_depth}")
+    check_count(max_depth, "the state norm's max depth")
     squares, counted = np.zeros(max_depth), 0
     for tokens, mask in batches:
         mask = torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask.to(tokens.device)

@@ -30,6 +30,7 @@ from tqdm.std import tqdm  # plain text everywhere: tqdm.auto warns in a noteboo
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import LogitTrail, StateTrail, StepStats, check_max_depth
+from biosrecall.numbers import check_count
 
 DEFAULT_BATCH_SIZE = 256
 
@@ -58,8 +59,7 @@ def check_eval_set(eval_set) -> None:
 
 def plan_batches(eval_set, batch_size: int) -> list[np.ndarray]:
     """Row indices per batch, rows sorted by answer end so that batch-mates have similar lengths."""
-    if batch_size < 1:
-        raise BiosrecallError(f"batch size must be at least 1 (got {batch_size})")
+    check_count(batch_size, "batch size")
     answer_end = np.asarray(eval_set.answer_start) + np.asarray(eval_set.answer_len)
     order = np.argsort(answer_end, kind="stable")
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -140,8 +140,7 @@ def exact_by_depth(
     `device` defaults to the model's; `progress` None shows a bar (titled `label`) only when stderr
     is a terminal.
     """
-    if max_depth < 1:
-        raise BiosrecallError(f"max depth must be at least 1 (got {max_depth})")
+    check_count(max_depth, "max depth")
     check_eval_set(eval_set)
     device = _model_device(model, device)
     depths = list(range(1, max_depth + 1))
@@ -167,8 +166,7 @@ def exact_at_depth(
     device: str | torch.device | None = None,
 ) -> np.ndarray:
     """bool [M] at one serving depth with plain `forward(tokens, depth)`: the per-K reference."""
-    if depth < 1:
-        raise BiosrecallError(f"depth must be at least 1 (got {depth})")
+    check_count(depth, "depth")
     check_eval_set(eval_set)
     device = _model_device(model, device)
     exact = np.zeros(len(eval_set.answer_start), dtype=bool)

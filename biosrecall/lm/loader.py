@@ -43,6 +43,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.lm.shard_manifest import SPLITS, load_manifest, reprepare_command
 from biosrecall.lm.shards import read_shard
 from biosrecall.lm.tokenizer import LMTokenizer, load_tokenizer
+from biosrecall.numbers import check_count, check_seed
 
 STATE_VERSION = 1
 # State fields that must match for a resume to continue the same sequence of batches.
@@ -143,8 +144,7 @@ class ShardLoader:
     def batch(self, batch_size: int) -> np.ndarray:
         """The next `batch_size` sequences, int64 [batch_size, context_length + 1]; moves to the
         next epoch (a fresh permutation) whenever this rank's share of the current one is used up."""
-        if batch_size < 1:
-            raise BiosrecallError(f"batch size must be at least 1, got {batch_size}")
+        check_count(batch_size, "batch size")
         rows = np.empty((batch_size, self.context_length + 1), dtype=np.int64)
         for row in range(batch_size):
             if self.position == self.windows_per_rank:
@@ -159,8 +159,7 @@ class ShardLoader:
         Each rank gets the same number of windows, hence of batches (the last may be shorter), which
         collective evaluation needs. Does not touch the training state.
         """
-        if batch_size < 1:
-            raise BiosrecallError(f"batch size must be at least 1, got {batch_size}")
+        check_count(batch_size, "batch size")
         total = self.num_windows if max_windows is None else min(max_windows, self.num_windows)
         mine = np.arange(total - total % self.world_size)[self.rank :: self.world_size]
         for first in range(0, mine.size, batch_size):
@@ -214,12 +213,10 @@ def validation_batches(
 def _check_arguments(split: str, context_length: int, rank: int, world_size: int, seed: int) -> None:
     if split not in SPLITS:
         raise BiosrecallError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
-    if context_length < 1:
-        raise BiosrecallError(f"context length must be at least 1, got {context_length}")
+    check_count(context_length, "context length")
     if world_size < 1 or not 0 <= rank < world_size:
         raise BiosrecallError(f"rank {rank} is not in 0..{world_size - 1} (world size {world_size})")
-    if seed < 0:
-        raise BiosrecallError(f"seed must be non-negative, got {seed}")
+    check_seed(seed)
 
 
 def _tokenizer_hash(tokenizer: str | Path | LMTokenizer | None, manifest: dict) -> str:

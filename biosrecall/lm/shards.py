@@ -65,6 +65,7 @@ from biosrecall.lm.tokenizer import (
     train_tokenizer,
 )
 from biosrecall.locking import output_lock
+from biosrecall.numbers import check_count
 from biosrecall.sizing import check_fits, shards_cost
 
 MAGIC = b"BRLMSHRD"
@@ -236,8 +237,7 @@ def prepare_corpus(
     first `tokenizer_documents` of them, when given). Same inputs and arguments give byte-identical
     output. The output may not be, hold or lie inside an input, and is locked for the whole call.
     """
-    if shard_tokens < 1:
-        raise BiosrecallError(f"shard_tokens must be at least 1, got {shard_tokens}")
+    check_count(shard_tokens, "shard_tokens")
     if tokenizer is None:
         check_vocab_size(vocab_size)  # before the (possibly long) counting pass
     out_dir = check_output_path(out_dir, corpus.local_inputs)

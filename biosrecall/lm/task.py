@@ -35,6 +35,7 @@ from biosrecall.lm.loader import ShardLoader
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model import get_preset
+from biosrecall.numbers import check_count
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.distributed import DistInfo, check_divisible
 from biosrecall.train.trainer import (
@@ -152,8 +153,7 @@ def plan_lines(
         vocab = int(load_manifest(data_dir)["tokenizer"]["vocab_size"])
     model_config = build_model_config(preset, vocab, model_overrides, LM_VOCABULARY, run_recipe(config))
     seq_len = resolve_seq_len(config, model_config, preset)
-    if processes < 1:
-        raise BiosrecallError(f"--nproc-per-node must be at least 1, got {processes}")
+    check_count(processes, "--nproc-per-node")
     check_divisible(config.batch_size, DistInfo(world_size=processes), config.grad_accum)
     plan = make_plan(model_config, config)
     tokens = plan.tokens_per_update * plan.updates

@@ -47,6 +47,7 @@ import torch
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.layers import KVCache, Rope
+from biosrecall.numbers import check_count
 
 Judge = Callable[[int, torch.Tensor], bool]
 # (depth, logits [B, V]) -> bool [B]: which rows stop (`biosrecall.eval.exits.exit_judge`); with
@@ -82,8 +83,7 @@ class CachedDecoder:
     `prefill`, `step` (one row), `step_rows` (every row)."""
 
     def __init__(self, model, max_depth: int, rows: int = 1) -> None:
-        if max_depth < 1:
-            raise BiosrecallError(f"max depth must be at least 1 (got {max_depth})")
+        check_count(max_depth, "max depth")
         cfg = model.config
         self.model, self.max_depth, self.length, self.rows = model, int(max_depth), 0, int(rows)
         param = next(model.parameters())
