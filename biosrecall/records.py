@@ -8,19 +8,24 @@ and `msgspec.Meta` constraints are the rules), and a bad file is one line naming
     meta = read_checked_json(path, CheckpointMeta, "checkpoint meta")   # checked, as JSON read it
     parse_record(data, ShardManifest, f"LM shard manifest {path} is corrupt")   # a dict already read
 
-Every record biosrecall writes and reads back goes through here: a run's config.json
-(`biosrecall.train.run_folder.RunConfigRecord`), a checkpoint's meta.json
-(`biosrecall.train.checkpoint_files.CheckpointMeta`), a bioS dataset's manifest.json
-(`biosrecall.bios.validation.DatasetManifest`), an LM shard manifest
-(`biosrecall.lm.shard_manifest.ShardManifest`) and a run spec (`biosrecall.sweep.run_spec.RunSpec`).
+These records are read here: a run's config.json (`biosrecall.train.run_folder.RunConfigRecord`), a
+checkpoint's meta.json (`biosrecall.train.checkpoint_files.CheckpointMeta`, `ResumableMeta`), a bioS
+dataset's manifest.json (`biosrecall.bios.validation.DatasetManifest`), an LM shard manifest
+(`biosrecall.lm.shard_manifest.ShardManifest`), a run spec (`biosrecall.sweep.run_spec.RunSpec`) and,
+from TOML, a sweep spec's structure (`biosrecall.sweep.spec.SpecFile`). Another record adopts it by
+declaring its class and calling `read_record`.
+
 A record class lists only the fields readers rely on: other keys in the file are left alone, so a
-record written by an earlier release still loads. The file itself (a regular file, bounded in size,
-UTF-8 JSON whose top level is an object) is checked by `biosrecall.files.read_json_object`.
+record written by an earlier release still loads (a class that must refuse unknown keys, as a user's
+file should, is a `msgspec.Struct` with `forbid_unknown_fields=True`; the message then lists the
+fields it knows). The file itself (a regular file, bounded in size, UTF-8 JSON whose top level is an
+object) is checked by `biosrecall.files.read_json_object`.
 
 A rule that ties fields together lives in the record's `__post_init__`, raising `ValueError`: its
-message follows the name of the object that holds the fields. The types below are the recurring field
-types: `Count`, `Amount`, `Fraction` and `Sha256`, and `exact_keys` for an object that must map
-exactly a given set of names (a pool size per attribute).
+message follows the name of the object that holds the fields. The recurring field types are here:
+`Count`, `Amount`, `Fraction`, `Sha256`; `exact_keys` makes the type of an object that maps exactly
+a given set of names (a pool size per attribute), and `optional()` is the default of a field a file
+may leave out.
 """
 
 from __future__ import annotations

@@ -75,20 +75,30 @@ class ExecutorSection(Struct, forbid_unknown_fields=True):
     """Defaults of `sweep run`'s executor options (see them for what each does)."""
 
     workers: int | UnsetType = UNSET
+    """local: runs at the same time."""
     threads_per_run: int | UnsetType = UNSET
+    """local: threads of each run."""
     gpus_per_run: int | UnsetType = UNSET
+    """GPUs of each run (over 1: torchrun)."""
     partition: str | UnsetType = UNSET
+    """slurm: the partition."""
     cpus_per_run: int | UnsetType = UNSET
+    """slurm: CPUs of each run."""
     time_min: int | UnsetType = UNSET
+    """slurm: time limit per run, minutes."""
     array_parallelism: int | UnsetType = UNSET
+    """slurm: tasks at once."""
 
 
 class EvalSection(Struct, forbid_unknown_fields=True):
     """The options of each evaluation after a finished run ({} for its defaults)."""
 
     recall_curve: dict[str, Any] | UnsetType = UNSET
+    """`recall-curve` after each bioS run."""
     lm_eval: dict[str, Any] | UnsetType = UNSET
+    """`lm eval` after each LM run."""
     lm_harness: dict[str, Any] | UnsetType = UNSET
+    """`lm harness` after each LM run."""
 
 
 class RunEntry(Struct):
@@ -100,11 +110,17 @@ class SpecFile(Struct, forbid_unknown_fields=True):
     """The structure of a sweep spec (module docstring); option values are checked by the commands."""
 
     sweep: SweepSection
+    """Where the runs go and what trains them."""
     executor: ExecutorSection = msgspec.field(default_factory=ExecutorSection)
+    """Defaults of the executor options."""
     base: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Options of every run."""
     grid: Annotated[dict[str, Any], Meta(min_length=1)] | UnsetType = UNSET
+    """Lists of option values, every combination a run."""
     runs: Annotated[list[RunEntry], Meta(min_length=1)] | UnsetType = UNSET
+    """Named configurations."""
     eval: EvalSection = msgspec.field(default_factory=EvalSection)
+    """The evaluations after each finished run."""
 
 
 @dataclass(frozen=True)
