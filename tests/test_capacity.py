@@ -24,7 +24,7 @@ from harness import changes, run_cli, snapshot
 
 from biosrecall.cli import main
 from biosrecall.experiments import capacity_results as results
-from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, judge_claims, verdict
+from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, verdict
 from biosrecall.experiments.study import FIXED_FIRST, UNIFORM
 from biosrecall.train.checkpoint_files import MODEL_FILE
 
@@ -266,14 +266,9 @@ def made_up(
     return pd.DataFrame(rows).assign(parameters=100, ceiling_bits=ceiling)
 
 
-def judged(table: pd.DataFrame) -> pd.DataFrame:
-    """capacity_claims.csv of a per-run table: the study's claims through the one judge."""
-    return results.claims_file(judge_claims(table, results.claims(table)))
-
-
 def verdicts(table: pd.DataFrame) -> list[str]:
     """The verdicts of claims 1-3 (the made-up tables have no fixed K=4 or std_flops rows for 4)."""
-    return list(judged(table)["verdict"])[:3]
+    return list(results.judge_capacity_claims(table)["verdict"])[:3]
 
 
 def test_claims_are_judged_from_the_data():
@@ -287,11 +282,11 @@ def test_claims_are_judged_from_the_data():
     assert verdicts(made_up([1.0, 1.02, 0.98], {10: 0, 20: 0}, 0.95))[2] == NOT_MEASURED
     # 30 bits of facts cannot make 0.7 bits on each of 100 parameters, and the baseline stores all
     # 30 (uniform 28 of them): the sweep never reached either model's capacity.
-    claims = judged(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=30))
+    claims = results.judge_capacity_claims(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=30))
     assert list(claims["verdict"].iloc[:2]) == [NOT_MEASURED, NOT_MEASURED]
     assert "at least 47 people" in claims["note"].iloc[0] and "add larger counts" in claims["note"].iloc[1]
     # The same baseline below a ceiling of 50 has run out of room: 0.3 bits/param is its capacity.
-    claims = judged(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=50))
+    claims = results.judge_capacity_claims(made_up([0.3, 0.3, 0.3], {10: 28, 20: 28}, 0.95, ceiling=50))
     assert list(claims["verdict"].iloc[:2]) == [FAILS, HOLDS]
 
 
@@ -315,7 +310,7 @@ def test_looped_against_flops_matched_compares_stored_bits_paired_by_seed():
             ]  # fmt: skip
     table = pd.DataFrame(rows).assign(parameters=100, ceiling_bits=1e6, exact_bits=1.0)
     table[results.MEASURE] = table["loss_bound_bits"] / 100
-    claims = judged(table).set_index("claim")
+    claims = results.judge_capacity_claims(table).set_index("claim")
     row = claims.loc["looped_below_flops_matched"]
     assert row["verdict"] == HOLDS and row["mean"] == pytest.approx(-(100 + 70 + 110) / 3)
 

@@ -20,16 +20,16 @@ the same data and only what it spends differs. Each final checkpoint is scored b
     OUT/capacity*.csv/.md/.png, OUT/capacity_claims.*   (`capacity_results`)
 
 The engine locks OUT, refuses other settings on an existing output, trains through the sweep engine
-(a finished, scored run is not handed to it again), tabulates and judges; `--seeds` and `--people`
-may grow, and a call with more trains only what is new. Three steps are this module's own, around
-`run_study` (the engine has no hook for them): the datasets under OUT (the grid names them, so it is
-bound to OUT per call, `_bound`), scoring every checkpoint at once in worker processes (`read`), and
-capacity.md and capacity_claims.*, whose layout predates the engine's one table per file.
+(a scored run is not handed to it again), scores every run at once (`evaluate`) and has the study
+write its files (`write`: capacity.md and capacity_claims.* have layouts of their own); `--seeds` and
+`--people` may grow, and a call with more trains only what is new. One step is `run_capacity`'s,
+around `run_study`: each people count's dataset under OUT, made before the engine checks the runs
+(which read it), so the grid, which names them, is bound to OUT per call. `--plan` is this module's
+own too: a run's length is a count of its dataset's batches, planned on a probe dataset.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -147,59 +147,36 @@ def scored(run_dir: Path) -> bool:
     return final is not None and stored_bits_cache_file(final).is_file()
 
 
-def _needs_binding(*_):
+def _unbound(options):
     raise BiosrecallError("the capacity study's runs live under its output: run it with run_capacity")
 
 
-def figures(per_run, options: CapacityOptions) -> dict:
-    from biosrecall.experiments.capacity_figure import plot_capacity
+def _score(runs_dir: Path, runs: list, options: CapacityOptions, executor):
+    """Every final checkpoint's stored bits, the executor's workers at a time (`capacity_scoring`)."""
+    from biosrecall.experiments.capacity_scoring import score_runs
 
-    return {"capacity": plot_capacity(results.summarize(per_run))}
+    return score_runs(runs_dir, runs, options, executor)
 
 
 CAPACITY = Study(
     name="capacity",
     summary="Stored bits per parameter of the three schedules and two standard transformers, against people.",
     options=CapacityOptions,
-    runs=_needs_binding,  # bound to OUT's datasets per call (`_bound`)
-    evaluations=lambda options: [],  # scored by `read`: stored bits are no sweep evaluation command
+    runs=_unbound,  # the grid names OUT's datasets: `run_capacity` binds it per call
     done=scored,
-    read=_needs_binding,
-    tables=results.tables,
-    claims=results.claims,
-    figures=figures,
+    evaluate=_score,  # stored bits are no sweep evaluation command: scored here, cached per run
+    write=results.write,  # capacity.md and capacity_claims.* have layouts of their own
     growing=("seeds", "people"),
     command="capacity",
 )
 
 
-def _bound(out_dir: Path, options: CapacityOptions, executor, report=None) -> Study:
-    """`CAPACITY` with its grid on OUT's datasets, and a `read` that scores every final checkpoint
-    `executor.slots()` at a time on the first call (each cached beside it: a rerun and an archive
-    read them back without loading a model)."""
-    from biosrecall.experiments.capacity_scoring import score_runs
-
-    grid = capacity_runs(options, {people: out_dir / DATA / f"people{people}" for people in options.people})
-    tables: dict[Path, Any] = {}
-
-    def read(run_dir: Path):
-        if not tables:
-            if report is not None:  # cached scores are read back at once; a fresh one takes a run's time
-                report(f"scoring {len(grid)} final checkpoint(s), {executor.slots()} at a time")
-            tables.update(score_runs(grid, out_dir / RUNS, options, executor.slots(), executor.threads))
-        return tables[run_dir]
-
-    return replace(CAPACITY, runs=lambda _: grid, read=read)
-
-
 def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None, workers=None, report=None):
-    """Generate the datasets, train and score every run (skipping scored ones), write the results;
-    the engine's `StudyResult`, its claims in capacity_claims.csv's columns.
+    """Generate the datasets, train and score every run (skipping scored ones), write the results:
+    `run_study` on `CAPACITY` bound to OUT's datasets; its `StudyResult`.
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
-    from biosrecall.atomic import atomic_write_text
-    from biosrecall.experiments.claims import write_claims
     from biosrecall.experiments.study_engine import study_executor, write_study_record
 
     out_dir = Path(out_dir)
@@ -211,7 +188,8 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
         _upgrade_record(out_dir)
         old = check_record(out_dir, CAPACITY, record_of(CAPACITY, options))
         options = grown_options(CAPACITY, options, old)
-        study, created, fresh = _bound(out_dir, options, executor, report), not out_dir.exists(), not old
+        grid = capacity_runs(options, {n: out_dir / DATA / f"people{n}" for n in options.people})
+        created, fresh = not out_dir.exists(), not old
         try:
             if fresh:  # the record first: a folder holding datasets and no record is refused next time
                 record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
@@ -219,20 +197,14 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
             for people in options.people:
                 _dataset(out_dir / DATA / f"people{people}", people, report)
             first = options.seeds[0]  # every model at every count: what a run would refuse, refused now
-            plan_table([run for run in study.runs(options) if run.config.seed == first])
+            plan_table([run for run in grid if run.config.seed == first])
         except BaseException:
             if fresh:  # OUT was new or empty: leave it so (a continued output keeps its own record)
                 shutil.rmtree(out_dir, ignore_errors=True)
                 if not created:
                     out_dir.mkdir()
             raise
-        result = run_study(study, out_dir, options, workers, threads, report)
-        # The engine wrote capacity.md as a plain table and claims.*; capacity's own files beside them.
-        summary = result.tables["capacity_summary"]
-        atomic_write_text(out_dir / "capacity.md", results.capacity_markdown(summary, result.per_run))
-        claims = results.claims_file(result.claims)
-        write_claims(claims, out_dir, "capacity_claims")
-    return dataclasses.replace(result, claims=claims)
+        return run_study(replace(CAPACITY, runs=lambda _: grid), out_dir, options, workers, threads, report)
 
 
 def _upgrade_record(out_dir: Path) -> None:

@@ -1,11 +1,10 @@
-"""The capacity study's tables, claims and capacity.md, from its per-run table of stored bits.
+"""The capacity study's files, from its per-run table of stored bits: tables, claims, capacity.md.
 
-    tables(per_run, options)     # {"capacity": every run and depth, "capacity_summary": over seeds}
-    claims(per_run, options)     # the four `Claim`s, judged by `biosrecall.experiments.claims`
-    capacity_markdown(summary, per_run)   # capacity.md
+    tables, claims, figures = write("runs/capacity", per_run, options)   # the study's `write`
 
-The declaration `biosrecall.experiments.capacity.CAPACITY` hands the first two to the engine. Files
-(tables as CSV and parquet, the figure as PNG and PDF):
+The declaration `biosrecall.experiments.capacity.CAPACITY` hands `write` to the engine, which calls
+it with the per-run table of `biosrecall.experiments.capacity_scoring` once every run is scored.
+Files (tables as CSV and parquet, the figure as PNG and PDF):
 
     capacity              one row per people count, model, seed and serving depth: exact_bits,
                           loss_bound_bits, ceiling_bits, parameters, non_embedding_parameters, both
@@ -16,24 +15,25 @@ The declaration `biosrecall.experiments.capacity.CAPACITY` hands the first two t
     capacity.md           both tables in Markdown (intervals as "mean [low, high]"), and between
                           them where each curve bends (`biosrecall.experiments.capacity_knees`)
     capacity_claims(.md)  the four claims of `capacity_claims`, each judged from its 95% interval
-                          over seeds (`biosrecall.experiments.claims`; an earlier look at another
-                          seed count is kept as capacity_claims_at_<n>seeds.csv), in `COLUMNS`
+                          over seeds by the one judge (`biosrecall.experiments.claims`; an earlier
+                          look at another seed count is kept as capacity_claims_at_<n>seeds.csv)
     capacity.png/.pdf     stored bits against people (`biosrecall.experiments.capacity_figure`)
 
-The engine also writes its own plain capacity_summary.md and claims.csv/.md beside them.
+The engine writes the same claims as claims.csv/.md too, as it does for every study.
 A baseline has one serving depth: its rows say depth 1, and every claim reads it there.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
 from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
-from biosrecall.experiments.claims import Claim, with_seeds_to_decide
+from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import markdown_table
+from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import aggregate_seeds, interval_text
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
@@ -79,9 +79,18 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     return aggregate_seeds(table, GROUP, VALUES)
 
 
-def tables(per_run: pd.DataFrame, options=None) -> dict:
-    """The study's tables: every run as scored (`capacity_scoring`), and its means over seeds."""
-    return {"capacity": per_run, "capacity_summary": summarize(per_run)}
+def write(out_dir: Path, per_run: pd.DataFrame, options=None) -> tuple[dict, pd.DataFrame, list[Path]]:
+    """Every file of the module doc, each written atomically: (tables, judged claims, figure files)."""
+    from biosrecall.atomic import atomic_write_text
+    from biosrecall.experiments.capacity_figure import plot_capacity
+
+    tables = {"capacity": per_run, "capacity_summary": summarize(per_run)}
+    for name, table in tables.items():
+        write_table(table, out_dir / name)
+    atomic_write_text(out_dir / "capacity.md", capacity_markdown(tables["capacity_summary"], per_run))
+    judged = judge_capacity_claims(per_run)
+    write_claims(judged, out_dir, "capacity_claims")
+    return tables, judged, save_figure(plot_capacity(tables["capacity_summary"]), out_dir / "capacity")
 
 
 def _at(rows: pd.DataFrame, people: int, name: str) -> pd.DataFrame:
@@ -231,8 +240,10 @@ def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
     return capacity_claims(saturation_people(per_run), band_unreachable(per_run), unseen, flops_unseen)
 
 
-def claims_file(judged: pd.DataFrame) -> pd.DataFrame:
-    """The judged claims (`claims.judge_claims`) with their seeds to decide, in `COLUMNS`."""
+def judge_capacity_claims(per_run: pd.DataFrame) -> pd.DataFrame:
+    """capacity_claims.csv: `claims` judged over seeds by the one judge, with seeds to decide, in
+    `COLUMNS`."""
+    judged = judge_claims(per_run, claims(per_run))
     return with_seeds_to_decide(judged).reindex(columns=COLUMNS, fill_value="")
 
 

@@ -1,13 +1,13 @@
 """Scoring a capacity study: each run's final checkpoint as stored bits per serving depth, labelled.
 
     from biosrecall.experiments.capacity_scoring import score_runs
-    tables = score_runs(runs, Path("runs/capacity/runs"), options, workers=2, threads=1)  # folder -> rows
+    per_run = score_runs(Path("runs/capacity/runs"), runs, options, executor)
 
-The capacity study's `read` (`biosrecall.experiments.capacity`) calls `score_runs` once the engine
-has trained the runs; its tables are the rows of the engine's per-run table. Scoring runs `workers` checkpoints at a time on the CPU
-(`biosrecall.eval.parallel`), and each checkpoint's stored-bits table is cached next to it
-(`biosrecall.eval.table_cache`), so a rerun, or an archive without weights, is re-tabulated without
-loading a model.
+The capacity study's `evaluate` (`biosrecall.experiments.capacity`): the engine calls it once the
+runs are trained, and its table is the study's per-run table. Scoring runs the executor's worker
+count of checkpoints at a time on the CPU (`biosrecall.eval.parallel`), and each checkpoint's
+stored-bits table is cached next to it (`biosrecall.eval.table_cache`), so a rerun, or an archive
+without weights, is re-tabulated without loading a model.
 """
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
 STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 
 
-def score_runs(runs: list, runs_dir: Path, options, workers: int = 1, threads: int = 1) -> dict:
-    """Run folder (under `runs_dir`) -> one row per serving depth of the run (`capacity.capacity_runs`):
-    its final checkpoint's stored bits, labelled, `workers` at a time on the CPU (`eval.parallel`) on
-    `options.device`, cached so an archive without weights is re-tabulated."""
+def score_runs(runs_dir: Path, runs: list, options, executor) -> pd.DataFrame:
+    """One row per run (`capacity.capacity_runs`, folders under `runs_dir`) and serving depth: its
+    final checkpoint's stored bits, labelled, `executor`'s workers at a time on the CPU
+    (`eval.parallel`) on `options.device`, cached so an archive without weights is re-tabulated."""
+    from biosrecall.experiments.study_engine import executor_slots
+
     device = resolve_device(str(options.device))
     items = [
         (runs_dir / run.name, run, run.task["data"], options, device) for run in runs
     ]  # folder first: errors name it
-    tables = map_in_processes(_score, items, workers if device.type == "cpu" else 1, threads)
-    return {runs_dir / run.name: table for run, table in zip(runs, tables, strict=True)}
+    workers = executor_slots(executor) if device.type == "cpu" else 1
+    return pd.concat(map_in_processes(_score, items, workers, executor.threads), ignore_index=True)
 
 
 def _score(item) -> Any:
