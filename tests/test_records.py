@@ -116,3 +116,11 @@ def test_every_archived_run_config_and_meta_still_loads():
             RunFolder(path.parent).read_config()
     for path in metas:
         read_meta(path.parent)
+
+
+def test_a_hand_edited_tracker_ids_file_is_one_line_naming_the_field(tmp_path):
+    from biosrecall.train.tracking import IDS_FILE, _stored_ids
+
+    (tmp_path / IDS_FILE).write_text(json.dumps({"wandb": {"id": "0a1b2c3d"}}))
+    with pytest.raises(BiosrecallError, match=r"trackers.json is corrupt: field 'wandb.project' is missing$"):
+        _stored_ids(tmp_path)

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from msgspec import UnsetType
 from tqdm.std import tqdm
 
 from biosrecall.atomic import atomic_write_json
-from biosrecall.files import read_json_object
+from biosrecall.records import optional, read_checked_json
 from biosrecall.train.run_folder import RunFolder
 
 PROJECT = "biosrecall"
@@ -180,9 +181,33 @@ ADAPTERS: dict[str, Callable[[], Tracker]] = {
 }
 
 
+@dataclass(kw_only=True)
+class WandbIds:
+    id: str
+    """The W&B run id."""
+    project: str
+    """The W&B project."""
+
+
+@dataclass(kw_only=True)
+class TrackioIds:
+    project: str
+    """The Trackio project."""
+    name: str
+    """The Trackio run name."""
+
+
+@dataclass(kw_only=True)
+class TrackerIds:
+    """RUN/trackers.json: what each tracker a run logged to needs to continue the same run."""
+
+    wandb: WandbIds | UnsetType = optional()
+    trackio: TrackioIds | UnsetType = optional()
+
+
 def _stored_ids(folder: Path) -> dict[str, Any]:
     path = folder / IDS_FILE
-    return read_json_object(path, "tracker ids") if os.path.lexists(path) else {}
+    return read_checked_json(path, TrackerIds, "tracker ids") if os.path.lexists(path) else {}
 
 
 def _store_ids(folder: Path, tracker: str, ids: dict[str, str]) -> None:
