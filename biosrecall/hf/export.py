@@ -60,6 +60,7 @@ from biosrecall.hf.card import CardFacts, cached_recall, model_card
 from biosrecall.locking import output_lock
 from biosrecall.model.recipes import base as recipes_base
 from biosrecall.model.recipes import recipe_file
+from biosrecall.numbers import check_count
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.run_folder import RunFolder, fraction_of
 
@@ -190,9 +191,7 @@ def check_supported(model_config: dict) -> None:
 def _num_steps(record: dict, model_config, asked: int | None) -> tuple[int, str]:
     """The default depth and the sentence the card uses to explain it."""
     if asked is not None:
-        if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
-            raise BiosrecallError(f"--num-steps must be an integer >= 1, got {asked!r}")
-        return asked, "as chosen at export (--num-steps)"
+        return check_count(asked, "--num-steps"), "as chosen at export (--num-steps)"
     mean = (record.get("plan") or {}).get("mean_depth")
     if isinstance(mean, int | float) and not isinstance(mean, bool) and math.isfinite(mean) and mean > 0:
         return max(1, math.floor(mean + 0.5)), f"the run's mean training depth ({mean:.2f}), rounded"

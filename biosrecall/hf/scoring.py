@@ -54,6 +54,7 @@ from biosrecall.hf.prompts import (
     eval_texts,
 )
 from biosrecall.hub import check_model_folder
+from biosrecall.numbers import check_count
 from biosrecall.train.distributed import resolve_device
 
 DEFAULT_MAX_DEPTH = 64  # recall-curve's --max-depth: runs and looped models are scored at K = 1..64
@@ -164,15 +165,11 @@ def _resolve_depths(depths, depth_arg: str | None, max_depth: int | None = None)
             flag = "--depths" if depths else "--max-depth"
             raise BiosrecallError(f"{flag} needs --depth-arg, the name of the model's depth argument")
         return [1]
-    if max_depth is not None and (
-        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
-    ):
-        raise BiosrecallError(f"--max-depth must be at least 1 (got {max_depth!r})")
-    chosen = sorted(set(depths or range(1, (max_depth or DEFAULT_MAX_DEPTH) + 1)))
-    bad = [d for d in chosen if isinstance(d, bool) or not isinstance(d, int) or d < 1]
-    if bad:
-        raise BiosrecallError(f"--depths must be integers >= 1, got {bad[0]!r}")
-    return chosen
+    if max_depth is not None:
+        check_count(max_depth, "--max-depth")
+    return sorted(
+        {check_count(d, "--depths") for d in depths or range(1, (max_depth or DEFAULT_MAX_DEPTH) + 1)}
+    )
 
 
 def exact_by_depths(
