@@ -151,7 +151,7 @@ def test_ctrl_c_in_the_last_step_of_a_first_call_keeps_the_record(data, tmp_path
     the record written before the first run stays, so the advised rerun continues the study with the
     runs already trained instead of refusing an output that "holds no lm_study.json"."""
     from biosrecall.atomic import atomic_write_path
-    from biosrecall.experiments import lm_study
+    from biosrecall.experiments import lm_study, study_engine
 
     def stopped_mid_write(run_dir, *args, **kwargs):
         out = tmp_path / "first" / "diagnose" / "ff-k4-s0.67-uniform" / "seed0"
@@ -169,7 +169,9 @@ def test_ctrl_c_in_the_last_step_of_a_first_call_keeps_the_record(data, tmp_path
     assert not (out / "diagnose" / "ff-k4-s0.67-uniform" / "seed0").exists(), (
         "the cut diagnosis is taken back"
     )
-    monkeypatch.setattr(lm_study, "sweep_study_runs", lambda *a, **k: pytest.fail("retrained a finished run"))
+    monkeypatch.setattr(
+        study_engine, "sweep_study_runs", lambda *a, **k: pytest.fail("retrained a finished run")
+    )
     code, err = study(capsys, data, out, *args)
     assert code == 0, err
     assert (out / "lm_claims.csv").is_file() and (out / "lm_diagnose.csv").is_file()

@@ -31,18 +31,20 @@ tables over seeds by the one claims engine (`biosrecall.experiments.claims`). La
     OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
 
 The study is `LM_STUDY`, a `biosrecall.experiments.engine.Study`: its options (`LMStudyOptions`),
-grid, evaluation, per-run table, tables, claims, figures and run sizes. The engine's own runner
-(`engine.run_study`) cannot run it yet, so `run_lm_study` and `plan_lm_study` do the engine's steps
-with its parts (the lock, the record written before the first run, the sweep engine, timings, the
-claims judge and writer) plus four things the engine has no hook for: a record that pins the corpus
-by what it holds rather than its folder (and reads the records earlier releases wrote), the update
-diagnostic after training, the claims as lm_claims.* with the paper's number beside each statement,
-and lm_summary.md's "mean [95% interval]" cells. Calling again continues: finished runs are skipped,
-an interrupted one resumes from its last save, and added seeds or grid items train only what is new
-(the tables and claims cover every seed and item of the output, as the engine's do). `lm study
---archive DEST` copies a finished study without its weights (`biosrecall.experiments.study_archive`);
-a copy continues it, since a run with its NLL table and a seed with its diagnosis are done without
-them.
+grid, evaluation, per-run table, tables, claims, figures and run sizes (the engine's `plan_study`
+reads it). `engine.run_study` cannot run it yet without changing its files: after a study's own
+`write` it still writes claims.{csv,parquet,md}, where this study's are lm_claims.* with the paper's
+number beside each statement; and its record check (on a run and on `--plan`) reads only its own
+record, where lm_study.json pins the corpus by what it holds rather than its folder (and the records
+earlier releases wrote continue). So `run_lm_study` does `run_study`'s steps in its order with the
+engine's parts (the lock, the record written before the first run, `train_study_runs`, timings, the
+claims judge and writer), and adds the update diagnostic after training (an `evaluate` of its own)
+and lm_summary.md's "mean [95% interval]" cells (a `write` of its own). Calling again continues:
+finished runs are skipped, an interrupted one resumes from its last save, and added seeds or grid
+items train only what is new (the tables and claims cover every seed and item of the output, as the
+engine's do). `lm study --archive DEST` copies a finished study without its weights
+(`biosrecall.experiments.study_archive`); a copy continues it, since a run with its NLL table and a
+seed with its diagnosis are done without them.
 
 The claims: each is a metric computed on every seed separately (paired: the runs of one seed read
 the same batches), judged by its 95% t interval over seeds against a threshold; "not measured" when
@@ -95,7 +97,7 @@ from biosrecall.experiments.study_engine import (
     describe_executor,
     executor_slots,
     study_executor,
-    sweep_study_runs,
+    train_study_runs,
     write_study_record,
 )
 from biosrecall.experiments.study_timings import StudyTimer
@@ -109,7 +111,7 @@ from biosrecall.locking import output_lock
 from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import aggregate_seeds, interval_text
 from biosrecall.sweep.engine import planned_actions, prepare
-from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
+from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder, machine, versions
 from biosrecall.train.trainer import build_model_config, make_plan
@@ -605,7 +607,7 @@ LM_STUDY = Study(
 )
 
 
-# ---- what the engine has no hook for yet (module doc): the record, the diagnostic, the writers ----
+# ---- what `engine.run_study` cannot do for it yet (module doc): its record, diagnostic and files ----
 
 
 def _data_record(data_dir: Path) -> dict[str, Any]:
@@ -721,7 +723,7 @@ def plan_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, 
 def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, report=None,
                  executor=None) -> StudyResult:  # fmt: skip
     """Train (or continue) every run of the study, evaluate, diagnose, and write the tables, figures
-    and claims: `engine.run_study`'s steps, in its order, with the four additions of the module doc.
+    and claims: `engine.run_study`'s steps, in its order, with this study's own (module doc).
 
     Refuses, before anything is written, an output made with other settings, a corpus folder that is
     not `lm prepare` output, an unknown grid item and a token budget under one update. `executor`:
@@ -748,11 +750,7 @@ def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, r
         with timer.phase(
             "training", f"{len(grid_runs)} run(s) and their evaluation at depths 1..{settings.max_depth}"
         ):
-            left = [run for run in grid_runs if not evaluated(out_dir / RUNS / run.name)]
-            if left:
-                if report is not None:
-                    report(f"progress of each run in {out_dir / RUNS / BOOKKEEPING}/<run>.log")
-                sweep_study_runs(out_dir / RUNS, left, evaluations(options), executor, report)
+            train_study_runs(out_dir / RUNS, grid_runs, executor, report, evaluations(options), evaluated)
         with timer.phase("evaluation", "the update diagnostic at K0=4 / 67%'s switch, 16 updates on"):
             diagnosis = diagnose_runs(out_dir, options, report, executor.threads)
         with timer.phase("tables", "writing the NLL tables, figures and claims"):
