@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.numbers import parse_float, parse_int
+from biosrecall.numbers import check_count, parse_float, parse_int
 
 DEFAULT_MAX_DEPTH = 64
 _CANNOT_SERVE = "the oracle criterion needs the answer: it scores queries, it cannot serve"
@@ -305,9 +305,7 @@ def parameter_of(criterion: Criterion) -> float:
 
 def check_max_depth(max_depth: int) -> int:
     """The cap every criterion obeys; below 1 is refused."""
-    if isinstance(max_depth, bool) or not isinstance(max_depth, int | np.integer) or max_depth < 1:
-        raise BiosrecallError(f"max depth must be an integer of at least 1 (got {max_depth!r})")
-    return int(max_depth)
+    return check_count(max_depth, "max depth")
 
 
 def depth_cap(criterion: Criterion, max_depth: int) -> int:

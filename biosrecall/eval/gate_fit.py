@@ -52,7 +52,7 @@ from biosrecall.eval.gate_data import (
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
-from biosrecall.numbers import check_seed
+from biosrecall.numbers import check_number, check_seed, rates
 from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint, read_meta
 from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, versions
@@ -94,8 +94,7 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
     `tasks` maps a run's task name to how it is fitted (default `GATE_TASKS`: bioS runs only)."""
     tasks = GATE_TASKS if tasks is None else tasks
     run_dir, max_depth, seed = Path(run_dir), check_max_depth(max_depth), check_seed(seed)
-    if not (isinstance(confidence, float | int) and 0 < confidence < 1):
-        raise BiosrecallError(f"--confidence must lie in (0, 1) (got {confidence})")
+    check_number("--confidence", confidence, rates(0, 1, low_open=True, high_open=True))
     planned = _plan(run_dir, checkpoints, data_dir)
     datasets = _check_data(run_dir, planned, tasks)
     device, written = resolve_device(str(device)), []
