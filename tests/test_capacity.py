@@ -150,6 +150,24 @@ def test_an_archive_without_weights_reruns_to_the_same_tables(study, tmp_path, c
 
 
 @pytest.mark.slow
+def test_a_refused_people_count_is_not_added_to_the_output(study, tmp_path, capsys, monkeypatch):
+    from biosrecall.errors import BiosrecallError
+    from biosrecall.experiments import capacity as capacity_study
+
+    copy = tmp_path / "copy"
+    code, _ = run_cli(capacity_args(study, "--archive", str(copy)), capsys)
+    record = (copy / "capacity.json").read_bytes()
+
+    def refuse(runs):
+        raise BiosrecallError("refused by the planner")
+
+    monkeypatch.setattr(capacity_study, "plan_table", refuse)
+    code, err = run_cli([*capacity_args(copy), "--people", "6,12,18"], capsys)
+    assert code == 2 and "refused by the planner" in err
+    assert (copy / "capacity.json").read_bytes() == record
+
+
+@pytest.mark.slow
 def test_an_output_of_release_0_2_0_continues(study, tmp_path, capsys):
     """Its capacity.json (settings, people, seeds, depths) is read as the engine's record."""
     copy = tmp_path / "old"
@@ -233,6 +251,7 @@ BAD_INPUTS = [
     ["--exposures", "0"], ["--exposures", "-2"], ["--exposures", "inf"], ["--exposures", "nan"],
     ["--people", "6,6"], ["--people", "0,6"], ["--people", "-3"], ["--seeds", "0,0"],
     ["--depths", "1,1"], ["--preset", "bios-tiny-std-params"], ["--preset", "nonesuch"],
+    ["--exposures", "1e7"],  # refused by the planner once the datasets are made: they are taken back
 ]  # fmt: skip
 
 
