@@ -23,23 +23,12 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.figure1 import DEPTHS, SEEDS, archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.options import Integer, NumberList, Real
-from biosrecall.experiments.study import check_depths, check_people
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import EXPOSURES, counts
 from biosrecall.train.config import LIMITS
 
 PEOPLE = NumberList(counts(), "people counts", "50,100,200")
-
-
-def parse_people(ctx, param, people: tuple[int, ...]) -> tuple[int, ...]:
-    check_people(people)
-    return people
-
-
-def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
-    check_depths(depths)
-    return depths
 
 
 @click.command()
@@ -56,7 +45,6 @@ def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
     default="50,100,200",
     show_default=True,
     type=PEOPLE,
-    callback=parse_people,
     help="People counts of the sweep, one dataset each (more people, more facts to store).",
 )
 @click.option(
@@ -84,7 +72,6 @@ def parse_depths(ctx, param, depths: tuple[int, ...]) -> tuple[int, ...]:
     default="1,4,16,64",
     show_default=True,
     type=DEPTHS,
-    callback=parse_depths,
     help="Serving depths each looped model is scored at (a baseline has one depth, 1).",
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
