@@ -57,6 +57,7 @@ from biosrecall.bios.sampler import BatchSampler, batch_generator
 from biosrecall.bios.validation import read_manifest
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
+from biosrecall.numbers import check_count, check_seed
 from biosrecall.sizing import check_fits, export_cost
 
 FORMAT = "biosrecall-bios-text-1"
@@ -99,16 +100,10 @@ class TextExport:
             raise BiosrecallError(
                 f"text format must be one of {', '.join(TEXT_FORMATS)}, got {self.format!r}"
             )
-        _require_int("exposures", self.exposures, 1, MAX_EXPOSURES)
-        _require_int("seed", self.seed, 0)
+        check_count(self.exposures, "exposures", high=MAX_EXPOSURES, why="the text export's limit")
+        check_seed(self.seed)
         check_output_path(self.out_dir, inputs)
         check_output_dir(self.out_dir, self.overwrite, RECORD)
-
-
-def _require_int(name: str, value, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
-        bound = f"from {low} to {high:,}" if high else f"at least {low}"
-        raise BiosrecallError(f"{name} must be an integer {bound}, got {value!r}")
 
 
 def check_export_size(people: int, export: TextExport) -> None:

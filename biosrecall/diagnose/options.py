@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from biosrecall import numbers
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import MAX_DEPTH, check_count, check_depth, parse_float, parse_int, split_list
 
@@ -74,7 +75,9 @@ class DiagnoseOptions:
             if value is not None:
                 setattr(self, name, _count(f"--{name.replace('_', '-')}", value, low=0))
         self.rms = _check_rms(self.rms)
-        self.level = _check_level(self.level)
+        self.level = numbers.check_number(
+            "--level", self.level, numbers.rates(0, 1, low_open=True, high_open=True)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,16 +125,6 @@ def _check_rms(value: Any) -> str | float:
     if not (math.isfinite(number) and number > 0):
         raise BiosrecallError(f"--rms takes shallow, deep or a positive number (got {value!r})")
     return number
-
-
-def _check_level(value: Any) -> float:
-    try:
-        level = float(value)
-    except (TypeError, ValueError):
-        level = math.nan
-    if not 0 < level < 1:
-        raise BiosrecallError(f"need 0 < --level < 1 (got {value!r})")
-    return level
 
 
 def parse_candidate_depths(text: str) -> tuple[int, int]:
