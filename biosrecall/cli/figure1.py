@@ -22,14 +22,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, parse_overrides, train_field_option
-from biosrecall.experiments.study import (
-    BUDGET_MODES,
-    StudyOptions,
-    check_budgets,
-    check_lr_grid,
-    check_seeds,
-    figure1_command,
-)
+from biosrecall.experiments.study import StudyOptions, check_seeds, figure1_command
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
@@ -57,23 +50,9 @@ MULTIPLES = NumberList(
 )
 
 
-def parse_depth_list(ctx, param, depths: tuple[int, ...] | None) -> tuple[int, ...]:
-    return depths or ()
-
-
 def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
     check_seeds(seeds)
     return seeds
-
-
-def parse_lr_grid(ctx, param, grid: tuple[float, ...] | None) -> tuple[float, ...]:
-    check_lr_grid(grid or ())
-    return grid or ()
-
-
-def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float, ...]:
-    check_budgets(budgets or (), BUDGET_MODES[0])
-    return budgets or ()
 
 
 @click.command()
@@ -114,7 +93,6 @@ def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float,
 @click.option(
     "--lr-grid",
     type=LEARNING_RATES,
-    callback=parse_lr_grid,
     default=None,
     help="Control: train each schedule at each of these peak learning rates (first seed), keep each "
     "schedule's best by mean bits over K=1..16 at 100%, and run every seed at it (lr_grid.csv).",
@@ -129,14 +107,12 @@ def parse_budgets(ctx, param, budgets: tuple[float, ...] | None) -> tuple[float,
 @click.option(
     "--fixed-sweep",
     type=DEPTHS,
-    callback=parse_depth_list,
     default=None,
     help="Also train fixed-depth runs at these depths (e.g. 1,2,4,8) and plot them (Figure 5).",
 )
 @click.option(
     "--budgets",
     type=MULTIPLES,
-    callback=parse_budgets,
     default=None,
     help="Budget sweep: also train the schedules (and the update-matched control) at these multiples "
     "of the budget, e.g. 0.25,0.5,1,2,4, and write budget_curve.* and compute_to_target.csv (the "
@@ -213,8 +189,8 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
 
     study = StudyOptions(
         seeds=seeds, dataset_seed_per_run=dataset_seed_per_run, update_matched=update_matched,
-        lr_grid=lr_grid, fixed_sweep=fixed_sweep, model_overrides=model_override, budgets=budgets,
-        budget_mode=budget_mode,
+        lr_grid=lr_grid or (), fixed_sweep=fixed_sweep or (), model_overrides=model_override,
+        budgets=budgets or (), budget_mode=budget_mode,
     )  # fmt: skip
     with study_errors():
         result = run_figure1(

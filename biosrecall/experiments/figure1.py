@@ -200,21 +200,15 @@ def run_figure1(
     )  # fmt: skip
 
 
-def _resolve(preset: str, overrides: dict) -> Figure1Preset:
-    """The preset, with the study's architecture overrides applied (checked when the plans are made)."""
-    if preset not in FIGURE1_PRESETS:
-        raise BiosrecallError(
-            f"unknown figure1 preset {preset!r}; choose one of: {', '.join(FIGURE1_PRESETS)}"
-        )
-    settings = FIGURE1_PRESETS[preset]
-    if not overrides:
-        return settings
-    merged = {**dict(settings.model_overrides), **overrides}
-    return replace(settings, model_overrides=tuple(sorted(merged.items())))
-
-
 def _settings(options: Figure1Options) -> Figure1Preset:
-    return _resolve(options.preset, options.study.model_overrides)
+    """The preset, with the study's architecture overrides applied (checked when the plans are made)."""
+    if options.preset not in FIGURE1_PRESETS:
+        raise BiosrecallError(
+            f"unknown figure1 preset {options.preset!r}; choose one of: {', '.join(FIGURE1_PRESETS)}"
+        )
+    settings, overrides = FIGURE1_PRESETS[options.preset], options.study.model_overrides
+    merged = tuple(sorted({**dict(settings.model_overrides), **overrides}.items()))
+    return replace(settings, model_overrides=merged) if overrides else settings
 
 
 def _train_config(options: Figure1Options) -> TrainConfig:
@@ -251,13 +245,9 @@ def _record(options: Figure1Options) -> dict[str, Any]:
     return json.loads(json.dumps(record))
 
 
-def _datasets(options: Figure1Options) -> dict[int, Path]:
-    return dataset_folders(options.study, options.out / DATA)
-
-
 def _tasks(options: Figure1Options) -> dict[int, dict]:
     """Training seed -> the task of its runs: its dataset, the model preset and its overrides."""
-    settings, datasets = _settings(options), _datasets(options)
+    settings, datasets = _settings(options), dataset_folders(options.study, options.out / DATA)
     overrides = dict(settings.model_overrides) or None
     return {
         seed: {"data": datasets[dataset_seed(options.study, seed)].resolve(),
@@ -270,7 +260,7 @@ def _task(options: Figure1Options):
     """The bioS task on the first dataset, read and checked (every dataset has the same vocabulary,
     so one plans every run); asked for once the datasets exist."""
     settings = _settings(options)
-    data_dir = next(iter(_datasets(options).values()))
+    data_dir = next(iter(dataset_folders(options.study, options.out / DATA).values()))
     return bios_training_task(data_dir, settings.model_preset, dict(settings.model_overrides))
 
 
@@ -303,7 +293,13 @@ def prepare(out_dir: Path, options: Figure1Options, overwrite: bool, report) -> 
     record = _record(options)
     check = lambda: _check_plans(options)  # noqa: E731
     output.prepare_output(
-        out_dir, record, _datasets(options), _settings(options).people, overwrite, check, report
+        out_dir,
+        record,
+        dataset_folders(options.study, options.out / DATA),
+        _settings(options).people,
+        overwrite,
+        check,
+        report,
     )
     write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
