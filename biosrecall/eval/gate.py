@@ -233,75 +233,74 @@ def _fit_command(run_dir, label: str) -> str:
 GATE_RECORD_KEYS = ("weights", "reference_depth", "confidence", "model_hash", "checkpoint_hash")
 
 
-def read_calibration(path: Path, refit: str) -> tuple[np.ndarray, np.ndarray]:
+def read_calibration(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """The calibration arrays of a gate (`scores`: gate logits [R - 1, M] at depths 1 .. R - 1, `exact`:
     bool [R, M], R its reference depth): the one reader of calibration.npz. A missing, damaged (a torn
-    zip, a wrong member) or malformed file is one line naming it, with `refit`, the command that
-    derives it again."""
+    zip, a wrong member) or malformed file is one line naming it."""
 
-    try:
-        require_regular_file(path, "exit gate calibration")
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{exc}; {refit}") from None
+    require_regular_file(path, "exit gate calibration")
     try:
         with np.load(path, allow_pickle=False) as arrays:
             scores, exact = np.asarray(arrays["scores"]), np.asarray(arrays["exact"])
     except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise a dozen kinds for a damaged file
-        raise BiosrecallError(
-            f"exit gate calibration {path} is unreadable ({type(exc).__name__}); {refit}"
-        ) from None
+        raise BiosrecallError(f"exit gate calibration {path} is unreadable ({type(exc).__name__})") from None
     typed = np.issubdtype(scores.dtype, np.floating) and exact.dtype == np.bool_
     shaped = scores.ndim == exact.ndim == 2 and scores.shape[1] == exact.shape[1]
     if not (typed and shaped and scores.shape[0] == exact.shape[0] - 1 and np.isfinite(scores).all()):
         raise BiosrecallError(
             f"exit gate calibration {path} is malformed: expected finite float scores [R - 1, M] and bool "
-            f"exact flags [R, M], got {scores.dtype} {scores.shape} and {exact.dtype} {exact.shape}; {refit}"
+            f"exact flags [R, M], got {scores.dtype} {scores.shape} and {exact.dtype} {exact.shape}"
         )
     return scores, exact
 
 
 def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
-    """The gate of checkpoint `label` of `run_dir`, refused unless fitted on that very checkpoint."""
+    """The gate of checkpoint `label` of `run_dir`, refused unless fitted on that very checkpoint; every
+    refusal of a gate that is there ends with the command that fits it again."""
 
     folder = RunFolder(run_dir).gate_dir(label)
-    record_path = folder / GATE_RECORD_FILE
-    if not record_path.is_file():
+    if not (folder / GATE_RECORD_FILE).is_file():
         raise BiosrecallError(
             f"{run_dir} has no exit gate for checkpoint {label}: fit one with {_fit_command(run_dir, label)}"
         )
-    refit = f"refit it with {_fit_command(run_dir, label)}"
+    meta = read_meta(checkpoint)  # a damaged checkpoint is its own problem, not the gate's
     try:
-        record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
+        return _read_gate(folder, checkpoint, meta)
     except BiosrecallError as exc:
-        raise BiosrecallError(f"{exc}; {refit}") from None
-    scores, exact = read_calibration(folder / GATE_CALIBRATION_FILE, refit)
+        raise BiosrecallError(f"{exc}; refit it with {_fit_command(run_dir, label)}") from None
+
+
+def _read_gate(folder: Path, checkpoint, meta: dict) -> FittedGate:
+    record_path = folder / GATE_RECORD_FILE
+    record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
+    scores, exact = read_calibration(folder / GATE_CALIBRATION_FILE)
     reference = record["reference_depth"]
     if isinstance(reference, bool) or not isinstance(reference, int) or reference != exact.shape[0]:
         raise BiosrecallError(
             f"the exit gate in {folder} is inconsistent: reference depth {reference!r} in "
-            f"{GATE_RECORD_FILE}, calibration to depth {exact.shape[0]}; {refit}"
+            f"{GATE_RECORD_FILE}, calibration to depth {exact.shape[0]}"
         )
     confidence = record["confidence"]
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
         raise BiosrecallError(
-            f"exit gate record {record_path} is corrupt: confidence must lie in (0, 1), got {confidence!r}; "
-            f"{refit}"
+            f"exit gate record {record_path} is corrupt: confidence must lie in (0, 1), got {confidence!r}"
         )
     try:
         head = GateHead.from_weights(record["weights"])
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
         raise BiosrecallError(
-            f"the exit gate record {record_path} holds unusable weights ({type(exc).__name__}); {refit}"
+            f"the exit gate record {record_path} holds unusable weights ({type(exc).__name__})"
         ) from None
-    meta = read_meta(checkpoint)
     if record.get("model_hash") != model_hash(meta):
         raise BiosrecallError(
-            f"the exit gate in {folder} was fitted on another model (model hash {str(record.get('model_hash'))[:12]}, this checkpoint's {model_hash(meta)[:12]}); refit it with {_fit_command(run_dir, label)}"
+            f"the exit gate in {folder} was fitted on another model (model hash "
+            f"{str(record.get('model_hash'))[:12]}, this checkpoint's {model_hash(meta)[:12]})"
         )
     found = file_sha256(Path(checkpoint) / MODEL_FILE)
     if record.get("checkpoint_hash") != found:
         raise BiosrecallError(
-            f"the exit gate in {folder} was fitted on another checkpoint (weights hash {str(record.get('checkpoint_hash'))[:12]}, this one's {found[:12]}); refit it with {_fit_command(run_dir, label)}"
+            f"the exit gate in {folder} was fitted on another checkpoint (weights hash "
+            f"{str(record.get('checkpoint_hash'))[:12]}, this one's {found[:12]})"
         )
     return FittedGate(record, head, scores, exact)
 
