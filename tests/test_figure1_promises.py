@@ -378,6 +378,14 @@ class TestStudyInParts:
         assert "n=2" in claims  # every measured claim now has two seeds
         assert record(output_copy)["study"]["seeds"] == [0, 1]
 
+    def test_a_new_output_starts_with_its_learning_rate_grid(self, tmp_path, tiny_preset):
+        """The grid trains first, on the dataset the same call makes; its winners choose the runs."""
+        out = tmp_path / "out"
+        assert run_cli(figure1_args(out, "--lr-grid", "5e-3,1e-2")) == 0
+        grid = pd.read_csv(out / "lr_grid.csv")
+        assert len(grid) == 2 * len(RUN_NAMES) and grid.groupby("name")["chosen"].sum().eq(1).all()
+        assert len(pd.read_csv(out / "summary.csv")) == 2 * len(RUN_NAMES)  # the main runs, two fractions
+
     @staticmethod
     def _finals(out: Path, seed: int) -> dict[str, Path]:
         folders = (out / figure1.RUNS / f"seed{seed}").iterdir()

@@ -245,8 +245,10 @@ def run_study(
         options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
     executor = _executor(workers, threads, options, executor)
     runs = study.runs(options)
-    for group, evaluations in by_trainer(runs, study.evaluations(options)):
-        prepare(out_dir / RUNS, group, evaluations, executor)  # every run's options checked, nothing written
+    for group, evaluations in by_trainer(runs, study.evaluations(options)) if study.prepare is None else ():
+        # Every run's options checked, nothing written; a study that makes its runs' inputs (its
+        # `prepare`) checks them there, once they exist.
+        prepare(out_dir / RUNS, group, evaluations, executor)
     timer = StudyTimer(
         report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
     )
@@ -265,11 +267,8 @@ def run_study(
             more = study.then(_evaluated(study, out_dir, runs, options, executor, timer), options)
             _train(study, out_dir, more, options, executor, report, timer)
             runs = runs + more
-        if study.evaluate is not None:
-            per_run = _evaluated(study, out_dir, runs, options, executor, timer)
+        per_run = _evaluated(study, out_dir, runs, options, executor, timer)
         with timer.phase("tables", "writing the tables and claims"):
-            if study.evaluate is None:
-                per_run = _evaluated(study, out_dir, runs, options, executor, timer)
             if study.write is not None:
                 tables, claims, figures = study.write(out_dir, per_run, options)
             else:

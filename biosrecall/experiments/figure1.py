@@ -292,15 +292,8 @@ def prepare(out_dir: Path, options: Figure1Options, overwrite: bool, report) -> 
     datasets, plan every run (`check_plans`) and write figure1.json (`figure1_output`)."""
     record = _record(options)
     check = lambda: _check_plans(options)  # noqa: E731
-    output.prepare_output(
-        out_dir,
-        record,
-        dataset_folders(options.study, options.out / DATA),
-        _settings(options).people,
-        overwrite,
-        check,
-        report,
-    )
+    datasets = dataset_folders(options.study, options.out / DATA)
+    output.prepare_output(out_dir, record, datasets, _settings(options).people, overwrite, check, report)
     write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
