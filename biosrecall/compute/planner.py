@@ -18,7 +18,6 @@ the saving against uniform U{1..16} at the same number of updates is computed fr
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from biosrecall.compute.flops import check_tokens_per_update, train_flops_table
 from biosrecall.compute.schedules import MAX_UPDATES, Schedule, Uniform, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.numbers import check_count
+from biosrecall.numbers import check_count, check_number, rates
 
 REFERENCE = Uniform(1, 16)
 # What a plan holds per update: the cached uniform and normal draws, the depth and the FLOPs (8 bytes each).
@@ -162,7 +161,7 @@ def plan_run(
     """The largest run of `schedule` whose realised modeled FLOPs fit `budget` (see the module doc)."""
     schedule = _schedule(schedule)
     cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
-    budget = _check_budget(budget)
+    budget = float(check_number("budget", budget, rates(low_open=True)))  # in FLOPs
 
     def spend(n: int) -> float:
         return float(cost(schedule.depths(n, seed)).sum())
@@ -216,16 +215,6 @@ def _plan_of(schedule: Schedule, updates: int, cost, budget, config, seq_len, se
         expected_flops=schedule.expected_cost(updates, cost),
         uniform_expected_flops=REFERENCE.expected_cost(updates, cost),
     )
-
-
-def _check_budget(budget: float) -> float:
-    try:
-        value = math.nan if isinstance(budget, bool | str) else float(budget)
-    except (TypeError, ValueError, OverflowError):
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise BiosrecallError(f"budget must be a positive finite number of FLOPs, got {budget!r}")
-    return value
 
 
 def _check_updates(updates: int) -> None:
