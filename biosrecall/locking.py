@@ -166,14 +166,8 @@ def _remove_empty(folders: list[Path]) -> None:
 def stale_temporaries(output: str | Path) -> list[Path]:
     """Hidden temporary siblings of `output` left by atomic writes (`.<name>.XXXXXXXX.tmp|.old`)."""
     output = Path(output)
-    pattern = re.compile(
-        re.escape(temporary_prefix(output))
-        + r"[a-z0-9_]{8}(?:"
-        + re.escape(TEMPORARY_SUFFIX)
-        + "|"
-        + re.escape(ASIDE_SUFFIX)
-        + ")"
-    )
+    suffixes = "|".join(map(re.escape, (TEMPORARY_SUFFIX, ASIDE_SUFFIX)))
+    pattern = re.compile(re.escape(temporary_prefix(output)) + rf"[a-z0-9_]{{8}}(?:{suffixes})")
     try:
         entries = list(output.parent.iterdir())
     except OSError:
