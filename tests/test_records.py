@@ -8,6 +8,7 @@ loading.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,3 +125,18 @@ def test_a_hand_edited_tracker_ids_file_is_one_line_naming_the_field(tmp_path):
     (tmp_path / IDS_FILE).write_text(json.dumps({"wandb": {"id": "0a1b2c3d"}}))
     with pytest.raises(BiosrecallError, match=r"trackers.json is corrupt: field 'wandb.project' is missing$"):
         _stored_ids(tmp_path)
+
+
+def test_a_sweep_run_record_is_a_cache_a_damaged_one_reads_as_none(tmp_path):
+    from biosrecall.sweep.records import RunRecord, run_state
+
+    path = tmp_path / "run.json"
+    assert run_state(path) == RunRecord()
+    path.write_text(json.dumps({"state": "failed", "exit_code": 1, "error": "boom", "command": ["x"]}))
+    assert run_state(path) == RunRecord(state="failed", exit_code=1, error="boom")
+    for damaged in ("[1]", "{", json.dumps({"state": "failed", "exit_code": "one"})):
+        path.write_text(damaged)
+        assert run_state(path) == RunRecord()
+    path.unlink()
+    os.mkfifo(path)  # read by nothing: a FIFO would block a reader forever
+    assert run_state(path) == RunRecord()

@@ -32,7 +32,7 @@ from biosrecall.locking import output_lock
 from biosrecall.sweep.commands import is_path_option
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun, build_jobs, check_runs
-from biosrecall.sweep.records import run_record
+from biosrecall.sweep.records import run_state
 from biosrecall.sweep.worker import Outcome, train_command
 from biosrecall.train.progress import format_seconds
 from biosrecall.train.run_folder import RunFolder
@@ -130,7 +130,7 @@ def planned_actions(jobs: Sequence[SweepRun]) -> list[tuple[str, str, list[str]]
     plan = []
     for job in jobs:
         if RunFolder(job.run_dir).finished():
-            evaluated = job.eval_key is None or run_record(job.record).get("evaluated") == job.eval_key
+            evaluated = job.eval_key is None or run_state(job.record).evaluated == job.eval_key
             plan.append((job.name, "skip" if evaluated else "evaluate", []))
             continue
         resume = RunFolder(job.run_dir).latest_checkpoint() is not None

@@ -1,6 +1,7 @@
 """Where each run of a sweep stands: its record in OUT/.sweep/<name>.json and its run folder.
 
     update_record(job, state="running", pid=1234)      # atomic rewrite, other fields kept
+    record = run_state(job.record)                     # RunRecord(state="running", pid=1234, ...)
     status = run_status(job)                           # RunStatus(state="done", detail=..., updates=...)
     table = status_table(jobs)                         # one row per run, for `biosrecall sweep status`
 
@@ -22,7 +23,6 @@ a `latest` checkpoint: resume; nothing: start).
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 from dataclasses import asdict, dataclass
@@ -31,7 +31,9 @@ from typing import Any
 
 from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import read_json_object
 from biosrecall.numbers import parse_int
+from biosrecall.records import parse_record
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.run_folder import RunFolder
 
@@ -43,21 +45,49 @@ def now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def run_record(path: Path) -> dict[str, Any]:
-    """A run's record, or {} when there is none yet (a damaged one counts as none: it is only a cache)."""
+@dataclass(kw_only=True)
+class RunRecord:
+    """OUT/.sweep/<name>.json as `run_state` reads it: what the sweep last did with the run (the file
+    also keeps the command and times, as written)."""
+
+    state: str | None = None
+    """running, done or failed (none yet: waiting)."""
+    phase: str = "train"
+    """What the attempt was doing: train, or eval (the evaluations after it)."""
+    action: str = "finished"
+    """What the attempt did: trained, resumed, evaluated or skipped."""
+    host: str | None = None
+    """The host the attempt ran on."""
+    pid: int | None = None
+    """Its process id there."""
+    exit_code: int | None = None
+    """Its exit status (130: interrupted, `INTERRUPTED`)."""
+    error: str = ""
+    """Why it failed: its last error line."""
+    evaluated: str | None = None
+    """The evaluations finished after training (`SweepRun.eval_key`)."""
+
+
+def run_state(path: Path) -> RunRecord:
+    """A run's record, empty when there is none yet (a damaged one counts as none: it is only a cache)."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        return parse_record(_stored(path), RunRecord, str(path))
+    except BiosrecallError:
+        return RunRecord()
+
+
+def _stored(path: Path) -> dict[str, Any]:
+    """The record as JSON read it, or {} when there is none or it is damaged."""
+    try:
+        return read_json_object(path, "sweep run record")
+    except BiosrecallError:
         return {}
-    return record if isinstance(record, dict) else {}
 
 
-def update_record(job: SweepRun, **changes: Any) -> dict[str, Any]:
+def update_record(job: SweepRun, **changes: Any) -> None:
     """Rewrite the run's record atomically with `changes` over what it held."""
-    record = {**run_record(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
-    record.update(changes)
-    atomic_write_json(job.record, record)
-    return record
+    record = {**_stored(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
+    atomic_write_json(job.record, {**record, **changes})
 
 
 def pid_alive(pid: Any) -> bool:
@@ -92,11 +122,11 @@ def _recorded_pid(text: str) -> int | None:
         return None
 
 
-def record_running(record: dict[str, Any]) -> bool:
+def record_running(record: RunRecord) -> bool:
     """The record says running and, when written on this host, its process is still alive."""
-    if record.get("state") != "running":
+    if record.state != "running":
         return False
-    return record.get("host") != socket.gethostname() or pid_alive(record.get("pid"))
+    return record.host != socket.gethostname() or pid_alive(record.pid)
 
 
 @dataclass(frozen=True)
@@ -111,28 +141,28 @@ class RunStatus:
 
 def run_status(job: SweepRun) -> RunStatus:
     """Where `job`'s run stands (states: module docstring), with a one-line detail."""
-    record = run_record(job.record)
+    record = run_state(job.record)
     updates, planned = progress(job.run_dir)
     state, detail = _state(job, record, updates)
     return RunStatus(job.name, state, detail, updates, planned, str(job.log))
 
 
-def _state(job: SweepRun, record: dict[str, Any], updates: int) -> tuple[str, str]:
+def _state(job: SweepRun, record: RunRecord, updates: int) -> tuple[str, str]:
     if record_running(record):
-        return "running", f"{record.get('phase', 'train')} on {record.get('host')} (pid {record.get('pid')})"
+        return "running", f"{record.phase} on {record.host} (pid {record.pid})"
     holder = lock_holder(job.run_dir)
     if holder is not None:
         return "running", f"run folder locked by pid {holder}"
     run = RunFolder(job.run_dir)
     is_finished = run.finished()
-    if is_finished and (job.eval_key is None or record.get("evaluated") == job.eval_key):
-        return "done", record.get("action", "finished")
+    if is_finished and (job.eval_key is None or record.evaluated == job.eval_key):
+        return "done", record.action
     saved = run.latest_checkpoint() is not None
-    interrupted = record.get("exit_code") == INTERRUPTED and saved
-    if record.get("state") == "failed" and not interrupted:
-        return "failed", f"exit {record.get('exit_code')}: {record.get('error', '')}"
-    if record.get("state") == "running":  # on this host, with no process left
-        return "failed", f"stopped during {record.get('phase', 'train')} without an exit status (killed?)"
+    interrupted = record.exit_code == INTERRUPTED and saved
+    if record.state == "failed" and not interrupted:
+        return "failed", f"exit {record.exit_code}: {record.error}"
+    if record.state == "running":  # on this host, with no process left
+        return "failed", f"stopped during {record.phase} without an exit status (killed?)"
     if is_finished:
         return "waiting", "trained; to evaluate"
     if saved:
@@ -146,10 +176,8 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
         updates = RunFolder(run_dir).metrics_file.read_bytes().count(b"\n")
     except OSError:
         updates = 0
-    try:
-        planned = json.loads(RunFolder(run_dir).config_file.read_text())["plan"]["updates"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        planned = None
+    plan = _stored(RunFolder(run_dir).config_file).get("plan")
+    planned = plan.get("updates") if isinstance(plan, dict) else None
     return updates, planned if isinstance(planned, int) else None
 
 

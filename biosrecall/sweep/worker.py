@@ -37,7 +37,7 @@ from pathlib import Path
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.sweep.records import lock_holder, now, record_running, run_record, update_record
+from biosrecall.sweep.records import lock_holder, now, record_running, run_state, update_record
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.warm import WarmProcess, start_warm, warm_start_enabled
 
@@ -78,7 +78,7 @@ def run_one(
     """Bring `job`'s run to done (module docstring). `env`: extra environment (a GPU slot's
     CUDA_VISIBLE_DEVICES); `processes`: where the running child is registered, for the executor to
     interrupt it."""
-    if record_running(run_record(job.record)) or lock_holder(job.run_dir) is not None:
+    if record_running(run_state(job.record)) or lock_holder(job.run_dir) is not None:
         return Outcome(job.name, "busy", "busy", log=str(job.log))
     job.record.parent.mkdir(parents=True, exist_ok=True)
     action = "skipped"
@@ -89,15 +89,15 @@ def run_one(
         code, error = _launch(job, "train", action, train_command(job, resume), env, processes)
         if code != 0:
             return _failed(job, code, error, action)
-    record = run_record(job.record)
-    if job.eval_key is not None and record.get("evaluated") != job.eval_key:
+    record = run_state(job.record)
+    if job.eval_key is not None and record.evaluated != job.eval_key:
         action = "evaluated" if action == "skipped" else action
         for args in job.eval_args:
             code, error = _launch(job, "eval", action, [*PROGRAM, *args], env, processes)
             if code != 0:
                 return _failed(job, code, error, action)
-        record = update_record(job, evaluated=job.eval_key)
-    if action != "skipped" or record.get("state") != "done":
+        update_record(job, evaluated=job.eval_key)
+    if action != "skipped" or record.state != "done":  # skipped: no attempt since `record` was read
         update_record(job, state="done", action=action, exit_code=0, error="", finished=now())
     return Outcome(job.name, "done", action, 0, log=str(job.log))
 
