@@ -27,22 +27,22 @@ tables over seeds by the one claims engine (`biosrecall.experiments.claims`). La
     OUT/diagnose/<item>/seed<S>/, lm_diagnose.{csv,parquet}   the update diagnostic (`biosrecall.diagnose`)
                                  of K0=4 / 67% at each seed: 16 uniform updates after its switch, the
                                  depth-averaged NLL advantage of a K=16 over a K=4 update
-    OUT/lm_claims.{csv,parquet,md}   the claims; earlier looks as lm_claims_at_<n>seeds.csv
+    OUT/lm_claims.{csv,parquet,md}   the claims; earlier looks as lm_claims_at_<n>seeds.csv (and, as
+                                 the engine writes every study's, claims.{csv,parquet,md})
     OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
 
-The study is `LM_STUDY`, a `biosrecall.experiments.engine.Study`: its options (`LMStudyOptions`),
-grid, evaluation, per-run table, tables, claims, figures and run sizes (the engine's `plan_study`
-reads it). `engine.run_study` cannot run it yet without changing its files: after a study's own
-`write` it still writes claims.{csv,parquet,md}, where this study's are lm_claims.* with the paper's
-number beside each statement; and its record check (on a run and on `--plan`) reads only its own
-record, where lm_study.json pins the corpus by what it holds rather than its folder (and the records
-earlier releases wrote continue). So `run_lm_study` does `run_study`'s steps in its order with the
-engine's parts (the lock, the record written before the first run, `train_study_runs`, timings, the
-claims judge and writer), and adds the update diagnostic after training (an `evaluate` of its own)
-and lm_summary.md's "mean [95% interval]" cells (a `write` of its own). Calling again continues:
+The study is `LM_STUDY`, declared on the engine (`biosrecall.experiments.engine`): its options
+(`LMStudyOptions`), grid, evaluation, per-run table, tables, claims, figures and run sizes, run by
+`engine.run_study` (`run_lm_study`), which locks OUT, trains through the sweep engine (a finished,
+evaluated run is not handed to it again), times each phase and judges the claims. Three steps are
+the study's own hooks: `prepare` writes lm_study.json, which pins the corpus by what it holds
+rather than its folder (the records earlier releases wrote continue as they are); `evaluate` runs
+the update diagnostic after training; `write` writes the files above (lm_summary.md's "mean [95%
+interval]" cells, lm_claims.* with the paper's number beside each statement). The engine also
+writes the judged claims as claims.{csv,parquet,md}, as for every study. Calling again continues:
 finished runs are skipped, an interrupted one resumes from its last save, and added seeds or grid
-items train only what is new (the tables and claims cover every seed and item of the output, as the
-engine's do). `lm study --archive DEST` copies a finished study without its weights
+items train only what is new (the tables and claims cover every seed and item of the output).
+`lm study --archive DEST` copies a finished study without its weights
 (`biosrecall.experiments.study_archive`); a copy continues it, since a run with its NLL table and a
 seed with its diagnosis are done without them.
 
@@ -78,7 +78,7 @@ from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import Claim, judge_claims, write_claims
-from biosrecall.experiments.engine import RUNS, Study, StudyResult
+from biosrecall.experiments.engine import RUNS, Study, StudyResult, run_study
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
     CURRICULUM,
@@ -95,12 +95,9 @@ from biosrecall.experiments.lm_grid import (
 from biosrecall.experiments.study import check_seeds
 from biosrecall.experiments.study_engine import (
     describe_executor,
-    executor_slots,
     study_executor,
-    train_study_runs,
     write_study_record,
 )
-from biosrecall.experiments.study_timings import StudyTimer
 from biosrecall.files import file_sha256, parse_json_text
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import EXIT_TABLE, read_table
@@ -590,24 +587,7 @@ def write_lm_claims(judged: pd.DataFrame, out_dir: Path) -> list[Path]:
     return write_claims(judged, out_dir, stem=CLAIMS, shown=shown)
 
 
-LM_STUDY = Study(
-    name="lm_study",
-    summary="The paper's Figure-2 LM study over seeds, with its claims judged.",
-    options=LMStudyOptions,
-    runs=runs,
-    evaluations=evaluations,
-    done=evaluated,
-    read=read,
-    tables=tables,
-    claims=claims,
-    figures=figures,
-    sizes=sizes,
-    growing=("seeds", "grid"),
-    command="lm study",
-)
-
-
-# ---- what `engine.run_study` cannot do for it yet (module doc): its record, diagnostic and files ----
+# ---- the study's own steps on the engine (module doc): its record, diagnostic and files ----
 
 
 def _data_record(data_dir: Path) -> dict[str, Any]:
@@ -723,7 +703,8 @@ def plan_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, 
 def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, report=None,
                  executor=None) -> StudyResult:  # fmt: skip
     """Train (or continue) every run of the study, evaluate, diagnose, and write the tables, figures
-    and claims: `engine.run_study`'s steps, in its order, with this study's own (module doc).
+    and claims: `engine.run_study` on `LM_STUDY`, its options grown by the record's seeds and grid
+    items (what earlier calls trained is tabulated with this call's).
 
     Refuses, before anything is written, an output made with other settings, a corpus folder that is
     not `lm prepare` output, an unknown grid item and a token budget under one update. `executor`:
@@ -731,44 +712,44 @@ def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, r
     tables run here either way. Raises `Interrupted` when Ctrl-C stops training (rerun the same call
     to continue) and `StudyRunFailed` when a run fails."""
     out_dir = Path(out_dir)
-    settings, _ = _settings(options)
-    executor = study_executor(workers, threads, options.device, **(executor or {}))
     _check_record(out_dir, _record(options))
     for run in runs(options):
         _plan(run, options)
-    prepare(out_dir / RUNS, runs(options), evaluations(options), executor)  # every run's options checked
-    timer = StudyTimer(
-        report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
-    )
-    with output_lock(out_dir):
+    with output_lock(out_dir):  # run_study takes it again: one lock from the record to the claims
         old = _check_record(out_dir, _record(options))
-        if old is not None:  # what earlier calls trained stays recorded, and is tabulated with this call's
+        if old is not None:
             grid = [item for item in GRID if item in {*old["grid"], *options.grid}]
             options = replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=tuple(grid))
-        write_study_record(out_dir / RECORD, json.dumps(_record(options), indent=2) + "\n")
-        grid_runs = runs(options)
-        with timer.phase(
-            "training", f"{len(grid_runs)} run(s) and their evaluation at depths 1..{settings.max_depth}"
-        ):
-            train_study_runs(out_dir / RUNS, grid_runs, executor, report, evaluations(options), evaluated)
-        with timer.phase("evaluation", "the update diagnostic at K0=4 / 67%'s switch, 16 updates on"):
-            diagnosis = diagnose_runs(out_dir, options, report, executor.threads)
-        with timer.phase("tables", "writing the NLL tables, figures and claims"):
-            per_run = pd.concat(
-                [read(out_dir / RUNS / run.name).assign(**run.labels) for run in grid_runs], ignore_index=True
-            )
-            written = tables(per_run, options)
-            for name, table in written.items():
-                write_table(table, out_dir / name)
-            atomic_write_text(out_dir / "lm_summary.md", summary_markdown(written["lm_summary"]))
-            for stem, figure in figures(per_run, options).items():
-                save_figure(figure, out_dir / stem)
-            if diagnosis is not None:
-                write_table(diagnosis, out_dir / "lm_diagnose")
-            judged = judge(written["lm_nll"], diagnosis)
-            write_lm_claims(judged, out_dir)
-        timer.save(out_dir)
-    return StudyResult(out_dir, per_run, written, judged)
+        return run_study(LM_STUDY, out_dir, options, workers, threads, report, executor)
+
+
+def write_record(out_dir: Path, options: LMStudyOptions, overwrite: bool = False, report=None) -> None:
+    """lm_study.json before the first run (`LM_STUDY.prepare`), the output's settings checked first."""
+    _check_record(out_dir, _record(options))
+    write_study_record(out_dir / RECORD, json.dumps(_record(options), indent=2) + "\n")
+
+
+def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions, executor) -> pd.DataFrame:
+    """The per-run table (`read` with each run's labels), once every seed's update diagnostic is in
+    OUT/diagnose (`LM_STUDY.evaluate`: it runs in this process, on a run's threads)."""
+    diagnose_runs(runs_dir.parent, options, None, executor.threads)
+    return pd.concat([read(runs_dir / run.name).assign(**run.labels) for run in grid_runs], ignore_index=True)
+
+
+def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tuple[dict, pd.DataFrame, list]:
+    """Every table, figure and claims file of the module doc (`LM_STUDY.write`): (tables, judged
+    claims, figure files)."""
+    written = tables(per_run, options)
+    for name, table in written.items():
+        write_table(table, out_dir / name)
+    atomic_write_text(out_dir / "lm_summary.md", summary_markdown(written["lm_summary"]))
+    diagnosis = diagnose_runs(out_dir, options)  # read back: `evaluate` made every diagnosis
+    if diagnosis is not None:
+        write_table(diagnosis, out_dir / "lm_diagnose")
+    judged = judge(written["lm_nll"], diagnosis)
+    write_lm_claims(judged, out_dir)
+    drawn = [save_figure(figure, out_dir / stem) for stem, figure in figures(per_run, options).items()]
+    return written, judged, [path for paths in drawn for path in paths]
 
 
 def diagnose_runs(
@@ -810,3 +791,23 @@ def torch_threads(threads: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+LM_STUDY = Study(
+    name="lm_study",
+    summary="The paper's Figure-2 LM study over seeds, with its claims judged.",
+    options=LMStudyOptions,
+    runs=runs,
+    evaluations=evaluations,
+    done=evaluated,
+    read=read,
+    tables=tables,
+    claims=claims,
+    figures=figures,
+    sizes=sizes,
+    growing=("seeds", "grid"),
+    command="lm study",
+    prepare=write_record,
+    evaluate=evaluate,
+    write=write,
+)
