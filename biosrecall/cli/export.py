@@ -14,14 +14,10 @@ from pathlib import Path
 
 import click
 
-from biosrecall.atomic import OutputRecord, check_output_dir
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, checkpoint_option
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH
-
-# What marks a folder as an export: its config.json carries the `biosrecall` section (`biosrecall.hf.export`).
-EXPORT_RECORD = OutputRecord("export", "config.json", "biosrecall")
 
 
 @click.command("export")
@@ -47,8 +43,7 @@ EXPORT_RECORD = OutputRecord("export", "config.json", "biosrecall")
 )
 def export(run_dir, checkpoint, out_dir, num_steps, data_dir, overwrite):
     """Export a run's checkpoint as a Hugging Face transformers model folder with a model card."""
-    check_output_dir(out_dir, overwrite, EXPORT_RECORD)  # a folder not exported here is never replaced
-    from biosrecall.hf.export import export_run
+    from biosrecall.hf.export import export_run  # refuses a folder it did not export, before loading
 
     written = export_run(
         run_dir, out_dir, checkpoint, num_steps=num_steps, data_dir=data_dir, overwrite=overwrite

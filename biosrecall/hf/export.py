@@ -45,6 +45,7 @@ from tokenizers.processors import TemplateProcessing
 
 import biosrecall
 from biosrecall.atomic import (
+    OutputRecord,
     WriteFailed,
     atomic_directory,
     check_output_dir,
@@ -79,6 +80,10 @@ VERIFY_TOLERANCE = 1e-5
 VERIFY_TOKENS = 48
 
 
+EXPORT_RECORD = OutputRecord("export", "config.json", "biosrecall")
+"""What marks a folder as an export: its config.json carries the `biosrecall` section."""
+
+
 def export_run(
     run_dir: str | Path,
     out_dir: str | Path,
@@ -91,6 +96,7 @@ def export_run(
     """Write the checkpoint `checkpoint` selects in `run_dir` as a Hugging Face folder `out_dir`."""
     require_transformers()
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_output_dir(out_dir, overwrite, EXPORT_RECORD)  # before the model loads
     label, path = RunFolder(run_dir).select_checkpoint(checkpoint)
     meta = read_meta(path)
     record = _run_record(run_dir)
@@ -101,7 +107,7 @@ def export_run(
     provenance = _provenance(run_dir, label, meta, record, dataset, steps_source)
     check_output_path(out_dir, inputs=[run_dir, dataset.path])
     with output_lock(out_dir):
-        check_output_dir(out_dir, overwrite)
+        check_output_dir(out_dir, overwrite, EXPORT_RECORD)  # a folder not exported here is never replaced
         hf_model = build_hf_model(model, steps, provenance)
         verify_same_logits(model, hf_model, dataset.eval_set(_first_person()).tokens, steps)
         facts = _card_facts(run_dir, provenance, record, model, steps, dataset)
