@@ -134,6 +134,21 @@ def test_rerun_trains_nothing_and_other_settings_are_refused(study, capsys):
 
 
 @pytest.mark.slow
+def test_other_depths_or_device_rescore_the_same_runs(study, capsys):
+    """Where runs are scored is no setting of the output: they are rescored, and scored back."""
+    tables = {name: (study / name).read_bytes() for name in ("capacity.csv", "capacity_claims.csv")}
+    weights = final_weights(study)
+    code, err = run_cli([*capacity_args(study), "--depths", "1,2", "--device", "cpu"], capsys)
+    assert code == 0, err
+    assert set(pd.read_csv(study / "capacity.csv")["depth"]) == {1, 2}
+    assert json.loads((study / "capacity.json").read_text())["options"]["device"] == "cpu"
+    code, err = run_cli(capacity_args(study), capsys)
+    assert code == 0, err
+    assert final_weights(study) == weights
+    assert {name: (study / name).read_bytes() for name in tables} == tables
+
+
+@pytest.mark.slow
 def test_an_archive_without_weights_reruns_to_the_same_tables(study, tmp_path, capsys):
     """What lets a long study run in parts across machines: committed without weights, continued."""
     archive, copy = tmp_path / "archive", tmp_path / "copy"

@@ -73,6 +73,10 @@ two models' numbers are compared paired by seed (only the training randomness di
 BASELINES = {"std_params": "std-params", "std_flops": "std-flops"}
 """Baseline run name -> the suffix of its preset (`biosrecall.model.presets.BASELINES`)."""
 BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it accepts
+FREE = ("depths", "device")
+"""Options a later call may change on the same output (the record keeps the latest): where the runs
+are scored and trained, not what they are. A GPU study is re-tabulated on a laptop, or rescored at
+other depths from its weights; the engine's record check would refuse either."""
 
 
 @dataclass(frozen=True)
@@ -185,14 +189,17 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     with output_lock(out_dir):  # the engine takes it again: one lock from the datasets to the claims
-        _upgrade_record(out_dir)
-        old = check_record(out_dir, CAPACITY, record_of(CAPACITY, options))
+        recorded = _recorded_options(out_dir)
+        kept = {
+            key: tuple(v) if isinstance(v := recorded[key], list) else v for key in FREE if key in recorded
+        }
+        old = check_record(out_dir, CAPACITY, record_of(CAPACITY, replace(options, **kept)))
         options = grown_options(CAPACITY, options, old)
         grid = capacity_runs(options, {n: out_dir / DATA / f"people{n}" for n in options.people})
         created, fresh = not out_dir.exists(), not old
+        record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
         try:
             if fresh:  # the record first: a folder holding datasets and no record is refused next time
-                record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
                 write_study_record(out_dir / RECORD, record)
             for people in options.people:
                 _dataset(out_dir / DATA / f"people{people}", people, report)
@@ -204,25 +211,28 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
                 if not created:
                     out_dir.mkdir()
             raise
+        write_study_record(out_dir / RECORD, record)  # a continued output's, once its new counts pass
         return run_study(replace(CAPACITY, runs=lambda _: grid), out_dir, options, workers, threads, report)
 
 
-def _upgrade_record(out_dir: Path) -> None:
-    """A capacity.json of release 0.2.0 (settings, people, seeds, depths) given the engine's `study`
-    and `options` too, so its output continues; its other keys are kept until the engine rewrites it."""
+def _recorded_options(out_dir: Path) -> dict[str, Any]:
+    """The options OUT's capacity.json records ({} without one). A record of release 0.2.0 (settings,
+    people, seeds, depths) is given the engine's `study` and `options` first, so its output
+    continues; its other keys are kept until the engine rewrites it."""
     from biosrecall.atomic import atomic_write_text
     from biosrecall.files import read_json_object
 
     path = out_dir / RECORD
     if not path.is_file():
-        return
+        return {}
     old = read_json_object(path, "capacity record")
-    if "options" in old or "settings" not in old:
-        return  # the engine's own, or not a record it could continue: the engine says which
-    options = {**old["settings"], "people": old.get("people"), "seeds": old.get("seeds"),
-               "depths": old.get("depths"), "device": old.get("train_config", {}).get("device", "auto")}  # fmt: skip
-    record = {**old, "study": CAPACITY.name, "options": options}
-    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if "options" not in old and "settings" in old:
+        options = {**old["settings"], "people": old.get("people"), "seeds": old.get("seeds"),
+                   "depths": old.get("depths"), "device": old.get("train_config", {}).get("device", "auto")}  # fmt: skip
+        old = {**old, "study": CAPACITY.name, "options": options}
+        atomic_write_text(path, json.dumps(old, indent=2, sort_keys=True) + "\n")
+    options = old.get("options")  # not a record the engine could continue: its check says why
+    return options if isinstance(options, dict) else {}
 
 
 def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:
