@@ -132,16 +132,6 @@ def _read_number(path: Path) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def _meminfo(key: str) -> int | None:
-    """A size in /proc/meminfo (MemAvailable), in bytes."""
-    return _proc_size(Path("/proc/meminfo"), key)
-
-
-def _status(key: str) -> int | None:
-    """A size in /proc/self/status (VmSize, VmRSS), in bytes."""
-    return _proc_size(Path("/proc/self/status"), key)
-
-
 def _proc_size(path: Path, key: str) -> int | None:
     """The `key: <n> kB` line of a /proc file, in bytes; None when absent or unreadable."""
     try:
@@ -187,7 +177,7 @@ def _cgroup_left() -> tuple[int, str] | None:
 def available_memory() -> tuple[int, str]:
     """(bytes this process may still allocate, where that limit comes from)."""
     found = []
-    available = _meminfo("MemAvailable")
+    available = _proc_size(Path("/proc/meminfo"), "MemAvailable")
     if available is not None:
         found.append((available, "MemAvailable in /proc/meminfo"))
     cgroup = _cgroup_left()
@@ -195,7 +185,7 @@ def available_memory() -> tuple[int, str]:
         found.append(cgroup)
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
-        used = _status("VmSize") or 0
+        used = _proc_size(Path("/proc/self/status"), "VmSize") or 0
         found.append((max(0, soft - used), f"ulimit -v, an address-space limit of {show_bytes(soft)}"))
     if not found:  # no /proc: nothing to check against
         return 1 << 62, "no known limit"
