@@ -103,7 +103,8 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
 
     Writes capacity.csv/.md (every run and the mean over seeds, 95% t intervals), capacity.png and
     capacity_claims.csv/.md. Rerunning the same command skips finished runs and resumes stopped ones;
-    --seeds and --people may grow, and an output made with other settings is refused."""
+    --seeds and --people may grow, --depths and --device may change, and an output made with other
+    settings is refused."""
     from biosrecall.experiments.capacity import CapacityOptions, plan_capacity, run_capacity
 
     if archive is not None:

@@ -22,10 +22,11 @@ the same data and only what it spends differs. Each final checkpoint is scored b
 The engine locks OUT, refuses other settings on an existing output, trains through the sweep engine
 (a scored run is not handed to it again), scores every run at once (`evaluate`) and has the study
 write its files (`write`: capacity.md and capacity_claims.* have layouts of their own); `--seeds` and
-`--people` may grow, and a call with more trains only what is new. One step is `run_capacity`'s,
+`--people` may grow, and a call with more trains only what is new. Two steps are `run_capacity`'s,
 around `run_study`: each people count's dataset under OUT, made before the engine checks the runs
-(which read it), so the grid, which names them, is bound to OUT per call. `--plan` is this module's
-own too: a run's length is a count of its dataset's batches, planned on a probe dataset.
+(which read it), so the grid, which names them, is bound to OUT per call; and `FREE` options
+(`--depths`, `--device`), which may change on an existing output. `--plan` is this module's own
+too: a run's length is a count of its dataset's batches, planned on a probe dataset.
 """
 
 from __future__ import annotations
