@@ -44,7 +44,6 @@ not fall beyond the training depth.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,7 +243,7 @@ def done(run_dir: Path) -> bool:
     if not folder.finished():
         return False
     final = folder.checkpoint_dir(FINAL)
-    nll, exits = _lm_tables(run_dir)
+    nll, exits = folder.lm_eval_tables()
     curve = nll.is_file() or recall_cache_file(final).is_file()
     served = servable_criteria(parse_exits(f"{GATE_RULE},{READOUT_FREE_RULE}"), run_dir, final)[0]
     rules = exits if nll.is_file() else exits_cache_file(final)
@@ -258,6 +257,7 @@ def read(run_dir: Path):
     import pandas as pd
 
     from biosrecall.eval.state_norms import growth
+    from biosrecall.train.checkpoint_files import read_meta
     from biosrecall.train.run_folder import (
         RunFolder,
         exits_cache_file,
@@ -265,9 +265,10 @@ def read(run_dir: Path):
         state_norm_cache_file,
     )
 
-    checkpoint = RunFolder(run_dir).checkpoint_dir(FINAL)
-    meta = json.loads((checkpoint / "meta.json").read_text())
-    nll, exits = _lm_tables(run_dir)
+    folder = RunFolder(run_dir)
+    checkpoint = folder.checkpoint_dir(FINAL)
+    meta = read_meta(checkpoint)
+    nll, exits = folder.lm_eval_tables()
     if nll.is_file():
         table = pd.read_parquet(nll)
         table = table.loc[table["update"] == table["update"].max(), ["depth", "nll"]].rename(
@@ -294,15 +295,6 @@ def read(run_dir: Path):
         exit_value=float(row[quality].iloc[0]) if found else math.nan,
         exit_depth=float(row["mean_depth"].iloc[0]) if found else math.nan,
     )  # fmt: skip
-
-
-def _lm_tables(run_dir: Path) -> tuple[Path, Path]:
-    """Where `lm eval` writes an LM run's NLL table and its exit rules' table."""
-    from biosrecall.lm.evaluate import EXIT_TABLE, TABLE
-    from biosrecall.train.run_folder import RunFolder
-
-    eval_dir = RunFolder(run_dir).eval_dir
-    return eval_dir / f"{TABLE}.parquet", eval_dir / f"{EXIT_TABLE}.parquet"
 
 
 def _exit_rule(rules) -> str:
