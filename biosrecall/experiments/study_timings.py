@@ -13,7 +13,8 @@ the main runs'):
 - training: the sweep engine training runs, `workers` at a time (start-up, planning, saving included);
 - evaluation: recall of every checkpoint at every serving depth, and the exit criteria of the main
   runs' final checkpoints from the same pass (skipped when cached);
-- serving: the serving tables, figure and claims rows from those criteria;
+- serving: the serving tables, figure and claims rows from those criteria (parts recorded before
+  figure1 ran on the study engine; it now writes them with its other tables, under tables);
 - tables: result tables, figures and claims;
 - other: the rest of the call (checking the output, generating the dataset, planning every run).
 
