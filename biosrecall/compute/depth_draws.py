@@ -21,10 +21,8 @@ STREAM = 0x64657074  # separates depth draws from any other stream seeded by (se
 MAX_SUPPORT = 32 * MAX_DEPTH  # an uncapped Poisson-lognormal's distribution is a table over 1..this
 # Gauss-Hermite rule over the lognormal's normal variable; the outermost nodes (weight < 1e-20) are left out.
 QUADRATURE_NODES, QUADRATURE_WEIGHTS = np.polynomial.hermite_e.hermegauss(64)
-QUADRATURE_NODES, QUADRATURE_WEIGHTS = (
-    QUADRATURE_NODES[QUADRATURE_WEIGHTS / QUADRATURE_WEIGHTS.max() > 1e-20],
-    QUADRATURE_WEIGHTS[QUADRATURE_WEIGHTS / QUADRATURE_WEIGHTS.max() > 1e-20],
-)
+_KEPT = QUADRATURE_WEIGHTS / QUADRATURE_WEIGHTS.max() > 1e-20
+QUADRATURE_NODES, QUADRATURE_WEIGHTS = QUADRATURE_NODES[_KEPT], QUADRATURE_WEIGHTS[_KEPT]
 _CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # primitive draws per seed (8 seeds, newest last)
 
 
