@@ -53,12 +53,8 @@ def _people_indices(people: np.ndarray | None, num_people: int) -> np.ndarray:
 def build_eval_set(store: TokenStore, pad_id: int, people: np.ndarray | None = None) -> EvalSet:
     """The evaluation rows of `people` (default: everyone), in person, attribute, template order."""
     person_ids = _people_indices(people, len(store.name_start))
-    per_person = len(ATTRIBUTES) * EVAL_TEMPLATES
-    person = np.repeat(person_ids, per_person)
-    attribute = np.tile(
-        np.repeat(np.arange(len(ATTRIBUTES), dtype=np.int64), EVAL_TEMPLATES), len(person_ids)
-    )
-    template = np.tile(np.arange(EVAL_TEMPLATES, dtype=np.int64), len(person_ids) * len(ATTRIBUTES))
+    grid = np.meshgrid(person_ids, np.arange(len(ATTRIBUTES)), np.arange(EVAL_TEMPLATES), indexing="ij")
+    person, attribute, template = (axis.ravel().astype(np.int64) for axis in grid)
     prompt_row = attribute * EVAL_TEMPLATES + template
     # five runs per row: separator, prompt piece before the name, name, piece after it, answer
     starts = np.stack(
