@@ -98,10 +98,9 @@ from biosrecall.experiments.study_engine import (
     study_executor,
     write_study_record,
 )
-from biosrecall.files import file_sha256, parse_json_text
+from biosrecall.files import file_sha256, read_json_object
 from biosrecall.lm import compare_plots as plots
-from biosrecall.lm.evaluate import EXIT_TABLE, read_table
-from biosrecall.lm.evaluate import TABLE as NLL_TABLE
+from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.locking import output_lock
@@ -253,17 +252,11 @@ def evaluations(options: LMStudyOptions) -> list[Evaluation]:
     return [Evaluation("lm eval", {"max_depth": settings.max_depth, "device": options.device, **extra})]
 
 
-def lm_eval_tables(run_dir: Path) -> tuple[Path, Path]:
-    """Where `lm eval` writes a run's NLL table and its exit rules' table (`RunFolder` is their owner
-    to be: every LM study reads them here)."""
-    eval_dir = RunFolder(run_dir).eval_dir
-    return eval_dir / f"{NLL_TABLE}.parquet", eval_dir / f"{EXIT_TABLE}.parquet"
-
-
 def evaluated(run_dir: Path) -> bool:
     """Whether the run has finished and `lm eval` has written its NLL table (the study's settings,
     checked against lm_study.json, fix the evaluation's)."""
-    return RunFolder(run_dir).finished() and lm_eval_tables(run_dir)[0].is_file()
+    folder = RunFolder(run_dir)
+    return folder.finished() and folder.lm_eval_tables()[0].is_file()
 
 
 def read(run_dir: Path) -> pd.DataFrame:
@@ -630,9 +623,7 @@ def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | Non
         if out_dir.is_dir() and any(out_dir.iterdir()):
             raise BiosrecallError(f"{out_dir} is not empty and holds no {RECORD}: give a new or empty --out")
         return None
-    old = parse_json_text(path.read_text(encoding="utf-8"), str(path))
-    if not isinstance(old, dict) or any(key not in old for key in SETTINGS_KEYS):
-        raise BiosrecallError(f"{path} is not an lm study record; give another --out")
+    old = read_json_object(path, "lm study record", required=SETTINGS_KEYS)
     changed = [key for key in SETTINGS_KEYS if _identity(old, key) != _identity(record, key)]
     if changed:
         seeds = sorted(set(old.get("seeds", [])) & set(record["seeds"]))
