@@ -118,7 +118,8 @@ def _inference(model) -> Iterator[None]:
             model.train()
 
 
-def _progress(batches: list, enabled: bool | None, description: str):
+def progress_bar(batches: list, enabled: bool | None, description: str):
+    """A plain-text bar over `batches` on stderr; `enabled` None: only when stderr is a terminal."""
     interactive = sys.stderr.isatty() if enabled is None else enabled
     return tqdm(
         batches, desc=description, unit="batch", file=sys.stderr, disable=not interactive, leave=False
@@ -146,7 +147,7 @@ def exact_by_depth(
     depths = list(range(1, max_depth + 1))
     exact = np.zeros((max_depth, len(eval_set.answer_start)), dtype=bool)
     with _inference(model):
-        for rows in _progress(plan_batches(eval_set, batch_size), progress, label):
+        for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
             batch = answer_batch(eval_set, rows, device)
             # Flags stay on the device until the batch is done: one transfer per batch, not per depth.
             flags = [
@@ -230,7 +231,7 @@ def answer_stats_by_depth(
         fields.update(latent=np.zeros(shape), accel=np.zeros(shape))
     exact = np.zeros(shape, dtype=bool)
     with _inference(model):
-        for rows in _progress(plan_batches(eval_set, batch_size), progress, label):
+        for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
             batch = answer_batch(eval_set, rows, device)
             per_depth, flags = {name: [] for name in fields}, []
             with _observing_states(model, batch, per_depth if states else None):

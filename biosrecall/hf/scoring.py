@@ -28,15 +28,14 @@ chooses others (one forward per depth: 64 depths cost 64 passes where runs take 
 
 from __future__ import annotations
 
+import itertools
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.std import tqdm  # plain text everywhere: tqdm.auto warns in a notebook without ipywidgets
 
 from biosrecall.bios import load_dataset
 from biosrecall.errors import BiosrecallError
@@ -44,6 +43,7 @@ from biosrecall.eval.curves import RUN_COLUMNS, check_at_least_one
 from biosrecall.eval.plots import TRAINING_DEPTH, plot_recall_curves
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
 from biosrecall.eval.recall_curve import SHOWN_DEPTHS, RecallCurve, write_curves
+from biosrecall.eval.sweep import progress_bar
 from biosrecall.hf.loading import LoadedModel, check_depth_argument, load_hf_model
 from biosrecall.hf.prompts import (
     EncodedRows,
@@ -189,23 +189,14 @@ def exact_by_depths(
     )
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     exact = np.zeros((len(depths), len(rows.prompt_ids)), dtype=bool)
-    interactive = sys.stderr.isatty() if progress is None else progress
-    bar = tqdm(
-        total=len(depths) * len(batches),
-        desc="hf recall",
-        file=sys.stderr,
-        disable=not interactive,
-        leave=False,
-    )
-    with torch.inference_mode(), bar:
-        for i, depth in enumerate(depths):
+    steps = list(itertools.product(enumerate(depths), batches))  # one bar over every depth's batches
+    with torch.inference_mode():
+        for (i, depth), batch in progress_bar(steps, progress, "hf recall"):
             options = {} if depth_arg is None else {depth_arg: depth}
-            for batch in batches:
-                chosen = _teacher_forced_choices(loaded, rows, batch, options)
-                for row, choice in zip(batch, chosen, strict=True):
-                    extend = _extender(loaded, rows.prompt_ids[row], options)
-                    exact[i, row] = judge.exact(int(row), choice, extend)
-                bar.update()
+            chosen = _teacher_forced_choices(loaded, rows, batch, options)
+            for row, choice in zip(batch, chosen, strict=True):
+                extend = _extender(loaded, rows.prompt_ids[row], options)
+                exact[i, row] = judge.exact(int(row), choice, extend)
     return exact
 
 
