@@ -21,14 +21,17 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import DEPTHS, SEEDS, archive_output, parse_seeds, report_outcome, study_errors
+from biosrecall.cli.figure1 import SEEDS, archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.options import Integer, NumberList, Real
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
-from biosrecall.numbers import EXPOSURES, counts
+from biosrecall.numbers import DEPTH, EXPOSURES, counts
 from biosrecall.train.config import LIMITS
 
-PEOPLE = NumberList(counts(), "people counts", "50,100,200")
+PEOPLE = NumberList(counts(), "people counts", "50,100,200", required=True)
+SERVING_DEPTHS = NumberList(
+    DEPTH, "depths", "1,4,16,64", below="depths must be at least 1, got {value!r}", required=True
+)
 
 
 @click.command()
@@ -71,7 +74,7 @@ PEOPLE = NumberList(counts(), "people counts", "50,100,200")
     "--depths",
     default="1,4,16,64",
     show_default=True,
-    type=DEPTHS,
+    type=SERVING_DEPTHS,
     help="Serving depths each looped model is scored at (a baseline has one depth, 1).",
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")

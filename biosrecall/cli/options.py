@@ -146,12 +146,16 @@ def _under(number: float, limit: Limit) -> bool:
 class NumberList(click.ParamType):
     """A comma list of numbers ("0,1,2"), each read and checked as `Integer` or `Real` reads one; a
     tuple. `noun` and `example` word the refusal of a list that does not parse; `below` (with {value},
-    the whole text) that of an item under the floor."""
+    the whole text) that of an item under the floor. `required`: an empty list is refused here, while
+    the command line is read, rather than after the other options (where empty means "none", leave it)."""
 
     name = "text"  # shown as TEXT in help, as before
 
-    def __init__(self, limit: Limit, noun: str, example: str, below: str | None = None):
+    def __init__(
+        self, limit: Limit, noun: str, example: str, below: str | None = None, required: bool = False
+    ):
         self.limit, self.noun, self.example, self.below = limit, noun, example, below
+        self.required = required
 
     def convert(self, value: Any, param, ctx) -> tuple:
         if isinstance(value, tuple):
@@ -164,6 +168,8 @@ class NumberList(click.ParamType):
                 param,
                 ctx,
             )
+        if self.required and not items:
+            self.fail(f"is empty; give at least one of the {self.noun}, e.g. {self.example}", param, ctx)
         if self.below is not None and any(_under(item, self.limit) for item in items):
             self.fail(self.below.format(value=excerpt(value)), param, ctx)
         try:
