@@ -109,7 +109,8 @@ def _record(study: Path) -> tuple[dict, list[int]]:
     for name in ("capacity.json", "lm_study.json"):
         if (study / name).is_file():
             record = json.loads((study / name).read_text())
-            return record, record["seeds"]
+            # capacity.json is the engine's record since 0.2.0's port (seeds under "options")
+            return record, record.get("seeds") or record["options"]["seeds"]
     record = json.loads((study / "figure1.json").read_text())
     return record, record.get("study", {}).get("seeds", [record["train_config"]["seed"]])
 

@@ -93,6 +93,7 @@ def test_tables_hold_every_run_and_depth(study):
 @pytest.mark.slow
 def test_claims_are_four_rows_with_verdicts(study):
     claims = pd.read_csv(study / "capacity_claims.csv")
+    assert not (study / "claims.csv").exists(), "the claims are written once, as capacity_claims"
     assert list(claims["claim"]) == [
         "baseline_one_bit_per_param", "looped_no_more_per_param", "fixed_first_near_uniform_at_saturation",
         "looped_below_flops_matched",

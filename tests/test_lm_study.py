@@ -55,6 +55,7 @@ def test_study_end_to_end(data, tmp_path, capsys):
     for name in ("lm_study.json", "lm_nll.csv", "lm_summary.csv", "lm_summary.md", "lm_claims.csv", "lm_claims.md",
                  "nll_vs_depth.png", "nll_vs_compute.pdf", "timings.md"):  # fmt: skip
         assert (out / name).is_file(), name
+    assert not (out / "claims.csv").exists(), "the claims are written once, as lm_claims"
     table = pd.read_csv(out / "lm_nll.csv")
     assert len(table) == 3 * 2 * 20  # items x seeds x depths 1..20 (the tiny preset's max depth)
     assert set(table["depth"]) == set(range(1, 21))

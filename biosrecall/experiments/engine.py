@@ -101,7 +101,8 @@ class Study:
     executor's workers; None: each run's `read` of what its `evaluations` wrote."""
     write: Callable[[Path, Any, Any], tuple] | None = None
     """(out, per-run table, options) -> (tables, judged claims, figure paths): a study whose files have
-    formats of their own writes them itself; None: `tables`, `claims` and `figures` as above."""
+    formats of their own writes them itself, its claims included (`claims.write_claims`, under its own
+    stem: lm_claims, capacity_claims); None: `tables`, `claims` and `figures` as above."""
 
 
 @dataclass
@@ -279,7 +280,7 @@ def run_study(
                 claims = judge_claims(per_run, study.claims(per_run, options))
                 for stem, figure in study.figures(per_run, options).items():
                     figures += save_figure(figure, out_dir / stem)
-            write_claims(claims, out_dir)
+                write_claims(claims, out_dir)
         timer.save(out_dir)
     return StudyResult(out_dir, per_run, tables, claims, figures)
 

@@ -53,6 +53,7 @@ from biosrecall.experiments.budget_results import (
     write_budget_results,
 )
 from biosrecall.experiments.budgets import budget_runs
+from biosrecall.experiments.claims import write_claims
 from biosrecall.experiments.engine import Study, run_study
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
@@ -367,6 +368,7 @@ def write(out_dir: Path, scores: Scores, options: Figure1Options):
         ]
         row = saving_claim(targets)
         claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
+    write_claims(claims, out_dir)
     return tables, claims, figures
 
 
