@@ -180,7 +180,7 @@ def test_ctrl_c_in_the_last_step_of_a_first_call_keeps_the_record(data, tmp_path
 
 @pytest.mark.slow
 def test_resume_after_interrupt_gives_identical_tables(data, tmp_path, capsys):
-    grid, tokens = "uniform,fixed-k4", str(64 * 400)  # 400 updates: long enough to stop mid-way
+    grid, tokens = "uniform,fixed-k4", str(64 * 150)  # 150 updates: a stop after 3 lands mid-way
     args = ["--seeds", "0", "--grid", grid, "--tokens", tokens, "--workers", "1"]
     assert study(capsys, data, tmp_path / "whole", *args)[0] == 0
     out = tmp_path / "cut"
