@@ -88,10 +88,15 @@ def test_the_depth_study_end_to_end(data, tmp_path, capsys, monkeypatch):
     archive = tmp_path / "archive"
     assert run_cli(["study", "depth", "--out", str(out), "--archive", str(archive)], capsys)[0] == 0
     assert not list(archive.rglob("model.safetensors")) and not list(archive.rglob("metrics.jsonl"))
+    assert (archive / "runs.tar.xz").is_file() and not (archive / "runs").exists(), "the runs are packed"
+    again = tmp_path / "again"  # archiving is byte-stable: the pack holds no times or owners
+    assert run_cli(["study", "depth", "--out", str(out), "--archive", str(again)], capsys)[0] == 0
+    assert (again / "runs.tar.xz").read_bytes() == (archive / "runs.tar.xz").read_bytes()
     copy = tmp_path / "copy"
     shutil.copytree(archive, copy)
     assert depth(capsys, data, copy, "--seeds", "0,1")[0] == 0
     assert handed == [] and {name: (copy / name).read_bytes() for name in TABLES} == written
+    assert (copy / "runs").is_dir() and not (copy / "runs.tar.xz").exists(), "unpacked by the rerun"
     assert depth(capsys, data, copy, "--seeds", "0,1,2")[0] == 0
     assert sorted(handed) == ["fixed-k4/seed2", "uniform/seed2"], "only the added seed trains"
     assert pd.read_csv(copy / "claims.csv")["n_seeds"].max() == 3

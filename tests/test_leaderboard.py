@@ -89,6 +89,7 @@ def test_the_leaderboard_trains_judges_archives_and_grows_by_a_recipe(data, tmp_
     code, err = run_cli(["leaderboard", "--out", str(out), "--archive", str(archive)], capsys)
     assert code == 0, err
     assert not list(archive.rglob("model.safetensors")) and not list(archive.rglob("metrics.jsonl"))
+    assert (archive / "runs.tar.xz").is_file() and not (archive / "runs").exists()
     shutil.copytree(archive, copy)
     handed.clear()
     code, err = leaderboard(capsys, data, copy, "--recipes", "baseline")

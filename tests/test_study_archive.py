@@ -149,3 +149,42 @@ def test_a_committed_archive_reruns_from_a_clean_checkout_without_training(name,
     assert not list(copy.rglob(MODEL_FILE)), "the archive answered every run without training"
     for table in ("claims.csv", "summary.csv", "exit_summary.csv"):
         assert (copy / table).read_bytes() == (RESULTS / name / table).read_bytes(), table
+
+
+def _pack(path: Path, members: dict[str, bytes]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:xz") as tar:
+        for name, data in members.items():
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+
+def test_packed_runs_unpack_into_runs_and_a_hostile_pack_is_refused_writing_nothing(tmp_path):
+    """An engine study's archive packs its runs (`runs.tar.xz`); the study's command on a copy unpacks
+    them. A pack that names a file outside runs/, is not a pack, or is damaged is one line, and neither
+    runs/ nor anything else is written."""
+    good = tmp_path / "good"
+    good.mkdir()
+    _pack(
+        good / study_archive.PACKED_RUNS, {"runs/a/seed0/config.json": b"{}", "runs/a/seed0/x.parquet": b"p"}
+    )
+    study_archive.unpack_runs(good)
+    assert (good / "runs" / "a" / "seed0" / "config.json").read_bytes() == b"{}"
+    assert not (good / study_archive.PACKED_RUNS).exists()
+
+    for name, write in [
+        ("escape", lambda p: _pack(p, {"runs/../../evil.txt": b"x"})),
+        ("outside", lambda p: _pack(p, {"elsewhere/config.json": b"{}"})),
+        ("garbage", lambda p: p.write_bytes(b"not a pack at all")),
+    ]:
+        out = tmp_path / name
+        out.mkdir()
+        write(out / study_archive.PACKED_RUNS)
+        with pytest.raises(study_archive.BiosrecallError) as info:
+            study_archive.unpack_runs(out)
+        assert "\n" not in str(info.value) and study_archive.PACKED_RUNS in str(info.value)
+        assert sorted(p.name for p in out.iterdir()) == [study_archive.PACKED_RUNS], name
+    assert not (tmp_path / "evil.txt").exists()

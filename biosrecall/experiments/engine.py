@@ -22,7 +22,8 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
   per-run table, as OUT/<stem>.png and .pdf.
 - the lock of OUT for the whole call, progress and OUT/timings.md (`study_timings`), `--plan` (what
   each run would do, its size from the trainer's own planner and its estimated training time, nothing
-  written) and `--archive` (`study_archive`: the results without weights).
+  written) and `--archive` (`study_archive`: the results without weights, the runs' files packed in
+  one OUT/runs.tar.xz that a rerun on a copy unpacks before it asks which runs are done).
 - where runs go: processes here (`--workers`, `--threads`) or a Slurm job array (`--executor slurm`
   and `sweep run`'s Slurm options; `study_engine.study_executor`), on the study's `device`.
 
@@ -238,6 +239,7 @@ def run_study(
     `overwrite` is handed to the study's `prepare`. Raises `Interrupted` on Ctrl-C (rerun to
     continue) and `StudyRunFailed` when a run fails."""
     from biosrecall.experiments.claims import judge_claims, write_claims
+    from biosrecall.experiments.study_archive import unpack_runs
     from biosrecall.experiments.study_engine import executor_slots, write_study_record
     from biosrecall.outputs import save_figure, write_table
 
@@ -254,6 +256,7 @@ def run_study(
         report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
     )
     with output_lock(out_dir):
+        unpack_runs(out_dir)  # a copied archive's runs, packed by `--archive`: done, nothing to train
         if study.prepare is None:
             # Under the lock: another call may have grown the record since the check above.
             options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
