@@ -45,11 +45,16 @@ not fall beyond the training depth.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.engine import Study
+from biosrecall.model.recipes import get_recipe, load_recipe_module, recipe_file
+from biosrecall.sweep.jobs import Evaluation, SweepRun
+from biosrecall.train.checkpoint_files import read_meta
+from biosrecall.train.config import TrainConfig
+from biosrecall.train.run_folder import RunFolder, exits_cache_file, recall_cache_file, state_norm_cache_file
 
 TABLE = "leaderboard"
 FINAL = 1.0
@@ -126,7 +131,6 @@ class LeaderboardOptions:
 def _sizes(options: LeaderboardOptions) -> dict[str, TaskSize]:
     """The size of each task, every option checked before anything is written."""
     from biosrecall.experiments.study import check_seeds
-    from biosrecall.model.recipes import get_recipe, load_recipe_module
 
     check_seeds(options.seeds)
     if options.size not in SIZES:
@@ -144,10 +148,6 @@ def _sizes(options: LeaderboardOptions) -> dict[str, TaskSize]:
 
 
 def runs(options: LeaderboardOptions) -> list:
-    from dataclasses import replace
-
-    from biosrecall.sweep.jobs import SweepRun
-    from biosrecall.train.config import TrainConfig
 
     runs = []
     for task, size in _sizes(options).items():
@@ -189,7 +189,6 @@ def runs(options: LeaderboardOptions) -> list:
 
 def _module_of(recipe: str, options: LeaderboardOptions) -> str | None:
     """The --recipe-modules file that defines `recipe` (None for a built-in or installed one)."""
-    from biosrecall.model.recipes import get_recipe, recipe_file
 
     for module in options.recipe_modules:
         if recipe_file(get_recipe(recipe)).resolve() == Path(module).resolve():
@@ -215,7 +214,6 @@ def _plan(config, size: TaskSize, data: Path):
 
 
 def evaluations(options: LeaderboardOptions) -> list:
-    from biosrecall.sweep.jobs import Evaluation
 
     found = []
     for size in _sizes(options).values():
@@ -232,12 +230,6 @@ def done(run_dir: Path) -> bool:
     its exit rules (a run evaluated before these were asked for is evaluated again)."""
     from biosrecall.eval.exits import parse_exits
     from biosrecall.eval.gate import servable_criteria
-    from biosrecall.train.run_folder import (
-        RunFolder,
-        exits_cache_file,
-        recall_cache_file,
-        state_norm_cache_file,
-    )
 
     folder = RunFolder(run_dir)
     if not folder.finished():
@@ -257,13 +249,6 @@ def read(run_dir: Path):
     import pandas as pd
 
     from biosrecall.eval.state_norms import growth
-    from biosrecall.train.checkpoint_files import read_meta
-    from biosrecall.train.run_folder import (
-        RunFolder,
-        exits_cache_file,
-        recall_cache_file,
-        state_norm_cache_file,
-    )
 
     folder = RunFolder(run_dir)
     checkpoint = folder.checkpoint_dir(FINAL)
