@@ -125,11 +125,36 @@ class DiagnosisResult:
         """The summary's depth-averaged rows (`depth_average`)."""
         return depth_average(self.summary)
 
-    def figure(self):
-        return plot_diagnosis(self)
+    def figure(self) -> Figure:
+        """Advantage of the deeper update against serving depth, one panel per metric of the run's kind
+        (bioS runs NLL left and recalled bits right, LM runs validation NLL): a matplotlib Figure."""
+        record, options = self.record, self.options
+        metrics = [m for m in record["metrics"] if m in set(self.summary["metric"])]
+        fig = Figure(figsize=(1.0 + 5.0 * len(metrics), 4.4), layout="constrained")
+        axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+        for ax, metric in zip(axes, metrics, strict=True):
+            _panel(ax, self, metric)
+        shallow, deep = options.depths
+        fig.suptitle(
+            f"{Path(str(record['run_dir'])).name} @ {record['checkpoint']}: K={deep} vs K={shallow} "
+            f"batch-caused update at equal RMS ({options.rms})\npositive = K={deep} helps more "
+            f"({options.batches} batches)",
+            fontsize="medium",
+        )
+        return fig
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        return write_diagnosis(self, out_dir)
+        """Write the tables, the figure and the options JSON into `out_dir`, as one set (`replace_files`:
+        a failure leaves an earlier diagnosis of the checkpoint whole, and a file of the same name that
+        no diagnosis wrote is refused); returns the paths written."""
+        stem = f"diagnose_{self.record['checkpoint']}"
+        record = OutputRecord("diagnose-update", f"{stem}.json", "checkpoint", self.record["checkpoint"])
+        with replace_files(out_dir, record) as stage:
+            written = write_table(self.summary, stage / stem)
+            written += write_table(self.batches, stage / f"{stem}_batches")
+            written += save_figure(self.figure(), stage / stem)
+            atomic_write_json(stage / record.name, self.to_json())
+        return [Path(out_dir) / path.name for path in [*written, stage / record.name]]
 
 
 def _panel(ax, result: DiagnosisResult, metric: str) -> None:
@@ -152,36 +177,3 @@ def _panel(ax, result: DiagnosisResult, metric: str) -> None:
     ax.set_ylabel(f"advantage of K={deep} update\n({result.record['metrics'][metric]})")
     ax.grid(True, color="0.9", lw=0.6)
     ax.legend(fontsize="x-small", frameon=False, title=f"{options.level:.0%} bootstrap interval")
-
-
-def plot_diagnosis(result: DiagnosisResult):
-    """Advantage of the deeper update against serving depth, one panel per metric of the run's kind
-    (bioS runs NLL left and recalled bits right, LM runs validation NLL): a matplotlib Figure."""
-    record, options = result.record, result.options
-    metrics = [m for m in record["metrics"] if m in set(result.summary["metric"])]
-    fig = Figure(figsize=(1.0 + 5.0 * len(metrics), 4.4), layout="constrained")
-    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    for ax, metric in zip(axes, metrics, strict=True):
-        _panel(ax, result, metric)
-    shallow, deep = options.depths
-    fig.suptitle(
-        f"{Path(str(record['run_dir'])).name} @ {record['checkpoint']}: K={deep} vs K={shallow} "
-        f"batch-caused update at equal RMS ({options.rms})\npositive = K={deep} helps more "
-        f"({options.batches} batches)",
-        fontsize="medium",
-    )
-    return fig
-
-
-def write_diagnosis(result: DiagnosisResult, out_dir: str | Path) -> list[Path]:
-    """Write the tables, the figure and the options JSON into `out_dir`, as one set (`replace_files`:
-    a failure leaves an earlier diagnosis of the checkpoint whole, and a file of the same name that no
-    diagnosis wrote is refused); returns the paths written."""
-    stem = f"diagnose_{result.record['checkpoint']}"
-    record = OutputRecord("diagnose-update", f"{stem}.json", "checkpoint", result.record["checkpoint"])
-    with replace_files(out_dir, record) as stage:
-        written = write_table(result.summary, stage / stem)
-        written += write_table(result.batches, stage / f"{stem}_batches")
-        written += save_figure(plot_diagnosis(result), stage / stem)
-        atomic_write_json(stage / record.name, result.to_json())
-    return [Path(out_dir) / path.name for path in [*written, stage / record.name]]

@@ -31,16 +31,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from biosrecall.bios import load_dataset
 from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import score_exact
 
-# The answer-position layout belongs to the recall sweep; reading the same positions makes the
-# diagnostic's "recalled" mean exactly what `recall-curve` means.
-from biosrecall.eval.sweep import answer_batch, exact_rows, plan_batches
+# The recall sweep's answer scores: the diagnostic's "recalled" means exactly what `recall-curve` means.
+from biosrecall.eval.stored_bits import answer_scores_by_depth
 from biosrecall.lm.evaluate import depth_nll
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
@@ -155,23 +153,9 @@ def answer_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per serving depth (ascending): mean NLL of the answer tokens under teacher forcing, and recalled
     bits per person (a fact is recalled when >= 4 of its 5 prompts are answered exactly)."""
-    depths = sorted(set(serving_depths))
-    device = next(model.parameters()).device
-    nll_sum = torch.zeros(len(depths), dtype=torch.float64, device=device)
-    exact = np.zeros((len(depths), len(eval_set.answer_start)), dtype=bool)
-    answer_tokens = 0
-    with torch.inference_mode():
-        for rows in plan_batches(eval_set, batch_size):
-            batch = answer_batch(eval_set, rows, device)
-            flags = []
-            pass_ = model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
-            for i, (_, logits) in enumerate(pass_):
-                nll_sum[i] += F.cross_entropy(logits.float(), batch.targets, reduction="sum").double()
-                flags.append(exact_rows(logits, batch))
-            exact[:, rows] = torch.stack(flags).cpu().numpy()
-            answer_tokens += len(batch.targets)
-    bits = np.array([score_exact(flags, eval_set, pool_sizes).bits_per_person for flags in exact])
-    return (nll_sum / answer_tokens).cpu().numpy(), bits
+    scores = answer_scores_by_depth(model, eval_set, serving_depths, batch_size=batch_size)
+    bits = np.array([score_exact(flags, eval_set, pool_sizes).bits_per_person for flags in scores.exact])
+    return scores.nats.sum(axis=1) / int(np.sum(eval_set.answer_len)), bits
 
 
 def validation_windows(data_dir: Path, seq_len: int, sequences: int) -> list[np.ndarray]:
