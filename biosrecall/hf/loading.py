@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,17 +44,18 @@ class LoadedModel:
     provenance: dict | None
 
 
-def is_biosrecall_export(folder: Path) -> bool:
-    """The folder holds a biosrecall export whose modeling code is exactly this package's template and
-    a built-in recipe."""
+EXPORT_MODEL_TYPE = "biosrecall_looped"
 
-    config = _read_config(folder)
+
+def is_biosrecall_export(folder: Path, config_json: dict) -> bool:
+    """The folder (whose config.json holds `config_json`) is a biosrecall export whose modeling code is
+    exactly this package's template and a built-in recipe."""
     code = folder / MODELING_FILE
-    if config.get("model_type") != EXPORT_MODEL_TYPE or not code.is_file():
+    if config_json.get("model_type") != EXPORT_MODEL_TYPE or not code.is_file():
         return False
     if code.read_bytes() != TEMPLATE.read_bytes():
         return False
-    name = config.get("recipe", DEFAULT_RECIPE)
+    name = config_json.get("recipe", DEFAULT_RECIPE)
     if name not in BUILT_IN:
         return False
     shipped = recipe_files(get_recipe(name))
@@ -63,17 +63,6 @@ def is_biosrecall_export(folder: Path) -> bool:
         (folder / file).is_file() and (folder / file).read_bytes() == source.read_bytes()
         for file, source in shipped.items()
     )
-
-
-def _read_config(folder: Path) -> dict:
-    try:
-        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-EXPORT_MODEL_TYPE = "biosrecall_looped"
 
 
 def check_export_config(folder: Path, config_json: dict) -> None:
@@ -107,7 +96,7 @@ def load_hf_model(
     config_json = read_json_object(folder / CONFIG_FILE, "--hf-model config")
     if config_json.get("model_type") == EXPORT_MODEL_TYPE:
         check_export_config(folder, config_json)
-    trust = is_biosrecall_export(folder) if trust_remote_code is None else trust_remote_code
+    trust = is_biosrecall_export(folder, config_json) if trust_remote_code is None else trust_remote_code
     if config_json.get("auto_map") and not trust:
         raise BiosrecallError(
             f"--hf-model {folder} defines its own modeling code (auto_map in {CONFIG_FILE}); pass "

@@ -114,31 +114,17 @@ def hf_recall_curve(
     data_dir: str | Path,
     out_dir: str | Path,
     depths=None,
-    depth_arg: str | None = None,
-    threshold: int = DEFAULT_THRESHOLD,
     *,
     metric: str = "bits",
     batch_size: int | None = None,
-    device: str = "auto",
-    people: int | None = None,
-    trust_remote_code: bool | None = None,
-    max_depth: int | None = None,
+    **options,
 ) -> RecallCurve:
-    """`recall-curve --hf-model`: `score_hf_model` (`batch_size` None: `DEFAULT_BATCH_SIZE`), then its
-    long table and figure written into `out_dir` as `biosrecall.eval.recall_curve` writes a run's, with
-    the summary at depths 1, 4, 16, 64 and the first and last depth scored."""
-    table = score_hf_model(
-        model_dir,
-        data_dir,
-        depths,
-        depth_arg,
-        threshold,
-        batch_size=DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
-        device=device,
-        people=people,
-        trust_remote_code=trust_remote_code,
-        max_depth=max_depth,
-    )
+    """`recall-curve --hf-model`: `score_hf_model` (with its keyword `options`; `batch_size` None:
+    `DEFAULT_BATCH_SIZE`), then its long table and figure written into `out_dir` as
+    `biosrecall.eval.recall_curve` writes a run's, with the summary at depths 1, 4, 16, 64 and the
+    first and last depth scored."""
+    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+    table = score_hf_model(model_dir, data_dir, depths, batch_size=batch_size, **options)
     scored = sorted(table["depth"].unique())
     shown = sorted({int(d) for d in scored if d in SHOWN_DEPTHS} | {int(scored[0]), int(scored[-1])})
     written, summary = write_curves(table, Path(out_dir), metric, shown, plot_hf_recall(table, metric))
