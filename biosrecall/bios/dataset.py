@@ -55,8 +55,16 @@ from biosrecall.bios.tokenizer import (
     split_template,
     split_words,
 )
-from biosrecall.bios.validation import check_dataset_arrays, read_manifest, verify_files
+from biosrecall.bios.validation import (
+    DATA_FILES,
+    PEOPLE,
+    TOKENIZER,
+    check_dataset_arrays,
+    read_manifest,
+    verify_files,
+)
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_seed
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
@@ -66,9 +74,6 @@ FORMAT = "biosrecall-bios-1"
 MANIFEST = "manifest.json"
 # What marks a folder as a dataset `generate` made: the only kind its --overwrite replaces.
 RECORD = OutputRecord("generate", MANIFEST, "format", FORMAT)
-PEOPLE = "people.parquet"
-TOKENIZER = "tokenizer.json"
-DATA_FILES = (PEOPLE, TOKENIZER, *TokenArrays.file_names())
 
 
 def manifest_bytes(manifest: dict) -> bytes:
@@ -96,9 +101,7 @@ def _write_folder(folder: Path, table, tokenizer: Tokenizer, arrays: TokenArrays
     )
     tokenizer.save(str(folder / TOKENIZER), pretty=True)
     arrays.save(folder)
-    manifest["files"] = {
-        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in DATA_FILES
-    }
+    manifest["files"] = {name: file_sha256(folder / name) for name in DATA_FILES}
     (folder / MANIFEST).write_bytes(manifest_bytes(manifest))
 
 
@@ -161,41 +164,35 @@ def generate_dataset(
     """
     out_dir = Path(out_dir)
     seed = check_seed(seed)
-    sources = {
-        "pools_dir": pools_dir if pools_dir is not None else POOLS_DIR,
-        "templates_dir": templates_dir if templates_dir is not None else TEMPLATES_DIR,
-    }
-    check_output_path(out_dir, sources.values())
+    pools_dir = pools_dir if pools_dir is not None else POOLS_DIR
+    templates_dir = templates_dir if templates_dir is not None else TEMPLATES_DIR
+    report = report or (lambda stage: None)
+    check_output_path(out_dir, [pools_dir, templates_dir])
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite, RECORD)  # fail before the work, not after it
-        options = (holdout_eval_templates, overwrite, report or (lambda stage: None))
-        return _generate(out_dir, people, seed, pool_sizes, options, **sources)
-
-
-def _generate(out_dir, people, seed, pool_sizes, options, templates_dir, pools_dir) -> Path:
-    holdout_eval_templates, overwrite, report = options
-    pools = load_pools(pool_sizes, pools_dir)
-    check_people_count(people, {name: len(values) for name, values in pools.items()})
-    cost = dataset_cost(people)
-    check_fits(f"--people {people:,}", cost, out_dir, "use fewer people")
-    pool_hashes = pool_file_hashes(pools_dir)
-    templates = load_templates(templates_dir)
-    report(f"generating {people:,} people: {describe(cost)}")
-    report(f"  drawing {people:,} people")
-    population = draw_people(people, seed, {name: len(values) for name, values in pools.items()})
-    training = templates.training(holdout_eval_templates)
-    tokenizer = build_tokenizer(_vocabulary_words(pools, training, templates.eval))
-    report("  encoding their names and attributes as tokens")
-    arrays = encode_arrays(tokenizer, pools, population, training, templates.eval)
-    manifest = _manifest(
-        seed, pools, population, templates, training, holdout_eval_templates, tokenizer, pool_hashes
-    )
-    report(f"  writing {out_dir}")
-    try:
-        with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as folder:
-            _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)
-    except OSError as exc:
-        raise BiosrecallError(f"could not write dataset folder {out_dir}: {exc.strerror or exc}") from exc
+        pools = load_pools(pool_sizes, pools_dir)
+        sizes = {name: len(values) for name, values in pools.items()}
+        check_people_count(people, sizes)
+        cost = dataset_cost(people)
+        check_fits(f"--people {people:,}", cost, out_dir, "use fewer people")
+        pool_hashes = pool_file_hashes(pools_dir)
+        templates = load_templates(templates_dir)
+        report(f"generating {people:,} people: {describe(cost)}")
+        report(f"  drawing {people:,} people")
+        population = draw_people(people, seed, sizes)
+        training = templates.training(holdout_eval_templates)
+        tokenizer = build_tokenizer(_vocabulary_words(pools, training, templates.eval))
+        report("  encoding their names and attributes as tokens")
+        arrays = encode_arrays(tokenizer, pools, population, training, templates.eval)
+        manifest = _manifest(
+            seed, pools, population, templates, training, holdout_eval_templates, tokenizer, pool_hashes
+        )
+        report(f"  writing {out_dir}")
+        try:
+            with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as folder:
+                _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)
+        except OSError as exc:
+            raise BiosrecallError(f"could not write dataset folder {out_dir}: {exc.strerror or exc}") from exc
     return out_dir
 
 
@@ -258,7 +255,7 @@ def load_dataset(path: str | Path) -> BiosDataset:
     if not folder.is_dir():
         raise BiosrecallError(f"dataset folder {folder} not found")
     raw, manifest = read_manifest(folder / MANIFEST, FORMAT)
-    verify_files(folder, manifest, DATA_FILES)
+    verify_files(folder, manifest)
     tokenizer = read_tokenizer(folder / TOKENIZER)
     try:
         arrays = TokenArrays.load(folder)

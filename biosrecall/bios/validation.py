@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -27,9 +26,13 @@ from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import file_sha256, require_regular_file
-from biosrecall.records import Amount, Count, exact_keys, parse_record
+from biosrecall.records import Amount, Count, Sha256, exact_keys, parse_record
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
+PEOPLE = "people.parquet"
+TOKENIZER = "tokenizer.json"
+DATA_FILES = (PEOPLE, TOKENIZER, *TokenArrays.file_names())
+"""Every file of a dataset folder besides its manifest, which lists each one's sha256."""
 
 
 def _fail(folder: Path, message: str) -> BiosrecallError:
@@ -90,7 +93,7 @@ class DatasetManifest:
     """Each attribute's bits."""
     chance_bits_per_attribute: AttributeBits
     """Each attribute's chance bits."""
-    files: dict[str, str]
+    files: dict[str, Sha256]
     """sha256 of every data file (`verify_files` checks the names and the bytes)."""
 
 
@@ -121,17 +124,16 @@ def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
     return raw, manifest
 
 
-def verify_files(folder: Path, manifest: dict, expected: Sequence[str]) -> None:
-    """Every expected file is listed in the manifest, present, and matches its recorded sha256."""
-    files = manifest.get("files")
-    if not isinstance(files, dict) or sorted(files) != sorted(expected):
-        raise _fail(folder, f"manifest.json field 'files' must list exactly {', '.join(sorted(expected))}")
-    for name in expected:
+def verify_files(folder: Path, manifest: dict) -> None:
+    """Every data file is listed in the manifest, present, and matches its recorded sha256."""
+    if sorted(manifest["files"]) != sorted(DATA_FILES):
+        raise _fail(folder, f"manifest.json field 'files' must list exactly {', '.join(sorted(DATA_FILES))}")
+    for name in DATA_FILES:
         path = folder / name
         if not os.path.lexists(path):
             raise _fail(folder, f"{name} is missing")
         require_regular_file(path, f"dataset {folder}:")
-        if file_sha256(path) != files[name]:
+        if file_sha256(path) != manifest["files"][name]:
             raise _fail(folder, f"{name} does not match its sha256 in manifest.json (changed or corrupted)")
 
 
