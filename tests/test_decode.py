@@ -86,7 +86,7 @@ def _reference_token(model, tokens, exits, max_depth, judge):
     for depth, last_state in enumerate(last_states, start=1):
         readout_input = exit_states.clone()
         readout_input[0, last] = last_state
-        logits = model._readout(readout_input, rope, None)[0, last]
+        logits = model.head_logits(model.final_hidden(readout_input, rope))[0, last]
         if depth == max_depth or judge(depth, logits):
             return logits, depth
     raise AssertionError("unreachable")

@@ -267,7 +267,7 @@ def readout_flops(cfg: ModelConfig, positions: int, checked: int) -> int:
     positions attend to the coda keys and values of every position before them, so every coda layer
     runs at all `positions`, except that the last one's attention scores, output projection and MLP,
     and the head, run only at the checked ones; its fused QKV projection still makes queries at every
-    position, as the model does (`LoopedTransformer._readout` with `positions=`)."""
+    position, as the model does (`LoopedTransformer.final_hidden` with `positions=`)."""
     positions, checked = _seq_len(cfg, positions), int(checked)
     if not 1 <= checked <= positions:
         raise BiosrecallError(f"checked positions must be 1..{positions}, got {checked}")

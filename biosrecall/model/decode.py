@@ -115,7 +115,7 @@ class CachedDecoder:
     def _readout(self, state: torch.Tensor, rope: Rope, head: bool = True) -> torch.Tensor | None:
         """The model's readout of the newest position through the coda's cache (only the cache's keys
         and values when `head` is False)."""
-        hidden = self.model.final_hidden(state, rope, self._caches(self.coda))
+        hidden = self.model.final_hidden(state, rope, caches=self._caches(self.coda))
         return self.model.head_logits(hidden[:, -1]) if head else None
 
     def prefill(self, tokens: list[int]) -> None:

@@ -57,7 +57,6 @@ class LoopedTransformer(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        config.validate()
         self.config = config
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d)
@@ -118,10 +117,8 @@ class LoopedTransformer(nn.Module):
             )
         if targets is not None:
             return self.recipe.loss(self, tokens, depth, targets)
-        for k, state, rope in self.gradient_states(tokens, depth):
-            if k == depth:
-                return self._readout(state, rope, None)
-        raise AssertionError("gradient_states ends at the requested depth")
+        *_, (_, state, rope) = self.gradient_states(tokens, depth)
+        return self.head_logits(self.final_hidden(state, rope))
 
     def gradient_states(self, tokens: torch.Tensor, depth: int) -> Iterator[tuple[int, torch.Tensor, Rope]]:
         """Run `depth` iterations on `tokens`; yield (k, s_k, RoPE slices) for every iteration k that
@@ -138,11 +135,6 @@ class LoopedTransformer(nn.Module):
             state = self._iterate(state, inject, 1, rope, k - 1, depth)
             yield k, state, rope
 
-    def final_hidden(self, state: torch.Tensor, rope: Rope, caches: Caches = None) -> torch.Tensor:
-        """What the head reads from a recurrent state [B, T, d]: coda and final norm (each coda layer
-        with its `KVCache` when `caches` is given, as the cached decoder reads out)."""
-        return self._final_hidden(state, rope, None, caches)
-
     def head_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The summed cross-entropy of the head on `hidden` [B, T, d] against `targets` [B, T]
         (`layers.head_cross_entropy`: the logits are never made in full)."""
@@ -158,7 +150,9 @@ class LoopedTransformer(nn.Module):
         """Yield (k, logits) for each requested depth, ascending, from one max(depths)-deep pass
         without gradients. Logits are [B, T, V], or [P, V] at the True entries of `positions`
         (a bool [B, T] mask: the last coda layer's queries and MLP and the head run only there)."""
-        wanted = _check_depths(depths)
+        wanted = sorted({check_count(k, "depth") for k in depths})
+        if not wanted:
+            raise BiosrecallError("depths must name at least one depth")
         if positions is not None and (positions.dtype != torch.bool or positions.shape != tokens.shape):
             raise BiosrecallError(
                 f"positions must be a bool mask shaped like tokens {tuple(tokens.shape)}, "
@@ -174,7 +168,7 @@ class LoopedTransformer(nn.Module):
                     state = self._iterate(state, inject, k - done, rope, done, wanted[-1])
                 else:  # each depth is its own trajectory (the recipe's iterations are told K)
                     state = self._iterate(start, inject, k, rope, 0, k)
-                logits = self._readout(state, rope, positions)
+                logits = self.head_logits(self.final_hidden(state, rope, positions))
             done = k
             yield k, logits
 
@@ -265,19 +259,16 @@ class LoopedTransformer(nn.Module):
             x = layer(x, rope, cache=None if caches is None else caches[j])
         return x
 
-    def _readout(self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None) -> torch.Tensor:
-        """Coda, final norm and head on a recurrent state (optionally only at `positions`). The last
-        coda layer needs keys and values from every position but queries only at `positions`, which
-        makes a 64-depth recall sweep's 64 readouts a fraction of a full coda each."""
-        return nn.functional.linear(self._final_hidden(state, rope, positions), self._head_weight())
-
     def _head_weight(self) -> torch.Tensor:
         return self.embed.weight if self.head is None else self.head.weight
 
-    def _final_hidden(
-        self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None, caches: Caches = None
+    def final_hidden(
+        self, state: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None, caches: Caches = None
     ) -> torch.Tensor:
-        """What the head reads: coda and final norm on a recurrent state (`_readout` without the head)."""
+        """What the head reads from a recurrent state [B, T, d]: coda and final norm, [P, d] at the
+        True entries of `positions` (the last coda layer needs keys and values from every position but
+        queries only there, which makes a 64-depth recall sweep's 64 readouts a fraction of a full
+        coda each), each coda layer with its `KVCache` when `caches` is given (the cached decoder)."""
         x = self.state_norm(state)
         last = len(self.coda) - 1
         for j, layer in enumerate(self.coda):
@@ -297,10 +288,3 @@ class LoopedTransformer(nn.Module):
                 f"sequence length {seq_len} is outside 1..{self.config.context_length} (context_length)"
             )
         return seq_len
-
-
-def _check_depths(depths: Iterable[int]) -> list[int]:
-    wanted = sorted({check_count(k, "depth") for k in depths})
-    if not wanted:
-        raise BiosrecallError("depths must name at least one depth")
-    return wanted
