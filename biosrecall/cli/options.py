@@ -31,12 +31,12 @@ import click
 from click.core import ParameterSource
 
 from biosrecall.errors import BiosrecallError, excerpt
-from biosrecall.model.config import INIT_STATES, INJECTIONS, MAX_VOCAB, NORMS, ModelConfig
+from biosrecall.model import config as model_config
+from biosrecall.model.config import ModelConfig
 from biosrecall.model.presets import parse_model_overrides
-from biosrecall.numbers import DEPTH, Limit, check_number, counts, parse_float, parse_int, split_list
+from biosrecall.numbers import Limit, check_number, parse_float, parse_int, split_list
 from biosrecall.train.config import CHOICES, RUN_SIZE, TrainConfig, check_field
 
-_MODEL_CHOICES = {"injection": INJECTIONS, "init_state": INIT_STATES, "norm": NORMS}
 BIOS_ONLY = ("exposures",)
 """TrainConfig fields that only a bioS run has (people whose biographies are counted): `lm train` and
 `lm plan` have no such option."""
@@ -212,35 +212,22 @@ def checkpoint_option(what: str, default: Any, multiple: bool = False, plural_fl
     )
 
 
-def _kind(annotation: Any) -> type:
-    """int, float, str, bool or tuple: what an annotation such as `int | None` holds."""
-    if get_origin(annotation) in (types.UnionType,):
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    return tuple if get_origin(annotation) is tuple else annotation
-
-
 def _train_option(name: str, annotation: Any, default: Any, help_text: str) -> Callable:
     flag = "--" + name.replace("_", "-")
-    kind = _kind(annotation)
+    if get_origin(annotation) is types.UnionType:  # `int | None`: what the field holds when set
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    kind = tuple if get_origin(annotation) is tuple else annotation
+    item = get_args(annotation)[0] if kind is tuple else float
     if kind is bool:
         return click.option(f"{flag}/--no-{flag[2:]}", name, default=default, help=help_text)
     if name in CHOICES:
         return click.option(flag, name, type=click.Choice(CHOICES[name]), default=default, help=help_text)
-    if kind is tuple and get_args(annotation)[0] is str:
+    if item is str:
         names = FieldValue(name, kind, item=str)
         return click.option(flag, name, type=names, multiple=True, callback=_joined, help=help_text)
-    if kind is tuple:
-        item = _item(annotation)
-        default = None if default is None else ",".join(map(str, default))
-        return click.option(flag, name, type=FieldValue(name, kind, item), default=default, help=help_text)
-    return click.option(flag, name, type=FieldValue(name, kind), default=default, help=help_text)
-
-
-def _item(annotation: Any) -> type:
-    """The item type of a tuple annotation such as `tuple[int, ...] | None`."""
-    if get_origin(annotation) in (types.UnionType,):
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    return get_args(annotation)[0]
+    if kind is tuple and default is not None:
+        default = ",".join(map(str, default))
+    return click.option(flag, name, type=FieldValue(name, kind, item), default=default, help=help_text)
 
 
 def _joined(ctx, param, value: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
@@ -257,15 +244,10 @@ def train_field_option(name: str) -> Callable:
     )
 
 
-_OVERRIDE_LIMITS = {
-    "backprop_depth": DEPTH,
-    "vocab_size": counts(high=MAX_VOCAB, why="64 x the largest LLM vocabularies"),
-}
-
-
 def _override_option(name: str, help_text: str) -> Callable:
     flag = "--" + name.replace("_", "-")
-    kind = click.Choice(_MODEL_CHOICES[name]) if name in _MODEL_CHOICES else Integer(_OVERRIDE_LIMITS[name])
+    choices, limits = model_config.CHOICES, model_config.INT_LIMITS
+    kind = click.Choice(choices[name]) if name in choices else Integer(limits[name])
     return click.option(flag, name, type=kind, default=None, help=f"{help_text} [default: the preset's]")
 
 

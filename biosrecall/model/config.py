@@ -31,14 +31,23 @@ DEFAULT_RECIPE = "baseline"
 # hold a few hundred thousand tokens.
 MAX_VOCAB = 2**24
 """Largest vocabulary (16,777,216 ids, 64 x the largest LLM vocabularies)."""
-# Every integer field's bounds; the layer counts may be 0 (no prelude, no block: a standard transformer).
-_INT_LIMITS = {
+INT_LIMITS = {
     **dict.fromkeys(("d_model", "n_heads", "d_mlp", "context_length"), counts()),
     "vocab_size": counts(2, MAX_VOCAB, "64 x the largest LLM vocabularies"),
     **dict.fromkeys(("n_prelude", "n_block", "n_coda"), counts(low=0)),
     "init_state_seed": SEED,
     "backprop_depth": DEPTH,
 }
+"""Every integer field's bounds (the command line's options apply the same); the layer counts may be 0
+(no prelude, no block: a standard transformer)."""
+CHOICES = {
+    "position": POSITIONS,
+    "norm": NORMS,
+    "mlp": MLPS,
+    "injection": INJECTIONS,
+    "init_state": INIT_STATES,
+}
+"""The values each text field may take."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise `BiosrecallError` naming the first field whose value is impossible."""
-        for name, limit in _INT_LIMITS.items():
+        for name, limit in INT_LIMITS.items():
             if getattr(self, name) is not None or name != "backprop_depth":  # unset: through all K
                 check_number(name, getattr(self, name), limit)
         if self.d_model % self.n_heads:
@@ -124,13 +133,7 @@ class ModelConfig:
             )
         if self.position == "rope" and self.head_dim % 2:
             raise BiosrecallError(f"rope needs an even head width, got d_model/n_heads = {self.head_dim}")
-        for name, choices in (
-            ("position", POSITIONS),
-            ("norm", NORMS),
-            ("mlp", MLPS),
-            ("injection", INJECTIONS),
-            ("init_state", INIT_STATES),
-        ):
+        for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
                 raise BiosrecallError(
                     f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
@@ -163,10 +166,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build (and validate) a config from `to_dict()` output; unknown or missing keys are errors."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        if unknown:
-            raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
+        _check_names(data)
         required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
         missing = [name for name in required if name not in data]
         if missing:
@@ -175,7 +175,11 @@ class ModelConfig:
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A validated copy with some fields changed; unknown field names are errors."""
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
+        _check_names(changes)
         return dataclasses.replace(self, **changes)
+
+
+def _check_names(names: Any) -> None:
+    unknown = sorted(set(names) - {f.name for f in dataclasses.fields(ModelConfig)})
+    if unknown:
+        raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
