@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import tomllib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ import click
 
 from biosrecall.cli.options import RUN_FILE, FieldValue
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import MAX_USER_FILE_BYTES, check_nesting
+from biosrecall.files import MAX_USER_FILE_BYTES, parse_toml_text
 from biosrecall.model.config import ModelConfig
 from biosrecall.sweep.run_spec import read_run_file
 from biosrecall.train.config import TrainConfig
@@ -145,8 +144,8 @@ def _unknown_keys(path: Path, unknown: list[str], ctx: click.Context, by_key: di
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    """The file's keys and values; its size and nesting are bounded (`biosrecall.files`) before the
-    parser (which recurses) sees it."""
+    """The file's keys and values; its size is bounded here and its nesting by `parse_toml_text`
+    (`biosrecall.files`) before the parser (which recurses) sees it."""
     try:
         if path.stat().st_size > MAX_USER_FILE_BYTES:
             raise click.BadParameter(
@@ -159,17 +158,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise click.BadParameter(f"cannot read {path}: not UTF-8 text") from None
     try:
-        check_nesting(text, f"config file {path}")
-    except BiosrecallError as exc:
-        raise click.BadParameter(str(exc)) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line N, column M)" or "(at end ...)"
+        return parse_toml_text(text, f"config file {path}")
+    except BiosrecallError as exc:  # a TOML error ends "(at line N, column M)" or "(at end of document)"
         end = f"(at the end, line {len(text.splitlines()) or 1})"
-        message = str(exc).replace("(at end of document)", end)
-        raise click.BadParameter(f"{path} is not valid TOML: {message}") from None
-    except RecursionError:  # nesting the bracket count cannot see (dotted keys)
-        raise click.BadParameter(f"config file {path} nests tables too deeply") from None
+        raise click.BadParameter(str(exc).replace("(at end of document)", end)) from None
 
 
 def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.Context, lists) -> Any:
