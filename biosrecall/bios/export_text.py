@@ -29,7 +29,6 @@ attribute's name and `template` the index of the prompt among that attribute's f
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.bios.sampler import BatchSampler, batch_generator
 from biosrecall.bios.validation import read_manifest
 from biosrecall.errors import BiosrecallError
+from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_count, check_seed
 from biosrecall.sizing import check_fits, export_cost
@@ -201,14 +201,10 @@ def _write(folder: Path, stem: str, text_format: str, columns: dict, chunks: Ite
         if error_number(exc) is None:
             raise
         raise write_failed(path, exc) from exc
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     return {
         "records": records,
         "bytes": path.stat().st_size,
-        "sha256": digest.hexdigest(),
+        "sha256": file_sha256(path),
         "columns": list(columns),
     }
 

@@ -40,7 +40,6 @@ are the sum of log2(n) over the six attributes, whatever the values are.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import random
@@ -53,7 +52,7 @@ from faker import Faker
 from biosrecall.atomic import OutputRecord, atomic_directory
 from biosrecall.bios.tokenizer import SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import require_regular_file
+from biosrecall.files import file_sha256, require_regular_file
 from biosrecall.paths import POOLS_DIR
 
 ATTRIBUTES = ("birth_city", "birth_day", "birth_month", "university", "major", "employer")
@@ -319,10 +318,7 @@ def pool_lengths(pools_dir: str | Path | None = None) -> dict[str, int]:
 def pool_file_hashes(pools_dir: str | Path | None = None) -> dict[str, str]:
     """sha256 of every pool file in `pools_dir` (default `data/pools/`): whole files, not the prefix in use."""
     pools_dir = Path(pools_dir) if pools_dir is not None else POOLS_DIR
-    return {
-        f"{name}.txt": hashlib.sha256((pools_dir / f"{name}.txt").read_bytes()).hexdigest()
-        for name in POOL_NAMES
-    }
+    return {f"{name}.txt": file_sha256(pools_dir / f"{name}.txt") for name in POOL_NAMES}
 
 
 def attribute_bits(pool_sizes: Mapping[str, int]) -> dict[str, float]:

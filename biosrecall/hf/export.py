@@ -97,10 +97,16 @@ def export_run(
     require_transformers()
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_output_dir(out_dir, overwrite, EXPORT_RECORD)  # before the model loads
-    label, path = RunFolder(run_dir).select_checkpoint(checkpoint)
-    meta = read_meta(path)
-    record = _run_record(run_dir)
-    dataset = _training_dataset(run_dir, meta, data_dir)
+    folder = RunFolder(run_dir)
+    label, path = folder.select_checkpoint(checkpoint)
+    meta, record = read_meta(path), folder.read_config()
+    task = (record.get("task") or {}).get("name", "bios")
+    if task != "bios":
+        raise BiosrecallError(f"{run_dir} is a {task} run; export handles bioS runs only")
+    # the dataset the checkpoint was trained on (its tokenizer goes into the export), hash-checked
+    data_path = folder.training_data(meta, data_dir)
+    dataset = load_dataset(data_path)
+    folder.check_training_data(meta, data_path, dataset.manifest_hash)
     model, _ = load_checkpoint(path)
     check_supported(model.config.to_dict())
     steps, steps_source = _num_steps(record, model.config, num_steps)
@@ -109,8 +115,9 @@ def export_run(
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite, EXPORT_RECORD)  # a folder not exported here is never replaced
         hf_model = build_hf_model(model, steps, provenance)
-        verify_same_logits(model, hf_model, dataset.eval_set(_first_person()).tokens, steps)
-        facts = _card_facts(run_dir, provenance, record, model, steps, dataset)
+        # person 0's evaluation rows check the logits (and give the card its example)
+        verify_same_logits(model, hf_model, dataset.eval_set(np.arange(1)).tokens, steps)
+        facts = _card_facts(provenance, record, model, steps, dataset)
         recall, note = cached_recall(path, dataset.manifest_hash)
         try:
             with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
@@ -142,12 +149,6 @@ def recipe_files(recipe) -> dict[str, Path]:
     return {RECIPE_FILE: recipe_file(recipe), RECIPE_BASE_FILE: RECIPE_BASE}
 
 
-def _first_person():
-    """Person 0: their evaluation rows check the logits and give the card its example."""
-
-    return np.arange(1)
-
-
 @functools.cache
 def modeling_module():
     """The modeling file every export ships, imported from its template (this needs transformers)."""
@@ -157,24 +158,6 @@ def modeling_module():
     sys.modules[spec.name] = module  # classes defined in it look their module up by name
     spec.loader.exec_module(module)
     return module
-
-
-def _run_record(run_dir: Path) -> dict:
-
-    record = RunFolder(run_dir).read_config()
-    task = (record.get("task") or {}).get("name", "bios")
-    if task != "bios":
-        raise BiosrecallError(f"{run_dir} is a {task} run; export handles bioS runs only")
-    return record
-
-
-def _training_dataset(run_dir: Path, meta: dict, data_dir):
-    """The dataset the checkpoint was trained on (its tokenizer goes into the export), hash-checked."""
-
-    path = RunFolder(run_dir).training_data(meta, data_dir)
-    dataset = load_dataset(path)
-    RunFolder(run_dir).check_training_data(meta, path, dataset.manifest_hash)
-    return dataset
 
 
 def check_supported(model_config: dict) -> None:
@@ -301,9 +284,9 @@ def save_tokenizer(tokenizer, context_length: int, folder: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _card_facts(run_dir: Path, provenance: dict, record: dict, model, steps: int, dataset) -> CardFacts:
+def _card_facts(provenance: dict, record: dict, model, steps: int, dataset) -> CardFacts:
     """The card's facts, with person 0's first evaluation prompt as the usage example."""
-    eval_set = dataset.eval_set(_first_person())
+    eval_set = dataset.eval_set(np.arange(1))
     start, length = int(eval_set.answer_start[0]), int(eval_set.answer_len[0])
     row = [int(t) for t in eval_set.tokens[0]]
     prompt = dataset.tokenizer.decode(row[1:start])
