@@ -32,13 +32,13 @@ from biosrecall.compute.flops import (
     train_flops_per_token,
 )
 from biosrecall.compute.planner import saving_vs_uniform
-from biosrecall.compute.schedules import parse_schedule
+from biosrecall.compute.schedules import Schedule, parse_schedule
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import read_json_object
 from biosrecall.model.config import DEFAULT_RECIPE, ModelConfig
 from biosrecall.model.presets import PRESETS, get_preset
 from biosrecall.model.recipes import BUILT_IN, check_config, recipe_overrides
 from biosrecall.numbers import DEPTH
+from biosrecall.records import read_record
 from biosrecall.train.config import LIMITS
 
 CURRICULUM = "curriculum:mean=8,warmup=0.75,shape=1-sqrt"
@@ -146,24 +146,21 @@ def flops(
         check_config(cfg)
         if index:
             click.echo()
-        lines = _report(name, cfg, [s.spec for s in parsed], seq_len, updates, data_dir)
+        lines = _report(name, cfg, parsed, seq_len, updates, data_dir)
         click.echo("\n".join(line.rstrip() for line in lines))
 
 
 def _dataset_vocabulary(data_dir: Path) -> int:
     """The vocabulary size a dataset's manifest records (what `train` sizes the embedding to)."""
+    from biosrecall.bios.validation import DatasetManifest  # loads pandas: only with --data
 
     if not (data_dir / "manifest.json").is_file():
         raise BiosrecallError(f"--data {data_dir} holds no manifest.json: give a bioS dataset folder")
-    manifest = read_json_object(data_dir / "manifest.json", "dataset manifest", required=("tokenizer",))
-    size = manifest["tokenizer"].get("vocab_size") if isinstance(manifest["tokenizer"], dict) else None
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise BiosrecallError(f"{data_dir / 'manifest.json'} records no vocabulary size")
-    return size
+    return read_record(data_dir / "manifest.json", DatasetManifest, "dataset manifest").tokenizer.vocab_size
 
 
 def _report(
-    name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int, data_dir=None
+    name: str, cfg: ModelConfig, schedules: list[Schedule], seq_len: int | None, updates: int, data_dir=None
 ) -> list[str]:
     tie = "tied" if cfg.tie_embeddings else "untied"
     if data_dir is not None:
@@ -175,7 +172,7 @@ def _report(
         vocab = f"vocab {cfg.vocab_size:,} ({tie} head)"
     if cfg.recurrent:
         layers = f"{cfg.n_prelude} + {cfg.n_block} x K + {cfg.n_coda}"
-        savings = _savings(name, cfg, specs, seq_len, updates)
+        savings = _savings(name, cfg, schedules, seq_len, updates)
     else:
         layers = f"{cfg.n_prelude + cfg.n_coda} (standard transformer, no recurrent block)"
         savings = ["  schedules: none (one depth, trained at fixed:1: every depth would cost the same)"]
@@ -231,15 +228,17 @@ def _per_token(cfg: ModelConfig, seq_len: int | None) -> list[str]:
     return lines
 
 
-def _savings(name: str, cfg: ModelConfig, specs: list[str], seq_len: int | None, updates: int) -> list[str]:
+def _savings(
+    name: str, cfg: ModelConfig, schedules: list[Schedule], seq_len: int | None, updates: int
+) -> list[str]:
     reported = REPORTED.get(name, {})
-    width = max(len(spec) for spec in specs) + 2
+    width = max(len(schedule.spec) for schedule in schedules) + 2
     lines = [
         f"  schedules over {updates} updates, modeled training compute vs uniform:1-16 at the same number of updates",
         f"  {'schedule':<{width}}{'mean K':>8}{'compute':>10}{'saving':>9}{'reported':>10}",
     ]
-    for spec in specs:
-        schedule = parse_schedule(spec)
+    for schedule in schedules:
+        spec = schedule.spec
         mean_k = schedule.expected_cost(updates, lambda k: k) / updates
         saving = saving_vs_uniform(cfg, schedule, updates, seq_len=seq_len)
         paper = f"{reported[spec]:.1f}%" if spec in reported else ""
