@@ -38,12 +38,8 @@ from biosrecall.cli.figure1 import SEEDS as FIGURE1_SEEDS
 from biosrecall.cli.figure1 import archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
-from biosrecall.cli.options import (
-    Integer,
-    Real,
-    split_options,
-    trainer_options,
-)
+from biosrecall.cli.options import Integer, Real, split_options, trainer_options
+from biosrecall.cli.sweep import executor_options
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
@@ -327,20 +323,7 @@ lm.add_command(harness)
 @click.option(
     "--threads", type=Integer(counts()), default=None, help="Threads per run [default: cores / workers]."
 )
-@click.option(
-    "--executor",
-    "kind",
-    type=click.Choice(["local", "slurm"]),
-    default="local",
-    show_default=True,
-    help="Where runs train: processes here, or a Slurm job array (submitit; the slurm extra).",
-)
-@click.option("--partition", default=None, help="slurm: partition [default: the cluster's].")
-@click.option("--gpus-per-run", type=Integer(counts(low=0)), default=None, help="slurm: GPUs of each run.")
-@click.option(
-    "--cpus-per-run", type=Integer(counts()), default=None, help="slurm: CPUs of each run [default: 1]."
-)
-@click.option("--time-min", type=Integer(counts()), default=None, help="slurm: time limit per run, minutes.")
+@executor_options(gpus_default="1 with --device cuda, else 0")
 @click.option(
     "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
 )
@@ -355,8 +338,8 @@ lm.add_command(harness)
     "--seeds trains only the new seeds.",
 )
 @click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST.")
-def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, kind, partition, gpus_per_run,
-          cpus_per_run, time_min, plan_only, quiet, archive, overwrite) -> None:  # fmt: skip
+def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, plan_only, quiet, archive,
+          overwrite, **executor) -> None:  # fmt: skip
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
@@ -373,16 +356,6 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
     from biosrecall.experiments.lm_study import LMStudyOptions, parse_grid, plan_lm_study, run_lm_study
 
     options = LMStudyOptions(str(data_dir), preset, tuple(seeds), parse_grid(grid), tokens, device)
-    slurm = dict(partition=partition, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, time_min=time_min)
-    executor = None
-    if kind == "slurm":
-        if workers is not None or threads is not None:
-            raise BiosrecallError("--workers and --threads apply to --executor local only")
-        executor = {"kind": "slurm", **slurm}
-    elif any(value is not None for value in slurm.values()):
-        raise BiosrecallError(
-            "--partition, --gpus-per-run, --cpus-per-run and --time-min apply to --executor slurm only"
-        )
     if plan_only:
         click.echo("\n".join(plan_lm_study(out_dir, options, workers, threads, executor)))
         return

@@ -9,8 +9,8 @@ it generates a dataset, then trains, at every seed, the three schedules of Figur
 preset (fixed K=4, fixed-first, uniform 1..16) and its two standard-transformer baselines
 (`<preset>-std-params`, `<preset>-std-flops`, at their one depth), each run as long as it takes to
 show every person's biography `exposures` times (`biosrecall.bios.exposures`), so every model sees
-the same data and only what it spends differs. Each final checkpoint is scored by
-`biosrecall.experiments.capacity_scoring` at the serving depths (a baseline at depth 1 only), and
+the same data and only what it spends differs. Each final checkpoint is scored here (`score_runs`)
+at the serving depths (a baseline at depth 1 only), and
 `biosrecall.experiments.capacity_results` holds the tables, the claims and capacity.md. Layout:
 
     OUT/capacity.json                     the engine's record: options, command, versions, machine
@@ -32,6 +32,7 @@ too: a run's length is a count of its dataset's batches, planned on a probe data
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -46,9 +47,14 @@ from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.parallel import map_in_processes
+from biosrecall.eval.scoring import cached_dataset
+from biosrecall.eval.stored_bits import stored_bits_table
+from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
 from biosrecall.experiments import capacity_results as results
 from biosrecall.experiments.engine import Study, check_record, grown_options, record_of, run_study
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
+from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET, PRESETS
@@ -63,7 +69,9 @@ from biosrecall.sizing import (
     shows_progress,
 )
 from biosrecall.sweep.jobs import SweepRun
+from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
 from biosrecall.train.trainer import bios_training_task, make_plan
 
@@ -156,11 +164,63 @@ def _unbound(options):
     raise BiosrecallError("the capacity study's runs live under its output: run it with run_capacity")
 
 
-def _score(runs_dir: Path, runs: list, options: CapacityOptions, executor):
-    """Every final checkpoint's stored bits, the executor's workers at a time (`capacity_scoring`)."""
-    from biosrecall.experiments.capacity_scoring import score_runs
+STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
 
-    return score_runs(runs_dir, runs, options, executor)
+
+def score_runs(runs_dir: Path, runs: list, options: CapacityOptions, executor) -> pd.DataFrame:
+    """The study's `evaluate`: one row per run (folders under `runs_dir`) and serving depth, its final
+    checkpoint's stored bits, labelled, `executor`'s workers at a time on the CPU (`eval.parallel`)
+    on `options.device`. Each checkpoint's stored-bits table is cached next to it
+    (`eval.table_cache`), so a rerun, or an archive without weights, is re-tabulated without loading
+    a model."""
+    from biosrecall.experiments.study_engine import executor_slots
+
+    device = resolve_device(str(options.device))
+    items = [
+        (runs_dir / run.name, run, run.task["data"], options, device) for run in runs
+    ]  # folder first: errors name it
+    workers = executor_slots(executor) if device.type == "cpu" else 1
+    return pd.concat(map_in_processes(_score, items, workers, executor.threads), ignore_index=True)
+
+
+def _score(item) -> pd.DataFrame:
+    """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
+    what it cost: mean exposures, updates and training FLOPs."""
+    run_dir, run, data_dir, options, device = item
+    dataset = cached_dataset(data_dir)
+    folder = RunFolder(run_dir)
+    checkpoint = folder.fraction_checkpoints()[1.0]
+    meta = read_meta(checkpoint)
+    folder.check_training_data(meta, dataset.path, dataset.manifest_hash)
+    table = _stored_bits(checkpoint, dataset, options.depths, device)
+    plan = read_json_object(folder.config_file, "run config", required=("plan",))["plan"]
+    labels = {
+        "people": run.labels["people"], "name": run.labels["name"], "kind": run.labels["kind"],
+        "schedule": run.config.schedule, "model_preset": run.task["preset"], "seed": run.config.seed,
+    }  # fmt: skip
+    costs = {
+        "exposures": float(options.exposures),
+        "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
+        "updates": int(meta["update"]),
+        "train_flops": float(meta.get("flops", math.nan)),
+        "run": run.name,
+    }
+    front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
+    return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)
+
+
+def _stored_bits(checkpoint: Path, dataset, depths, device) -> pd.DataFrame:
+    """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
+    key = checkpoint_key(
+        checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
+    )
+    table = read_cached(stored_bits_cache_file(checkpoint), key)
+    if table is None:
+        model, _ = load_checkpoint(checkpoint, device=device)
+        depths = depths if model.config.recurrent else (1,)
+        table = stored_bits_table(model, dataset.eval_set(), dataset.pool_sizes, depths=depths, device=device)
+        write_cached(stored_bits_cache_file(checkpoint), key, table)
+    return table
 
 
 CAPACITY = Study(
@@ -169,7 +229,7 @@ CAPACITY = Study(
     options=CapacityOptions,
     runs=_unbound,  # the grid names OUT's datasets: `run_capacity` binds it per call
     done=scored,
-    evaluate=_score,  # stored bits are no sweep evaluation command: scored here, cached per run
+    evaluate=score_runs,  # stored bits are no sweep evaluation command: scored here, cached per run
     write=results.write,  # capacity.md and capacity_claims.* have layouts of their own
     growing=("seeds", "people"),
     command="capacity",
@@ -221,7 +281,6 @@ def _recorded_options(out_dir: Path) -> dict[str, Any]:
     people, seeds, depths) is given the engine's `study` and `options` first, so its output
     continues; its other keys are kept until the engine rewrites it."""
     from biosrecall.atomic import atomic_write_text
-    from biosrecall.files import read_json_object
 
     path = out_dir / RECORD
     if not path.is_file():

@@ -48,18 +48,26 @@ def knee_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def model_label(row) -> str:
+    """A model as capacity.md names it: a baseline says so."""
+    return f"{row['name']} (baseline)" if row["kind"] == "baseline" else row["name"]
+
+
+def depth_label(row) -> str:
+    """A serving depth as capacity.md shows it: a baseline has one."""
+    return "1 (its one depth)" if row["kind"] == "baseline" else str(int(row["depth"]))
+
+
 def knees_markdown(knees: pd.DataFrame) -> str:
     """The section of capacity.md that shows `knee_table`."""
     header = ["model", "depth", f"stores >= {FULL:.0%} of the facts up to (people)", "most stored at (people)",
               "most loss-bound bits", "bits/param there", "share stored at the largest count"]  # fmt: skip
-    rows = []
-    for row in knees.itertuples():
-        baseline = row.kind == "baseline"
-        cells = [f"{row.name} (baseline)" if baseline else row.name,
-                 "1 (its one depth)" if baseline else str(row.depth), str(row.full_until or "-"),
-                 str(row.peak_people), interval_text(row.peak_bits, row.peak_bits_low, row.peak_bits_high, "{:.0f}"),
-                 f"{row.peak_bits_per_param:.3g}", f"{row.share_at_largest:.0%}"]  # fmt: skip
-        rows.append(cells)
+    rows = [
+        [model_label(row), depth_label(row), str(row["full_until"] or "-"), str(row["peak_people"]),
+         interval_text(row["peak_bits"], row["peak_bits_low"], row["peak_bits_high"], "{:.0f}"),
+         f"{row['peak_bits_per_param']:.3g}", f"{row['share_at_largest']:.0%}"]
+        for _, row in knees.iterrows()
+    ]  # fmt: skip
     return (
         "## Where each curve bends\n\n"
         f"Loss-bound bits, mean over seeds: the largest count still storing {FULL:.0%} of the facts and the "

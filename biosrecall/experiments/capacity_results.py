@@ -3,7 +3,7 @@
     tables, claims, figures = write("runs/capacity", per_run, options)   # the study's `write`
 
 The declaration `biosrecall.experiments.capacity.CAPACITY` hands `write` to the engine, which calls
-it with the per-run table of `biosrecall.experiments.capacity_scoring` once every run is scored.
+it with the per-run table of stored bits (`capacity.score_runs`) once every run is scored.
 Files (tables as CSV and parquet, the figure as PNG and PDF):
 
     capacity              one row per people count, model, seed and serving depth: exact_bits,
@@ -14,7 +14,7 @@ Files (tables as CSV and parquet, the figure as PNG and PDF):
                           interval (`<column>_low`, `<column>_high`) and n_seeds (`biosrecall.stats`)
     capacity.md           both tables in Markdown (intervals as "mean [low, high]"), and between
                           them where each curve bends (`biosrecall.experiments.capacity_knees`)
-    capacity_claims(.md)  the four claims of `capacity_claims`, each judged from its 95% interval
+    capacity_claims(.md)  the four claims of `claims`, each judged from its 95% interval
                           over seeds by the one judge (`biosrecall.experiments.claims`; an earlier
                           look at another seed count is kept as capacity_claims_at_<n>seeds.csv)
     capacity.png/.pdf     stored bits against people (`biosrecall.experiments.capacity_figure`)
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.experiments.capacity_knees import knee_table, knees_markdown
+from biosrecall.experiments.capacity_knees import depth_label, knee_table, knees_markdown, model_label
 from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
 from biosrecall.outputs import markdown_table, save_figure, write_table
@@ -178,12 +178,11 @@ def band_unreachable(table: pd.DataFrame) -> str:
     )
 
 
-def capacity_claims(
-    saturated: int, unreachable: str = "", unseen: str = "", flops_unseen: str = ""
-) -> list[Claim]:
+def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
     """The four claims: 1, 2 and 4 on each model's capacity (the most it stores over the sweep,
-    `_capacity`), 3 where uniform saturates; `unreachable`, `unseen` and `flops_unseen` say why
-    claim 1 (`band_unreachable`), 2 and 4 (`knee_unreached`) cannot be judged on this sweep."""
+    `_capacity`), 3 where uniform saturates (`saturation_people`); each note says why this sweep
+    cannot judge claim 1 (`band_unreachable`), 2 or 4 (`knee_unreached`)."""
+    saturated = saturation_people(per_run)
     return [
         Claim(
             "baseline_one_bit_per_param",
@@ -193,7 +192,7 @@ def capacity_claims(
             ONE_BIT_BAND,
             "the 3.3 paper's ~1 bit per parameter at 100 exposures, +-30%",
             lambda r: _capacity(r, STD_PARAMS),
-            note=unreachable,
+            note=band_unreachable(per_run),
         ),
         Claim(
             "looped_no_more_per_param",
@@ -205,7 +204,7 @@ def capacity_claims(
             LOOPED_MARGIN,
             "a direction: reusing weights over depth adds computation, not storage",
             _looped_excess,
-            note=unseen,
+            note=knee_unreached(per_run, (UNIFORM, STD_PARAMS)),
         ),
         Claim(
             "fixed_first_near_uniform_at_saturation",
@@ -228,16 +227,9 @@ def capacity_claims(
             FLOPS_MARGIN,
             "a direction: the FLOP-matched transformer spends the same compute on untied parameters",
             _flops_matched_excess,
-            note=flops_unseen,
+            note=knee_unreached(per_run, (FIXED_K4, STD_FLOPS)),
         ),
     ]
-
-
-def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
-    """The declaration's claims: `capacity_claims`, with why this sweep cannot judge some of them."""
-    unseen = knee_unreached(per_run, (UNIFORM, STD_PARAMS))
-    flops_unseen = knee_unreached(per_run, (FIXED_K4, STD_FLOPS))
-    return capacity_claims(saturation_people(per_run), band_unreachable(per_run), unseen, flops_unseen)
 
 
 def judge_capacity_claims(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -247,14 +239,6 @@ def judge_capacity_claims(per_run: pd.DataFrame) -> pd.DataFrame:
     return with_seeds_to_decide(judged).reindex(columns=COLUMNS, fill_value="")
 
 
-def _model(row) -> str:
-    return f"{row['name']} (baseline)" if row["kind"] == "baseline" else row["name"]
-
-
-def _depth(row) -> str:
-    return "1 (its one depth)" if row["kind"] == "baseline" else str(int(row["depth"]))
-
-
 def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
     """capacity.md: the seed means with their intervals, where each curve bends, then every run."""
 
@@ -262,7 +246,7 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
         return interval_text(row[column], row[f"{column}_low"], row[f"{column}_high"], fmt)
 
     means = [
-        [row["people"], _model(row), _depth(row), cell(row, "exact_bits", "{:.1f}"),
+        [row["people"], model_label(row), depth_label(row), cell(row, "exact_bits", "{:.1f}"),
          cell(row, "loss_bound_bits", "{:.1f}"), cell(row, "exact_bits_per_param", "{:.3g}"),
          cell(row, "loss_bound_bits_per_param", "{:.3g}"),
          cell(row, "loss_bound_bits_per_nonembedding_param", "{:.3g}"), f"{row['parameters']:,}",
@@ -270,7 +254,7 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
         for _, row in summary.iterrows()
     ]  # fmt: skip
     runs = [
-        [row["people"], _model(row), row["seed"], _depth(row), f"{row['exact_bits']:.1f}",
+        [row["people"], model_label(row), row["seed"], depth_label(row), f"{row['exact_bits']:.1f}",
          f"{row['loss_bound_bits']:.1f}", f"{row['ceiling_bits']:.1f}", f"{row['parameters']:,}",
          f"{row['non_embedding_parameters']:,}", f"{row['exact_bits_per_param']:.3g}",
          f"{row['exact_bits_per_nonembedding_param']:.3g}", f"{row['loss_bound_bits_per_param']:.3g}",
