@@ -25,7 +25,7 @@ from biosrecall.bios.pools import ATTRIBUTES, MIN_POOL_SIZE, NAME_PARTS
 from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import file_sha256, require_regular_file
+from biosrecall.files import file_sha256, read_user_text, require_regular_file
 from biosrecall.records import Amount, Count, Sha256, exact_keys, parse_record
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
@@ -102,14 +102,10 @@ def _read_json(path: Path) -> tuple[bytes, object]:
     folder = path.parent
     if not os.path.lexists(path):
         raise _fail(folder, f"{path.name} is missing (not a dataset folder?)")
-    require_regular_file(path, f"dataset {folder}:")
-    size = path.stat().st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise _fail(folder, f"{path.name} holds {size:,} bytes, above the {MAX_MANIFEST_BYTES:,} allowed")
-    raw = path.read_bytes()
+    text = read_user_text(path, f"dataset {folder}:", MAX_MANIFEST_BYTES)
     try:
-        return raw, json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return text.encode("utf-8"), json.loads(text)  # strict UTF-8: the same bytes as the file's
+    except json.JSONDecodeError as exc:
         raise _fail(folder, f"{path.name} is not valid JSON ({exc})") from None
     except RecursionError:
         raise _fail(folder, f"{path.name} is not valid JSON (nested too deeply)") from None
