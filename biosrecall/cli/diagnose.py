@@ -117,40 +117,15 @@ from biosrecall.train.run_folder import SWITCH
     help="Output folder [RUN_DIR/diagnose].",
 )
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
-def diagnose_update(
-    run_dir,
-    checkpoint,
-    depths,
-    after_uniform,
-    batches,
-    serving_depths,
-    people,
-    val_sequences,
-    rms_target,
-    seed,
-    bootstrap,
-    level,
-    device,
-    threads,
-    data_dir,
-    out_dir,
-    quiet,
-):
+def diagnose_update(run_dir, checkpoint, rms_target, device, threads, data_dir, out_dir, quiet, **fields):
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
 
-    options = DiagnoseOptions(
-        depths=parse_candidate_depths(depths),
-        after_uniform=parse_depth_list(after_uniform, "--after-uniform", minimum=0),
-        batches=batches,
-        serving_depths=parse_depth_list(serving_depths, "--serving-depths"),
-        people=people,
-        val_sequences=val_sequences,
-        rms=rms_target,
-        seed=seed,
-        bootstrap=bootstrap,
-        level=level,
-    )
+    # The depth lists arrive as the text the command line holds (checked already); the rest as numbers.
+    fields["depths"] = parse_candidate_depths(fields["depths"])
+    fields["after_uniform"] = parse_depth_list(fields["after_uniform"], "--after-uniform", minimum=0)
+    fields["serving_depths"] = parse_depth_list(fields["serving_depths"], "--serving-depths")
+    options = DiagnoseOptions(rms=rms_target, **fields)
     progress = None if quiet else lambda message: click.echo(message, err=True)
     result = run_diagnosis(run_dir, checkpoint, options, device=device, threads=threads, data_dir=data_dir,
                            progress=progress)  # fmt: skip
