@@ -94,12 +94,8 @@ def read_tokenizer_text(path: str | Path, max_bytes: int) -> tuple[Tokenizer, st
 
 
 def encode_words(tokenizer: Tokenizer, words: list[str]) -> list[int]:
-    """Ids of already-split words; a word outside the vocabulary is a bug in whoever built it."""
-    ids = [tokenizer.token_to_id(word) for word in words]
-    if None in ids:
-        missing = words[ids.index(None)]
-        raise BiosrecallError(f"token {missing!r} is not in the tokenizer's vocabulary")
-    return ids
+    """Ids of already-split words, all in the vocabulary (`build_tokenizer` made it from them)."""
+    return [tokenizer.token_to_id(word) for word in words]
 
 
 def split_template(template: str) -> tuple[list[list[str]], list[str]]:
@@ -112,12 +108,12 @@ def split_template(template: str) -> tuple[list[list[str]], list[str]]:
     slot_words = {SPACE_MARK + NAME_SLOT: "name", SPACE_MARK + VALUE_SLOT: "value"}
     pieces: list[list[str]] = [[]]
     slots: list[str] = []
+    # A checked template has a space before each placeholder and a space or punctuation mark after it
+    # (`biosrecall.bios.templates`), so each placeholder is a word of its own.
     for word in split_words(text):
         if word in slot_words:
             slots.append(slot_words[word])
             pieces.append([])
-        elif NAME_SLOT in word or VALUE_SLOT in word:
-            raise BiosrecallError(f"template {template!r}: a placeholder is glued to neighbouring text")
         else:
             pieces[-1].append(word)
     return pieces, slots
