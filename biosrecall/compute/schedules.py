@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
 import numpy as np
 
@@ -329,62 +329,63 @@ def _range(raw: str, key: str = "range") -> tuple[int, int]:
     return _value(lo, int, key), _value(hi, int, key)
 
 
-class _Args:
-    """key=value pairs of a schedule's body; every key must be used exactly once."""
-
-    def __init__(self, body: str) -> None:
-        self.pairs: dict[str, str] = {}
-        parts = body.split(",") if body else []
-        _require(
-            all(parts),
-            "an empty item in the key=value list (two commas in a row, or one at an end); expected "
-            "key=value pairs separated by single commas",
-        )
-        for part in parts:
-            key, eq, raw = part.partition("=")
-            key = key.lower()
-            _require(bool(key and eq and raw), f"{part!r} must look like key=value")
-            _require(key not in self.pairs, f"{key!r} is given twice")
-            self.pairs[key] = raw
-
-    def get(self, key: str, kind: type, default: object = ...) -> object:
-        if key not in self.pairs:
-            _require(default is not ..., f"missing {key}=...")
-            return default
-        raw = self.pairs.pop(key)
-        return raw if kind is str else _range(raw) if kind is tuple else _value(raw, kind, key)
-
-    def done(self, schedule: Schedule) -> Schedule:
-        _require(not self.pairs, f"unknown key(s): {', '.join(self.pairs)}")
-        return schedule
+def _pairs(body: str) -> dict[str, str]:
+    """The key=value pairs of a schedule's body, each key given once."""
+    pairs: dict[str, str] = {}
+    parts = body.split(",") if body else []
+    _require(
+        all(parts),
+        "an empty item in the key=value list (two commas in a row, or one at an end); expected "
+        "key=value pairs separated by single commas",
+    )
+    for part in parts:
+        key, eq, raw = part.partition("=")
+        key = key.lower()
+        _require(bool(key and eq and raw), f"{part!r} must look like key=value")
+        _require(key not in pairs, f"{key!r} is given twice")
+        pairs[key] = raw
+    return pairs
 
 
-def _pl_args(args: _Args, default_mean: object = ...) -> PoissonLognormal:
-    mean = args.get("mean", float, default_mean)
-    return PoissonLognormal(mean, args.get("sigma", float, 0.5), args.get("cap", int, None))
+def _take(cls: type, pairs: dict[str, str], **given: object) -> Schedule:
+    """A `cls` from the pairs named like its fields (each read as its field's type, and removed from
+    `pairs`), else from `given`, else the field's default."""
+    for field in fields(cls):
+        if field.name in pairs:
+            raw, kind = pairs.pop(field.name), field.type  # the annotation's text: "int | None", "str"
+            given[field.name] = (
+                raw if kind == "str" else _value(raw, int if "int" in kind else float, field.name)
+            )
+        else:
+            _require(field.name in given or field.default is not MISSING, f"missing {field.name}=...")
+    return cls(**given)
 
 
-def _fixed_first(body: str) -> Schedule:
-    args = _Args(body)
-    k0, switch = args.get("k0", int), args.get("switch", float)
-    finish = args.get("finish", str, "uniform").lower().replace("-", "_")
+def _fixed_first(pairs: dict[str, str]) -> Schedule:
+    finish = pairs.pop("finish", "uniform").lower().replace("-", "_")
     known = finish in ("uniform", "poisson_lognormal")
     _require(known, f"unknown finish {finish!r}; use uniform or poisson_lognormal")
-    tail = Uniform(*args.get("range", tuple, (1, 16))) if finish == "uniform" else _pl_args(args, 7.5)
-    return args.done(FixedFirst(k0, switch, tail))
+    if finish == "uniform":
+        return _take(FixedFirst, pairs, finish=Uniform(*_range(pairs.pop("range", "1-16"))))
+    return _take(FixedFirst, pairs, finish=_take(PoissonLognormal, pairs, mean=7.5))
 
 
-def _curriculum(body: str) -> Schedule:
-    args = _Args(body)
-    mean, warmup = args.get("mean", float), args.get("warmup", float)
-    shape, sigma = args.get("shape", str, "linear"), args.get("sigma", float, 0.5)
-    return args.done(Curriculum(mean, warmup, shape, sigma, args.get("cap", int, None)))
+def _keyed(build: Callable[[dict[str, str]], Schedule]) -> Callable[[str], Schedule]:
+    """The builder of a schedule from its body's key=value pairs, every one of which it must use."""
+
+    def from_body(body: str) -> Schedule:
+        pairs = _pairs(body)
+        schedule = build(pairs)
+        _require(not pairs, f"unknown key(s): {', '.join(pairs)}")
+        return schedule
+
+    return from_body
 
 
 _BUILDERS: dict[str, Callable[[str], Schedule]] = {
     "fixed": lambda body: Fixed(_value(body.removeprefix("k="), int, "depth")),
     "uniform": lambda body: Uniform(*_range(body or "1-16")),
-    "poisson_lognormal": lambda body: (lambda a: a.done(_pl_args(a)))(_Args(body)),
-    "fixed_first": _fixed_first,
-    "curriculum": _curriculum,
+    "poisson_lognormal": _keyed(lambda pairs: _take(PoissonLognormal, pairs)),
+    "fixed_first": _keyed(_fixed_first),
+    "curriculum": _keyed(lambda pairs: _take(Curriculum, pairs)),
 }
