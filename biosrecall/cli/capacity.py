@@ -7,7 +7,8 @@ biosrecall capacity --out runs/capacity --archive docs/results/capacity   # with
 
 Trains the three Figure-1 schedules and the `<preset>-std-params` / `<preset>-std-flops` baselines at
 every people count and seed, each for `--exposures` views of every biography, scores their stored
-bits (the study `biosrecall.experiments.capacity`, declared on the engine) and writes
+bits (the study `biosrecall.experiments.capacity`, declared on the engine; its options are the fields
+of `CapacityOptions`, each with its docstring as help) and writes
 OUT/capacity.{csv,md,png} and OUT/capacity_claims.{csv,md}. Rerunning the same command skips
 finished runs and resumes stopped ones (Ctrl-C: exit code 130); adding seeds or people counts trains
 only what is new. OUT/capacity.json holds the options and the command that continues the output
@@ -16,68 +17,53 @@ only what is new. OUT/capacity.json holds the options and the command that conti
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.figure1 import SEEDS, archive_output, parse_seeds, report_outcome, study_errors
-from biosrecall.cli.options import Integer, NumberList, Real
+from biosrecall.cli.options import Integer, NumberList, Real, field_docs
+from biosrecall.experiments.capacity import PLAN_PROBE_PEOPLE, CapacityOptions, plan_capacity, run_capacity
 from biosrecall.interrupts import work_done
-from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import DEPTH, EXPOSURES, counts
 from biosrecall.train.config import LIMITS
 
-PEOPLE = NumberList(counts(), "people counts", "50,100,200", required=True)
-SERVING_DEPTHS = NumberList(
-    DEPTH, "depths", "1,4,16,64", below="depths must be at least 1, got {value!r}", required=True
-)
+OPTION_TYPES = {
+    "people": NumberList(counts(), "people counts", "50,100,200", required=True),
+    "seeds": SEEDS,
+    "exposures": Real(EXPOSURES),
+    "batch_size": Integer(LIMITS["batch_size"]),
+    "seq_len": Integer(LIMITS["seq_len"]),
+    "lr": Real(LIMITS["lr"]),
+    "depths": NumberList(
+        DEPTH, "depths", "1,4,16,64", below="depths must be at least 1, got {value!r}", required=True
+    ),
+}
+"""The type that reads and checks a `CapacityOptions` field on the command line (the others: text)."""
+
+
+def study_options(command):
+    """One option per `CapacityOptions` field: its name, its default and its docstring as help."""
+    docs = field_docs(CapacityOptions)
+    for item in reversed(dataclasses.fields(CapacityOptions)):
+        default = ",".join(map(str, item.default)) if isinstance(item.default, tuple) else item.default
+        command = click.option(
+            "--" + item.name.replace("_", "-"),
+            type=OPTION_TYPES.get(item.name),
+            default=default,
+            show_default=default is not None,
+            callback=parse_seeds if item.name == "seeds" else None,
+            help=docs[item.name],
+        )(command)
+    return command
 
 
 @click.command()
 @config_option(lists=("people", "seeds", "depths"))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@click.option(
-    "--preset",
-    default=DEFAULT_BIOS_PRESET,
-    show_default=True,
-    help="Looped model preset with -std-params and -std-flops baselines (bios-tiny or bios-cpu).",
-)
-@click.option(
-    "--people",
-    default="50,100,200",
-    show_default=True,
-    type=PEOPLE,
-    help="People counts of the sweep, one dataset each (more people, more facts to store).",
-)
-@click.option(
-    "--seeds",
-    default="0",
-    show_default=True,
-    type=SEEDS,
-    callback=parse_seeds,
-    help="Training seeds, e.g. 0,1,2; the claims need two or more (95% t interval over seeds).",
-)
-@click.option(
-    "--exposures",
-    type=Real(EXPOSURES),
-    default=100.0,
-    show_default=True,
-    help="Mean exposures per person of every run: its length (the 3.3 paper's 100 gives ~1 bit/param).",
-)
-@click.option("--batch-size", type=Integer(LIMITS["batch_size"]), default=8, show_default=True,
-              help="Sequences per update.")  # fmt: skip
-@click.option("--seq-len", type=Integer(LIMITS["seq_len"]), default=None,
-              help="Tokens per sequence [default: the preset's context].")  # fmt: skip
-@click.option("--lr", type=Real(LIMITS["lr"]), default=1e-2, show_default=True, help="Peak learning rate.")
-@click.option(
-    "--depths",
-    default="1,4,16,64",
-    show_default=True,
-    type=SERVING_DEPTHS,
-    help="Serving depths each looped model is scored at (a baseline has one depth, 1).",
-)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@study_options
 @click.option("--workers", type=Integer(counts()), default=None,
               help="Runs trained at the same time [default: one per core, or one per GPU].")  # fmt: skip
 @click.option("--threads", type=Integer(LIMITS["threads"]), default=None,
@@ -99,8 +85,7 @@ SERVING_DEPTHS = NumberList(
     "--seeds or --people trains only what is new. --overwrite replaces an existing DEST.",
 )
 @click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST.")
-def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr, depths, device, workers,
-             threads, quiet, plan, archive, overwrite):  # fmt: skip
+def capacity(out_dir, workers, threads, quiet, plan, archive, overwrite, **values):
     """Measure stored bits per parameter of the three schedules and two standard-transformer baselines
     over a people sweep at matched exposures, and judge the capacity claims.
 
@@ -108,12 +93,10 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
     capacity_claims.csv/.md. Rerunning the same command skips finished runs and resumes stopped ones;
     --seeds and --people may grow, --depths and --device may change, and an output made with other
     settings is refused."""
-    from biosrecall.experiments.capacity import CapacityOptions, plan_capacity, run_capacity
-
     if archive is not None:
         archive_output(out_dir, archive, overwrite)
         return
-    options = CapacityOptions(preset, people, seeds, exposures, batch_size, seq_len, lr, depths, device)
+    options = CapacityOptions(**values)
     report = None if quiet else report_outcome
     if plan:
         _print_plan(options, plan_capacity(options, report))
@@ -125,8 +108,6 @@ def capacity(out_dir, preset, people, seeds, exposures, batch_size, seq_len, lr,
 
 
 def _print_plan(options, table) -> None:
-    from biosrecall.experiments.capacity import PLAN_PROBE_PEOPLE
-
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if max(options.people) > PLAN_PROBE_PEOPLE:
         click.echo(

@@ -47,10 +47,8 @@ from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.parallel import map_in_processes
-from biosrecall.eval.scoring import cached_dataset
-from biosrecall.eval.stored_bits import stored_bits_table
-from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
+
+# What loads torch is imported where it is used: `biosrecall capacity --help` reads this module.
 from biosrecall.experiments import capacity_results as results
 from biosrecall.experiments.engine import Study, check_record, grown_options, record_of, run_study
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
@@ -71,9 +69,7 @@ from biosrecall.sizing import (
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.config import TrainConfig, resolve_seq_len
-from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
-from biosrecall.train.trainer import bios_training_task, make_plan
 
 RECORD, DATA, RUNS = "capacity.json", "data", "runs"
 DATA_SEED = 0
@@ -90,16 +86,17 @@ other depths from its weights; the engine's record check would refuse either."""
 
 @dataclass(frozen=True)
 class CapacityOptions:
-    """What a capacity study trains and scores; checked on construction."""
+    """What a capacity study trains and scores; checked on construction. Each field is an option of
+    `biosrecall capacity` of the same name, its docstring the option's help."""
 
     preset: str = DEFAULT_BIOS_PRESET
-    """Looped model preset; it needs `<preset>-std-params` and `<preset>-std-flops` baselines."""
+    """Looped model preset with -std-params and -std-flops baselines (bios-tiny or bios-cpu)."""
     people: tuple[int, ...] = (50, 100, 200)
-    """People counts of the sweep, one dataset each."""
+    """People counts of the sweep, one dataset each (more people, more facts to store)."""
     seeds: tuple[int, ...] = (0,)
-    """Training seeds (weights, batches, depth draws)."""
+    """Training seeds, e.g. 0,1,2; the claims need two or more (95% t interval over seeds)."""
     exposures: float = 100.0
-    """Mean exposures per person of every run (the 3.3 paper's 100 gives about 1 bit per parameter)."""
+    """Mean exposures per person of every run: its length (the 3.3 paper's 100 gives ~1 bit/param)."""
     batch_size: int = 8
     """Sequences per update."""
     seq_len: int | None = None
@@ -107,7 +104,7 @@ class CapacityOptions:
     lr: float = 1e-2
     """Peak learning rate of every run."""
     depths: tuple[int, ...] = (1, 4, 16, 64)
-    """Serving depths each looped model is scored at (a baseline has one, 1)."""
+    """Serving depths each looped model is scored at (a baseline has one depth, 1)."""
     device: str = "auto"
     """Where runs train and are scored: auto, cpu or cuda."""
 
@@ -173,7 +170,9 @@ def score_runs(runs_dir: Path, runs: list, options: CapacityOptions, executor) -
     on `options.device`. Each checkpoint's stored-bits table is cached next to it
     (`eval.table_cache`), so a rerun, or an archive without weights, is re-tabulated without loading
     a model."""
+    from biosrecall.eval.parallel import map_in_processes
     from biosrecall.experiments.study_engine import executor_slots
+    from biosrecall.train.distributed import resolve_device
 
     device = resolve_device(str(options.device))
     items = [
@@ -186,6 +185,8 @@ def score_runs(runs_dir: Path, runs: list, options: CapacityOptions, executor) -
 def _score(item) -> pd.DataFrame:
     """The final checkpoint's stored bits (a baseline at its one depth), with the run's labels and
     what it cost: mean exposures, updates and training FLOPs."""
+    from biosrecall.eval.scoring import cached_dataset
+
     run_dir, run, data_dir, options, device = item
     dataset = cached_dataset(data_dir)
     folder = RunFolder(run_dir)
@@ -211,6 +212,9 @@ def _score(item) -> pd.DataFrame:
 
 def _stored_bits(checkpoint: Path, dataset, depths, device) -> pd.DataFrame:
     """`stored_bits_table` at `depths` (a baseline's at 1), from its cache (`eval.table_cache`)."""
+    from biosrecall.eval.stored_bits import stored_bits_table
+    from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
+
     key = checkpoint_key(
         checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
     )
@@ -338,6 +342,8 @@ def plan_table(runs: list[SweepRun]) -> pd.DataFrame:
     tokens, modeled FLOPs, mean exposures), from the planner every run uses; nothing is trained. An
     exposure count beyond the planner's limit, a sequence too short for a biography or a schedule a
     preset refuses fails here."""
+    from biosrecall.train.trainer import bios_training_task, make_plan
+
     rows = []
     for run in runs:
         config = run.config
