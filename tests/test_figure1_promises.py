@@ -28,7 +28,7 @@ from harness import wait_for_updates
 
 from biosrecall.bios.templates import load_templates
 from biosrecall.cli import main
-from biosrecall.cli.figure1 import RERUN_HINT
+from biosrecall.cli.study import RERUN_HINT
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments import figure1
 from biosrecall.paths import TEMPLATES_DIR

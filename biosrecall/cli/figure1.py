@@ -13,8 +13,6 @@ unless `--overwrite` asks for the output to be replaced.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,19 +20,21 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, parse_overrides, train_field_option
-from biosrecall.experiments.study import StudyOptions, check_seeds, figure1_command
+from biosrecall.cli.study import (
+    SEEDS,
+    archive_output,
+    field_options,
+    parse_seeds,
+    report_outcome,
+    study_errors,
+)
+from biosrecall.experiments.study import BUDGET_MODES, Figure1Options, StudyOptions, figure1_command
 from biosrecall.interrupts import work_done
-from biosrecall.numbers import DEPTH, SEED, counts, rates
+from biosrecall.numbers import DEPTH, counts, rates
 from biosrecall.train.config import LIMITS
-from biosrecall.train.stops import Interrupted
 
-RERUN_HINT = "rerun the same command to continue"
-FAILED_HINT = f"; {RERUN_HINT} once it is fixed"
-
-
-# Each list's numbers are read and checked by its type (`NumberList`: seeds, depths, rates); the
-# callbacks add the rules of a list (no repeats, not too many).
-SEEDS = NumberList(SEED, "seeds", "0,1,2")
+# Each list's numbers are read and checked by its type (`NumberList`: depths, rates); the callbacks
+# add the rules of a list (no repeats, not too many).
 DEPTHS = NumberList(DEPTH, "depths", "1,2,4,8", below="depths must be at least 1, got {value!r}")
 LEARNING_RATES = NumberList(
     LIMITS["lr"],
@@ -48,126 +48,81 @@ MULTIPLES = NumberList(
     "0.5,1,2",
     below="--budgets multiples must be positive, got {value!r}",
 )
+# What the options of `Figure1Options` and `StudyOptions` take beyond their fields' types (their help
+# is the docstring under each field); None: an option written below, or none.
+CHECKED = {
+    "out": None,
+    "study": None,
+    "log": None,
+    "budget": {"type": Real(LIMITS["budget"])},
+    "seeds": {"type": SEEDS, "callback": parse_seeds},
+    "lr_grid": {"type": LEARNING_RATES},
+    "model_overrides": {"flag": "--model-override", "name": "model_override", "type": str, "default": (),
+                        "multiple": True, "callback": parse_overrides},
+    "fixed_sweep": {"type": DEPTHS},
+    "budgets": {"type": MULTIPLES},
+    "budget_mode": {"type": click.Choice(BUDGET_MODES)},
+}  # fmt: skip
 
 
-def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
-    check_seeds(seeds)
-    return seeds
+def _figure1_options(command):
+    """The command's options: --out, the study's (`Figure1Options`' and `StudyOptions`' fields), then
+    how it runs and what else it does (--plan, --archive)."""
+    options = [
+        config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets")),
+        click.option(
+            "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
+        ),
+        *field_options(Figure1Options, CHECKED),
+        *field_options(StudyOptions, CHECKED),
+        train_field_option("log"),
+        click.option(
+            "--workers",
+            type=Integer(counts()),
+            default=None,
+            help="Runs trained at the same time, each a `biosrecall train` process [default: one per core, "
+            "or one per GPU]; on the CPU, also checkpoints scored at the same time. Logs: "
+            "OUT/runs/.sweep/<run>.log.",
+        ),
+        click.option(
+            "--threads",
+            type=Integer(LIMITS["threads"]),
+            default=None,
+            help="CPU threads of each run [default: the cores shared among the workers].",
+        ),
+        click.option(
+            "--overwrite",
+            is_flag=True,
+            help="Replace an output made with other settings (its dataset, runs and results) instead of "
+            "refusing it. An output made with these settings is continued either way.",
+        ),
+        click.option("--quiet", is_flag=True, help="No progress output."),
+        click.option(
+            "--plan",
+            is_flag=True,
+            help="Train nothing: print each claim of the finished output --out with its verdict, seed count "
+            "and seeds to decide (a planning estimate), and the command that runs that many seeds. Other "
+            "options are ignored.",
+        ),
+        click.option(
+            "--archive",
+            type=click.Path(path_type=Path),
+            default=None,
+            metavar="DEST",
+            help="Train nothing: copy the finished output --out into DEST without its weights and training "
+            "states (small enough to commit). A copy of DEST continues the study: the same command with "
+            "more --seeds trains only the new seeds. --overwrite replaces an existing DEST.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @click.command()
-@config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets"))
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@click.option(
-    "--preset",
-    default="default",
-    show_default=True,
-    help="Experiment size: quick, middle (the budget sweep's) or default.",
-)
-@click.option(
-    "--budget",
-    type=Real(LIMITS["budget"]),
-    default=None,
-    help="Matched FLOP budget [default: the preset's, what fixed K=4 spends in its updates].",
-)
-@click.option(
-    "--seeds",
-    default="0",
-    show_default=True,
-    type=SEEDS,
-    callback=parse_seeds,
-    help="Training seeds, e.g. 0,1,2: every run is trained once per seed (weights, batches, depth draws) "
-    "and tables, figures and claims report the mean with a 95% interval over seeds.",
-)
-@click.option(
-    "--dataset-seed-per-run",
-    is_flag=True,
-    help="Give each seed its own people too [default: every seed uses the first seed's dataset].",
-)
-@click.option(
-    "--update-matched",
-    is_flag=True,
-    help="Control: also train uniform for as many updates as fixed K=4 (more FLOPs), separating fewer "
-    "optimizer steps from varied depth.",
-)
-@click.option(
-    "--lr-grid",
-    type=LEARNING_RATES,
-    default=None,
-    help="Control: train each schedule at each of these peak learning rates (first seed), keep each "
-    "schedule's best by mean bits over K=1..16 at 100%, and run every seed at it (lr_grid.csv).",
-)
-@click.option(
-    "--model-override",
-    multiple=True,
-    callback=parse_overrides,
-    help="Architecture variant for every run, FIELD=VALUE (repeatable or comma list), e.g. "
-    "norm=sandwich,init_state=noise. Use another --out per variant.",
-)
-@click.option(
-    "--fixed-sweep",
-    type=DEPTHS,
-    default=None,
-    help="Also train fixed-depth runs at these depths (e.g. 1,2,4,8) and plot them (Figure 5).",
-)
-@click.option(
-    "--budgets",
-    type=MULTIPLES,
-    default=None,
-    help="Budget sweep: also train the schedules (and the update-matched control) at these multiples "
-    "of the budget, e.g. 0.25,0.5,1,2,4, and write budget_curve.* and compute_to_target.csv (the "
-    "FLOPs each needs to reach 50/75/90% of the ceiling, and fixed-first's saving).",
-)
-@click.option(
-    "--budget-mode",
-    type=click.Choice(["branch", "independent"]),
-    default="branch",
-    show_default=True,
-    help="branch: each budget is a decay branch of one constant-rate (wsd) trunk per schedule family, "
-    "bit-identical to its standalone run; independent: one run per budget at the preset's rate "
-    "schedule.",
-)
-@train_field_option("log")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option(
-    "--workers",
-    type=Integer(counts()),
-    default=None,
-    help="Runs trained at the same time, each a `biosrecall train` process [default: one per core, or "
-    "one per GPU]; on the CPU, also checkpoints scored at the same time. Logs: OUT/runs/.sweep/<run>.log.",
-)
-@click.option(
-    "--threads",
-    type=Integer(LIMITS["threads"]),
-    default=None,
-    help="CPU threads of each run [default: the cores shared among the workers].",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace an output made with other settings (its dataset, runs and results) instead of "
-    "refusing it. An output made with these settings is continued either way.",
-)
-@click.option("--quiet", is_flag=True, help="No progress output.")
-@click.option(
-    "--plan",
-    is_flag=True,
-    help="Train nothing: print each claim of the finished output --out with its verdict, seed count and "
-    "seeds to decide (a planning estimate), and the command that runs that many seeds. Other options "
-    "are ignored.",
-)
-@click.option(
-    "--archive",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="DEST",
-    help="Train nothing: copy the finished output --out into DEST without its weights and training "
-    "states (small enough to commit). A copy of DEST continues the study: the same command with more "
-    "--seeds trains only the new seeds. --overwrite replaces an existing DEST.",
-)
-def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched, lr_grid, model_override,
-            fixed_sweep, budgets, budget_mode, log, device, workers, threads, overwrite, quiet, plan,
-            archive):  # fmt: skip
+@_figure1_options
+def figure1(out_dir, preset, budget, device, model_override, log, workers, threads, overwrite, quiet, plan,
+            archive, **study):  # fmt: skip
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
@@ -187,11 +142,7 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         return
     from biosrecall.experiments.figure1 import run_figure1
 
-    study = StudyOptions(
-        seeds=seeds, dataset_seed_per_run=dataset_seed_per_run, update_matched=update_matched,
-        lr_grid=lr_grid or (), fixed_sweep=fixed_sweep or (), model_overrides=model_override,
-        budgets=budgets or (), budget_mode=budget_mode,
-    )  # fmt: skip
+    study = StudyOptions(model_overrides=model_override, **study)
     with study_errors():
         result = run_figure1(
             out_dir, preset, study=study, budget=budget, device=device, threads=threads, workers=workers,
@@ -199,47 +150,6 @@ def figure1(out_dir, preset, budget, seeds, dataset_seed_per_run, update_matched
         )  # fmt: skip
     work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
     _print(result, _more_seeds_command(out_dir, preset, study, budget))
-
-
-@contextmanager
-def study_errors(failed_hint: str = FAILED_HINT) -> Iterator[None]:
-    """Around a study's call (figure1's, capacity's, lm study's): a failed run ends the command with one
-    line on stderr and exit 1 (`failed_hint` follows the error), Ctrl-C with one line and exit 130.
-
-    Finished runs and caches are kept and a stopped run saved its progress, so no option is needed to
-    carry on: the same command resumes."""
-    from biosrecall.experiments.study_engine import StudyRunFailed
-
-    try:
-        yield
-    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
-        click.echo(f"error: {exc}{failed_hint}", err=True)
-        raise SystemExit(1) from None
-    except (Interrupted, KeyboardInterrupt) as exc:
-        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
-        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
-        raise SystemExit(130) from None
-
-
-def archive_output(out_dir: Path, dest: Path, overwrite: bool, record: str | None = None) -> None:
-    """--archive of figure1, capacity, lm study and every `study NAME` (whose `record` names its
-    record file): copy the finished output without its weights (`biosrecall.experiments.study_archive`);
-    trains nothing."""
-    from biosrecall.experiments.study_archive import archive_study
-
-    files, size = archive_study(out_dir, dest, overwrite=overwrite, record=record)
-    click.echo(f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {dest}, without weights")
-
-
-def report_outcome(outcome) -> None:
-    """A study's progress on stderr (figure1's and capacity's): a line before each batch of runs,
-    then one per run as it ends (its progress is in its log)."""
-    if isinstance(outcome, str):
-        click.echo(outcome, err=True)
-    elif outcome.state == "failed":
-        click.echo(f"failed  {outcome.name}: {outcome.error}  [log {outcome.log}]", err=True)
-    elif outcome.action != "skipped":
-        click.echo(f"{outcome.action:<8} {outcome.name}  {outcome.progress}".rstrip(), err=True)
 
 
 def _more_seeds_command(out_dir: Path, preset: str, study, budget: float | None = None) -> str:

@@ -20,15 +20,25 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import archive_output, report_outcome, study_errors
-from biosrecall.cli.options import field_docs
+from biosrecall.cli.options import NumberList, field_docs
 from biosrecall.cli.sweep import executor_options
+from biosrecall.experiments.study import check_seeds
+from biosrecall.numbers import SEED
+from biosrecall.train.stops import Interrupted
+
+RERUN_HINT = "rerun the same command to continue"
+FAILED_HINT = f"; {RERUN_HINT} once it is fixed"
+SEEDS = NumberList(SEED, "seeds", "0,1,2")
+"""The --seeds of every study: a comma list of seeds, each read and checked (`parse_seeds` adds the
+rules of the list: no repeats, not too many)."""
 
 EXECUTOR_OPTIONS = ("kind", "gpus_per_run", "partition", "cpus_per_run", "time_min", "array_parallelism")
 """The values `executor_options` adds, handed to the engine as the executor's settings."""
@@ -61,18 +71,82 @@ class CommaList(click.ParamType):
         return items
 
 
-def _option(item: dataclasses.Field, kind: Any, help_text: str):
-    flag = "--" + item.name.replace("_", "-")
-    if typing.get_origin(kind) is tuple:
-        kind = CommaList(typing.get_args(kind)[0])
-    return click.option(flag, item.name, type=kind, default=item.default, show_default=True, help=help_text)
+def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> list[Callable]:
+    """One option per field of the dataclass `cls`, in its order: its flag the field's name
+    (`--max-depth`), its help the docstring under it, its default the field's (shown unless it is
+    empty), its type the annotation's (a tuple: a comma list; a bool: a flag). `given` replaces or adds
+    click settings by field name (a checked type, a callback, another flag or parameter name); None: no
+    option."""
+    hints, docs, given = typing.get_type_hints(cls), field_docs(cls), given or {}
+    options = []
+    for item in dataclasses.fields(cls):
+        if item.name in given and given[item.name] is None:
+            continue
+        kind = hints[item.name]
+        default = item.default if item.default_factory is dataclasses.MISSING else item.default_factory()
+        settings = {"type": kind, "default": default, "help": docs.get(item.name, "")}
+        if typing.get_origin(kind) is tuple:
+            settings["type"] = CommaList(typing.get_args(kind)[0])
+        elif kind is bool:
+            settings = {**settings, "type": None, "is_flag": True}
+        settings.update(given.get(item.name, {}))
+        flag, name = settings.pop("flag", "--" + item.name.replace("_", "-")), settings.pop("name", item.name)
+        shown = not (settings["default"] is None or settings["default"] is False or settings["default"] == ())
+        options.append(click.option(flag, name, show_default=shown, **settings))
+    return options
+
+
+def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
+    check_seeds(seeds)
+    return seeds
+
+
+@contextmanager
+def study_errors(failed_hint: str = FAILED_HINT) -> Iterator[None]:
+    """Around a study's call (figure1's, capacity's, lm study's, the engine's): a failed run ends the
+    command with one line on stderr and exit 1 (`failed_hint` follows the error), Ctrl-C with one line
+    and exit 130.
+
+    Finished runs and caches are kept and a stopped run saved its progress, so no option is needed to
+    carry on: the same command resumes."""
+    from biosrecall.experiments.study_engine import StudyRunFailed
+
+    try:
+        yield
+    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
+        click.echo(f"error: {exc}{failed_hint}", err=True)
+        raise SystemExit(1) from None
+    except (Interrupted, KeyboardInterrupt) as exc:
+        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
+        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
+        raise SystemExit(130) from None
+
+
+def archive_output(out_dir: Path, dest: Path, overwrite: bool, record: str | None = None) -> None:
+    """--archive of figure1, capacity, lm study and every `study NAME` (whose `record` names its
+    record file): copy the finished output without its weights (`biosrecall.experiments.study_archive`);
+    trains nothing."""
+    from biosrecall.experiments.study_archive import archive_study
+
+    files, size = archive_study(out_dir, dest, overwrite=overwrite, record=record)
+    click.echo(f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {dest}, without weights")
+
+
+def report_outcome(outcome) -> None:
+    """A study's progress on stderr: a line before each batch of runs, then one per run as it ends (its
+    progress is in its log)."""
+    if isinstance(outcome, str):
+        click.echo(outcome, err=True)
+    elif outcome.state == "failed":
+        click.echo(f"failed  {outcome.name}: {outcome.error}  [log {outcome.log}]", err=True)
+    elif outcome.action != "skipped":
+        click.echo(f"{outcome.action:<8} {outcome.name}  {outcome.progress}".rstrip(), err=True)
 
 
 def study_command(name: str) -> click.Command:
     """The subcommand of the study `name`: its options, then the engine's (`--out`, `--plan`, ...)."""
     module, attribute = STUDIES[name]
     study = getattr(importlib.import_module(module), attribute)
-    kinds, docs = typing.get_type_hints(study.options), field_docs(study.options)
 
     def command(out_dir, workers, threads, quiet, plan, archive, overwrite, **values):
         from biosrecall.experiments.engine import plan_study, run_study
@@ -108,10 +182,7 @@ def study_command(name: str) -> click.Command:
         click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST."),
         config_option(),
     ]  # fmt: skip
-    fields = [
-        _option(item, kinds[item.name], docs.get(item.name, "")) for item in dataclasses.fields(study.options)
-    ]
-    for decorate in reversed([*fields, *engine_options]):
+    for decorate in reversed([*field_options(study.options), *engine_options]):
         command = decorate(command)
     return click.command(name, help=study.summary, short_help=study.summary)(command)
 

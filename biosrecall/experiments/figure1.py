@@ -34,7 +34,7 @@ cached per checkpoint, and added seeds or controls only train what is new.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_
 from biosrecall.experiments.study import (
     FIXED_K4,
     MAIN_SCHEDULES,
+    Figure1Options,
     StudyOptions,
     dataset_folders,
     dataset_seed,
@@ -126,28 +127,6 @@ FIGURE1_PRESETS = {
 }
 
 
-@dataclass(frozen=True)
-class Figure1Options:
-    """One call of the study: where, at which size, and what `StudyOptions` adds."""
-
-    out: Path = Path("runs/figure1")
-    """The output folder: the datasets the runs train on are its data/."""
-    preset: str = "quick"
-    """The size, a `FIGURE1_PRESETS` name."""
-    budget: float | None = None
-    """The matched FLOP budget (None: what fixed K=4 spends in the preset's `budget_updates`)."""
-    study: StudyOptions = field(default_factory=StudyOptions)
-    """Seeds, controls, learning-rate grid, Figure-5 sweep, architecture overrides, budget sweep."""
-    device: str = "auto"
-    """Where runs train and are scored: auto, cpu or cuda."""
-    log: tuple[str, ...] = ()
-    """Experiment trackers every run reports to (`biosrecall.train.tracking`)."""
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return self.study.seeds
-
-
 @dataclass
 class Figure1Result:
     out_dir: Path
@@ -191,7 +170,7 @@ def run_figure1(
     run reports to (`biosrecall.train.tracking`). Raises `Interrupted` (naming the runs) when Ctrl-C
     stops training, and `StudyRunFailed` when a run fails.
     """
-    options = Figure1Options(Path(out_dir), preset, budget, study or StudyOptions(), device, tuple(log))
+    options = Figure1Options(Path(out_dir), preset, budget, device, study or StudyOptions(), tuple(log))
     result = run_study(FIGURE1, out_dir, options, workers, threads, report, overwrite=overwrite)
     scores = result.per_run
     runs = {run.name: Path(out_dir) / RUNS / run.name for run in scores.runs if run.labels["role"] != "grid"}

@@ -49,28 +49,33 @@ MAX_GRID = 8
 
 @dataclass(frozen=True)
 class StudyOptions:
-    """What a Figure-1 study trains beyond one seed of the three schedules."""
+    """What a Figure-1 study trains beyond one seed of the three schedules. Each field is an option of
+    `biosrecall figure1`, its docstring the option's help (`biosrecall.cli.figure1`)."""
 
     seeds: tuple[int, ...] = (0,)
-    """Training seeds: each changes the initial weights, the batches and the depth draws."""
+    """Training seeds, e.g. 0,1,2: every run is trained once per seed (weights, batches, depth draws)
+    and tables, figures and claims report the mean with a 95% interval over seeds."""
     dataset_seed_per_run: bool = False
-    """Give each seed its own people (dataset seed = training seed); by default every seed trains on
-    the dataset of the first seed, so only the training randomness varies."""
+    """Give each seed its own people too [default: every seed uses the first seed's dataset]."""
     update_matched: bool = False
-    """Add the update-matched uniform control (uniform for as many updates as fixed K=4)."""
+    """Control: also train uniform for as many updates as fixed K=4 (more FLOPs), separating fewer
+    optimizer steps from varied depth."""
     lr_grid: tuple[float, ...] = ()
-    """Peak learning rates to try per schedule (first seed, base budget); each schedule then runs at
-    its own best by mean recalled bits over K=1..16 at 100%. Empty: every schedule at the preset's lr."""
-    fixed_sweep: tuple[int, ...] = ()
-    """Also train fixed-depth runs at these K (Figure 5), at every seed."""
+    """Control: train each schedule at each of these peak learning rates (first seed), keep each
+    schedule's best by mean bits over K=1..16 at 100%, and run every seed at it (lr_grid.csv)."""
     model_overrides: dict = field(default_factory=dict)
-    """Architecture changes for every run, e.g. {"norm": "sandwich", "init_state": "noise"}."""
+    """Architecture variant for every run, FIELD=VALUE (repeatable or comma list), e.g.
+    norm=sandwich,init_state=noise. Use another --out per variant."""
+    fixed_sweep: tuple[int, ...] = ()
+    """Also train fixed-depth runs at these depths (e.g. 1,2,4,8) and plot them (Figure 5)."""
     budgets: tuple[float, ...] = ()
-    """Budget sweep: train the three schedules (and the update-matched control) at these multiples of
-    the base budget, at every seed, for compute-to-target (`biosrecall.experiments.budgets`)."""
+    """Budget sweep: also train the schedules (and the update-matched control) at these multiples of
+    the budget, e.g. 0.25,0.5,1,2,4, and write budget_curve.* and compute_to_target.csv (the FLOPs each
+    needs to reach 50/75/90% of the ceiling, and fixed-first's saving)."""
     budget_mode: str = "branch"
-    """branch: each schedule family shares one constant-rate trunk and each budget is a decay branch
-    of it (wsd); independent: every budget is its own run with the preset's rate schedule."""
+    """branch: each budget is a decay branch of one constant-rate (wsd) trunk per schedule family,
+    bit-identical to its standalone run; independent: one run per budget at the preset's rate
+    schedule."""
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
@@ -78,6 +83,29 @@ class StudyOptions:
         check_budgets(self.budgets, self.budget_mode)
         if any(not isinstance(k, int) or k < 1 for k in self.fixed_sweep):
             raise BiosrecallError(f"--fixed-sweep depths must be positive integers (got {self.fixed_sweep})")
+
+
+@dataclass(frozen=True)
+class Figure1Options:
+    """One call of the study: where, at which size, and what `StudyOptions` adds. The fields but `out`,
+    `study` and `log` are options of `biosrecall figure1`, their docstrings its help."""
+
+    out: Path = Path("runs/figure1")
+    """The output folder: the datasets the runs train on are its data/."""
+    preset: str = "default"
+    """Experiment size: quick, middle (the budget sweep's) or default."""
+    budget: float | None = None
+    """Matched FLOP budget [default: the preset's, what fixed K=4 spends in its updates]."""
+    device: str = "auto"
+    """auto, cpu or cuda."""
+    study: StudyOptions = field(default_factory=StudyOptions)
+    """Seeds, controls, learning-rate grid, Figure-5 sweep, architecture overrides, budget sweep."""
+    log: tuple[str, ...] = ()
+    """Experiment trackers every run reports to (`biosrecall.train.tracking`)."""
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return self.study.seeds
 
 
 def figure1_command(
