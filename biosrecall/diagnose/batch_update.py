@@ -57,10 +57,7 @@ def adamw_batch_update(
     corrected moment ratio). Weight decay and the momentum-only part are the same in both and cancel;
     for an all-zero gradient the two computations are identical, so the result is exactly zero.
     """
-    params = optimizer_params(optimizer)
-    if len(grads) != len(params):
-        raise BiosrecallError(f"{len(grads)} gradients for {len(params)} parameters")
-    deltas, position = [], 0
+    deltas, position = [], 0  # `grads` holds one gradient per parameter, in `optimizer_params` order
     for group in optimizer.param_groups:
         if group.get("amsgrad") or group.get("maximize"):
             raise BiosrecallError("the diagnostic reproduces plain AdamW only (no amsgrad, no maximize)")
