@@ -19,9 +19,12 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, NumberList, Real, parse_overrides, train_field_option
+from biosrecall.cli.options import NumberList, Real, parse_overrides, train_field_option
 from biosrecall.cli.study import (
+    QUIET,
     SEEDS,
+    THREADS,
+    WORKERS,
     archive_output,
     field_options,
     parse_seeds,
@@ -30,7 +33,7 @@ from biosrecall.cli.study import (
 )
 from biosrecall.experiments.study import BUDGET_MODES, Figure1Options, StudyOptions, figure1_command
 from biosrecall.interrupts import work_done
-from biosrecall.numbers import DEPTH, counts, rates
+from biosrecall.numbers import DEPTH, rates
 from biosrecall.train.config import LIMITS
 
 # Each list's numbers are read and checked by its type (`NumberList`: depths, rates); the callbacks
@@ -76,27 +79,15 @@ def _figure1_options(command):
         *field_options(Figure1Options, CHECKED),
         *field_options(StudyOptions, CHECKED),
         train_field_option("log"),
-        click.option(
-            "--workers",
-            type=Integer(counts()),
-            default=None,
-            help="Runs trained at the same time, each a `biosrecall train` process [default: one per core, "
-            "or one per GPU]; on the CPU, also checkpoints scored at the same time. Logs: "
-            "OUT/runs/.sweep/<run>.log.",
-        ),
-        click.option(
-            "--threads",
-            type=Integer(LIMITS["threads"]),
-            default=None,
-            help="CPU threads of each run [default: the cores shared among the workers].",
-        ),
+        WORKERS,
+        THREADS,
         click.option(
             "--overwrite",
             is_flag=True,
             help="Replace an output made with other settings (its dataset, runs and results) instead of "
             "refusing it. An output made with these settings is continued either way.",
         ),
-        click.option("--quiet", is_flag=True, help="No progress output."),
+        QUIET,
         click.option(
             "--plan",
             is_flag=True,

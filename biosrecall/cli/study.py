@@ -28,10 +28,11 @@ from typing import Any
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import NumberList, field_docs
+from biosrecall.cli.options import Integer, NumberList, field_docs
 from biosrecall.cli.sweep import executor_options
 from biosrecall.experiments.study import check_seeds
-from biosrecall.numbers import SEED
+from biosrecall.numbers import SEED, counts
+from biosrecall.train.config import LIMITS
 from biosrecall.train.stops import Interrupted
 
 RERUN_HINT = "rerun the same command to continue"
@@ -39,6 +40,21 @@ FAILED_HINT = f"; {RERUN_HINT} once it is fixed"
 SEEDS = NumberList(SEED, "seeds", "0,1,2")
 """The --seeds of every study: a comma list of seeds, each read and checked (`parse_seeds` adds the
 rules of the list: no repeats, not too many)."""
+# How a study's runs go on this machine: figure1's and every `study NAME`'s.
+WORKERS = click.option(
+    "--workers",
+    type=Integer(counts()),
+    default=None,
+    help="Runs trained at the same time, each a process of its own [default: one per core, or one per "
+    "GPU]; on the CPU, also checkpoints scored at the same time. Logs: OUT/runs/.sweep/<run>.log.",
+)
+THREADS = click.option(
+    "--threads",
+    type=Integer(LIMITS["threads"]),
+    default=None,
+    help="CPU threads of each run [default: the cores shared among the workers].",
+)
+QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
 
 EXECUTOR_OPTIONS = ("kind", "gpus_per_run", "partition", "cpus_per_run", "time_min", "array_parallelism")
 """The values `executor_options` adds, handed to the engine as the executor's settings."""
@@ -170,11 +186,9 @@ def study_command(name: str) -> click.Command:
         click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
                      help="The study's output folder; rerunning the same command continues it."),
         executor_options(gpus_default="1 with --device cuda, else 0"),
-        click.option("--workers", type=click.IntRange(min=1), default=None,
-                     help="local: runs at once [default: one per core, or per GPU on CUDA]."),
-        click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="local: threads per run [default: the cores shared among the workers]."),
-        click.option("--quiet", is_flag=True, help="No progress lines."),
+        WORKERS,
+        THREADS,
+        QUIET,
         click.option("--plan", is_flag=True,
                      help="Print what each run would do, its size and estimated CPU time; write nothing."),
         click.option("--archive", type=click.Path(path_type=Path), default=None,

@@ -149,8 +149,11 @@ def prepare_output(
         out_dir.mkdir(parents=True, exist_ok=True)
         with held():  # a signal waits until `aside` names what the clean-up below puts back
             aside = _move_aside(out_dir) if found else None
-        for seed, data_dir in datasets.items():
-            _make_dataset(data_dir, people, seed, report)
+        for seed, data_dir in datasets.items():  # one present is kept: `differences` has checked it
+            if not os.path.lexists(data_dir):
+                if report is not None:
+                    report(f"generating the dataset {data_dir.name}/ ({people:,} people, seed {seed})")
+                generate_dataset(data_dir, people=people, seed=seed)
         check()
     except BaseException:
         if aside is not None:
@@ -172,15 +175,6 @@ def _check_size(out_dir: Path, datasets: dict[int, Path], people: int, replacing
             cost = cost.then(dataset_cost(people))
     cost = cost.then(scoring_cost(people))
     check_fits(f"a study of {people:,} people", cost, out_dir, "choose a smaller --preset")
-
-
-def _make_dataset(data_dir: Path, people: int, seed: int, report=None) -> None:
-    """Kept when present (`differences` has checked it), generated otherwise."""
-
-    if not os.path.lexists(data_dir):
-        if report is not None:
-            report(f"generating the dataset {data_dir.name}/ ({people:,} people, seed {seed})")
-        generate_dataset(data_dir, people=people, seed=seed)
 
 
 def made_names(out_dir: Path) -> list[str]:

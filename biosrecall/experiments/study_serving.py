@@ -61,21 +61,18 @@ def serving_summary(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]
     the best realisable criterion (the one chosen on most seeds, and on how many) with its mean depth
     and FLOPs; their cost ratio (the `serving_pays` claim's metric); the oracle's mean depth and its
     headroom over the best fixed depth (the `oracle_headroom` claim's metric)."""
-    headline = headline_table(frontier).set_index("run")
+    per_seed = _per_seed(frontier, names).set_index("run")
     rows = []
     for name in dict.fromkeys(name for name, _ in names.values()):
-        runs = [run for run, (n, _) in names.items() if n == name and run in headline.index]
-        seeds = headline.loc[runs]
+        seeds = per_seed.loc[[run for run, (n, _) in names.items() if n == name and run in per_seed.index]]
         chosen = seeds["adaptive_criterion"].replace("", "none").value_counts()
-        row = {"name": name, "schedule": SPOKEN.get(name, name), "n_seeds": len(runs)}
+        row = {"name": name, "schedule": SPOKEN.get(name, name), "n_seeds": len(seeds)}
         for column in ("best_bits", "fixed_depth", "fixed_flops", "adaptive_mean_depth", "adaptive_flops",
                        "oracle_mean_depth"):  # fmt: skip
             row[column] = float(seeds[column].mean())
         row["criterion"], row["criterion_seeds"] = chosen.index[0], int(chosen.iloc[0])
-        ratios = [_cost_ratio(frontier[frontier["run"] == run], headline.loc[run]) for run in runs]
-        headrooms = [_headroom(frontier[frontier["run"] == run]) for run in runs]
-        for column, values in (("best_bits", seeds["best_bits"]), ("ratio", ratios), ("headroom", headrooms)):
-            interval = seed_interval(values)
+        for column in ("best_bits", "ratio", "headroom"):
+            interval = seed_interval(seeds[column])
             row[column], row[f"{column}_low"], row[f"{column}_high"] = (
                 interval.mean,
                 interval.low,
@@ -83,6 +80,20 @@ def serving_summary(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _per_seed(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
+    """One row per run of `names` the frontier serves: its headline, schedule name and seed, and both
+    claims' metrics (`ratio`, `headroom`)."""
+    headline = headline_table(frontier).set_index("run")
+    return pd.DataFrame(
+        [
+            {**headline.loc[run], "run": run, "name": names[run][0], "seed": names[run][1],
+             "ratio": _cost_ratio(rows, headline.loc[run]), "headroom": _headroom(rows)}
+            for run, rows in frontier.groupby("run", sort=False)
+            if run in names
+        ]
+    )  # fmt: skip
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -109,35 +120,37 @@ def summary_markdown(summary: pd.DataFrame) -> str:
 
 def serving_claims(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
     """The two claims rows of every schedule name, in claims.csv's columns, from a frontier table."""
-    headline = headline_table(frontier).set_index("run")
-    per_seed = [
-        {"name": names[run][0], "seed": names[run][1], "ratio": _cost_ratio(rows, headline.loc[run]),
-         "headroom": _headroom(rows)}
-        for run, rows in frontier.groupby("run", sort=False)
-        if run in names
-    ]  # fmt: skip
-    if not per_seed:
+    per_seed = _per_seed(frontier, names)
+    if per_seed.empty:
         return pd.DataFrame()
-    claims = []
+    share, claims = f"{RECALL_SHARE:.0%}", []
     for name in dict.fromkeys(name for name, _ in names.values()):
         spoken = SPOKEN.get(name, name)
-        statement, metric, why = _pays_text(spoken)
         claims.append(
-            Claim(f"serving_pays_{name}", statement, metric, False, PAYS_THRESHOLD, why, _of(name, "ratio"))
+            Claim(
+                f"serving_pays_{name}",
+                f"At 100%, an exit criterion serves {spoken} with fewer FLOPs per query than a fixed depth",
+                f"best realisable criterion / cheapest fixed depth, FLOPs per query to reach {share} of the "
+                "run's best fixed-depth recall",
+                False,
+                PAYS_THRESHOLD,
+                "a criterion pays only if it costs less than the fixed depth it replaces; the interval over "
+                "seeds carries the uncertainty",
+                _of(name, "ratio"),
+            )
         )
-        statement, metric, why = _headroom_text(spoken)
         claims.append(
             Claim(
                 f"oracle_headroom_{name}",
-                statement,
-                metric,
+                f"At 100%, the oracle depth recalls more than the best fixed depth of {spoken}",
+                "oracle minus best fixed-depth recall, bits per person",
                 True,
                 HEADROOM_THRESHOLD,
-                why,
+                "the headroom of per-query depth: the most any exit criterion could gain",
                 _of(name, "headroom"),
             )
         )
-    return judge_claims(pd.DataFrame(per_seed), claims)
+    return judge_claims(per_seed, claims)
 
 
 def _of(name: str, column: str):
@@ -166,22 +179,3 @@ def _headroom(rows: pd.DataFrame) -> float:
     oracle = rows.loc[rows["kind"] == "oracle", "bits"]
     best = rows.loc[rows["kind"] == BASELINE, "bits"].max()
     return float(oracle.iloc[0]) - float(best) if len(oracle) else math.nan
-
-
-def _pays_text(run: str) -> tuple[str, str, str]:
-    share = f"{RECALL_SHARE:.0%}"
-    return (
-        f"At 100%, an exit criterion serves {run} with fewer FLOPs per query than a fixed depth",
-        f"best realisable criterion / cheapest fixed depth, FLOPs per query to reach {share} of the "
-        "run's best fixed-depth recall",
-        "a criterion pays only if it costs less than the fixed depth it replaces; the interval over seeds "
-        "carries the uncertainty",
-    )
-
-
-def _headroom_text(run: str) -> tuple[str, str, str]:
-    return (
-        f"At 100%, the oracle depth recalls more than the best fixed depth of {run}",
-        "oracle minus best fixed-depth recall, bits per person",
-        "the headroom of per-query depth: the most any exit criterion could gain",
-    )
