@@ -251,32 +251,41 @@ def _remove_unheld(tmp: Path) -> bool:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder, fsync, then rename."""
-    path = Path(path)
-    tmp = None
+@contextmanager
+def _replacing(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
+    """A temporary file beside `path`, named `prefix`XXXXXXXX`suffix` and locked by this process, that
+    the block fills and that is then renamed to `path`; on failure it is removed (and a failed write
+    taken back: module docstring)."""
+    tmp, fd = None, None
     try:
         _make_folder(path.parent)
         remove_stale_files(path)
         with held():  # a signal waits until `tmp` names the file the clean-up below removes
-            fd, tmp = tempfile.mkstemp(
-                prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent
-            )
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
             fcntl.flock(fd, fcntl.LOCK_EX)  # ours until renamed: see the module docstring
         os.chmod(tmp, _default_mode(directory=False))
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.replace(tmp, path)  # still open, so still locked, until it has its name
+        yield Path(tmp)
+        os.replace(tmp, path)  # still open, so still locked, until it has its name
     except BaseException as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+        if _is_write_failure(exc):
             raise _failed(path, exc) from exc
         _take_back(path)
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
     _wrote(path)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same folder, fsync, then rename."""
+    path = Path(path)
+    with _replacing(path, temporary_prefix(path), TEMPORARY_SUFFIX) as tmp, open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -288,33 +297,11 @@ def atomic_write_json(path: str | Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-@contextmanager
-def atomic_write_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path for a library that writes files itself (parquet, safetensors, savefig)."""
-    path, tmp, fd = Path(path), None, None
-    try:
-        _make_folder(path.parent)
-        remove_stale_files(path)
-        with held():  # a signal waits until `tmp` names the file the clean-up below removes
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # held while the library writes it: see the module docstring
-        os.chmod(tmp, _default_mode(directory=False))
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if fd is not None:
-            os.close(fd)
-            fd = None
-        if _is_write_failure(exc):
-            raise _failed(path, exc) from exc
-        _take_back(path)
-        raise
-    finally:
-        if fd is not None:
-            os.close(fd)
-    _wrote(path)
+def atomic_write_path(path: str | Path) -> contextlib.AbstractContextManager[Path]:
+    """Yield a temporary path for a library that writes files itself (parquet, safetensors, savefig);
+    it keeps the file's suffix, from which libraries tell the format."""
+    path = Path(path)
+    return _replacing(path, f".{path.stem}.", f".tmp{path.suffix}")
 
 
 # A record larger than this is no record of ours (it is read whole to check its key).

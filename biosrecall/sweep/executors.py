@@ -35,9 +35,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.interrupts import restore, stop_on_signals
+from biosrecall.numbers import check_count
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.sweep.records import now, update_record
-from biosrecall.sweep.worker import Outcome, run_one
+from biosrecall.sweep.worker import Outcome, failed, run_one
 from biosrecall.warm import ForkServerDied
 
 Report = Callable[[Outcome], None]
@@ -47,11 +49,6 @@ RERUN = "rerun the same command to continue"
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity), which a container may limit."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _positive(name: str, value: int, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BiosrecallError(f"{name} must be an integer of at least {low}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -69,9 +66,9 @@ class LocalExecutor:
 
     def check(self) -> None:
         if self.workers is not None:
-            _positive("workers", self.workers)
-        _positive("threads per run", self.threads_per_run)
-        _positive("GPUs per run", self.gpus_per_run, low=0)
+            check_count(self.workers, "workers")
+        check_count(self.threads_per_run, "threads per run")
+        check_count(self.gpus_per_run, "GPUs per run", low=0)
 
     @property
     def threads(self) -> int:
@@ -124,42 +121,27 @@ class LocalExecutor:
         ended = [threading.Event() for _ in range(self.slots())]
         for index in range(len(ended)):
             threading.Thread(target=slot, args=(index,), daemon=True).start()
+        # SIGINT and SIGTERM (Ctrl-C, a scheduler's stop, `kill`) stop the sweep, whatever the handlers
+        # it inherited: without this, SIGTERM would kill the sweep at once and leave its runs, each in a
+        # session of its own, training unwatched, and a sweep started from a script in the background
+        # (which starts with SIGINT ignored) would not stop on SIGINT at all.
+        previous = stop_on_signals()
         try:
-            with _stop_signals_as_interrupt():
-                for event in ended:
-                    while not event.wait(0.2):
-                        pass
+            for event in ended:
+                while not event.wait(0.2):
+                    pass
         except KeyboardInterrupt:
+            restore(previous)
             stop.set()
             for process in list(running.values()):
                 process.send_signal(signal.SIGINT)  # the trainer saves `latest` and exits 130
             for event in ended:  # each slot records its run's exit before it ends
                 event.wait()
             raise
+        restore(previous)
         if fatal:
             raise fatal[0]
         return [outcome for outcome in outcomes if outcome is not None]
-
-
-@contextlib.contextmanager
-def _stop_signals_as_interrupt():
-    """SIGINT and SIGTERM (Ctrl-C, a scheduler's stop, `kill`) stop the sweep, whatever the handlers it
-    inherited: without this, SIGTERM would kill the sweep at once and leave its runs, each in a session
-    of its own, training unwatched, and a sweep started from a script in the background (which starts
-    with SIGINT ignored) would not stop on SIGINT at all. The trainer handles both the same way."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _run_guarded(job: SweepRun, env: dict, running: dict) -> Outcome:
@@ -174,10 +156,7 @@ def _run_guarded(job: SweepRun, env: dict, running: dict) -> Outcome:
             update_record(job, state="failed", exit_code=None, error=message, finished=now())
         raise ForkServerDied(message) from None
     except Exception as exc:
-        error = f"the sweep could not run it: {first_line(exc)}"
-        with contextlib.suppress(OSError):  # the record may be what failed; the outcome still says it
-            update_record(job, state="failed", exit_code=None, error=error, finished=now())
-        return Outcome(job.name, "failed", "trained", None, error, str(job.log))
+        return failed(job, None, f"the sweep could not run it: {first_line(exc)}")
 
 
 @dataclass(frozen=True)
@@ -199,9 +178,9 @@ class SlurmExecutor:
 
     def check(self) -> None:
         import_submitit()
-        _positive("GPUs per run", self.gpus_per_run, low=0)
+        check_count(self.gpus_per_run, "GPUs per run", low=0)
         for name in ("cpus_per_run", "time_min", "array_parallelism"):
-            _positive(name.replace("_", " "), getattr(self, name))
+            check_count(getattr(self, name), name.replace("_", " "))
         if self.cluster not in ("slurm", "local"):
             raise BiosrecallError(f"cluster must be slurm or local, got {self.cluster!r}")
         if self.cluster == "slurm" and shutil.which("sbatch") is None:
@@ -237,9 +216,7 @@ def _result(job: SweepRun, task) -> Outcome:
     try:
         return task.result()
     except Exception as exc:  # submitit raises its own job errors with the task's stderr appended
-        error = f"job {task.job_id}: {first_line(exc)}"
-        update_record(job, state="failed", exit_code=None, error=error, finished=now())
-        return Outcome(job.name, "failed", "trained", None, error, str(job.log))
+        return failed(job, None, f"job {task.job_id}: {first_line(exc)}")
 
 
 def import_submitit():
@@ -266,6 +243,4 @@ def make_executor(kind: str, defaults: dict, given: dict) -> LocalExecutor | Slu
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     if kind == "local":
         return LocalExecutor(**{k: v for k, v in values.items() if k not in SLURM_ONLY})
-    if kind == "slurm":
-        return SlurmExecutor(**{k: v for k, v in values.items() if k not in LOCAL_ONLY})
-    raise BiosrecallError(f"unknown executor {kind!r}; choose local or slurm")
+    return SlurmExecutor(**{k: v for k, v in values.items() if k not in LOCAL_ONLY})

@@ -44,6 +44,8 @@ set a grid key.
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -57,11 +59,14 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_toml_file
 from biosrecall.records import parse_record
 from biosrecall.sweep import commands
-from biosrecall.sweep.grid import WrittenRun, expand_runs, option_value, resolve
-from biosrecall.sweep.jobs import Evaluation, SweepRun, check_name, check_names, select_names, state_jobs
+from biosrecall.sweep.commands import replace_settings, setting_of
+from biosrecall.sweep.jobs import Evaluation, SweepRun, check_names, select_names, state_jobs
 
 EVAL_KEYS = {"recall_curve": "recall-curve", "lm_eval": "lm eval", "lm_harness": "lm harness"}
 TRAINER_NAMES = commands.TRAINERS
+WrittenRun = tuple[str, dict[str, Any], dict[str, Any]]
+"""A run as a spec writes it: (its name, its option values by option name, its labels)."""
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
 class SweepSection(Struct, forbid_unknown_fields=True):
@@ -151,7 +156,6 @@ class SweepSpec:
         """The runs whose names match any of the shell-style `patterns` (all without any), each read
         into its TrainConfig and task by its command's own parser (`commands.run_description`)."""
         chosen = set(select_names(self.names, patterns))
-        check_names(self.names)  # a name clash is the spec's first problem, before any option
         return [
             SweepRun(
                 name, self.command, *commands.run_description(self.command, options, f"run {name}"), labels
@@ -169,74 +173,74 @@ class SweepSpec:
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     """Read and check the structure of a spec (module docstring). Each run's options are read into its
     TrainConfig by its command's own parser when `runs` is first asked for; data folders and trackers
-    are checked when the sweep runs (`biosrecall.sweep.jobs.check_runs`)."""
+    are checked when the sweep runs (`biosrecall.sweep.jobs.check_runs`). A problem is one line that
+    starts with the spec's path."""
     path = Path(path)
     data = read_toml_file(path, "sweep spec")
     parse_record(data, SpecFile, str(path))
     command, here = data["sweep"].get("command", "train"), path.parent
-    base = _options(command, data.get("base", {}), "[base]", here, path)
-    grid = _grid(command, data.get("grid", {}), path)
-    entries = _entries(command, data.get("runs", []), here, path)
-    fixed = _overrides(command, overrides, grid, path)
-    written = expand_runs(command, base, grid, entries, fixed, here, path)
+    try:
+        base = _options(command, data.get("base", {}), "[base]", here)
+        grid = _grid(command, data.get("grid", {}))
+        entries = [
+            (entry["name"], _options(command, _without_name(entry), f"[[runs]] {entry['name']}", here))
+            for entry in data.get("runs", [])
+        ]
+        fixed = _overrides(command, overrides, grid)
+        written = expand_runs(command, base, grid, entries, fixed, here)
+        check_names([name for name, _, _ in written])
+        evaluations = _evaluations(data.get("eval", {}), here)
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{path}: {exc}") from None
     return SweepSpec(
         path=path,
         out=Path(resolve(data["sweep"]["out"], here)),
         command=command,
         written=written,
-        evaluations=_evaluations(data.get("eval", {}), here, path),
+        evaluations=evaluations,
         executor=dict(data.get("executor", {})),
     )
 
 
-def _options(command: str, table: Mapping[str, Any], where: str, here: Path, path: Path) -> dict[str, Any]:
+def _without_name(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "name"}
+
+
+def _options(command: str, table: Mapping[str, Any], where: str, here: Path) -> dict[str, Any]:
     """A table of option values with canonical keys; path values resolved against `here`."""
     options: dict[str, Any] = {}
     named: dict[str, str] = {}
     for key, value in table.items():
-        name = _canonical(command, key, where, path)
+        name = _canonical(command, key, where)
         if name in named:
-            raise BiosrecallError(f"{path}: {named[name]} and {key} in {where} set the same option")
+            raise BiosrecallError(f"{named[name]} and {key} in {where} set the same option")
         named[name] = key
-        options[key] = option_value(command, name, value, here, f"{where} {key}", path)
+        options[key] = option_value(command, name, value, here, f"{where} {key}")
     return options
 
 
-def _canonical(command: str, key: str, where: str, path: Path) -> str:
+def _canonical(command: str, key: str, where: str, engine_keys=commands.ENGINE_KEYS) -> str:
     try:
-        return commands.canonical_key(command, key, commands.ENGINE_KEYS)
+        return commands.canonical_key(command, key, engine_keys)
     except BiosrecallError as exc:
-        raise BiosrecallError(f"{path}: {where}: {exc}") from None
+        raise BiosrecallError(f"{where}: {exc}") from None
 
 
-def _grid(command: str, grid: Mapping[str, list[Any]], path: Path) -> list[tuple[str, list[Any]]]:
+def _grid(command: str, grid: Mapping[str, list[Any]]) -> list[tuple[str, list[Any]]]:
     axes = []
     for key, values in grid.items():
-        name = _canonical(command, key, "[grid]", path)
+        name = _canonical(command, key, "[grid]")
         if not isinstance(values, list) or not values:
-            raise BiosrecallError(f"{path}: [grid] {key} must be a non-empty list of values, got {values!r}")
+            raise BiosrecallError(f"[grid] {key} must be a non-empty list of values, got {values!r}")
         if any(name == commands.canonical_key(command, other) for other, _ in axes):
-            raise BiosrecallError(f"{path}: [grid] sets {key} twice")
+            raise BiosrecallError(f"[grid] sets {key} twice")
         for value in values:
-            option_value(command, name, value, None, f"[grid] {key}", path)
-        axes.append((key, values))  # as written: names are made of them; paths resolved in `_expand`
+            option_value(command, name, value, None, f"[grid] {key}")
+        axes.append((key, values))  # as written: names are made of them; paths resolved in `expand_runs`
     return axes
 
 
-def _entries(command: str, entries: list[dict[str, Any]], here: Path, path: Path) -> list[tuple[str, dict]]:
-    found = []
-    for entry in entries:
-        name = entry["name"]
-        try:
-            check_name(name)
-        except BiosrecallError as exc:
-            raise BiosrecallError(f"{path}: {exc}") from None
-        rest = {key: value for key, value in entry.items() if key != "name"}
-        found.append((name, _options(command, rest, f"[[runs]] {name}", here, path)))
-    return found
-
-
-def _overrides(command: str, overrides: Sequence[str], grid, path: Path) -> dict[str, Any]:
+def _overrides(command: str, overrides: Sequence[str], grid) -> dict[str, Any]:
     """--set KEY=VALUE pairs as options (flags read true/false; paths relative to the current folder)."""
     fixed: dict[str, Any] = {}
     grid_names = {commands.canonical_key(command, key) for key, _ in grid}
@@ -244,27 +248,92 @@ def _overrides(command: str, overrides: Sequence[str], grid, path: Path) -> dict
         key, equals, value = item.partition("=")
         if not equals or not key:
             raise BiosrecallError(f"--set takes KEY=VALUE, got {item!r}")
-        name = _canonical(command, key.strip(), "--set", path)
+        name = _canonical(command, key.strip(), "--set")
         if name in grid_names:
-            raise BiosrecallError(f"--set {key}: {key} is a grid key of {path}")
+            raise BiosrecallError(f"--set {key}: {key} is a grid key")
         if commands.is_flag_option(command, name):
             if value.lower() not in ("true", "false"):
                 raise BiosrecallError(f"--set {key} takes true or false, got {value!r}")
             value = value.lower() == "true"
-        fixed[key.strip()] = option_value(command, name, value, Path.cwd(), f"--set {key}", path)
+        fixed[key.strip()] = option_value(command, name, value, Path.cwd(), f"--set {key}")
     return fixed
 
 
-def _evaluations(table: Mapping[str, Any], here: Path, path: Path) -> list[Evaluation]:
+def _evaluations(table: Mapping[str, Any], here: Path) -> list[Evaluation]:
     evaluations = []
     for key, options in table.items():
         words = EVAL_KEYS[key]
         checked = {}
         for option, value in options.items():
-            try:
-                name = commands.canonical_key(words, option, commands.EVAL_ENGINE_KEYS.get(words, ()))
-            except BiosrecallError as exc:
-                raise BiosrecallError(f"{path}: [eval] {key}: {exc}") from None
-            checked[option] = option_value(words, name, value, here, f"[eval] {key} {option}", path)
+            name = _canonical(words, option, f"[eval] {key}", commands.EVAL_ENGINE_KEYS.get(words, ()))
+            checked[option] = option_value(words, name, value, here, f"[eval] {key} {option}")
         evaluations.append(Evaluation(words, checked))
     return evaluations
+
+
+# ---- from the tables to the runs: the grid crossed with the entries, each run's options and name ----
+
+
+def resolve(value: Any, here: Path) -> str:
+    """`value` as an absolute path, a relative one taken from `here`."""
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else here.absolute() / path)
+
+
+def option_value(command: str, name: str, value: Any, here: Path | None, where: str) -> Any:
+    """`value` checked to be a value or a list of values; with `here`, a path option's value resolved
+    against it."""
+    if isinstance(value, dict) or (
+        isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+    ):
+        raise BiosrecallError(f"{where} takes a value or a list of values, not {type(value).__name__}")
+    if here is not None and isinstance(value, str) and commands.is_path_option(command, name):
+        return resolve(value, here)
+    return value
+
+
+def expand_runs(command, base, grid, entries, fixed, here: Path) -> list[WrittenRun]:
+    """Every entry (or [base] alone) crossed with every combination of the grid (module docstring):
+    (name, options, labels) of each run."""
+    keys = [key for key, _ in grid]
+    combos = list(itertools.product(*(values for _, values in grid))) if grid else [()]
+    runs = []
+    for entry_name, entry in entries or [(None, {})]:
+        _no_overlap(command, [(f"[[runs]] {entry_name}", entry), ("[grid]", dict.fromkeys(keys))])
+        for combo in combos:
+            chosen = dict(zip(keys, combo, strict=True))
+            values = {key: option_value(command, key, value, here, "[grid]") for key, value in chosen.items()}
+            options = dict(base)
+            for layer in (entry, values, fixed):
+                options = replace_settings(command, options, layer)
+            labels = {**({"entry": entry_name} if entry_name else {}), **chosen}
+            runs.append((run_name(command, entry_name, chosen), options, labels))
+    return runs
+
+
+def _no_overlap(command: str, tables) -> None:
+    owner: dict[str, str] = {}
+    for where, table in tables:
+        for key in table:
+            name = setting_of(command, key)
+            if name in owner:
+                raise BiosrecallError(f"{key} is set in both {owner[name]} and {where}")
+            owner[name] = where
+
+
+def run_name(command: str, entry_name: str | None, chosen: Mapping[str, Any]) -> str:
+    """The run's folder name (module docstring), checked with the others by `check_names`."""
+    parts = [entry_name] if entry_name else []
+    parts += [f"{key}={_slug(value)}" for key, value in chosen.items() if key != "seed"]
+    stem = ",".join(parts) or "run"
+    if "seed" not in chosen:
+        return stem
+    seed = f"seed{_slug(chosen['seed'])}"
+    return f"{seed}/{stem}" if command == "train" else f"{stem}/{seed}"
+
+
+def _slug(value: Any) -> str:
+    if isinstance(value, list):
+        return "_".join(_slug(item) for item in value)
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return _UNSAFE.sub("_", text)

@@ -25,6 +25,7 @@ last line) and returned, never raised: one failed run does not stop the others.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -88,14 +89,14 @@ def run_one(
         atomic_write_text(job.spec, job.spec_text)
         code, error = _launch(job, "train", action, train_command(job, resume), env, processes)
         if code != 0:
-            return _failed(job, code, error, action)
+            return failed(job, code, error, action)
     record = run_state(job.record)
     if job.eval_key is not None and record.evaluated != job.eval_key:
         action = "evaluated" if action == "skipped" else action
         for args in job.eval_args:
             code, error = _launch(job, "eval", action, [*PROGRAM, *args], env, processes)
             if code != 0:
-                return _failed(job, code, error, action)
+                return failed(job, code, error, action)
         update_record(job, evaluated=job.eval_key)
     if action != "skipped" or record.state != "done":  # skipped: no attempt since `record` was read
         update_record(job, state="done", action=action, exit_code=0, error="", finished=now())
@@ -155,6 +156,9 @@ def error_line(log: Path, start: int, code: int) -> str:
     return chosen[:MAX_ERROR]
 
 
-def _failed(job: SweepRun, code: int, error: str, action: str) -> Outcome:
-    update_record(job, state="failed", exit_code=code, error=error, finished=now(), action=action)
+def failed(job: SweepRun, code: int | None, error: str, action: str = "trained") -> Outcome:
+    """Record the run as failed (exit `code`; None: the sweep itself failed to run it) and say so. A
+    record that cannot be written (it may be what failed) is left: the outcome still says it."""
+    with contextlib.suppress(OSError):
+        update_record(job, state="failed", exit_code=code, error=error, finished=now(), action=action)
     return Outcome(job.name, "failed", action, code, error, str(job.log))
