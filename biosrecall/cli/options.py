@@ -212,8 +212,12 @@ def checkpoint_option(what: str, default: Any, multiple: bool = False, plural_fl
     )
 
 
-def _train_option(name: str, annotation: Any, default: Any, help_text: str) -> Callable:
-    flag = "--" + name.replace("_", "-")
+def train_field_option(name: str) -> Callable:
+    """The option of one TrainConfig field (`trainer_options` adds them all; a command that passes only
+    one on to its runs, e.g. `figure1 --log`, adds it alone): its flag, type, rule, default and help."""
+    field = next(f for f in fields(TrainConfig) if f.name == name)
+    flag, default, help_text = "--" + name.replace("_", "-"), field.default, field_docs(TrainConfig)[name]
+    annotation = _type_hints(TrainConfig)[name]
     if get_origin(annotation) is types.UnionType:  # `int | None`: what the field holds when set
         annotation = next(a for a in get_args(annotation) if a is not type(None))
     kind = tuple if get_origin(annotation) is tuple else annotation
@@ -230,18 +234,12 @@ def _train_option(name: str, annotation: Any, default: Any, help_text: str) -> C
     return click.option(flag, name, type=FieldValue(name, kind, item), default=default, help=help_text)
 
 
+_type_hints = functools.cache(get_type_hints)
+
+
 def _joined(ctx, param, value: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
     """A list of names repeated and comma-separated (--log a --log b,c) as one checked tuple."""
     return check_field(param.name, [item for part in value for item in part])
-
-
-def train_field_option(name: str) -> Callable:
-    """The option of one TrainConfig field alone, for a command that passes only it on to its runs (e.g.
-    `figure1 --log`): the same flag, type, rule and help as in `trainer_options`."""
-    field = next(f for f in fields(TrainConfig) if f.name == name)
-    return _train_option(
-        name, get_type_hints(TrainConfig)[name], field.default, field_docs(TrainConfig)[name]
-    )
 
 
 def _override_option(name: str, help_text: str) -> Callable:
@@ -254,9 +252,8 @@ def _override_option(name: str, help_text: str) -> Callable:
 def trainer_options(overrides: tuple[str, ...] = (), run: bool = True, bios: bool = True) -> Callable:
     """Decorator adding every TrainConfig field as an option (without `bios`, not the `BIOS_ONLY` ones),
     then the ModelConfig `overrides`, then (with `run`) --resume, --overwrite and --quiet."""
-    hints, docs = get_type_hints(TrainConfig), field_docs(TrainConfig)
     options = [
-        _train_option(f.name, hints[f.name], f.default, docs[f.name])
+        train_field_option(f.name)
         for f in fields(TrainConfig)
         if f.default is not MISSING and (bios or f.name not in BIOS_ONLY)
     ]
