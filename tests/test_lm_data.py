@@ -33,7 +33,6 @@ from biosrecall.lm import (
     shards,
     train_tokenizer,
     validation_batches,
-    write_shard,
 )
 from biosrecall.lm.shards import HEADER_BYTES, MAGIC
 
@@ -109,13 +108,16 @@ def split_stream(data: Path, split: str) -> np.ndarray:
 def test_shard_format_round_trips(tmp_path, dtype):
     tokens = np.random.default_rng(0).integers(0, np.iinfo(np.dtype(dtype)).max, size=1234)
     sha = "ab" * 32
-    write_shard(tmp_path / "s.bin", tokens, sha, dtype=dtype)
-    raw = (tmp_path / "s.bin").read_bytes()
+    writer = shards.ShardWriter(tmp_path, "s", dtype, sha, shard_tokens=10_000)
+    writer.add(tokens)
+    [entry] = writer.close()
+    raw = (tmp_path / entry["file"]).read_bytes()
     assert raw[:8] == MAGIC and len(raw) == HEADER_BYTES + tokens.size * np.dtype(dtype).itemsize
-    header, read = read_shard(tmp_path / "s.bin")
+    header, read = read_shard(tmp_path / entry["file"])
     assert (header.version, header.dtype, header.tokens, header.tokenizer_sha256) == (1, dtype, 1234, sha)
     np.testing.assert_array_equal(np.asarray(read), tokens)
-    write_shard(tmp_path / "empty.bin", np.zeros(0, dtype=np.int64), sha, dtype=dtype)
+    assert entry["max_token"] == tokens.max()
+    (tmp_path / "empty.bin").write_bytes(raw[:16] + bytes(8) + raw[24:HEADER_BYTES])  # a count of 0
     assert read_shard(tmp_path / "empty.bin")[1].size == 0
     (tmp_path / "cut.bin").write_bytes(raw[:-2])
     with pytest.raises(BiosrecallError, match="truncated"):
@@ -151,7 +153,7 @@ def test_corpus_readers(tmp_path):
     (tmp_path / "in" / "notes.md").write_text("ignored", encoding="utf-8")
     corpus = Corpus([tmp_path / "in"])
     assert list(corpus) == ["one\nline two", "three", "four", "five", "six", "seven"]
-    assert list(corpus) == list(corpus) and corpus.count() == 6
+    assert list(corpus) == list(corpus) and len(corpus.fingerprints()) == 6
     assert list(Corpus([tmp_path / "in"], max_documents=3)) == ["one\nline two", "three", "four"]
     assert [e["kind"] for e in corpus.describe()["inputs"]] == ["txt", "jsonl", "parquet"]
 
@@ -176,7 +178,7 @@ def test_hugging_face_input_is_streamed_with_config_and_split(tmp_path, monkeypa
         {"kind": "huggingface", "location": "org/set", "config": "cfg", "split": "en"}
     ]
     with pytest.raises(BiosrecallError, match="has no column 'text'"):
-        Corpus(["hf:org/set"]).count()
+        list(Corpus(["hf:org/set"]))
 
 
 def test_prepare_is_deterministic_and_keeps_every_document(prepared, tmp_path):
@@ -202,53 +204,40 @@ def test_prepare_is_deterministic_and_keeps_every_document(prepared, tmp_path):
     assert sorted(decoded) == sorted(docs)
 
 
-def test_loader_ranks_are_disjoint_and_cover_the_data(prepared):
+def test_each_epoch_reads_every_window_once_in_a_new_order(prepared):
     data, _, _ = prepared
-    world = 3
-    loaders = [ShardLoader(data, CONTEXT, rank=r, world_size=world, seed=5) for r in range(world)]
-    num_windows = loaders[0].num_windows
+    loader = ShardLoader(data, CONTEXT, seed=5)
     for epoch in (0, 1):
-        shares = [set(loader.epoch_windows(epoch).tolist()) for loader in loaders]
-        assert all(len(share) == num_windows // world for share in shares)
-        assert not (shares[0] & shares[1] or shares[0] & shares[2] or shares[1] & shares[2])
-        assert len(set().union(*shares)) == num_windows - num_windows % world
-    assert not np.array_equal(loaders[0].epoch_windows(0), loaders[0].epoch_windows(1))
-    single = ShardLoader(data, CONTEXT, seed=5)
-    assert sorted(single.epoch_windows(0).tolist()) == list(range(num_windows))
+        assert sorted(loader.epoch_windows(epoch).tolist()) == list(range(loader.num_windows))
+    assert not np.array_equal(loader.epoch_windows(0), loader.epoch_windows(1))
     stream = split_stream(data, "train")
-    rows = loaders[1].batch(4)
+    rows = loader.batch(4)
     assert rows.dtype == np.int64 and rows.shape == (4, CONTEXT + 1)
-    for row, window in zip(rows, loaders[1].epoch_windows(0)[:4], strict=True):
+    for row, window in zip(rows, loader.epoch_windows(0)[:4], strict=True):
         np.testing.assert_array_equal(row, stream[window * CONTEXT : window * CONTEXT + CONTEXT + 1])
 
 
 def test_loader_resumes_exactly_across_epochs(prepared):
     data, _, _ = prepared
-    first = ShardLoader(data, CONTEXT, rank=1, world_size=2, seed=7)
+    first = ShardLoader(data, CONTEXT, seed=7)
     batch_size = 7
-    for _ in range(first.windows_per_rank // batch_size):  # stop just before the epoch boundary
+    for _ in range(first.num_windows // batch_size):  # stop just before the epoch boundary
         first.batch(batch_size)
     state = json.loads(json.dumps(first.state_dict()))
     expected = [first.batch(batch_size) for _ in range(4)]
     assert first.epoch == 1
-    resumed = ShardLoader(data, CONTEXT, rank=1, world_size=2, seed=7)
-    resumed.load_state_dict(state)
+    resumed = ShardLoader(data, CONTEXT, seed=7)
+    resumed.load_state_dict({**state, "world_size": 1, "rank": 0})  # as a state of earlier releases
     for want in expected:
         np.testing.assert_array_equal(resumed.batch(batch_size), want)
-    other_rank = ShardLoader(data, CONTEXT, rank=0, world_size=2, seed=7)
-    other_rank.load_state_dict(state)  # any rank's state resumes every rank
-    assert (other_rank.epoch, other_rank.position) == (state["epoch"], state["position"])
 
 
-def test_validation_order_is_fixed_and_balanced(prepared):
+def test_validation_order_is_fixed(prepared):
     data, _, _ = prepared
     full = np.concatenate(list(validation_batches(data, CONTEXT, batch_size=3)))
     assert np.array_equal(full, np.concatenate(list(validation_batches(data, CONTEXT, batch_size=5))))
-    parts = [list(validation_batches(data, CONTEXT, 3, rank=r, world_size=2)) for r in range(2)]
-    assert len(parts[0]) == len(parts[1])
-    rank0, rank1 = (np.concatenate(p) for p in parts)
-    np.testing.assert_array_equal(rank0, full[0 : 2 * len(rank0) : 2])
-    np.testing.assert_array_equal(rank1, full[1 : 2 * len(rank1) : 2])
+    stream = split_stream(data, "validation")
+    np.testing.assert_array_equal(full[1], stream[CONTEXT : 2 * CONTEXT + 1])
     loader = ShardLoader(data, CONTEXT, split="validation")
     list(loader.ordered_batches(4, max_windows=5))
     assert (loader.epoch, loader.position) == (0, 0)
@@ -272,11 +261,9 @@ def test_loader_rejects_bad_input(prepared, tmp_path):
     (copy / "train-00001.bin").write_bytes(bytes(raw))
     with pytest.raises(BiosrecallError, match="train-00001.bin was written with tokenizer"):
         ShardLoader(copy, CONTEXT)
-    state = ShardLoader(data, CONTEXT, world_size=2).state_dict()
-    with pytest.raises(BiosrecallError, match="world_size=2"):
-        ShardLoader(data, CONTEXT, world_size=3).load_state_dict(state)
-    with pytest.raises(BiosrecallError, match="rank 3 is not in"):
-        ShardLoader(data, CONTEXT, rank=3, world_size=3)
+    state = ShardLoader(data, CONTEXT, seed=2).state_dict()
+    with pytest.raises(BiosrecallError, match="seed=2"):
+        ShardLoader(data, CONTEXT, seed=3).load_state_dict(state)
 
 
 def test_prepare_cli_success_overwrite_and_given_tokenizer(prepared, tmp_path, capsys):

@@ -8,7 +8,7 @@
 Modules: `corpus` (reading inputs), `tokenizer` (byte-level BPE), `shards` (file format, manifest,
 prepare), `loader` (rank-sharded, resumable sequences and the fixed-order validation pass), `task`
 (the LM training task), `evaluate` (validation NLL per serving depth), `compare` / `compare_plots`
-(Figure 2, seed aggregation checked by `replicates`), `harness` (lm-eval tasks at serving depths).
+(Figure 2, aggregated over seeds), `harness` (lm-eval tasks at serving depths).
 """
 
 from biosrecall.lm.corpus import Corpus
@@ -20,7 +20,6 @@ from biosrecall.lm.shards import (
     prepare_corpus,
     read_shard,
     read_shard_header,
-    write_shard,
 )
 from biosrecall.lm.tokenizer import EOD_TOKEN, LMTokenizer, load_tokenizer, train_tokenizer
 
@@ -38,5 +37,4 @@ __all__ = [
     "read_shard_header",
     "train_tokenizer",
     "validation_batches",
-    "write_shard",
 ]

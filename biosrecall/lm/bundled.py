@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
@@ -55,20 +56,15 @@ def bundled_path(item: str) -> Path:
 
 def read_bundled(path: str | Path) -> Iterator[str]:
     """One document per chapter, in canonical book and chapter order (module doc)."""
-    try:
-        connection = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise BiosrecallError(f"cannot open {path}: {exc}") from exc
     query = (
         "SELECT v.book_id, v.chapter_number, v.text FROM verses v JOIN books b ON b.id = v.book_id "
         "ORDER BY b.sort_order, v.chapter_number, v.verse_number"
     )
     try:  # all rows at once (31k verses, a few MB): the documents may be consumed on another thread
-        rows = connection.execute(query).fetchall()
+        with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)) as connection:
+            rows = connection.execute(query).fetchall()
     except sqlite3.Error as exc:
         raise BiosrecallError(f"cannot read {path}: {exc}") from exc
-    finally:
-        connection.close()
     chapter, verses = None, []
     for book, number, text in rows:
         if (book, number) != chapter and verses:

@@ -37,7 +37,6 @@ one Hub dataset twice) is refused when the corpus is built: its documents would 
 however it got there (`biosrecall.lm.shards`).
 
     corpus = Corpus(["data/books", "extra.jsonl"], text_column="text")
-    n = corpus.count()
     hashes = corpus.fingerprints()      # one uint64 per document, in corpus order
     for doc in corpus: ...
 """
@@ -110,12 +109,8 @@ class Corpus:
         docs = (doc for source in self.sources for doc in self._read(source))
         return islice(docs, self.max_documents) if self.max_documents is not None else docs
 
-    def count(self) -> int:
-        """Number of non-empty documents (one full pass)."""
-        return sum(1 for _ in self)
-
     def fingerprints(self) -> np.ndarray:
-        """A 64-bit hash of every document's text, in order (one full pass, as `count`): equal texts,
+        """A 64-bit hash of every document's text, in order (one full pass): equal texts,
         and only they (but for a 2^-64 chance), have equal fingerprints."""
         digest = hashlib.blake2b
         return np.fromiter(
@@ -196,16 +191,13 @@ def _refuse_repeats(sources: Sequence[Source]) -> None:
         if key in seen:
             first = seen[key]
             same = "" if first.location == source.location else f" as {excerpt(first.location)}"
+            kind = {"huggingface": "Hub dataset", "bundled": "bundled corpus"}.get(source.kind, "file")
             raise BiosrecallError(
-                f"input {excerpt(source.location)} is given twice (the same {_kind_word(source)}{same}); "
+                f"input {excerpt(source.location)} is given twice (the same {kind}{same}); "
                 "its documents would land in both the training and the validation split: give each "
                 "source once"
             )
         seen[key] = source
-
-
-def _kind_word(source: Source) -> str:
-    return {"huggingface": "Hub dataset", "bundled": "bundled corpus"}.get(source.kind, "file")
 
 
 def _require_regular(path: Path) -> None:
@@ -244,60 +236,57 @@ def _check_source(source: Source, text_column: str) -> None:
             )
 
 
-def _lines(handle, path: Path) -> Iterator[tuple[int, str]]:
-    """Numbered lines, each read with a bound so that one endless line cannot fill memory."""
-    for lineno, line in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_CHARS + 1), ""), start=1):
-        if len(line) > MAX_DOCUMENT_CHARS:
-            raise BiosrecallError(
-                f"{path}:{lineno}: line longer than {MAX_DOCUMENT_CHARS:,} characters (the limit per line)"
-            )
-        yield lineno, line
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a UTF-8 file, each read with a bound so that one endless line cannot fill
+    memory."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for lineno, line in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_CHARS + 1), ""), 1):
+                if len(line) > MAX_DOCUMENT_CHARS:
+                    raise BiosrecallError(
+                        f"{path}:{lineno}: line longer than {MAX_DOCUMENT_CHARS:,} characters (the limit per line)"
+                    )
+                yield lineno, line
+    except UnicodeDecodeError as exc:
+        raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
 def _read_txt(path: Path) -> Iterator[str]:
     block: list[str] = []
     size = 0
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for lineno, line in _lines(handle, path):
-                if line.strip():
-                    block.append(line)
-                    size += len(line)
-                    if size > MAX_DOCUMENT_CHARS:
-                        raise BiosrecallError(
-                            f"{path}:{lineno}: document longer than {MAX_DOCUMENT_CHARS:,} characters "
-                            "(the limit per document; separate documents with a blank line)"
-                        )
-                elif block:
-                    yield "".join(block).strip()
-                    block, size = [], 0
-    except UnicodeDecodeError as exc:
-        raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    for lineno, line in _lines(path):
+        if line.strip():
+            block.append(line)
+            size += len(line)
+            if size > MAX_DOCUMENT_CHARS:
+                raise BiosrecallError(
+                    f"{path}:{lineno}: document longer than {MAX_DOCUMENT_CHARS:,} characters "
+                    "(the limit per document; separate documents with a blank line)"
+                )
+        elif block:
+            yield "".join(block).strip()
+            block, size = [], 0
     if block:
         yield "".join(block).strip()
 
 
 def _read_jsonl(path: Path, column: str) -> Iterator[str]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for lineno, line in _lines(handle, path):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-                except RecursionError:
-                    raise BiosrecallError(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
-                if not isinstance(row, dict) or column not in row:
-                    raise BiosrecallError(
-                        f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
-                    )
-                text = _as_text(row[column], f"{path}:{lineno}")
-                if text:
-                    yield text
-    except UnicodeDecodeError as exc:
-        raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+        except RecursionError:
+            raise BiosrecallError(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
+        if not isinstance(row, dict) or column not in row:
+            raise BiosrecallError(
+                f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
+            )
+        text = _as_text(row[column], f"{path}:{lineno}")
+        if text:
+            yield text
 
 
 def _parquet_file(path: Path):

@@ -29,7 +29,6 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from biosrecall.errors import BiosrecallError
 from biosrecall.eval.gate import Trace, batch_states, deltas, query_logits, reference_depth, train_head
 from biosrecall.eval.gate_data import calibrate
 from biosrecall.eval.gate_fit import GATE_TASKS, GateTask, fit_gates, gate_record
@@ -47,12 +46,9 @@ _POSITION_STREAM = 0x6A7F  # the gate's position draws, apart from every other s
 
 
 def split_windows(data_dir: Path, seq_len: int, split: str, limit: int, batch_size: int) -> list[np.ndarray]:
-    """The first `limit` windows of `split` in stream order, in batches ([B, seq_len + 1] each)."""
-    loader = ShardLoader(data_dir, seq_len, split=split)
-    batches = list(loader.ordered_batches(batch_size, limit))
-    if not batches:
-        raise BiosrecallError(f"the {split} split of {data_dir} holds no window of {seq_len + 1} tokens")
-    return batches
+    """The first `limit` windows of `split` in stream order, in batches ([B, seq_len + 1] each; a split
+    without one window is refused when the loader opens it)."""
+    return list(ShardLoader(data_dir, seq_len, split=split).ordered_batches(batch_size, limit))
 
 
 def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, seed: int) -> Trace:

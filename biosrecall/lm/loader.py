@@ -1,15 +1,13 @@
-"""Training sequences from a prepared shard folder: rank-sharded, shuffled per epoch, exactly resumable.
+"""Training sequences from a prepared shard folder: shuffled per epoch, exactly resumable.
 
 A split's shards form one token stream of N tokens. With context length T the stream is cut into
 W = (N - 1) // T windows; window w is tokens [w*T, w*T + T + 1), so neighbouring windows share one
 token and every token after the first is a target exactly once (inputs `row[:, :-1]`, targets
 `row[:, 1:]`). Windows may span shard boundaries.
 
-Each epoch, a generator seeded by (seed, epoch) permutes the W windows; the first
-world_size * (W // world_size) of the permutation are dealt round-robin to the ranks, so ranks never
-share a window, all ranks get the same count, and fewer than world_size windows sit out each epoch.
-The state is (epoch, position in this rank's order): the same on every rank, so a state saved by any
-rank resumes all of them.
+Each epoch, a generator seeded by (seed, epoch) permutes the W windows. The state is (epoch, position
+in that order). Under data parallelism every rank reads the same stream and keeps its own rows of
+each batch (`biosrecall.lm.task`), so the batches do not depend on the world size.
 
 Opening a split checks every token id against the vocabulary before any training starts, from the
 largest id each shard's manifest entry records. The first time a process opens a shard it also
@@ -22,12 +20,11 @@ break a model, an id outside the vocabulary; re-preparing a large corpus can tak
 usable. Every window read is checked again, so a shard changed while a run reads it is still one
 clear error rather than an IndexError in the model.
 
-    loader = ShardLoader("data/lm", context_length=1024, rank=rank, world_size=world, seed=0,
-                         tokenizer="data/lm/tokenizer.json")
+    loader = ShardLoader("data/lm", context_length=1024, seed=0, tokenizer="data/lm/tokenizer.json")
     rows = loader.batch(8)                        # int64 [8, 1025]
     state = loader.state_dict()                   # save with the checkpoint ...
     loader.load_state_dict(state)                 # ... and the next batch is the one that would follow
-    for rows in validation_batches("data/lm", 1024, batch_size=8, rank=rank, world_size=world): ...
+    for rows in validation_batches("data/lm", 1024, batch_size=8): ...
     set_verification(False)                       # trust the shards' bytes (this process, from now on)
 """
 
@@ -47,7 +44,7 @@ from biosrecall.numbers import check_count, check_seed
 
 STATE_VERSION = 1
 # State fields that must match for a resume to continue the same sequence of batches.
-_IDENTITY = ("split", "context_length", "seed", "world_size", "num_windows", "data_sha256")
+_IDENTITY = ("split", "context_length", "seed", "num_windows", "data_sha256")
 # Whether shards are verified when first opened, and the (file, recorded sha256) pairs this process has
 # verified: a loader per evaluation pass, or per rank in one process, reads each shard once only.
 _VERIFY = {"enabled": True}
@@ -60,7 +57,7 @@ def set_verification(enabled: bool) -> None:
 
 
 class ShardLoader:
-    """Sequences of `context_length + 1` tokens from one split of a prepared folder, for one rank.
+    """Sequences of `context_length + 1` tokens from one split of a prepared folder.
 
     `tokenizer` (a path to tokenizer.json or an `LMTokenizer`) is the tokenizer the model will use;
     every shard header must carry its hash. Without it, shards are checked against the manifest.
@@ -72,17 +69,16 @@ class ShardLoader:
         context_length: int,
         *,
         split: str = "train",
-        rank: int = 0,
-        world_size: int = 1,
         seed: int = 0,
         tokenizer: str | Path | LMTokenizer | None = None,
     ) -> None:
-        _check_arguments(split, context_length, rank, world_size, seed)
+        if split not in SPLITS:
+            raise BiosrecallError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
+        self.split, self.context_length = split, check_count(context_length, "context length")
+        self.seed = check_seed(seed)
         self.data_dir = Path(data_dir)
         self.manifest = load_manifest(self.data_dir)
         self.data_sha256 = hashlib.sha256((self.data_dir / "manifest.json").read_bytes()).hexdigest()
-        self.split, self.context_length = split, context_length
-        self.rank, self.world_size, self.seed = rank, world_size, seed
         self._shards = _open_split(
             self.data_dir, self.manifest, split, _tokenizer_hash(tokenizer, self.manifest)
         )
@@ -96,35 +92,27 @@ class ShardLoader:
                 f"context length {context_length} needs {context_length + 1} tokens per sequence, but the "
                 f"{split} split of {self.data_dir} holds only {self.tokens}"
             )
-        if self.num_windows < world_size:
-            raise BiosrecallError(
-                f"the {split} split has {self.num_windows} sequences of {context_length + 1} tokens: fewer "
-                f"than the {world_size} ranks"
-            )
-        self.windows_per_rank = self.num_windows // world_size
         self.epoch, self.position = 0, 0
         self._order_epoch, self._order = -1, np.zeros(0, dtype=np.int64)
-
-    @property
-    def eod_id(self) -> int:
-        return int(self.manifest["tokenizer"]["eod_id"])
 
     @property
     def vocab_size(self) -> int:
         return int(self.manifest["tokenizer"]["vocab_size"])
 
+    @property
+    def windows_per_rank(self) -> int:
+        """`num_windows`, by its name from when ranks split the stream (every rank now reads all of it)."""
+        return self.num_windows
+
     def epoch_windows(self, epoch: int) -> np.ndarray:
-        """This rank's window indices for `epoch`, in the order it reads them."""
+        """The window indices of `epoch`, in the order they are read."""
         if epoch != self._order_epoch:
             permutation = np.random.default_rng((self.seed, epoch)).permutation(self.num_windows)
-            used = permutation[: self.windows_per_rank * self.world_size]
-            self._order_epoch, self._order = epoch, used[self.rank :: self.world_size]
+            self._order_epoch, self._order = epoch, permutation
         return self._order
 
     def read_window(self, window: int) -> np.ndarray:
-        """Tokens [window*T, window*T + T + 1) of the stream, as int64."""
-        if not 0 <= window < self.num_windows:
-            raise IndexError(f"window {window} out of range 0..{self.num_windows - 1}")
+        """Tokens [window*T, window*T + T + 1) of the stream, as int64 (`window` in 0..num_windows-1)."""
         out = np.empty(self.context_length + 1, dtype=np.int64)
         start, filled = window * self.context_length, 0
         shard = int(np.searchsorted(self._ends, start, side="right"))
@@ -143,40 +131,33 @@ class ShardLoader:
 
     def batch(self, batch_size: int) -> np.ndarray:
         """The next `batch_size` sequences, int64 [batch_size, context_length + 1]; moves to the
-        next epoch (a fresh permutation) whenever this rank's share of the current one is used up."""
+        next epoch (a fresh permutation) whenever the current one is used up."""
         check_count(batch_size, "batch size")
         rows = np.empty((batch_size, self.context_length + 1), dtype=np.int64)
         for row in range(batch_size):
-            if self.position == self.windows_per_rank:
+            if self.position == self.num_windows:
                 self.epoch, self.position = self.epoch + 1, 0
             rows[row] = self.read_window(int(self.epoch_windows(self.epoch)[self.position]))
             self.position += 1
         return rows
 
     def ordered_batches(self, batch_size: int, max_windows: int | None = None) -> Iterator[np.ndarray]:
-        """Every window (or the first `max_windows`) in stream order, dealt round-robin to ranks.
-
-        Each rank gets the same number of windows, hence of batches (the last may be shorter), which
-        collective evaluation needs. Does not touch the training state.
-        """
+        """Every window (or the first `max_windows`) in stream order, in batches (the last may be
+        shorter). Does not touch the training state."""
         check_count(batch_size, "batch size")
-        total = self.num_windows if max_windows is None else min(max_windows, self.num_windows)
-        mine = np.arange(total - total % self.world_size)[self.rank :: self.world_size]
-        for first in range(0, mine.size, batch_size):
-            yield np.stack([self.read_window(int(w)) for w in mine[first : first + batch_size]])
+        total = self.num_windows
+        if max_windows is not None:
+            total = min(check_count(max_windows, "max sequences"), total)
+        for first in range(0, total, batch_size):
+            yield np.stack([self.read_window(w) for w in range(first, min(first + batch_size, total))])
 
     def state_dict(self) -> dict:
         identity = {key: getattr(self, key) for key in _IDENTITY}
-        return {
-            "version": STATE_VERSION,
-            **identity,
-            "rank": self.rank,
-            "epoch": self.epoch,
-            "position": self.position,
-        }
+        return {"version": STATE_VERSION, **identity, "epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at `state`; refuses a state from other data, context, seed or world size."""
+        """Resume at `state`; refuses a state from other data, context or seed (the state of an earlier
+        release, which also recorded a rank and world size, resumes too)."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise BiosrecallError("loader state is not a version-1 ShardLoader state")
         for key in _IDENTITY:
@@ -185,12 +166,7 @@ class ShardLoader:
                     f"cannot resume the data loader: its state has {key}={state.get(key)!r}, "
                     f"this run has {getattr(self, key)!r}"
                 )
-        epoch, position = int(state["epoch"]), int(state["position"])
-        if epoch < 0 or not 0 <= position <= self.windows_per_rank:
-            raise BiosrecallError(
-                f"loader state has an invalid position (epoch {epoch}, position {position})"
-            )
-        self.epoch, self.position = epoch, position
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
 def validation_batches(
@@ -198,25 +174,12 @@ def validation_batches(
     context_length: int,
     batch_size: int,
     *,
-    rank: int = 0,
-    world_size: int = 1,
     tokenizer: str | Path | LMTokenizer | None = None,
     max_windows: int | None = None,
 ) -> Iterator[np.ndarray]:
     """The validation split in a fixed order (see `ShardLoader.ordered_batches`)."""
-    loader = ShardLoader(
-        data_dir, context_length, split="validation", rank=rank, world_size=world_size, tokenizer=tokenizer
-    )
+    loader = ShardLoader(data_dir, context_length, split="validation", tokenizer=tokenizer)
     return loader.ordered_batches(batch_size, max_windows)
-
-
-def _check_arguments(split: str, context_length: int, rank: int, world_size: int, seed: int) -> None:
-    if split not in SPLITS:
-        raise BiosrecallError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
-    check_count(context_length, "context length")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise BiosrecallError(f"rank {rank} is not in 0..{world_size - 1} (world size {world_size})")
-    check_seed(seed)
 
 
 def _tokenizer_hash(tokenizer: str | Path | LMTokenizer | None, manifest: dict) -> str:

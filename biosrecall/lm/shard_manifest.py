@@ -134,21 +134,20 @@ def reprepare_command(data_dir: str | Path, manifest: dict) -> str:
     """The `biosrecall lm prepare` command that makes `data_dir` again from what its manifest records
     (more than four input files are given as the folder that holds them)."""
     source = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
-    inputs = [_input_argument(entry) for entry in source.get("inputs") or [] if isinstance(entry, dict)]
+    entries = [entry for entry in source.get("inputs") or [] if isinstance(entry, dict)]
+    inputs = [_input_argument(entry) for entry in entries]
     if len(inputs) > 4 and not any(item.startswith("hf:") for item in inputs):
         with contextlib.suppress(ValueError):  # absolute and relative paths mixed: keep the list
             inputs = [os.path.commonpath(inputs) or "."]
     words = ["biosrecall", "lm", "prepare", *(inputs or ["INPUT..."]), "--out", str(data_dir), "--overwrite"]
     if source.get("text_column", "text") != "text":
         words += ["--text-column", str(source["text_column"])]
-    split = next(
-        (e.get("split") for e in source.get("inputs") or [] if isinstance(e, dict) and "split" in e), None
-    )
+    split = next((entry["split"] for entry in entries if "split" in entry), None)
     if split not in (None, "train"):
         words += ["--hf-split", str(split)]
     if source.get("max_documents"):
         words += ["--max-documents", str(source["max_documents"])]
-    words += _tokenizer_options(manifest.get("tokenizer") or {})
+    words += _tokenizer_options(manifest["tokenizer"])  # checked by `load_manifest`
     chosen = manifest.get("split") if isinstance(manifest.get("split"), dict) else {}
     for option, value in (("--val-fraction", chosen.get("val_fraction")), ("--seed", chosen.get("seed")),
                           ("--shard-tokens", manifest.get("shard_tokens"))):  # fmt: skip

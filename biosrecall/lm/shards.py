@@ -41,7 +41,7 @@ import hashlib
 import struct
 import time
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -122,19 +122,6 @@ def read_shard(path: str | Path) -> tuple[ShardHeader, np.ndarray]:
         return header, np.zeros(0, dtype=header.dtype)
     tokens = np.memmap(path, dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.tokens,))
     return header, tokens
-
-
-def write_shard(
-    path: str | Path, tokens: np.ndarray, tokenizer_sha256: str, dtype: str = "<u2"
-) -> ShardHeader:
-    """Write one shard in a single call (tests and small tools; `prepare_corpus` streams instead)."""
-    tokens = np.asarray(tokens)
-    if tokens.size and (tokens.min() < 0 or tokens.max() > np.iinfo(np.dtype(dtype)).max):
-        raise BiosrecallError(f"token ids do not fit in {np.dtype(dtype).name}")
-    with open(path, "wb") as handle:
-        handle.write(_pack_header(dtype, tokens.size, tokenizer_sha256))
-        handle.write(tokens.astype(dtype, copy=False).tobytes())
-    return ShardHeader(FORMAT_VERSION, dtype, int(tokens.size), tokenizer_sha256)
 
 
 class ShardWriter:
@@ -244,8 +231,24 @@ def prepare_corpus(
     _check_size(corpus, out_dir, tokenizer.vocab_size if tokenizer is not None else vocab_size)
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite, RECORD)
-        split = (val_fraction, seed, shard_tokens)
-        return _prepare(corpus, out_dir, tokenizer, vocab_size, tokenizer_documents, overwrite, split)
+        start = time.perf_counter()
+        fingerprints = corpus.fingerprints()  # the counting pass, hashing each document on the way
+        if len(fingerprints) == 0:
+            raise BiosrecallError("the corpus is empty: no non-empty documents in the inputs")
+        is_val = choose_validation(fingerprints, val_fraction, seed)
+        given = tokenizer is not None
+        with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as tmp:
+            if tokenizer is None:
+                tokenizer = _train_on_training_documents(corpus, is_val, vocab_size, tokenizer_documents)
+            tokenizer.save(tmp / "tokenizer.json")
+            encode_start = time.perf_counter()
+            splits = _encode_splits(corpus, is_val, tokenizer, tmp, shard_tokens)
+            encode_seconds = time.perf_counter() - encode_start
+            trained_on = "given" if given else (tokenizer_documents or "all training documents")
+            manifest = _manifest(corpus, tokenizer, splits, val_fraction, seed, shard_tokens, trained_on)
+            atomic_write_json(tmp / "manifest.json", manifest)
+    total = sum(split["tokens"] for split in splits.values())
+    return PrepareResult(out_dir, manifest, total, time.perf_counter() - start, encode_seconds)
 
 
 def _check_size(corpus: Corpus, out_dir: Path, vocab_size: int) -> None:
@@ -263,30 +266,6 @@ def _check_size(corpus: Corpus, out_dir: Path, vocab_size: int) -> None:
     )
 
 
-def _prepare(corpus, out_dir, tokenizer, vocab_size, tokenizer_documents, overwrite, split):
-    """`prepare_corpus` once the output is checked and locked; `split` is (val_fraction, seed,
-    shard_tokens)."""
-    val_fraction, seed, shard_tokens = split
-    start = time.perf_counter()
-    fingerprints = corpus.fingerprints()  # the counting pass, hashing each document on the way
-    if len(fingerprints) == 0:
-        raise BiosrecallError("the corpus is empty: no non-empty documents in the inputs")
-    is_val = choose_validation(fingerprints, val_fraction, seed)
-    given = tokenizer is not None
-    with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as tmp:
-        if tokenizer is None:
-            tokenizer = _train_on_training_documents(corpus, is_val, vocab_size, tokenizer_documents)
-        tokenizer.save(tmp / "tokenizer.json")
-        encode_start = time.perf_counter()
-        splits = _encode_splits(corpus, is_val, tokenizer, tmp, shard_tokens)
-        encode_seconds = time.perf_counter() - encode_start
-        trained_on = "given" if given else (tokenizer_documents or "all training documents")
-        manifest = _manifest(corpus, tokenizer, splits, val_fraction, seed, shard_tokens, trained_on)
-        atomic_write_json(tmp / "manifest.json", manifest)
-    total = sum(split["tokens"] for split in splits.values())
-    return PrepareResult(out_dir, manifest, total, time.perf_counter() - start, encode_seconds)
-
-
 def _train_on_training_documents(corpus, is_val, vocab_size, limit) -> LMTokenizer:
     """Validation documents stay unseen by the tokenizer too, so validation NLL is truly held out."""
     docs = (doc for doc, held in zip(corpus, is_val, strict=False) if not held)
@@ -299,18 +278,17 @@ def _encode_splits(
     dtype = token_dtype(tokenizer.vocab_size)
     writers = {name: ShardWriter(folder, name, dtype, tokenizer.sha256, shard_tokens) for name in SPLITS}
     documents = dict.fromkeys(SPLITS, 0)
-    batch: list[str] = []
-    index = chars = 0
-    for doc in corpus:
-        batch.append(doc)
+    batch: list[tuple[str, bool]] = []
+    chars = 0
+    for doc, held in zip_longest(corpus, is_val):
+        if doc is None or held is None:  # more or fewer documents than the counting pass saw
+            raise BiosrecallError("the corpus changed while it was being read (document count differs)")
+        batch.append((doc, held))
         chars += len(doc)
         if len(batch) == _ENCODE_BATCH or chars >= _ENCODE_BATCH_CHARS:
-            _write_batch(batch, is_val[index : index + len(batch)], tokenizer, writers, documents)
-            index += len(batch)
+            _write_batch(batch, tokenizer, writers, documents)
             batch, chars = [], 0
-    _write_batch(batch, is_val[index : index + len(batch)], tokenizer, writers, documents)
-    if index + len(batch) != len(is_val):
-        raise BiosrecallError("the corpus changed while it was being read (document count differs)")
+    _write_batch(batch, tokenizer, writers, documents)
     splits = {}
     for name in SPLITS:
         shards = writers[name].close()
@@ -322,16 +300,15 @@ def _encode_splits(
     return splits
 
 
-def _write_batch(batch, held_out, tokenizer: LMTokenizer, writers, documents) -> None:
-    """Encode a batch and append each document plus EOD to its split, keeping corpus order per split."""
+def _write_batch(batch: list[tuple[str, bool]], tokenizer: LMTokenizer, writers, documents) -> None:
+    """Encode a batch of (document, held out) and append each document plus EOD to its split, keeping
+    corpus order per split."""
     if not batch:
         return
-    if len(held_out) != len(batch):  # more documents than the counting pass saw
-        raise BiosrecallError("the corpus changed while it was being read (document count differs)")
-    encoded = tokenizer.encode_batch(batch)
+    encoded = tokenizer.encode_batch([doc for doc, _ in batch])
     for name, wanted in (("train", False), ("validation", True)):
         ids: list[int] = []
-        for doc_ids, held in zip(encoded, held_out, strict=True):
+        for doc_ids, (_, held) in zip(encoded, batch, strict=True):
             if held == wanted:
                 ids.extend(doc_ids)
                 ids.append(tokenizer.eod_id)

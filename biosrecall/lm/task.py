@@ -10,7 +10,7 @@ Everything but the batches is `biosrecall.train.trainer`, shared with bioS: the 
 schedules, optimizer, checkpoints, DDP and FSDP2, resume. What this module adds is where batches come
 from, how the tokenizer's vocabulary must fit the preset, and the plan report.
 
-Design of the batch source: every rank reads the *whole* global batch from a world_size=1
+Design of the batch source: every rank reads the *whole* global batch from the one stream of a
 `ShardLoader`, and the trainer keeps the rank's rows (`distributed.local_rows`), exactly as for bioS.
 Rank-sharded loaders would save reading the other ranks' rows (about 1 MiB per update for 256 x
 2049 uint16 tokens, read from the page cache: negligible next to one forward pass) but would make
@@ -55,17 +55,12 @@ class LMBatchSource:
     pad_id = None  # windows are cut from one continuous stream: every target is a real token
 
     def __init__(self, data_dir, batch_size: int, seq_len: int, seed: int, tokenizer=None):
-        self.loader = ShardLoader(
-            data_dir, seq_len, split="train", rank=0, world_size=1, seed=seed, tokenizer=tokenizer
-        )
+        self.loader = ShardLoader(data_dir, seq_len, split="train", seed=seed, tokenizer=tokenizer)
         self.batch_size = batch_size
 
     def batch(self, update: int) -> np.ndarray:
         """int64 [batch_size, seq_len + 1]: the update's windows (epochs roll over as the loader's do)."""
-        first = update * self.batch_size
-        per_epoch = self.loader.windows_per_rank
-        state = self.loader.state_dict()
-        self.loader.load_state_dict({**state, "epoch": first // per_epoch, "position": first % per_epoch})
+        self.loader.epoch, self.loader.position = divmod(update * self.batch_size, self.loader.num_windows)
         return self.loader.batch(self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:

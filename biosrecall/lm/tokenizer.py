@@ -52,13 +52,10 @@ class LMTokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer, json_text: str, eod_token: str) -> None:
-        eod_id = tokenizer.token_to_id(eod_token)
-        if eod_id is None:
-            raise BiosrecallError(f"tokenizer has no token {eod_token!r}")
         self.tokenizer = tokenizer
         self.json_text = json_text
         self.eod_token = eod_token
-        self.eod_id = int(eod_id)
+        self.eod_id = int(tokenizer.token_to_id(eod_token))  # both builders pick a token it holds
         self.sha256 = hashlib.sha256(json_text.encode("utf-8")).hexdigest()
 
     @property
