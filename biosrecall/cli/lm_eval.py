@@ -19,15 +19,13 @@ from biosrecall.lm.loader import set_verification
 from biosrecall.numbers import DEPTH, counts
 from biosrecall.train.run_folder import RunFolder
 
-
-def no_verify_option(command):
-    """--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
-    return click.option(
-        "--no-verify",
-        is_flag=True,
-        help="Skip checking each shard's bytes against the sha256 `lm prepare` recorded (one read of the "
-        "data when a shard is first opened).",
-    )(command)
+no_verify_option = click.option(
+    "--no-verify",
+    is_flag=True,
+    help="Skip checking each shard's bytes against the sha256 `lm prepare` recorded (one read of the "
+    "data when a shard is first opened).",
+)
+"""--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
 
 
 def apply_no_verify(no_verify: bool) -> None:
@@ -106,61 +104,48 @@ def evaluate(
     state_norms,
     no_verify,
 ) -> None:
-    """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
+    """Write RUN/eval/evaluation.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
-    from biosrecall.lm.evaluate import (
-        BASELINE,
-        DEFAULT_EXIT_SEQUENCES,
-        EXIT_TABLE,
-        TABLE,
-        evaluate_exits,
-        evaluate_run,
-        evaluate_state_norms,
-        exit_criteria,
-        skipped_exits,
-        summarize,
-    )
+    from biosrecall.lm import evaluate as evaluation
 
     apply_no_verify(no_verify)
     if val_sequences is not None and not exits:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
     if applicable_exits and not exits:
         raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
-    criteria = exit_criteria(exits, runs, checkpoints, max_depth, applicable_exits)
+    criteria = evaluation.exit_criteria(exits, runs, checkpoints, max_depth, applicable_exits)
+    common = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "batch_size": batch_size}
+    common.update(device=device, precision=precision)
     for run in runs:
-        table = evaluate_run(
-            run,
-            checkpoints=checkpoints,
-            data_dir=data_dir,
-            depths=range(1, max_depth + 1),
-            batch_size=batch_size,
-            max_sequences=max_sequences,
-            device=device,
-            precision=precision,
+        table = evaluation.evaluate_run(
+            run, depths=range(1, max_depth + 1), max_sequences=max_sequences, **common
         )
-        _print_nll(run, table, summarize(table))
-        click.echo(f"wrote {RunFolder(run).eval_dir / TABLE}.csv and {TABLE}.parquet")
+        _print_nll(run, table, evaluation.summarize(table))
+        _wrote(run, evaluation.TABLE)
         if criteria:  # NLL with per-token exit, next to the fixed-depth NLL on the same windows
-            options = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "max_depth": max_depth}
-            options.update(batch_size=batch_size, device=device, precision=precision)
-            sequences = val_sequences or DEFAULT_EXIT_SEQUENCES
-            exit_table = evaluate_exits(
-                run, criteria, sequences=sequences, applicable=applicable_exits, **options
+            sequences = val_sequences or evaluation.DEFAULT_EXIT_SEQUENCES
+            exit_table, skipped = evaluation.evaluate_exits(
+                run, criteria, max_depth=max_depth, sequences=sequences, applicable=applicable_exits, **common
             )
-            for line in skipped_exits(run, criteria, checkpoints) if applicable_exits else ():
+            for line in skipped:
                 click.echo(f"{run} left out (--applicable-exits): {line}")
             if exit_table is not None:
-                baseline = exit_table["kind"] == BASELINE
+                baseline = exit_table["kind"] == evaluation.BASELINE
                 _print_exits(run, exit_table[baseline], exit_table[~baseline])
-                click.echo(f"wrote {RunFolder(run).eval_dir / EXIT_TABLE}.csv and {EXIT_TABLE}.parquet")
+                _wrote(run, evaluation.EXIT_TABLE)
         if state_norms:
             from biosrecall.eval.state_norms import summary_line
 
-            found = evaluate_state_norms(run, checkpoints=checkpoints, data_dir=data_dir, max_depth=max_depth,
-                                         device=device)  # fmt: skip
+            found = evaluation.evaluate_state_norms(
+                run, checkpoints=checkpoints, data_dir=data_dir, max_depth=max_depth, device=device
+            )
             for label, table in found.items():
                 click.echo(f"{run} [{label}] {summary_line(table)}")
+
+
+def _wrote(run: Path, table: str) -> None:
+    click.echo(f"wrote {RunFolder(run).eval_dir / table}.csv and {table}.parquet")
 
 
 def _print_nll(run: Path, table, summary) -> None:

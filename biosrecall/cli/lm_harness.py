@@ -27,10 +27,7 @@ def _comma_list(ctx, param, values: tuple[str, ...]) -> list[str]:
 
 def _depth_list(ctx, param, values: tuple[tuple[int, ...], ...]) -> list[int]:
     """The depths of a repeatable option whose values are comma lists (each read by `NumberList`)."""
-    depths = [depth for value in values for depth in value]
-    if not depths:
-        raise click.BadParameter("serving depths must be at least 1")
-    return depths
+    return [depth for value in values for depth in value]
 
 
 @click.command("harness", short_help="Score an LM run on lm-eval-harness tasks at fixed serving depths.")
@@ -45,7 +42,9 @@ def _depth_list(ctx, param, values: tuple[tuple[int, ...], ...]) -> list[int]:
 )
 @click.option(
     "--depths",
-    type=NumberList(DEPTH, "serving depths", "4,8,16", below="serving depths must be at least 1"),
+    type=NumberList(
+        DEPTH, "serving depths", "4,8,16", below="serving depths must be at least 1", required=True
+    ),
     multiple=True,
     default=("4,8,16",),
     show_default=True,
@@ -67,7 +66,7 @@ def _depth_list(ctx, param, values: tuple[tuple[int, ...], ...]) -> list[int]:
 )
 @click.option(
     "--include-path",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
     default=None,
     help="Folder of lm-eval task YAML files to add to the known tasks.",
 )

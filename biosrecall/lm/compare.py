@@ -12,10 +12,15 @@ modeled training FLOPs (the trainer's running total from the one FLOP account) a
 seconds, each also relative to the reference: by default the `uniform:1-16` run that spent the most
 FLOPs (the full uniform run rather than a compute-matched one).
 
-Seeds (`aggregate_seeds`, grouping rules in `biosrecall.lm.replicates`): a RUN argument may stand for
-a folder of runs that differ only in the seed. Every number is then the mean over those seeds with
-its 95% t interval (`biosrecall.stats`; columns `<name>_low`, `<name>_high`) and `n_seeds`; a single
-run is a group of one (no interval). A relative number is computed per seed against the reference's
+Seeds (`aggregate_seeds`): a RUN argument may stand for a folder of runs that differ only in the seed.
+Grouping is explicit (`expand_groups`): with `aggregate_seeds`, a RUN argument that is not a run folder
+itself stands for the run folders directly inside it (one per seed, e.g. RUN/seed0, RUN/seed1); a run
+folder given directly is a group of one. Without it, every argument must be a run folder and is its
+own group. A group's runs must differ in nothing but the seed
+(`biosrecall.train.seed_replicates.check_replicates`, the check `recall-curve --aggregate-seeds`
+applies too). Every number is then the mean over those seeds with its 95% t interval
+(`biosrecall.stats`; columns `<name>_low`, `<name>_high`) and `n_seeds`; a single run is a group of
+one (no interval). A relative number is computed per seed against the reference's
 mean over its seeds, so its interval is the run's seed spread; the reference's own spread is its row.
 The members of a group must have the same final evaluated checkpoint.
 
@@ -41,12 +46,12 @@ import pandas as pd
 from biosrecall.atomic import OutputRecord, replace_files
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm import compare_plots as plots
-from biosrecall.lm.evaluate import read_exit_table, read_table, summarize
-from biosrecall.lm.harness import read_harness_table
-from biosrecall.lm.replicates import check_replicates, expand_groups
+from biosrecall.lm.evaluate import EXIT_TABLE, read_eval_table, read_table, summarize
+from biosrecall.lm.harness import TABLE as HARNESS_TABLE
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import aggregate_seeds
-from biosrecall.train.run_folder import fraction_of
+from biosrecall.train.run_folder import CONFIG_FILE, fraction_of
+from biosrecall.train.seed_replicates import check_replicates
 
 RECORD = OutputRecord("lm compare", "lm_compare.parquet")
 """What marks a comparison's files in a folder as `lm compare`'s: its table, always written."""
@@ -92,6 +97,33 @@ def compare_runs(
         exits=_exit_table(final, member_of),
         harness=_harness_table(final, member_of),
     )
+
+
+def expand_groups(arguments: Sequence[str | Path], aggregate: bool) -> dict[str, list[Path]]:
+    """Group label (the argument as given) -> its run folders (module doc)."""
+    groups: dict[str, list[Path]] = {}
+    for argument in arguments:
+        label, folder = str(argument), Path(argument)
+        if label in groups:
+            raise BiosrecallError(f"{label} is given twice")
+        if (folder / CONFIG_FILE).is_file() or not aggregate:
+            groups[label] = [folder]
+            continue
+        members = (
+            sorted(p for p in folder.iterdir() if (p / CONFIG_FILE).is_file()) if folder.is_dir() else []
+        )
+        if not members:
+            raise BiosrecallError(
+                f"{label} is neither a run folder nor a folder of seed runs (no */{CONFIG_FILE} inside)"
+            )
+        groups[label] = members
+    seen: dict[Path, str] = {}
+    for label, members in groups.items():
+        for member in members:
+            if member.resolve() in seen:
+                raise BiosrecallError(f"{member} is compared twice (in {seen[member.resolve()]} and {label})")
+            seen[member.resolve()] = label
+    return groups
 
 
 def _final_checkpoints(summaries: pd.DataFrame) -> pd.DataFrame:
@@ -176,11 +208,11 @@ def _checkpoint_table(summaries: pd.DataFrame, member_of: dict) -> pd.DataFrame:
     return _by_group(members, member_of, ["checkpoint"], values)
 
 
-def _final_rows(read, final: pd.DataFrame) -> pd.DataFrame:
-    """The rows of each member's table `read(run)` (None when absent) at its final NLL checkpoint."""
+def _final_rows(name: str, final: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each member's eval table `name` (where it has one) at its final NLL checkpoint."""
     tables = []
     for run, schedule, checkpoint in final[["run", "schedule", "checkpoint"]].itertuples(index=False):
-        table = read(run)
+        table = read_eval_table(run, name)
         if table is not None and (table["checkpoint"] == checkpoint).any():
             rows = table[table["checkpoint"] == checkpoint]
             tables.append(rows.assign(run=run, schedule=schedule))
@@ -189,7 +221,7 @@ def _final_rows(read, final: pd.DataFrame) -> pd.DataFrame:
 
 def _exit_table(final: pd.DataFrame, member_of: dict) -> pd.DataFrame:
     """The per-token exit rows of each group's final checkpoint (empty when no run has them)."""
-    rows = _final_rows(read_exit_table, final)
+    rows = _final_rows(EXIT_TABLE, final)
     if rows.empty:
         return rows
     return _by_group(rows, member_of, ["criterion", "kind", "parameter"], ["nll", "mean_depth", "p95_depth"])
@@ -198,7 +230,7 @@ def _exit_table(final: pd.DataFrame, member_of: dict) -> pd.DataFrame:
 def _harness_table(final: pd.DataFrame, member_of: dict) -> pd.DataFrame:
     """The lm-eval rows of each group's final checkpoint (empty when no run has them); `stderr` is
     the mean over seeds of lm-eval's own standard error of each seed's score."""
-    rows = _final_rows(read_harness_table, final)
+    rows = _final_rows(HARNESS_TABLE, final)
     if rows.empty:
         return rows
     keys = ["task", "metric", "depth"]
@@ -223,15 +255,8 @@ def format_table(table: pd.DataFrame) -> str:
     """The comparison as aligned text (what `lm compare` prints)."""
     formats = {"mean_nll": ".5f", **dict.fromkeys(_nll_columns(table), ".5f"), "mean_nll_vs_ref_pct": "+.2f"}
     formats.update(flops=".3e", compute_saving_pct=".1f", wall_seconds=".0f", wall_saving_pct=".1f")
-    shown = pd.DataFrame(
-        {
-            "run": [
-                f"{run} *" if ref else run for run, ref in zip(table["run"], table["reference"], strict=True)
-            ]
-        }
-    )
-    shown["schedule"] = table["schedule"]
-    shown["seeds"] = table["n_seeds"]
+    marked = [f"{run} *" if ref else run for run, ref in zip(table["run"], table["reference"], strict=True)]
+    shown = pd.DataFrame({"run": marked, "schedule": table["schedule"], "seeds": table["n_seeds"]})
     shown["update"] = [f"{u:.0f}" for u in table["update"]]
     for column, fmt in formats.items():
         shown[column] = _plus_minus(table, column, fmt)

@@ -3,7 +3,7 @@
     table = evaluate_run("runs/lm-ff")                     # final checkpoint, serving depths 1..16
     table = evaluate_run("runs/lm-ff", checkpoints="all", max_sequences=512)
     summarize(table)                                       # mean serving-depth NLL per checkpoint
-    exits = evaluate_exits("runs/lm-ff", parse_exits("kl:5e-4,stable:2"), sequences=64)
+    exits, _ = evaluate_exits("runs/lm-ff", parse_exits("kl:5e-4,stable:2"), sequences=64)
     norms = evaluate_state_norms("runs/lm-ff", max_depth=64)   # {label: state RMS per depth}, cached
     # CLI: biosrecall lm eval runs/lm-ff [--checkpoint all|final|switch|0.45,1.0] [--max-sequences N]
     #      [--exit kl:5e-4,stable:2 --val-sequences 64 [--applicable-exits]] [--state-norms]
@@ -33,7 +33,8 @@ RUN_DIR/eval/nll_exit.{csv,parquet}, one row per (checkpoint, criterion): the ru
 then criterion (its text, or "K=<k>" for the baseline), kind ("fixed-depth", "fixed",
 "kl", "stable", "entropy", "latent", "accel", "gate"), parameter, nll, mean_depth, p95_depth (exit depth over
 target tokens), eval_tokens. With `applicable` (`lm eval --applicable-exits`) each checkpoint is scored
-on the criteria its recipe can serve (`eval.gate.servable_criteria`; `skipped_exits` names the rest).
+on the criteria its recipe can serve (`eval.gate.servable_criteria`; `evaluate_exits` also returns the
+others, each with why).
 
 `evaluate_state_norms` (`lm eval --state-norms`): the recurrent state's RMS after each depth on the
 first validation windows, cached in each checkpoint folder (`biosrecall.eval.state_norms`).
@@ -61,7 +62,7 @@ from biosrecall.eval.exits import (
     parameter_of,
     parse_exits,
 )
-from biosrecall.eval.gate import check_gates, resolve_gates, servable_criteria
+from biosrecall.eval.gate import resolve_gates, servable_criteria
 from biosrecall.eval.state_norms import LM_WINDOWS, cached_state_norms
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
@@ -90,8 +91,6 @@ def depth_nll(model, batches: Iterable[np.ndarray], depths: Sequence[int], devic
                 loss = F.cross_entropy(logits.float().flatten(0, 1), targets, reduction="sum")
                 sums[index] += float(loss)
         tokens += targets.numel()
-    if tokens == 0:
-        raise BiosrecallError("the validation split gave no sequences to evaluate")
     return pd.DataFrame({"depth": depths, "nll": sums / tokens, "eval_tokens": tokens})
 
 
@@ -131,12 +130,6 @@ def lm_setup(run_dir: Path, checkpoints, data_dir, device, precision) -> LMSetup
     return LMSetup(config, chosen, data_dir, seq_len_of(config), target, autocast_for(target, precision))
 
 
-def _setup(run_dir: Path, checkpoints, data_dir, batch_size: int, sequences, device, precision) -> LMSetup:
-    if batch_size < 1 or (sequences is not None and sequences < 1):
-        raise BiosrecallError("batch size and max sequences must be at least 1")
-    return lm_setup(run_dir, checkpoints, data_dir, device, precision)
-
-
 def evaluate_run(
     run_dir: str | Path,
     *,
@@ -151,7 +144,7 @@ def evaluate_run(
     """Evaluate the checkpoints `checkpoints` selects (selector text, repeated values or a
     `Selector`) of an LM run on the validation split; write and return the table."""
     run_dir = Path(run_dir)
-    setup = _setup(run_dir, checkpoints, data_dir, batch_size, max_sequences, device, precision)
+    setup = lm_setup(run_dir, checkpoints, data_dir, device, precision)
     tables = []
     for name, path in setup.chosen.items():
         model, meta = load_checkpoint(path, device=setup.device)
@@ -174,7 +167,7 @@ def evaluate_state_norms(
 ) -> dict[str, pd.DataFrame]:
     """{checkpoint label: the recurrent state's RMS per depth 1..`max_depth`} on the first `windows`
     validation windows, each cached in its checkpoint folder (`biosrecall.eval.state_norms`)."""
-    setup = _setup(Path(run_dir), checkpoints, data_dir, windows, windows, device, "fp32")
+    setup = lm_setup(Path(run_dir), checkpoints, data_dir, device, "fp32")
 
     def batches():
         return [(torch.from_numpy(rows[:, :-1]), None)
@@ -200,8 +193,6 @@ def criterion_nll(model, windows: Sequence[np.ndarray], criterion, max_depth: in
             for position, (logits, exits) in enumerate(teacher_forced(model, inputs, cap, new_judge)):
                 total += F.cross_entropy(logits.float(), targets[:, position], reduction="sum")
                 depths.append(exits)
-    if not depths:
-        raise BiosrecallError("the validation split gave no sequences to evaluate")
     depths = torch.cat(depths).cpu().numpy()
     return float(total) / depths.size, depths
 
@@ -238,23 +229,10 @@ def exit_criteria(
     if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
         check_servable([criterion for criterion in criteria if criterion not in learned])
     for run_dir in run_dirs:  # every run's selection (and gate) is checked before the first one is evaluated
-        chosen = RunFolder(run_dir).select_checkpoints(checkpoints)
-        for label, path in chosen.items() if applicable else ():
-            resolve_gates(servable_criteria(criteria, run_dir, path)[0], run_dir, label, path, max_depth)
-    if not applicable:
-        check_gates(run_dirs, criteria, checkpoints, max_depth)
+        for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
+            servable = servable_criteria(criteria, run_dir, path)[0] if applicable else criteria
+            resolve_gates(servable, run_dir, label, path, max_depth)
     return criteria
-
-
-def skipped_exits(run_dir, criteria, checkpoints) -> list[str]:
-    """ "<checkpoint>: <criterion>: why", for each criterion a selected checkpoint's recipe cannot serve
-    (what `evaluate_exits(applicable=True)` leaves out)."""
-    chosen = RunFolder(run_dir).select_checkpoints(checkpoints)
-    return [
-        f"{label}: {line}"
-        for label, path in chosen.items()
-        for line in servable_criteria(criteria, run_dir, path)[1]
-    ]
 
 
 def evaluate_exits(
@@ -269,32 +247,33 @@ def evaluate_exits(
     device: str = "auto",
     precision: str = "auto",
     applicable: bool = False,
-) -> pd.DataFrame | None:
+) -> tuple[pd.DataFrame | None, list[str]]:
     """NLL with per-token exit of each criterion (parsed, e.g. `parse_exits("kl:5e-4")`) on the first
-    `sequences` validation windows of the chosen checkpoints; write and return the table (module doc).
-    With `applicable` a checkpoint is scored on the criteria its recipe can serve (`skipped_exits` names
-    the others), and one that can serve none is left out: None, and nothing written, when none can."""
+    `sequences` validation windows of the chosen checkpoints; write the table (module doc) and return
+    it with the criteria left out ("<checkpoint>: <criterion>: why"). With `applicable` a checkpoint is
+    scored on the criteria its recipe can serve, and one that can serve none is left out: the table is
+    None, and nothing is written, when none can."""
 
     run_dir, max_depth = Path(run_dir), check_max_depth(max_depth)
-    setup = _setup(run_dir, checkpoints, data_dir, batch_size, sequences, device, precision)
-    chosen = {name: servable_criteria(criteria, run_dir, path)[0] if applicable else criteria
-              for name, path in setup.chosen.items()}  # fmt: skip
+    setup = lm_setup(run_dir, checkpoints, data_dir, device, precision)
+    chosen, skipped = {}, []
+    for name, path in setup.chosen.items():
+        chosen[name], left_out = servable_criteria(criteria, run_dir, path) if applicable else (criteria, [])
+        skipped += [f"{name}: {line}" for line in left_out]
     # Every gate:delta bound to its checkpoint's fitted gate (or refused) before the first model loads.
     resolved = {name: check_servable(resolve_gates(chosen[name], run_dir, name, path, max_depth))
                 for name, path in setup.chosen.items() if chosen[name]}  # fmt: skip
     if not resolved:
-        return None
+        return None, skipped
     windows = list(validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=sequences))
     tables = []
-    for name, path in setup.chosen.items():
-        if name not in resolved:
-            continue
-        model, meta = load_checkpoint(path, device=setup.device)
-        table = exit_nll(model, windows, resolved[name], max_depth, setup.device, setup.autocast)
+    for name, criteria in resolved.items():
+        model, meta = load_checkpoint(setup.chosen[name], device=setup.device)
+        table = exit_nll(model, windows, criteria, max_depth, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
     write_table(result, RunFolder(run_dir).eval_dir / EXIT_TABLE)
-    return result
+    return result, skipped
 
 
 def with_checkpoint_columns(
@@ -316,12 +295,12 @@ def with_checkpoint_columns(
 
 def read_table(run_dir: str | Path) -> pd.DataFrame:
     """A run's evaluation table, with a pointer to `lm eval` when there is none."""
-    path = RunFolder(run_dir).eval_dir / f"{TABLE}.parquet"
-    if not path.is_file():
+    table = read_eval_table(run_dir, TABLE)
+    if table is None:
         raise BiosrecallError(
             f"{run_dir} has no {EVAL_DIR}/{TABLE}.parquet (run `biosrecall lm eval {run_dir}`)"
         )
-    return pd.read_parquet(path)
+    return table
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
@@ -342,7 +321,8 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["run", "update"], ignore_index=True)
 
 
-def read_exit_table(run_dir: str | Path) -> pd.DataFrame | None:
-    """A run's per-token exit table (`evaluate_exits`), or None when it has none."""
-    path = RunFolder(run_dir).eval_dir / f"{EXIT_TABLE}.parquet"
+def read_eval_table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
+    """A run's table `name` in its eval folder (`EXIT_TABLE`, `biosrecall.lm.harness.TABLE`), or None
+    when it has none."""
+    path = RunFolder(run_dir).eval_dir / f"{name}.parquet"
     return pd.read_parquet(path) if path.is_file() else None

@@ -36,7 +36,7 @@ import json
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
@@ -45,7 +45,6 @@ import torch
 from biosrecall.atomic import OutputRecord, atomic_write_text, check_files_replaceable, replace_files
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import lm_setup, with_checkpoint_columns
-from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model.decode import CachedDecoder
 from biosrecall.outputs import write_table
@@ -53,7 +52,6 @@ from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.run_folder import RunFolder
 
 TABLE = "harness"
-RECORD_SUFFIX = ".json"
 EXTRA = "pip install 'biosrecall[eval]'"
 DEFAULT_DEPTHS = (4, 8, 16)
 DEFAULT_MAX_GEN_TOKENS = 256
@@ -68,22 +66,12 @@ def require_lm_eval():
     return lm_eval
 
 
-def lm_eval_version() -> str:
-
-    try:
-        return version("lm_eval")
-    except PackageNotFoundError:
-        return str(getattr(require_lm_eval(), "__version__", "unknown"))
-
-
 class LoopedScorer:
     """The scoring behind `looped_lm` (module doc): a looped LM at one fixed serving depth."""
 
     def __init__(self, model, tokenizer, depth: int, max_length: int, batch_size: int = 16,
                  autocast=None) -> None:  # fmt: skip
         super().__init__()  # lm_eval's LM sets its rank, world size and cache hook
-        if depth < 1 or max_length < 2 or batch_size < 1:
-            raise BiosrecallError("depth and batch size must be at least 1, the length at least 2")
         self.model, self.tokenizer, self.depth = model, tokenizer, int(depth)
         self.max_length, self.batch_size = int(max_length), int(batch_size)
         self.autocast = autocast or nullcontext
@@ -214,8 +202,6 @@ def resolve_tasks(tasks: Sequence[str], include_path: str | Path | None = None):
     if not tasks:
         raise BiosrecallError("give at least one lm-eval task with --tasks")
     if include_path is not None:
-        if not Path(include_path).is_dir():
-            raise BiosrecallError(f"task folder {include_path} does not exist")
         local = TaskManager(include_path=str(include_path), include_defaults=False)
         if set(tasks) <= set(local.all_subtasks):
             return local, tasks
@@ -233,13 +219,6 @@ def check_tasks(tasks: Sequence[str], manager) -> list[str]:
             "tasks of your own: --include-path DIR of task YAML files)"
         )
     return list(tasks)
-
-
-def check_depths(depths: Sequence[int]) -> list[int]:
-    depths = sorted(set(int(d) for d in depths))
-    if not depths or depths[0] < 1:
-        raise BiosrecallError(f"serving depths must be at least 1, got {depths}")
-    return depths
 
 
 def result_rows(results: dict) -> list[dict]:
@@ -278,19 +257,17 @@ def evaluate_harness(
     table and its record (module doc) and return the table."""
     run_dir = Path(run_dir)
     lm_eval = require_lm_eval()
-    depths = check_depths(depths)
-    if batch_size < 1 or (limit is not None and not limit > 0):
-        raise BiosrecallError("batch size and limit must be positive")
+    depths = sorted(set(depths))
     base = Path(out) if out is not None else RunFolder(run_dir).eval_dir / TABLE
     base = base.with_suffix("") if base.suffix in (".csv", ".parquet") else base
-    record_of = _output_record(base)
+    record_of = OutputRecord("lm harness", f"{base.name}.json", "lm_eval_version")  # marks the table
     names = [f"{base.name}.csv", f"{base.name}.parquet", record_of.name]
     check_files_replaceable(base.parent, names, record_of)  # before hours of scoring, as at the end
     manager, tasks = resolve_tasks(tasks, include_path)
     config, chosen, data_dir, max_length, target, autocast = lm_setup(
         run_dir, checkpoint, data_dir, device, precision
     )
-    tokenizer = load_tokenizer(Path(data_dir) / load_manifest(data_dir)["tokenizer"]["file"])
+    tokenizer = load_tokenizer(Path(data_dir) / "tokenizer.json")  # the folder's, as `lm prepare` wrote it
     tables, record = [], {}
     for name, path in chosen.items():
         model, meta = load_checkpoint(path, device=target)
@@ -312,15 +289,10 @@ def evaluate_harness(
     return table
 
 
-def _output_record(base: Path) -> OutputRecord:
-    """What marks `base`.csv and .parquet as this command's: the record beside them."""
-    return OutputRecord("lm harness", base.name + RECORD_SUFFIX, "lm_eval_version")
-
-
 def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, include_path) -> str:
     """harness.json: what produced the table (lm-eval's task configs hold functions: kept as text)."""
     record = {
-        "lm_eval_version": lm_eval_version(),
+        "lm_eval_version": version("lm_eval"),
         "tasks": list(tasks),
         "depths": list(depths),
         "evaluated_checkpoints": list(chosen),
@@ -332,9 +304,3 @@ def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, inclu
         "task_configs": results.get("configs", {}),
     }
     return json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
-
-
-def read_harness_table(run_dir: str | Path) -> pd.DataFrame | None:
-    """A run's lm-eval table (`evaluate_harness`), or None when it has none."""
-    path = RunFolder(run_dir).eval_dir / f"{TABLE}.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
