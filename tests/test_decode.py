@@ -61,11 +61,7 @@ def reference_decode(model, prompt, max_new_tokens, max_depth, new_judge):
 def _reference_token(model, tokens, exits, max_depth, judge):
     last = len(tokens) - 1
     ids = torch.tensor([tokens])
-    rope = model.rope_at(0, len(tokens))
-    x = model.embed_at(ids)
-    for layer in model.prelude:
-        x = layer(x, rope)
-    inject, state = model.begin_state(x)
+    rope, inject, state = model.start(ids)  # the embedding and the prelude, no cache
     frozen, exit_states, last_states = {}, state.clone(), []
     for depth in range(1, max_depth + 1):
         x = model.recipe.step(model, state, inject, lambda u: u, depth, max_depth)  # the block input

@@ -204,32 +204,18 @@ class LoopedTransformer(nn.Module):
         term and s_0, as the recipe begins (`Recipe.begin`)."""
         seq_len = self._check_tokens(tokens)
         rope = self.rope_at(start, seq_len)
-        x = self.embed_at(tokens, start)
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed.weight[start : start + seq_len]
         for j, layer in enumerate(self.prelude):
             x = layer(x, rope, cache=None if caches is None else caches[j])
-        inject, state = self.begin_state(x, start)
+        noise = self.initial_state(start + seq_len, x.device, x.dtype)
+        inject, state = self.recipe.begin(self, x, None if noise is None else noise[start:])
         return rope, inject, state
 
     def rope_at(self, start: int, length: int) -> Rope:
         """RoPE rotations of positions start .. start + length - 1 (None without RoPE)."""
-        if self.config.position != "rope":
-            return None
-        end = start + length
-        return self.rope_table[start:end].float()
-
-    def embed_at(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token (and learned position) embeddings of `tokens` [B, T] sitting at positions start.."""
-        x = self.embed(tokens)
-        if self.pos_embed is not None:
-            x = x + self.pos_embed.weight[start : start + tokens.shape[1]]
-        return x
-
-    def begin_state(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """(injected term, s_0) from the prelude output `x` [B, T, d] of positions start.. (the
-        incremental decoder calls this one token at a time)."""
-        noise = self.initial_state(start + x.shape[1], x.device, x.dtype)
-        noise = None if noise is None else noise[start:]
-        return self.recipe.begin(self, x, noise)
+        return self.rope_table[start : start + length].float() if self.config.position == "rope" else None
 
     def _iterate(
         self, state: torch.Tensor, inject, steps: int, rope: Rope, done: int, depth: int
