@@ -13,6 +13,10 @@ list. `--config FILE` reads the same names from a TOML file. The executor option
 (`biosrecall.cli.sweep.executor_options`): runs go to processes here or to a Slurm job array. The
 engine does the rest (`biosrecall.experiments.engine`: lock, record, training through the sweep
 engine, tables, claims).
+
+The pieces every study command shares live here too (`figure1`, `capacity` and `lm study` use them):
+`field_options` (an options dataclass as click options), --seeds, --workers, --threads and --quiet,
+the one-line errors of a failed or stopped study (`study_errors`), --archive and the progress lines.
 """
 
 from __future__ import annotations
