@@ -60,6 +60,7 @@ from biosrecall.errors import BiosrecallError, excerpt, first_line
 from biosrecall.files import file_sha256
 from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
 from biosrecall.lm.bundled import bundled_path, is_bundled, read_bundled
+from biosrecall.numbers import check_count
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
@@ -92,8 +93,8 @@ class Corpus:
     ) -> None:
         if not inputs:
             raise BiosrecallError("no input given")
-        if max_documents is not None and max_documents < 1:
-            raise BiosrecallError(f"max_documents must be at least 1, got {max_documents}")
+        if max_documents is not None:
+            check_count(max_documents, "max_documents")
         self.text_column = text_column
         self.hf_split = hf_split
         self.max_documents = max_documents

@@ -65,13 +65,14 @@ from biosrecall.lm.tokenizer import (
     train_tokenizer,
 )
 from biosrecall.locking import output_lock
-from biosrecall.numbers import check_count
+from biosrecall.numbers import check_count, check_number, rates
 from biosrecall.sizing import check_fits, shards_cost
 
 MAGIC = b"BRLMSHRD"
 HEADER = struct.Struct("<8sIIQ32s8x")
 HEADER_BYTES = HEADER.size  # 64, so the tokens start aligned
 DEFAULT_SHARD_TOKENS = 2**27  # 256 MiB of uint16 per shard
+VAL_FRACTION = rates(0.0, 1.0, high_open=True)  # the share of documents held out: [0, 1)
 # What marks a folder as prepared shards: the only kind `lm prepare --overwrite` replaces.
 RECORD = OutputRecord("lm prepare", "manifest.json", "format", MANIFEST_FORMAT)
 _ENCODE_BATCH = 512  # documents per encode call: large enough to use every core, small in memory
@@ -178,8 +179,7 @@ def choose_validation(fingerprints: np.ndarray, val_fraction: float, seed: int) 
     """A bool mask over documents, True for the held-out ones: a draw over the distinct texts (by
     fingerprint, `Corpus.fingerprints`, in order of first appearance), each copy following its text
     (see the module docstring)."""
-    if not 0.0 <= val_fraction < 1.0:
-        raise BiosrecallError(f"validation fraction must be in [0, 1), got {val_fraction}")
+    check_number("validation fraction", val_fraction, VAL_FRACTION)
     _, first, text_of = np.unique(fingerprints, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # texts numbered by first appearance
     rank = np.empty_like(order)
