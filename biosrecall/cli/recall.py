@@ -251,10 +251,7 @@ def recall_curve(
                              refresh=refresh, people=people, overwrite=overwrite)  # fmt: skip
     if state_norms:
         _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device)
-    work_done()  # every file is written: a signal while the results print changes nothing
     _print(result)
-    for path in result.written:
-        click.echo(f"wrote {path}")
 
 
 def _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device) -> None:
@@ -330,35 +327,34 @@ def _score_hf(
     def write(folder: Path):
         return hf_recall_curve(hf_model, data_dir, folder, depths, metric=metric, **options)
 
-    result = write_output(out_dir, overwrite, write)
-    work_done()  # every file is written: a signal while the results print changes nothing
-    _print(result)
-    for path in result.written:
-        click.echo(f"wrote {path}")
+    _print(write_output(out_dir, overwrite, write))
 
 
 def _print(result) -> None:
-    """The summary of recalled bits, then with --exit the per-token gap, the frontier and the headline."""
+    """The summary of recalled bits, then with --exit the per-token gap, the frontier and the headline,
+    then the files written."""
+    work_done()  # every file is written: a signal while the results print changes nothing
     if result.over_seeds:
         shown = [c for c in result.summary.columns if not c.endswith(("_low", "_high"))]
-        click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
         named = result.summary[shown].rename(columns={"group": "run"})  # a group is the run its seeds repeat
-        click.echo(named.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+        _table("recalled bits per person, mean over seeds (intervals in summary.csv):", named, ".2f")
     else:
-        click.echo("recalled bits per person:")
-        click.echo(result.summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+        _table("recalled bits per person:", result.summary, ".2f")
     for line in result.skipped:
         click.echo(f"left out (--applicable-exits): {line}")
     if result.gap is not None:
         columns = ["run", "checkpoint", "criterion", "per_token_bits", "per_token_mean_depth"]
         columns += ["whole_query_bits", "gap_vs_whole_query", "gap_vs_fixed_depth"]
-        click.echo("per-token against whole-query exit:")
-        click.echo(result.gap[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        _table("per-token against whole-query exit:", result.gap[columns], ".3g")
     if result.frontier is not None:
         shown = result.frontier[result.frontier["kind"] != "fixed-depth"]
         columns = ["run", "schedule", "checkpoint", "criterion", "bits", "mean_depth", "p95_depth"]
-        columns.append("flops_per_query")
-        click.echo("adaptive exit:")
-        click.echo(shown[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-        click.echo("mean depth to reach 95% of each run's best recall:")
-        click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        _table("adaptive exit:", shown[[*columns, "flops_per_query"]], ".3g")
+        _table("mean depth to reach 95% of each run's best recall:", result.headline, ".3g")
+    for path in result.written:
+        click.echo(f"wrote {path}")
+
+
+def _table(title: str, frame, digits: str) -> None:
+    click.echo(title)
+    click.echo(frame.to_string(index=False, float_format=lambda x: format(x, digits)))

@@ -16,8 +16,8 @@ Scoring and its cache are `biosrecall.eval.scoring`'s: each checkpoint's table (
 1..max_depth) is kept as `checkpoints/<label>/recall.parquet` with its evaluation key (max_depth,
 threshold, people, the dataset's manifest_hash, the sha256 of the checkpoint's meta.json); a request is
 served from the cache when everything matches and the cached max depth is at least the one asked for,
-so re-plotting never re-evaluates, and needs no weights. `biosrecall.eval.serving.score_runs` adds the
-serving frontier to the same pass (what `recall-curve --exit` and `figure1` call).
+so re-plotting never re-evaluates, and needs no weights. `score_runs` adds the serving frontier
+(`biosrecall.eval.serving`) to the same pass (what `recall-curve --exit` and `figure1` call).
 
 A standard-transformer baseline (a bios-*-std preset: no recurrent block) has one serving depth. It is
 scored there once, and its rows are repeated at every depth 1..max_depth (`served_exact`): its output
@@ -30,22 +30,25 @@ recall, bits, exact, exact_template_0..4, ceiling_bits, chance_bits, threshold, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.gate import resolve_gates, servable_criteria
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold
 from biosrecall.eval.scoring import (
-    CheckpointJob,
     Scoring,
-    job_fraction,
+    job_columns,
+    labelled,
     load_checked_datasets,
     plan_jobs,
     score_checkpoints,
     scored_eval_set,
 )
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
+from biosrecall.eval.token_exit import token_exit_gap
 from biosrecall.train.distributed import resolve_device
 
 TABLE_NAME = "recall_curve"
@@ -75,12 +78,85 @@ def recall_curves(
     On the CPU, checkpoints without a current cache are scored `workers` at a time in processes of
     `threads` threads (`biosrecall.eval.parallel`), with the same numbers as one at a time here.
     """
+    return score_runs(run_dirs, checkpoints, max_depth=max_depth, threshold=threshold, batch_size=batch_size,
+                      device=device, data_dir=data_dir, progress=progress, refresh=refresh, people=people,
+                      workers=workers, threads=threads).recall  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """What `recall-curve` computes for trained runs (`score_runs`)."""
+
+    recall: pd.DataFrame | None
+    """The long recall table (module doc); None when it was not asked for."""
+    frontier: pd.DataFrame | None
+    """The frontier table (`biosrecall.eval.serving`) when criteria were given."""
+    gap: pd.DataFrame | None
+    """Per-token against whole-query exit (`biosrecall.eval.token_exit`) when asked for."""
+    skipped: tuple[str, ...] = ()
+    """With `applicable`: "<run> @ <checkpoint>: <criterion>: why its recipe cannot serve it", per
+    criterion left out."""
+
+
+def score_runs(run_dirs, checkpoints, criteria=(), *, recall: bool = True, per_token: bool = False,
+               max_depth: int = 64, threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE,
+               device: str = "auto", data_dir=None, refresh: bool = False, people: int | None = None,
+               progress: bool | None = None, served=None, workers: int = 1, threads: int = 1,
+               applicable: bool = False) -> RunScores:  # fmt: skip
+    """Recall (when `recall`), and with `criteria` the serving frontier (and with `per_token` the
+    per-token gap), of the selected checkpoints of each run; `served` (run folders) limits the frontier
+    to those runs' final checkpoints (what `figure1` serves). The checkpoints are planned, their gates
+    bound and their datasets loaded once, all before the first model runs; each checkpoint gets one
+    all-depth pass for both tables (`biosrecall.eval.scoring`; on the CPU `workers` at a time in
+    processes of `threads` threads), and per-token decoding only when asked. With `applicable` each
+    checkpoint is scored only on the criteria its recipe can serve (`eval.gate.servable_criteria`), the
+    others named in `skipped`, instead of refusing the call."""
     scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress, refresh)
+    criteria = list(criteria)
+    if per_token and not criteria:
+        raise BiosrecallError("per-token exit needs exit criteria: the criteria to decide per token")
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
+    finals = None if served is None else _finals(served, data_dir)
+    chosen, skipped = {}, []
+    for index, job in enumerate(jobs):
+        if criteria and (finals is None or job.path.resolve() in finals):
+            kept, left_out = (
+                servable_criteria(criteria, job.run_dir, job.path) if applicable else (criteria, [])
+            )
+            skipped += [f"{job.run} @ {job.label}: {line}" for line in left_out]
+            if kept:
+                chosen[index] = kept
+    # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
+    resolved = {index: resolve_gates(kept, jobs[index].run_dir, jobs[index].label, jobs[index].path, max_depth)
+                for index, kept in chosen.items()}  # fmt: skip
     datasets = load_checked_datasets(jobs)
-    check_thresholds(datasets, scoring)
-    scores = score_checkpoints(jobs, datasets, scoring, workers=workers, threads=threads)
-    return label_recall(jobs, scores)
+    for dataset in datasets.values():  # a threshold above the templates every scored fact has
+        check_threshold(scored_eval_set(dataset, scoring.people), scoring.threshold)
+    scores = score_checkpoints(jobs, datasets, scoring, recall=recall, criteria=resolved, workers=workers,
+                               threads=threads)  # fmt: skip
+    table = None
+    if recall:
+        tables = [
+            labelled(job_columns(job, progress=True), score.recall)
+            for job, score in zip(jobs, scores, strict=True)
+        ]
+        table = pd.concat(tables, ignore_index=True)
+    if not resolved:
+        return RunScores(table, None, None, tuple(skipped))
+    served_jobs = [jobs[index] for index in resolved]
+    exits = [scores[index].exits for index in resolved]
+    frontiers = [labelled(job_columns(job), rows) for job, rows in zip(served_jobs, exits, strict=True)]
+    frontier = pd.concat(frontiers, ignore_index=True)
+    gap = (
+        token_exit_gap(served_jobs, datasets, list(resolved.values()), exits, scoring) if per_token else None
+    )
+    return RunScores(table, frontier, gap, tuple(skipped))
+
+
+def _finals(run_dirs, data_dir) -> set[Path]:
+    """The final checkpoints of `run_dirs`, resolved (none for no runs)."""
+    run_dirs = [Path(d) for d in run_dirs]
+    return {job.path.resolve() for job in plan_jobs(run_dirs, "final", data_dir)} if run_dirs else set()
 
 
 def check_scoring(max_depth: int, threshold: int, batch_size: int, people: int | None, device: str = "auto",
@@ -95,32 +171,6 @@ def check_at_least_one(**options: int | None) -> None:
     for name, value in options.items():
         if value is not None and value < 1:
             raise BiosrecallError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
-
-
-def check_thresholds(datasets: dict, scoring: Scoring) -> None:
-    """Refuse a threshold above the templates every scored fact has, in any dataset."""
-    for dataset in datasets.values():
-        check_threshold(scored_eval_set(dataset, scoring.people), scoring.threshold)
-
-
-def label_recall(jobs: list[CheckpointJob], scores) -> pd.DataFrame:
-    """The long recall table: each job's recall table under its run and checkpoint columns."""
-    labelled = [_label(score.recall, job) for job, score in zip(jobs, scores, strict=True)]
-    return pd.concat(labelled, ignore_index=True)
-
-
-def _label(table: pd.DataFrame, job: CheckpointJob) -> pd.DataFrame:
-    labels = {
-        "run": job.run,
-        "schedule": str(job.meta.get("schedule", "")),
-        "checkpoint": job.label,
-        "fraction": job_fraction(job),
-        "update": int(job.meta.get("update", -1)),
-        "flops": float(job.meta.get("flops", float("nan"))),
-        "budget": float(job.meta.get("budget", float("nan"))),
-    }
-    front = pd.DataFrame({name: [value] * len(table) for name, value in labels.items()})
-    return pd.concat([front, table.reset_index(drop=True)], axis=1)
 
 
 def summary_table(table: pd.DataFrame, depths=(1, 4, 16, 64), training_depth: int = 16) -> pd.DataFrame:

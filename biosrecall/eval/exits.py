@@ -136,8 +136,17 @@ class StateTrail:
         return StepStats(latent=latent, accel=accel)
 
 
+class OneParameter:
+    """A criterion whose one parameter is its first field: written `name:value` (its `spec`)."""
+
+    @property
+    def spec(self) -> str:
+        value = next(iter(vars(self).values()))
+        return f"{self.name}:{value if isinstance(value, int) else format(value, 'g')}"
+
+
 @dataclass(frozen=True)
-class Fixed:
+class Fixed(OneParameter):
     """Stop at depth K."""
 
     depth: int
@@ -148,13 +157,9 @@ class Fixed:
         # depth may be a column of depths; adding it to a zeroed statistic broadcasts it to the rows
         return stats.unchanged * 0 + depth >= self.depth
 
-    @property
-    def spec(self) -> str:
-        return f"fixed:{self.depth}"
-
 
 @dataclass(frozen=True)
-class KL:
+class KL(OneParameter):
     """Stop when KL(p_k || p_{k-1}) < eps."""
 
     eps: float
@@ -164,13 +169,9 @@ class KL:
     def holds(self, depth: int, stats: StepStats):
         return stats.kl < self.eps
 
-    @property
-    def spec(self) -> str:
-        return f"kl:{self.eps:g}"
-
 
 @dataclass(frozen=True)
-class Stable:
+class Stable(OneParameter):
     """Stop when the argmax has not changed for m iterations."""
 
     iterations: int
@@ -180,13 +181,9 @@ class Stable:
     def holds(self, depth: int, stats: StepStats):
         return stats.unchanged >= self.iterations
 
-    @property
-    def spec(self) -> str:
-        return f"stable:{self.iterations}"
-
 
 @dataclass(frozen=True)
-class Entropy:
+class Entropy(OneParameter):
     """Stop when the readout's entropy is below h nats."""
 
     nats: float
@@ -195,10 +192,6 @@ class Entropy:
 
     def holds(self, depth: int, stats: StepStats):
         return stats.entropy < self.nats
-
-    @property
-    def spec(self) -> str:
-        return f"entropy:{self.nats:g}"
 
 
 @dataclass(frozen=True)
@@ -223,7 +216,7 @@ def _state_field(stats: StepStats, name: str):
 
 
 @dataclass(frozen=True)
-class Latent:
+class Latent(OneParameter):
     """Stop when the state's relative change ||s_k - s_{k-1}|| / ||s_k|| < eps (no readout)."""
 
     eps: float
@@ -234,13 +227,9 @@ class Latent:
     def holds(self, depth: int, stats: StepStats):
         return _state_field(stats, "latent") < self.eps
 
-    @property
-    def spec(self) -> str:
-        return f"latent:{self.eps:g}"
-
 
 @dataclass(frozen=True)
-class Accel:
+class Accel(OneParameter):
     """Stop when the relative second difference of the state is below eps at two iterations in a row
     (no readout)."""
 
@@ -252,13 +241,9 @@ class Accel:
     def holds(self, depth: int, stats: StepStats):
         return _state_field(stats, "accel") < self.eps
 
-    @property
-    def spec(self) -> str:
-        return f"accel:{self.eps:g}"
-
 
 @dataclass(frozen=True)
-class Gate:
+class Gate(OneParameter):
     """The learned exit gate at recall loss delta, before it is resolved against a run's fitted gate
     (`biosrecall.eval.gate.resolve_gates` turns it into a `GateExit`, which serves and scores)."""
 
@@ -269,13 +254,9 @@ class Gate:
     def holds(self, depth: int, stats: StepStats):
         raise BiosrecallError(_UNRESOLVED_GATE.format(delta=self.delta))
 
-    @property
-    def spec(self) -> str:
-        return f"gate:{self.delta:g}"
-
 
 @dataclass(frozen=True)
-class GateCdf:
+class GateCdf(OneParameter):
     """Ouro's exit rule at level q on the gate a recipe trains, before it is bound to a checkpoint's
     model (`biosrecall.eval.gate.resolve_gates` turns it into a `RecipeGateExit`)."""
 
@@ -287,10 +268,6 @@ class GateCdf:
         raise BiosrecallError(
             f"cdf:{self.q:g} reads a checkpoint's trained exit gate: resolve it against one first"
         )
-
-    @property
-    def spec(self) -> str:
-        return f"cdf:{self.q:g}"
 
 
 LEARNED = (Gate, GateCdf)
@@ -394,13 +371,10 @@ def check_servable(criteria) -> list[Criterion]:
     """The criteria, if a per-token exit can use every one (the oracle reads the answer, so it cannot)."""
     if not criteria:
         raise BiosrecallError("no exit criterion given")
-    if any(isinstance(criterion, Oracle) for criterion in criteria):
-        raise BiosrecallError(_CANNOT_SERVE)
-    unresolved = next((criterion for criterion in criteria if isinstance(criterion, LEARNED)), None)
-    if isinstance(unresolved, Gate):
-        raise BiosrecallError(_UNRESOLVED_GATE.format(delta=unresolved.delta))
-    if unresolved is not None:
-        unresolved.holds(1, None)  # its one-line refusal
+    # The oracle's refusal first, then the first criterion still to be bound to a checkpoint's gate.
+    for criterion in sorted(criteria, key=lambda criterion: not isinstance(criterion, Oracle)):
+        if isinstance(criterion, (Oracle, *LEARNED)):
+            criterion.holds(1, StepStats())  # its one-line refusal
     return list(criteria)
 
 

@@ -43,15 +43,9 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import DEFAULT_SWEEPS, LEARNED, Gate, GateCdf, check_max_depth
+from biosrecall.eval.exits import DEFAULT_SWEEPS, LEARNED, Gate, GateCdf, OneParameter, check_max_depth
 from biosrecall.eval.gate_data import calibrate
-from biosrecall.eval.sweep import (
-    DEFAULT_BATCH_SIZE,
-    answer_batch,
-    check_one_trajectory,
-    exact_rows,
-    plan_batches,
-)
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, check_one_trajectory, exact_rows
 from biosrecall.files import file_sha256, read_json_object, require_regular_file
 from biosrecall.model.decode import gate_cdf_judges
 from biosrecall.model.recipes import get_recipe
@@ -124,45 +118,43 @@ def batch_states(model, batch, depth: int, readouts: bool):
 
 def trace_queries(model, queries, depth: int, batch_size: int = DEFAULT_BATCH_SIZE) -> Trace:
     """The `Trace` of `queries` (an `EvalSet`) at depths 1..depth, one all-depth pass per batch."""
-    device = next(model.parameters()).device
     states, argmax, query_of = [], [], []
     exact = np.zeros((depth, len(queries)), dtype=bool)
-    with torch.inference_mode():
-        for rows in plan_batches(queries, batch_size):
-            batch = answer_batch(queries, rows, device)
-            seen, logits = batch_states(model, batch, depth, readouts=True)
-            states.append(torch.stack(seen).cpu())
-            argmax.append(torch.stack([out.argmax(-1) for out in logits]).cpu())
-            exact[:, rows] = torch.stack([exact_rows(out, batch) for out in logits]).cpu().numpy()
-            query_of.append(torch.as_tensor(rows)[batch.row_of_target.cpu()])
+    for batch in answer_batches(model, queries, batch_size):
+        seen, logits = batch_states(model, batch, depth, readouts=True)
+        states.append(torch.stack(seen).cpu())
+        argmax.append(torch.stack([out.argmax(-1) for out in logits]).cpu())
+        exact[:, batch.rows] = torch.stack([exact_rows(out, batch) for out in logits]).cpu().numpy()
+        query_of.append(torch.as_tensor(batch.rows)[batch.row_of_target.cpu()])
     return Trace(torch.cat(states, 1), torch.cat(argmax, 1), exact, torch.cat(query_of))
+
+
+def smallest_per_query(values: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
+    """[D, M]: per depth, the smallest of `values` [D, P] over each query's positions (`query_of` [P])."""
+    out = torch.full((len(values), queries), float("inf"), dtype=torch.float64, device=values.device)
+    index = query_of.expand(len(values), -1)
+    return out.scatter_reduce(1, index, values.double(), "amin").cpu().numpy()
 
 
 def query_logits(head: GateHead, states: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
     """[D, M]: per depth, the smallest gate logit over each query's positions (states [D, P, d])."""
     depths = torch.arange(1, len(states) + 1)[:, None]
     with torch.inference_mode():
-        logits = head(states, depths).double()
-    out = torch.full((len(states), queries), float("inf"), dtype=torch.float64)
-    index = query_of.expand(len(states), -1)
-    return out.scatter_reduce(1, index, logits, "amin", include_self=True).numpy()
+        return smallest_per_query(head(states, depths), query_of, queries)
 
 
-def gate_scores_by_depth(model, head: GateHead, eval_set, max_depth: int, cap: int,
-                         batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:  # fmt: skip
-    """[max_depth, M] whole-query gate logits of `eval_set` at depths 1 .. cap - 1 (-inf deeper, where
-    the gate is not asked), from the model's own pass (readout only at the last depth needed)."""
+def gate_scores_by_depth(model, eval_set, max_depth: int, cap: int, batch_size: int, score) -> np.ndarray:
+    """[max_depth, M] whole-query gate scores of `eval_set` at depths 1 .. cap - 1 (-inf deeper, where
+    the gate is not asked): `score(states [D, P, d])` [D, P] reduced to each query's smallest, from the
+    model's own pass (readout only at the last depth needed)."""
     scores = np.full((check_max_depth(max_depth), len(eval_set)), -np.inf)
     if cap <= 1:
         return scores
-    device = next(model.parameters()).device
-    head = head.to(device)
-    with torch.inference_mode():
-        for rows in plan_batches(eval_set, batch_size):
-            batch = answer_batch(eval_set, rows, device)
-            seen, _ = batch_states(model, batch, cap - 1, readouts=False)
-            local = query_logits(head, torch.stack(seen), batch.row_of_target, len(rows))
-            scores[: cap - 1, rows] = local
+    for batch in answer_batches(model, eval_set, batch_size):
+        seen, _ = batch_states(model, batch, cap - 1, readouts=False)
+        scores[: cap - 1, batch.rows] = smallest_per_query(
+            score(torch.stack(seen)), batch.row_of_target, len(batch.rows)
+        )
     return scores
 
 
@@ -306,7 +298,7 @@ def _read_gate(folder: Path, checkpoint, meta: dict) -> FittedGate:
 
 
 @dataclass(frozen=True, eq=False)
-class GateExit:
+class GateExit(OneParameter):
     """`gate:delta` resolved against one checkpoint's gate: stop at the first depth whose logit is at
     least `threshold` (None: never early), and at `cap`, the gate's reference depth, at the latest."""
 
@@ -316,10 +308,6 @@ class GateExit:
     head: GateHead = field(repr=False)
     name = "gate"
     reads = "gate"
-
-    @property
-    def spec(self) -> str:
-        return f"gate:{self.delta:g}"
 
     def holds(self, depth, stats):
         values = np.asarray(stats.gate)
@@ -331,23 +319,22 @@ class GateExit:
 
     def scores(self, model, eval_set, max_depth: int, batch_size: int) -> np.ndarray:
         """[max_depth, M] whole-query gate logits, what `holds` compares (`gate_scores_by_depth`)."""
-        return gate_scores_by_depth(model, self.head, eval_set, max_depth, self.cap, batch_size)
+        head = self.head.to(next(model.parameters()).device)
+        depths = torch.arange(1, self.cap)[:, None]
+        return gate_scores_by_depth(
+            model, eval_set, max_depth, self.cap, batch_size, lambda s: head(s, depths)
+        )
 
     def judge(self):
         """A per-token judge for the decoder: given the state [..., d] after iteration `depth`."""
-
-        def judge(depth: int, state: torch.Tensor) -> torch.Tensor:
-            if self.threshold is None or depth >= self.cap:
-                return torch.zeros(state.shape[:-1], dtype=torch.bool)
-            with torch.inference_mode():
-                return (self.head.to(state.device)(state, depth) >= self.threshold).cpu()
-
-        judge.reads_state = True
-        return judge
+        cap = 1 if self.threshold is None else self.cap  # no threshold passed: never asked, never early
+        return _capped_judge(
+            cap, lambda depth, state: self.head.to(state.device)(state, depth) >= self.threshold
+        )
 
 
 @dataclass(frozen=True, eq=False)
-class RecipeGateExit:
+class RecipeGateExit(OneParameter):
     """`cdf:q` bound to one checkpoint whose recipe trains an exit gate (`Recipe.exit_gate`, e.g.
     ouro-gate): stop at the first depth where the exit CDF 1 - prod_{i<=t} (1 - lambda_i) of every
     checked position reaches q, lambda being the recipe's own gate (`Recipe.gate`), and at `cap`."""
@@ -357,10 +344,6 @@ class RecipeGateExit:
     checkpoint: Path
     name = "cdf"
     reads = "gate"
-
-    @property
-    def spec(self) -> str:
-        return f"cdf:{self.q:g}"
 
     def holds(self, depth, stats):
         return np.asarray(stats.gate) >= self.q
@@ -372,33 +355,33 @@ class RecipeGateExit:
     def scores(self, model, eval_set, max_depth: int, batch_size: int) -> np.ndarray:
         """[max_depth, M]: per depth, the smallest exit CDF over each query's positions (-inf from the
         cap on, where no gate is read), from the model's own pass."""
-        scores = np.full((check_max_depth(max_depth), len(eval_set)), -np.inf)
-        if self.cap <= 1:
-            return scores
-        device = next(model.parameters()).device
-        with torch.inference_mode():
-            for rows in plan_batches(eval_set, batch_size):
-                batch = answer_batch(eval_set, rows, device)
-                seen, _ = batch_states(model, batch, self.cap - 1, readouts=False)
-                cdf = 1 - torch.cumprod(1 - model.recipe.gate(model, torch.stack(seen)).double(), dim=0)
-                out = torch.full((len(seen), len(rows)), float("inf"), dtype=torch.float64, device=cdf.device)
-                index = batch.row_of_target.expand(len(seen), -1)
-                scores[: self.cap - 1, rows] = out.scatter_reduce(1, index, cdf, "amin").cpu().numpy()
-        return scores
+
+        def cdf(states: torch.Tensor) -> torch.Tensor:
+            return 1 - torch.cumprod(1 - model.recipe.gate(model, states).double(), dim=0)
+
+        return gate_scores_by_depth(model, eval_set, max_depth, self.cap, batch_size, cdf)
 
     def judge(self):
         """A per-token judge for the decoder (`model.decode.gate_cdf_judges` on this checkpoint)."""
         model = _gate_model(str(self.checkpoint))
         inner = gate_cdf_judges(model, self.q)()
+        return _capped_judge(
+            self.cap, lambda depth, state: inner(depth, state.to(next(model.parameters()).device))
+        )
 
-        def judge(depth: int, state: torch.Tensor) -> torch.Tensor:
-            if depth >= self.cap:
-                return torch.zeros(state.shape[:-1], dtype=torch.bool)
-            with torch.inference_mode():
-                return inner(depth, state.to(next(model.parameters()).device)).cpu()
 
-        judge.reads_state = True
-        return judge
+def _capped_judge(cap: int, decide):
+    """A per-token judge of the state [..., d] after iteration `depth` (`reads_state`): `decide(depth,
+    state)` before `cap`, never from it on (the gate is not asked where every query stops)."""
+
+    def judge(depth: int, state: torch.Tensor) -> torch.Tensor:
+        if depth >= cap:
+            return torch.zeros(state.shape[:-1], dtype=torch.bool)
+        with torch.inference_mode():
+            return decide(depth, state).cpu()
+
+    judge.reads_state = True
+    return judge
 
 
 @functools.lru_cache(maxsize=2)
@@ -407,14 +390,20 @@ def _gate_model(checkpoint: str):
     return load_checkpoint(checkpoint)[0].eval()
 
 
+def _recipe_of(checkpoint):
+    """(name, `Recipe`) of the recipe the checkpoint was trained with."""
+    name = (read_meta(Path(checkpoint)).get("model_config") or {}).get("recipe", "baseline")
+    return name, get_recipe(name)
+
+
 def _resolve_recipe_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> list:
     """The criteria with every `cdf:q` bound to the checkpoint, refused unless its recipe trains a gate."""
     if not any(isinstance(criterion, GateCdf) for criterion in criteria):
         return list(criteria)
     if any(isinstance(criterion, Gate) for criterion in criteria):
         raise BiosrecallError("cdf:q and gate:delta read different gates: score them in separate calls")
-    recipe_name = (read_meta(Path(checkpoint)).get("model_config") or {}).get("recipe", "baseline")
-    if not get_recipe(recipe_name).exit_gate:
+    recipe_name, recipe = _recipe_of(checkpoint)
+    if not recipe.exit_gate:
         raise BiosrecallError(
             f"cdf:q reads the exit gate a recipe trains (--recipe ouro-gate); {run_dir} @ {label} was trained "
             f"with recipe {recipe_name}, which has none"
@@ -449,8 +438,7 @@ def servable_criteria(criteria, run_dir, checkpoint) -> tuple[list, list[str]]:
     trajectory over depths, which a recipe whose iterations are told K (loopformer) does not run. What
     `--applicable-exits` scores on each checkpoint instead of refusing the call."""
     RunFolder(run_dir).read_config()  # registers a recipe the run trained from --recipe-module
-    name = (read_meta(Path(checkpoint)).get("model_config") or {}).get("recipe", "baseline")
-    recipe = get_recipe(name)
+    name, recipe = _recipe_of(checkpoint)
     kept, skipped = [], []
     for criterion in criteria:
         if isinstance(criterion, GateCdf) and not recipe.exit_gate:

@@ -69,7 +69,7 @@ def chance_pool_bits(
     return np.log2(sizes) / sizes
 
 
-def _fact_index(eval_set) -> tuple[np.ndarray, int]:
+def fact_index(eval_set) -> tuple[np.ndarray, int]:
     """Flat (person, attribute) index of every row, and the number of people in the eval set."""
     # Person ids need not be 0..N-1 (an eval set of a subset of people); number them densely.
     _, person = np.unique(np.asarray(eval_set.person), return_inverse=True)
@@ -79,7 +79,7 @@ def _fact_index(eval_set) -> tuple[np.ndarray, int]:
 
 def check_threshold(eval_set, threshold: int) -> None:
     """The threshold must be reachable: 1 <= threshold <= templates per fact."""
-    fact, people = _fact_index(eval_set)
+    fact, people = fact_index(eval_set)
     templates_per_fact = np.bincount(fact, minlength=people * len(ATTRIBUTES))
     fewest = int(templates_per_fact.min())
     if not 1 <= threshold <= fewest:
@@ -94,7 +94,7 @@ def score_exact(
     """Score one depth's exact flags (bool [M], aligned with the eval set's rows)."""
     exact = np.asarray(exact, dtype=bool)
     check_threshold(eval_set, threshold)
-    fact, people = _fact_index(eval_set)
+    fact, people = fact_index(eval_set)
     attributes = len(ATTRIBUTES)
     exact_per_fact = np.bincount(fact, weights=exact, minlength=people * attributes)
     fact_recalled = exact_per_fact.reshape(people, attributes) >= threshold

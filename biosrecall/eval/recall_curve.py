@@ -99,7 +99,7 @@ def score_and_write(
     """Score the `checkpoints` of each run (default: every budget fraction) at depths 1..`max_depth` and
     write the files of the module doc into `out_dir` (`write_output`). `exits` are exit-criteria texts
     (`kl:1e-3`, `biosrecall.eval.exits`); with `applicable_exits` each checkpoint is scored on those its
-    recipe can serve, the others left out (`eval.serving.score_runs`); everything is checked before the
+    recipe can serve, the others left out (`eval.curves.score_runs`); everything is checked before the
     first model runs."""
     check_output(out_dir, overwrite)
     criteria = _criteria(exits, max_depth)

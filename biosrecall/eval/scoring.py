@@ -100,6 +100,10 @@ class CheckpointScores:
     recall: pd.DataFrame | None
     exits: pd.DataFrame | None
 
+    def lacks(self, recall: bool, criteria) -> bool:
+        """A table asked for (`recall`, frontier rows for `criteria`) is not here: a pass is needed."""
+        return (recall and self.recall is None) or (bool(criteria) and self.exits is None)
+
 
 def run_labels(run_dirs) -> list[str]:
     """Folder names, or the paths as given where two runs share a name."""
@@ -151,18 +155,27 @@ def scored_eval_set(dataset, people: int | None):
     return dataset.eval_set(np.arange(people))
 
 
-def job_fraction(job: CheckpointJob) -> float:
-    """The checkpoint's budget fraction; for the switch checkpoint, the share of the budget spent."""
+def job_columns(job: CheckpointJob, progress: bool = False) -> dict:
+    """The label columns of a checkpoint's rows: run, schedule, checkpoint, fraction (for the switch
+    checkpoint, the share of the budget spent), and with `progress` update, flops and budget (the recall
+    table's `curves.RUN_COLUMNS`)."""
+    meta = job.meta
+    flops, budget = float(meta.get("flops", math.nan)), float(meta.get("budget", math.nan))
     fraction = fraction_of(job.label)
-    if fraction is not None:
-        return fraction
-    return float(job.meta.get("flops", math.nan)) / float(job.meta.get("budget", math.nan))
+    columns = {
+        "run": job.run,
+        "schedule": str(meta.get("schedule", "")),
+        "checkpoint": job.label,
+        "fraction": flops / budget if fraction is None else fraction,
+    }
+    if progress:
+        columns.update(update=int(meta.get("update", -1)), flops=flops, budget=budget)
+    return columns
 
 
-def job_columns(job: CheckpointJob) -> dict:
-    """The label columns of a checkpoint's frontier rows: run, schedule, checkpoint, fraction."""
-    schedule = str(job.meta.get("schedule", ""))
-    return {"run": job.run, "schedule": schedule, "checkpoint": job.label, "fraction": job_fraction(job)}
+def labelled(columns: dict, rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` under label columns holding `columns`' values (a checkpoint's, `job_columns`)."""
+    return pd.concat([pd.DataFrame([columns] * len(rows)), rows.reset_index(drop=True)], axis=1)
 
 
 # --- the one pass ---------------------------------------------------------------------------------
@@ -199,40 +212,33 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
     cache when current, else from one all-depth pass that yields both. `eval_set` is
     `scored_eval_set(dataset, scoring.people)`, built once by the caller and shared by its checkpoints."""
     criteria = list(criteria)
-    recall_key = _recall_key(job, dataset, scoring)
-    exits_key = _exits_key(job, dataset, scoring, criteria)
-    cacheable = _cacheable(criteria)
-    recall_table_ = None
-    if recall and not scoring.refresh:
-        recall_table_ = _read_recall(job, recall_key)
-    exits = None
-    if criteria and cacheable and not scoring.refresh:
-        exits = read_cached(exits_cache_file(job.path), exits_key)
-    if (recall and recall_table_ is None) or (criteria and exits is None):
-        model, _ = load_checkpoint(job.path, device=scoring.device)
-        options = {"batch_size": scoring.batch_size, "progress": scoring.progress}
-        if criteria and exits is None:
-            stats = query_stats_by_depth(model, eval_set, scoring.max_depth, criteria,
-                                         label=f"{job.run} @ {job.label}", **options)  # fmt: skip
-            exact = stats.exact
-            config = getattr(model, "config", None)
-            exits = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, scoring.max_depth, config,
-                              scoring.threshold)  # fmt: skip
-            if cacheable:
-                write_cached(exits_cache_file(job.path), exits_key, exits)
-        else:
-            exact = served_exact(model, eval_set, scoring.max_depth, label=f"{job.run} @ {job.label}",
-                                 **options)  # fmt: skip
-        if recall and recall_table_ is None:
-            chance = dataset.manifest.get("chance_bits_per_attribute")
-            recall_table_ = recall_table(
-                exact, eval_set, dataset.pool_sizes, scoring.threshold, chance_bits=chance
-            )
-            recall_table_["manifest_hash"] = dataset.manifest_hash
-            write_cached(recall_cache_file(job.path), recall_key, recall_table_)
-        del model
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    cached = _cached(job, dataset, scoring, recall, criteria)
+    if not cached.lacks(recall, criteria):
+        return cached
+    recall_table_, exits = cached.recall, cached.exits
+    model, _ = load_checkpoint(job.path, device=scoring.device)
+    label = f"{job.run} @ {job.label}"
+    options = {"batch_size": scoring.batch_size, "progress": scoring.progress, "label": label}
+    if criteria and exits is None:
+        stats = query_stats_by_depth(model, eval_set, scoring.max_depth, criteria, **options)
+        exact = stats.exact
+        config = getattr(model, "config", None)
+        exits = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, scoring.max_depth, config,
+                          scoring.threshold)  # fmt: skip
+        if _cacheable(criteria):
+            write_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, criteria), exits)
+    else:
+        exact = served_exact(model, eval_set, scoring.max_depth, **options)
+    if recall and recall_table_ is None:
+        chance = dataset.manifest.get("chance_bits_per_attribute")
+        recall_table_ = recall_table(
+            exact, eval_set, dataset.pool_sizes, scoring.threshold, chance_bits=chance
+        )
+        recall_table_["manifest_hash"] = dataset.manifest_hash
+        write_cached(recall_cache_file(job.path), _recall_key(job, dataset, scoring), recall_table_)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return CheckpointScores(recall_table_, exits)
 
 
@@ -247,11 +253,12 @@ def score_checkpoints(jobs: Sequence[CheckpointJob], datasets: Mapping[Path, obj
     scores: dict[int, CheckpointScores] = {}
     if workers > 1 and scoring.device.type == "cpu":
         quiet = replace(scoring, progress=False)
+        wanted = [list(criteria.get(index, ())) for index in range(len(jobs))]
         pending = [
             index for index, job in enumerate(jobs)
-            if _needs_pass(job, datasets[job.dataset_path], scoring, recall, criteria.get(index, ()))
+            if _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index]).lacks(recall, wanted[index])
         ]  # fmt: skip
-        items = [(jobs[index], quiet, recall, list(criteria.get(index, ()))) for index in pending]
+        items = [(jobs[index], quiet, recall, wanted[index]) for index in pending]
         scores = dict(zip(pending, map_in_processes(_score_job, items, workers, threads), strict=True))
     return [
         scores[index] if index in scores else score_checkpoint(
@@ -262,14 +269,15 @@ def score_checkpoints(jobs: Sequence[CheckpointJob], datasets: Mapping[Path, obj
     ]  # fmt: skip
 
 
-def _needs_pass(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteria) -> bool:
+def _cached(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteria: list) -> CheckpointScores:
+    """The tables asked for that the checkpoint's caches hold current (None for each that is not)."""
     if scoring.refresh:
-        return True
-    if recall and _read_recall(job, _recall_key(job, dataset, scoring)) is None:
-        return True
-    if not criteria or not _cacheable(criteria):
-        return bool(criteria)
-    return read_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, list(criteria))) is None
+        return CheckpointScores(None, None)
+    table = _read_recall(job, _recall_key(job, dataset, scoring)) if recall else None
+    exits = None
+    if criteria and _cacheable(criteria):
+        exits = read_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, criteria))
+    return CheckpointScores(table, exits)
 
 
 def _cacheable(criteria) -> bool:

@@ -28,7 +28,6 @@ them when they are already there for the same runs, criteria and max depth.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -36,21 +35,13 @@ import pandas as pd
 from biosrecall.bios import load_dataset
 from biosrecall.bios.tokenizer import SEP_TOKEN, SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import check_scoring, check_thresholds, label_recall
+from biosrecall.eval.curves import score_runs
 from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, exit_judge, parse_exit
-from biosrecall.eval.gate import resolve_gates, servable_criteria
+from biosrecall.eval.gate import resolve_gates
 from biosrecall.eval.plots import plot_exit_frontier
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, RECALL_SHARE
-from biosrecall.eval.scoring import (
-    BASELINE,
-    FLOPS_ACCOUNT,
-    job_columns,
-    load_checked_datasets,
-    plan_jobs,
-    score_checkpoints,
-)
+from biosrecall.eval.scoring import BASELINE, FLOPS_ACCOUNT
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
-from biosrecall.eval.token_exit import token_exit_gap
 from biosrecall.model.decode import greedy_decode
 from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
@@ -74,89 +65,9 @@ def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
     """The frontier table (module doc) of the selected checkpoints of each run; on the CPU, `workers`
     checkpoints at a time in processes of `threads` threads (`biosrecall.eval.parallel`)."""
     max_depth = check_max_depth(max_depth)
-    scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress)
-    jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
-    # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
-    resolved = {index: resolve_gates(criteria, job.run_dir, job.label, job.path, max_depth)
-                for index, job in enumerate(jobs)}  # fmt: skip
-    datasets = load_checked_datasets(jobs)
-    check_thresholds(datasets, scoring)
-    scored = score_checkpoints(jobs, datasets, scoring, recall=False, criteria=resolved, workers=workers,
-                               threads=threads)  # fmt: skip
-    return _frontier_table(jobs, [score.exits for score in scored])
-
-
-def _frontier_table(jobs, exits) -> pd.DataFrame:
-    """Every job's frontier rows under its label columns, in one table."""
-    tables = [pd.concat([pd.DataFrame([job_columns(job)] * len(rows)), rows], axis=1)
-              for job, rows in zip(jobs, exits, strict=True)]  # fmt: skip
-    return pd.concat(tables, ignore_index=True)
-
-
-@dataclass(frozen=True)
-class RunScores:
-    """What `recall-curve` computes for trained runs (`score_runs`)."""
-
-    recall: pd.DataFrame
-    """The long recall table of `biosrecall.eval.curves.recall_curves`."""
-    frontier: pd.DataFrame | None
-    """The frontier table (module doc) when criteria were given."""
-    gap: pd.DataFrame | None
-    """Per-token against whole-query exit (`biosrecall.eval.token_exit`) when asked for."""
-    skipped: tuple[str, ...] = ()
-    """With `applicable`: "<run> @ <checkpoint>: <criterion>: why its recipe cannot serve it", per
-    criterion left out."""
-
-
-def score_runs(run_dirs, checkpoints, criteria=(), *, per_token: bool = False, max_depth: int = 64,
-               threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto",
-               data_dir=None, refresh: bool = False, people: int | None = None,
-               progress: bool | None = None, served=None, workers: int = 1, threads: int = 1,
-               applicable: bool = False) -> RunScores:  # fmt: skip
-    """Recall, and with `criteria` the serving frontier (and with `per_token` the per-token gap), of
-    the selected checkpoints of each run; `served` (run folders) limits the frontier to those runs'
-    final checkpoints (what `figure1` serves). The checkpoints are planned, their gates bound and
-    their datasets loaded once, all before the first model runs; each checkpoint gets one all-depth
-    pass for both tables (`biosrecall.eval.scoring`; on the CPU `workers` at a time in processes of
-    `threads` threads), and per-token decoding only when asked. With `applicable` each checkpoint is
-    scored only on the criteria its recipe can serve (`eval.gate.servable_criteria`), the others named
-    in `skipped`, instead of refusing the call."""
-    scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress, refresh)
-    criteria = list(criteria)
-    if per_token and not criteria:
-        raise BiosrecallError("per-token exit needs exit criteria: the criteria to decide per token")
-    jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
-    finals = None if served is None else _finals(served, data_dir)
-    chosen, skipped = {}, []
-    for index, job in enumerate(jobs):
-        if criteria and (finals is None or job.path.resolve() in finals):
-            kept, left_out = (
-                servable_criteria(criteria, job.run_dir, job.path) if applicable else (criteria, [])
-            )
-            skipped += [f"{job.run} @ {job.label}: {line}" for line in left_out]
-            if kept:
-                chosen[index] = kept
-    resolved = {index: resolve_gates(kept, jobs[index].run_dir, jobs[index].label, jobs[index].path, max_depth)
-                for index, kept in chosen.items()}  # fmt: skip
-    datasets = load_checked_datasets(jobs)
-    check_thresholds(datasets, scoring)
-    scores = score_checkpoints(jobs, datasets, scoring, criteria=resolved, workers=workers, threads=threads)
-    recall = label_recall(jobs, scores)
-    if not resolved:
-        return RunScores(recall, None, None, tuple(skipped))
-    served_jobs = [jobs[index] for index in resolved]
-    exits = [scores[index].exits for index in resolved]
-    frontier = _frontier_table(served_jobs, exits)
-    gap = (
-        token_exit_gap(served_jobs, datasets, list(resolved.values()), exits, scoring) if per_token else None
-    )
-    return RunScores(recall, frontier, gap, tuple(skipped))
-
-
-def _finals(run_dirs, data_dir) -> set[Path]:
-    """The final checkpoints of `run_dirs`, resolved (none for no runs)."""
-    run_dirs = [Path(d) for d in run_dirs]
-    return {job.path.resolve() for job in plan_jobs(run_dirs, "final", data_dir)} if run_dirs else set()
+    return score_runs(run_dirs, checkpoints, criteria, recall=False, max_depth=max_depth, threshold=threshold,
+                      batch_size=batch_size, device=device, data_dir=data_dir, progress=progress,
+                      people=people, workers=workers, threads=threads).frontier  # fmt: skip
 
 
 def _shallowest(rows: pd.DataFrame, target: float) -> pd.Series | None:

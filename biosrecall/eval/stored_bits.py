@@ -76,19 +76,10 @@ import pandas as pd
 import torch
 from torch.nn import functional
 
-from biosrecall.bios import ATTRIBUTES
 from biosrecall.compute.flops import param_counts
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.recall import DEFAULT_THRESHOLD, pool_bits, score_exact
-from biosrecall.eval.sweep import (
-    DEFAULT_BATCH_SIZE,
-    _inference,
-    _model_device,
-    answer_batch,
-    check_eval_set,
-    exact_rows,
-    plan_batches,
-)
+from biosrecall.eval.recall import DEFAULT_THRESHOLD, fact_index, pool_bits, score_exact
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, exact_rows
 from biosrecall.model.config import ModelConfig
 
 DEFAULT_DEPTHS = tuple(range(1, 65))
@@ -125,29 +116,22 @@ def answer_scores_by_depth(
     wanted = tuple(sorted(set(given)))
     if not wanted or min(wanted) < 1:
         raise BiosrecallError(f"depths must be integers >= 1, got {given!r}")
-    check_eval_set(eval_set)
-    device = _model_device(model, device)
-    rows_total = len(eval_set.answer_start)
-    exact = np.zeros((len(wanted), rows_total), dtype=bool)
-    nats = np.zeros((len(wanted), rows_total))
-    with _inference(model):
-        for rows in plan_batches(eval_set, batch_size):
-            batch = answer_batch(eval_set, rows, device)
-            flags, losses = [], []
-            for _, logits in model.forward_all_depths(batch.tokens, wanted, positions=batch.positions):
-                flags.append(exact_rows(logits, batch))
-                losses.append(_row_nats(logits, batch))
-            exact[:, rows] = torch.stack(flags).cpu().numpy()
-            nats[:, rows] = torch.stack(losses).cpu().numpy()
+    exact = np.zeros((len(wanted), len(eval_set.answer_start)), dtype=bool)
+    nats = np.zeros(exact.shape)
+    for batch in answer_batches(model, eval_set, batch_size, device=device):
+        flags, losses = [], []
+        for _, logits in model.forward_all_depths(batch.tokens, wanted, positions=batch.positions):
+            flags.append(exact_rows(logits, batch))
+            losses.append(_row_nats(logits, batch))
+        exact[:, batch.rows] = torch.stack(flags).cpu().numpy()
+        nats[:, batch.rows] = torch.stack(losses).cpu().numpy()
     return AnswerScores(wanted, exact, nats)
 
 
 def _facts(eval_set) -> tuple[np.ndarray, np.ndarray, int]:
     """Each row's fact number, the number of prompts of each fact, and the number of people."""
-    person = np.asarray(eval_set.person)
-    key = person * len(ATTRIBUTES) + np.asarray(eval_set.attribute)
-    _, fact, prompts = np.unique(key, return_inverse=True, return_counts=True)
-    return fact, prompts, len(np.unique(person))
+    fact, people = fact_index(eval_set)
+    return fact, np.bincount(fact), people
 
 
 def loss_bound_bits(nats: np.ndarray, eval_set, pool_sizes: Mapping[str, int]) -> float:

@@ -126,6 +126,25 @@ def progress_bar(batches: list, enabled: bool | None, description: str):
     )
 
 
+def answer_batches(
+    model,
+    eval_set,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    *,
+    device: str | torch.device | None = None,
+    progress: bool | None = False,
+    label: str = "",
+) -> Iterator[AnswerBatch]:
+    """The eval set as `answer_batch`es on `device` (default: the model's), with the model in eval mode
+    and autograd off until the last one is consumed: how every scorer of the eval set walks it.
+    `progress` None shows a bar titled `label` only when stderr is a terminal."""
+    check_eval_set(eval_set)
+    device = _model_device(model, device)
+    with _inference(model):
+        for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
+            yield answer_batch(eval_set, rows, device)
+
+
 def exact_by_depth(
     model,
     eval_set,
@@ -142,19 +161,13 @@ def exact_by_depth(
     is a terminal.
     """
     check_count(max_depth, "max depth")
-    check_eval_set(eval_set)
-    device = _model_device(model, device)
     depths = list(range(1, max_depth + 1))
     exact = np.zeros((max_depth, len(eval_set.answer_start)), dtype=bool)
-    with _inference(model):
-        for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
-            batch = answer_batch(eval_set, rows, device)
-            # Flags stay on the device until the batch is done: one transfer per batch, not per depth.
-            flags = [
-                exact_rows(logits, batch)
-                for _, logits in model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
-            ]
-            exact[:, rows] = torch.stack(flags).cpu().numpy()
+    for batch in answer_batches(model, eval_set, batch_size, device=device, progress=progress, label=label):
+        outputs = model.forward_all_depths(batch.tokens, depths, positions=batch.positions)
+        # Flags stay on the device until the batch is done: one transfer per batch, not per depth.
+        flags = [exact_rows(logits, batch) for _, logits in outputs]
+        exact[:, batch.rows] = torch.stack(flags).cpu().numpy()
     return exact
 
 
@@ -168,14 +181,10 @@ def exact_at_depth(
 ) -> np.ndarray:
     """bool [M] at one serving depth with plain `forward(tokens, depth)`: the per-K reference."""
     check_count(depth, "depth")
-    check_eval_set(eval_set)
-    device = _model_device(model, device)
     exact = np.zeros(len(eval_set.answer_start), dtype=bool)
-    with _inference(model):
-        for rows in plan_batches(eval_set, batch_size):
-            batch = answer_batch(eval_set, rows, device)
-            logits = model.forward(batch.tokens, depth)[batch.positions]
-            exact[rows] = exact_rows(logits, batch).cpu().numpy()
+    for batch in answer_batches(model, eval_set, batch_size, device=device):
+        logits = model.forward(batch.tokens, depth)[batch.positions]
+        exact[batch.rows] = exact_rows(logits, batch).cpu().numpy()
     return exact
 
 
@@ -223,33 +232,29 @@ def answer_stats_by_depth(
     largest `StateTrail` latent and accel over each query's positions, for the readout-free criteria."""
 
     max_depth = check_max_depth(max_depth)
-    check_eval_set(eval_set)
-    device = _model_device(model, device)
     shape = (max_depth, len(eval_set.answer_start))
     fields = {"kl": np.zeros(shape), "entropy": np.zeros(shape), "unchanged": np.zeros(shape, dtype=np.int64)}
     if states:
         fields.update(latent=np.zeros(shape), accel=np.zeros(shape))
     exact = np.zeros(shape, dtype=bool)
-    with _inference(model):
-        for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
-            batch = answer_batch(eval_set, rows, device)
-            per_depth, flags = {name: [] for name in fields}, []
-            with _observing_states(model, batch, per_depth if states else None):
-                trail = LogitTrail()
-                for _, logits in model.forward_all_depths(
-                    batch.tokens, range(1, max_depth + 1), positions=batch.positions
-                ):
-                    stats = trail.observe(logits)
-                    flags.append(exact_rows(logits, batch))
-                    for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
-                        per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
-            exact[:, rows] = torch.stack(flags).cpu().numpy()
-            if states and len(per_depth["latent"]) != max_depth:
-                raise BiosrecallError(
-                    f"the block ran {len(per_depth['latent'])} times for {max_depth} iterations"
-                )
-            for name, values in per_depth.items():
-                fields[name][:, rows] = torch.stack(values).cpu().numpy()
+    for batch in answer_batches(model, eval_set, batch_size, device=device, progress=progress, label=label):
+        per_depth, flags = {name: [] for name in fields}, []
+        with _observing_states(model, batch, per_depth if states else None):
+            trail = LogitTrail()
+            for _, logits in model.forward_all_depths(
+                batch.tokens, range(1, max_depth + 1), positions=batch.positions
+            ):
+                stats = trail.observe(logits)
+                flags.append(exact_rows(logits, batch))
+                for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
+                    per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
+        exact[:, batch.rows] = torch.stack(flags).cpu().numpy()
+        if states and len(per_depth["latent"]) != max_depth:
+            raise BiosrecallError(
+                f"the block ran {len(per_depth['latent'])} times for {max_depth} iterations"
+            )
+        for name, values in per_depth.items():
+            fields[name][:, batch.rows] = torch.stack(values).cpu().numpy()
     return StepStats(exact=exact, **fields)
 
 

@@ -1,7 +1,7 @@
 """Per-token exit against whole-query exit on bioS: what deciding the depth token by token costs.
 
     scores = score_runs(["runs/figure1/runs/seed0/uniform_1_16"], "final", parse_exits("kl:1e-3,stable:2"),
-                        per_token=True)        # biosrecall.eval.serving; scores.gap is this table
+                        per_token=True)        # biosrecall.eval.curves; scores.gap is this table
     biosrecall recall-curve RUN --exit kl:1e-3,stable:2 --per-token    # writes exit_token_gap.*
 
 Whole-query exit (`biosrecall.eval.serving`) runs a query to one depth and reads every answer token
@@ -29,12 +29,8 @@ import torch
 
 from biosrecall.eval.exits import exit_judge
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, score_exact
-from biosrecall.eval.scoring import (
-    BASELINE,
-    job_columns,
-    scored_eval_set,
-)
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batch, exact_rows, plan_batches
+from biosrecall.eval.scoring import BASELINE, job_columns, labelled, scored_eval_set
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, exact_rows
 from biosrecall.model.decode import teacher_forced
 from biosrecall.train.checkpoint_files import load_checkpoint
 
@@ -46,15 +42,13 @@ UNDECIDED_KINDS = ("fixed-depth", "fixed", "oracle")
 def per_token_exact(model, eval_set, criterion, max_depth: int, batch_size: int = DEFAULT_BATCH_SIZE):
     """bool [M] (each eval-set row's answer exact under per-token exit) and the mean exit depth of
     the answer tokens."""
-    device = next(model.parameters()).device
     exact = np.zeros(len(eval_set.answer_start), dtype=bool)
     depth_sum, depth_count = 0.0, 0
-    for rows in plan_batches(eval_set, batch_size):
-        batch = answer_batch(eval_set, rows, device)
+    for batch in answer_batches(model, eval_set, batch_size):
         steps = list(teacher_forced(model, batch.tokens, max_depth, lambda: exit_judge(criterion)))
         logits = torch.stack([step[0] for step in steps], dim=1)  # [B, T, V]
         depths = torch.stack([step[1] for step in steps], dim=1)  # [B, T]
-        exact[rows] = exact_rows(logits[batch.positions], batch).cpu().numpy()
+        exact[batch.rows] = exact_rows(logits[batch.positions], batch).cpu().numpy()
         depth_sum += float(depths[batch.positions].sum())
         depth_count += int(batch.positions.sum())
     return exact, depth_sum / depth_count
@@ -98,5 +92,5 @@ def token_exit_gap(jobs, datasets, criteria: Sequence[list], frontiers: Sequence
         with torch.inference_mode():
             rows = gap_rows(model, eval_set, dataset.pool_sizes, criteria[index], scoring.max_depth,
                             frontiers[index], scoring.threshold)  # fmt: skip
-        tables.append(pd.concat([pd.DataFrame([job_columns(job)] * len(rows)), rows], axis=1))
+        tables.append(labelled(job_columns(job), rows))
     return pd.concat(tables, ignore_index=True)
