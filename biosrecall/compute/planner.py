@@ -18,7 +18,7 @@ the saving against uniform U{1..16} at the same number of updates is computed fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -70,16 +70,10 @@ class Plan:
 
     def summary(self) -> dict[str, Any]:
         """JSON-safe scalars (no per-update arrays), e.g. for a run's config.json."""
+        left_out = ("depths", "flops_per_update", "uniform_expected_flops")
+        scalars = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in left_out}
         return {
-            "schedule": self.schedule,
-            "updates": self.updates,
-            "switch_update": self.switch_update,
-            "total_flops": self.total_flops,
-            "budget": self.budget,
-            "tokens_per_update": self.tokens_per_update,
-            "seq_len": self.seq_len,
-            "seed": self.seed,
-            "expected_flops": self.expected_flops,
+            **scalars,
             "saving_vs_uniform": self.saving_vs_uniform,
             "mean_depth": float(self.depths.mean()),
         }
