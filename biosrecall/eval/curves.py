@@ -111,7 +111,10 @@ def score_runs(run_dirs, checkpoints, criteria=(), *, recall: bool = True, per_t
     processes of `threads` threads), and per-token decoding only when asked. With `applicable` each
     checkpoint is scored only on the criteria its recipe can serve (`eval.gate.servable_criteria`), the
     others named in `skipped`, instead of refusing the call."""
-    scoring = check_scoring(max_depth, threshold, batch_size, people, device, progress, refresh)
+    check_at_least_one(max_depth=max_depth, threshold=threshold, batch_size=batch_size, people=people)
+    scoring = Scoring(
+        max_depth, threshold, people, batch_size, resolve_device(str(device)), progress, refresh
+    )
     criteria = list(criteria)
     if per_token and not criteria:
         raise BiosrecallError("per-token exit needs exit criteria: the criteria to decide per token")
@@ -157,13 +160,6 @@ def _finals(run_dirs, data_dir) -> set[Path]:
     """The final checkpoints of `run_dirs`, resolved (none for no runs)."""
     run_dirs = [Path(d) for d in run_dirs]
     return {job.path.resolve() for job in plan_jobs(run_dirs, "final", data_dir)} if run_dirs else set()
-
-
-def check_scoring(max_depth: int, threshold: int, batch_size: int, people: int | None, device: str = "auto",
-                  progress: bool | None = None, refresh: bool = False) -> Scoring:  # fmt: skip
-    """The `Scoring` of a command's options, each checked before anything is planned."""
-    check_at_least_one(max_depth=max_depth, threshold=threshold, batch_size=batch_size, people=people)
-    return Scoring(max_depth, threshold, people, batch_size, resolve_device(str(device)), progress, refresh)
 
 
 def check_at_least_one(**options: int | None) -> None:

@@ -102,7 +102,10 @@ def score_and_write(
     recipe can serve, the others left out (`eval.curves.score_runs`); everything is checked before the
     first model runs."""
     check_output(out_dir, overwrite)
-    criteria = _criteria(exits, max_depth)
+    criteria = []
+    if exits:  # parsed, like every option, before any model runs
+        check_max_depth(max_depth)
+        criteria = parse_exits(exits)
     if per_token and not criteria:
         raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
     if applicable_exits and not criteria:
@@ -155,14 +158,6 @@ def write_output(out_dir: str | Path, overwrite: bool, write) -> RecallCurve:
             atomic_write_json(folder / RECORD_FILE, {"command": "recall-curve", "files": names})
     result.written = [out_dir / name for name in names]
     return result
-
-
-def _criteria(exits, max_depth: int) -> list:
-    """The criteria of `exits` (none when absent), checked before any model runs."""
-    if not exits:
-        return []
-    check_max_depth(max_depth)
-    return parse_exits(exits)
 
 
 def write_curves(
