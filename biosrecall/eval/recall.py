@@ -140,31 +140,18 @@ def recall_table(
     records = []
     for depth, exact in enumerate(np.asarray(exact_by_depth, dtype=bool), start=1):
         score = score_exact(exact, eval_set, pool_sizes, threshold)
-        for a, name in enumerate(ATTRIBUTES):
-            records.append(
-                _record(
-                    depth,
-                    name,
-                    score.attribute_recall[a],
-                    score.attribute_bits[a],
-                    score.attribute_exact[a],
-                    score.template_exact[a],
-                    ceilings[a],
-                    chances[a],
-                )
-            )
-        records.append(
-            _record(
-                depth,
-                ALL,
-                score.recall,
-                score.bits_per_person,
-                float(exact.mean()),
-                _overall_template_exact(exact, eval_set),
-                ceilings.sum(),
-                chances.sum(),
-            )
+        # One row per attribute, then the whole person's ("all").
+        rows = zip(
+            [*ATTRIBUTES, ALL],
+            [*score.attribute_recall, score.recall],
+            [*score.attribute_bits, score.bits_per_person],
+            [*score.attribute_exact, exact.mean()],
+            [*score.template_exact, _overall_template_exact(exact, eval_set)],
+            [*ceilings, ceilings.sum()],
+            [*chances, chances.sum()],
+            strict=True,
         )
+        records += [_record(depth, *row) for row in rows]
     table = pd.DataFrame.from_records(records)
     table["threshold"] = threshold
     return table
