@@ -235,9 +235,10 @@ class _Bands(tuple):
     cannot be read as the grey training-depth shading."""
 
 
-def _legend_handles(
-    styles: dict, ceiling_text: str, chance_text: str, training_depth: int | None, seeds=None
-) -> list:
+def _recall_legend(fig: Figure, styles: dict, ceiling_text: str, chance_text: str, training_depth: int | None,
+                   seeds=None, max_columns: int = 3) -> None:  # fmt: skip
+    """The legend under a recall figure: a line per schedule, the seed bands' swatch (with `seeds`),
+    the ceiling and chance lines and the training-depth shading."""
     handles = [Line2D([], [], lw=1.6, ms=5, label=label, **style) for label, style in styles.items()]
     if seeds:
         bands = [Patch(color=style["color"], alpha=0.25, lw=0) for style in styles.values()]
@@ -250,10 +251,6 @@ def _legend_handles(
     if training_depth is not None:
         shade = Patch(color=TRAINING_SHADE, lw=0, label=f"training depths (K \u2264 {training_depth})")
         handles.append(shade)
-    return handles
-
-
-def _recall_legend(fig: Figure, handles: list, max_columns: int = 3) -> None:
     labels = [h.label if isinstance(h, _Bands) else h.get_label() for h in handles]
     legend_below(
         fig, handles, max_columns, labels=labels, handler_map={_Bands: HandlerTuple(ndivide=None, pad=0)}
@@ -289,20 +286,9 @@ def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int | None) 
     axes[0].set_ylabel("recalled bits per person")
     ceiling_text = "task ceiling (" + " / ".join(f"{c:.2f}" for c in ceilings) + " bits)"
     chance_text = "chance (" + " / ".join(f"{c:.2f}" for c in chances) + " bits)"
-    handles = _legend_handles(styles, ceiling_text, chance_text, training_depth, _seed_count(whole))
-    _recall_legend(fig, handles)
+    _recall_legend(fig, styles, ceiling_text, chance_text, training_depth, _seed_count(whole))
     contenders = whole[whole["role"] != "control"] if "role" in whole else whole
     fit_suptitle(fig, "Recalled bits per person vs serving depth", budget_title(contenders))
-
-
-def _attribute_panel(ax, parts: pd.DataFrame, fraction: float, attribute: str, context: dict) -> None:
-    """One attribute at one fraction: share of facts recalled against depth."""
-    _depth_axis(ax, parts["depth"], context["training_depth"])
-    rows = parts[parts["attribute"] == attribute]
-    # In recall units the chance level is chance_bits / ceiling_bits (about 1/|pool|).
-    _draw_references(ax, [1.0], _unique(rows["chance_bits"] / rows["ceiling_bits"]))
-    _draw_runs(ax, rows[rows["fraction"] == fraction], "recall", context["labels"], context["styles"])
-    ax.set_ylim(0, 1.06)
 
 
 def _plot_attributes(fig: Figure, table, training_depth: int | None) -> None:
@@ -310,18 +296,23 @@ def _plot_attributes(fig: Figure, table, training_depth: int | None) -> None:
     fractions = sorted(parts["fraction"].unique())
     attributes = list(dict.fromkeys(parts["attribute"]))
     labels = line_labels(table)
-    context = {"labels": labels, "styles": curve_styles(labels.values()), "training_depth": training_depth}
+    styles = curve_styles(labels.values())
     axes = fig.subplots(len(fractions), len(attributes), sharex=True, sharey=True, squeeze=False)
     for row, fraction in enumerate(fractions):
         for col, attribute in enumerate(attributes):
-            _attribute_panel(axes[row, col], parts, fraction, attribute, context)
+            # One attribute at one fraction: the share of facts recalled against depth.
+            ax, rows = axes[row, col], parts[parts["attribute"] == attribute]
+            _depth_axis(ax, parts["depth"], training_depth)
+            # In recall units the chance level is chance_bits / ceiling_bits (about 1/|pool|).
+            _draw_references(ax, [1.0], _unique(rows["chance_bits"] / rows["ceiling_bits"]))
+            _draw_runs(ax, rows[rows["fraction"] == fraction], "recall", labels, styles)
+            ax.set_ylim(0, 1.06)
             if row == 0:
-                axes[row, col].set_title(attribute.replace("_", " "), fontsize="medium")
+                ax.set_title(attribute.replace("_", " "), fontsize="medium")
             if row < len(fractions) - 1:
-                axes[row, col].set_xlabel("")
+                ax.set_xlabel("")
         axes[row, 0].set_ylabel(f"{fraction_title(parts, fraction)}\nshare of facts recalled")
-    handles = _legend_handles(context["styles"], "all facts recalled", "chance level", training_depth)
-    _recall_legend(fig, handles, max_columns=4)
+    _recall_legend(fig, styles, "all facts recalled", "chance level", training_depth, max_columns=4)
     fit_suptitle(fig, "Recall per attribute vs serving depth", budget_title(table))
 
 
