@@ -228,7 +228,7 @@ def recall_curve(
     plot Figure-1 style curves."""
 
     _check_mode(run_dirs, hf_model, data_dir)
-    from biosrecall.eval.recall_curve import check_output
+    from biosrecall.eval.recall_curve import check_output, write_output
 
     check_output(out_dir, overwrite)  # before hours of scoring: a file or a stranger folder is refused
     _check_size(run_dirs, data_dir, people, max_depth)
@@ -238,8 +238,12 @@ def recall_curve(
         options.update(depth_arg=depth_arg, trust_remote_code=True if trust_remote_code else None)
         # Only an explicit --max-depth: a model without a depth argument is refused one.
         options["max_depth"] = max_depth if _given("max_depth") else None
-        chosen = None if depths is None else parse_depth_list(depths, "--depths")
-        _score_hf(hf_model, data_dir, chosen, options, out_dir, metric, overwrite)
+        options["depths"] = None if depths is None else parse_depth_list(depths, "--depths")
+        check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
+        from biosrecall.hf.scoring import hf_recall_curve
+
+        score = partial(hf_recall_curve, hf_model, data_dir, metric=metric, **options)
+        _print(write_output(out_dir, overwrite, score))  # as for runs, a new folder swapped in whole
         return
     from biosrecall.eval.recall_curve import score_and_write
 
@@ -313,21 +317,6 @@ def _check_size(run_dirs, data_dir, people, max_depth: int) -> None:
         largest = max(largest, scored)
     if counts:
         check_fits(f"scoring {largest:,} people", cost, None, "score fewer with --people N")
-
-
-def _score_hf(
-    hf_model: Path, data_dir: Path, depths, options: dict, out_dir: Path, metric: str, overwrite: bool
-) -> None:
-    """--hf-model: score the model, then write and print what recall-curve writes for runs (into a new
-    folder swapped in whole, as for runs)."""
-    check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
-    from biosrecall.eval.recall_curve import write_output
-    from biosrecall.hf.scoring import hf_recall_curve
-
-    def write(folder: Path):
-        return hf_recall_curve(hf_model, data_dir, folder, depths, metric=metric, **options)
-
-    _print(write_output(out_dir, overwrite, write))
 
 
 def _print(result) -> None:
