@@ -267,9 +267,9 @@ def evaluate_exits(
         return None, skipped
     windows = list(validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=sequences))
     tables = []
-    for name, criteria in resolved.items():
+    for name, served in resolved.items():
         model, meta = load_checkpoint(setup.chosen[name], device=setup.device)
-        table = exit_nll(model, windows, criteria, max_depth, setup.device, setup.autocast)
+        table = exit_nll(model, windows, served, max_depth, setup.device, setup.autocast)
         tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
     write_table(result, RunFolder(run_dir).eval_dir / EXIT_TABLE)
