@@ -102,20 +102,8 @@ def lm() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Replace a non-empty output folder (once the new one is done)."
 )
-def prepare(
-    inputs: tuple[str, ...],
-    out_dir: Path,
-    text_column: str,
-    tokenizer_path: Path | None,
-    vocab_size: int | None,
-    val_fraction: float,
-    seed: int,
-    shard_tokens: int | None,
-    hf_split: str,
-    max_documents: int | None,
-    tokenizer_documents: int | None,
-    overwrite: bool,
-) -> None:
+def prepare(inputs, out_dir, text_column, tokenizer_path, vocab_size, shard_tokens, hf_split, max_documents, overwrite,
+            **options) -> None:  # fmt: skip
     """Tokenize INPUT... (.txt, .jsonl, .parquet files, folders of them, or hf:NAME[:CONFIG]) into
     token shards with a validation split, a tokenizer and a manifest."""
 
@@ -130,11 +118,9 @@ def prepare(
         out_dir,
         tokenizer=tokenizer,
         vocab_size=vocab_size or DEFAULT_VOCAB_SIZE,
-        val_fraction=val_fraction,
-        seed=seed,
         shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS,
-        tokenizer_documents=tokenizer_documents,
         overwrite=overwrite,
+        **options,  # val_fraction, seed, tokenizer_documents: as given
     )
     _report(result)
 

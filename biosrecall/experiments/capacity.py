@@ -132,10 +132,11 @@ def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:
     return runs
 
 
-def capacity_runs(options: CapacityOptions, datasets: dict[int, Path]) -> list[SweepRun]:
+def capacity_runs(options: CapacityOptions, data_dir: Path) -> list[SweepRun]:
     """Every run of the study, people counts x seeds x (three schedules, two baselines): folder
     seed<S>/people<N>/<name>, sized by exposures with one checkpoint, on its people count's dataset
-    and model preset, and its labels (people, name, kind: "looped" or "baseline")."""
+    (`data_dir`/people<N>) and model preset, and its labels (people, name, kind: "looped" or
+    "baseline")."""
     base = TrainConfig(
         exposures=float(options.exposures), batch_size=options.batch_size, seq_len=options.seq_len,
         lr=options.lr, device=options.device, checkpoint_fractions=(1.0,),
@@ -145,7 +146,7 @@ def capacity_runs(options: CapacityOptions, datasets: dict[int, Path]) -> list[S
         for seed in options.seeds:
             for name, (schedule, preset, kind) in model_presets(options.preset).items():
                 config = replace(base, schedule=schedule, seed=seed)
-                task = {"data": datasets[people].resolve(), "preset": preset}
+                task = {"data": (data_dir / f"people{people}").resolve(), "preset": preset}
                 labels = {"people": people, "name": name, "kind": kind}
                 runs.append(SweepRun(f"seed{seed}/people{people}/{name}", "train", config, task, labels))
     return runs
@@ -254,13 +255,10 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
     if out_dir.exists() and not out_dir.is_dir():
         raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     with output_lock(out_dir):  # the engine takes it again: one lock from the datasets to the claims
-        recorded = _recorded_options(out_dir)
-        kept = {
-            key: tuple(v) if isinstance(v := recorded[key], list) else v for key in FREE if key in recorded
-        }
-        old = check_record(out_dir, CAPACITY, record_of(CAPACITY, replace(options, **kept)))
+        recorded = replace(options, **_recorded_free_options(out_dir))
+        old = check_record(out_dir, CAPACITY, record_of(CAPACITY, recorded))
         options = grown_options(CAPACITY, options, old)
-        grid = capacity_runs(options, {n: out_dir / DATA / f"people{n}" for n in options.people})
+        grid = capacity_runs(options, out_dir / DATA)
         created, fresh = not out_dir.exists(), not old
         record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
         try:
@@ -280,10 +278,11 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
         return run_study(replace(CAPACITY, runs=lambda _: grid), out_dir, options, workers, threads, report)
 
 
-def _recorded_options(out_dir: Path) -> dict[str, Any]:
-    """The options OUT's capacity.json records ({} without one). A record of release 0.2.0 (settings,
-    people, seeds, depths) is given the engine's `study` and `options` first, so its output
-    continues; its other keys are kept until the engine rewrites it."""
+def _recorded_free_options(out_dir: Path) -> dict[str, Any]:
+    """The `FREE` options OUT's capacity.json records, as `CapacityOptions` takes them ({} without
+    one). A record of release 0.2.0 (settings, people, seeds, depths) is given the engine's `study`
+    and `options` first, so its output continues; its other keys are kept until the engine rewrites
+    it."""
     from biosrecall.atomic import atomic_write_text
 
     path = out_dir / RECORD
@@ -296,7 +295,9 @@ def _recorded_options(out_dir: Path) -> dict[str, Any]:
         old = {**old, "study": CAPACITY.name, "options": options}
         atomic_write_text(path, json.dumps(old, indent=2, sort_keys=True) + "\n")
     options = old.get("options")  # not a record the engine could continue: its check says why
-    return options if isinstance(options, dict) else {}
+    if not isinstance(options, dict):
+        return {}
+    return {key: tuple(v) if isinstance(v := options[key], list) else v for key in FREE if key in options}
 
 
 def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:
@@ -384,10 +385,9 @@ def plan_capacity(options: CapacityOptions, report=None):
     )
     check_study_size(counted, None, 1, report)
     with scratch_folder("capacity-plan") as scratch:
-        datasets = {people: scratch / f"people{people}" for people in counted.people}
-        for people, folder in datasets.items():
-            _dataset(folder, people, report)
-        table = plan_table(capacity_runs(counted, datasets))
+        for people in counted.people:
+            _dataset(scratch / f"people{people}", people, report)
+        table = plan_table(capacity_runs(counted, scratch))
     return pd.concat([_scaled(table, people) for people in options.people], ignore_index=True)
 
 
