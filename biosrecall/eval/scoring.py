@@ -295,15 +295,19 @@ def _score_job(item) -> CheckpointScores:
     return score_checkpoint(job, dataset, eval_set, scoring, recall=recall, criteria=criteria)
 
 
+def _cache_key(job: CheckpointJob, dataset, scoring: Scoring, **items) -> dict:
+    """What a checkpoint's cached table was scored under: the depth, threshold and people scored, the
+    dataset and `items` (with the digest of the checkpoint's meta.json, `checkpoint_key`)."""
+    scored = {
+        "people": scoring.people,
+        "max_depth": int(scoring.max_depth),
+        "threshold": int(scoring.threshold),
+    }
+    return checkpoint_key(job.path, **scored, manifest_hash=dataset.manifest_hash, **items)
+
+
 def _recall_key(job: CheckpointJob, dataset, scoring: Scoring) -> dict:
-    return checkpoint_key(
-        job.path,
-        format=RECALL_CACHE_FORMAT,
-        people=scoring.people,
-        max_depth=int(scoring.max_depth),
-        threshold=int(scoring.threshold),
-        manifest_hash=dataset.manifest_hash,
-    )
+    return _cache_key(job, dataset, scoring, format=RECALL_CACHE_FORMAT)
 
 
 def _read_recall(job: CheckpointJob, key: dict) -> pd.DataFrame | None:
@@ -315,15 +319,9 @@ def _read_recall(job: CheckpointJob, key: dict) -> pd.DataFrame | None:
 
 
 def _exits_key(job: CheckpointJob, dataset, scoring: Scoring, criteria) -> dict:
-    return checkpoint_key(
-        job.path,
-        format=EXITS_CACHE_FORMAT,
-        criteria=[criterion.spec for criterion in criteria],
-        max_depth=int(scoring.max_depth),
-        threshold=int(scoring.threshold),
-        people=scoring.people,
-        manifest_hash=dataset.manifest_hash,
-        flops_account=FLOPS_ACCOUNT,
+    specs = [criterion.spec for criterion in criteria]
+    return _cache_key(
+        job, dataset, scoring, format=EXITS_CACHE_FORMAT, criteria=specs, flops_account=FLOPS_ACCOUNT
     )
 
 
