@@ -67,11 +67,6 @@ def _states(model, tokens: torch.Tensor, max_depth: int):
         yield depth, state
 
 
-def state_norm_table(rms: np.ndarray, tokens: int) -> pd.DataFrame:
-    """The cached table: one row per depth K = 1..len(rms)."""
-    return pd.DataFrame({"depth": np.arange(1, len(rms) + 1), "state_rms": rms, "tokens": tokens})
-
-
 def cached_state_norms(checkpoint, batches, source: dict, max_depth: int, device="auto") -> pd.DataFrame:
     """The checkpoint's state-norm table to `max_depth` from its cache when current, else measured on
     `batches` (a function returning the (tokens, mask) batches, called only on a miss; `source` names
@@ -92,7 +87,8 @@ def cached_state_norms(checkpoint, batches, source: dict, max_depth: int, device
     model.eval()
     on_device = [(tokens.to(target), mask) for tokens, mask in measured]
     tokens = sum(int(tokens.numel() if mask is None else mask.sum()) for tokens, mask in on_device)
-    table = state_norm_table(state_rms(model, on_device, max_depth), tokens)
+    rms = state_rms(model, on_device, max_depth)
+    table = pd.DataFrame({"depth": np.arange(1, len(rms) + 1), "state_rms": rms, "tokens": tokens})
     write_cached(path, key, table)
     return table
 
