@@ -23,13 +23,12 @@ from harness import free_port
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.train import distributed
 from biosrecall.train.checkpoint_files import load_checkpoint, load_training_state
-from biosrecall.train.checkpointers import LocalCheckpointer, fractions_crossed
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.optim import build_optimizer
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.train.sharded import ShardedCheckpointer
-from biosrecall.train.trainer import backward_and_clip
+from biosrecall.train.trainer import Checkpointer, backward_and_clip, fractions_crossed
 
 SOURCE = {"seed": 7, "position": 123}  # what a batch source hands the checkpointer to save
 CONFIG = TrainConfig(budget=1.0, lr=1e-2)
@@ -76,7 +75,7 @@ def build(dist: DistInfo, kind: str, run_dir: Path, seed: int):
     raw = LoopedTransformer(get_preset("bios-tiny", vocab_size=64))
     model = distributed.wrap_model(raw, dist, "fsdp" if kind == "sharded" else "ddp", torch.device("cpu"))
     optimizer = build_optimizer(raw, CONFIG)
-    checkpointer = {"local": LocalCheckpointer, "sharded": ShardedCheckpointer}[kind]
+    checkpointer = {"local": Checkpointer, "sharded": ShardedCheckpointer}[kind]
     return model, optimizer, checkpointer(RunFolder(run_dir), dist, raw, optimizer)
 
 

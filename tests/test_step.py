@@ -18,10 +18,11 @@ from biosrecall.diagnose import load_run_state
 from biosrecall.diagnose.batch_update import batch_gradient, optimizer_params
 from biosrecall.errors import BiosrecallError
 from biosrecall.model import LoopedTransformer, get_preset
+from biosrecall.model.layers import IGNORE_INDEX as IGNORE
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.run_folder import RunFolder
-from biosrecall.train.trainer import IGNORE, NonFiniteLoss, backward_and_clip, split_batch
+from biosrecall.train.trainer import NonFiniteLoss, backward_and_clip, split_batch
 
 PAD = 0
 

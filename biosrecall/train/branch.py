@@ -30,7 +30,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import learning_rate
-from biosrecall.train.run_folder import CONFIG_FILE, RunFolder, first_difference
+from biosrecall.train.run_folder import CONFIG_FILE, RunFolder, refuse_differences
 
 # What must match between parent and branch beyond the per-update depths and rates, which
 # `check_branch` compares update by update.
@@ -40,14 +40,10 @@ SHARED_SETTINGS += ("precision", "parallel")
 
 @dataclass(frozen=True)
 class Branch:
-    """Start the run from `parent`'s saved state after `at_update` updates."""
+    """Start the run from `parent`'s saved state after `at_update` (at least 1) updates."""
 
     parent: Path
     at_update: int
-
-    def __post_init__(self) -> None:
-        if isinstance(self.at_update, bool) or not isinstance(self.at_update, int) or self.at_update < 1:
-            raise BiosrecallError(f"--at-update must be a positive update count, got {self.at_update!r}")
 
 
 def branch_of(parent: str | Path | None, at_update: int | None) -> Branch | None:
@@ -87,19 +83,11 @@ def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConf
     the parent again (`trainer.make_plan`)."""
     stored = RunFolder(branch.parent).read_config()
     for section in ("model_config", "dataset", "task"):
-        difference = first_difference(stored.get(section), record.get(section), ignored)
-        if difference is not None:
-            raise BiosrecallError(
-                f"cannot branch: the parent's {section}{difference[0]} differs from this run's "
-                f"({difference[1]!r}, here {difference[2]!r})"
-            )
+        parent, mine = stored.get(section), record.get(section)
+        refuse_differences("branch", section, parent, mine, ignored, owner="the parent")
     parent_config = TrainConfig.from_dict(stored["train_config"])
-    for name in SHARED_SETTINGS:
-        if first_difference(getattr(parent_config, name), getattr(config, name)) is not None:
-            raise BiosrecallError(
-                f"cannot branch: {name} differs (parent {getattr(parent_config, name)!r}, this run "
-                f"{getattr(config, name)!r})"
-            )
+    shared = [{name: getattr(each, name) for name in SHARED_SETTINGS} for each in (parent_config, config)]
+    refuse_differences("branch", "train_config", *shared, owner="the parent")
     at = branch.at_update
     if at >= plan.updates:
         raise BiosrecallError(f"cannot branch at update {at}: this run has only {plan.updates} updates")

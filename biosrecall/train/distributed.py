@@ -111,8 +111,8 @@ def local_rows(global_batch, info: DistInfo):
 
 
 def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str, device: torch.device):
-    """DDP (replicated) or FSDP2 (one shard unit per layer, the recurrent block kept gathered)."""
-    check_parallel(mode, info)
+    """DDP (replicated) or FSDP2 (one shard unit per layer, the recurrent block kept gathered); one
+    process trains the model itself (`check_parallel` refused FSDP there)."""
     if not info.enabled:
         return model
     if mode == "ddp":

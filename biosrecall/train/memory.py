@@ -88,7 +88,7 @@ _OUT_OF_MEMORY = re.compile(r"out of memory|can't allocate memory|not enough mem
 
 def micro_batch(config: TrainConfig) -> int:
     """Sequences in one forward/backward: the batch split by gradient accumulation."""
-    return max(1, config.batch_size // max(1, config.grad_accum))
+    return config.batch_size // config.grad_accum  # a TrainConfig's grad_accum divides its batch
 
 
 def training_memory(
@@ -124,7 +124,7 @@ def _device_memory(device) -> tuple[int, str]:
 def check_training_fits(model_config: ModelConfig, config: TrainConfig, plan, seq_len: int, device) -> None:
     """Refuse, before the first update, a run whose deepest update needs more memory than `device`
     has: one line naming the estimate, the limit and the options to lower."""
-    deepest = int(plan.depths.max()) if len(plan.depths) else 1
+    deepest = int(plan.depths.max())  # a plan holds at least one update
     kind = getattr(device, "type", str(device))
     bf16 = config.precision == "bf16" or (config.precision == "auto" and kind == "cuda")  # autocast_for
     need = training_memory(model_config, config, seq_len, deepest, bf16).memory
@@ -163,7 +163,7 @@ def memory_checked(trainer):
         progress = trainer.progress
         update = progress.update
         depth = int(plan.depths[min(update, len(plan.depths) - 1)])
-        saved = progress.saved_update
+        saved = trainer.saved_update
         kept = (
             f"the run keeps its last saved state (update {saved:,}): lower the sizes and train it "
             "again, or resume it where more memory is free"

@@ -83,7 +83,7 @@ from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import require_regular_file
 from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, lock_path, remove_stale_temporaries
 from biosrecall.model.config import ModelConfig
-from biosrecall.numbers import FLOAT_MAX, parse_float
+from biosrecall.numbers import FLOAT_MAX, check_number, parse_float
 from biosrecall.records import Count, optional, read_checked_json
 from biosrecall.train.checkpoint_files import (
     META_FILE,
@@ -96,7 +96,7 @@ from biosrecall.train.checkpoint_files import (
     save_checkpoint,
     writing,
 )
-from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.train.config import ITEM_LIMITS, TrainConfig, resolve_seq_len
 
 if TYPE_CHECKING:
     import torch
@@ -294,38 +294,33 @@ class RunFolder:
         """Update -> a checkpoint folder of the run holding the whole training state after that update:
         the states a branch may start from (`biosrecall.train.branch`)."""
         found: dict[int, Path] = {}
-        if not self.checkpoints_dir.is_dir():
-            return found
-        for folder in sorted(self.checkpoints_dir.iterdir()):
-            if folder.name.startswith(".") or not (folder / STATE_FILE).is_file():
-                continue
-            try:
-                update = read_meta(folder, resumable=True)["update"]
-            except DamagedCheckpoint:
-                continue
-            found.setdefault(update, folder.resolve())
+        for folder in self._checkpoint_folders():
+            with contextlib.suppress(DamagedCheckpoint):
+                if (folder / STATE_FILE).is_file():
+                    found.setdefault(read_meta(folder, resumable=True)["update"], folder.resolve())
         return found
 
     def newest_intact_checkpoint(self, besides: Path | None = None) -> tuple[Path, int] | None:
         """The kept or state folder with the highest update (other than `besides`) whose meta, weights
         and training state all load: what a run whose `latest` is damaged can still resume from."""
-        root = self.checkpoints_dir
         found = []
-        for child in sorted(root.iterdir()) if root.is_dir() else []:
-            if child.name.startswith(".") or child.is_symlink() or child.resolve() == besides:
-                continue
-            try:
-                found.append((read_meta(child, resumable=True)["update"], child))
-            except BiosrecallError:
-                continue
+        for child in self._checkpoint_folders():
+            with contextlib.suppress(BiosrecallError):
+                if child.resolve() != besides:
+                    found.append((read_meta(child, resumable=True)["update"], child))
         for update, child in sorted(found, reverse=True):
-            try:
+            with contextlib.suppress(BiosrecallError):
                 load_checkpoint(child)
                 load_training_state(child)
-            except BiosrecallError:
-                continue
-            return child, update
+                return child, update
         return None
+
+    def _checkpoint_folders(self) -> list[Path]:
+        """The folders under checkpoints/ by name: kept checkpoints and states, not `latest` (a link)
+        nor the hidden temporaries of interrupted saves."""
+        root = self.checkpoints_dir
+        entries = root.iterdir() if root.is_dir() else ()
+        return sorted(entry for entry in entries if not entry.name.startswith(".") and not entry.is_symlink())
 
     # ---- reading a run --------------------------------------------------------------------------
 
@@ -342,20 +337,11 @@ class RunFolder:
 
     def fraction_checkpoints(self) -> dict[float, Path]:
         """Budget-fraction checkpoints of the run, sorted by fraction (the `latest` folder is not listed)."""
-        root = self.checkpoints_dir
         found = {}
-        if root.is_dir():
-            for child in root.iterdir():
-                if (
-                    child.name.startswith((".", _STATE_PREFIX))
-                    or child.name == LATEST
-                    or not (child / META_FILE).is_file()
-                ):
-                    continue
-                try:
+        for child in self._checkpoint_folders():
+            with contextlib.suppress(ValueError):  # a name that is no fraction: a state, switch, update-N
+                if (child / META_FILE).is_file():
                     found[float(child.name)] = child
-                except ValueError:
-                    continue
         return dict(sorted(found.items()))
 
     def kept_checkpoints(self) -> dict[str, Path]:
@@ -515,14 +501,9 @@ def temporary_path(path: Path) -> Path:
     return path.parent / f".{path.name}{TEMPORARY_SUFFIX}"
 
 
-def hidden_path(path: Path) -> Path:
-    """`.<name>.old` beside `path`: a state hidden by one rename, deleted by the next `swap_latest`."""
-    return path.parent / f".{path.name}{ASIDE_SUFFIX}"
-
-
 def hide_state(state: Path) -> Path:
     """Rename a state folder to `.<name>.old` (one atomic step), where the next `swap_latest` deletes it."""
-    hidden = hidden_path(state)
+    hidden = state.parent / f".{state.name}{ASIDE_SUFFIX}"
     if hidden.exists():  # left by a kill during an earlier delete
         shutil.rmtree(hidden)
     os.replace(state, hidden)
@@ -553,26 +534,19 @@ def parse_selector(text: str | float | Iterable[str | float] | Selector) -> Sele
     pieces = [text] if isinstance(text, str | int | float) else list(text)
     raw = ",".join(str(piece) for piece in pieces)
     parts = [part.strip().lower() for part in raw.split(",")]
-    if not parts or any(not part for part in parts):
-        raise _malformed(raw)
-    return Selector(tuple(part if part in KEYWORDS else _selector_fraction(part, raw) for part in parts))
-
-
-def _selector_fraction(part: str, raw: str) -> float:
+    fraction = ITEM_LIMITS["checkpoint_fractions"]  # (0, 1]
     try:
-        value = parse_float(part)
-    except BiosrecallError:
-        raise _malformed(raw) from None
-    if not (math.isfinite(value) and 0 < value <= 1):
-        raise _malformed(raw)
-    return value
-
-
-def _malformed(raw: str) -> BiosrecallError:
-    return BiosrecallError(
-        "--checkpoint takes a budget fraction in (0, 1] such as 0.45, final, fractions, all, switch, "
-        f"or a comma list of these (got {raw!r})"
-    )
+        return Selector(
+            tuple(
+                part if part in KEYWORDS else check_number(part, parse_float(part), fraction)
+                for part in parts
+            )
+        )
+    except BiosrecallError:  # an empty part, or one that is no fraction in (0, 1]
+        raise BiosrecallError(
+            "--checkpoint takes a budget fraction in (0, 1] such as 0.45, final, fractions, all, switch, "
+            f"or a comma list of these (got {raw!r})"
+        ) from None
 
 
 def _order(label: str) -> tuple[int, float]:
@@ -694,16 +668,21 @@ def seq_len_of(record: dict) -> int:
     return resolve_seq_len(config, ModelConfig.from_dict(record["model_config"]))
 
 
-def first_difference(old: Any, new: Any, ignored=frozenset()) -> tuple[str, Any, Any] | None:
-    """(".key" or "", old value, new value) of the first difference between two config.json sections
-    as JSON reads them back (tuples are lists), keys in `ignored` aside; None when they agree."""
+def refuse_differences(
+    action: str, name: str, old: Any, new: Any, ignored=frozenset(), owner: str = "run", where: str = ""
+) -> None:
+    """Refuse `new` unless it equals `old`, two config.json sections (`name`) as JSON reads them back
+    (tuples are lists), keys in `ignored` aside: one line naming the first key that differs, as in
+    "cannot resume: train_config.lr differs (run has 0.002, given 0.003)"."""
     old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            if key not in ignored and old.get(key) != new.get(key):
-                return f".{key}", old.get(key), new.get(key)
-        return None
-    return None if old == new else ("", old, new)
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        old, new = {"": old}, {"": new}
+    for key in sorted(set(old) | set(new)):
+        if key not in ignored and old.get(key) != new.get(key):
+            label = f"{name}.{key}" if key else name
+            raise BiosrecallError(
+                f"cannot {action}: {label} differs ({owner} has {old.get(key)!r}, given {new.get(key)!r}){where}"
+            )
 
 
 # ---- metrics.jsonl ----------------------------------------------------------------------------------
@@ -738,10 +717,7 @@ class MetricsLog:
         return self.run.metrics_file
 
     def append(self, record: dict[str, Any]) -> None:
-        if record.get("update") != self.next_update:
-            raise RuntimeError(
-                f"metrics out of order: update {record.get('update')}, expected {self.next_update}"
-            )
+        """Write the row of update `next_update`."""
         data = memoryview((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
         with writing(self.path):
             while data:

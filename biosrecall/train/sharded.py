@@ -1,8 +1,8 @@
 """Checkpoints of FSDP runs: sharded `torch.distributed.checkpoint` (DCP) state and full exports.
 
 Under `torchrun ... --parallel fsdp` no rank holds the whole model, so the `Trainer` gets
-a `ShardedCheckpointer` (the `Checkpointer` interface of `checkpointers.py`), whose every method is
-collective (all ranks call it):
+a `ShardedCheckpointer` (overriding every method of the trainer's `Checkpointer`), whose every method
+is collective (all ranks call it):
 
     RUN_DIR/checkpoints/latest -> state-<update>/
         dcp/                 model and optimizer shards plus DCP's `.metadata`, written by every rank
@@ -41,8 +41,8 @@ from torch.distributed.checkpoint.state_dict import (
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.model import LoopedTransformer
 from biosrecall.train import checkpoint_files, distributed
-from biosrecall.train.checkpointers import Checkpointer, KeptCheckpoint
 from biosrecall.train.run_folder import hide_state, temporary_path
+from biosrecall.train.trainer import Checkpointer, KeptCheckpoint
 
 DCP_DIR = "dcp"
 

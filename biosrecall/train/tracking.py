@@ -38,6 +38,7 @@ from msgspec import UnsetType
 from tqdm.std import tqdm
 
 from biosrecall.atomic import atomic_write_json
+from biosrecall.errors import first_line
 from biosrecall.records import optional, read_checked_json
 from biosrecall.train.run_folder import RunFolder
 
@@ -274,27 +275,14 @@ class TrackingReporter:
                 call(tracker)
             except Exception as exc:  # noqa: BLE001 - any tracker failure must leave training running
                 self.trackers.remove(tracker)
-                _warn(f"{tracker.name} failed to {action} ({_one_line(exc)}); {_CONTINUING}")
+                tqdm.write(  # keeps a progress bar intact
+                    f"warning: {tracker.name} failed to {action} ({type(exc).__name__}: {first_line(exc)}); "
+                    "training goes on without it (metrics.jsonl holds every record)",
+                    file=sys.stderr,
+                )
                 if action not in ("start", "finish"):
-                    _finish_quietly(tracker)
-
-
-_CONTINUING = "training goes on without it (metrics.jsonl holds every record)"
-
-
-def _finish_quietly(tracker: Tracker) -> None:
-    with contextlib.suppress(Exception):  # it has already been reported as failed
-        tracker.finish()
-
-
-def _warn(text: str) -> None:
-
-    tqdm.write(f"warning: {text}", file=sys.stderr)  # keeps a progress bar intact
-
-
-def _one_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+                    with contextlib.suppress(Exception):  # it has already been reported as failed
+                        tracker.finish()
 
 
 def _is_number(value: Any) -> bool:

@@ -38,9 +38,9 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -53,7 +53,7 @@ from biosrecall.bios.exposures import plan_exposures
 from biosrecall.compute.flops import param_counts, update_flops
 from biosrecall.compute.planner import budget_of, plan_run, plan_updates
 from biosrecall.compute.schedules import parse_schedule
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.locking import output_lock
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.config import DEFAULT_RECIPE
@@ -62,13 +62,12 @@ from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.model.recipes import check_config, load_recipe_module, recipe_overrides
 from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
-from biosrecall.train.checkpointers import Checkpointer, LocalCheckpointer, fractions_crossed
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len, split_budget_of
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.memory import memory_checked
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
 from biosrecall.train.progress import SilentReporter, format_seconds
-from biosrecall.train.run_folder import SWITCH, MetricsLog, RunFolder, first_difference, update_dirname
+from biosrecall.train.run_folder import SWITCH, MetricsLog, RunFolder, refuse_differences, update_dirname
 from biosrecall.train.stops import Interrupted, TrainingDiverged
 from biosrecall.train.tracking import with_trackers
 
@@ -260,7 +259,6 @@ def train_bios(
 # [tokens, vocab] logits are never held in full. It equals `F.cross_entropy` on the full logits to
 # within rounding (tests/test_fused_loss.py).
 
-IGNORE = IGNORE_INDEX  # padding targets carry no loss
 ONE_PROCESS = DistInfo()
 
 
@@ -272,7 +270,7 @@ class StepLoss(NamedTuple):
 @dataclass(frozen=True)
 class Batch:
     inputs: torch.Tensor  # this rank's input rows, int64 [rows, T], on the model's device
-    targets: torch.Tensor  # the matching targets, IGNORE where the target is padding
+    targets: torch.Tensor  # the matching targets, IGNORE_INDEX where the target is padding (no loss)
     real_tokens: int  # real target tokens of the *global* batch (the loss is normalised by it)
 
 
@@ -281,8 +279,8 @@ def split_batch(rows: np.ndarray, pad_id: int | None, dist: DistInfo = ONE_PROCE
     `row[1:]` with padding ignored. A batch without a single real target is a broken dataset."""
     global_targets = torch.from_numpy(np.ascontiguousarray(rows[:, 1:]))
     if pad_id is not None:
-        global_targets = global_targets.masked_fill(global_targets == pad_id, IGNORE)
-    real = int((global_targets != IGNORE).sum())
+        global_targets = global_targets.masked_fill(global_targets == pad_id, IGNORE_INDEX)
+    real = int((global_targets != IGNORE_INDEX).sum())
     if real == 0:
         raise BiosrecallError("a training batch holds no real tokens (check the dataset)")
     local = distributed.local_rows(torch.from_numpy(rows), dist)
@@ -420,16 +418,17 @@ def describe_plan(plan, model_config, seconds_per_flop: float | None, exposures=
 
 @dataclass
 class _Progress:
-    """Where the run stands; saved in every checkpoint's meta.json and restored by a resume."""
+    """Where the run stands; saved under these names in every checkpoint's meta.json and restored by a
+    resume."""
 
     update: int = 0
     flops: float = 0.0
     tokens: int = 0
     real_tokens: int = 0
     fractions_done: list[float] = field(default_factory=list)
-    last_loss: float = float("nan")
+    loss: float = float("nan")
+    """The last update's training loss."""
     wall_seconds: float = 0.0
-    saved_update: int | None = None  # the update of the newest complete `latest`
 
 
 class Trainer:
@@ -457,8 +456,10 @@ class Trainer:
         self.resume, self.overwrite = resume, overwrite
         self.reporter = reporter or SilentReporter()
         self.progress = _Progress()
+        self.saved_update: int | None = None
+        """The update of the newest complete `latest`."""
         self.metrics: MetricsLog | None = None
-        """Swaps a new run into `final` (rank 0; a no-op elsewhere); None once done or when resuming."""
+        """Every update's row, written by rank 0 (None on the other ranks)."""
 
     # ---- the whole run ------------------------------------------------------------------------
 
@@ -496,7 +497,6 @@ class Trainer:
         temporary name in `building`, which `_save_latest` swaps into place."""
         config, task = self.config, self.task
         config.validate()
-        model_config.validate()
         replace = self.final.check_new_or_resumable(self.resume, self.overwrite)
         self.dist, self.device, self.autocast = _join_devices(config)
         exposures = None
@@ -568,7 +568,7 @@ class Trainer:
             from biosrecall.train.sharded import ShardedCheckpointer
 
             return ShardedCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
-        return LocalCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
+        return Checkpointer(self.folder, self.dist, self.raw_model, self.optimizer)
 
     def _seconds_per_flop(self) -> float | None:
         if self.device.type != "cpu" or self.dist.enabled:
@@ -617,7 +617,7 @@ class Trainer:
             progress.update,
             progress.flops,
             checkpoints,
-            progress.last_loss,
+            progress.loss,
             progress.wall_seconds,
         )
 
@@ -652,7 +652,7 @@ class Trainer:
         progress.flops += float(plan.flops_per_update[update])
         progress.tokens += plan.tokens_per_update
         progress.real_tokens += loss.real_tokens
-        progress.last_loss = loss.mean
+        progress.loss = loss.mean
         return {
             "update": update,
             "depth": depth,
@@ -692,14 +692,9 @@ class Trainer:
         progress = self.progress
         return {
             **self.meta_base,
+            **asdict(progress),
             "fraction": fraction,
-            "update": progress.update,
-            "flops": progress.flops,
-            "tokens": progress.tokens,
-            "real_tokens": progress.real_tokens,
             "fractions_done": sorted(progress.fractions_done),
-            "loss": progress.last_loss,
-            "wall_seconds": progress.wall_seconds,
             # Batches and depths are functions of (seed, update): this is the whole generator state.
             "generator_state": {"seed": self.meta_base["seed"], "next_update": progress.update},
         }
@@ -710,7 +705,7 @@ class Trainer:
         self.checkpointer.save_latest(self._meta(None), self.source.state_dict())
         if self.folder.building:
             self.folder.publish()
-        self.progress.saved_update = self.progress.update
+        self.saved_update = self.progress.update
         if self.metrics:
             self.metrics.saved(self.progress.update)
 
@@ -723,21 +718,13 @@ class Trainer:
                 raise
             raise damaged_latest(self.folder, self.resume_from, exc) from None
         self.source.load_state_dict(source_state)
-        done = meta["fractions_done"]
+        self.progress = _Progress(**{f.name: meta[f.name] for f in fields(_Progress)})
         if self.branching:  # the parent's fractions are of its own budget; those of ours passed are skipped
-            done = fractions_crossed(
+            self.progress.fractions_done = fractions_crossed(
                 self.config.checkpoint_fractions, [], meta["flops"], self.plan.budget, False
             )
-        self.progress = _Progress(
-            update=meta["update"],
-            flops=meta["flops"],
-            tokens=meta["tokens"],
-            real_tokens=meta["real_tokens"],
-            fractions_done=list(done),
-            last_loss=meta["loss"],
-            wall_seconds=meta["wall_seconds"],
-            saved_update=None if self.branching else meta["update"],  # a branch has saved nothing yet
-        )
+        else:  # a branch has saved nothing yet
+            self.saved_update = meta["update"]
 
     @contextmanager
     def _explaining_failed_saves(self):
@@ -745,15 +732,89 @@ class Trainer:
         try:
             yield
         except checkpoint_files.SaveFailed as exc:
-            if self.progress.saved_update is None:
+            if self.saved_update is None:
                 before = "is as it was before" if self.final.path.exists() else "was not created"
                 left = f"nothing of this run was kept, and {self.final.path} {before}"
             else:
                 left = (
                     f"{self.final.latest_link} still holds the complete state of "
-                    f"update {self.progress.saved_update}: {RESUME_ADVICE} once the problem is fixed"
+                    f"update {self.saved_update}: {RESUME_ADVICE} once the problem is fixed"
                 )
             raise checkpoint_files.SaveFailed(f"{exc}; {left}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. How a run saves and restores its checkpoints, behind one interface the loop calls without knowing
+# how the run is parallel (`Trainer._checkpointer` picks):
+#
+#     checkpointer.save_kept([(path, meta), ...], source.state_dict())   # budget fractions, the switch
+#     checkpointer.save_latest(meta, source.state_dict())                # the resumable `latest`
+#     meta, source_state = checkpointer.restore(path)                    # weights and optimizer loaded
+#
+# `Checkpointer` (one process, or DDP where every rank holds the whole model): rank 0 writes the
+# single-file format of `checkpoint_files.py`. `ShardedCheckpointer` (FSDP, `biosrecall.train.sharded`)
+# overrides every method with a collective one: `latest` is a sharded `torch.distributed.checkpoint`,
+# kept checkpoints are gathered into the single-file format. Both publish `latest` through
+# `RunFolder.swap_latest`, so a kill at any moment leaves a complete state behind. Which kept
+# checkpoints an update earns is the pure function `fractions_crossed`.
+
+KeptCheckpoint = tuple[Path, dict[str, Any]]  # (folder, meta) of a checkpoint to keep
+
+
+class Checkpointer:
+    """Saves and restores one run's model (unwrapped) and optimizer; every rank calls every method.
+    Here every rank holds the whole model: rank 0 writes, and the others wait so none runs ahead of a
+    `latest` that does not exist yet."""
+
+    def __init__(
+        self, folder: RunFolder, dist: DistInfo, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ):
+        self.folder = folder
+        self.dist = dist
+        self.model = model
+        self.optimizer = optimizer
+
+    def save_kept(self, kept: Sequence[KeptCheckpoint], source_state: dict[str, Any]) -> None:
+        """Write each (folder, meta) as a single-file checkpoint with the optimizer state."""
+        if self.dist.is_main:
+            training_state = {"optimizer": self.optimizer.state_dict(), "source": source_state}
+            for path, meta in kept:
+                checkpoint_files.save_checkpoint(path, self.model, meta, training_state)
+
+    def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
+        """Save the resumable state of update `meta["update"]` and point `latest` at it."""
+        if self.dist.is_main:
+            training_state = {"optimizer": self.optimizer.state_dict(), "source": source_state}
+            self.folder.save_latest(self.model, meta, training_state)
+        distributed.barrier(self.dist)
+        return self.folder.state_dir(meta["update"])
+
+    def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Load the weights and optimizer saved at `path`; returns (meta, batch source state)."""
+        saved, meta = checkpoint_files.load_checkpoint(path)
+        training_state = checkpoint_files.load_training_state(path)
+        self.model.load_state_dict(saved.state_dict())
+        try:
+            self.optimizer.load_state_dict(training_state["optimizer"])
+        except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
+            raise checkpoint_files.DamagedCheckpoint(
+                f"the optimizer state in {path / checkpoint_files.STATE_FILE} does not fit the model: "
+                f"{first_line(exc)}"
+            ) from None
+        return meta, training_state["source"]
+
+
+def fractions_crossed(
+    fractions: Sequence[float], done: Sequence[float], flops: float, budget: float, finished: bool
+) -> list[float]:
+    """The budget fractions not kept yet whose share of `budget` the running `flops` have reached. At the
+    final update the largest fraction counts as reached: a run's realised FLOPs may stop just short."""
+    largest = max(fractions, default=None)
+    return [
+        fraction
+        for fraction in fractions
+        if fraction not in done and (flops >= fraction * budget or (finished and fraction == largest))
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -797,7 +858,7 @@ def _check_resume(run: RunFolder, record: dict[str, Any], plan, config: TrainCon
         ("branch",) if "branch" in record else ()
     )
     for section in sections:
-        _refuse_differences(section, stored.get(section), record.get(section), "")
+        refuse_differences("resume", section, stored.get(section), record.get(section), RESUMABLE_DIFFERENCES)
     link = run.latest_link
     if not os.path.lexists(link):
         raise BiosrecallError(f"cannot resume: {run.path} has no saved checkpoint yet")
@@ -814,11 +875,11 @@ def _check_resume(run: RunFolder, record: dict[str, Any], plan, config: TrainCon
         "budget": plan.budget,
         "planned_updates": plan.updates,
     }
+    expected.update({section: record.get(section) for section in ("dataset", "task") if section in meta})
     for key, value in expected.items():
-        _refuse_differences(key, meta[key], value, f" (checkpoint {latest})")
-    for section in ("dataset", "task"):
-        if section in meta:
-            _refuse_differences(section, meta[section], record.get(section), f" (checkpoint {latest})")
+        refuse_differences(
+            "resume", key, meta[key], value, RESUMABLE_DIFFERENCES, where=f" (checkpoint {latest})"
+        )
     return latest
 
 
@@ -835,14 +896,6 @@ def damaged_latest(run: RunFolder, latest: Path, problem: BiosrecallError) -> Bi
         f"point latest at it (ln -sfn {path.name} {run.latest_link}) and resume again, or "
         "start over with --overwrite"
     )
-
-
-def _refuse_differences(name: str, old: Any, new: Any, where: str) -> None:
-    """Refuse `new` unless it equals `old` in every key but the documented resumable ones."""
-    difference = first_difference(old, new, RESUMABLE_DIFFERENCES)
-    if difference is not None:
-        key, was, given = difference
-        raise BiosrecallError(f"cannot resume: {name}{key} differs (run has {was!r}, given {given!r}){where}")
 
 
 @contextmanager
