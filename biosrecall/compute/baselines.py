@@ -13,7 +13,6 @@ depth a flops-matched baseline stands in for. Every number is `compute.flops`' (
 from __future__ import annotations
 
 from biosrecall.compute.flops import forward_flops_per_token, param_counts, train_flops_per_token
-from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.model.presets import BASELINE_DEPTH, BASELINES, get_preset, standard_transformer
 
@@ -27,8 +26,6 @@ def match_ratios(
     """Baseline / looped: parameters (all and non-embedding), and training and forward FLOPs per token
     of the baseline at its one depth against the looped model at `depth` (attention at `seq_len`,
     default each model's context)."""
-    if baseline.recurrent:
-        raise BiosrecallError("a baseline has no recurrent block (n_block 0)")
     mine, theirs = param_counts(baseline), param_counts(looped)
     train = train_flops_per_token(baseline, 1, seq_len), train_flops_per_token(looped, depth, seq_len)
     forward = (

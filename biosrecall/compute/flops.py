@@ -291,10 +291,6 @@ def serving_flops(cfg: ModelConfig, length: int, depth: int, checked: int, reado
     checks there (`GATE_CHECK_FLOPS_PER_WIDTH` x d each)."""
     fwd = forward_flops_per_token(cfg, _seq_len(cfg, length))
     depth = check_count(depth, "depth")
-    if readouts < 1 or state_checks < 0 or gate_checks < 0:
-        raise BiosrecallError(
-            f"a served query reads out at least once ({readouts=}, {state_checks=}, {gate_checks=})"
-        )
     recurrent = length * (fwd.prelude + fwd.injection + int(depth) * fwd.iteration)
     per_position = (
         int(state_checks) * STATE_CHECK_FLOPS_PER_WIDTH + int(gate_checks) * GATE_CHECK_FLOPS_PER_WIDTH

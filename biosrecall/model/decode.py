@@ -120,8 +120,6 @@ class CachedDecoder:
 
     def prefill(self, tokens: list[int]) -> None:
         """Run `tokens` (the first ones of the sequence) through every iteration up to the max depth."""
-        if self.length or not tokens or self.rows != 1:
-            raise BiosrecallError("prefill takes the first tokens of an empty one-row sequence")
         self._check_room(len(tokens))
         ids = torch.tensor([tokens], device=self.block.device)
         rope, inject, state = self._begin(ids)
@@ -250,8 +248,6 @@ def teacher_forced(model, tokens: torch.Tensor, max_depth: int,
     forcing"); yield, per position, the next-token logits [B, V] at each row's exit depth and those
     depths (int [B]). `new_judge()` gives a fresh judge for one position of every row; without one,
     every position runs to `max_depth` (what `forward(tokens, max_depth)` computes)."""
-    if tokens.dim() != 2 or tokens.shape[1] < 1:
-        raise BiosrecallError(f"tokens must be [rows, positions] with a position, got {tuple(tokens.shape)}")
     with torch.no_grad():  # entered per step, never held across a yield
         decoder = CachedDecoder(model, max_depth, rows=tokens.shape[0])
     for position in range(tokens.shape[1]):

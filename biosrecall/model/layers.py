@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 
 Rope = torch.Tensor | None  # fp32 [T, head_dim / 2, 2]: (cos, sin) of t theta_j for position t, pair j
@@ -120,12 +119,10 @@ class CausalSelfAttention(nn.Module):
 
 def _attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """Attention output [B, n, T, hd] of the queries at positions start.. ([B, T, n, hd] inputs) over
-    the cache, after writing this call's keys and values into it."""
+    the cache, after writing this call's keys and values into it. Several queries at once come only
+    from a prefill, which starts the sequence: only there does one causal block line up with the keys."""
     store, start = cache
     end = start + q.shape[1]
-    if q.shape[1] > 1 and start > 0:
-        # One causal block only lines up with the keys when it starts the sequence (a prefill).
-        raise BiosrecallError("a cached layer takes several positions only at the start of a sequence")
     store[0, :, start:end], store[1, :, start:end] = k, v
     keys, values = store[0, :, :end].transpose(1, 2), store[1, :, :end].transpose(1, 2)
     # Under bf16 autocast the cache (in the parameters' dtype) is wider than the queries.
