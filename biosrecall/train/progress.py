@@ -31,11 +31,8 @@ class LineReporter(SilentReporter):
     """One dense line every `every` updates on stderr (for logs and non-interactive shells)."""
 
     def __init__(self, every: int = 50, stream=None):
-        self.every = max(1, every)
+        self.every = every  # a TrainConfig's log_every: at least 1
         self.stream = stream or sys.stderr
-        self.total = 0
-        self.started = time.perf_counter()
-        self.first_update = 0
 
     def start(self, total: int, done: int) -> None:
         self.total, self.first_update, self.started = total, done, time.perf_counter()
