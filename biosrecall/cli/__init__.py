@@ -88,21 +88,19 @@ class LazyGroup(click.Group):
         limit = formatter.width - 6 - max(map(len, names))
         # Loaded or not, a command is shortened alike: click's own cut, of a stand-in without the whole
         # first sentence a loaded command carries as its short help.
-        described = [self._described(ctx, name) for name in names]
         rows = [
-            (name, click.Command(name, help=c.help).get_short_help_str(limit))
-            for name, c in zip(names, described, strict=True)
+            (name, click.Command(name, help=self._help(ctx, name)).get_short_help_str(limit))
+            for name in names
         ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
-    def _described(self, ctx: click.Context, name: str) -> click.Command:
-        """The command if it is loaded, else a stand-in carrying its docstring (click shortens both alike)."""
-        if name in self.commands:
-            return self.commands[name]
-        module_name, attribute = COMMANDS[name]
-        docstring = _docstring(module_name, attribute)
-        return self.get_command(ctx, name) if docstring is None else click.Command(name, help=docstring)
+    def _help(self, ctx: click.Context, name: str) -> str | None:
+        """A command's help: while it is not loaded, its docstring read from its module's source (a
+        command with none there, such as one a function builds, is loaded)."""
+        if name not in self.commands and (docstring := _docstring(*COMMANDS[name])) is not None:
+            return docstring
+        return self.get_command(ctx, name).help
 
 
 def first_sentence(text: str | None) -> str | None:
