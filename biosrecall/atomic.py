@@ -338,19 +338,20 @@ class OutputRecord:
                     return False
                 if self.value is not None and found[self.key] != self.value:
                     return False
-            return not self.only or all(
-                any(fnmatch(entry.name, pattern) for pattern in (self.name, *self.only))
-                for entry in os.scandir(folder)
-            )
+            return not self._strangers(folder)
         except (OSError, ValueError, RecursionError):
             return False
 
+    def _strangers(self, folder: Path) -> list[str]:
+        """The names in `folder` that `only` does not allow, sorted (none when `only` is empty)."""
+        if not self.only:
+            return []
+        allowed = (self.name, *self.only)
+        return sorted(e.name for e in os.scandir(folder) if not any(fnmatch(e.name, p) for p in allowed))
+
     def stranger(self, folder: Path) -> str:
         """Why `folder` is not this command's output, for the one-line refusal."""
-        strangers = [] if not self.only else sorted(
-            entry.name for entry in os.scandir(folder)
-            if not any(fnmatch(entry.name, p) for p in (self.name, *self.only))
-        )  # fmt: skip
+        strangers = self._strangers(folder)
         if strangers and (folder / self.name).is_file():
             return f"it also holds {excerpt(strangers[0])}, which {self.command} did not write"
         return f"it holds no {self.command} record {self.name}"
@@ -484,16 +485,10 @@ def replace_files(folder: str | Path, record: OutputRecord) -> Iterator[Path]:
     disk) leaves the previous set as it was. `record` names the set's record, written last: files of
     the same names are replaced only when their record marks them (a folder of the user's own files
     that happen to share a name is refused, and nothing is written)."""
-    folder = Path(folder)
-    _make_folder(folder)
-    stage = None
+    folder, stage = Path(folder), None
     try:
         with held():  # a signal waits until `stage` names the folder the clean-up below removes
-            stage = Path(
-                tempfile.mkdtemp(
-                    prefix=temporary_prefix(folder / record.name), suffix=TEMPORARY_SUFFIX, dir=folder
-                )
-            )
+            stage = _temporary_folder(folder / record.name)
         yield stage
         names = sorted(entry.name for entry in os.scandir(stage))
         if record.name not in names:

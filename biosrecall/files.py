@@ -113,9 +113,10 @@ def parse_json_text(text: str, where: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BiosrecallError(f"{where} is corrupt: {exc.msg} (line {exc.lineno})") from None
+        problem = f"{exc.msg} (line {exc.lineno})"
     except RecursionError:  # nesting no file of ours has; the C decoder gives up on the stack
-        raise BiosrecallError(f"{where} is corrupt: JSON nested too deeply") from None
+        problem = "JSON nested too deeply"
+    raise BiosrecallError(f"{where} is corrupt: {problem}")
 
 
 MAX_JSON_BYTES = 64 << 20

@@ -21,6 +21,7 @@ them. numpy's integers and floats are accepted as numbers (they register as `num
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import re
@@ -47,12 +48,10 @@ _NON_FINITE = re.compile(r"[+-]?(inf|infinity|nan)", re.IGNORECASE)
 
 def parse_int(text: str) -> int:
     """An integer written in ASCII digits with an optional sign, nothing else (no spaces)."""
-    if not isinstance(text, str) or not text.isascii() or not _INTEGER.fullmatch(text):
-        raise BiosrecallError(f"expected an integer, got {_show(text)}")
-    try:
-        return int(text)
-    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
-        raise BiosrecallError(f"expected an integer, got {_show(text)}") from None
+    if isinstance(text, str) and text.isascii() and _INTEGER.fullmatch(text):
+        with contextlib.suppress(ValueError):  # more digits than Python converts (sys.get_int_max_str_digits)
+            return int(text)
+    raise BiosrecallError(f"expected an integer, got {_show(text)}")
 
 
 def parse_float(text: str) -> float:
@@ -152,9 +151,8 @@ def check_number(name: str, value: Any, limit: Limit) -> int | float:
         raise BiosrecallError(f"{name} must be {limit.describe()}, got {_show(value)}")
     if number > limit.high or (limit.high_open and number == limit.high):
         reason = f" ({limit.why})" if limit.why else ""
-        if limit.kind is float:
-            raise BiosrecallError(f"{name} must be {limit.describe()}{reason}, got {_show(value)}")
-        raise BiosrecallError(f"{name} must be at most {limit.high:,}{reason}, got {_show(value)}")
+        bound = limit.describe() if limit.kind is float else f"at most {limit.high:,}"
+        raise BiosrecallError(f"{name} must be {bound}{reason}, got {_show(value)}")
     return number
 
 

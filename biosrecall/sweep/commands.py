@@ -138,7 +138,7 @@ def parse(words: str, args: list[str], what: str, inside=None, config=None) -> d
     `config` (a parsed `--config` document), as if `--config` had given it. A problem is one
     BiosrecallError line starting with `what`."""
     command = click_command(words)
-    defaults = _config_defaults(command, config, what) if config is not None else None
+    defaults = _config_reader(option_defaults, command, what, config) if config is not None else None
     try:
         with command.make_context(f"biosrecall {words}", list(args), default_map=defaults) as ctx:
             params = dict(ctx.params)
@@ -151,21 +151,12 @@ def parse(words: str, args: list[str], what: str, inside=None, config=None) -> d
         raise BiosrecallError(f"{what}: {exc}") from None
 
 
-def config_file_values(words: str, path: str | Path) -> dict[str, Any]:
-    """The values of the `--config` file `path` as `biosrecall <words>` reads it (keys as written)."""
-
+def _config_reader(read, command: click.Command, *args) -> dict[str, Any]:
+    """`read(context, *args)`, a `--config` reader of `command` (`file_values`, `option_defaults`),
+    whose BadParameter (its message already names the file or `what`, and the key) is one line."""
     try:
-        return file_values(click.Context(click_command(words)), Path(path))
+        return read(click.Context(command), *args)
     except click.BadParameter as exc:
-        raise BiosrecallError(exc.message) from None
-
-
-def _config_defaults(command: click.Command, config: dict[str, Any], what: str) -> dict[str, Any]:
-    """What `command --config FILE` takes from a file holding `config` (the command's own reader)."""
-
-    try:
-        return option_defaults(click.Context(command), what, config)
-    except click.BadParameter as exc:  # its message already names `what` and the key
         raise BiosrecallError(exc.message) from None
 
 
@@ -194,7 +185,7 @@ def with_config_file(command: str, options: Mapping[str, Any]) -> dict[str, Any]
     by theirs), as `--config FILE` under the options on a command line meant."""
     if options.get("config") is None:
         return dict(options)
-    base = config_file_values(command, options["config"])
+    base = _config_reader(file_values, click_command(command), Path(options["config"]))
     return replace_settings(command, base, {key: value for key, value in options.items() if key != "config"})
 
 

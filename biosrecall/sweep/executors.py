@@ -33,6 +33,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.interrupts import restore, stop_on_signals
@@ -173,7 +174,7 @@ class SlurmExecutor:
     """Time limit of each run's task, in minutes."""
     array_parallelism: int = 256
     """Array tasks running at the same time."""
-    cluster: str = "slurm"
+    cluster: Literal["slurm", "local"] = "slurm"
     """submitit's executor kind: "slurm", or "local" (the same array as processes here; for tests)."""
 
     def check(self) -> None:
@@ -181,8 +182,6 @@ class SlurmExecutor:
         check_count(self.gpus_per_run, "GPUs per run", low=0)
         for name in ("cpus_per_run", "time_min", "array_parallelism"):
             check_count(getattr(self, name), name.replace("_", " "))
-        if self.cluster not in ("slurm", "local"):
-            raise BiosrecallError(f"cluster must be slurm or local, got {self.cluster!r}")
         if self.cluster == "slurm" and shutil.which("sbatch") is None:
             raise BiosrecallError("--executor slurm needs Slurm, and this machine has no sbatch command")
 

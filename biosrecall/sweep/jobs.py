@@ -133,8 +133,6 @@ def check_runs(runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ())
     options accepted by their command (see `commands`)."""
     check_names([run.name for run in runs])
     for run in runs:
-        if run.command not in commands.TRAINERS:
-            raise BiosrecallError(f"run {run.name}: command must be one of {', '.join(commands.TRAINERS)}")
         _check_run(run)
     for evaluation in evaluations:
         _check_evaluation(evaluation, {run.command for run in runs})
@@ -178,15 +176,11 @@ def _check_run(run: SweepRun) -> None:
 
 
 def _check_evaluation(evaluation: Evaluation, trainers: set[str]) -> None:
-    reads = commands.EVALUATIONS.get(evaluation.command)
-    if reads is None:
-        raise BiosrecallError(
-            f"unknown evaluation {evaluation.command!r}; choose {', '.join(commands.EVALUATIONS)}"
-        )
+    """The evaluation reads the sweep's runs, and its command parses its options (a spec's option
+    names were checked as the spec was read)."""
+    reads = commands.EVALUATIONS[evaluation.command]
     if trainers != {reads}:
         raise BiosrecallError(f"{evaluation.command} evaluates runs of `{reads}` only")
-    for key in evaluation.options:
-        commands.canonical_key(evaluation.command, key, commands.EVAL_ENGINE_KEYS.get(evaluation.command, ()))
     commands.check_evaluation(evaluation.command, evaluation.options, evaluation.command)
 
 

@@ -32,7 +32,6 @@ from typing import Any
 from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_json_object
-from biosrecall.numbers import parse_int
 from biosrecall.records import parse_record
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.run_folder import RunFolder
@@ -109,17 +108,9 @@ def lock_holder(run_dir: Path) -> int | None:
         text = RunFolder(run_dir).lock_file.read_text().strip()
     except (OSError, UnicodeDecodeError):  # unreadable or damaged: it names no live holder
         return None
-    pid = _recorded_pid(text)
+    # isascii: str.isdigit also takes digits such as '²' that int() refuses; no pid has 20 digits.
+    pid = int(text) if text.isascii() and text.isdigit() and len(text) < 20 else None
     return pid if pid_alive(pid) else None
-
-
-def _recorded_pid(text: str) -> int | None:
-    """The pid in a lock file's text, or None when it is not one: str.isdigit also takes digits such
-    as '²' that int() then refuses, so the one rule for integers reads it."""
-    try:
-        return parse_int(text)
-    except BiosrecallError:
-        return None
 
 
 def record_running(record: RunRecord) -> bool:
