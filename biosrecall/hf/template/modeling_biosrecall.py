@@ -46,8 +46,33 @@ except ImportError:  # loaded by biosrecall itself, which sets RECIPE before bui
     RECIPE = None
 
 MODEL_TYPE = "biosrecall_looped"
-# Every biosrecall model-config field this file implements, with the values it implements; the exporter
-# refuses a config holding any other field or value rather than export a model this code gets wrong.
+# Every biosrecall model-config field this file implements, with its default here, and the values it
+# implements of those with choices; the exporter refuses a config holding any other field or value
+# rather than export a model this code gets wrong.
+MODEL_FIELDS = {
+    "vocab_size": 256,
+    "d_model": 32,
+    "n_heads": 2,
+    "d_mlp": 64,
+    "n_prelude": 1,
+    "n_block": 1,
+    "n_coda": 1,
+    "context_length": 128,
+    "position": "rope",
+    "rope_base": 10000.0,
+    "norm": "pre",
+    "norm_eps": 1e-6,
+    "mlp": "swiglu",
+    "injection": "concat",
+    "init_state": "zeros",
+    "init_state_std": math.sqrt(2 / 5),
+    "init_state_seed": 0,
+    "tie_embeddings": True,
+    "backprop_depth": None,
+    "init_mean_depth": 8.5,
+    "recipe": "baseline",
+}
+SUPPORTED_FIELDS = tuple(MODEL_FIELDS)
 SUPPORTED_CHOICES = {
     "position": ("rope", "learned"),
     "norm": ("pre", "sandwich"),
@@ -55,16 +80,12 @@ SUPPORTED_CHOICES = {
     "injection": ("concat", "add", "none"),
     "init_state": ("zeros", "noise"),
 }
-SUPPORTED_FIELDS = (
-    *("vocab_size", "d_model", "n_heads", "d_mlp", "n_prelude", "n_block", "n_coda", "context_length"),
-    *("rope_base", "norm_eps", "init_state_std", "init_state_seed", "tie_embeddings", "backprop_depth"),
-    *("init_mean_depth", "recipe", *SUPPORTED_CHOICES),
-)
 
 
 class BiosrecallLoopedConfig(PretrainedConfig):
-    """The biosrecall `ModelConfig` fields under the same names, plus `num_steps` (the default depth)
-    and `biosrecall` (where the weights came from: run, checkpoint, schedule, budget, data)."""
+    """The biosrecall `ModelConfig` fields under the same names (`MODEL_FIELDS`), plus `num_steps` (the
+    default depth) and `biosrecall` (where the weights came from: run, checkpoint, schedule, budget,
+    data)."""
 
     model_type = MODEL_TYPE
     attribute_map = {
@@ -74,45 +95,10 @@ class BiosrecallLoopedConfig(PretrainedConfig):
         "max_position_embeddings": "context_length",
     }
 
-    def __init__(
-        self,
-        vocab_size: int = 256,
-        d_model: int = 32,
-        n_heads: int = 2,
-        d_mlp: int = 64,
-        n_prelude: int = 1,
-        n_block: int = 1,
-        n_coda: int = 1,
-        context_length: int = 128,
-        position: str = "rope",
-        rope_base: float = 10000.0,
-        norm: str = "pre",
-        norm_eps: float = 1e-6,
-        mlp: str = "swiglu",
-        injection: str = "concat",
-        init_state: str = "zeros",
-        init_state_std: float = math.sqrt(2 / 5),
-        init_state_seed: int = 0,
-        tie_embeddings: bool = True,
-        backprop_depth: int | None = None,
-        init_mean_depth: float = 8.5,
-        recipe: str = "baseline",
-        num_steps: int = 8,
-        biosrecall: dict | None = None,
-        **kwargs,
-    ) -> None:
-        self.vocab_size, self.d_model, self.n_heads, self.d_mlp = vocab_size, d_model, n_heads, d_mlp
-        self.n_prelude, self.n_block, self.n_coda = n_prelude, n_block, n_coda
-        self.context_length, self.position, self.rope_base = context_length, position, rope_base
-        self.norm, self.norm_eps, self.mlp, self.injection = norm, norm_eps, mlp, injection
-        self.init_state, self.init_state_std, self.init_state_seed = (
-            init_state,
-            init_state_std,
-            init_state_seed,
-        )
-        self.tie_embeddings, self.backprop_depth = tie_embeddings, backprop_depth
-        self.init_mean_depth, self.num_steps, self.recipe = init_mean_depth, num_steps, recipe
-        self.biosrecall = biosrecall or {}
+    def __init__(self, num_steps: int = 8, biosrecall: dict | None = None, **kwargs) -> None:
+        for name, default in MODEL_FIELDS.items():
+            setattr(self, name, kwargs.pop(name, default))
+        self.num_steps, self.biosrecall = num_steps, biosrecall or {}
         for name, choices in SUPPORTED_CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
