@@ -84,10 +84,10 @@ def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConf
     stored = RunFolder(branch.parent).read_config()
     for section in ("model_config", "dataset", "task"):
         parent, mine = stored.get(section), record.get(section)
-        refuse_differences("branch", section, parent, mine, ignored, owner="the parent")
+        refuse_differences("branch", f"the parent's {section}", parent, mine, ignored, owner="the parent")
     parent_config = TrainConfig.from_dict(stored["train_config"])
     shared = [{name: getattr(each, name) for name in SHARED_SETTINGS} for each in (parent_config, config)]
-    refuse_differences("branch", "train_config", *shared, owner="the parent")
+    refuse_differences("branch", "the parent's train_config", *shared, owner="the parent")
     at = branch.at_update
     if at >= plan.updates:
         raise BiosrecallError(f"cannot branch at update {at}: this run has only {plan.updates} updates")
