@@ -246,10 +246,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
     "parallel": PARALLEL_MODES,
 }
-_UNSET_ALLOWED = {
-    "budget", "budget_of", "updates", "exposures", "seq_len", "threads", "warmup_updates", "decay",
-    "keep_updates", "recipe_module",
-}  # fmt: skip
+_UNSET_ALLOWED = {f.name for f in fields(TrainConfig) if f.default is None}
+"""The fields whose default is unset (None): a run may leave them so."""
 DEFAULT_DECAY = 0.2  # wsd's decay share when `decay` is unset
 OMITTED_AT_DEFAULT = {"recipe": "baseline", "recipe_module": None}
 """Fields added after runs were archived: recorded only when they differ from their default."""
@@ -366,9 +364,11 @@ def split_budget_of(text: Any) -> tuple[str, int]:
 
 def resolve_seq_len(config: TrainConfig, model_config, preset: str | None = None) -> int:
     """The one place a run's sequence length is decided: `config.seq_len`, or the model's context when
-    unset; longer than the context is refused, and so are more tokens per update than
+    unset; longer than the context (or not positive) is refused, and so are more tokens per update than
     `MAX_TOKENS_PER_UPDATE`. `preset` names the model in the message."""
-    seq_len = model_config.context_length if config.seq_len is None else config.seq_len
+    seq_len = model_config.context_length if config.seq_len is None else int(config.seq_len)
+    if seq_len < 1:
+        raise BiosrecallError(f"sequence length must be at least 1, got {seq_len}")
     if seq_len > model_config.context_length:
         advice = (
             "" if preset is None else f": --seq-len must not be longer than the context of preset {preset}"
