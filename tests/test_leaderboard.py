@@ -180,7 +180,9 @@ def test_a_finished_run_is_done_only_once_its_state_norms_and_exit_rule_are_eval
 
 
 @pytest.mark.slow
-def test_the_committed_leaderboard_reruns_from_a_clean_checkout_without_training(tmp_path, capsys, monkeypatch):
+def test_the_committed_leaderboard_reruns_from_a_clean_checkout_without_training(
+    tmp_path, capsys, monkeypatch
+):
     """What the repository holds, on the dataset and corpus its record names, made anew as a fresh
     clone would: nothing is trained or evaluated again, and the tables and claims written are the
     archived ones, byte for byte."""
@@ -193,8 +195,8 @@ def test_the_committed_leaderboard_reruns_from_a_clean_checkout_without_training
     handed = trained_runs(monkeypatch)
     monkeypatch.chdir(tmp_path)  # the record's command names data/bios-100 and data/lm-kjv, relative
     assert run_cli(["generate", "--out", "data/bios-100", "--people", "100", "--seed", "0"], capsys)[0] == 0
-    prepare = "lm prepare pkg:kjv --out data/lm-kjv --vocab-size 512 --val-fraction 0.05".split()
-    assert run_cli(prepare, capsys)[0] == 0
+    prepare = "lm prepare pkg:kjv --out data/lm-kjv --vocab-size 512 --val-fraction 0.05"
+    assert run_cli(shlex.split(prepare), capsys)[0] == 0
     shutil.copytree(archive, tmp_path / "copy")
     command = shlex.split(record["command"])[1:]
     code, err = run_cli([*command, "--out", "copy", "--quiet"], capsys)

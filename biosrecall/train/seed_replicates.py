@@ -9,7 +9,7 @@ seed, `IGNORED_SETTINGS` (how a run executes, not what it trains: the data's own
 compared) and the sections the trainer derives or observes (`plan` holds seed-dependent FLOP
 totals). Settings are compared by dotted name, so a refusal names the field.
 
-`biosrecall.eval.seeds` (recall curves) and `biosrecall.lm.replicates` (the LM comparison) group runs
+`biosrecall.eval.seeds` (recall curves) and `biosrecall.lm.compare` (the LM comparison) group runs
 with it; each run's config.json is read through `biosrecall.train.run_folder.RunFolder`.
 """
 
