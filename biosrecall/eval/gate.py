@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import DEFAULT_SWEEPS, LEARNED, Gate, GateCdf, OneParameter, check_max_depth
+from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, GateCdf, OneParameter, check_max_depth
 from biosrecall.eval.gate_data import calibrate
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, check_one_trajectory, exact_rows
 from biosrecall.files import file_sha256, read_json_object, require_regular_file
@@ -453,16 +453,6 @@ def servable_criteria(criteria, run_dir, checkpoint) -> tuple[list, list[str]]:
         else:
             kept.append(criterion)
     return kept, skipped
-
-
-def check_gates(run_dirs, criteria, checkpoints, max_depth: int) -> None:
-    """Refuse, before anything runs or is written, a `gate:delta` that some selected checkpoint of
-    `run_dirs` has no fitted gate for (or a gate fitted elsewhere)."""
-
-    if any(isinstance(criterion, LEARNED) for criterion in criteria):
-        for run_dir in run_dirs:
-            for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
-                resolve_gates(criteria, run_dir, label, path, max_depth)
 
 
 def deltas() -> tuple[float, ...]:
