@@ -107,7 +107,7 @@ def test_prepare_train_eval_compare_end_to_end(data, tmp_path, capsys):
 def test_batches_are_the_loader_stream_and_a_pure_function_of_the_update(data):
     source = LMBatchSource(data, batch_size=7, seq_len=16, seed=3)
     loader = ShardLoader(data, 16, seed=3)
-    updates = 3 * loader.windows_per_rank // 7 + 2  # crosses several epochs, mid-batch
+    updates = 3 * loader.num_windows // 7 + 2  # crosses several epochs, mid-batch
     expected = [loader.batch(7) for _ in range(updates)]
     for update in [*range(updates), 5, 0, updates - 1]:  # any order gives the same batch
         np.testing.assert_array_equal(source.batch(update), expected[update])

@@ -99,11 +99,6 @@ class ShardLoader:
     def vocab_size(self) -> int:
         return int(self.manifest["tokenizer"]["vocab_size"])
 
-    @property
-    def windows_per_rank(self) -> int:
-        """`num_windows`, by its name from when ranks split the stream (every rank now reads all of it)."""
-        return self.num_windows
-
     def epoch_windows(self, epoch: int) -> np.ndarray:
         """The window indices of `epoch`, in the order they are read."""
         if epoch != self._order_epoch:
