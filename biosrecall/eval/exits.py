@@ -45,7 +45,7 @@ entropy, latent and accel, the smallest unchanged count, and exact only when eve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -141,7 +141,7 @@ class OneParameter:
 
     @property
     def spec(self) -> str:
-        value = next(iter(vars(self).values()))
+        value = getattr(self, fields(self)[0].name)
         return f"{self.name}:{value if isinstance(value, int) else format(value, 'g')}"
 
 
