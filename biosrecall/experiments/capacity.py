@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from biosrecall.atomic import atomic_write_text
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
 from biosrecall.compute.schedules import MAX_UPDATES
@@ -283,8 +284,6 @@ def _recorded_free_options(out_dir: Path) -> dict[str, Any]:
     one). A record of release 0.2.0 (settings, people, seeds, depths) is given the engine's `study`
     and `options` first, so its output continues; its other keys are kept until the engine rewrites
     it."""
-    from biosrecall.atomic import atomic_write_text
-
     path = out_dir / RECORD
     if not path.is_file():
         return {}
