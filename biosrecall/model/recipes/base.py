@@ -115,10 +115,9 @@ class Recipe:
 
     def final_hidden(self, model, tokens, depth: int):
         """What the head reads after a `depth`-iteration call on `tokens` (coda and final norm)."""
-        for k, state, rope in model.gradient_states(tokens, depth):
-            if k == depth:
-                return model.final_hidden(state, rope)
-        raise AssertionError("gradient_states ends at the requested depth")
+        # gradient_states yields every depth up to `depth`; only the last one reaches the head.
+        *_, (_, state, rope) = model.gradient_states(tokens, depth)
+        return model.final_hidden(state, rope)
 
     # ---- FLOPs and parameters (per token, matmuls only, 2 FLOPs per multiply-add) -----------------
 
