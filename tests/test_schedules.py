@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from biosrecall.compute import depth_draws
+from biosrecall.compute import schedules
 from biosrecall.compute.schedules import (
     Curriculum,
     Fixed,
@@ -113,7 +113,7 @@ def test_depth_draws_are_deterministic_and_rank_independent(text):
     schedule = parse_schedule(text)
     total, seed = 3000, 7
     reference = schedule.depths(total, seed)
-    depth_draws._CACHE.clear()  # a fresh process (another rank, a resumed run) starts without the cache
+    schedules._CACHE.clear()  # a fresh process (another rank, a resumed run) starts without the cache
     order = np.random.default_rng(0).permutation(total)[:300]
     assert all(schedule.depth(int(u), total, seed) == reference[u] for u in order)
     assert np.array_equal(schedule.depths(total, seed), reference)
