@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.numbers import check_count, check_depth
+from biosrecall.numbers import DEPTH, MAX_COUNT, SEED
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.config import TrainConfig, split_budget_of
 
@@ -79,10 +79,17 @@ class StudyOptions:
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
-        check_lr_grid(self.lr_grid)
-        check_budgets(self.budgets, self.budget_mode)
-        if any(not isinstance(k, int) or k < 1 for k in self.fixed_sweep):
-            raise BiosrecallError(f"--fixed-sweep depths must be positive integers (got {self.fixed_sweep})")
+        check_list(
+            self.lr_grid, "--lr-grid", _positive, "values must be positive learning rates", most=MAX_GRID
+        )
+        check_list(self.budgets, "--budgets", _positive, "multiples must be positive")
+        check_list(
+            self.fixed_sweep, "--fixed-sweep", _integers(1, DEPTH.high), "depths must be positive integers"
+        )
+        if self.budget_mode not in BUDGET_MODES:
+            raise BiosrecallError(
+                f"--budget-mode must be one of {', '.join(BUDGET_MODES)}, got {self.budget_mode!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -178,55 +185,42 @@ def scaled_budget(config: TrainConfig, multiple: float) -> TrainConfig:
     return replace(config, budget_of=f"{spec}:{scaled}")
 
 
+def check_list(values, flag: str, valid, rule: str, example: str = "", most: int | None = None) -> None:
+    """The rules every list option of a study obeys, in one place: each value `valid` (else "{flag}
+    {rule}"), each given once, at most `most`, and at least one when `example` shows one."""
+    values = list(values)
+    if not values and example:
+        raise BiosrecallError(f"{flag} is empty; give at least one, e.g. {flag} {example}")
+    bad = [value for value in values if not valid(value)]
+    if bad:
+        raise BiosrecallError(f"{flag} {rule} (got {bad[0]})")
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise BiosrecallError(f"{flag} repeats {', '.join(map(str, repeated))}; give each value once")
+    if most is not None and len(values) > most:
+        raise BiosrecallError(f"{flag} lists {len(values)} values; at most {most}")
+
+
+def _integers(low: int, high: int):
+    return lambda value: isinstance(value, int) and low <= value <= high
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
 def check_seeds(seeds) -> None:
-    if not seeds:
-        raise BiosrecallError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
-    if any(not isinstance(s, int) or s < 0 for s in seeds):
-        raise BiosrecallError(f"--seeds must be non-negative integers (got {list(seeds)})")
-    if len(set(seeds)) != len(seeds):
-        repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
-        raise BiosrecallError(f"--seeds repeats {', '.join(map(str, repeated))}; give each seed once")
-    if len(seeds) > MAX_SEEDS:
-        raise BiosrecallError(f"--seeds lists {len(seeds)} seeds; at most {MAX_SEEDS}")
+    check_list(seeds, "--seeds", _integers(0, SEED.high), "must be non-negative integers", "0,1,2", MAX_SEEDS)
 
 
 def check_people(people) -> None:
-    if not people:
-        raise BiosrecallError("--people is empty; give at least one count, e.g. --people 50,100,200")
-    for count in people:
-        check_count(count, "people counts")
-    repeated = sorted({n for n in people if list(people).count(n) > 1})
-    if repeated:
-        raise BiosrecallError(f"--people repeats {', '.join(map(str, repeated))}; give each count once")
+    check_list(people, "--people", _integers(1, MAX_COUNT), "must be positive integers", "50,100,200")
 
 
 def check_depths(depths) -> None:
-    if not depths:
-        raise BiosrecallError("--depths is empty; give at least one serving depth, e.g. --depths 1,4,16,64")
-    for depth in depths:
-        check_depth(depth, "depths")
-    if len(set(depths)) != len(depths):
-        raise BiosrecallError(f"--depths repeats a value ({list(depths)}); give each depth once")
-
-
-def check_budgets(budgets, mode: str) -> None:
-    bad = [b for b in budgets if not (isinstance(b, int | float) and math.isfinite(b) and b > 0)]
-    if bad:
-        raise BiosrecallError(f"--budgets multiples must be positive (got {bad[0]})")
-    if len(set(budgets)) != len(budgets):
-        raise BiosrecallError(f"--budgets repeats a value ({list(budgets)}); give each multiple once")
-    if mode not in BUDGET_MODES:
-        raise BiosrecallError(f"--budget-mode must be one of {', '.join(BUDGET_MODES)}, got {mode!r}")
-
-
-def check_lr_grid(grid) -> None:
-    bad = [lr for lr in grid if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0)]
-    if bad:
-        raise BiosrecallError(f"--lr-grid values must be positive learning rates (got {bad[0]})")
-    if len(set(grid)) != len(grid):
-        raise BiosrecallError(f"--lr-grid repeats a value ({list(grid)}); give each learning rate once")
-    if len(grid) > MAX_GRID:
-        raise BiosrecallError(f"--lr-grid lists {len(grid)} values; at most {MAX_GRID}")
+    check_list(
+        depths, "--depths", _integers(1, DEPTH.high), f"must be integers 1 to {DEPTH.high}", "1,4,16,64"
+    )
 
 
 def format_lr(lr: float) -> str:
