@@ -183,7 +183,7 @@ def draw_figures(study: Path) -> dict:
     functions that drew them when the study ran."""
     from biosrecall.eval.plots import plot_exit_frontier, plot_recall_curves
     from biosrecall.experiments.budget_results import budget_figure
-    from biosrecall.experiments.capacity_figure import plot_capacity
+    from biosrecall.experiments.capacity_results import plot_capacity
 
     drawers = {
         "figure1": ("recall_curve_seeds", plot_recall_curves),

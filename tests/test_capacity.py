@@ -365,7 +365,7 @@ def test_band_verdict():
 
 
 def test_the_knee_is_between_the_last_full_count_and_the_peak():
-    from biosrecall.experiments.capacity_knees import knee_table
+    from biosrecall.experiments.capacity_results import knee_table
 
     # Ceiling 10 bits per person; the model stores everything to 20 people, most at 40, less at 80.
     stored = {10: 100.0, 20: 190.0, 40: 300.0, 80: 120.0}

@@ -18,7 +18,7 @@ from matplotlib.text import Text
 from biosrecall.bios import ATTRIBUTES
 from biosrecall.eval.plots import plot_exit_frontier, plot_recall_curves
 from biosrecall.experiments.budget_results import budget_figure
-from biosrecall.experiments.capacity_figure import plot_capacity
+from biosrecall.experiments.capacity_results import plot_capacity
 from biosrecall.lm import compare_plots
 
 POOLS = (200, 28, 12, 300, 100, 263)

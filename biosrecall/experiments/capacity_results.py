@@ -13,11 +13,11 @@ Files (tables as CSV and parquet, the figure as PNG and PDF):
     capacity_summary      the same per people count, model and depth over seeds: mean, 95% t
                           interval (`<column>_low`, `<column>_high`) and n_seeds (`biosrecall.stats`)
     capacity.md           both tables in Markdown (intervals as "mean [low, high]"), and between
-                          them where each curve bends (`biosrecall.experiments.capacity_knees`)
+                          them where each curve bends (`knee_table`)
     capacity_claims(.md)  the four claims of `claims`, each judged from its 95% interval
                           over seeds by the one judge (`biosrecall.experiments.claims`; an earlier
                           look at another seed count is kept as capacity_claims_at_<n>seeds.csv)
-    capacity.png/.pdf     stored bits against people (`biosrecall.experiments.capacity_figure`)
+    capacity.png/.pdf     stored bits against people (`plot_capacity`)
 
 The engine writes the same claims as claims.csv/.md too, as it does for every study.
 A baseline has one serving depth: its rows say depth 1, and every claim reads it there.
@@ -28,12 +28,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from biosrecall.experiments.capacity_knees import depth_label, knee_table, knees_markdown, model_label
+from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import markdown_table, save_figure, write_table
+from biosrecall.outputs import COLORS, MARKERS, markdown_table, save_figure, write_table
 from biosrecall.stats import aggregate_seeds, interval_text
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
@@ -81,9 +82,6 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
 
 def write(out_dir: Path, per_run: pd.DataFrame, options=None) -> tuple[dict, pd.DataFrame, list[Path]]:
     """Every file of the module doc, each written atomically: (tables, judged claims, figure files)."""
-    from biosrecall.atomic import atomic_write_text
-    from biosrecall.experiments.capacity_figure import plot_capacity
-
     tables = {"capacity": per_run, "capacity_summary": summarize(per_run)}
     for name, table in tables.items():
         write_table(table, out_dir / name)
@@ -277,3 +275,144 @@ def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
                      "loss-bound bits/param", "loss-bound bits/non-emb.", "exposures (mean)",
                      "updates", "train FLOPs"], runs)
     )  # fmt: skip
+
+
+# ---- where each curve bends: the "Where each curve bends" section of capacity.md ----
+
+KNEE_MEASURE = "loss_bound_bits"
+"""The stored bits the knees are read from (means over seeds)."""
+
+
+def knee_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Where each stored-bits curve bends: one row per model and serving depth (a baseline at its one
+    depth), read from `summary`'s means over seeds of `KNEE_MEASURE` over the people counts:
+
+        full_until         the largest count at which the model stores at least 1 - `SATURATION_TOLERANCE`
+                           of the facts' bits (0 when it never does): below the knee, the data, not the
+                           model, sets its bits
+        peak_people        the count at which it stores the most: its capacity in this sweep
+        peak_bits          those bits, with their 95% interval over seeds (`_low`, `_high`)
+        peak_bits_per_param            the same per parameter (every parameter counted)
+        share_at_largest   stored / ceiling at the sweep's largest count
+
+    A knee lies between `full_until` and the next count; a peak below the largest count means the
+    curve falls after it (a model that stops learning), which is why the claims read capacity at the
+    peak."""
+    rows = []
+    for (name, kind, depth), part in summary.groupby(["name", "kind", "depth"], sort=False):
+        part = part.sort_values("people")
+        share = part[KNEE_MEASURE] / part["ceiling_bits"]
+        full = part.loc[share >= 1 - SATURATION_TOLERANCE, "people"]
+        peak = part.loc[part[KNEE_MEASURE].idxmax()]
+        rows.append({
+            "name": name, "kind": kind, "depth": int(depth), "full_until": int(full.max()) if len(full) else 0,
+            "peak_people": int(peak["people"]), "peak_bits": peak[KNEE_MEASURE],
+            "peak_bits_low": peak[f"{KNEE_MEASURE}_low"], "peak_bits_high": peak[f"{KNEE_MEASURE}_high"],
+            "peak_bits_per_param": peak[KNEE_MEASURE] / peak["parameters"],
+            "share_at_largest": float(share.iloc[-1]),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def model_label(row) -> str:
+    """A model as capacity.md names it: a baseline says so."""
+    return f"{row['name']} (baseline)" if row["kind"] == "baseline" else row["name"]
+
+
+def depth_label(row) -> str:
+    """A serving depth as capacity.md shows it: a baseline has one."""
+    return "1 (its one depth)" if row["kind"] == "baseline" else str(int(row["depth"]))
+
+
+def knees_markdown(knees: pd.DataFrame) -> str:
+    """The section of capacity.md that shows `knee_table`."""
+    full = f"{1 - SATURATION_TOLERANCE:.0%}"
+    header = ["model", "depth", f"stores >= {full} of the facts up to (people)", "most stored at (people)",
+              "most loss-bound bits", "bits/param there", "share stored at the largest count"]  # fmt: skip
+    rows = [
+        [model_label(row), depth_label(row), str(row["full_until"] or "-"), str(row["peak_people"]),
+         interval_text(row["peak_bits"], row["peak_bits_low"], row["peak_bits_high"], "{:.0f}"),
+         f"{row['peak_bits_per_param']:.3g}", f"{row['share_at_largest']:.0%}"]
+        for _, row in knees.iterrows()
+    ]  # fmt: skip
+    return (
+        "## Where each curve bends\n\n"
+        f"Loss-bound bits, mean over seeds: the largest count still storing {full} of the facts and the "
+        "count storing the most (the knee lies between).\n\n" + markdown_table(header, rows)
+    )
+
+
+# ---- the figure, capacity.png/.pdf ----
+
+
+def plot_capacity(summary: pd.DataFrame):
+    """Stored bits against people (`summary`: `summarize`): one panel per measure (rows: exact-match,
+    loss bound) and serving depth (columns), one line per model with its 95% band over seeds (a
+    baseline, which has one depth, dashed in every panel), the ceiling (every fact stored) and the
+    lines of 1 and 2 bits per parameter of the looped model."""
+    # matplotlib is imported here: `biosrecall capacity --help` reads this module.
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+
+    from biosrecall.eval.plots import legend_below
+
+    depths = sorted(summary.loc[summary["kind"] == "looped", "depth"].unique()) or [1]
+    fig = Figure(figsize=(0.8 + 3.4 * len(depths), 6.6), layout="constrained")
+    axes = fig.subplots(2, len(depths), sharex=True, sharey="row", squeeze=False)  # depths compare
+    names = list(dict.fromkeys(summary["name"]))
+    people = sorted(int(n) for n in summary["people"].unique())
+    styles = {name: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, name in enumerate(names)}
+    for row, (measure, title) in enumerate(
+        (("exact_bits", "exact-match"), ("loss_bound_bits", "loss bound"))
+    ):
+        for col, depth in enumerate(depths):
+            ax = axes[row][col]
+            for name in names:
+                _draw_model(ax, summary, name, measure, depth, styles[name])
+            _draw_references(ax, summary)
+            ax.set_title(f"K = {depth}, {title}", fontsize=9)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(people, [str(n) for n in people], minor=False)
+            ax.xaxis.set_minor_locator(NullLocator())  # the counts themselves are the only ticks
+            ax.set_yscale("symlog", linthresh=10)
+            ax.margins(y=0.08)  # keeps the 2-bits line off the frame
+            if row == 1:
+                ax.set_xlabel("people")
+            if col == 0:
+                ax.set_ylabel("stored bits")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    legend_below(fig, handles, 4, labels=labels)
+    seeds = int(summary["n_seeds"].max()) if "n_seeds" in summary else 1
+    bands = f", mean over {seeds} seeds with 95% bands" if seeds > 1 else ""
+    fig.suptitle(f"Stored bits against people{bands}")
+    return fig
+
+
+def _draw_model(ax, summary: pd.DataFrame, name: str, measure: str, depth: int, style) -> None:
+    """One model's mean over seeds with its interval shaded; a baseline at its one depth."""
+    from biosrecall.experiments.figure1_results import study_label
+
+    part = summary[summary["name"] == name]
+    baseline = (part["kind"] == "baseline").all()
+    part = part.sort_values("people") if baseline else part[part["depth"] == depth].sort_values("people")
+    color, marker = style
+    label = f"{study_label(name)} (one depth)" if baseline else study_label(name)
+    ax.plot(part["people"], part[measure], color=color, marker=marker, ms=4, lw=1.4, label=label,
+            ls="--" if baseline else "-")  # fmt: skip
+    low, high = part[f"{measure}_low"].to_numpy(float), part[f"{measure}_high"].to_numpy(float)
+    if measure == "exact_bits":
+        # A t interval is unbounded; a count of recalled facts is not (the loss bound can go below 0).
+        low = np.clip(low, 0, None)
+    if not np.isnan(low).all():
+        ax.fill_between(part["people"], low, high, color=color, alpha=0.15, lw=0)
+
+
+def _draw_references(ax, summary: pd.DataFrame) -> None:
+    """The ceiling (everything stored) and 1 and 2 bits per parameter of the looped model."""
+    ceiling = summary.drop_duplicates("people").sort_values("people")
+    ax.plot(ceiling["people"], ceiling["ceiling_bits"], color="0.25", ls=(0, (1, 1)), lw=1, label="ceiling")
+    looped = summary.loc[summary["kind"] == "looped", "parameters"]
+    parameters = int(looped.iloc[0]) if len(looped) else int(summary["parameters"].iloc[0])
+    for bits, style, words in ((1, (0, (6, 3)), "1 bit"), (2, (0, (2, 2, 6, 2)), "2 bits")):
+        label = f"{words} per parameter (looped model, {parameters:,} parameters)"
+        ax.axhline(bits * parameters, color="0.45", ls=style, lw=1, label=label)
