@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from biosrecall.cli import main
 from biosrecall.diagnose import continue_run, diagnose_update, load_run_state
-from biosrecall.diagnose.tasks import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
+from biosrecall.diagnose.options import DEFAULT_PEOPLE, DEFAULT_VAL_SEQUENCES
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm import Corpus, ShardLoader, prepare_corpus
 from biosrecall.lm.evaluate import depth_nll

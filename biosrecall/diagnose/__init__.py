@@ -29,7 +29,7 @@ Method, for one model state (the checkpoint, or the checkpoint continued n updat
    "the same size of step, pointed by a deeper forward pass: is it better?". `rms="deep"` uses the
    deeper update's RMS; a number fixes the RMS (the learning rate then plays no role).
 4. Effect. Each rescaled update is added to the weights (restored exactly afterwards) and the model is
-   scored at every serving depth (`diagnose.tasks`). bioS run: the evaluation prompts of the first
+   scored at every serving depth (`diagnose.run_state`). bioS run: the evaluation prompts of the first
    `people` people of the dataset, mean NLL of the answer tokens (teacher forcing) and recalled bits
    per person (as `recall-curve` counts them). LM run: validation NLL, the mean next-token cross-entropy
    over the first `val_sequences` windows of the run's own corpus validation split (as `lm eval`).
@@ -49,7 +49,7 @@ Method, for one model state (the checkpoint, or the checkpoint continued n updat
    the switch is refused for n > 0. Nothing is written back to the run folder.
 
 Modules: `options` (DiagnoseOptions, the depth-list parsers), `run_state` (the checkpoint loaded, the
-run continued), `tasks` (what each kind of run is scored by), `batch_update` (steps 2-4's arithmetic),
+run continued, what each kind of run is scored by), `batch_update` (steps 2-4's arithmetic),
 `method` (the steps put together), `report` (bootstrap summary, figure, files).
 """
 

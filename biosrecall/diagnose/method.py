@@ -23,8 +23,14 @@ from biosrecall.diagnose.batch_update import (
 )
 from biosrecall.diagnose.options import DiagnoseOptions
 from biosrecall.diagnose.report import DiagnosisResult, summarize
-from biosrecall.diagnose.run_state import RunState, check_continuation, continue_run, load_run_state
-from biosrecall.diagnose.tasks import HIGHER_IS_BETTER, DiagnosisTask
+from biosrecall.diagnose.run_state import (
+    HIGHER_IS_BETTER,
+    DiagnosisTask,
+    RunState,
+    check_continuation,
+    continue_run,
+    load_run_state,
+)
 from biosrecall.train.run_folder import SWITCH, versions
 
 
