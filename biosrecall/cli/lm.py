@@ -34,14 +34,25 @@ import click
 
 from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import SEEDS as FIGURE1_SEEDS
-from biosrecall.cli.figure1 import archive_output, parse_seeds, report_outcome, study_errors
 from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import Integer, Real, split_options, trainer_options
+from biosrecall.cli.study import (
+    EXECUTOR_OPTIONS,
+    QUIET,
+    SEEDS,
+    THREADS,
+    WORKERS,
+    archive_output,
+    field_options,
+    parse_seeds,
+    report_outcome,
+    study_errors,
+)
 from biosrecall.cli.sweep import executor_options
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.errors import BiosrecallError
+from biosrecall.experiments.lm_grid import LMStudyOptions, parse_grid
 from biosrecall.interrupts import work_done
 from biosrecall.lm.corpus import Corpus
 from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, RECORD, prepare_corpus
@@ -273,59 +284,50 @@ lm.add_command(evaluate, "eval")
 lm.add_command(harness)
 
 
+# What `lm study`'s options (`LMStudyOptions`' fields, each one's docstring its help) take beyond their
+# fields' types: the grid is checked where it is parsed, so that a wrong item is one line naming the choices.
+STUDY_OPTIONS = {
+    "data": {"name": "data_dir", "type": click.Path(path_type=Path), "default": None},
+    "seeds": {"type": SEEDS, "callback": parse_seeds},
+    "grid": {"type": str, "default": None},
+    "tokens": {"type": Integer(counts())},
+}
+
+
+def _study_options(command):
+    """`lm study`'s options: the study's (`LMStudyOptions`), then how it runs and what else it does."""
+    options = [
+        config_option(lists=("seeds",)),
+        click.option(
+            "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
+        ),
+        *field_options(LMStudyOptions, STUDY_OPTIONS),
+        WORKERS,
+        THREADS,
+        executor_options(gpus_default="1 with --device cuda, else 0"),
+        click.option(
+            "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
+        ),
+        QUIET,
+        click.option(
+            "--archive",
+            type=click.Path(path_type=Path),
+            default=None,
+            metavar="DEST",
+            help="Train nothing: copy the finished output --out into DEST without its weights and training "
+            "states (small enough to commit). A copy of DEST continues the study: the same command with more "
+            "--seeds trains only the new seeds.",
+        ),
+        click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @lm.command("study", short_help="The paper's Figure-2 LM study over seeds, with its claims judged.")
-@config_option(lists=("seeds",))
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    help="`lm prepare` output, e.g. of pkg:kjv (see docs/guides/language-models.md); required unless "
-    "--archive.",
-)
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@click.option("--preset", default="small", show_default=True, help="Study size: tiny (tests) or small.")
-@click.option(
-    "--seeds",
-    default="0",
-    show_default=True,
-    type=FIGURE1_SEEDS,
-    callback=parse_seeds,
-    help="Training seeds, e.g. 0,1,2; a rerun with more seeds trains only the new ones.",
-)
-@click.option(
-    "--grid",
-    default=None,
-    help="Grid items to train, a comma list [default: all]: uniform, ff-k{1,2,4}-s{0.67,0.8}-"
-    "{uniform,poisson_lognormal}, curriculum, uniform-matched-k4-s0.67, fixed-k4.",
-)
-@click.option(
-    "--tokens",
-    type=Integer(counts()),
-    default=None,
-    help="Training tokens of every run [default: the preset's updates]; whole updates only.",
-)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--workers", type=Integer(counts()), default=None, help="Runs at once [default: one per core].")
-@click.option(
-    "--threads", type=Integer(counts()), default=None, help="Threads per run [default: cores / workers]."
-)
-@executor_options(gpus_default="1 with --device cuda, else 0")
-@click.option(
-    "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
-)
-@click.option("--quiet", is_flag=True, help="Print only the claims.")
-@click.option(
-    "--archive",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="DEST",
-    help="Train nothing: copy the finished output --out into DEST without its weights and training "
-    "states (small enough to commit). A copy of DEST continues the study: the same command with more "
-    "--seeds trains only the new seeds.",
-)
-@click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST.")
-def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threads, plan_only, quiet, archive,
-          overwrite, **executor) -> None:  # fmt: skip
+@_study_options
+def study(data_dir, out_dir, grid, workers, threads, plan_only, quiet, archive, overwrite, **values) -> None:
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
@@ -339,9 +341,10 @@ def study(data_dir, out_dir, preset, seeds, grid, tokens, device, workers, threa
         )
     if data_dir is None:
         raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
-    from biosrecall.experiments.lm_study import LMStudyOptions, parse_grid, plan_lm_study, run_lm_study
+    from biosrecall.experiments.lm_study import plan_lm_study, run_lm_study
 
-    options = LMStudyOptions(str(data_dir), preset, tuple(seeds), parse_grid(grid), tokens, device)
+    executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
+    options = LMStudyOptions(data=str(data_dir), grid=parse_grid(grid), **values)
     if plan_only:
         click.echo("\n".join(plan_lm_study(out_dir, options, workers, threads, executor)))
         return

@@ -64,14 +64,12 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.diagnose import DiagnoseOptions, diagnose_update
@@ -90,7 +88,9 @@ from biosrecall.experiments.lm_grid import (
     RECORD,
     SERVING,
     UNIFORM,
+    LMStudyOptions,
     fixed_first_name,
+    parse_grid,
 )
 from biosrecall.experiments.study import check_seeds
 from biosrecall.experiments.study_engine import (
@@ -161,38 +161,6 @@ LM_STUDY_PRESETS = {
         model_preset="lm-tiny", batch_size=8, seq_len=128, updates=500, lr=3e-3, eval_sequences=128
     ),
 }
-
-
-@dataclass(frozen=True)
-class LMStudyOptions:
-    """What one `biosrecall lm study` call asks for (its options, by the same names)."""
-
-    data: str = ""
-    """The `lm prepare` output the runs train on (the record pins what it holds, not where it is)."""
-    preset: str = "small"
-    """The study's size, a key of `LM_STUDY_PRESETS`: tiny (tests) or small."""
-    seeds: tuple[int, ...] = (0,)
-    """Training seeds; the claims are judged over them, and a later call may add more."""
-    grid: tuple[str, ...] = tuple(GRID)
-    """Grid items to train (`GRID`'s names); a later call may add more."""
-    tokens: int | None = None
-    """Training tokens of every run (None: the preset's updates); whole updates only."""
-    device: str = "auto"
-    """Where runs train and evaluate: auto, cpu or cuda."""
-
-
-def parse_grid(items: str | None) -> tuple[str, ...]:
-    """A comma list of grid items (None or empty: all of `GRID`), in `GRID`'s order; an unknown or
-    repeated item is one error naming the choices."""
-    if not items:
-        return tuple(GRID)
-    names = [item.strip() for item in items.split(",")]
-    for name in names:
-        if name not in GRID:
-            raise BiosrecallError(f"unknown grid item {name!r}; choose from: {', '.join(GRID)}")
-    if len(set(names)) != len(names):
-        raise BiosrecallError(f"a grid item is given twice in {items!r}")
-    return tuple(name for name in GRID if name in names)
 
 
 def resolve_preset(preset: str) -> LMStudyPreset:
@@ -556,20 +524,17 @@ def zero_margin(table: pd.DataFrame) -> float:
     return math.nan if math.isnan(uniform) else float(f"{ZERO_SHARE * uniform:.3g}")
 
 
-def claims(per_run: pd.DataFrame, options: LMStudyOptions | None = None) -> list[Claim]:
-    """The paper's statements (`LM_CLAIMS`) and the update diagnostic's, its margin from `per_run`."""
-    return [*LM_CLAIMS, diagnostic_claim(zero_margin(per_run))]
-
-
 def judge(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The claims judged over the seeds of `table` (lm_nll's columns), the diagnostic's row from
-    `diagnosis` (columns seed, advantage; "not measured" without it). A claim's reason for not being
-    measured shows as its verdict, so the table has no `note` column."""
+    """The paper's statements (`LM_CLAIMS`) judged over the seeds of `table` (lm_nll's columns), and the
+    update diagnostic's against a margin from `table`, its row from `diagnosis` (columns seed,
+    advantage; "not measured" without it). A claim's reason for not being measured shows as its
+    verdict, so the table has no `note` column."""
     rows = table
     if diagnosis is not None and len(diagnosis):
         extra = diagnosis.assign(item=DIAGNOSTIC, nll=diagnosis["advantage"])[["item", "seed", "nll"]]
         rows = pd.concat([table, extra], ignore_index=True)
-    return judge_claims(rows, claims(table)).drop(columns=["note"], errors="ignore")
+    claims = [*LM_CLAIMS, diagnostic_claim(zero_margin(table))]
+    return judge_claims(rows, claims).drop(columns=["note"], errors="ignore")
 
 
 def write_lm_claims(judged: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -761,27 +726,16 @@ def diagnose_runs(
         if not (out / "diagnose_switch.json").is_file():  # written last: the diagnosis is complete
             if report is not None:
                 report(f"diagnosing {name}")
-            with torch_threads(threads):
-                diagnose_update(out_dir / RUNS / name, "switch", diagnose, device=options.device).write(out)
+            run_dir = out_dir / RUNS / name
+            # One run's threads: on torch's default, on a busy 2-core machine, the diagnostic was many
+            # times slower than on one thread (docs/results/lm-sizing.md).
+            diagnose_update(run_dir, "switch", diagnose, device=options.device, threads=threads).write(out)
         averages = depth_average(pd.read_parquet(out / "diagnose_switch.parquet"))
         row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
         rows.append({"item": DIAGNOSED, "seed": seed, "after_uniform": AFTER_UNIFORM, "update": int(row["update"]),
                      "advantage": float(row["mean"]), "ci_low": float(row["ci_low"]),
                      "ci_high": float(row["ci_high"]), "n_batches": int(row["n_batches"])})  # fmt: skip
     return pd.DataFrame(rows)
-
-
-@contextmanager
-def torch_threads(threads: int):
-    """Torch on `threads` threads for the block (a run's own count): the diagnostic runs in this
-    process, and on torch's default, on a busy 2-core machine, it was many times slower than one
-    thread (docs/results/lm-sizing.md)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 LM_STUDY = Study(
@@ -791,10 +745,6 @@ LM_STUDY = Study(
     runs=runs,
     evaluations=evaluations,
     done=evaluated,
-    read=read,
-    tables=tables,
-    claims=claims,
-    figures=figures,
     sizes=sizes,
     growing=("seeds", "grid"),
     command="lm study",
