@@ -17,58 +17,62 @@ only what is new. OUT/capacity.json holds the options and the command that conti
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.figure1 import SEEDS, archive_output, parse_seeds, report_outcome, study_errors
-from biosrecall.cli.options import Integer, NumberList, Real, field_docs
+from biosrecall.cli.options import Integer, NumberList, Real
+from biosrecall.cli.study import (
+    QUIET,
+    SEEDS,
+    THREADS,
+    WORKERS,
+    archive_output,
+    field_options,
+    parse_seeds,
+    report_outcome,
+    study_errors,
+)
 from biosrecall.experiments.capacity import PLAN_PROBE_PEOPLE, CapacityOptions, plan_capacity, run_capacity
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, EXPOSURES, counts
 from biosrecall.train.config import LIMITS
 
-OPTION_TYPES = {
-    "people": NumberList(counts(), "people counts", "50,100,200", required=True),
-    "seeds": SEEDS,
-    "exposures": Real(EXPOSURES),
-    "batch_size": Integer(LIMITS["batch_size"]),
-    "seq_len": Integer(LIMITS["seq_len"]),
-    "lr": Real(LIMITS["lr"]),
-    "depths": NumberList(
-        DEPTH, "depths", "1,4,16,64", below="depths must be at least 1, got {value!r}", required=True
-    ),
-}
-"""The type that reads and checks a `CapacityOptions` field on the command line (the others: text)."""
+CHECKED = {
+    "people": {"type": NumberList(counts(), "people counts", "50,100,200", required=True)},
+    "seeds": {"type": SEEDS, "callback": parse_seeds},
+    "exposures": {"type": Real(EXPOSURES)},
+    "batch_size": {"type": Integer(LIMITS["batch_size"])},
+    "seq_len": {"type": Integer(LIMITS["seq_len"])},
+    "lr": {"type": Real(LIMITS["lr"])},
+    "depths": {"type": NumberList(DEPTH, "depths", "1,4,16,64", below="depths must be at least 1, got {value!r}",
+                                  required=True)},
+}  # fmt: skip
+"""What the options of `CapacityOptions` take beyond their fields' types (`field_options`; their help
+is the docstring under each field)."""
 
 
-def study_options(command):
-    """One option per `CapacityOptions` field: its name, its default and its docstring as help."""
-    docs = field_docs(CapacityOptions)
-    for item in reversed(dataclasses.fields(CapacityOptions)):
-        default = ",".join(map(str, item.default)) if isinstance(item.default, tuple) else item.default
-        command = click.option(
-            "--" + item.name.replace("_", "-"),
-            type=OPTION_TYPES.get(item.name),
-            default=default,
-            show_default=default is not None,
-            callback=parse_seeds if item.name == "seeds" else None,
-            help=docs[item.name],
-        )(command)
+def _capacity_options(command):
+    """The command's options: --out, the study's (`CapacityOptions`' fields), then how it runs and what
+    else it does (--plan, --archive)."""
+    options = [
+        config_option(lists=("people", "seeds", "depths")),
+        click.option(
+            "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
+        ),
+        *field_options(CapacityOptions, CHECKED),
+        WORKERS,
+        THREADS,
+        QUIET,
+    ]
+    for option in reversed(options):
+        command = option(command)
     return command
 
 
 @click.command()
-@config_option(lists=("people", "seeds", "depths"))
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@study_options
-@click.option("--workers", type=Integer(counts()), default=None,
-              help="Runs trained at the same time [default: one per core, or one per GPU].")  # fmt: skip
-@click.option("--threads", type=Integer(LIMITS["threads"]), default=None,
-              help="CPU threads of each run [default: the cores shared among the workers].")  # fmt: skip
-@click.option("--quiet", is_flag=True, help="No progress output.")
+@_capacity_options
 @click.option(
     "--plan",
     is_flag=True,
