@@ -159,17 +159,17 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
     takes on this machine's CPU at the executor's threads, timed as `biosrecall train` times its plan
     line's "est. time" (`study_engine.seconds_per_flop_of`; no data is read beyond manifests).
     Evaluation is not included."""
-    from biosrecall.experiments.study_engine import describe_executor, executor_slots, seconds_per_flop_of
+    from biosrecall.experiments import study_engine as engine
 
     out_dir = Path(out_dir)
     options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
-    executor = _executor(workers, threads, options, executor)
+    executor = engine.study_executor(workers, threads, options.device, **(executor or {}))
     groups = by_trainer(study.runs(options), study.evaluations(options))
     runs = [run for group, _ in groups for run in group]
     jobs = [
         job for group, evaluations in groups for job in prepare(out_dir / RUNS, group, evaluations, executor)
     ]
-    lines = [f"{study.name}: {len(runs)} runs, {describe_executor(executor)}"]
+    lines = [f"{study.name}: {len(runs)} runs, {engine.describe_executor(executor)}"]
     measured: dict = {}
     total, timed = 0.0, 0
     for (name, action, _), run, job in zip(planned_actions(jobs), runs, jobs, strict=True):
@@ -177,14 +177,14 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
         sizes = study.sizes(run, options)
         shown = [f"{key} {value:,}" for key, value in sizes.items()]
         flops = sizes.get("FLOPs")
-        rate = None if flops is None else seconds_per_flop_of(run, executor.threads, measured)
+        rate = None if flops is None else engine.seconds_per_flop_of(run, executor.threads, measured)
         if rate is not None:
             shown.append(f"est. {format_seconds(flops * rate)}")
             if action in ("train", "resume"):
                 total, timed = total + flops * rate, timed + 1
         lines.append(f"  {name:<32} {action:<8} {', '.join(shown)}")
     if timed:
-        slots = min(executor_slots(executor), timed)
+        slots = min(engine.executor_slots(executor), timed)
         lines.append(
             f"estimate: {format_seconds(total)} of training for {timed} run(s) (resumed ones counted whole), "
             f"about {format_seconds(total / slots)} with {slots} at a time; from each run's modeled FLOPs "
@@ -192,14 +192,6 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
             "evaluation not included"
         )
     return lines
-
-
-def _executor(workers, threads, options, executor):
-    """The study's executor: `executor` holds `sweep run`'s options by name (`kind`, `partition`, ...;
-    `study_engine.study_executor`), the device is the study's."""
-    from biosrecall.experiments.study_engine import study_executor
-
-    return study_executor(workers, threads, options.device, **(executor or {}))
 
 
 def grown_options(study: Study, options, old: dict[str, Any] | None):
@@ -240,13 +232,13 @@ def run_study(
     continue) and `StudyRunFailed` when a run fails."""
     from biosrecall.experiments.claims import judge_claims, write_claims
     from biosrecall.experiments.study_archive import unpack_runs
-    from biosrecall.experiments.study_engine import executor_slots, write_study_record
+    from biosrecall.experiments.study_engine import executor_slots, study_executor, write_study_record
     from biosrecall.outputs import save_figure, write_table
 
     out_dir = Path(out_dir)
     if study.prepare is None:
         options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
-    executor = _executor(workers, threads, options, executor)
+    executor = study_executor(workers, threads, options.device, **(executor or {}))
     runs = study.runs(options)
     for group, evaluations in by_trainer(runs, study.evaluations(options)) if study.prepare is None else ():
         # Every run's options checked, nothing written; a study that makes its runs' inputs (its

@@ -325,15 +325,12 @@ def evaluate(runs_dir: Path, runs: list, options: Figure1Options, executor) -> S
 def write(out_dir: Path, scores: Scores, options: Figure1Options):
     """The recall tables, summaries, figures and claims (`figure1_results`), the serving
     results and their claims rows (`study_serving`), and the budget sweep's (`budget_results`), whose
-    compute claim replaces the "not measured" one; returns (tables, claims, figure files)."""
-    written = write_study_results(out_dir, scores.curves, [saving_claim()])
-    tables = {"summary": written.summary}
+    compute claim is last ("not measured" without a sweep); returns (tables, claims, figure files)."""
+    summary, claims, figures = write_study_results(out_dir, scores.curves)
     main_runs = [run for run in scores.runs if run.labels["role"] == "main"]
-    tables["exit_headline"], served, rows = serve_study(out_dir, scores.frontier, main_runs)
-    # The serving rows go before the compute claim, which stays last, where the budget sweep's replaces it.
-    compute = written.claims["claim"] == saving_claim()["claim"]
-    claims = pd.concat([written.claims[~compute], rows, written.claims[compute]], ignore_index=True)
-    figures = written.figures + served
+    headline, served, serving_rows = serve_study(out_dir, scores.frontier, main_runs)
+    figures += served
+    targets = None
     if scores.budget is not None:
         curve = budget_curve(scores.budget)
         targets = compute_to_target(curve)
@@ -345,10 +342,10 @@ def write(out_dir: Path, scores: Scores, options: Figure1Options):
         figures += [
             p for p in write_budget_results(curve, targets, out_dir, modes) if p.suffix in (".png", ".pdf")
         ]
-        row = saving_claim(targets)
-        claims = pd.concat([claims[claims["claim"] != row["claim"]], pd.DataFrame([row])], ignore_index=True)
+    compute = pd.DataFrame([saving_claim(targets)])
+    claims = pd.concat([claims, serving_rows, compute], ignore_index=True)
     write_claims(claims, out_dir)
-    return tables, claims, figures
+    return {"summary": summary, "exit_headline": headline}, claims, figures
 
 
 FIGURE1 = Study(

@@ -19,7 +19,6 @@ Files (every table as CSV and parquet, every figure as PNG and PDF):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -87,24 +86,17 @@ def _plot(curves: pd.DataFrame, out_dir: Path, figure: str, table: str, summary:
     return grouped, save_figure(plot_recall_curves(aggregated), out_dir / figure)
 
 
-@dataclass
-class StudyTables:
-    summary: pd.DataFrame  # the main schedules and controls per fraction, over seeds
-    claims: pd.DataFrame
-    figures: list[Path]
-
-
-def write_study_results(out_dir: Path, curves: pd.DataFrame, extra_claims=()) -> StudyTables:
-    """Write every table and figure and judge the claims (with `extra_claims` rows judged elsewhere);
-    the caller writes the claims (`claims.write_claims`) once every row of its call is in."""
+def write_study_results(out_dir: Path, curves: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """Write every table and figure and judge the recall claims; returns (the summary of the main
+    schedules and controls per fraction over seeds, the judged claims, the figures' files). The caller
+    writes the claims (`claims.write_claims`) once every row of its call is in."""
     main = curves[curves["role"].isin(["main", "control"])]
     summary, figures = _plot(main, out_dir, "figure1", "recall_curve", "summary")
     sweep = curves[(curves["role"] == "sweep") | ((curves["name"] == FIXED_K4) & (curves["role"] == "main"))]
     if (curves["role"] == "sweep").any():
         figures += _plot(sweep, out_dir, "figure5", "fixed_sweep", "fixed_sweep_summary")[1]
     claims = judge_claims(curves[(curves["attribute"] == "all") & (curves["role"] != "grid")])
-    claims = pd.concat([claims, pd.DataFrame(list(extra_claims))], ignore_index=True)
-    return StudyTables(summary, claims, figures)
+    return summary, claims, figures
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:

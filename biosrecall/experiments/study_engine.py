@@ -101,12 +101,12 @@ def sweep_study_runs(
     if result.failed:
         failed = [study_words(outcome) for outcome in result.failed]
         if all(_killed(outcome) for outcome in failed):
-            raise RunKilled(
-                _one_line(_kill(failed[0]) + _others(failed, "were killed", runs_dir) + f"; {RERUN}")
-            )
+            killed = _kill(failed[0]) + _others(failed, "were killed", runs_dir) + f"; {RERUN}"
+            raise RunKilled(bounded(killed, STUDY_MESSAGE))
         others = _others(failed, "failed", runs_dir)
         room = STUDY_MESSAGE - len(_failure(failed[0], "") + others)  # what the error's excerpt may take
-        raise StudyRunFailed(_one_line(_failure(failed[0], _cut(failed[0].error or "", room)) + others))
+        failure = _failure(failed[0], _cut(failed[0].error or "", room)) + others
+        raise StudyRunFailed(bounded(failure, STUDY_MESSAGE))
     busy = [outcome.name for outcome in result.outcomes if outcome.state == "busy"]
     if busy:
         raise _busy(busy[0])
@@ -232,11 +232,6 @@ def _others(failed: Sequence, what: str, runs_dir: Path) -> str:
 def _cut(text: str, room: int) -> str:
     """`text`, or its first characters and a marker when longer than `room` (its log holds it all)."""
     return text if len(text) <= room else text[: max(room - 6, 40)] + " [...]"
-
-
-def _one_line(message: str) -> str:
-    """`message` within `STUDY_MESSAGE` characters, whatever the paths it names."""
-    return bounded(message, STUDY_MESSAGE)
 
 
 def study_executor(
