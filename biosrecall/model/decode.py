@@ -39,7 +39,6 @@ rides along until every row has stopped, and what its extra iterations compute i
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -102,15 +101,11 @@ class CachedDecoder:
         """The `KVCache` of each layer of a stack (`stores` [layer, K/V, ...]) at the current length."""
         return [KVCache(store, self.length) for store in stores]
 
-    def _begin(self, tokens: torch.Tensor):
-        """The model's prelude and the recipe's begin on the new tokens, through the prelude's cache."""
-        return self.model.start(tokens, self.length, self._caches(self.prelude))
-
     def _iteration(self, state, inject, depth: int, rope: Rope) -> torch.Tensor:
-        """Iteration `depth` as the model's recipe defines it, its block layers reading and writing
-        this iteration's cache; the recipe is told the max depth as the call's total K."""
-        block = functools.partial(self.model.run_block, rope=rope, caches=self._caches(self.block[depth - 1]))
-        return self.model.recipe.step(self.model, state, inject, block, depth, self.max_depth)
+        """Iteration `depth` as the model runs it, its block layers reading and writing this
+        iteration's cache; the recipe is told the max depth as the call's total K."""
+        caches = self._caches(self.block[depth - 1])
+        return self.model._block_step(state, inject, rope, depth, self.max_depth, caches)
 
     def _readout(self, state: torch.Tensor, rope: Rope, head: bool = True) -> torch.Tensor | None:
         """The model's readout of the newest position through the coda's cache (only the cache's keys
@@ -122,7 +117,7 @@ class CachedDecoder:
         """Run `tokens` (the first ones of the sequence) through every iteration up to the max depth."""
         self._check_room(len(tokens))
         ids = torch.tensor([tokens], device=self.block.device)
-        rope, inject, state = self._begin(ids)
+        rope, inject, state = self.model.start(ids, self.length, self._caches(self.prelude))
         for depth in range(1, self.max_depth + 1):
             state = self._iteration(state, inject, depth, rope)
         self._readout(state, rope, head=False)  # only the coda's K/V are needed
@@ -143,7 +138,7 @@ class CachedDecoder:
         where some row stops."""
         self._check_room(1)
         ids = tokens.view(self.rows, 1).to(self.block.device)
-        rope, inject, state = self._begin(ids)
+        rope, inject, state = self.model.start(ids, self.length, self._caches(self.prelude))
         done = torch.zeros(self.rows, dtype=torch.bool, device=ids.device)
         exits = torch.full_like(ids[:, 0], self.max_depth)
         kept_logits = kept_coda = None

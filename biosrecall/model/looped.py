@@ -203,7 +203,8 @@ class LoopedTransformer(nn.Module):
         `KVCache` when `caches` is given: the cached decoder); return the RoPE slices, the injected
         term and s_0, as the recipe begins (`Recipe.begin`)."""
         seq_len = self._check_tokens(tokens)
-        rope = self.rope_at(start, seq_len)
+        # RoPE rotations of positions start .. start + seq_len - 1 (None without RoPE)
+        rope = self.rope_table[start : start + seq_len].float() if self.config.position == "rope" else None
         x = self.embed(tokens)
         if self.pos_embed is not None:
             x = x + self.pos_embed.weight[start : start + seq_len]
@@ -212,10 +213,6 @@ class LoopedTransformer(nn.Module):
         noise = self.initial_state(start + seq_len, x.device, x.dtype)
         inject, state = self.recipe.begin(self, x, None if noise is None else noise[start:])
         return rope, inject, state
-
-    def rope_at(self, start: int, length: int) -> Rope:
-        """RoPE rotations of positions start .. start + length - 1 (None without RoPE)."""
-        return self.rope_table[start : start + length].float() if self.config.position == "rope" else None
 
     def _iterate(
         self, state: torch.Tensor, inject, steps: int, rope: Rope, done: int, depth: int
@@ -232,11 +229,14 @@ class LoopedTransformer(nn.Module):
                 observe(state)
         return state
 
-    def _block_step(self, state: torch.Tensor, inject, rope: Rope, index: int, depth: int) -> torch.Tensor:
-        """One iteration, as the recipe defines it (`recipes.base.Recipe.step`)."""
-        return self.recipe.step(
-            self, state, inject, functools.partial(self.run_block, rope=rope), index, depth
-        )
+    def _block_step(
+        self, state: torch.Tensor, inject, rope: Rope, index: int, depth: int, caches: Caches = None
+    ) -> torch.Tensor:
+        """Iteration `index` of a call of total depth `depth`, as the recipe defines it
+        (`recipes.base.Recipe.step`), its block layers with their `KVCache` of this iteration when
+        `caches` is given (the cached decoder)."""
+        block = functools.partial(self.run_block, rope=rope, caches=caches)
+        return self.recipe.step(self, state, inject, block, index, depth)
 
     def run_block(self, x: torch.Tensor, rope: Rope, caches: Caches = None) -> torch.Tensor:
         """The shared block layers on x: what a recipe's `block(x)` does (each layer with its `KVCache`
