@@ -206,12 +206,15 @@ def _without_name(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in entry.items() if key != "name"}
 
 
-def _options(command: str, table: Mapping[str, Any], where: str, here: Path) -> dict[str, Any]:
-    """A table of option values with canonical keys; path values resolved against `here`."""
+def _options(
+    command: str, table: Mapping[str, Any], where: str, here: Path | None, engine_keys=commands.ENGINE_KEYS
+) -> dict[str, Any]:
+    """A table of option values, each key an option of `command` (not one of `engine_keys`, which the
+    sweep sets) and no option set twice; path values resolved against `here` (None: as written)."""
     options: dict[str, Any] = {}
     named: dict[str, str] = {}
     for key, value in table.items():
-        name = _canonical(command, key, where)
+        name = _canonical(command, key, where, engine_keys)
         if name in named:
             raise BiosrecallError(f"{named[name]} and {key} in {where} set the same option")
         named[name] = key
@@ -227,17 +230,11 @@ def _canonical(command: str, key: str, where: str, engine_keys=commands.ENGINE_K
 
 
 def _grid(command: str, grid: Mapping[str, list[Any]]) -> list[tuple[str, list[Any]]]:
-    axes = []
     for key, values in grid.items():
-        name = _canonical(command, key, "[grid]")
         if not isinstance(values, list) or not values:
             raise BiosrecallError(f"[grid] {key} must be a non-empty list of values, got {values!r}")
-        if any(name == commands.canonical_key(command, other) for other, _ in axes):
-            raise BiosrecallError(f"[grid] sets {key} twice")
-        for value in values:
-            option_value(command, name, value, None, f"[grid] {key}")
-        axes.append((key, values))  # as written: names are made of them; paths resolved in `expand_runs`
-    return axes
+    # As written: names are made of the values; paths are resolved in `expand_runs`.
+    return list(_options(command, grid, "[grid]", None).items())
 
 
 def _overrides(command: str, overrides: Sequence[str], grid) -> dict[str, Any]:
@@ -263,11 +260,8 @@ def _evaluations(table: Mapping[str, Any], here: Path) -> list[Evaluation]:
     evaluations = []
     for key, options in table.items():
         words = EVAL_KEYS[key]
-        checked = {}
-        for option, value in options.items():
-            name = _canonical(words, option, f"[eval] {key}", commands.EVAL_ENGINE_KEYS.get(words, ()))
-            checked[option] = option_value(words, name, value, here, f"[eval] {key} {option}")
-        evaluations.append(Evaluation(words, checked))
+        engine_keys = commands.EVAL_ENGINE_KEYS.get(words, ())
+        evaluations.append(Evaluation(words, _options(words, options, f"[eval] {key}", here, engine_keys)))
     return evaluations
 
 
