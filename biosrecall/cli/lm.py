@@ -34,7 +34,7 @@ import click
 
 from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.lm_eval import apply_no_verify, evaluate, no_verify_option
+from biosrecall.cli.lm_eval import evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import Integer, Real, split_options, trainer_options
 from biosrecall.cli.study import (
@@ -55,6 +55,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.lm_grid import LMStudyOptions, parse_grid
 from biosrecall.interrupts import work_done
 from biosrecall.lm.corpus import Corpus
+from biosrecall.lm.loader import set_verification
 from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, RECORD, prepare_corpus
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.numbers import SEED, counts, rates
@@ -197,7 +198,7 @@ def _train(
     from biosrecall.lm.task import train_lm
     from biosrecall.train.distributed import is_main_process
 
-    apply_no_verify(no_verify)
+    set_verification(not no_verify)
     config, overrides, preset, tokenizer = _train_config(options)
     main_rank = is_main_process()  # under torchrun only rank 0 reports
     reporter = make_reporter(quiet or not main_rank, config.log_every)

@@ -28,11 +28,6 @@ no_verify_option = click.option(
 """--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
 
 
-def apply_no_verify(no_verify: bool) -> None:
-    if no_verify:
-        set_verification(False)
-
-
 @click.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -109,7 +104,7 @@ def evaluate(
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
     from biosrecall.lm import evaluate as evaluation
 
-    apply_no_verify(no_verify)
+    set_verification(not no_verify)
     if val_sequences is not None and not exits:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
     if applicable_exits and not exits:
