@@ -53,44 +53,19 @@ from biosrecall.numbers import parse_float, parse_int
 DEFAULT_BIOS_PRESET = "bios-cpu"
 """The preset a bioS run trains when none is named (`biosrecall train --preset`)."""
 
-PRESETS: dict[str, ModelConfig] = {
-    "bios-tiny": ModelConfig(
-        vocab_size=256, d_model=32, n_heads=2, d_mlp=64, n_prelude=1, n_block=1, n_coda=1, context_length=128
-    ),
-    "bios-cpu": ModelConfig(
-        vocab_size=4096,
-        d_model=128,
-        n_heads=4,
-        d_mlp=384,
-        n_prelude=1,
-        n_block=1,
-        n_coda=1,
-        context_length=256,
-    ),
-    "lm-tiny": ModelConfig(
-        vocab_size=512, d_model=64, n_heads=2, d_mlp=128, n_prelude=1, n_block=2, n_coda=1, context_length=128
-    ),
-    "lm-200m": ModelConfig(
-        vocab_size=32768,
-        d_model=1152,
-        n_heads=18,
-        d_mlp=3840,
-        n_prelude=2,
-        n_block=5,
-        n_coda=2,
-        context_length=2048,
-    ),
-    "lm-1b": ModelConfig(
-        vocab_size=32768,
-        d_model=2048,
-        n_heads=16,
-        d_mlp=7168,
-        n_prelude=4,
-        n_block=7,
-        n_coda=4,
-        context_length=2048,
-    ),
+_COLUMNS = ("vocab_size", "d_model", "n_heads", "d_mlp", "n_prelude", "n_block", "n_coda", "context_length")
+_SHAPES = {
+    "bios-tiny": (256, 32, 2, 64, 1, 1, 1, 128),
+    "bios-cpu": (4096, 128, 4, 384, 1, 1, 1, 256),
+    "lm-tiny": (512, 64, 2, 128, 1, 2, 1, 128),
+    "lm-200m": (32768, 1152, 18, 3840, 2, 5, 2, 2048),
+    "lm-1b": (32768, 2048, 16, 7168, 4, 7, 4, 2048),
 }
+PRESETS: dict[str, ModelConfig] = {
+    name: ModelConfig(**dict(zip(_COLUMNS, shape, strict=True))) for name, shape in _SHAPES.items()
+}
+"""Every named shape (the looped ones, then the baselines below): the fields of `_COLUMNS` as each
+row of `_SHAPES` gives them, every other field at its default."""
 
 
 def standard_transformer(looped: ModelConfig, layers: int) -> ModelConfig:
