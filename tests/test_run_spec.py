@@ -80,11 +80,6 @@ def test_a_corrupt_train_config_is_one_line_naming_the_file(tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_a_task_key_a_spec_cannot_hold_is_refused():
-    with pytest.raises(BiosrecallError, match="a run spec has no nested"):
-        run_spec_text("train", STUDY_RUN, {"data": "d", "nested": 1})
-
-
 def test_a_sweep_job_trains_from_its_run_spec(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths are the current folder's
     run = SweepRun("seed0/a", "train", TrainConfig(schedule="fixed:2", updates=5), {"data": "data"})
