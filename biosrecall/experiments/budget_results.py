@@ -117,24 +117,15 @@ def compute_to_target(curve: pd.DataFrame) -> pd.DataFrame:
 
 
 def _needed_per_seed(curve: pd.DataFrame) -> pd.DataFrame:
+    """The FLOPs each schedule's seed needs to reach each target share of its ceiling, with a note."""
     rows = []
     for (name, seed), points in curve.sort_values("flops").groupby(["name", "seed"], sort=False):
         ceiling = float(points["ceiling_bits"].iloc[0])
         for depths, (low, high) in DEPTH_RANGES.items():
-            column = f"bits_{low}_{high}"
             for target in TARGETS:
-                flops, note = flops_to_target(points, column, target * ceiling)
-                rows.append(
-                    {
-                        "name": name,
-                        "seed": seed,
-                        "target": target,
-                        "depths": depths,
-                        "flops": flops,
-                        "note": note,
-                    }
-                )
-    return pd.DataFrame(rows)
+                needed = flops_to_target(points, f"bits_{low}_{high}", target * ceiling)
+                rows.append((name, seed, target, depths, *needed))
+    return pd.DataFrame(rows, columns=["name", "seed", "target", "depths", "flops", "note"])
 
 
 def _savings(needed: pd.DataFrame) -> list[dict]:
