@@ -94,13 +94,12 @@ def is_flag_option(words: str, name: str) -> bool:
 
 
 def option_args(words: str, options: Mapping[str, Any]) -> list[str]:
-    """The command-line words that give `options` (keys: option names; None values are left out)."""
+    """The command-line words that give `options` (keys: option names, an unknown one refused by
+    `canonical_key`; None values are left out)."""
     by_key = _options(click_command(words))
     args: list[str] = []
     for key, value in options.items():
-        option = by_key.get(key.replace("-", "_"))
-        if option is None:
-            raise BiosrecallError(f"unknown option {key!r} for `biosrecall {words}`")
+        option = by_key[canonical_key(words, key)]
         if value is not None:
             args += _words(option, value)
     return args
