@@ -29,7 +29,7 @@ Method, for one model state (the checkpoint, or the checkpoint continued n updat
    "the same size of step, pointed by a deeper forward pass: is it better?". `rms="deep"` uses the
    deeper update's RMS; a number fixes the RMS (the learning rate then plays no role).
 4. Effect. Each rescaled update is added to the weights (restored exactly afterwards) and the model is
-   scored at every serving depth (`diagnose.run_state`). bioS run: the evaluation prompts of the first
+   scored at every serving depth (`diagnose.method`). bioS run: the evaluation prompts of the first
    `people` people of the dataset, mean NLL of the answer tokens (teacher forcing) and recalled bits
    per person (as `recall-curve` counts them). LM run: validation NLL, the mean next-token cross-entropy
    over the first `val_sequences` windows of the run's own corpus validation split (as `lm eval`).
@@ -48,9 +48,9 @@ Method, for one model state (the checkpoint, or the checkpoint continued n updat
    From a fixed-first run's `switch` checkpoint these updates are its uniform phase; a checkpoint before
    the switch is refused for n > 0. Nothing is written back to the run folder.
 
-Modules: `options` (DiagnoseOptions, the depth-list parsers), `run_state` (the checkpoint loaded, the
-run continued, what each kind of run is scored by), `batch_update` (steps 2-4's arithmetic),
-`method` (the steps put together), `report` (bootstrap summary, figure, files).
+Modules: `options` (DiagnoseOptions, the depth-list parsers), `batch_update` (steps 2-4's arithmetic),
+`method` (the checkpoint loaded, the run continued, what each kind of run is scored by, and the steps
+put together), `report` (bootstrap summary, figure, files).
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ _HOMES = {
     "parse_candidate_depths": "options",
     "parse_depth_list": "options",
     "DiagnosisResult": "report",
-    "RunState": "run_state",
-    "continue_run": "run_state",
-    "load_run_state": "run_state",
+    "RunState": "method",
+    "continue_run": "method",
+    "load_run_state": "method",
     "candidate_updates": "method",
     "diagnose_update": "method",
 }
