@@ -10,6 +10,7 @@ The folder holds what `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_co
                                 section naming the run, checkpoint, schedule, budget and dataset
     model.safetensors           the checkpoint's weights under biosrecall's parameter names
     modeling_biosrecall.py      the modeling code (a copy of this package's template, torch + transformers)
+    layers.py                   the layers it builds on: a copy of `biosrecall/model/layers.py`
     recipe.py, recipe_base.py   the run's recipe (`config.json`'s `recipe`): a copy of its file, and of
                                 `biosrecall/model/recipes/base.py` it builds on; what one iteration
                                 computes, the same code biosrecall ran
@@ -59,15 +60,15 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
 from biosrecall.hf.card import CardFacts, cached_recall, model_card
 from biosrecall.locking import output_lock
+from biosrecall.model import layers
 from biosrecall.model.recipes import base as recipes_base
 from biosrecall.model.recipes import recipe_file
 from biosrecall.numbers import check_count
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.run_folder import RunFolder, fraction_of
 
-MODELING_FILE = "modeling_biosrecall.py"
+MODELING_FILE, LAYERS_FILE = "modeling_biosrecall.py", "layers.py"
 RECIPE_FILE, RECIPE_BASE_FILE = "recipe.py", "recipe_base.py"
-RECIPE_BASE = Path(recipes_base.__file__)
 # A data folder, not a subpackage: the file imports transformers at its top, so it is kept out of the
 # modules that a default install imports, and read with `modeling_module()` when exporting.
 TEMPLATE = Path(__file__).with_name("template") / MODELING_FILE
@@ -122,8 +123,7 @@ def export_run(
         try:
             with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
                 _save_weights(hf_model, tmp)
-                shutil.copyfile(TEMPLATE, tmp / MODELING_FILE)
-                for name, source in recipe_files(model.recipe).items():
+                for name, source in shipped_code(model.recipe).items():
                     shutil.copyfile(source, tmp / name)
                 save_tokenizer(dataset.tokenizer, model.config.context_length, tmp)
                 (tmp / "README.md").write_text(model_card(facts, recall, note), encoding="utf-8")
@@ -144,9 +144,14 @@ def _save_weights(hf_model, folder: Path) -> None:
         raise write_failed(folder / "model.safetensors", exc) from exc
 
 
-def recipe_files(recipe) -> dict[str, Path]:
-    """The files an export ships so its modeling code runs `recipe`: {name in the folder: source}."""
-    return {RECIPE_FILE: recipe_file(recipe), RECIPE_BASE_FILE: RECIPE_BASE}
+def shipped_code(recipe) -> dict[str, Path]:
+    """The code an export of a `recipe` model ships, byte for byte: {name in the folder: source}."""
+    return {
+        MODELING_FILE: TEMPLATE,
+        LAYERS_FILE: Path(layers.__file__),
+        RECIPE_FILE: recipe_file(recipe),
+        RECIPE_BASE_FILE: Path(recipes_base.__file__),
+    }
 
 
 @functools.cache

@@ -7,9 +7,8 @@ Only local folders are read (`local_files_only`), so nothing is downloaded and a
 never waits on the Hub; a name that is no folder but looks like a Hub model (`someone/thing`) is
 refused at once, saying how to download it. A folder whose config
 names its own modeling code (`auto_map`) runs that code only with `trust_remote_code=True`; the one
-exception is a biosrecall export whose modeling file is byte-identical to the template this package
-ships and whose recipe files are byte-identical to a built-in recipe's, since that code is
-biosrecall's own.
+exception is a biosrecall export whose code files (modeling, layers, recipe) are byte-identical to the
+ones this package ships for a built-in recipe, since that code is biosrecall's own.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import torch
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import read_json_object
 from biosrecall.hf import quiet_transformers, require_transformers
-from biosrecall.hf.export import MODELING_FILE, TEMPLATE, recipe_files
+from biosrecall.hf.export import shipped_code
 from biosrecall.hub import check_model_folder
 from biosrecall.model.config import DEFAULT_RECIPE, ModelConfig
 from biosrecall.model.recipes import BUILT_IN, get_recipe
@@ -48,17 +47,12 @@ EXPORT_MODEL_TYPE = "biosrecall_looped"
 
 
 def is_biosrecall_export(folder: Path, config_json: dict) -> bool:
-    """The folder (whose config.json holds `config_json`) is a biosrecall export whose modeling code is
-    exactly this package's template and a built-in recipe."""
-    code = folder / MODELING_FILE
-    if config_json.get("model_type") != EXPORT_MODEL_TYPE or not code.is_file():
-        return False
-    if code.read_bytes() != TEMPLATE.read_bytes():
-        return False
+    """The folder (whose config.json holds `config_json`) is a biosrecall export whose code is exactly
+    what this package ships for a built-in recipe."""
     name = config_json.get("recipe", DEFAULT_RECIPE)
-    if name not in BUILT_IN:
+    if config_json.get("model_type") != EXPORT_MODEL_TYPE or name not in BUILT_IN:
         return False
-    shipped = recipe_files(get_recipe(name))
+    shipped = shipped_code(get_recipe(name))
     return all(
         (folder / file).is_file() and (folder / file).read_bytes() == source.read_bytes()
         for file, source in shipped.items()

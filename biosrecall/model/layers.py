@@ -8,12 +8,17 @@
 Attention goes through `torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, so GPUs
 use flash kernels. With a `KVCache` (the incremental decoder, `model/decode.py`) a layer writes its
 keys and values into the cache and attends over every cached position, with the same arithmetic.
+With an explicit `mask` (a Hugging Face export's left-padded batch) attention follows the mask instead.
 All projections are bias-free; the FLOP account in `compute/flops.py` counts exactly the matmuls made
 here (norms, RoPE and activations are not counted).
 
 The training loss has a head of its own: `head_cross_entropy(x, weight, targets)` is the summed
 cross-entropy of the logits `x @ weight.T`, computed a block of rows at a time so the [tokens, vocab]
 logits are never held in full, and with its gradient made while each block is still in cache.
+
+This file imports torch only: a Hugging Face export ships a copy of it beside its modeling code
+(`biosrecall.hf.export`), so the exported model runs these very layers without biosrecall installed.
+`cfg` is a `ModelConfig` here, the export's config there: both carry the fields read below.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biosrecall.model.config import ModelConfig
-
-Rope = torch.Tensor | None  # fp32 [T, head_dim / 2, 2]: (cos, sin) of t theta_j for position t, pair j
+# fp32 [T, head_dim / 2, 2]: (cos, sin) of t theta_j for position t, pair j; or [B, T, head_dim / 2, 2],
+# a position per row (an export's left-padded batch)
+Rope = torch.Tensor | None
 
 IGNORE_INDEX = -100
 """A target that carries no loss (padding), as `torch.nn.functional.cross_entropy`'s ignore_index."""
@@ -61,7 +66,7 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), self.eps)
 
 
-def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg) -> tuple[torch.Tensor, torch.Tensor]:
     """Cosine and sine tables [context_length, head_dim / 2] (fp32, computed in fp64)."""
     half = cfg.head_dim // 2
     inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(half, dtype=torch.float64) / half))
@@ -71,23 +76,24 @@ def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
 
 def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """Rotate adjacent channel pairs of x [B, T, n, H, hd] by position (in fp32), queries and keys
-    together. Eager: one complex multiply (measured 3x faster fwd+bwd than the real arithmetic below).
-    Under torch.compile: the same products written out in reals, because inductor generates no code
-    for complex tensors and would fall back to eager kernels; both give bit-identical results."""
+    together; `rope` is [T, hd/2, 2] or, a position per row, [B, T, hd/2, 2]. Eager: one complex
+    multiply (measured 3x faster fwd+bwd than the real arithmetic below). Under torch.compile: the
+    same products written out in reals, because inductor generates no code for complex tensors and
+    would fall back to eager kernels; both give bit-identical results."""
     pairs = x.float().unflatten(-1, (-1, 2))
     if torch.compiler.is_compiling():
         real, imag = pairs.unbind(-1)
-        cos, sin = rope[:, None, None].unbind(-1)
+        cos, sin = rope[..., None, None, :, :].unbind(-1)
         rotated = torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1)
         return rotated.flatten(-2).to(x.dtype)
-    rotation = torch.view_as_complex(rope)[:, None, None]
+    rotation = torch.view_as_complex(rope)[..., None, None, :]
     return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).to(x.dtype)
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with a fused QKV projection and optional RoPE."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
         self.head_dim = cfg.head_dim
@@ -96,10 +102,16 @@ class CausalSelfAttention(nn.Module):
         self.attend_at = _attend_at  # `TransformerLayer.compile` swaps in a version kept out of graphs
 
     def forward(
-        self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: torch.Tensor,
+        rope: Rope,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[B, T, d], or [P, d] for the queries at the True entries of `positions` (bool [B, T]), in
-        row-major order. Keys and values always come from every position, the cached ones included."""
+        row-major order. Keys and values always come from every position, the cached ones included.
+        `mask` (bool [B, 1, T, T], True where a query may attend) replaces the causal rule."""
         batch, seq, width = x.shape
         qkv = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
@@ -110,7 +122,11 @@ class CausalSelfAttention(nn.Module):
             return self.proj(self.attend_at(q, k, v, positions).flatten(1))
         if cache is None:
             y = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                attn_mask=mask,
+                is_causal=mask is None,
             )
         else:
             y = _attend_cached(q, k, v, cache)
@@ -155,7 +171,7 @@ def _attend_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: tor
 class MLP(nn.Module):
     """SwiGLU (silu(x W_gate) * x W_up, one fused input matrix) or GELU MLP, bias-free."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg) -> None:
         super().__init__()
         self.gated = cfg.mlp == "swiglu"
         hidden = 2 * cfg.d_mlp if self.gated else cfg.d_mlp
@@ -251,7 +267,7 @@ class TransformerLayer(nn.Module):
     residual stream leaves every branch normalised, so the recurrent state cannot grow with K).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg) -> None:
         super().__init__()
         self.sandwich = cfg.norm == "sandwich"
         self.attn = CausalSelfAttention(cfg)
@@ -260,14 +276,19 @@ class TransformerLayer(nn.Module):
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
 
     def forward(
-        self, x: torch.Tensor, rope: Rope, positions: torch.Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: torch.Tensor,
+        rope: Rope,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[B, T, d], or [P, d] at the True entries of `positions`: equal to forward(x)[positions], but
         the queries, projections and MLP run only there (a readout that needs a few positions). With
         `cache` instead, x holds positions cache.start.. and earlier positions' keys and values come
-        from it."""
+        from it. With `mask`, attention follows it instead of the causal rule."""
         n = self.norms
-        attended = self.attn(n[0](x), rope, positions, cache)
+        attended = self.attn(n[0](x), rope, positions, cache, mask)
         if positions is not None:
             x = x[positions]
         if self.sandwich:

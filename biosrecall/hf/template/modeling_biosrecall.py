@@ -1,7 +1,7 @@
 """Hugging Face modeling code for a looped transformer exported by biosrecall (`biosrecall export`).
 
-This file is copied unchanged into every export and needs only torch and transformers, so the
-model loads without biosrecall installed:
+This file is copied unchanged into every export, with biosrecall's `layers.py` beside it, and needs
+only torch and transformers, so the model loads without biosrecall installed:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     model = AutoModelForCausalLM.from_pretrained("exported", trust_remote_code=True)
@@ -15,9 +15,9 @@ The model is a middle-loop transformer: embedding, prelude layers once, one recu
 e = prelude(embed(x)); (inject, s_0) = recipe.begin(e); s_i = recipe.step(s_{i-1}, inject, block);
 logits = head(final_norm(coda(state_norm(s_K)))). What an iteration computes is the run's recipe
 (`config.recipe`), whose file ships beside this one as `recipe.py` (with `recipe_base.py`, the base it
-builds on): the same code biosrecall runs, so the round trip is exact. The rest of the arithmetic is
-biosrecall's, operation for operation (`biosrecall.model.looped` and `layers`), so logits equal
-biosrecall's forward.
+builds on): the same code biosrecall runs, so the round trip is exact. The layers are biosrecall's own
+(`layers.py`, a copy of `biosrecall.model.layers`) and the rest of the arithmetic is
+`biosrecall.model.looped`'s, operation for operation, so logits equal biosrecall's forward.
 
 Padding. Without an attention mask, or with one that only pads on the right, the computation is
 exactly biosrecall's (causal attention never lets a real token see a later pad). A mask with zeros
@@ -40,9 +40,12 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-try:  # in an exported folder: the run's recipe, shipped beside this file
+try:  # in an exported folder: biosrecall's layers and the run's recipe, shipped beside this file
+    from .layers import RMSNorm, TransformerLayer, rope_tables
     from .recipe import RECIPE
 except ImportError:  # loaded by biosrecall itself, which sets RECIPE before building a model
+    from biosrecall.model.layers import RMSNorm, TransformerLayer, rope_tables
+
     RECIPE = None
 
 MODEL_TYPE = "biosrecall_looped"
@@ -114,105 +117,13 @@ class BiosrecallLoopedConfig(PretrainedConfig):
         return self.d_model // self.n_heads
 
 
-def rope_table(config: BiosrecallLoopedConfig) -> torch.Tensor:
-    """fp32 [context_length, head_dim / 2, 2]: (cos, sin) of t * theta_j, computed in fp64."""
-    half = config.head_dim // 2
-    inv_freq = 1.0 / (config.rope_base ** (torch.arange(half, dtype=torch.float64) / half))
-    angles = torch.outer(torch.arange(config.context_length, dtype=torch.float64), inv_freq)
-    return torch.stack((angles.cos().float(), angles.sin().float()), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent channel pairs of x [B, T, n, H, hd] in fp32; rope is [T, hd/2, 2] (one position
-    per column) or [B, T, hd/2, 2] (per row, for left-padded batches)."""
-    pairs = x.float().unflatten(-1, (-1, 2))
-    rotation = torch.view_as_complex(rope)
-    rotation = rotation[:, None, None] if rope.dim() == 3 else rotation[:, :, None, None]
-    return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).to(x.dtype)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), self.eps)
-
-
-class Attention(nn.Module):
-    """Causal self-attention with a fused, bias-free QKV projection and optional RoPE."""
-
-    def __init__(self, config: BiosrecallLoopedConfig) -> None:
-        super().__init__()
-        self.n_heads, self.head_dim = config.n_heads, config.head_dim
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
-        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
-        self.proj.is_residual_output = True
-
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, mask: torch.Tensor | None) -> torch.Tensor:
-        batch, seq, width = x.shape
-        qkv = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim)
-        qk, v = qkv[:, :, :2], qkv[:, :, 2]
-        if rope is not None:
-            qk = apply_rope(qk, rope)
-        q, k = qk.unbind(dim=2)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
-
-
-class MLP(nn.Module):
-    """SwiGLU (one fused gate-and-up matrix) or tanh-GELU, bias-free."""
-
-    def __init__(self, config: BiosrecallLoopedConfig) -> None:
-        super().__init__()
-        self.gated = config.mlp == "swiglu"
-        hidden = 2 * config.d_mlp if self.gated else config.d_mlp
-        self.w_in = nn.Linear(config.d_model, hidden, bias=False)
-        self.w_out = nn.Linear(config.d_mlp, config.d_model, bias=False)
-        self.w_out.is_residual_output = True
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.w_in(x)
-        if self.gated:
-            gate, up = h.chunk(2, dim=-1)
-            return self.w_out(F.silu(gate) * up)
-        return self.w_out(F.gelu(h, approximate="tanh"))
-
-
-class LoopedLayer(nn.Module):
-    """`pre`: x + attn(n1(x)), then + mlp(n2(x)); `sandwich`: n2(x + attn(n1(x))), n4(x + mlp(n3(x)))."""
-
-    def __init__(self, config: BiosrecallLoopedConfig) -> None:
-        super().__init__()
-        self.sandwich = config.norm == "sandwich"
-        self.attn = Attention(config)
-        self.mlp = MLP(config)
-        count = 4 if self.sandwich else 2
-        self.norms = nn.ModuleList(RMSNorm(config.d_model, config.norm_eps) for _ in range(count))
-
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None, mask: torch.Tensor | None) -> torch.Tensor:
-        n = self.norms
-        attended = self.attn(n[0](x), rope, mask)
-        if self.sandwich:
-            x = n[1](x + attended)
-            return n[3](x + self.mlp(n[2](x)))
-        x = x + attended
-        return x + self.mlp(n[1](x))
-
-
 class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
     """A looped transformer whose depth is `num_steps`, chosen per call (see the module docstring)."""
 
     config_class = BiosrecallLoopedConfig
     base_model_prefix = "looped"
     main_input_name = "input_ids"
-    _no_split_modules = ["LoopedLayer"]
+    _no_split_modules = ["TransformerLayer"]
     supports_gradient_checkpointing = False
 
     def __init__(self, config: BiosrecallLoopedConfig) -> None:
@@ -220,20 +131,23 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d)
         self.pos_embed = nn.Embedding(config.context_length, d) if config.position == "learned" else None
-        self.prelude = nn.ModuleList(LoopedLayer(config) for _ in range(config.n_prelude))
+        self.prelude = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_prelude))
         if RECIPE is None or RECIPE.name != config.recipe:
             found = "none" if RECIPE is None else RECIPE.name
             raise ValueError(f"config.json names recipe {config.recipe!r} but recipe.py holds {found!r}")
         self.recipe = RECIPE
         self.recipe.build(self, config)
-        self.block = nn.ModuleList(LoopedLayer(config) for _ in range(config.n_block))
-        self.coda = nn.ModuleList(LoopedLayer(config) for _ in range(config.n_coda))
+        self.block = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_block))
+        self.coda = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_coda))
         self.state_norm = RMSNorm(d, config.norm_eps)
         self.final_norm = RMSNorm(d, config.norm_eps)
         self.head = None if config.tie_embeddings else nn.Linear(d, config.vocab_size, bias=False)
         # Plain dicts, not buffers: computed on first use, so loading on the meta device cannot lose them.
         self._rope_tables: dict = {}
         self._noise: dict = {}
+        self._residual_outputs = {
+            module for name, module in self.named_modules() if name.endswith(("attn.proj", "mlp.w_out"))
+        }
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -243,7 +157,7 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
         effective_depth = cfg.n_prelude + cfg.n_coda + cfg.n_block * cfg.init_mean_depth
         if isinstance(module, nn.Linear):
             std = math.sqrt(2.0 / (5.0 * module.in_features))
-            if getattr(module, "is_residual_output", False):
+            if module in self._residual_outputs:
                 std /= math.sqrt(2.0 * effective_depth)
             nn.init.normal_(module.weight, std=std)
         elif isinstance(module, nn.Embedding):
@@ -282,7 +196,7 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
                 else self.pos_embed(positions)
             )
         for layer in self.prelude:
-            x = layer(x, rope, mask)
+            x = layer(x, rope, mask=mask)
         inject, state = self._begin_state(x, positions)
         keep, done = self.config.backprop_depth, 0
         if keep is not None and depth > keep and torch.is_grad_enabled():
@@ -333,7 +247,7 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
         if self.config.position != "rope":
             return None
         if device not in self._rope_tables:
-            self._rope_tables[device] = rope_table(self.config).to(device)
+            self._rope_tables[device] = torch.stack(rope_tables(self.config), dim=-1).to(device)
         table = self._rope_tables[device]
         return table[:seq] if positions is None else table[positions]
 
@@ -360,7 +274,7 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
 
         def block(x: torch.Tensor) -> torch.Tensor:
             for layer in self.block:
-                x = layer(x, rope, mask)
+                x = layer(x, rope, mask=mask)
             return x
 
         for index in range(done + 1, last + 1):
@@ -370,7 +284,7 @@ class BiosrecallLoopedForCausalLM(PreTrainedModel, GenerationMixin):
     def _readout(self, state: torch.Tensor, rope, mask) -> torch.Tensor:
         x = self.state_norm(state)
         for layer in self.coda:
-            x = layer(x, rope, mask)
+            x = layer(x, rope, mask=mask)
         x = self.final_norm(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(x, weight)
