@@ -27,19 +27,17 @@ tables over seeds by the one claims engine (`biosrecall.experiments.claims`). La
     OUT/diagnose/<item>/seed<S>/, lm_diagnose.{csv,parquet}   the update diagnostic (`biosrecall.diagnose`)
                                  of K0=4 / 67% at each seed: 16 uniform updates after its switch, the
                                  depth-averaged NLL advantage of a K=16 over a K=4 update
-    OUT/lm_claims.{csv,parquet,md}   the claims; earlier looks as lm_claims_at_<n>seeds.csv (and, as
-                                 the engine writes every study's, claims.{csv,parquet,md})
+    OUT/lm_claims.{csv,parquet,md}   the claims; earlier looks as lm_claims_at_<n>seeds.csv
     OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
 
 The study is `LM_STUDY`, declared on the engine (`biosrecall.experiments.engine`): its options
-(`LMStudyOptions`), grid, evaluation, per-run table, tables, claims, figures and run sizes, run by
-`engine.run_study` (`run_lm_study`), which locks OUT, trains through the sweep engine (a finished,
+(`biosrecall.experiments.lm_grid.LMStudyOptions`, torch-free: `lm study`'s options are its fields),
+grid, evaluation and run sizes, run by `engine.run_study` (`run_lm_study`), which locks OUT, trains through the sweep engine (a finished,
 evaluated run is not handed to it again), times each phase and judges the claims. Three steps are
 the study's own hooks: `prepare` writes lm_study.json, which pins the corpus by what it holds
 rather than its folder (the records earlier releases wrote continue as they are); `evaluate` runs
 the update diagnostic after training; `write` writes the files above (lm_summary.md's "mean [95%
-interval]" cells, lm_claims.* with the paper's number beside each statement). The engine also
-writes the judged claims as claims.{csv,parquet,md}, as for every study. Calling again continues:
+interval]" cells, lm_claims.* with the paper's number beside each statement). Calling again continues:
 finished runs are skipped, an interrupted one resumes from its last save, and added seeds or grid
 items train only what is new (the tables and claims cover every seed and item of the output).
 `lm study --archive DEST` copies a finished study without its weights
@@ -267,7 +265,7 @@ def run_summaries(table: pd.DataFrame) -> pd.DataFrame:
     return runs_
 
 
-def tables(per_run: pd.DataFrame, options: LMStudyOptions) -> dict[str, pd.DataFrame]:
+def tables(per_run: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """lm_nll, and lm_summary: `run_summaries`' numbers per item, mean over seeds with 95% intervals."""
     table = nll_table(per_run)
     values = ["mean_nll", "nll_k1", "nll_k16", "beyond_nll", "flops", "wall_seconds", "compute_saving_pct",
@@ -306,9 +304,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     return markdown_table(header, rows)
 
 
-def figures(per_run: pd.DataFrame, options: LMStudyOptions) -> dict[str, Any]:
-    """NLL against serving depth and mean serving NLL against modeled compute, over seeds."""
-    table = nll_table(per_run)
+def figures(table: pd.DataFrame) -> dict[str, Any]:
+    """From lm_nll: NLL against serving depth and mean serving NLL against modeled compute, over seeds."""
     # Log-spaced depths: the plot ticks every depth it draws, and 64 ticks on a log axis overlap
     # (lm_nll.csv has every depth).
     shown = [d for d in sorted(set(table["depth"])) if d in PLOTTED_DEPTHS or d == table["depth"].max()]
@@ -695,7 +692,7 @@ def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions,
 def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tuple[dict, pd.DataFrame, list]:
     """Every table, figure and claims file of the module doc (`LM_STUDY.write`): (tables, judged
     claims, figure files)."""
-    written = tables(per_run, options)
+    written = tables(per_run)
     for name, table in written.items():
         write_table(table, out_dir / name)
     atomic_write_text(out_dir / "lm_summary.md", summary_markdown(written["lm_summary"]))
@@ -704,7 +701,7 @@ def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tupl
         write_table(diagnosis, out_dir / "lm_diagnose")
     judged = judge(written["lm_nll"], diagnosis)
     write_lm_claims(judged, out_dir)
-    drawn = [save_figure(figure, out_dir / stem) for stem, figure in figures(per_run, options).items()]
+    drawn = [save_figure(figure, out_dir / stem) for stem, figure in figures(written["lm_nll"]).items()]
     return written, judged, [path for paths in drawn for path in paths]
 
 

@@ -2,11 +2,11 @@
 
     from biosrecall.lm import Corpus, prepare_corpus, ShardLoader
     prepare_corpus(Corpus(["books/"]), "data/lm-books", vocab_size=8192)   # or `biosrecall lm prepare`
-    loader = ShardLoader("data/lm-books", context_length=1024, rank=0, world_size=1)
+    loader = ShardLoader("data/lm-books", context_length=1024, seed=0)
     rows = loader.batch(8)                                                 # int64 [8, 1025]
 
 Modules: `corpus` (reading inputs), `tokenizer` (byte-level BPE), `shards` (file format, manifest,
-prepare), `loader` (rank-sharded, resumable sequences and the fixed-order validation pass), `task`
+prepare), `loader` (seeded, resumable sequences and the fixed-order validation pass), `task`
 (the LM training task), `evaluate` (validation NLL per serving depth), `compare` / `compare_plots`
 (Figure 2, aggregated over seeds), `harness` (lm-eval tasks at serving depths).
 """
