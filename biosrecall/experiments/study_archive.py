@@ -212,34 +212,29 @@ def _check_finished(runs_dir: Path) -> None:
 def _kept(folder: Path, out_dir: Path):
     """The files under `folder` an archive of `out_dir` keeps (module doc), not following links."""
     for entry in folder.iterdir():
-        if _left_out(entry) or (folder == out_dir and _large_csv_copy(entry)) or _run_view(entry, out_dir):
+        if entry.is_symlink() or _left_out(entry, out_dir):
             continue
-        if entry.is_dir() and not entry.is_symlink():
+        if entry.is_dir():
             yield from _kept(entry, out_dir)
-        elif entry.is_file() and not entry.is_symlink():
+        elif entry.is_file():
             yield entry
 
 
-def _left_out(entry: Path) -> bool:
+def _left_out(entry: Path, out_dir: Path) -> bool:
+    """What only training or fresh scoring reads (`LEFT_OUT_FILES`, resumable states, locks and
+    temporaries, the sweep's bookkeeping); in a run's or a diagnosis's folder a CSV twin of a parquet
+    table and the figures (`RUN_VIEWS`); and among the study's own tables, a CSV twin over
+    `LARGE_CSV_BYTES`."""
     name = entry.name
-    return (
+    if (
         name in LEFT_OUT_FILES
         or name in (LATEST, BOOKKEEPING)
         or name.endswith((TEMPORARY_SUFFIX, ASIDE_SUFFIX, ".lock"))
         or is_resumable_state(entry)
-    )
-
-
-def _run_view(entry: Path, out_dir: Path) -> bool:
-    """A CSV twin or a figure in a run's or a diagnosis's folder (`RUN_VIEWS`), not one of the study's."""
-    if entry.suffix not in RUN_VIEWS or entry.relative_to(out_dir).parts[0] not in (RUNS, DIAGNOSE):
-        return False
-    return entry.suffix != ".csv" or entry.with_suffix(".parquet").is_file()
-
-
-def _large_csv_copy(entry: Path) -> bool:
-    return (
-        entry.suffix == ".csv"
-        and entry.with_suffix(".parquet").is_file()
-        and entry.stat().st_size > LARGE_CSV_BYTES
-    )
+    ):
+        return True
+    csv_twin = entry.suffix == ".csv" and entry.with_suffix(".parquet").is_file()
+    if entry.parent == out_dir:
+        return csv_twin and entry.stat().st_size > LARGE_CSV_BYTES
+    in_a_run = entry.relative_to(out_dir).parts[0] in (RUNS, DIAGNOSE)
+    return in_a_run and entry.suffix in RUN_VIEWS and (entry.suffix != ".csv" or csv_twin)
