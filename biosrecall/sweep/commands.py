@@ -131,19 +131,16 @@ def _text(value: Any) -> str:
     raise BiosrecallError(f"option values are text, numbers, true/false or lists, got {value!r}")
 
 
-def parse(words: str, args: list[str], what: str, inside=None, config=None) -> dict[str, Any]:
-    """The parameters `biosrecall <words> <args>` would get, checked by the command's own parser and
-    callbacks (and by `inside(params)`, called in the command's context as its body would be); with
-    `config` (a parsed `--config` document), as if `--config` had given it. A problem is one
-    BiosrecallError line starting with `what`."""
+def parse(words: str, args: list[str], what: str, config=None, read=dict) -> Any:
+    """`read` of the parameters `biosrecall <words> <args>` would get (default: the parameters), checked
+    by the command's own parser and callbacks, `read` called in the command's context as its body
+    would be; with `config` (a parsed `--config` document), as if `--config` had given it. A problem is
+    one BiosrecallError line starting with `what`."""
     command = click_command(words)
     defaults = _config_reader(option_defaults, command, what, config) if config is not None else None
     try:
         with command.make_context(f"biosrecall {words}", list(args), default_map=defaults) as ctx:
-            params = dict(ctx.params)
-            if inside is not None:
-                inside(dict(params))
-            return params
+            return read(dict(ctx.params))
     except click.ClickException as exc:
         raise BiosrecallError(f"{what}: {exc.format_message()}".replace("\n", " ")) from None
     except BiosrecallError as exc:
@@ -163,13 +160,16 @@ def run_description(words: str, options: Mapping[str, Any], what: str) -> tuple[
     """The TrainConfig and task (`biosrecall.sweep.jobs.SweepRun`) of a sweep spec's run given as the
     option values of `biosrecall <words>` (with the `config` file they name merged in), read by the
     command's own `--config` reader, parser and option checks, as that command would build them."""
-    params = parse(words, ["--out", "run"], what, config=with_config_file(words, options))
+    return parse(
+        words, ["--out", "run"], what, config=with_config_file(words, options), read=_run_description
+    )
+
+
+def _run_description(params: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
+    """`run_description` of the trainer's parsed parameters, as its body builds them."""
     pairs = params.pop("model_override", None) or {}
-    try:
-        config, named = split_options(params)
-        overrides = {key: value for key, value in merge_overrides(named, pairs).items() if value is not None}
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{what}: {exc}") from None
+    config, named = split_options(params)
+    overrides = {key: value for key, value in merge_overrides(named, pairs).items() if value is not None}
     task = {
         "data": params["data_dir"], "preset": params["preset"], "model_overrides": overrides or None,
         "from": params.get("parent"), "at_update": params.get("at_update"),
