@@ -115,8 +115,18 @@ def test_batches_are_the_loader_stream_and_a_pure_function_of_the_update(data):
     LMBatchSource(data, batch_size=7, seq_len=16, seed=3).load_state_dict(state)
     with pytest.raises(BiosrecallError, match="seed"):
         LMBatchSource(data, batch_size=7, seq_len=16, seed=4).load_state_dict(state)
-    with pytest.raises(BiosrecallError, match="batch size"):
-        LMBatchSource(data, batch_size=8, seq_len=16, seed=3).load_state_dict(state)
+
+
+def test_resuming_with_another_batch_size_is_refused(data, tmp_path, capsys):
+    """A batch is a function of (seed, update, batch size): the trainer refuses a resume that changes
+    the batch size, as config.json and the checkpoint both record it."""
+    args = ("--schedule", "fixed:2", "--updates", "2")
+    train(capsys, data, tmp_path / "run", *args)
+    code, _, err = cli(
+        capsys, "lm", "train", "--data", data, "--out", tmp_path / "run", *TRAIN, *args, "--batch-size", "4",
+        "--resume",
+    )  # fmt: skip
+    assert code == 2 and "train_config.batch_size differs" in err, err
 
 
 def test_gradient_accumulation_matches_one_batch(data, tmp_path, capsys):

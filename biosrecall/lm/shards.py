@@ -179,7 +179,6 @@ def choose_validation(fingerprints: np.ndarray, val_fraction: float, seed: int) 
     """A bool mask over documents, True for the held-out ones: a draw over the distinct texts (by
     fingerprint, `Corpus.fingerprints`, in order of first appearance), each copy following its text
     (see the module docstring)."""
-    check_number("validation fraction", val_fraction, VAL_FRACTION)
     _, first, text_of = np.unique(fingerprints, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # texts numbered by first appearance
     rank = np.empty_like(order)
@@ -225,6 +224,7 @@ def prepare_corpus(
     output. The output may not be, hold or lie inside an input, and is locked for the whole call.
     """
     check_count(shard_tokens, "shard_tokens")
+    check_number("validation fraction", val_fraction, VAL_FRACTION)  # before the counting pass
     if tokenizer is None:
         check_vocab_size(vocab_size)  # before the (possibly long) counting pass
     out_dir = check_output_path(out_dir, corpus.local_inputs)

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from biosrecall.compute.flops import param_counts
-from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import ShardLoader
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.tokenizer import load_tokenizer
@@ -67,12 +66,9 @@ class LMBatchSource:
         return {"loader": self.loader.state_dict(), "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Check that the checkpoint was trained on the same stream (the position itself is implied)."""
-        if state.get("batch_size") != self.batch_size:
-            raise BiosrecallError(
-                f"cannot resume: the checkpoint used batch size {state.get('batch_size')}, "
-                f"this run {self.batch_size}"
-            )
+        """Check that the checkpoint was trained on the same stream (the position itself is implied).
+        Its batch size needs no check here: the trainer refuses a resume with another one, as both
+        config.json and the checkpoint record it."""
         self.loader.load_state_dict(state["loader"])
 
 
