@@ -106,14 +106,6 @@ def _capacity(rows: pd.DataFrame, name: str, measure: str = MEASURE) -> float:
     return float(part.max()) if len(part) else math.nan
 
 
-def _looped_excess(rows: pd.DataFrame) -> float:
-    return _capacity(rows, UNIFORM) - _capacity(rows, STD_PARAMS)
-
-
-def _flops_matched_excess(rows: pd.DataFrame) -> float:
-    return _capacity(rows, FIXED_K4, "loss_bound_bits") - _capacity(rows, STD_FLOPS, "loss_bound_bits")
-
-
 def _worst_ratio(rows: pd.DataFrame, people: int) -> float:
     """min over depths of fixed-first / uniform exact bits; a depth where uniform stores nothing is
     left out (no ratio), and NaN when every depth is."""
@@ -201,7 +193,7 @@ def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
             False,
             LOOPED_MARGIN,
             "a direction: reusing weights over depth adds computation, not storage",
-            _looped_excess,
+            lambda r: _capacity(r, UNIFORM) - _capacity(r, STD_PARAMS),
             note=knee_unreached(per_run, (UNIFORM, STD_PARAMS)),
         ),
         Claim(
@@ -224,7 +216,7 @@ def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
             False,
             FLOPS_MARGIN,
             "a direction: the FLOP-matched transformer spends the same compute on untied parameters",
-            _flops_matched_excess,
+            lambda r: _capacity(r, FIXED_K4, "loss_bound_bits") - _capacity(r, STD_FLOPS, "loss_bound_bits"),
             note=knee_unreached(per_run, (FIXED_K4, STD_FLOPS)),
         ),
     ]
