@@ -54,13 +54,12 @@ def adamw_batch_update(
     """The part of AdamW's next step caused by `grads`: step(grads) - step(zero gradient), float64.
 
     Both steps start from the optimizer's state and use torch's AdamW formula (decay, then the bias-
-    corrected moment ratio). Weight decay and the momentum-only part are the same in both and cancel;
+    corrected moment ratio) for plain AdamW, as `biosrecall.train.optim.build_optimizer` makes it (no
+    amsgrad, no maximize). Weight decay and the momentum-only part are the same in both and cancel;
     for an all-zero gradient the two computations are identical, so the result is exactly zero.
     """
     deltas, position = [], 0  # `grads` holds one gradient per parameter, in `optimizer_params` order
     for group in optimizer.param_groups:
-        if group.get("amsgrad") or group.get("maximize"):
-            raise BiosrecallError("the diagnostic reproduces plain AdamW only (no amsgrad, no maximize)")
         for p in group["params"]:
             state = optimizer.state.get(p)
             if not state:

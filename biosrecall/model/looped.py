@@ -264,13 +264,13 @@ class LoopedTransformer(nn.Module):
         return self.final_norm(x)
 
     def _check_tokens(self, tokens: torch.Tensor) -> int:
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+        """The sequence length of `tokens`, refused unless an integer tensor [batch, seq] that fits the
+        context (beyond it the position tables would end short)."""
+        context = self.config.context_length
+        integers = tokens.dim() == 2 and tokens.dtype in (torch.int64, torch.int32)
+        if not integers or not 1 <= tokens.shape[-1] <= context:
             raise BiosrecallError(
-                f"tokens must be an integer tensor [batch, seq], got {tokens.dtype} {tuple(tokens.shape)}"
+                f"tokens must be an integer tensor [batch, seq] with seq in 1..{context} (context_length), "
+                f"got {tokens.dtype} {tuple(tokens.shape)}"
             )
-        seq_len = tokens.shape[1]
-        if not 1 <= seq_len <= self.config.context_length:
-            raise BiosrecallError(
-                f"sequence length {seq_len} is outside 1..{self.config.context_length} (context_length)"
-            )
-        return seq_len
+        return tokens.shape[1]

@@ -125,9 +125,7 @@ def _typed(field: dataclasses.Field, text: str) -> Any:
         if kind.startswith("float"):
             return parse_float(text)
         if kind.startswith("bool"):
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return text.lower() in ("true", "1")
-    except ValueError:  # a BiosrecallError is a ValueError
+            return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
+    except (ValueError, KeyError):  # a BiosrecallError is a ValueError; KeyError: not a truth value
         raise BiosrecallError(f"model override {field.name}={text!r}: expected {kind}") from None
     return text
