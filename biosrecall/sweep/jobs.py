@@ -32,7 +32,7 @@ from typing import Any
 from biosrecall.errors import BiosrecallError
 from biosrecall.model import get_preset
 from biosrecall.sweep import commands
-from biosrecall.sweep.run_spec import TASK_KEYS, run_spec_text, spec_path
+from biosrecall.sweep.run_spec import SPECS, TASK_KEYS, run_spec_text
 from biosrecall.train.config import TrainConfig
 
 BOOKKEEPING = ".sweep"
@@ -84,7 +84,8 @@ class SweepRun:
 
     @property
     def spec(self) -> Path:
-        return spec_path(self.bookkeeping, self.name)
+        """The run's spec: under the sweep's bookkeeping, beside its record and log."""
+        return self.bookkeeping / SPECS / f"{self.name}.json"
 
     @property
     def spec_text(self) -> str:

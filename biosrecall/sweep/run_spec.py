@@ -97,8 +97,3 @@ class RunSpec:
     """The data to train on: {"path": ...}."""
     out: Any = None
     """The run folder (a run config.json has none: the command line gives --out)."""
-
-
-def spec_path(bookkeeping: Path, name: str) -> Path:
-    """Where the sweep keeps run `name`'s spec: under its bookkeeping, beside its record and log."""
-    return bookkeeping / SPECS / f"{name}.json"
