@@ -255,10 +255,12 @@ def _value_problem(value: str, one_word: bool) -> str | None:
     return None
 
 
-def _read_pool_file(path: Path, one_word: bool, default_folder: bool) -> list[str]:
-    """The values of one pool file, each checked, with the file and line named in every error."""
+def _read_pool_file(folder: Path, name: str) -> list[str]:
+    """The values of pool `name` in `folder`, each checked, with the file and line named in every error."""
+    path = folder / f"{name}.txt"
     if not os.path.lexists(path):
-        hint = "run `biosrecall pools` to rebuild it" if default_folder else f"a pool folder holds {_FILES}"
+        default = folder.resolve() == POOLS_DIR
+        hint = "run `biosrecall pools` to rebuild it" if default else f"a pool folder holds {_FILES}"
         raise BiosrecallError(f"pool file {path} not found ({hint})")
     require_regular_file(path, "pool file")
     size = path.stat().st_size
@@ -275,7 +277,7 @@ def _read_pool_file(path: Path, one_word: bool, default_folder: bool) -> list[st
         values.pop()  # the final newline ends the last line; it does not start an empty one
     seen: dict[str, int] = {}
     for line_number, value in enumerate(values, start=1):
-        problem = _value_problem(value, one_word)
+        problem = _value_problem(value, one_word=name in NAME_PARTS)
         if problem:
             raise BiosrecallError(f"{path} line {line_number}: {problem}")
         if value in seen:
@@ -295,11 +297,10 @@ def load_pools(
     sizes = resolve_pool_sizes(overrides)
     pools = {}
     for name, size in sizes.items():
-        path = folder / f"{name}.txt"
-        values = _read_pool_file(path, name in NAME_PARTS, default_folder=folder.resolve() == POOLS_DIR)
+        values = _read_pool_file(folder, name)
         if size > len(values):
             raise BiosrecallError(
-                f"pool size {size} for {name} is above the pool length {len(values)} ({path}); "
+                f"pool size {size} for {name} is above the pool length {len(values)} ({folder / name}.txt); "
                 f"use --pool-size {name}=N with N <= {len(values)}, or a longer file"
             )
         pools[name] = tuple(values[:size])
@@ -309,10 +310,7 @@ def load_pools(
 def pool_lengths(pools_dir: str | Path | None = None) -> dict[str, int]:
     """How many values each pool file of `pools_dir` holds (every file checked as `load_pools` does)."""
     folder = Path(pools_dir) if pools_dir is not None else POOLS_DIR
-    default = folder.resolve() == POOLS_DIR
-    return {
-        name: len(_read_pool_file(folder / f"{name}.txt", name in NAME_PARTS, default)) for name in POOL_NAMES
-    }
+    return {name: len(_read_pool_file(folder, name)) for name in POOL_NAMES}
 
 
 def pool_file_hashes(pools_dir: str | Path | None = None) -> dict[str, str]:

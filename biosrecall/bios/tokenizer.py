@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from biosrecall.errors import BiosrecallError
-from biosrecall.files import require_regular_file
+from biosrecall.errors import BiosrecallError, first_line
+from biosrecall.files import read_user_text
 
 PAD_TOKEN = "<pad>"
 SEP_TOKEN = "<sep>"
@@ -76,16 +76,11 @@ def read_tokenizer(path: str | Path) -> Tokenizer:
 def read_tokenizer_text(path: str | Path, max_bytes: int) -> tuple[Tokenizer, str]:
     """A tokenizer.json (a regular file of at most `max_bytes` whose token ids are exactly 0..N-1) and
     its text: the one reader of a tokenizer file, bioS's and the language model's."""
-    path = require_regular_file(path, "tokenizer")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise BiosrecallError(f"tokenizer {path} holds {size:,} bytes, above the {max_bytes:,} allowed")
+    text = read_user_text(path, "tokenizer", max_bytes)
     try:
-        text = path.read_bytes().decode("utf-8")
         tokenizer = Tokenizer.from_str(text)
     except Exception as exc:  # the Rust side raises a plain Exception for any malformed file
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BiosrecallError(f"tokenizer {path} is not a valid tokenizer.json ({reason})") from None
+        raise BiosrecallError(f"tokenizer {path} is not a valid tokenizer.json ({first_line(exc)})") from None
     ids = set(tokenizer.get_vocab(with_added_tokens=True).values())
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if ids != set(range(size)):
