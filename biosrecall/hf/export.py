@@ -169,7 +169,7 @@ def check_supported(model_config: dict) -> None:
     """Refuse a model config with a field or value the exported modeling code does not implement."""
     modeling = modeling_module()
     for name, value in model_config.items():
-        if name not in modeling.SUPPORTED_FIELDS:
+        if name not in modeling.MODEL_FIELDS:
             raise BiosrecallError(
                 f"cannot export: the model config field {name} (= {value!r}) is not implemented by the "
                 f"exported modeling code ({MODELING_FILE})"

@@ -75,7 +75,6 @@ MODEL_FIELDS = {
     "init_mean_depth": 8.5,
     "recipe": "baseline",
 }
-SUPPORTED_FIELDS = tuple(MODEL_FIELDS)
 SUPPORTED_CHOICES = {
     "position": ("rope", "learned"),
     "norm": ("pre", "sandwich"),
