@@ -42,11 +42,10 @@ UNDECIDED = "inconclusive"
 def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     """(figure1.json, claims.csv) of a finished figure1 output; BiosrecallError for any other folder."""
     out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        why = "it is not a folder" if out_dir.exists() else "no such folder"
-        raise BiosrecallError(f"{out_dir} is not a figure1 output: {why}")
     if not (out_dir / RECORD).exists():
-        raise BiosrecallError(f"{out_dir} is not a figure1 output: it has no {RECORD}")
+        why = f"it has no {RECORD}" if out_dir.is_dir() else "it is not a folder"
+        why = why if out_dir.exists() else "no such folder"
+        raise BiosrecallError(f"{out_dir} is not a figure1 output: {why}")
     record = read_json_object(out_dir / RECORD, "figure1 record", required=("preset", "train_config"))
     claims_path = out_dir / "claims.csv"
     if not claims_path.is_file():

@@ -73,11 +73,7 @@ def serving_summary(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]
         row["criterion"], row["criterion_seeds"] = chosen.index[0], int(chosen.iloc[0])
         for column in ("best_bits", "ratio", "headroom"):
             interval = seed_interval(seeds[column])
-            row[column], row[f"{column}_low"], row[f"{column}_high"] = (
-                interval.mean,
-                interval.low,
-                interval.high,
-            )
+            row |= {column: interval.mean, f"{column}_low": interval.low, f"{column}_high": interval.high}
         rows.append(row)
     return pd.DataFrame(rows)
 
