@@ -2,7 +2,8 @@
 causal LM on bioS with the same exact-match scorer as `recall-curve`.
 
     export.py                 run checkpoint -> folder that AutoModelForCausalLM / AutoTokenizer load
-    template/modeling_biosrecall.py   the modeling code copied into every export (torch + transformers)
+    template/modeling_biosrecall.py   the modeling code copied into every export (torch + transformers),
+                              beside a copy of `biosrecall/model/layers.py` whose layers it runs
     card.py                   the export's README.md: schedule, budget, data, recall
     loading.py                a model folder -> (model, tokenizer), with one-line errors
     prompts.py                bioS evaluation rows as text, encoded with the model's own tokenizer
