@@ -1,7 +1,7 @@
 """Depth schedules: which recurrent depth K each training update uses, and what that is expected to cost.
 
     s = parse_schedule("fixed_first:k0=4,switch=0.8,finish=uniform")
-    s.depth(update=4000, total=4800, seed=0)    # one update's K; s.depths(4800, 0) gives all of them
+    s.depths(total=4800, seed=0)                # every update's K (int64 [4800])
     s.switch_update(4800), s.spec               # 3840 (first uniform update); canonical text
 
 Text forms (`parse_schedule`, the one parser; E[K] is the expected depth):
@@ -119,10 +119,9 @@ def poisson_lognormal_pmf(mean: float, sigma: float, cap: int | None) -> DepthDi
     return DepthDistribution(np.arange(1, len(probs) + 1), probs / probs.sum())
 
 
-def _check_total(total: int, update: int = 0) -> int:
+def _check_total(total: int) -> int:
     _require(_is_int(total) and total >= 1, f"total updates must be a positive integer, got {total!r}")
     _require(total <= MAX_UPDATES, f"total updates {total:,} exceeds the limit of {MAX_UPDATES:,}")
-    _require(_is_int(update) and 0 <= update < total, f"update must be in 0..{total - 1}, got {update!r}")
     return int(total)
 
 
@@ -140,18 +139,6 @@ class Schedule:
         total = _check_total(total)
         u, z = draws(seed, total)
         return self._fromdraws(np.arange(total), total, u, z)
-
-    def depth(self, update: int, total: int, seed: int) -> int:
-        """Depth of one update; equal to depths(total, seed)[update]."""
-        total = _check_total(total, update)
-        check_seed(seed)
-        u, z = draw(seed, update)
-        return int(self._fromdraws(np.array([update]), total, np.array([u]), np.array([z]))[0])
-
-    def mean_depth(self, update: int, total: int) -> float:
-        """Expected depth of one update."""
-        segments = self.segments(_check_total(total, update))
-        return next(dist.mean for start, stop, dist in segments if start <= update < stop)
 
     def expected_cost(self, total: int, cost: Callable[[np.ndarray], np.ndarray]) -> float:
         """Expected sum of cost(K) over a `total`-update run (cost vectorised over depths)."""
