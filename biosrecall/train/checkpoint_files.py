@@ -23,10 +23,8 @@ the functions that write or load tensors import it when first called.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import UNSET, UnsetType
 from safetensors import SafetensorError
 
-from biosrecall.atomic import atomic_directory
+from biosrecall.atomic import atomic_directory, write_failed
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import require_regular_file
 from biosrecall.model.config import ModelConfig
@@ -59,26 +57,14 @@ class SaveFailed(BiosrecallError):
     before is still in place."""
 
 
-def save_failed(path: str | Path, exc: BaseException) -> SaveFailed:
-    """One line for a failed write of `path`: the reason and its errno (also when a library only says
-    it in its message, as safetensors does)."""
-    code = getattr(exc, "errno", None)
-    found = re.search(r"os error (\d+)", str(exc))
-    code = code or (int(found.group(1)) if found else None)
-    if code:
-        reason = f"{os.strerror(code)} (errno {code}, {errno.errorcode.get(code, '?')})"
-    else:
-        reason = first_line(exc)
-    return SaveFailed(f"cannot write {path}: {reason}")
-
-
 @contextmanager
 def writing(path: str | Path) -> Iterator[None]:
-    """Turn an I/O failure inside the block into `SaveFailed` naming `path`."""
+    """Turn an I/O failure inside the block into `SaveFailed` naming `path`: the reason and its errno
+    (also when a library only says it in its message, as safetensors does; `atomic.write_failed`)."""
     try:
         yield
     except (OSError, SafetensorError) as exc:
-        raise save_failed(path, exc) from None
+        raise SaveFailed(str(write_failed(path, exc))) from None
 
 
 def save_checkpoint(
