@@ -14,6 +14,7 @@ budget, budget_of, updates and exposures.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -246,6 +247,17 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
     "parallel": PARALLEL_MODES,
 }
+KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **{name: (f"one of {', '.join(choices)}", choices.__contains__) for name, choices in CHOICES.items()},
+    "compile": ("true or false", lambda value: isinstance(value, bool)),
+    "activation_checkpointing": ("true or false", lambda value: isinstance(value, bool)),
+    "recipe_module": (
+        "the path of a .py file",
+        lambda value: isinstance(value, str) and value.endswith(".py"),
+    ),
+    **dict.fromkeys(("schedule", "budget_of", "device"), ("text", lambda value: isinstance(value, str))),
+}
+"""What each field that holds neither a number nor a list must be, in words, and the test of it."""
 _UNSET_ALLOWED = {f.name for f in fields(TrainConfig) if f.default is None}
 """The fields whose default is unset (None): a run may leave them so."""
 DEFAULT_DECAY = 0.2  # wsd's decay share when `decay` is unset
@@ -264,32 +276,19 @@ def check_field(name: str, value: Any) -> Any:
         return _check_items(name, value, ITEM_LIMITS[name])
     if name == "keep_updates":
         return check_updates_list(name, value)
-    if name in CHOICES:
-        if value not in CHOICES[name]:
-            raise BiosrecallError(f"{name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
-        return value
-    if name in ("compile", "activation_checkpointing"):
-        if not isinstance(value, bool):
-            raise BiosrecallError(f"{name} must be true or false, got {value!r}")
-        return value
     if name == "log":
         return parse_trackers(value)
-    if name == "recipe":
-        problem = check_recipe_name(value)
-        if problem is not None:
-            raise BiosrecallError(f"recipe {value!r}: {problem}")
-        return value
-    if name == "recipe_module":
-        if not isinstance(value, str) or not value.endswith(".py"):
-            raise BiosrecallError(f"recipe_module must be the path of a .py file, got {value!r}")
-        return value
-    if not isinstance(value, str):  # schedule, budget_of and device: text
-        raise BiosrecallError(f"{name} must be text, got {value!r}")
+    if name in KINDS:
+        words, holds = KINDS[name]
+        if not holds(value):
+            raise BiosrecallError(f"{name} must be {words}, got {value!r}")
+    if name == "recipe" and (problem := check_recipe_name(value)) is not None:
+        raise BiosrecallError(f"recipe {value!r}: {problem}")
     if name == "schedule":
         parse_schedule(value)
     elif name == "budget_of":
         split_budget_of(value)
-    elif value not in ("auto", "cpu", "cuda") and not (value[:5] == "cuda:" and _is_index(value[5:])):
+    elif name == "device" and not (value in ("auto", "cpu", "cuda") or _is_cuda_index(value)):
         raise BiosrecallError(f"unknown device {value!r} (use auto, cpu, cuda or cuda:N)")
     return value
 
@@ -348,9 +347,10 @@ def _check_run_size(config: TrainConfig) -> None:
         )
 
 
-def _is_index(text: str) -> bool:
-    """A device index: ASCII digits only (str.isdigit also takes other scripts' digits)."""
-    return text.isascii() and text.isdigit()
+def _is_cuda_index(device: str) -> bool:
+    """cuda:N, N in ASCII digits only (str.isdigit also takes other scripts' digits)."""
+    index = device.removeprefix("cuda:")
+    return device.startswith("cuda:") and index.isascii() and index.isdigit()
 
 
 def split_budget_of(text: Any) -> tuple[str, int]:
