@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from msgspec import UnsetType
 from tqdm.std import tqdm
@@ -63,7 +63,10 @@ class TrackedRun:
     """0 for a new run; the update a resumed run continues from."""
 
 
-class Tracker(Protocol):
+class Tracker:
+    """What every tracker adapter does; one that names its run by id or name, not by folder, need not
+    follow a move (`moved_to`)."""
+
     name: str
 
     def start(self, run: TrackedRun) -> None: ...
@@ -76,7 +79,7 @@ class Tracker(Protocol):
     def finish(self) -> None: ...
 
 
-class TensorBoardTracker:
+class TensorBoardTracker(Tracker):
     """Event files in RUN/tensorboard/ (through torch.utils.tensorboard)."""
 
     name = "tensorboard"
@@ -110,7 +113,7 @@ class TensorBoardTracker:
             self.writer = None
 
 
-class WandbTracker:
+class WandbTracker(Tracker):
     """A W&B run resumed by the id kept in RUN/trackers.json ($WANDB_MODE=offline works without a login)."""
 
     name = "wandb"
@@ -136,14 +139,11 @@ class WandbTracker:
         if step >= self.run.step:  # a resumed run already holds the earlier steps
             self.run.log(record, step=step)
 
-    def moved_to(self, folder: Path) -> None:
-        pass
-
     def finish(self) -> None:
         self.run.finish()
 
 
-class TrackioTracker:
+class TrackioTracker(Tracker):
     """A Trackio run (a local SQLite database, or a Space with $TRACKIO_SPACE_ID) continued by the name
     kept in RUN/trackers.json."""
 
@@ -165,9 +165,6 @@ class TrackioTracker:
     def log(self, record: dict[str, float], step: int) -> None:
         self.run.log(record, step=step)
 
-    def moved_to(self, folder: Path) -> None:
-        pass
-
     def finish(self) -> None:
         import trackio
 
@@ -176,9 +173,7 @@ class TrackioTracker:
 
 
 ADAPTERS: dict[str, Callable[[], Tracker]] = {
-    "tensorboard": TensorBoardTracker,
-    "wandb": WandbTracker,
-    "trackio": TrackioTracker,
+    adapter.name: adapter for adapter in (TensorBoardTracker, WandbTracker, TrackioTracker)
 }
 
 
