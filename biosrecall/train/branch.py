@@ -18,7 +18,6 @@ its config.json records `branch: {path, at_update}`.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.optim import learning_rate
-from biosrecall.train.run_folder import CONFIG_FILE, RunFolder, refuse_differences
+from biosrecall.train.run_folder import RunFolder, refuse_differences
 
 # What must match between parent and branch beyond the per-update depths and rates, which
 # `check_branch` compares update by update.
@@ -58,9 +57,9 @@ def branch_of(parent: str | Path | None, at_update: int | None) -> Branch | None
 def find_state(branch: Branch) -> Path:
     """The parent's saved training state after `branch.at_update` updates (a kept update-N folder, a
     budget-fraction or switch checkpoint, or `latest`: `RunFolder.saved_states`)."""
-    if not os.path.lexists(RunFolder(branch.parent).config_file):
-        raise BiosrecallError(f"cannot branch: {branch.parent} holds no run (no {CONFIG_FILE})")
-    saved = RunFolder(branch.parent).saved_states()
+    parent = RunFolder(branch.parent)
+    parent.read_config()  # a folder that holds no run is refused here, in one line
+    saved = parent.saved_states()
     if branch.at_update in saved:
         return saved[branch.at_update]
     last = max(saved, default=0)
@@ -96,9 +95,8 @@ def check_branch(branch: Branch, record: dict[str, Any], plan, config: TrainConf
 
 
 def _check_same_updates(at: int, parent_plan, plan, parent_config: TrainConfig, config: TrainConfig) -> None:
+    # The parent plans at least `at` updates: it saved a state after them (`find_state`).
     depths, parent_depths = np.asarray(plan.depths[:at]), np.asarray(parent_plan.depths[:at])
-    if len(parent_depths) < at:
-        raise BiosrecallError(f"cannot branch at update {at}: the parent plans {parent_plan.updates} updates")
     differ = np.flatnonzero(depths != parent_depths)
     if len(differ):
         u = int(differ[0])

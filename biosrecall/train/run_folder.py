@@ -236,20 +236,14 @@ class RunFolder:
         with writing(self.config_file):
             atomic_write_json(self.config_file, {**record, "versions": versions(), "machine": machine()})
 
-    def metrics_log(self, resume_from_update: int = 0) -> MetricsLog:
-        """The metrics log to append to, cut back to the updates a resumed state has seen."""
-        return MetricsLog(self, resume_from_update)
-
     # ---- the resumable state --------------------------------------------------------------------
 
     def save_latest(
         self, model: torch.nn.Module, meta: dict[str, Any], training_state: dict[str, Any]
-    ) -> Path:
+    ) -> None:
         """Write `state-<update>/`, point `latest` at it by an atomic link swap, then drop older states."""
-        path = self.state_dir(meta["update"])
-        save_checkpoint(path, model, meta, training_state)
+        save_checkpoint(self.state_dir(meta["update"]), model, meta, training_state)
         self.swap_latest(meta["update"])
-        return path
 
     def swap_latest(self, update: int) -> None:
         """Point `latest` at the complete state of `update` by one atomic rename of a fresh link, then
@@ -294,26 +288,29 @@ class RunFolder:
         """Update -> a checkpoint folder of the run holding the whole training state after that update:
         the states a branch may start from (`biosrecall.train.branch`)."""
         found: dict[int, Path] = {}
-        for folder in self._checkpoint_folders():
-            with contextlib.suppress(DamagedCheckpoint):
-                if (folder / STATE_FILE).is_file():
-                    found.setdefault(read_meta(folder, resumable=True)["update"], folder.resolve())
+        for update, folder in self._resumable_folders():
+            if (folder / STATE_FILE).is_file():
+                found.setdefault(update, folder.resolve())
         return found
 
     def newest_intact_checkpoint(self, besides: Path | None = None) -> tuple[Path, int] | None:
         """The kept or state folder with the highest update (other than `besides`) whose meta, weights
         and training state all load: what a run whose `latest` is damaged can still resume from."""
-        found = []
-        for child in self._checkpoint_folders():
-            with contextlib.suppress(BiosrecallError):
-                if child.resolve() != besides:
-                    found.append((read_meta(child, resumable=True)["update"], child))
+        found = [(update, child) for update, child in self._resumable_folders() if child.resolve() != besides]
         for update, child in sorted(found, reverse=True):
             with contextlib.suppress(BiosrecallError):
                 load_checkpoint(child)
                 load_training_state(child)
                 return child, update
         return None
+
+    def _resumable_folders(self) -> list[tuple[int, Path]]:
+        """(update, folder) of each checkpoint folder whose meta.json is a resumable state's."""
+        found = []
+        for folder in self._checkpoint_folders():
+            with contextlib.suppress(DamagedCheckpoint):
+                found.append((read_meta(folder, resumable=True)["update"], folder))
+        return found
 
     def _checkpoint_folders(self) -> list[Path]:
         """The folders under checkpoints/ by name: kept checkpoints and states, not `latest` (a link)
@@ -395,30 +392,21 @@ class RunFolder:
         return kept
 
     def _labels(self, part: str | float, kept: dict[str, Path]) -> list[str]:
-        fractions = [label for label in kept if label != SWITCH]
-        if part == ALL:
-            return list(kept)
-        if part == FRACTIONS:
-            return fractions
+        """The labels `part` names; one the run does not have is refused, listing those it has."""
+        fractions = [label for label in kept if label != SWITCH]  # ascending: `kept_checkpoints`
+        if part in (ALL, FRACTIONS):
+            return list(kept) if part == ALL else fractions
         if part == FINAL:
-            if not fractions:
-                raise BiosrecallError(
-                    f"{self.path} has no budget-fraction checkpoint yet (it has {_listing(kept)})"
-                )
-            return [max(fractions, key=float)]
-        if part == SWITCH:
-            if SWITCH not in kept:
-                raise BiosrecallError(
-                    f"{self.path} has no switch checkpoint (only schedules with a switch, such as "
-                    f"fixed_first, keep one; it has {_listing(kept)})"
-                )
-            return [SWITCH]
-        match = [label for label in fractions if math.isclose(float(label), part, abs_tol=1e-9)]
-        if not match:
-            raise BiosrecallError(
-                f"{self.path} has no checkpoint at fraction {part:g} (it has {_listing(kept)})"
-            )
-        return match
+            found, missing = fractions[-1:], "budget-fraction checkpoint yet"
+        elif part == SWITCH:
+            found = [SWITCH] if SWITCH in kept else []
+            missing = "switch checkpoint: only schedules with a switch, such as fixed_first, keep one"
+        else:
+            found = [label for label in fractions if math.isclose(float(label), part, abs_tol=1e-9)]
+            missing = f"checkpoint at fraction {part:g}"
+        if not found:
+            raise BiosrecallError(f"{self.path} has no {missing} (it has {_listing(kept)})")
+        return found
 
     def training_data(self, meta_or_record: dict, data_dir: str | Path | None = None) -> Path:
         """The dataset (bioS) or corpus (LM) folder the run was trained on: `data_dir` when given, else

@@ -50,7 +50,7 @@ DCP_DIR = "dcp"
 class ShardedCheckpointer(Checkpointer):
     """FSDP: no rank holds the whole model, so every method is collective (all ranks call it)."""
 
-    def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
+    def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> None:
         """Every rank writes its shards into `.state-<update>.tmp/`; rank 0 adds the sidecar, renames
         the folder into place and points `latest` at it."""
         state = self.folder.state_dir(meta["update"])
@@ -72,7 +72,6 @@ class ShardedCheckpointer(Checkpointer):
                 os.replace(tmp, state)
             self.folder.swap_latest(meta["update"])
         distributed.barrier(self.dist)
-        return state
 
     def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if not (path / DCP_DIR).is_dir():

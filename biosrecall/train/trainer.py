@@ -207,8 +207,8 @@ class BiosBatchSource:
         return {"seed": self.seed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("seed") != self.seed:
-            raise BiosrecallError("cannot resume: the checkpoint's data seed differs from this run's")
+        """Nothing to restore: the seed was checked against the run's records (`_check_resume`, or the
+        parent's config for a branch) before any state was loaded."""
 
 
 def bios_training_task(
@@ -509,6 +509,16 @@ class Trainer:
             record["branch"] = branch_record(self.branch)
         self.branching = self.branch is not None and not self.resume
         """`resume_from` is another run's state (`biosrecall.train.branch`), not this run's own."""
+        # What every checkpoint's sidecar of this run says about the run itself, causes before
+        # consequences (a resume names the first that differs): the model and schedule fix the updates.
+        self.meta_base = {
+            "model_config": record["model_config"],
+            "schedule": self.plan.schedule,
+            "seed": config.seed,
+            "budget": self.plan.budget,
+            "planned_updates": self.plan.updates,
+            **{k: record[k] for k in ("dataset", "task") if k in record},
+        }
         self.resume_from = self._starting_state(record, exposures)
         if not self.resume:
             self.folder = self._new_run_folder(replace, building)
@@ -520,14 +530,6 @@ class Trainer:
         self.raw_model, self.model, self.optimizer = _build_model(
             model_config, config, self.dist, self.device
         )
-        self.meta_base = {  # what every checkpoint's sidecar of this run says about the run itself
-            "model_config": record["model_config"],
-            "schedule": self.plan.schedule,
-            "budget": self.plan.budget,
-            "planned_updates": self.plan.updates,
-            "seed": config.seed,
-            **{k: record[k] for k in ("dataset", "task") if k in record},
-        }
         self.checkpointer = self._checkpointer()
         if self.dist.is_main:
             self.reporter.message(describe_plan(self.plan, model_config, self._seconds_per_flop(), shown))
@@ -543,7 +545,7 @@ class Trainer:
                 f"--keep-updates {config.keep_updates[-1]} is beyond this run's {plan.updates} updates"
             )
         if self.resume:
-            return _check_resume(self.final, record, plan, config)
+            return _check_resume(self.final, record, self.meta_base)
         if self.branch is None:
             return None
         state = find_state(self.branch)
@@ -581,7 +583,7 @@ class Trainer:
         if self.resume_from:
             self._restore()
         if self.dist.is_main:
-            self.metrics = self.folder.metrics_log(self.progress.update)
+            self.metrics = MetricsLog(self.folder, self.progress.update)
         if self.resume_from and self.dist.is_main:
             self.folder.remove_leftovers()
         progress, metrics = self.progress, self.metrics
@@ -675,17 +677,15 @@ class Trainer:
         crossed = fractions_crossed(
             config.checkpoint_fractions, progress.fractions_done, progress.flops, plan.budget, finished
         )
-        kept_dirs = [(fraction, self.folder.checkpoint_dir(fraction)) for fraction in crossed]
-        if progress.update == plan.switch_update:
-            kept_dirs.append((None, self.folder.checkpoint_dir(SWITCH)))
-        if progress.update in (config.keep_updates or ()):
-            name = update_dirname(progress.update)
-            kept_dirs.append((None, self.folder.checkpoint_dir(name)))
         progress.fractions_done.extend(crossed)
-        if kept_dirs:
-            kept = [(path, self._meta(fraction)) for fraction, path in kept_dirs]
+        kept = [(self.folder.checkpoint_dir(fraction), self._meta(fraction)) for fraction in crossed]
+        if progress.update == plan.switch_update:
+            kept.append((self.folder.checkpoint_dir(SWITCH), self._meta(None)))
+        if progress.update in (config.keep_updates or ()):
+            kept.append((self.folder.checkpoint_dir(update_dirname(progress.update)), self._meta(None)))
+        if kept:
             self.checkpointer.save_kept(kept, self.source.state_dict())
-        if kept_dirs or finished or progress.update % config.save_every == 0:
+        if kept or finished or progress.update % config.save_every == 0:
             self._save_latest()
 
     def _meta(self, fraction: float | None) -> dict[str, Any]:
@@ -781,13 +781,12 @@ class Checkpointer:
             for path, meta in kept:
                 checkpoint_files.save_checkpoint(path, self.model, meta, training_state)
 
-    def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> Path:
+    def save_latest(self, meta: dict[str, Any], source_state: dict[str, Any]) -> None:
         """Save the resumable state of update `meta["update"]` and point `latest` at it."""
         if self.dist.is_main:
             training_state = {"optimizer": self.optimizer.state_dict(), "source": source_state}
             self.folder.save_latest(self.model, meta, training_state)
         distributed.barrier(self.dist)
-        return self.folder.state_dir(meta["update"])
 
     def restore(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """Load the weights and optimizer saved at `path`; returns (meta, batch source state)."""
@@ -849,9 +848,10 @@ def _build_model(model_config, config: TrainConfig, dist: DistInfo, device: torc
     return raw_model, model, optimizer
 
 
-def _check_resume(run: RunFolder, record: dict[str, Any], plan, config: TrainConfig) -> Path:
+def _check_resume(run: RunFolder, record: dict[str, Any], meta_base: dict[str, Any]) -> Path:
     """Resuming is allowed only from an intact `latest` with the same settings that change results, as
-    both config.json and the checkpoint's own meta.json record them (editing one fools neither)."""
+    both config.json and the checkpoint's own meta.json (`meta_base`: what this run would write in it)
+    record them (editing one fools neither)."""
     stored = run.read_config()
     # A resumed branch continues from its own `latest`: its parent matters only when named again.
     sections = ("model_config", "train_config", "dataset", "task") + (
@@ -868,18 +868,11 @@ def _check_resume(run: RunFolder, record: dict[str, Any], plan, config: TrainCon
         checkpoint_files.model_config_of(latest, meta)
     except checkpoint_files.DamagedCheckpoint as exc:
         raise damaged_latest(run, latest, exc) from None
-    expected = {  # causes before consequences: the model and schedule fix the budget's updates
-        "model_config": record["model_config"],
-        "schedule": plan.schedule,
-        "seed": config.seed,
-        "budget": plan.budget,
-        "planned_updates": plan.updates,
-    }
-    expected.update({section: record.get(section) for section in ("dataset", "task") if section in meta})
-    for key, value in expected.items():
-        refuse_differences(
-            "resume", key, meta[key], value, RESUMABLE_DIFFERENCES, where=f" (checkpoint {latest})"
-        )
+    for key, value in meta_base.items():
+        if key in meta:  # a run of an earlier release recorded no dataset or task in its meta.json
+            refuse_differences(
+                "resume", key, meta[key], value, RESUMABLE_DIFFERENCES, where=f" (checkpoint {latest})"
+            )
     return latest
 
 
