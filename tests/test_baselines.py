@@ -13,8 +13,14 @@ from test_flops import CPU_SDPA
 
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.cli import main
-from biosrecall.compute.baselines import MATCHES, closest_layers, match_ratios
-from biosrecall.compute.flops import forward_flops_per_token, param_counts, update_flops
+from biosrecall.compute.flops import (
+    MATCHES,
+    closest_layers,
+    forward_flops_per_token,
+    match_ratios,
+    param_counts,
+    update_flops,
+)
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval import scoring
 from biosrecall.eval.curves import recall_curves

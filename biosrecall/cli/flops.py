@@ -24,8 +24,8 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
-from biosrecall.compute.baselines import describe_match
 from biosrecall.compute.flops import (
+    describe_match,
     forward_flops_per_token,
     param_counts,
     recurrent_ratio,

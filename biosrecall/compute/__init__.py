@@ -4,8 +4,8 @@
     from biosrecall.compute.schedules import parse_schedule
     plan = plan_run(cfg, parse_schedule("uniform:1-16"), tokens_per_update=8192, budget=1e15, seed=0)
 
-`flops.py` prices updates, `schedules.py` says which depth each update uses (from its seeded draws and
-exact Poisson-lognormal tables), `planner.py` sizes runs, `baselines.py` matches standard
-transformers to looped presets. Import each from its module: this package imports none of them, so
+`flops.py` prices updates and matches standard transformers to looped presets, `schedules.py` says
+which depth each update uses (from its seeded draws and exact Poisson-lognormal tables), `planner.py`
+sizes runs. Import each from its module: this package imports none of them, so
 reading a schedule loads neither the FLOP account nor the recipes.
 """
