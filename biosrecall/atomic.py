@@ -61,7 +61,14 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError, excerpt, first_line
 from biosrecall.interrupts import held
-from biosrecall.locking import ASIDE_ENTRY, ASIDE_SUFFIX, TEMPORARY_SUFFIX, temporary_prefix
+from biosrecall.locking import (
+    ASIDE_ENTRY,
+    ASIDE_SUFFIX,
+    TEMPORARY_SUFFIX,
+    free_lock,
+    temporary_names,
+    temporary_prefix,
+)
 
 
 def _default_mode(directory: bool) -> int:
@@ -206,49 +213,34 @@ def _is_write_failure(exc: BaseException) -> bool:
 _STALE_AFTER = 1.0  # seconds: a temporary younger than this may belong to a writer about to lock it
 
 
-def _temporary_names(path: Path) -> tuple[re.Pattern, re.Pattern]:
-    """The names of the temporaries `atomic_write_bytes` and `atomic_write_path` give `path`."""
-    random = r"[a-z0-9_]{8}"
-    return (
-        re.compile(re.escape(temporary_prefix(path)) + random + re.escape(TEMPORARY_SUFFIX)),
-        re.compile(re.escape(f".{path.stem}.") + random + re.escape(f".tmp{path.suffix}")),
+def remove_stale_files(path: Path) -> None:
+    """Remove the temporaries that killed writes of the file `path` left beside it: regular files of
+    this module's naming (`atomic_write_bytes`'s, `atomic_write_path`'s) that no live writer holds."""
+    patterns = (
+        temporary_names(path),
+        re.compile(re.escape(f".{path.stem}.") + r"[a-z0-9_]{8}\.tmp" + re.escape(path.suffix)),
     )
-
-
-def remove_stale_files(path: str | Path) -> list[Path]:
-    """Remove the temporaries that killed writes of the file `path` left beside it (regular files of
-    this module's naming that no live writer holds locked); returns what was removed."""
-    path, removed = Path(path), []
-    patterns = _temporary_names(path)
     try:
-        entries = list(os.scandir(path.parent))
+        entries = [
+            Path(entry.path)
+            for entry in os.scandir(path.parent)
+            if any(p.fullmatch(entry.name) for p in patterns)
+        ]
     except OSError:
-        return removed
-    for entry in entries:
-        ours = entry.name.startswith(".") and any(p.fullmatch(entry.name) for p in patterns)
-        if ours and _remove_unheld(Path(entry.path)):
-            removed.append(Path(entry.path))
-    return removed
-
-
-def _remove_unheld(tmp: Path) -> bool:
-    try:
-        info = os.lstat(tmp)
-        if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < _STALE_AFTER:
-            return False
-        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if not os.path.samestat(os.fstat(fd), os.lstat(tmp)):
-            return False
-        tmp.unlink()
-        return True
-    except OSError:  # held by a live writer, or gone meanwhile
-        return False
-    finally:
-        os.close(fd)
+        return
+    for tmp in entries:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            info = os.lstat(tmp)
+            if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < _STALE_AFTER:
+                continue
+            fd = free_lock(tmp)
+            if fd is None:
+                continue
+            try:
+                if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
+                    tmp.unlink()
+            finally:
+                os.close(fd)
 
 
 @contextmanager

@@ -29,6 +29,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -163,16 +164,26 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
-def stale_temporaries(output: str | Path) -> list[Path]:
-    """Hidden temporary siblings of `output` left by atomic writes (`.<name>.XXXXXXXX.tmp|.old`)."""
-    output = Path(output)
-    suffixes = "|".join(map(re.escape, (TEMPORARY_SUFFIX, ASIDE_SUFFIX)))
-    pattern = re.compile(re.escape(temporary_prefix(output)) + rf"[a-z0-9_]{{8}}(?:{suffixes})")
+def temporary_names(output: Path, suffixes: tuple[str, ...] = (TEMPORARY_SUFFIX,)) -> re.Pattern:
+    """The hidden names atomic writes of `output` give its temporaries: `.<name>.XXXXXXXX<suffix>`
+    (mkstemp's and mkdtemp's eight random characters)."""
+    alternatives = "|".join(map(re.escape, suffixes))
+    return re.compile(re.escape(temporary_prefix(output)) + rf"[a-z0-9_]{{8}}(?:{alternatives})")
+
+
+def free_lock(path: str | Path) -> int | None:
+    """A descriptor of `path` holding its lock when no live process holds it (the caller closes it);
+    None when one does, or the file cannot be opened (a symlink is not followed)."""
     try:
-        entries = list(output.parent.iterdir())
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
-        return []
-    return sorted(entry for entry in entries if pattern.fullmatch(entry.name))
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by a live process
+        os.close(fd)
+        return None
+    return fd
 
 
 SCRATCH_PREFIX = "biosrecall-"
@@ -208,34 +219,32 @@ def _remove_abandoned(folder: Path) -> None:
         info = folder.lstat()
     except OSError:
         return
-    if not folder.is_dir() or folder.is_symlink() or info.st_uid != os.getuid():
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         return
-    try:
-        fd = os.open(folder / _SCRATCH_LOCK, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:  # its maker has not taken the lock yet, or died before it did
+    if not os.path.lexists(folder / _SCRATCH_LOCK):  # its maker has not taken the lock yet, or died first
         if time.time() - info.st_mtime > _SCRATCH_GRACE:
             shutil.rmtree(folder, ignore_errors=True)
         return
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # held: a live command is using it
+    fd = free_lock(folder / _SCRATCH_LOCK)
+    if fd is not None:
+        shutil.rmtree(folder, ignore_errors=True)
         os.close(fd)
-        return
-    shutil.rmtree(folder, ignore_errors=True)
-    os.close(fd)
 
 
-def remove_stale_temporaries(output: str | Path) -> list[Path]:
-    """Remove `output`'s leftover temporaries; call only while holding its lock. Returns what was removed.
+def remove_stale_temporaries(output: str | Path) -> None:
+    """Remove `output`'s leftover temporaries (`.<name>.XXXXXXXX.tmp|.old`); call only while holding
+    its lock.
 
     An `.old` folder whose output is missing holds the previous output of a swap that was killed
     half-way: it is moved back to `output` instead of being deleted.
     """
     output = Path(output)
-    removed = []
-    for entry in stale_temporaries(output):
+    pattern = temporary_names(output, (TEMPORARY_SUFFIX, ASIDE_SUFFIX))
+    try:
+        entries = sorted(entry for entry in output.parent.iterdir() if pattern.fullmatch(entry.name))
+    except OSError:
+        return
+    for entry in entries:
         previous = entry / ASIDE_ENTRY
         if entry.name.endswith(ASIDE_SUFFIX) and not os.path.lexists(output) and os.path.lexists(previous):
             os.replace(previous, output)
@@ -243,5 +252,3 @@ def remove_stale_temporaries(output: str | Path) -> list[Path]:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
-        removed.append(entry)
-    return removed
