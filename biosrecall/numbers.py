@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from biosrecall.errors import BiosrecallError
+from biosrecall.errors import BiosrecallError, excerpt
 
 MAX_SEED = 2**63 - 1
 """Largest seed (seeds are drawn into signed 64-bit integers by numpy and torch)."""
@@ -51,7 +51,7 @@ def parse_int(text: str) -> int:
     if isinstance(text, str) and text.isascii() and _INTEGER.fullmatch(text):
         with contextlib.suppress(ValueError):  # more digits than Python converts (sys.get_int_max_str_digits)
             return int(text)
-    raise BiosrecallError(f"expected an integer, got {_show(text)}")
+    raise BiosrecallError(f"expected an integer, got {excerpt(text)}")
 
 
 def parse_float(text: str) -> float:
@@ -59,7 +59,7 @@ def parse_float(text: str) -> float:
     refuse), nothing else (no spaces, underscores or other scripts' digits)."""
     ascii_text = isinstance(text, str) and text.isascii()
     if not ascii_text or not (_DECIMAL.fullmatch(text) or _NON_FINITE.fullmatch(text)):
-        raise BiosrecallError(f"expected a number, got {_show(text)}")
+        raise BiosrecallError(f"expected a number, got {excerpt(text)}")
     return float(text)
 
 
@@ -68,10 +68,10 @@ def split_list(text: str) -> list[str]:
     item ("4,,8", a trailing comma) and text that starts or ends with a space are refused, as a number
     would be."""
     if not isinstance(text, str) or text != text.strip():
-        raise BiosrecallError(f"expected a comma-separated list, got {_show(text)}")
+        raise BiosrecallError(f"expected a comma-separated list, got {excerpt(text)}")
     items = [item.strip(" ") for item in text.split(",")] if text else []
     if "" in items:
-        raise BiosrecallError(f"expected a comma-separated list without empty items, got {_show(text)}")
+        raise BiosrecallError(f"expected a comma-separated list without empty items, got {excerpt(text)}")
     return items
 
 
@@ -88,6 +88,10 @@ class Limit:
     """`high` itself is refused."""
     why: str = ""
     """Why the upper end is where it is (said when a value exceeds it)."""
+
+    def under(self, number: float) -> bool:
+        """Whether `number` lies below the floor (or on it, when the floor is open)."""
+        return number < self.low or (self.low_open and number == self.low)
 
     def describe(self) -> str:
         """The allowed values in words, e.g. 'a positive integer' or 'a number in [0, 1)'."""
@@ -147,19 +151,13 @@ def check_number(name: str, value: Any, limit: Limit) -> int | float:
     implementation behind the rules above and every `TrainConfig` bound."""
     number = _as_number(value, limit.kind)
     bad_type = number is None or (limit.kind is float and not math.isfinite(number))
-    if bad_type or number < limit.low or (limit.low_open and number == limit.low):
-        raise BiosrecallError(f"{name} must be {limit.describe()}, got {_show(value)}")
+    if bad_type or limit.under(number):
+        raise BiosrecallError(f"{name} must be {limit.describe()}, got {excerpt(value)}")
     if number > limit.high or (limit.high_open and number == limit.high):
         reason = f" ({limit.why})" if limit.why else ""
         bound = limit.describe() if limit.kind is float else f"at most {limit.high:,}"
-        raise BiosrecallError(f"{name} must be {bound}{reason}, got {_show(value)}")
+        raise BiosrecallError(f"{name} must be {bound}{reason}, got {excerpt(value)}")
     return number
-
-
-def _show(value: Any) -> str:
-    """repr of a value, with a number of hundreds of digits cut short."""
-    text = repr(value)
-    return text if len(text) <= 30 else f"{text[:12]}... ({len(text)} characters)"
 
 
 def _as_number(value: Any, kind: type) -> int | float | None:

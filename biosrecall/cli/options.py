@@ -115,7 +115,7 @@ class _Number:
             number = _READERS[self.limit.kind](value) if isinstance(value, str) else value
         except BiosrecallError:
             self.fail(f"{excerpt(value)} is not a valid {self.name}.", param, ctx)
-        if self.below is not None and _is_integer(number) and _under(number, self.limit):
+        if self.below is not None and type(number) is int and self.limit.under(number):
             if self.bare:
                 raise BiosrecallError(self.below.format(value=excerpt(number)))
             self.fail(self.below.format(value=excerpt(number)), param, ctx)
@@ -132,15 +132,6 @@ class Integer(_Number, click.types.IntParamType):
 class Real(_Number, click.types.FloatParamType):
     """A real-valued option (a rate, fraction, level or budget) with a float `Limit`
     (`biosrecall.numbers.rates`), read by `parse_float` (see `_Number`)."""
-
-
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _under(number: float, limit: Limit) -> bool:
-    """Below the floor of `limit` (or on it, when the floor is open)."""
-    return number < limit.low or (limit.low_open and number == limit.low)
 
 
 class NumberList(click.ParamType):
@@ -170,7 +161,7 @@ class NumberList(click.ParamType):
             )
         if self.required and not items:
             self.fail(f"is empty; give at least one of the {self.noun}, e.g. {self.example}", param, ctx)
-        if self.below is not None and any(_under(item, self.limit) for item in items):
+        if self.below is not None and any(map(self.limit.under, items)):
             self.fail(self.below.format(value=excerpt(value)), param, ctx)
         try:
             return tuple(check_number(self.noun, item, self.limit) for item in items)
