@@ -71,8 +71,7 @@ def read_record(
 ) -> Record:
     """The JSON file at `path` as a `record_type` (`what` names it in a message: "run config"); any
     problem raises `error`, one line naming the file and, where one is at fault, the field."""
-    data = _json_object(path, what, max_bytes, error)
-    return parse_record(data, record_type, f"{what} {path} is corrupt", error=error)
+    return _read(path, record_type, what, max_bytes, error)[0]
 
 
 def read_checked_json(
@@ -84,16 +83,16 @@ def read_checked_json(
     error: type[BiosrecallError] = BiosrecallError,
 ) -> dict[str, Any]:
     """`read_record`'s checks, returning the JSON object as read (for readers whose callers index it)."""
-    data = _json_object(path, what, max_bytes, error)
-    parse_record(data, record_type, f"{what} {path} is corrupt", error=error)
-    return data
+    return _read(path, record_type, what, max_bytes, error)[1]
 
 
-def _json_object(path: str | Path, what: str, max_bytes: int, error: type[BiosrecallError]) -> dict:
+def _read(path, record_type, what, max_bytes, error) -> tuple[Any, dict]:
+    """(the record, the JSON object it was read from)."""
     try:
-        return read_json_object(path, what, max_bytes=max_bytes)
+        data = read_json_object(path, what, max_bytes=max_bytes)
     except BiosrecallError as exc:
         raise error(str(exc)) from None
+    return parse_record(data, record_type, f"{what} {path} is corrupt", error=error), data
 
 
 def parse_record(

@@ -187,9 +187,9 @@ def _run(argv: list[str] | None) -> None:
         sys.exit(exc.exit_code)
     except (click.exceptions.Abort, KeyboardInterrupt):
         interrupts.interrupted()
-    except click.UsageError as exc:
-        fail(exc.format_message().replace("\n", " "))
-    except (BiosrecallError, click.ClickException) as exc:
-        fail(str(exc.message if isinstance(exc, click.ClickException) else exc).replace("\n", " "))
+    except click.ClickException as exc:  # a usage error's message names its option (format_message)
+        fail(exc.format_message())
+    except BiosrecallError as exc:
+        fail(str(exc))
     except OSError as exc:  # unwritable or missing paths the library did not anticipate
         fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
