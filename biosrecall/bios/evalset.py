@@ -56,27 +56,14 @@ def build_eval_set(store: TokenStore, pad_id: int, people: np.ndarray | None = N
     grid = np.meshgrid(person_ids, np.arange(len(ATTRIBUTES)), np.arange(EVAL_TEMPLATES), indexing="ij")
     person, attribute, template = (axis.ravel().astype(np.int64) for axis in grid)
     prompt_row = attribute * EVAL_TEMPLATES + template
-    # five runs per row: separator, prompt piece before the name, name, piece after it, answer
-    starts = np.stack(
-        [
-            np.full(len(person), store.sep_start),
-            store.eval_start[prompt_row, 0],
-            store.name_start[person],
-            store.eval_start[prompt_row, 1],
-            store.value_start[person, attribute],
-        ],
-        axis=1,
-    )
-    lengths = np.stack(
-        [
-            np.ones(len(person), dtype=np.int64),
-            store.eval_length[prompt_row, 0],
-            store.name_length[person],
-            store.eval_length[prompt_row, 1],
-            store.value_length[person, attribute],
-        ],
-        axis=1,
-    )
+    runs = [  # (start, length): separator, prompt piece before the name, name, piece after it, answer
+        (np.full(len(person), store.sep_start), np.ones(len(person), dtype=np.int64)),
+        (store.eval_start[prompt_row, 0], store.eval_length[prompt_row, 0]),
+        (store.name_start[person], store.name_length[person]),
+        (store.eval_start[prompt_row, 1], store.eval_length[prompt_row, 1]),
+        (store.value_start[person, attribute], store.value_length[person, attribute]),
+    ]
+    starts, lengths = (np.stack(column, axis=1) for column in zip(*runs, strict=True))
     row_length = lengths.sum(axis=1)
     width = int(row_length.max()) if len(row_length) else 1
     tokens = np.full((len(person), width), pad_id, dtype=np.int64)

@@ -172,25 +172,15 @@ class BatchSampler:
         value_length = np.take_along_axis(store.value_length[person], attribute, axis=1)
         name_first = store.name_first[template]
         piece_start, piece_length = store.piece_start[template], store.piece_length[template]
-        starts = np.stack(
-            [
-                piece_start[..., 0],
-                np.where(name_first, name_start, value_start),
-                piece_start[..., 1],
-                np.where(name_first, value_start, name_start),
-                piece_start[..., 2],
-            ],
-            axis=2,
-        ).reshape(len(person), -1)
-        lengths = np.stack(
-            [
-                piece_length[..., 0],
-                np.where(name_first, name_length, value_length),
-                piece_length[..., 1],
-                np.where(name_first, value_length, name_length),
-                piece_length[..., 2],
-            ],
-            axis=2,
-        ).reshape(len(person), -1)
+        runs = [  # (start, length) of each run of a sentence
+            (piece_start[..., 0], piece_length[..., 0]),
+            (np.where(name_first, name_start, value_start), np.where(name_first, name_length, value_length)),
+            (piece_start[..., 1], piece_length[..., 1]),
+            (np.where(name_first, value_start, name_start), np.where(name_first, value_length, name_length)),
+            (piece_start[..., 2], piece_length[..., 2]),
+        ]
+        starts, lengths = (
+            np.stack(column, axis=2).reshape(len(person), -1) for column in zip(*runs, strict=True)
+        )
         separator = np.full((len(person), 1), store.sep_start)
         return np.hstack([separator, starts]), np.hstack([np.ones_like(separator), lengths])
