@@ -137,6 +137,11 @@ def test_extending_seeds_keeps_the_first_look(data, tmp_path, capsys):
     grid = "uniform,ff-k2-s0.67-uniform"  # K0=2's claims are measured; no diagnostic (K0=4 / 67%)
     assert study(capsys, data, out, "--seeds", "0,1", "--grid", grid)[0] == 0
     first = pd.read_csv(out / "lm_claims.csv", dtype=str)
+    options = LMStudyOptions(data=str(data), preset="tiny", seeds=(2,), grid=(UNIFORM,), device="cpu")
+    planned = plan_lm_study(
+        out, options, workers=1, threads=1
+    )  # the record's seeds and items are planned too
+    assert sum(" skip " in line for line in planned) == 4 and sum(" train " in line for line in planned) == 2
     assert study(capsys, data, out, "--seeds", "2", "--grid", grid)[0] == 0
     kept = pd.read_csv(out / "lm_claims_at_2seeds.csv", dtype=str)
     pd.testing.assert_frame_equal(first, kept)

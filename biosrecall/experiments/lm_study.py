@@ -625,13 +625,24 @@ def lm_study_command(record: dict[str, Any]) -> str:
     return "biosrecall lm study " + " ".join(flags)
 
 
+def _grown(out_dir: Path, options: LMStudyOptions) -> LMStudyOptions:
+    """`options` checked against the record already in OUT (`_check_record`), with the seeds and grid
+    items earlier calls trained: a call plans and tabulates the whole study."""
+    old = _check_record(out_dir, _record(options))
+    if old is None:
+        return options
+    grid = tuple(item for item in GRID if item in {*old["grid"], *options.grid})
+    return replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=grid)
+
+
 def plan_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, executor=None) -> list[str]:
-    """What each run would do now (train, resume, evaluate, skip) and spend (updates, tokens,
-    modeled FLOPs), every setting checked as `run_lm_study` checks it; nothing is written.
-    `executor`: `sweep run`'s options by name, as `engine.run_study` takes them."""
+    """What each run of the study (the record's seeds and grid items too) would do now (train, resume,
+    evaluate, skip) and spend (updates, tokens, modeled FLOPs), every setting checked as
+    `run_lm_study` checks it; nothing is written. `executor`: `sweep run`'s options by name, as
+    `engine.run_study` takes them."""
     out_dir = Path(out_dir)
+    options = _grown(out_dir, options)
     settings, updates = _settings(options)
-    _check_record(out_dir, _record(options))
     executor = study_executor(workers, threads, options.device, **(executor or {}))
     grid_runs = runs(options)
     jobs = prepare(out_dir / RUNS, grid_runs, evaluations(options), executor)
@@ -665,21 +676,19 @@ def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, r
     tables run here either way. Raises `Interrupted` when Ctrl-C stops training (rerun the same call
     to continue) and `StudyRunFailed` when a run fails."""
     out_dir = Path(out_dir)
-    _check_record(out_dir, _record(options))
-    for run in runs(options):
-        _plan(run, options)
+    grown = _grown(out_dir, options)
+    for run in runs(grown):
+        _plan(run, grown)
     with output_lock(out_dir):  # run_study takes it again: one lock from the record to the claims
-        old = _check_record(out_dir, _record(options))
-        if old is not None:
-            grid = [item for item in GRID if item in {*old["grid"], *options.grid}]
-            options = replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=tuple(grid))
-        return run_study(LM_STUDY, out_dir, options, workers, threads, report, executor)
+        # Grown again under the lock: another call may have added seeds since.
+        return run_study(LM_STUDY, out_dir, _grown(out_dir, options), workers, threads, report, executor)
 
 
 def write_record(out_dir: Path, options: LMStudyOptions, overwrite: bool = False, report=None) -> None:
     """lm_study.json before the first run (`LM_STUDY.prepare`), the output's settings checked first."""
-    _check_record(out_dir, _record(options))
-    write_study_record(out_dir / RECORD, json.dumps(_record(options), indent=2) + "\n")
+    record = _record(options)
+    _check_record(out_dir, record)
+    write_study_record(out_dir / RECORD, json.dumps(record, indent=2) + "\n")
 
 
 def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions, executor) -> pd.DataFrame:
