@@ -195,10 +195,9 @@ def _score(item) -> pd.DataFrame:
     folder.check_training_data(meta, dataset.path, dataset.manifest_hash)
     table = _stored_bits(checkpoint, dataset, options.depths, device)
     plan = read_json_object(folder.config_file, "run config", required=("plan",))["plan"]
-    labels = {
-        "people": run.labels["people"], "name": run.labels["name"], "kind": run.labels["kind"],
-        "schedule": run.config.schedule, "model_preset": run.task["preset"], "seed": run.config.seed,
-    }  # fmt: skip
+    # The run's labels (people, name, kind: `capacity_runs`), then what it trained.
+    labels = {**run.labels, "schedule": run.config.schedule, "model_preset": run.task["preset"],
+              "seed": run.config.seed}  # fmt: skip
     costs = {
         "exposures": float(options.exposures),
         "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),

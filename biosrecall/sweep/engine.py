@@ -29,7 +29,6 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
-from biosrecall.sweep.commands import is_path_option
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.records import run_state
@@ -80,7 +79,7 @@ def check_out(out: str | Path, jobs: Sequence[SweepRun]) -> None:
     resolved = Path(out).resolve()
     for job in jobs:
         for key, value in job.task.items():
-            if not isinstance(value, Path) or not is_path_option(job.command, key.replace("-", "_")):
+            if not isinstance(value, Path):  # `build_jobs` made each path option a Path
                 continue
             source = value.resolve()
             if resolved == source or source in resolved.parents:
