@@ -58,7 +58,7 @@ def find_state(branch: Branch) -> Path:
     """The parent's saved training state after `branch.at_update` updates (a kept update-N folder, a
     budget-fraction or switch checkpoint, or `latest`: `RunFolder.saved_states`)."""
     parent = RunFolder(branch.parent)
-    parent.read_config()  # a folder that holds no run is refused here, in one line
+    parent.require_run()
     saved = parent.saved_states()
     if branch.at_update in saved:
         return saved[branch.at_update]

@@ -294,13 +294,12 @@ def check_field(name: str, value: Any) -> Any:
 
 
 def _check_items(name: str, value: Any, limit: Limit) -> tuple[float, ...]:
-    noun = "fractions" if name == "checkpoint_fractions" else name
     if not isinstance(value, list | tuple) or not value:
-        raise BiosrecallError(f"{noun} must be a non-empty list of numbers, got {value!r}")
+        raise BiosrecallError(f"{name} must be a non-empty list of numbers, got {value!r}")
     try:
         items = tuple(check_number(name, item, limit) for item in value)
     except BiosrecallError:
-        raise BiosrecallError(f"{noun} must lie in {limit.interval()}, got {list(value)!r}") from None
+        raise BiosrecallError(f"{name} must lie in {limit.interval()}, got {list(value)!r}") from None
     if name == "betas" and len(items) != 2:
         raise BiosrecallError(f"betas must be two numbers B1,B2, got {list(value)!r}")
     return tuple(sorted(set(items))) if name == "checkpoint_fractions" else items

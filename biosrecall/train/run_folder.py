@@ -321,10 +321,14 @@ class RunFolder:
 
     # ---- reading a run --------------------------------------------------------------------------
 
-    def read_config(self) -> dict[str, Any]:
-        """The run's `config.json` as JSON read it, checked as a `RunConfigRecord`."""
+    def require_run(self) -> None:
+        """Refuse, in one line, a folder that holds no run (no config.json)."""
         if not os.path.lexists(self.config_file):
             raise BiosrecallError(f"{self.path} is not a run folder (no {CONFIG_FILE})")
+
+    def read_config(self) -> dict[str, Any]:
+        """The run's `config.json` as JSON read it, checked as a `RunConfigRecord`."""
+        self.require_run()
         return read_checked_json(self.config_file, RunConfigRecord, "run config")
 
     def read_metrics(self, limit: int | None = None) -> list[dict[str, Any]]:
@@ -382,8 +386,7 @@ class RunFolder:
 
     def _kept_or_refused(self) -> dict[str, Path]:
         """`kept_checkpoints`; a folder that holds no run, or no checkpoint yet, is refused."""
-        if not self.config_file.is_file():
-            raise BiosrecallError(f"{self.path} is not a run folder (no {CONFIG_FILE})")
+        self.require_run()
         kept = self.kept_checkpoints()
         if not kept:
             raise BiosrecallError(
