@@ -120,6 +120,7 @@ from biosrecall.train.run_folder import SWITCH
 def diagnose_update(run_dir, checkpoint, rms_target, device, threads, data_dir, out_dir, quiet, **fields):
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
+    from biosrecall.diagnose.report import depth_average
 
     # The depth lists arrive as the text the command line holds (checked already); the rest as numbers.
     fields["depths"] = parse_candidate_depths(fields["depths"])
@@ -132,7 +133,7 @@ def diagnose_update(run_dir, checkpoint, rms_target, device, threads, data_dir, 
     written = result.write(out_dir if out_dir is not None else Path(run_dir) / "diagnose")
     shallow, deep = options.depths
     click.echo(f"advantage of the K={deep} update over K={shallow}, averaged over serving depths:")
-    shown = result.depth_average()[["after_uniform", "update", "metric", "mean", "ci_low", "ci_high"]]
+    shown = depth_average(result.summary)[["after_uniform", "update", "metric", "mean", "ci_low", "ci_high"]]
     click.echo(shown.to_string(index=False, float_format=lambda x: f"{x:+.4g}"))
     for path in written:
         click.echo(f"wrote {path}")

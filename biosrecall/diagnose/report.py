@@ -4,7 +4,7 @@
 
     summary = summarize(batches, bootstrap=2000, level=0.95, seed=0)   # mean and interval per depth
     result = DiagnosisResult(summary, batches, options, record)
-    result.depth_average()                                             # the rows averaged over depths
+    depth_average(result.summary)                                      # the rows averaged over depths
     result.figure()                                                    # matplotlib Figure (no pyplot)
     result.write("runs/ff/diagnose")                                   # the files below
 
@@ -36,13 +36,6 @@ from biosrecall.diagnose.options import DiagnoseOptions
 from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
 from biosrecall.stats import interval_text
 
-ADVANTAGE = "_advantage"  # the per-batch frame has one METRIC_advantage column per metric
-
-
-def metrics_of(batches: pd.DataFrame) -> list[str]:
-    """The metrics of a per-batch frame, in its column order."""
-    return [c.removesuffix(ADVANTAGE) for c in batches.columns if c.endswith(ADVANTAGE)]
-
 
 def bootstrap_intervals(values: np.ndarray, bootstrap: int, level: float, seed: int):
     """Mean over rows of `values` [batches, ...] and a percentile bootstrap interval at `level`.
@@ -62,9 +55,11 @@ def summarize(batches: pd.DataFrame, bootstrap: int, level: float, seed: int) ->
     Every row of one (after_uniform, metric) uses the same resampled batches, so the depth average's
     interval is the interval of the per-batch depth average.
     """
+    # the per-batch frame has one METRIC_advantage column per metric, in the run kind's order
+    metrics = [c.removesuffix("_advantage") for c in batches.columns if c.endswith("_advantage")]
     records = []
     for after, group in batches.groupby("after_uniform", sort=True):
-        for metric in metrics_of(batches):
+        for metric in metrics:
             wide = {
                 name: group.pivot(index="batch", columns="serving_depth", values=f"{metric}_{name}")
                 for name in ("advantage", "change_shallow", "change_deep")
@@ -120,10 +115,6 @@ class DiagnosisResult:
         which holds the resolved counts (0 and None mean "everyone" and "the default" as options)."""
         asked = {k: v for k, v in self.options.to_dict().items() if k not in ("people", "val_sequences")}
         return {**asked, **self.record}
-
-    def depth_average(self) -> pd.DataFrame:
-        """The summary's depth-averaged rows (`depth_average`)."""
-        return depth_average(self.summary)
 
     def figure(self) -> Figure:
         """Advantage of the deeper update against serving depth, one panel per metric of the run's kind
