@@ -128,8 +128,7 @@ def collect(spec_path):
     """Tabulate the finished runs of SPEC into OUT/collect/ (runs, recall curves or the LM comparison)."""
     from biosrecall.sweep.collect import collect_sweep
 
-    spec = load_spec(spec_path)
-    written, notes = collect_sweep(spec.out, spec.command, spec.labels, spec.evaluations)
+    written, notes = collect_sweep(load_spec(spec_path))
     work_done()  # the tables are written: a signal while they are listed changes nothing
     for note in notes:
         click.echo(note)

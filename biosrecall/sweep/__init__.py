@@ -14,8 +14,8 @@ Every run is a normal run folder OUT/<name>/ made by `python -m biosrecall train
 process of its own, forked from a server that has imported torch already; the sweep's own records and
 logs lie in OUT/.sweep/. Modules, from the bottom: `run_spec` (the file a run's process reads),
 `commands` (the CLI commands' options: names, words, a spec's runs parsed), `jobs` (SweepRun, the one
-description of a run, and Evaluation), `records` (each run's record and state), `warm` (processes forked warm), `worker`
-(one run to done), `executors` (local slots, Slurm through submitit), `engine` (`run_sweep`), `spec`
-(the TOML front-end) and `collect` (the tables). The package itself imports none of them, so that a
-module needing one (the scoring pool needs `warm`) does not load the rest.
+description of a run, and Evaluation), `records` (each run's record and state), `worker` (one run to
+done, forked warm by `biosrecall.warm`), `executors` (local slots, Slurm through submitit), `engine`
+(`run_sweep`), `spec` (the TOML front-end) and `collect` (the tables). The package itself imports
+none of them, so that a module needing one does not load the rest.
 """

@@ -1,6 +1,6 @@
 """The tables of a sweep: every finished run side by side, in OUT/collect/.
 
-    written, notes = collect_sweep(spec.out, spec.command, spec.labels, spec.evaluations)
+    written, notes = collect_sweep(load_spec("sweeps/bios.toml"))
 
 Always `runs.csv` / `.parquet`: one row per run of the sweep with its labels (entry name, grid
 values), state, updates done and planned, and its last metrics.jsonl row (loss, FLOPs, tokens, wall
@@ -36,8 +36,9 @@ from biosrecall.lm.compare import compare_runs, write_comparison
 from biosrecall.lm.evaluate import TABLE
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.sweep import commands
-from biosrecall.sweep.jobs import Evaluation, SweepRun, state_jobs
+from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.sweep.records import run_status
+from biosrecall.sweep.spec import SweepSpec
 from biosrecall.train.run_folder import RunFolder
 
 COLLECT = "collect"
@@ -46,27 +47,22 @@ RECORD = OutputRecord("sweep collect", "runs.csv")
 _LAST_METRICS = ("loss", "flops", "tokens", "wall_s")
 
 
-def collect_sweep(
-    out: str | Path,
-    command: str,
-    labels: Mapping[str, Mapping[str, Any]],
-    evaluations: Sequence[Evaluation] = (),
-) -> tuple[list[Path], list[str]]:
-    """Write the tables of the `command` sweep in `out` into OUT/collect/ (module docstring): `labels`
-    holds each run's labels by its name; (paths written, notes)."""
-    jobs = state_jobs(out, list(labels), evaluations)
+def collect_sweep(spec: SweepSpec) -> tuple[list[Path], list[str]]:
+    """Write the tables of the sweep `spec` describes into OUT/collect/ (module docstring); (paths
+    written, notes)."""
+    jobs = spec.state_jobs()
     done = [job for job in jobs if RunFolder(job.run_dir).finished()]
     if not done:
         raise BiosrecallError(
-            f"no run of the sweep in {out} has finished yet (see `biosrecall sweep status`)"
+            f"no run of the sweep in {spec.out} has finished yet (see `biosrecall sweep status`)"
         )
-    dest = Path(out).absolute() / COLLECT
+    dest = Path(spec.out).absolute() / COLLECT
     # Built whole and swapped in (a full disk leaves the previous tables as they were), replacing only
     # an earlier collect (its runs table marks it).
     with atomic_directory(dest, overwrite=True, record=RECORD) as tmp:
-        written = write_table(runs_table(labels, jobs), tmp / "runs")
-        if command == "train":
-            written, notes = written + _recall_tables(done, evaluations, tmp), []
+        written = write_table(runs_table(spec.labels, jobs), tmp / "runs")
+        if spec.command == "train":
+            written, notes = written + _recall_tables(done, spec.evaluations, tmp), []
         else:
             more, notes = _lm_comparison(done, jobs, tmp)
             written += more
