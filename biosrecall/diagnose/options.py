@@ -96,11 +96,10 @@ def _count(option: str, value: Any, low: int) -> int:
 
 def _distinct(option: str, values: Iterable, low: int) -> tuple[int, ...]:
     """Sorted distinct integers >= low, at least one."""
-    if isinstance(values, str) or not isinstance(values, Iterable):
-        raise BiosrecallError(f"{option} takes a list of integers (got {values!r})")
-    chosen = sorted({_count(option, value, low) for value in values})
+    listed = isinstance(values, Iterable) and not isinstance(values, str)
+    chosen = sorted({_count(option, value, low) for value in values}) if listed else []
     if not chosen:
-        raise BiosrecallError(f"{option} needs at least one value")
+        raise BiosrecallError(f"{option} takes a non-empty list of integers (got {values!r})")
     return tuple(chosen)
 
 
