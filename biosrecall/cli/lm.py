@@ -209,6 +209,7 @@ def _train(
     except (TrainingDiverged, Interrupted) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(130 if isinstance(exc, Interrupted) else 1) from None
+    work_done()  # the run is trained and saved: a Ctrl-C from here on changes nothing (as `biosrecall train`)
     if main_rank and not quiet:
         click.echo(
             f"trained {result.updates} updates, {result.flops:.3e} FLOPs in {result.wall_seconds:.1f}s"
