@@ -32,14 +32,15 @@ tables over seeds by the one claims engine (`biosrecall.experiments.claims`). La
 
 The study is `LM_STUDY`, declared on the engine (`biosrecall.experiments.engine`): its options
 (`biosrecall.experiments.lm_grid.LMStudyOptions`, torch-free: `lm study`'s options are its fields),
-grid, evaluation and run sizes, run by `engine.run_study` (`run_lm_study`), which locks OUT, trains through the sweep engine (a finished,
-evaluated run is not handed to it again), times each phase and judges the claims. Three steps are
-the study's own hooks: `prepare` writes lm_study.json, which pins the corpus by what it holds
-rather than its folder (the records earlier releases wrote continue as they are); `evaluate` runs
-the update diagnostic after training; `write` writes the files above (lm_summary.md's "mean [95%
-interval]" cells, lm_claims.* with the paper's number beside each statement). Calling again continues:
-finished runs are skipped, an interrupted one resumes from its last save, and added seeds or grid
-items train only what is new (the tables and claims cover every seed and item of the output).
+grid, evaluation and run sizes, run by `engine.run_study` (`run_lm_study`), which locks OUT, trains
+through the sweep engine (a finished, evaluated run is not handed to it again), times each phase and
+judges the claims. Three steps are the study's own hooks: `prepare` writes lm_study.json, which pins
+the corpus by what it holds rather than its folder (the records earlier releases wrote continue as
+they are); `evaluate` runs the update diagnostic after training; `write` writes the files above
+(lm_summary.md's "mean [95% interval]" cells, lm_claims.* with the paper's number beside each
+statement). Calling again continues: finished runs are skipped, an interrupted one resumes from its
+last save, and added seeds or grid items train only what is new (the tables and claims cover every
+seed and item of the output).
 `lm study --archive DEST` copies a finished study without its weights
 (`biosrecall.experiments.study_archive`); a copy continues it, since a run with its NLL table and a
 seed with its diagnosis are done without them.
