@@ -79,7 +79,7 @@ def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[SweepRun]
         )
         last = metrics[-1] if metrics else {}
         row = {"run": job.name, **{str(k): _cell(v) for k, v in labels[job.name].items()}}
-        row.update(state=status.state, updates=status.updates, planned=status.planned)
+        row.update({key: status[key] for key in ("state", "updates", "planned")})
         row.update({key: last.get(key) for key in _LAST_METRICS})
         rows.append(row)
     return pd.DataFrame(rows)

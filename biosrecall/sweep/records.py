@@ -2,7 +2,7 @@
 
     update_record(job, state="running", pid=1234)      # atomic rewrite, other fields kept
     record = run_state(job.record)                     # RunRecord(state="running", pid=1234, ...)
-    status = run_status(job)                           # RunStatus(state="done", detail=..., updates=...)
+    status = run_status(job)                           # {"name": ..., "state": "done", "detail": ..., ...}
     table = status_table(jobs)                         # one row per run, for `biosrecall sweep status`
 
 A run's state, in this order:
@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,22 +120,14 @@ def record_running(record: RunRecord) -> bool:
     return record.host != socket.gethostname() or pid_alive(record.pid)
 
 
-@dataclass(frozen=True)
-class RunStatus:
-    name: str
-    state: str
-    detail: str
-    updates: int
-    planned: int | None
-    log: str
-
-
-def run_status(job: SweepRun) -> RunStatus:
-    """Where `job`'s run stands (states: module docstring), with a one-line detail."""
+def run_status(job: SweepRun) -> dict[str, Any]:
+    """Where `job`'s run stands, as a row of `sweep status`: name, state (module docstring), detail
+    (one line), updates done and planned (None: not known yet) and the log's path."""
     record = run_state(job.record)
     updates, planned = progress(job.run_dir)
     state, detail = _state(job, record, updates)
-    return RunStatus(job.name, state, detail, updates, planned, str(job.log))
+    return {"name": job.name, "state": state, "detail": detail, "updates": updates, "planned": planned,
+            "log": str(job.log)}  # fmt: skip
 
 
 def _state(job: SweepRun, record: RunRecord, updates: int) -> tuple[str, str]:
@@ -173,8 +165,8 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
 
 
 def status_table(jobs: list[SweepRun]) -> list[dict[str, Any]]:
-    """One row per run: name, state, detail, updates, planned, log."""
-    return [asdict(run_status(job)) for job in jobs]
+    """One row per run (`run_status`)."""
+    return [run_status(job) for job in jobs]
 
 
 def format_status(rows: list[dict[str, Any]]) -> str:
