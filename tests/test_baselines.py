@@ -14,8 +14,6 @@ from test_flops import CPU_SDPA
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.cli import main
 from biosrecall.compute.flops import (
-    MATCHES,
-    closest_layers,
     forward_flops_per_token,
     match_ratios,
     param_counts,
@@ -25,7 +23,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval import scoring
 from biosrecall.eval.curves import recall_curves
 from biosrecall.model import LoopedTransformer, get_preset
-from biosrecall.model.presets import BASELINES
+from biosrecall.model.presets import BASELINE_DEPTH, BASELINES, standard_transformer
 from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
@@ -46,6 +44,18 @@ DOCUMENTED = [  # the ratios `biosrecall.model.presets` states, to three places
     ("bios-cpu-std-flops", "non_embedding", 1.902),
 ]
 SHAPE = ("d_model", "n_heads", "d_mlp", "mlp", "vocab_size", "context_length", "position", "norm")
+MATCHES = {"parameters": "parameters", "flops": "train_flops"}
+"""What each kind of baseline matches: the key of `match_ratios` it is sized by."""
+
+
+def closest_layers(looped, match: str, depth: int = BASELINE_DEPTH, most: int = 64) -> int:
+    """The layer count (1..most) of the standard transformer whose `match` ratio ("parameters" or
+    "flops") to `looped` is closest to 1: the layers a baseline preset should have."""
+
+    def distance(layers: int) -> float:
+        return abs(match_ratios(standard_transformer(looped, layers), looped, depth)[MATCHES[match]] - 1)
+
+    return min(range(1, most + 1), key=distance)
 
 
 @pytest.mark.parametrize("name", BASELINES)

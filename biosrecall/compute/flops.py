@@ -9,7 +9,6 @@
     serving_flops(cfg, 15, 4, 2, gate_checks=3)       # one query under the learned exit gate
     readout_flops(cfg, positions=15, checked=2)       # one readout, the head at 2 of 15 positions
     match_ratios(get_preset("bios-cpu-std-flops"), get_preset("bios-cpu"))  # baseline / looped
-    closest_layers(get_preset("bios-cpu"), "flops")   # 6: the layer count of bios-cpu-std-flops
     describe_match("bios-cpu-std-params")              # the line `biosrecall flops` prints
 
 Every other module (planner, trainer, `biosrecall flops`, benchmarks) asks here; nothing else
@@ -60,7 +59,7 @@ with `positions=` (its fused QKV projection still makes queries everywhere). A c
 logits pays one readout per iteration, a readout-free one its norms (4 d FLOPs per checked position
 and check) and one readout; a fixed depth pays one.
 
-Standard-transformer baselines (`match_ratios`, `closest_layers`, `describe_match`). A baseline runs
+Standard-transformer baselines (`match_ratios`, `describe_match`). A baseline runs
 at its one depth (1); the looped preset is priced at `BASELINE_DEPTH` (K = 4), the depth a
 flops-matched baseline stands in for, by the same account: match_ratios(bios-cpu-std-flops, bios-cpu)
 gives parameters 1.507, non-embedding 1.902, training FLOPs 0.967 and forward FLOPs 0.964.
@@ -79,7 +78,7 @@ import numpy as np
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.model.presets import BASELINE_DEPTH, BASELINES, get_preset, standard_transformer
+from biosrecall.model.presets import BASELINE_DEPTH, BASELINES, get_preset
 from biosrecall.model.recipes import get_recipe
 from biosrecall.numbers import check_count
 
@@ -308,10 +307,6 @@ def serving_flops(cfg: ModelConfig, length: int, depth: int, checked: int, reado
     return recurrent + int(readouts) * readout_flops(cfg, length, checked) + checks
 
 
-MATCHES = {"parameters": "parameters", "flops": "train_flops"}
-"""What each kind of baseline matches: the key of `match_ratios` it is sized by."""
-
-
 def match_ratios(
     baseline: ModelConfig, looped: ModelConfig, depth: int = BASELINE_DEPTH, seq_len: int | None = None
 ) -> dict[str, float]:
@@ -330,17 +325,6 @@ def match_ratios(
         "train_flops": train[0] / train[1],
         "forward_flops": forward[0] / forward[1],
     }
-
-
-def closest_layers(looped: ModelConfig, match: str, depth: int = BASELINE_DEPTH, most: int = 64) -> int:
-    """The layer count (1..most) of the standard transformer whose `match` ratio ("parameters" or
-    "flops") to `looped` is closest to 1."""
-    key = MATCHES[match]
-
-    def distance(layers: int) -> float:
-        return abs(match_ratios(standard_transformer(looped, layers), looped, depth)[key] - 1)
-
-    return min(range(1, most + 1), key=distance)
 
 
 def describe_match(name: str) -> str | None:
