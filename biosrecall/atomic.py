@@ -60,6 +60,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError, excerpt, first_line
+from biosrecall.files import read_json_object
 from biosrecall.interrupts import held
 from biosrecall.locking import (
     ASIDE_ENTRY,
@@ -296,10 +297,6 @@ def atomic_write_path(path: str | Path) -> contextlib.AbstractContextManager[Pat
     return _replacing(path, f".{path.stem}.", f".tmp{path.suffix}")
 
 
-# A record larger than this is no record of ours (it is read whole to check its key).
-MAX_RECORD_BYTES = 64 << 20
-
-
 @dataclass(frozen=True)
 class OutputRecord:
     """What marks a folder as one command's output: the only kind of folder its `--overwrite` replaces."""
@@ -322,16 +319,12 @@ class OutputRecord:
         try:
             if not path.is_file() or path.is_symlink():
                 return False
-            if self.key is not None:
-                if path.stat().st_size > MAX_RECORD_BYTES:
-                    return False
-                found = json.loads(path.read_bytes())
-                if not isinstance(found, dict) or self.key not in found:
-                    return False
-                if self.value is not None and found[self.key] != self.value:
+            if self.key is not None:  # a file too large, not JSON or not an object is no record of ours
+                found = read_json_object(path, self.name)
+                if self.key not in found or (self.value is not None and found[self.key] != self.value):
                     return False
             return not self._strangers(folder)
-        except (OSError, ValueError, RecursionError):
+        except (OSError, BiosrecallError):
             return False
 
     def _strangers(self, folder: Path) -> list[str]:
@@ -360,8 +353,7 @@ def check_output_dir(path: str | Path, overwrite: bool, record: OutputRecord | N
         if not overwrite:
             raise BiosrecallError(f"output folder {path} is not empty (pass --overwrite to replace it)")
         _check_ours(path, record)
-    parent = path.parent if path.parent != Path("") else Path(".")
-    probe = parent
+    probe = path.parent
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK):

@@ -129,15 +129,14 @@ def read_json_object(
     """A JSON file (at most `max_bytes`) whose top level is an object holding `required` keys (a
     record with more rules than keys is read by `biosrecall.records.read_record`)."""
     data = parse_json_text(read_user_text(path, what, max_bytes), f"{what} {path}")
-    if not isinstance(data, dict):
-        raise BiosrecallError(f"{what} {path} is corrupt: expected a JSON object, got {type(data).__name__}")
     require_keys(data, required, what, path)
     return data
 
 
 def require_keys(data: Any, required: Iterable[str], what: str, path: str | Path) -> None:
+    """Refuse `data` (`what`, read from `path`) unless it is an object holding the `required` keys."""
     if not isinstance(data, dict):
-        raise BiosrecallError(f"{what} in {path} is corrupt: expected an object, got {type(data).__name__}")
+        raise BiosrecallError(f"{what} {path} is corrupt: expected a JSON object, got {type(data).__name__}")
     missing = [key for key in required if key not in data]
     if missing:
         raise BiosrecallError(f"{what} {path} is corrupt: missing {', '.join(map(repr, missing))}")
