@@ -12,8 +12,9 @@ by a few updates' worth when a longer run moves its switch later, so N is found 
 bisection over that boundary (vectorised cost sums; budgets of 10^5 updates plan in a few seconds). A
 budget's update count is estimated in closed form first, and one beyond `MAX_UPDATES` is refused before
 any depth is drawn.
-`expected_flops` prices the schedule's exact depth distributions instead, free of sampling noise, and
-the saving against uniform U{1..16} at the same number of updates is computed from those.
+A plan's `expected_flops` prices the schedule's exact depth distributions instead, free of sampling
+noise, and the saving against uniform U{1..16} at the same number of updates (`saving_vs_uniform`) is
+computed from those.
 """
 
 from __future__ import annotations
@@ -97,20 +98,6 @@ class _UpdateCost:
 
 def _schedule(schedule: Schedule | str) -> Schedule:
     return parse_schedule(schedule) if isinstance(schedule, str) else schedule
-
-
-def expected_flops(
-    config: ModelConfig,
-    schedule: Schedule | str,
-    updates: int,
-    tokens_per_update: int,
-    *,
-    seq_len: int | None = None,
-    backprop_depth: int | None = None,
-) -> float:
-    """Expected modeled FLOPs of an `updates`-update run (exact over the depth distributions)."""
-    cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
-    return _schedule(schedule).expected_cost(updates, cost)
 
 
 def saving_vs_uniform(
