@@ -145,6 +145,17 @@ class OneParameter:
         return f"{self.name}:{value if isinstance(value, int) else format(value, 'g')}"
 
 
+class Below(OneParameter):
+    """A criterion that stops where the statistic of its name (`StepStats`) is below its parameter."""
+
+    def holds(self, depth: int, stats: StepStats):
+        value = getattr(stats, self.name)
+        if value is None:
+            needs = "the recurrent state" if self.reads == "state" else "a readout"
+            raise BiosrecallError(f"the {self.name} criterion needs {needs}, which these statistics lack")
+        return value < parameter_of(self)
+
+
 @dataclass(frozen=True)
 class Fixed(OneParameter):
     """Stop at depth K."""
@@ -159,15 +170,12 @@ class Fixed(OneParameter):
 
 
 @dataclass(frozen=True)
-class KL(OneParameter):
+class KL(Below):
     """Stop when KL(p_k || p_{k-1}) < eps."""
 
     eps: float
     name = "kl"
     reads = "logits"
-
-    def holds(self, depth: int, stats: StepStats):
-        return stats.kl < self.eps
 
 
 @dataclass(frozen=True)
@@ -183,15 +191,12 @@ class Stable(OneParameter):
 
 
 @dataclass(frozen=True)
-class Entropy(OneParameter):
+class Entropy(Below):
     """Stop when the readout's entropy is below h nats."""
 
     nats: float
     name = "entropy"
     reads = "logits"
-
-    def holds(self, depth: int, stats: StepStats):
-        return stats.entropy < self.nats
 
 
 @dataclass(frozen=True)
@@ -208,15 +213,8 @@ class Oracle:
         return stats.exact
 
 
-def _state_field(stats: StepStats, name: str):
-    value = getattr(stats, name)
-    if value is None:
-        raise BiosrecallError(f"the {name} criterion needs the recurrent state, which these statistics lack")
-    return value
-
-
 @dataclass(frozen=True)
-class Latent(OneParameter):
+class Latent(Below):
     """Stop when the state's relative change ||s_k - s_{k-1}|| / ||s_k|| < eps (no readout)."""
 
     eps: float
@@ -224,12 +222,9 @@ class Latent(OneParameter):
     reads = "state"
     span = 2  # states one check compares: it is made from depth 2 on
 
-    def holds(self, depth: int, stats: StepStats):
-        return _state_field(stats, "latent") < self.eps
-
 
 @dataclass(frozen=True)
-class Accel(OneParameter):
+class Accel(Below):
     """Stop when the relative second difference of the state is below eps at two iterations in a row
     (no readout)."""
 
@@ -237,9 +232,6 @@ class Accel(OneParameter):
     name = "accel"
     reads = "state"
     span = 3  # a second difference compares three states: made from depth 3 on
-
-    def holds(self, depth: int, stats: StepStats):
-        return _state_field(stats, "accel") < self.eps
 
 
 @dataclass(frozen=True)
