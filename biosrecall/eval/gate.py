@@ -38,17 +38,26 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, GateCdf, OneParameter, check_max_depth
 from biosrecall.eval.gate_data import calibrate
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, check_one_trajectory, exact_rows
-from biosrecall.files import file_sha256, read_json_object, require_regular_file
+from biosrecall.eval.sweep import (
+    DEFAULT_BATCH_SIZE,
+    answer_batches,
+    check_one_trajectory,
+    exact_rows,
+    reduce_rows,
+)
+from biosrecall.files import file_sha256, require_regular_file
 from biosrecall.model.decode import gate_cdf_judges
 from biosrecall.model.recipes import get_recipe
+from biosrecall.records import read_record
 from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint, read_meta
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
 
@@ -129,18 +138,11 @@ def trace_queries(model, queries, depth: int, batch_size: int = DEFAULT_BATCH_SI
     return Trace(torch.cat(states, 1), torch.cat(argmax, 1), exact, torch.cat(query_of))
 
 
-def smallest_per_query(values: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
-    """[D, M]: per depth, the smallest of `values` [D, P] over each query's positions (`query_of` [P])."""
-    out = torch.full((len(values), queries), float("inf"), dtype=torch.float64, device=values.device)
-    index = query_of.expand(len(values), -1)
-    return out.scatter_reduce(1, index, values.double(), "amin").cpu().numpy()
-
-
 def query_logits(head: GateHead, states: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
     """[D, M]: per depth, the smallest gate logit over each query's positions (states [D, P, d])."""
     depths = torch.arange(1, len(states) + 1)[:, None]
     with torch.inference_mode():
-        return smallest_per_query(head(states, depths), query_of, queries)
+        return reduce_rows(head(states, depths).double(), query_of, queries, "amin").cpu().numpy()
 
 
 def gate_scores_by_depth(model, eval_set, max_depth: int, cap: int, batch_size: int, score) -> np.ndarray:
@@ -152,9 +154,10 @@ def gate_scores_by_depth(model, eval_set, max_depth: int, cap: int, batch_size: 
         return scores
     for batch in answer_batches(model, eval_set, batch_size):
         seen, _ = batch_states(model, batch, cap - 1, readouts=False)
-        scores[: cap - 1, batch.rows] = smallest_per_query(
-            score(torch.stack(seen)), batch.row_of_target, len(batch.rows)
+        smallest = reduce_rows(
+            score(torch.stack(seen)).double(), batch.row_of_target, len(batch.rows), "amin"
         )
+        scores[: cap - 1, batch.rows] = smallest.cpu().numpy()
     return scores
 
 
@@ -199,30 +202,44 @@ def model_hash(meta: dict) -> str:
     return hashlib.sha256(json.dumps(meta["model_config"], sort_keys=True).encode()).hexdigest()
 
 
+@dataclass
+class GateRecord:
+    """What `load_gate` reads of gate.json (`gate_fit.gate_record` writes it; the other keys are the
+    fit's evidence, left alone here)."""
+
+    weights: dict[str, list[float]]
+    """The head's parameters by name, flattened (`GateHead.weights`)."""
+    reference_depth: Annotated[int, msgspec.Meta(ge=1)]
+    """The reference depth R: the best fixed depth on the fitting people, where every query stops."""
+    confidence: Any
+    """The confidence of the calibration bound, in (0, 1)."""
+    model_hash: str
+    """`model_hash` of the checkpoint it was fitted on: which architecture."""
+    checkpoint_hash: str
+    """sha256 of the weights file of the checkpoint it was fitted on."""
+
+    def __post_init__(self) -> None:
+        confidence = self.confidence
+        if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
+            raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+
+
 @dataclass(frozen=True)
 class FittedGate:
     """A gate read back and checked against its checkpoint: record, head, calibration arrays."""
 
-    record: dict
+    record: GateRecord
     head: GateHead
     scores: np.ndarray
     exact: np.ndarray
 
     @property
     def reference(self) -> int:
-        return int(self.record["reference_depth"])
+        return self.record.reference_depth
 
     def calibration(self, delta: float):
-        alpha = round(1.0 - float(self.record["confidence"]), 12)
+        alpha = round(1.0 - float(self.record.confidence), 12)
         return calibrate(self.scores, self.exact, self.reference, delta, alpha)
-
-
-def _fit_command(run_dir, label: str) -> str:
-    return f"`biosrecall gate train {run_dir} --checkpoint {label}`"
-
-
-# What `gate train` records and `load_gate` reads (a record without them is refused in one line).
-GATE_RECORD_KEYS = ("weights", "reference_depth", "confidence", "model_hash", "checkpoint_hash")
 
 
 def read_calibration(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -251,48 +268,40 @@ def load_gate(run_dir, label: str, checkpoint) -> FittedGate:
     refusal of a gate that is there ends with the command that fits it again."""
 
     folder = RunFolder(run_dir).gate_dir(label)
+    refit = f"`biosrecall gate train {run_dir} --checkpoint {label}`"
     if not (folder / GATE_RECORD_FILE).is_file():
-        raise BiosrecallError(
-            f"{run_dir} has no exit gate for checkpoint {label}: fit one with {_fit_command(run_dir, label)}"
-        )
+        raise BiosrecallError(f"{run_dir} has no exit gate for checkpoint {label}: fit one with {refit}")
     meta = read_meta(checkpoint)  # a damaged checkpoint is its own problem, not the gate's
     try:
         return _read_gate(folder, checkpoint, meta)
     except BiosrecallError as exc:
-        raise BiosrecallError(f"{exc}; refit it with {_fit_command(run_dir, label)}") from None
+        raise BiosrecallError(f"{exc}; refit it with {refit}") from None
 
 
 def _read_gate(folder: Path, checkpoint, meta: dict) -> FittedGate:
-    record_path = folder / GATE_RECORD_FILE
-    record = read_json_object(record_path, "exit gate record", required=GATE_RECORD_KEYS)
+    record = read_record(folder / GATE_RECORD_FILE, GateRecord, "exit gate record")
     scores, exact = read_calibration(folder / GATE_CALIBRATION_FILE)
-    reference = record["reference_depth"]
-    if isinstance(reference, bool) or not isinstance(reference, int) or reference != exact.shape[0]:
+    if record.reference_depth != exact.shape[0]:
         raise BiosrecallError(
-            f"the exit gate in {folder} is inconsistent: reference depth {reference!r} in "
+            f"the exit gate in {folder} is inconsistent: reference depth {record.reference_depth} in "
             f"{GATE_RECORD_FILE}, calibration to depth {exact.shape[0]}"
         )
-    confidence = record["confidence"]
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
-        raise BiosrecallError(
-            f"exit gate record {record_path} is corrupt: confidence must lie in (0, 1), got {confidence!r}"
-        )
     try:
-        head = GateHead.from_weights(record["weights"])
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        head = GateHead.from_weights(record.weights)
+    except (KeyError, ValueError, RuntimeError) as exc:
         raise BiosrecallError(
-            f"the exit gate record {record_path} holds unusable weights ({type(exc).__name__})"
+            f"the exit gate record {folder / GATE_RECORD_FILE} holds unusable weights ({type(exc).__name__})"
         ) from None
-    if record.get("model_hash") != model_hash(meta):
+    if record.model_hash != model_hash(meta):
         raise BiosrecallError(
             f"the exit gate in {folder} was fitted on another model (model hash "
-            f"{str(record.get('model_hash'))[:12]}, this checkpoint's {model_hash(meta)[:12]})"
+            f"{record.model_hash[:12]}, this checkpoint's {model_hash(meta)[:12]})"
         )
     found = file_sha256(Path(checkpoint) / MODEL_FILE)
-    if record.get("checkpoint_hash") != found:
+    if record.checkpoint_hash != found:
         raise BiosrecallError(
             f"the exit gate in {folder} was fitted on another checkpoint (weights hash "
-            f"{str(record.get('checkpoint_hash'))[:12]}, this one's {found[:12]})"
+            f"{record.checkpoint_hash[:12]}, this one's {found[:12]})"
         )
     return FittedGate(record, head, scores, exact)
 
@@ -396,36 +405,32 @@ def _recipe_of(checkpoint):
     return name, get_recipe(name)
 
 
-def _resolve_recipe_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> list:
-    """The criteria with every `cdf:q` bound to the checkpoint, refused unless its recipe trains a gate."""
-    if not any(isinstance(criterion, GateCdf) for criterion in criteria):
-        return list(criteria)
-    if any(isinstance(criterion, Gate) for criterion in criteria):
-        raise BiosrecallError("cdf:q and gate:delta read different gates: score them in separate calls")
-    recipe_name, recipe = _recipe_of(checkpoint)
-    if not recipe.exit_gate:
-        raise BiosrecallError(
-            f"cdf:q reads the exit gate a recipe trains (--recipe ouro-gate); {run_dir} @ {label} was trained "
-            f"with recipe {recipe_name}, which has none"
-        )
-    cap = check_max_depth(max_depth)
-    return [RecipeGateExit(c.q, cap, Path(checkpoint)) if isinstance(c, GateCdf) else c for c in criteria]
-
-
 def resolve_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> list:
     """The criteria with every `gate:delta` bound to the checkpoint's fitted gate and every `cdf:q` to
     its recipe's trained gate (others unchanged)."""
-    criteria = _resolve_recipe_gates(criteria, run_dir, label, checkpoint, max_depth)
-    if not any(isinstance(criterion, Gate) for criterion in criteria):
-        return list(criteria)
-    fitted = load_gate(run_dir, label, checkpoint)
-    if fitted.reference > check_max_depth(max_depth):
-        raise BiosrecallError(
-            f"the exit gate of {run_dir} @ {label} serves up to depth {fitted.reference}, deeper than --max-depth {max_depth}"
-        )
+    fitted = trained = None
+    if any(isinstance(criterion, GateCdf) for criterion in criteria):
+        if any(isinstance(criterion, Gate) for criterion in criteria):
+            raise BiosrecallError("cdf:q and gate:delta read different gates: score them in separate calls")
+        recipe_name, recipe = _recipe_of(checkpoint)
+        if not recipe.exit_gate:
+            raise BiosrecallError(
+                f"cdf:q reads the exit gate a recipe trains (--recipe ouro-gate); {run_dir} @ {label} was "
+                f"trained with recipe {recipe_name}, which has none"
+            )
+        trained = check_max_depth(max_depth)
+    elif any(isinstance(criterion, Gate) for criterion in criteria):
+        fitted = load_gate(run_dir, label, checkpoint)
+        if fitted.reference > check_max_depth(max_depth):
+            raise BiosrecallError(
+                f"the exit gate of {run_dir} @ {label} serves up to depth {fitted.reference}, deeper than "
+                f"--max-depth {max_depth}"
+            )
     resolved = []
     for criterion in criteria:
-        if isinstance(criterion, Gate):
+        if isinstance(criterion, GateCdf):
+            criterion = RecipeGateExit(criterion.q, trained, Path(checkpoint))
+        elif isinstance(criterion, Gate):
             threshold = fitted.calibration(criterion.delta).threshold
             criterion = GateExit(criterion.delta, threshold, fitted.reference, fitted.head)
         resolved.append(criterion)

@@ -247,7 +247,9 @@ def answer_stats_by_depth(
                 stats = trail.observe(logits)
                 flags.append(exact_rows(logits, batch))
                 for name, reduce in (("kl", "amax"), ("entropy", "amax"), ("unchanged", "amin")):
-                    per_depth[name].append(_reduce_rows(getattr(stats, name), batch, reduce))
+                    per_depth[name].append(
+                        reduce_rows(getattr(stats, name), batch.row_of_target, len(batch.rows), reduce)
+                    )
         exact[:, batch.rows] = torch.stack(flags).cpu().numpy()
         if states and len(per_depth["latent"]) != max_depth:
             raise BiosrecallError(
@@ -274,7 +276,8 @@ def _observing_states(model, batch: AnswerBatch, per_depth: dict | None) -> Iter
     def observe(state):
         stats = trail.observe(state[batch.positions])
         for name in ("latent", "accel"):
-            per_depth[name].append(_reduce_rows(getattr(stats, name).double(), batch, "amax"))
+            values = getattr(stats, name).double()
+            per_depth[name].append(reduce_rows(values, batch.row_of_target, len(batch.rows), "amax"))
 
     with model.observing_states(observe):
         yield
@@ -291,7 +294,8 @@ def check_one_trajectory(model, what: str) -> None:
         )
 
 
-def _reduce_rows(values: torch.Tensor, batch: AnswerBatch, reduce: str) -> torch.Tensor:
-    """[B]: `reduce` ("amax"/"amin") of per-position `values` [P] over each row's positions."""
-    out = torch.zeros(len(batch.rows), dtype=values.dtype, device=values.device)
-    return out.scatter_reduce(0, batch.row_of_target, values, reduce, include_self=False)
+def reduce_rows(values: torch.Tensor, row_of: torch.Tensor, rows: int, reduce: str) -> torch.Tensor:
+    """[..., rows]: `reduce` ("amax"/"amin") of per-position `values` [..., P] over each row's positions
+    (`row_of` [P]: the row of each position; every row has one)."""
+    out = torch.zeros((*values.shape[:-1], rows), dtype=values.dtype, device=values.device)
+    return out.scatter_reduce(-1, row_of.expand_as(values), values, reduce, include_self=False)
