@@ -166,7 +166,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build (and validate) a config from `to_dict()` output; unknown or missing keys are errors."""
-        _check_names(data)
+        check_field_names(data)
         required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
         missing = [name for name in required if name not in data]
         if missing:
@@ -175,11 +175,12 @@ class ModelConfig:
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A validated copy with some fields changed; unknown field names are errors."""
-        _check_names(changes)
+        check_field_names(changes)
         return dataclasses.replace(self, **changes)
 
 
-def _check_names(names: Any) -> None:
+def check_field_names(names: Any) -> None:
+    """Refuse a name that is not a `ModelConfig` field (a record's key, an override, a keyword)."""
     unknown = sorted(set(names) - {f.name for f in dataclasses.fields(ModelConfig)})
     if unknown:
-        raise BiosrecallError(f"unknown model config field(s): {', '.join(unknown)}")
+        raise BiosrecallError(f"unknown model config field {', '.join(map(repr, unknown))}")

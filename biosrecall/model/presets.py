@@ -47,7 +47,7 @@ import dataclasses
 from typing import Any
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.model.config import ModelConfig
+from biosrecall.model.config import ModelConfig, check_field_names
 from biosrecall.numbers import parse_float, parse_int
 
 DEFAULT_BIOS_PRESET = "bios-cpu"
@@ -103,16 +103,15 @@ def parse_model_overrides(pairs: list[str]) -> dict[str, Any]:
     """`["norm=sandwich", "n_block=2"]` -> {"norm": "sandwich", "n_block": 2}, each value converted to
     its field's type and checked by building a config with it; an unknown field or an invalid value is
     a `BiosrecallError` naming it."""
-    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
-    overrides: dict[str, Any] = {}
+    texts: dict[str, str] = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
-        name = name.strip()
-        if not sep or not name:
+        if not sep or not name.strip():
             raise BiosrecallError(f"model override {pair!r} is not FIELD=VALUE, e.g. norm=sandwich")
-        if name not in fields:
-            raise BiosrecallError(f"unknown model config field {name!r} in override {pair!r}")
-        overrides[name] = _typed(fields[name], text.strip())
+        texts[name.strip()] = text.strip()
+    check_field_names(texts)
+    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    overrides = {name: _typed(fields[name], text) for name, text in texts.items()}
     get_preset(DEFAULT_BIOS_PRESET).replace(**overrides)  # validates every value, naming the field
     return overrides
 
