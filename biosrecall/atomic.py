@@ -147,10 +147,8 @@ def command_outputs() -> Iterator[None]:
 
 def _make_folder(folder: Path) -> None:
     """`mkdir -p folder`, remembering (inside a command) which of its folders did not exist before."""
-    missing, probe = [], folder.absolute()
-    while not os.path.lexists(probe) and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
+    folder = folder.absolute()
+    missing = [path for path in (folder, *folder.parents) if not os.path.lexists(path)]
     folder.mkdir(parents=True, exist_ok=True)
     with _CREATED_LOCK:
         for created in missing if _COMMANDS_RUNNING[0] else ():

@@ -101,21 +101,13 @@ def _open_locked(path: Path, output: Path) -> int:
 
 
 def _make_parents(folder: Path) -> list[Path]:
-    """Create `folder` and missing ancestors; returns those created, deepest first, to undo later."""
-    created = []
-    probe = folder
-    while not probe.exists():
-        created.append(probe)
-        probe = probe.parent
-    if not probe.is_dir():
-        raise BiosrecallError(f"cannot create output folder {folder}: {probe} is a file")
-    for path in reversed(created):
-        try:
-            path.mkdir()
-        except FileExistsError:
-            created.remove(path)  # another process made it; it is not ours to remove
-        except OSError as exc:
-            raise BiosrecallError(f"cannot create folder {path}: {exc.strerror}") from None
+    """Create `folder` and missing ancestors; returns those created, deepest first, to undo later
+    (only while still empty, so one another process filled meanwhile stays)."""
+    created = [path for path in (folder, *folder.parents) if not os.path.lexists(path)]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder goes, no permission
+        raise BiosrecallError(f"cannot create output folder {folder}: {exc.strerror}") from None
     return created
 
 

@@ -172,11 +172,10 @@ def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.
     raw = _as_typed(path, key, value, option, lists)
     try:
         option.process_value(ctx, raw)
-    except click.BadParameter as exc:
-        message = exc.message if exc.message.startswith(key) else f"{key}: {exc.message}"
+    except (click.BadParameter, BiosrecallError) as exc:  # the type's refusal, or a callback's
+        message = exc.message if isinstance(exc, click.BadParameter) else str(exc)
+        message = message if message.startswith(key) else f"{key}: {message}"
         raise click.BadParameter(f"{path}: {message}") from None
-    except BiosrecallError as exc:
-        raise click.BadParameter(f"{path}: {key}: {exc}") from None
     return raw
 
 
