@@ -138,7 +138,7 @@ ODD_FILES = {
     ),
     "not UTF-8": (
         lambda f: (f / "last_name.txt").write_bytes(b"M\xfcller\n"),
-        "{f}/last_name.txt is not UTF-8",
+        "pool file {f}/last_name.txt: not UTF-8",
     ),
     "no folder": (lambda f: shutil.rmtree(f), "pools folder {f} not found"),
 }

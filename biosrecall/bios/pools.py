@@ -52,7 +52,7 @@ from faker import Faker
 from biosrecall.atomic import OutputRecord, atomic_directory
 from biosrecall.bios.tokenizer import SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import file_sha256, require_regular_file
+from biosrecall.files import file_sha256, read_user_text
 from biosrecall.paths import POOLS_DIR
 
 ATTRIBUTES = ("birth_city", "birth_day", "birth_month", "university", "major", "employer")
@@ -262,17 +262,8 @@ def _read_pool_file(folder: Path, name: str) -> list[str]:
         default = folder.resolve() == POOLS_DIR
         hint = "run `biosrecall pools` to rebuild it" if default else f"a pool folder holds {_FILES}"
         raise BiosrecallError(f"pool file {path} not found ({hint})")
-    require_regular_file(path, "pool file")
-    size = path.stat().st_size
-    if size > MAX_POOL_FILE_BYTES:
-        raise BiosrecallError(
-            f"pool file {path} holds {size:,} bytes, above the {MAX_POOL_FILE_BYTES:,} allowed"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")  # universal newlines: \r\n reads as \n
-    except UnicodeDecodeError:
-        raise BiosrecallError(f"pool file {path} is not UTF-8 text") from None
-    values = text.split("\n")
+    text = read_user_text(path, "pool file", MAX_POOL_FILE_BYTES)
+    values = re.split(r"\r\n|\r|\n", text)  # universal newlines, as a text file reads
     if values[-1] == "":
         values.pop()  # the final newline ends the last line; it does not start an empty one
     seen: dict[str, int] = {}
