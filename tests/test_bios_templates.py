@@ -193,7 +193,7 @@ def test_wrong_counts_are_errors(tmp_path):
 
 def test_missing_and_malformed_files(tmp_path):
     folder = edited_templates(tmp_path, "train.toml", "[major]", "[major")
-    with pytest.raises(BiosrecallError, match=r"train.toml: invalid TOML: .*line \d+"):
+    with pytest.raises(BiosrecallError, match=r"train.toml is not valid TOML: .*line \d+"):
         load_templates(folder)
     (folder / "eval.toml").unlink()
     with pytest.raises(BiosrecallError, match="template file .*eval.toml not found"):

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import re
 import string
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import check_nesting, file_sha256, read_user_text
+from biosrecall.files import file_sha256, parse_toml_text, read_user_text
 from biosrecall.paths import TEMPLATES_DIR
 
 TRAIN_FILE = "train.toml"
@@ -90,13 +89,7 @@ class _Source:
 
 def _parse(source: _Source, key: str) -> dict[str, list[str]]:
     """The `key` list of every attribute table, with the file's structure checked."""
-    check_nesting(source.text, f"template file {source.path}")  # the parser recurses: bound it first
-    try:
-        data = tomllib.loads(source.text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BiosrecallError(f"{source.path}: invalid TOML: {exc}") from None
-    except RecursionError:
-        raise BiosrecallError(f"{source.path}: invalid TOML: tables nested too deeply") from None
+    data = parse_toml_text(source.text, f"template file {source.path}")
     for table in data:
         if table not in ATTRIBUTES:
             raise source.error(f"unknown attribute [{table}] (expected {', '.join(ATTRIBUTES)})", table)
