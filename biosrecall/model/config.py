@@ -20,11 +20,6 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.model.recipes.base import check_recipe_name
 from biosrecall.numbers import DEPTH, MAX_SEED, SEED, check_number, counts, rates  # noqa: F401 (MAX_SEED: re-exported)
 
-POSITIONS = ("rope", "learned")
-NORMS = ("pre", "sandwich")
-MLPS = ("swiglu", "gelu")
-INJECTIONS = ("concat", "add", "none")
-INIT_STATES = ("zeros", "noise")
 DEFAULT_RECIPE = "baseline"
 # Stated maxima, so that a mistyped number is refused before anything is allocated: MAX_DEPTH and
 # MAX_SEED are `biosrecall.numbers`' (one rule per kind of number), and the largest LLM vocabularies
@@ -41,11 +36,11 @@ INT_LIMITS = {
 """Every integer field's bounds (the command line's options apply the same); the layer counts may be 0
 (no prelude, no block: a standard transformer)."""
 CHOICES = {
-    "position": POSITIONS,
-    "norm": NORMS,
-    "mlp": MLPS,
-    "injection": INJECTIONS,
-    "init_state": INIT_STATES,
+    "position": ("rope", "learned"),
+    "norm": ("pre", "sandwich"),
+    "mlp": ("swiglu", "gelu"),
+    "injection": ("concat", "add", "none"),
+    "init_state": ("zeros", "noise"),
 }
 """The values each text field may take."""
 
