@@ -54,8 +54,8 @@ is the docstring under each field)."""
 
 
 def _capacity_options(command):
-    """The command's options: --out, the study's (`CapacityOptions`' fields), then how it runs and what
-    else it does (--plan, --archive)."""
+    """--config, --out, the study's options (`CapacityOptions`' fields), then how its runs go
+    (--workers, --threads, --quiet); --plan and --archive follow."""
     options = [
         config_option(lists=("people", "seeds", "depths")),
         click.option(
