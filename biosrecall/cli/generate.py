@@ -47,14 +47,7 @@ from biosrecall.sizing import dataset_cost, shows_progress
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
 # Options that describe a dataset to generate, so they mean nothing with --from-dataset.
-_GENERATION_OPTIONS = {
-    "out": "--out",
-    "people": "--people",
-    "pool_sizes": "--pool-size",
-    "pools_dir": "--pools-dir",
-    "holdout_eval_templates": "--holdout-eval-templates",
-    "templates_dir": "--templates",
-}
+_GENERATION_OPTIONS = ("out", "people", "pool_sizes", "pools_dir", "holdout_eval_templates", "templates_dir")
 
 
 def parse_pool_sizes(items: tuple[str, ...]) -> dict[str, int]:
@@ -95,10 +88,6 @@ def _summary(path: Path, pools_dir: Path | None) -> list[str]:
     ]
 
 
-def _progress(stage: str) -> None:
-    click.echo(stage, err=True)
-
-
 def _size(num_bytes: int) -> str:
     return f"{num_bytes / 1e6:.1f} MB" if num_bytes >= 1e5 else f"{num_bytes / 1e3:.1f} kB"
 
@@ -117,16 +106,21 @@ def _text_summary(path: Path, manifest: dict) -> list[str]:
     ]
 
 
-def _given(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+def _given(ctx: click.Context, *names: str) -> list[str]:
+    """The flags of those options among `names` that the command line or --config set."""
+    return [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name in names and ctx.get_parameter_source(param.name) not in (ParameterSource.DEFAULT, None)
+    ]
 
 
 def _text_export(ctx, text_format, text_out, exposures, seed, overwrite) -> TextExport | None:
     """The export the options ask for, or None; text options without --export-text are refused."""
     if text_format is None:
-        for name, option in (("text_out", "--text-out"), ("exposures", "--exposures")):
-            if _given(ctx, name):
-                raise BiosrecallError(f"{option} only applies with --export-text FORMAT")
+        given = _given(ctx, "text_out", "exposures")
+        if given:
+            raise BiosrecallError(f"{given[0]} only applies with --export-text FORMAT")
         return None
     if text_out is None:
         raise BiosrecallError("--export-text needs --text-out DIR, the folder to write the text files into")
@@ -139,12 +133,12 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
         if out is None:
             raise BiosrecallError("missing option --out (the dataset folder to create) or --from-dataset DIR")
         return out
-    for name, option in _GENERATION_OPTIONS.items():
-        if _given(ctx, name):
-            hint = "; the text folder is --text-out" if name == "out" else ""
-            raise BiosrecallError(
-                f"{option} describes a dataset to generate, not one read by --from-dataset{hint}"
-            )
+    given = _given(ctx, *_GENERATION_OPTIONS)
+    if given:
+        hint = "; the text folder is --text-out" if given[0] == "--out" else ""
+        raise BiosrecallError(
+            f"{given[0]} describes a dataset to generate, not one read by --from-dataset{hint}"
+        )
     if not exporting:
         raise BiosrecallError("--from-dataset exports an existing dataset's text: give --export-text FORMAT")
     return from_dataset
@@ -261,7 +255,7 @@ def generate(
                 overwrite=overwrite,
                 templates_dir=templates_dir,
                 pools_dir=pools_dir,
-                report=_progress if long else None,
+                report=(lambda stage: click.echo(stage, err=True)) if long else None,
             )
         except KeyboardInterrupt:
             # Stopped after the dataset was swapped into place (while letting go of the lock, say):
