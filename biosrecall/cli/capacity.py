@@ -53,26 +53,20 @@ CHECKED = {
 is the docstring under each field)."""
 
 
-def _capacity_options(command):
-    """--config, --out, the study's options (`CapacityOptions`' fields), then how its runs go
-    (--workers, --threads, --quiet); --plan and --archive follow."""
-    options = [
-        config_option(lists=("people", "seeds", "depths")),
-        click.option(
-            "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
-        ),
-        *field_options(CapacityOptions, CHECKED),
-        WORKERS,
-        THREADS,
-        QUIET,
-    ]
-    for option in reversed(options):
+def _capacity_fields(command):
+    """One option per `CapacityOptions` field (`field_options`)."""
+    for option in reversed(field_options(CapacityOptions, CHECKED)):
         command = option(command)
     return command
 
 
 @click.command()
-@_capacity_options
+@config_option(lists=("people", "seeds", "depths"))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@_capacity_fields
+@WORKERS
+@THREADS
+@QUIET
 @click.option(
     "--plan",
     is_flag=True,
