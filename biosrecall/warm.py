@@ -98,13 +98,11 @@ def _gone(pid: int) -> bool:
     """Whether process `pid`, not a child of ours, has ended (a zombie nobody reaps counts as ended)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    except (OSError, IndexError):  # no /proc: whether the pid still names a process
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
+        except OSError as exc:  # PermissionError: it lives, another user's
+            return isinstance(exc, ProcessLookupError)
         return False
     return state in ("Z", "X")
 
@@ -150,13 +148,11 @@ class WarmProcess:
 
     def _stop_orphan(self) -> None:
         """Stop the command the dead server forked (SIGINT: a trainer saves `latest`) and wait for it."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGINT)
+        self.send_signal(signal.SIGINT)
         deadline = time.monotonic() + _ORPHAN_WAIT
         while not _gone(self.pid):
             if time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
+                self.send_signal(signal.SIGKILL)
                 deadline = float("inf")
             time.sleep(0.05)
 
