@@ -375,15 +375,11 @@ def _refuse_working_folder(path: Path) -> Path:
         cwd = Path.cwd().resolve()
     except OSError:  # the working folder was deleted: nothing can be replaced by it
         return resolved
-    if _is_within(cwd, resolved):
+    if cwd.is_relative_to(resolved):
         raise BiosrecallError(
             f"output {path} is the working folder or one of its parents; name a new folder instead"
         )
     return resolved
-
-
-def _is_within(inner: Path, outer: Path) -> bool:
-    return inner == outer or outer in inner.parents
 
 
 def check_output_path(out: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
@@ -404,11 +400,13 @@ def check_output_path(out: str | Path, inputs: Iterable[str | Path | None] = ())
         if item is None:
             continue
         source = Path(item).resolve()
-        if _is_within(source, resolved):
+        if source.is_relative_to(resolved):
             relation = "is" if source == resolved else "contains"
-            raise BiosrecallError(f"output {out} {relation} the input {item}; choose another output path")
-        if _is_within(resolved, source):
-            raise BiosrecallError(f"output {out} lies inside the input {item}; choose another output path")
+        elif resolved.is_relative_to(source):
+            relation = "lies inside"
+        else:
+            continue
+        raise BiosrecallError(f"output {out} {relation} the input {item}; choose another output path")
     return out
 
 

@@ -24,6 +24,7 @@ takes it again.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -91,12 +92,9 @@ def _open_locked(path: Path, output: Path) -> int:
                 f"output {output} is in use by another biosrecall process ({owner}); "
                 f"wait for it to finish or stop it (lock {path})"
             ) from None
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                return fd
         os.close(fd)  # we locked a file its owner had just removed; lock the current one
 
 
