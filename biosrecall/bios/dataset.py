@@ -188,11 +188,8 @@ def generate_dataset(
             seed, pools, population, templates, training, holdout_eval_templates, tokenizer, pool_hashes
         )
         report(f"  writing {out_dir}")
-        try:
-            with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as folder:
-                _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)
-        except OSError as exc:
-            raise BiosrecallError(f"could not write dataset folder {out_dir}: {exc.strerror or exc}") from exc
+        with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as folder:
+            _write_folder(folder, people_table(population, pools), tokenizer, arrays, manifest)
     return out_dir
 
 

@@ -42,7 +42,6 @@ import tokenizers
 import biosrecall
 from biosrecall.atomic import (
     OutputRecord,
-    WriteFailed,
     atomic_directory,
     check_output_dir,
     check_output_path,
@@ -127,22 +126,17 @@ def export_text(dataset_dir: str | Path, export: TextExport) -> dict:
     dataset = load_dataset(dataset_dir)
     with output_lock(out_dir):
         export.check(inputs=[dataset_dir])  # again, now that no other writer can change the answer
-        try:
-            with atomic_directory(out_dir, overwrite=export.overwrite, record=RECORD) as folder:
-                files = {
-                    f"train.{export.format}": _write(
-                        folder, "train", export.format, TRAIN_COLUMNS, _training_chunks(dataset, export)
-                    ),
-                    f"eval.{export.format}": _write(
-                        folder, "eval", export.format, EVAL_COLUMNS, _evaluation_chunks(dataset)
-                    ),
-                }
-                manifest = _manifest(dataset, export, files)
-                (folder / MANIFEST).write_bytes(manifest_bytes(manifest))
-        except WriteFailed:  # already one line naming the file
-            raise
-        except OSError as exc:
-            raise BiosrecallError(f"could not write text folder {out_dir}: {exc.strerror or exc}") from exc
+        with atomic_directory(out_dir, overwrite=export.overwrite, record=RECORD) as folder:
+            files = {
+                f"train.{export.format}": _write(
+                    folder, "train", export.format, TRAIN_COLUMNS, _training_chunks(dataset, export)
+                ),
+                f"eval.{export.format}": _write(
+                    folder, "eval", export.format, EVAL_COLUMNS, _evaluation_chunks(dataset)
+                ),
+            }
+            manifest = _manifest(dataset, export, files)
+            (folder / MANIFEST).write_bytes(manifest_bytes(manifest))
     return manifest
 
 

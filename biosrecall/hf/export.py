@@ -47,7 +47,6 @@ from tokenizers.processors import TemplateProcessing
 import biosrecall
 from biosrecall.atomic import (
     OutputRecord,
-    WriteFailed,
     atomic_directory,
     check_output_dir,
     check_output_path,
@@ -59,6 +58,7 @@ from biosrecall.bios.tokenizer import PAD_ID, PAD_TOKEN, SEP_ID, SEP_TOKEN, UNK_
 from biosrecall.errors import BiosrecallError
 from biosrecall.hf import quiet_transformers, require_transformers
 from biosrecall.hf.card import CardFacts, cached_recall, model_card
+from biosrecall.hf.prompts import eval_texts
 from biosrecall.locking import output_lock
 from biosrecall.model import layers
 from biosrecall.model.recipes import base as recipes_base
@@ -120,17 +120,12 @@ def export_run(
         verify_same_logits(model, hf_model, dataset.eval_set(np.arange(1)).tokens, steps)
         facts = _card_facts(provenance, record, model, steps, dataset)
         recall, note = cached_recall(path, dataset.manifest_hash)
-        try:
-            with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
-                _save_weights(hf_model, tmp)
-                for name, source in shipped_code(model.recipe).items():
-                    shutil.copyfile(source, tmp / name)
-                save_tokenizer(dataset.tokenizer, model.config.context_length, tmp)
-                (tmp / "README.md").write_text(model_card(facts, recall, note), encoding="utf-8")
-        except WriteFailed:  # already one line naming the file
-            raise
-        except OSError as exc:
-            raise BiosrecallError(f"could not write {out_dir}: {exc.strerror or exc}") from None
+        with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
+            _save_weights(hf_model, tmp)
+            for name, source in shipped_code(model.recipe).items():
+                shutil.copyfile(source, tmp / name)
+            save_tokenizer(dataset.tokenizer, model.config.context_length, tmp)
+            (tmp / "README.md").write_text(model_card(facts, recall, note), encoding="utf-8")
     return out_dir
 
 
@@ -291,17 +286,13 @@ def save_tokenizer(tokenizer, context_length: int, folder: Path) -> None:
 
 def _card_facts(provenance: dict, record: dict, model, steps: int, dataset) -> CardFacts:
     """The card's facts, with person 0's first evaluation prompt as the usage example."""
-    eval_set = dataset.eval_set(np.arange(1))
-    start, length = int(eval_set.answer_start[0]), int(eval_set.answer_len[0])
-    row = [int(t) for t in eval_set.tokens[0]]
-    prompt = dataset.tokenizer.decode(row[1:start])
-    answer = dataset.tokenizer.decode(row[1 : start + length])[len(prompt) :]
+    texts = eval_texts(dataset, dataset.eval_set(np.arange(1)))
     return CardFacts(
         run=provenance["run"],
         provenance=provenance,
         record=record,
         parameters=model.num_parameters(),
         num_steps=steps,
-        example_prompt=prompt,
-        example_answer=answer,
+        example_prompt=texts.prompts[0],
+        example_answer=texts.answers[0],
     )
