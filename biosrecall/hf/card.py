@@ -78,139 +78,102 @@ def _share(value) -> str:
     return "unknown" if isinstance(value, bool) or not isinstance(value, int | float) else f"{value:.0%}"
 
 
-def _recall_section(recall: pd.DataFrame | None, note: str, facts: CardFacts) -> list[str]:
-    lines = ["## Recall", "", note, ""]
+def _recall_section(recall: pd.DataFrame | None, note: str, facts: CardFacts) -> str:
+    """The note on how recall was computed, then its table by serving depth (or how to compute it)."""
     if recall is None:
         checkpoint = facts.provenance.get("checkpoint", "final")
-        lines += [
-            f"Compute it with `biosrecall recall-curve RUN --checkpoint {checkpoint}` before exporting.",
-            "",
-        ]
-        return lines
+        command = f"biosrecall recall-curve RUN --checkpoint {checkpoint}"
+        return f"{note}\n\nCompute it with `{command}` before exporting.\n"
     whole = recall[recall["attribute"] == "all"].set_index("depth")
     depths = sorted({d for d in (*SHOWN_DEPTHS, facts.num_steps) if d in whole.index})
-    lines += [
-        "| serving depth K | recalled bits per person | facts recalled | exact answers |",
-        "|---|---|---|---|",
-    ]
+    table = (
+        "| serving depth K | recalled bits per person | facts recalled | exact answers |\n|---|---|---|---|\n"
+    )
     for depth in depths:
         row = whole.loc[depth]
         mark = " (default num_steps)" if depth == facts.num_steps else ""
-        lines.append(f"| {depth}{mark} | {row['bits']:.2f} | {row['recall']:.1%} | {row['exact']:.1%} |")
+        table += f"| {depth}{mark} | {row['bits']:.2f} | {row['recall']:.1%} | {row['exact']:.1%} |\n"
     best = whole["bits"].idxmax()
-    ceiling = float(whole["ceiling_bits"].iloc[0])
-    chance = float(whole["chance_bits"].iloc[0])
-    lines += [
-        "",
-        f"Best: {whole.loc[best, 'bits']:.2f} bits at K = {best}; the task ceiling is {ceiling:.2f} bits per "
-        f"person and chance is {chance:.2f}.",
-        "",
-    ]
-    return lines
-
-
-def _usage_section(facts: CardFacts) -> list[str]:
-    return [
-        "## Use",
-        "",
-        "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
-        "",
-        'model = AutoModelForCausalLM.from_pretrained("PATH", trust_remote_code=True)',
-        'tokenizer = AutoTokenizer.from_pretrained("PATH", trust_remote_code=True)',
-        f'ids = tokenizer({json.dumps(facts.example_prompt, ensure_ascii=False)}, return_tensors="pt").input_ids',
-        f"out = model.generate(ids, num_steps={facts.num_steps}, max_new_tokens=4, do_sample=False)",
-        "print(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))",
-        "```",
-        "",
-        f"The dataset's answer is `{facts.example_answer.strip()}`. `num_steps` is the number of iterations "
-        f"of the recurrent block (Huginn's argument name); it defaults to {facts.num_steps}, "
-        f"{facts.provenance.get('num_steps_source', '')}. `model(ids, num_steps=K).logits` gives the logits "
-        "at any depth. The tokenizer puts `<sep>` (the document separator the model was trained with) "
-        "before every text, as training did.",
-        "",
-        "`generate` keeps no KV cache: each new token recomputes the whole sequence at the chosen depth, "
-        "which is exact and cheap for bioS-length texts. Loading needs `trust_remote_code=True` because "
-        "the looped architecture is defined in `modeling_biosrecall.py` (torch and transformers only); "
-        "the tokenizer is a plain `PreTrainedTokenizerFast` and loads without it too, but transformers 5 "
-        "reads config.json first and asks about that code unless it is given.",
-        "",
-    ]
-
-
-def _model_section(facts: CardFacts) -> list[str]:
-    cfg = facts.record.get("model_config", {})
-    shape = f"{cfg.get('n_prelude')} + {cfg.get('n_block')} x K + {cfg.get('n_coda')}"
-    return [
-        "## Model",
-        "",
-        f"- {facts.parameters:,} parameters; width {cfg.get('d_model')}, {cfg.get('n_heads')} heads, "
-        f"{cfg.get('mlp')} MLP of width {cfg.get('d_mlp')}, layers {shape} (prelude, recurrent block, coda)",
-        f"- context {cfg.get('context_length')} tokens, vocabulary {cfg.get('vocab_size')} (word-level)",
-        f"- positions {cfg.get('position')}, norms {cfg.get('norm')}, injection {cfg.get('injection')}, "
-        f"initial state {cfg.get('init_state')}, tied embeddings {cfg.get('tie_embeddings')}",
-        f"- recipe {cfg.get('recipe', 'baseline')} (what one iteration computes: `recipe.py` in this folder)",
-        "",
-    ]
-
-
-def _training_section(facts: CardFacts) -> list[str]:
-    prov, plan = facts.provenance, facts.record.get("plan", {})
-    train = facts.record.get("train_config", {})
-    saving = plan.get("saving_vs_uniform")
-    lines = [
-        "## Training",
-        "",
-        f"- schedule `{prov.get('schedule')}`; mean training depth {_number(plan.get('mean_depth'), '.2f')}",
-        f"- budget {_number(prov.get('budget'))} modeled FLOPs over {plan.get('updates')} planned "
-        f"updates (saving against uniform U{{1..16}} at the same updates: "
-        f"{'unknown' if saving is None else f'{saving:.1%}'})",
-        f"- this checkpoint: `{prov.get('checkpoint')}` ({_share(prov.get('fraction'))} of the budget), "
-        f"update {prov.get('update')}, {_number(prov.get('flops'))} FLOPs spent",
-        f"- batch {train.get('batch_size')} x {plan.get('seq_len', train.get('seq_len'))} tokens, lr "
-        f"{train.get('lr')}, seed {train.get('seed')}, preset `{(facts.record.get('task') or {}).get('preset')}`",
-        "",
-    ]
-    return lines
-
-
-def _data_section(facts: CardFacts) -> list[str]:
-    data = facts.provenance.get("dataset", {})
-    return [
-        "## Data",
-        "",
-        f"A synthetic bioS dataset made by `biosrecall generate`: {data.get('num_people')} fictional people "
-        f"(seed {data.get('seed')}), six attributes each (birth city, day, month, university, major, "
-        f"employer) worth {_number(data.get('total_bits'), '.2f')} bits per person; chance is "
-        f"{_number(data.get('chance_bits'), '.2f')} bits. Manifest sha256 `{data.get('manifest_hash')}`. The model "
-        "is trained and evaluated on the same people, so it measures storage and retrieval of facts, "
-        "not generalisation.",
-        "",
-    ]
+    ceiling, chance = float(whole["ceiling_bits"].iloc[0]), float(whole["chance_bits"].iloc[0])
+    return (
+        f"{note}\n\n{table}\nBest: {whole.loc[best, 'bits']:.2f} bits at K = {best}; the task ceiling is "
+        f"{ceiling:.2f} bits per person and chance is {chance:.2f}.\n"
+    )
 
 
 def model_card(facts: CardFacts, recall: pd.DataFrame | None, recall_note: str) -> str:
     """The README.md text of an export."""
-    prov = facts.provenance
-    header = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: text-generation",
-        "tags: [biosrecall, looped-transformer, depth-recurrent, bios]",
-        "---",
-        "",
-        f"# {facts.run} at checkpoint {prov.get('checkpoint')}: a biosrecall looped transformer",
-        "",
-        "A decoder-only looped transformer (untied prelude, one recurrent block applied K times, untied "
-        f"coda) trained by biosrecall with the depth schedule `{prov.get('schedule')}` on synthetic "
-        "biographies, exported with `biosrecall export`.",
-        "",
-    ]
-    sections = (
-        _usage_section(facts),
-        _model_section(facts),
-        _training_section(facts),
-        _data_section(facts),
-        _recall_section(recall, recall_note, facts),
-    )
-    return "\n".join(header + [line for section in sections for line in section])
+    prov, data = facts.provenance, facts.provenance.get("dataset", {})
+    cfg, plan = facts.record.get("model_config", {}), facts.record.get("plan", {})
+    train, saving = facts.record.get("train_config", {}), plan.get("saving_vs_uniform")
+    # A backslash at the end of a line joins it to the next: each paragraph is one line of the card.
+    return f"""\
+---
+library_name: transformers
+pipeline_tag: text-generation
+tags: [biosrecall, looped-transformer, depth-recurrent, bios]
+---
+
+# {facts.run} at checkpoint {prov.get("checkpoint")}: a biosrecall looped transformer
+
+A decoder-only looped transformer (untied prelude, one recurrent block applied K times, untied \
+coda) trained by biosrecall with the depth schedule `{prov.get("schedule")}` on synthetic \
+biographies, exported with `biosrecall export`.
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = AutoModelForCausalLM.from_pretrained("PATH", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("PATH", trust_remote_code=True)
+ids = tokenizer({json.dumps(facts.example_prompt, ensure_ascii=False)}, return_tensors="pt").input_ids
+out = model.generate(ids, num_steps={facts.num_steps}, max_new_tokens=4, do_sample=False)
+print(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+```
+
+The dataset's answer is `{facts.example_answer.strip()}`. `num_steps` is the number of iterations \
+of the recurrent block (Huginn's argument name); it defaults to {facts.num_steps}, \
+{prov.get("num_steps_source", "")}. `model(ids, num_steps=K).logits` gives the logits at any depth. \
+The tokenizer puts `<sep>` (the document separator the model was trained with) before every text, \
+as training did.
+
+`generate` keeps no KV cache: each new token recomputes the whole sequence at the chosen depth, \
+which is exact and cheap for bioS-length texts. Loading needs `trust_remote_code=True` because the \
+looped architecture is defined in `modeling_biosrecall.py` (torch and transformers only); the \
+tokenizer is a plain `PreTrainedTokenizerFast` and loads without it too, but transformers 5 reads \
+config.json first and asks about that code unless it is given.
+
+## Model
+
+- {facts.parameters:,} parameters; width {cfg.get("d_model")}, {cfg.get("n_heads")} heads, \
+{cfg.get("mlp")} MLP of width {cfg.get("d_mlp")}, layers {cfg.get("n_prelude")} + \
+{cfg.get("n_block")} x K + {cfg.get("n_coda")} (prelude, recurrent block, coda)
+- context {cfg.get("context_length")} tokens, vocabulary {cfg.get("vocab_size")} (word-level)
+- positions {cfg.get("position")}, norms {cfg.get("norm")}, injection {cfg.get("injection")}, \
+initial state {cfg.get("init_state")}, tied embeddings {cfg.get("tie_embeddings")}
+- recipe {cfg.get("recipe", "baseline")} (what one iteration computes: `recipe.py` in this folder)
+
+## Training
+
+- schedule `{prov.get("schedule")}`; mean training depth {_number(plan.get("mean_depth"), ".2f")}
+- budget {_number(prov.get("budget"))} modeled FLOPs over {plan.get("updates")} planned updates \
+(saving against uniform U{{1..16}} at the same updates: \
+{"unknown" if saving is None else f"{saving:.1%}"})
+- this checkpoint: `{prov.get("checkpoint")}` ({_share(prov.get("fraction"))} of the budget), \
+update {prov.get("update")}, {_number(prov.get("flops"))} FLOPs spent
+- batch {train.get("batch_size")} x {plan.get("seq_len", train.get("seq_len"))} tokens, \
+lr {train.get("lr")}, seed {train.get("seed")}, preset `{(facts.record.get("task") or {}).get("preset")}`
+
+## Data
+
+A synthetic bioS dataset made by `biosrecall generate`: {data.get("num_people")} fictional people \
+(seed {data.get("seed")}), six attributes each (birth city, day, month, university, major, \
+employer) worth {_number(data.get("total_bits"), ".2f")} bits per person; chance is \
+{_number(data.get("chance_bits"), ".2f")} bits. Manifest sha256 `{data.get("manifest_hash")}`. \
+The model is trained and evaluated on the same people, so it measures storage and retrieval of \
+facts, not generalisation.
+
+## Recall
+
+{_recall_section(recall, recall_note, facts)}"""
