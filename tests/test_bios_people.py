@@ -65,7 +65,11 @@ def test_same_seed_same_people_and_name_pools_do_not_move_attributes():
 
 @pytest.mark.parametrize(
     ("count", "message"),
-    [(0, "must be positive"), (-5, "must be positive"), (160_000_001, "do not fit in the 160000000")],
+    [
+        (0, "must be a positive integer"),
+        (-5, "must be a positive integer"),
+        (160_000_001, "do not fit in the 160000000"),
+    ],
 )
 def test_bad_people_counts(count, message):
     with pytest.raises(BiosrecallError, match=message):

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS
 from biosrecall.errors import BiosrecallError
+from biosrecall.numbers import check_count
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,7 @@ def name_space(pool_sizes: Mapping[str, int]) -> int:
 
 
 def check_people_count(num_people: int, pool_sizes: Mapping[str, int]) -> None:
-    if isinstance(num_people, bool) or not isinstance(num_people, int):
-        raise BiosrecallError(f"number of people must be an integer, got {num_people!r}")
-    if num_people <= 0:
-        raise BiosrecallError(f"number of people must be positive, got {num_people}")
+    check_count(num_people, "number of people")
     space = name_space(pool_sizes)
     if num_people > space:
         sizes = " x ".join(str(pool_sizes[part]) for part in NAME_PARTS)
