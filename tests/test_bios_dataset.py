@@ -154,7 +154,7 @@ def flip_byte(path):
             lambda f: (f / "manifest.json").write_text('{"format": "other"}'),
             "is not a 'biosrecall-bios-1' manifest",
         ),
-        (lambda f: (f / "value_tokens.npy").unlink(), "value_tokens.npy is missing"),
+        (lambda f: (f / "value_tokens.npy").unlink(), "value_tokens.npy does not exist"),
         (lambda f: flip_byte(f / "people.parquet"), "people.parquet does not match its sha256"),
         (lambda f: flip_byte(f / "tokenizer.json"), "tokenizer.json does not match its sha256"),
         (

@@ -125,10 +125,7 @@ def verify_files(folder: Path, manifest: dict) -> None:
     if sorted(manifest["files"]) != sorted(DATA_FILES):
         raise _fail(folder, f"manifest.json field 'files' must list exactly {', '.join(sorted(DATA_FILES))}")
     for name in DATA_FILES:
-        path = folder / name
-        if not os.path.lexists(path):
-            raise _fail(folder, f"{name} is missing")
-        require_regular_file(path, f"dataset {folder}:")
+        path = require_regular_file(folder / name, f"dataset {folder}:")
         if file_sha256(path) != manifest["files"][name]:
             raise _fail(folder, f"{name} does not match its sha256 in manifest.json (changed or corrupted)")
 
