@@ -104,14 +104,11 @@ def _load(transformers, folder: Path, config_json: dict, trust: bool, device: to
     options = {"trust_remote_code": trust, "local_files_only": True}
     try:
         config = transformers.AutoConfig.from_pretrained(folder, **options)
-        model = None
-        if _causal(config, config_json):
-            model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, **options)
+        if not _causal(config, config_json):
+            raise ValueError(f"transformers has no causal language model for its {type(config).__name__}")
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, **options)
     except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for a foreign folder
         raise _not_a_causal_lm(folder, first_line(exc)) from None
-    if model is None:
-        why = f"transformers has no causal language model for its {type(config).__name__}"
-        raise _not_a_causal_lm(folder, why)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **options)
     except Exception as exc:
