@@ -262,14 +262,11 @@ def continue_run(state: RunState, updates: int) -> None:
         raise BiosrecallError(
             f"cannot continue {updates} updates from update {state.update}: the run plans {state.planned}"
         )
-    model, optimizer, config = state.model, state.optimizer, state.config
+    model, optimizer, config, pad = state.model, state.optimizer, state.config, state.source.pad_id
     for _ in range(updates):
-        set_learning_rate(optimizer, learning_rate(state.update, state.planned, config))
-        rows = state.source.batch(state.update)
-        depth = int(state.depths[state.update])
-        backward_and_clip(
-            model, rows, state.source.pad_id, depth, config.grad_clip, state.autocast, config.grad_accum
-        )
+        set_learning_rate(optimizer, state.lr())
+        rows, depth = state.source.batch(state.update), int(state.depths[state.update])
+        backward_and_clip(model, rows, pad, depth, config.grad_clip, state.autocast, config.grad_accum)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         state.update += 1
@@ -294,18 +291,10 @@ def check_continuation(state: RunState, after: Sequence[int]) -> None:
 def candidate_updates(state: RunState, rows, depths: Sequence[int], rms_target) -> dict[int, tuple]:
     """Depth -> (update rescaled to the common RMS, its raw RMS), one gradient per distinct depth."""
     params, lr, config = optimizer_params(state.optimizer), state.lr(), state.config
+    model, pad, clip = state.model, state.source.pad_id, config.grad_clip
     raw = {}
     for depth in sorted(set(depths)):
-        grads = batch_gradient(
-            state.model,
-            params,
-            rows,
-            state.source.pad_id,
-            depth,
-            config.grad_clip,
-            state.autocast,
-            config.grad_accum,
-        )
+        grads = batch_gradient(model, params, rows, pad, depth, clip, state.autocast, config.grad_accum)
         raw[depth] = adamw_batch_update(state.optimizer, grads, lr)
     sizes = {depth: rms(update) for depth, update in raw.items()}
     shallow, deep = min(depths), max(depths)
