@@ -273,7 +273,9 @@ def _cached(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteri
     """The tables asked for that the checkpoint's caches hold current (None for each that is not)."""
     if scoring.refresh:
         return CheckpointScores(None, None)
-    table = _read_recall(job, _recall_key(job, dataset, scoring)) if recall else None
+    table = None
+    if recall:
+        table = read_cached(recall_cache_file(job.path), _recall_key(job, dataset, scoring), by_depth=True)
     exits = None
     if criteria and _cacheable(criteria):
         exits = read_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, criteria))
@@ -310,14 +312,6 @@ def _recall_key(job: CheckpointJob, dataset, scoring: Scoring) -> dict:
     return _cache_key(job, dataset, scoring, format=RECALL_CACHE_FORMAT)
 
 
-def _read_recall(job: CheckpointJob, key: dict) -> pd.DataFrame | None:
-    """The cached recall table cut to `key["max_depth"]`, or None when absent, unreadable or stale."""
-    table = read_cached(recall_cache_file(job.path), key, at_least=("max_depth",))
-    if table is None:
-        return None
-    return table[table["depth"] <= key["max_depth"]].reset_index(drop=True)
-
-
 def _exits_key(job: CheckpointJob, dataset, scoring: Scoring, criteria) -> dict:
     specs = [criterion.spec for criterion in criteria]
     return _cache_key(
@@ -331,8 +325,6 @@ def _exits_key(job: CheckpointJob, dataset, scoring: Scoring, criteria) -> dict:
 def exit_depths(criterion, stats: StepStats, max_depth: int) -> np.ndarray:
     """int [M]: the depth each query stops at under `criterion` (stats arrays are [D, M], D >= cap)."""
     cap = depth_cap(criterion, max_depth)
-    if cap > len(stats.exact):
-        raise BiosrecallError(f"statistics cover {len(stats.exact)} depths, {cap} needed")
     depths = np.arange(1, cap + 1)[:, None]
     cut = StepStats(**{name: None if v is None else np.asarray(v)[:cap] for name, v in vars(stats).items()})
     holds = np.asarray(criterion.holds(depths, cut), dtype=bool)

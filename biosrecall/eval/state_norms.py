@@ -78,9 +78,9 @@ def cached_state_norms(checkpoint, batches, source: dict, max_depth: int, device
 
     path = state_norm_cache_file(checkpoint)
     key = checkpoint_key(Path(checkpoint), format=FORMAT, max_depth=int(max_depth), **source)
-    table = read_cached(path, key, at_least=("max_depth",))
+    table = read_cached(path, key, by_depth=True)
     if table is not None:
-        return table[table["depth"] <= max_depth].reset_index(drop=True)
+        return table
     measured = batches()
     target = resolve_device(str(device))
     model, _ = load_checkpoint(checkpoint, device=target)

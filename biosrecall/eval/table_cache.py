@@ -1,15 +1,15 @@
 """Tables cached inside a checkpoint folder, each stored with the key it was computed under.
 
     key = checkpoint_key(checkpoint, manifest_hash=..., max_depth=64, threshold=4, people=None)
-    table = read_cached(recall_cache_file(checkpoint), key, at_least=("max_depth",))
+    table = read_cached(recall_cache_file(checkpoint), key, by_depth=True)
     if table is None:
         table = ...                                # the expensive evaluation
         write_cached(recall_cache_file(checkpoint), key, table)
 
 The key (JSON in the parquet metadata under "biosrecall") always holds the sha256 of the checkpoint's
 meta.json, so a table never outlives the checkpoint it was computed from. A cached table is served
-only when every other key item is equal, except the `at_least` items, where the stored value may be
-larger (a recall table cached to depth 64 serves a request for depth 16, cut by the caller).
+only when every key item is equal, except that with `by_depth` a table cached to a larger max_depth
+serves a smaller one, cut to its depths (a recall table cached to depth 64 serves depth 16).
 
 The cache needs only meta.json and the table, not the weights: a study copied without its weights
 (`biosrecall figure1 --archive`) is re-tabulated, and extended by new seeds, from these files alone.
@@ -66,26 +66,24 @@ def read_key(path: Path) -> dict | None:
         return None
 
 
-def read_cached(path: Path, key: dict, at_least: tuple[str, ...] = ()) -> pd.DataFrame | None:
-    """The table cached at `path` when its key matches `key`, else None (absent, unreadable, stale)."""
+def read_cached(path: Path, key: dict, by_depth: bool = False) -> pd.DataFrame | None:
+    """The table cached at `path` when its key matches `key`, else None (absent, unreadable, stale).
+    With `by_depth`, a table (with a `depth` column) cached to a larger `max_depth` than the key's
+    serves it, cut to the key's depths."""
     path = Path(path)
-    if not path.is_file():
-        return None
-    stored = read_key(path)
+    stored = read_key(path) if path.is_file() else None
     if stored is None:
         return None
-    equal = all(stored.get(k) == v for k, v in key.items() if k not in at_least)
-    covers = all(_at_least(stored.get(k), v) for k, v in key.items() if k in at_least)
-    if not (equal and covers):
+    deepest = stored.get("max_depth")
+    if by_depth and not (isinstance(deepest, int | float) and deepest >= key["max_depth"]):
+        return None
+    if any(stored.get(k) != v for k, v in key.items() if not (by_depth and k == "max_depth")):
         return None
     try:
-        return pd.read_parquet(path)
+        table = pd.read_parquet(path)
     except (OSError, ValueError, pa.ArrowException):
         return None
-
-
-def _at_least(stored, wanted) -> bool:
-    return isinstance(stored, int | float) and stored >= wanted
+    return table[table["depth"] <= key["max_depth"]].reset_index(drop=True) if by_depth else table
 
 
 def write_cached(path: Path, key: dict, table: pd.DataFrame) -> None:
