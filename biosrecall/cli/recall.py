@@ -249,10 +249,9 @@ def recall_curve(
 
     batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
     result = score_and_write(run_dirs, out_dir, checkpoints, exits=exits, per_token=per_token,
-                             applicable_exits=applicable_exits,
-                             aggregate_seeds=aggregate_seeds, metric=metric, max_depth=max_depth,
-                             threshold=threshold, batch_size=batch_size, device=device, data_dir=data_dir,
-                             refresh=refresh, people=people, overwrite=overwrite)  # fmt: skip
+                             applicable=applicable_exits, aggregate_seeds=aggregate_seeds, metric=metric,
+                             max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
+                             data_dir=data_dir, refresh=refresh, people=people, overwrite=overwrite)  # fmt: skip
     if state_norms:
         _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device)
     _print(result)

@@ -61,26 +61,11 @@ def recall_curves(
     checkpoints=DEFAULT_CHECKPOINTS,
     max_depth: int = 64,
     threshold: int = DEFAULT_THRESHOLD,
-    *,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    device: str = "auto",
-    data_dir: str | Path | None = None,
-    progress: bool | None = None,
-    refresh: bool = False,
-    people: int | None = None,
-    workers: int = 1,
-    threads: int = 1,
+    **options,
 ) -> pd.DataFrame:
-    """Long-format recall of the checkpoints `checkpoints` selects in each run; see the module doc.
-
-    `people` scores only the first N people (ids 0..N-1): bits per person is a mean over people, so
-    a few hundred estimate it well at a fraction of the cost of a sweep to K = 64 over everyone.
-    On the CPU, checkpoints without a current cache are scored `workers` at a time in processes of
-    `threads` threads (`biosrecall.eval.parallel`), with the same numbers as one at a time here.
-    """
-    return score_runs(run_dirs, checkpoints, max_depth=max_depth, threshold=threshold, batch_size=batch_size,
-                      device=device, data_dir=data_dir, progress=progress, refresh=refresh, people=people,
-                      workers=workers, threads=threads).recall  # fmt: skip
+    """Long-format recall of the checkpoints `checkpoints` selects in each run (module doc); `options`
+    are `score_runs`' (batch_size, device, data_dir, progress, refresh, people, workers, threads)."""
+    return score_runs(run_dirs, checkpoints, max_depth=max_depth, threshold=threshold, **options).recall
 
 
 @dataclass(frozen=True)
@@ -110,14 +95,22 @@ def score_runs(run_dirs, checkpoints, criteria=(), *, recall: bool = True, per_t
     all-depth pass for both tables (`biosrecall.eval.scoring`; on the CPU `workers` at a time in
     processes of `threads` threads), and per-token decoding only when asked. With `applicable` each
     checkpoint is scored only on the criteria its recipe can serve (`eval.gate.servable_criteria`), the
-    others named in `skipped`, instead of refusing the call."""
+    others named in `skipped`, instead of refusing the call.
+
+    `people` scores only the first N people (ids 0..N-1): bits per person is a mean over people, so
+    a few hundred estimate it well at a fraction of the cost of a sweep to K = 64 over everyone.
+    `workers` and `threads` give the same numbers as one checkpoint at a time here; `progress` None
+    shows a bar per checkpoint only when stderr is a terminal, and `refresh` scores again even where
+    a cache is current."""
     check_at_least_one(max_depth=max_depth, threshold=threshold, batch_size=batch_size, people=people)
     scoring = Scoring(
         max_depth, threshold, people, batch_size, resolve_device(str(device)), progress, refresh
     )
     criteria = list(criteria)
     if per_token and not criteria:
-        raise BiosrecallError("per-token exit needs exit criteria: the criteria to decide per token")
+        raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
+    if applicable and not criteria:
+        raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
     finals = None if served is None else _finals(served, data_dir)
     chosen, skipped = {}, []

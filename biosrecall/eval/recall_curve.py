@@ -39,12 +39,10 @@ from biosrecall.atomic import (
 )
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, summary_table
-from biosrecall.eval.exits import check_max_depth, parse_exits
+from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.plots import plot_recall_curves
-from biosrecall.eval.recall import DEFAULT_THRESHOLD
 from biosrecall.eval.seeds import aggregate_recall, seed_groups
 from biosrecall.eval.serving import score_runs, write_frontier
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.eval.token_exit import TABLE_NAME as TOKEN_GAP_NAME
 from biosrecall.locking import output_lock
 from biosrecall.outputs import save_figure, write_table
@@ -77,44 +75,19 @@ class RecallCurve:
     """With `applicable_exits`: each criterion left out of a checkpoint its recipe cannot serve, and why."""
 
 
-def score_and_write(
-    run_dirs,
-    out_dir: str | Path,
-    checkpoints=None,
-    *,
-    exits=(),
-    per_token: bool = False,
-    applicable_exits: bool = False,
-    aggregate_seeds: bool = False,
-    metric: str = "bits",
-    max_depth: int = 64,
-    threshold: int = DEFAULT_THRESHOLD,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    device: str = "auto",
-    data_dir=None,
-    refresh: bool = False,
-    people: int | None = None,
-    overwrite: bool = False,
-) -> RecallCurve:
+def score_and_write(run_dirs, out_dir: str | Path, checkpoints=None, *, exits=(), aggregate_seeds: bool = False,
+                    metric: str = "bits", max_depth: int = 64, overwrite: bool = False, **options) -> RecallCurve:  # fmt: skip
     """Score the `checkpoints` of each run (default: every budget fraction) at depths 1..`max_depth` and
     write the files of the module doc into `out_dir` (`write_output`). `exits` are exit-criteria texts
-    (`kl:1e-3`, `biosrecall.eval.exits`); with `applicable_exits` each checkpoint is scored on those its
-    recipe can serve, the others left out (`eval.curves.score_runs`); everything is checked before the
-    first model runs."""
+    (`kl:1e-3`, `biosrecall.eval.exits`); `options` are `eval.curves.score_runs`' (per_token, applicable,
+    threshold, batch_size, device, data_dir, refresh, people). Everything is checked before the first
+    model runs."""
     check_output(out_dir, overwrite)
-    criteria = []
-    if exits:  # parsed, like every option, before any model runs
-        check_max_depth(max_depth)
-        criteria = parse_exits(exits)
-    if per_token and not criteria:
-        raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
-    if applicable_exits and not criteria:
-        raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
+    criteria = parse_exits(exits) if exits else []  # parsed, like every option, before any model runs
     groups = seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
-    scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, per_token=per_token,
-                        max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
-                        data_dir=data_dir, refresh=refresh, people=people,
-                        applicable=applicable_exits)  # fmt: skip
+    scores = score_runs(
+        run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, max_depth=max_depth, **options
+    )
 
     def write(folder: Path) -> RecallCurve:
         if groups is None:

@@ -39,9 +39,8 @@ from biosrecall.eval.curves import score_runs
 from biosrecall.eval.exits import Fixed, check_max_depth, depth_cap, exit_judge, parse_exit
 from biosrecall.eval.gate import resolve_gates
 from biosrecall.eval.plots import plot_exit_frontier
-from biosrecall.eval.recall import DEFAULT_THRESHOLD, RECALL_SHARE
+from biosrecall.eval.recall import RECALL_SHARE
 from biosrecall.eval.scoring import BASELINE, FLOPS_ACCOUNT
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.model.decode import greedy_decode
 from biosrecall.outputs import FIGURE_FORMATS, TABLE_FORMATS, save_figure, write_table
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
@@ -58,16 +57,10 @@ SERVING_CRITERIA = (
 )
 
 
-def exit_frontier(run_dirs, criteria, checkpoints="final", max_depth: int = 64,
-                  threshold: int = DEFAULT_THRESHOLD, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                  device: str = "auto", data_dir=None, progress: bool | None = None,
-                  people: int | None = None, workers: int = 1, threads: int = 1) -> pd.DataFrame:  # fmt: skip
-    """The frontier table (module doc) of the selected checkpoints of each run; on the CPU, `workers`
-    checkpoints at a time in processes of `threads` threads (`biosrecall.eval.parallel`)."""
-    max_depth = check_max_depth(max_depth)
-    return score_runs(run_dirs, checkpoints, criteria, recall=False, max_depth=max_depth, threshold=threshold,
-                      batch_size=batch_size, device=device, data_dir=data_dir, progress=progress,
-                      people=people, workers=workers, threads=threads).frontier  # fmt: skip
+def exit_frontier(run_dirs, criteria, checkpoints="final", **options) -> pd.DataFrame:
+    """The frontier table (module doc) of the selected checkpoints of each run; `options` are
+    `score_runs`' (max_depth, threshold, batch_size, device, data_dir, people, workers, threads...)."""
+    return score_runs(run_dirs, checkpoints, criteria, recall=False, **options).frontier
 
 
 def _shallowest(rows: pd.DataFrame, target: float) -> pd.Series | None:
