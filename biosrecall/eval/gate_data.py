@@ -169,9 +169,8 @@ def calibrate(
     scores: np.ndarray, exact: np.ndarray, reference: int, delta: float, alpha: float
 ) -> Calibration:
     """The laxest grid threshold whose loss against `reference` passes the fixed-sequence binomial test
-    (module doc); `exact` is bool [>= reference, M], row k - 1 at depth k."""
-    if not 0 < delta < 1 or not 0 < alpha < 1:
-        raise BiosrecallError(f"delta and alpha must lie in (0, 1) (got {delta}, {alpha})")
+    (module doc); `exact` is bool [>= reference, M], row k - 1 at depth k. `delta` and `alpha` lie in
+    (0, 1): a parsed `gate:delta` and a checked confidence."""
     exact = np.asarray(exact, dtype=bool)
     base, columns, count = exact[reference - 1], np.arange(exact.shape[1]), exact.shape[1]
     chosen = Calibration(delta, alpha, None, count, 0, 0.0, float(reference))

@@ -124,10 +124,9 @@ def _collect(process, receive, name: str) -> tuple[bool, Any]:
         message = None
     finally:
         receive.close()
-    if message is not None:
-        process.join()
-        return message
     process.join()
+    if message is not None:
+        return message
     death = _death(process.exitcode)
     if death.startswith(_SERVER):  # the worker may still run, orphaned: its result can no longer come
         with contextlib.suppress(ProcessLookupError):

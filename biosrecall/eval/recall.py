@@ -51,10 +51,8 @@ class RecallScore:
 
 
 def pool_bits(pool_sizes: Mapping[str, int]) -> np.ndarray:
-    """log2(pool size) per attribute, in `ATTRIBUTES` order: the bits one recalled fact carries."""
-    missing = [name for name in ATTRIBUTES if name not in pool_sizes]
-    if missing:
-        raise BiosrecallError(f"pool sizes lack attributes {missing}")
+    """log2(pool size) per attribute, in `ATTRIBUTES` order: the bits one recalled fact carries (a
+    dataset's manifest holds a size for each, `bios.validation.DatasetManifest`)."""
     return np.log2(np.array([pool_sizes[name] for name in ATTRIBUTES], dtype=float))
 
 
