@@ -49,11 +49,12 @@ from biosrecall.eval.gate_data import (
     gate_queries,
     split_people,
 )
+from biosrecall.eval.scoring import CheckpointJob, plan_jobs
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_number, check_seed, rates
-from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint, read_meta
+from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint
 from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, versions
 
@@ -73,18 +74,15 @@ def task_name(meta: dict) -> str:
     return (meta.get("task") or {}).get("name") or "bios"
 
 
-def _plan(run_dir: Path, checkpoints, data_dir) -> list[tuple[str, Path, dict, Path]]:
-    """(label, checkpoint, meta, dataset folder) of every selected checkpoint, all checked first."""
-    planned = []
-    for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
-        meta = read_meta(path)
-        if meta["model_config"].get("n_block", 1) == 0:
-            raise BiosrecallError(
-                f"{run_dir} is a standard transformer (no recurrent block): it has one depth, so there "
-                "is no exit for a gate to learn"
-            )
-        planned.append((label, path, meta, RunFolder(run_dir).training_data(meta, data_dir)))
-    return planned
+def _plan(run_dir: Path, checkpoints, data_dir) -> list[CheckpointJob]:
+    """Every selected checkpoint (`eval.scoring.plan_jobs`), refused when it has no recurrent block."""
+    jobs = plan_jobs([run_dir], checkpoints, data_dir)
+    if any(job.meta["model_config"].get("n_block", 1) == 0 for job in jobs):
+        raise BiosrecallError(
+            f"{run_dir} is a standard transformer (no recurrent block): it has one depth, so there "
+            "is no exit for a gate to learn"
+        )
+    return jobs
 
 
 def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 0,
@@ -99,27 +97,28 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
     datasets = _check_data(run_dir, planned, tasks)
     device, written = resolve_device(str(device)), []
     with output_lock(run_dir, clean=False):
-        for label, path, meta, data_path in planned:
-            model, _ = load_checkpoint(path, device=device)
+        for job in planned:
+            model, _ = load_checkpoint(job.path, device=device)
             settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
-            fit = tasks[task_name(meta)].fit
-            record, arrays, data_hash = fit(model, data_path, datasets[data_path], settings, batch_size)
-            record.update(checkpoint=label, checkpoint_hash=file_sha256(path / MODEL_FILE),
-                          model_hash=model_hash(meta), data_hash=data_hash)  # fmt: skip
-            written.append(write_gate(RunFolder(run_dir).gate_dir(label), record, arrays))
+            fit = tasks[task_name(job.meta)].fit
+            data = job.dataset_path
+            record, arrays, data_hash = fit(model, data, datasets[data], settings, batch_size)
+            record.update(checkpoint=job.label, checkpoint_hash=file_sha256(job.path / MODEL_FILE),
+                          model_hash=model_hash(job.meta), data_hash=data_hash)  # fmt: skip
+            written.append(write_gate(RunFolder(run_dir).gate_dir(job.label), record, arrays))
     return written
 
 
 def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict:
     """Per data folder, what fitting reads, checked against the run by its task's `check`."""
     found = {}
-    for _, _, meta, data_path in planned:
-        name = task_name(meta)
+    for job in planned:
+        name, data_path = task_name(job.meta), job.dataset_path
         if name not in tasks:
             raise BiosrecallError(f"{run_dir} is a {name} run: this command fits gates of "
                                   f"{' and '.join(tasks)} runs only")  # fmt: skip
         if data_path not in found:
-            found[data_path] = tasks[name].check(run_dir, meta, data_path)
+            found[data_path] = tasks[name].check(run_dir, job.meta, data_path)
     return found
 
 
