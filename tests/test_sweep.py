@@ -30,7 +30,7 @@ from biosrecall.locking import output_lock
 from biosrecall.sweep.engine import run_sweep
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import SweepRun, check_runs
-from biosrecall.sweep.records import status_table
+from biosrecall.sweep.records import run_status
 from biosrecall.sweep.spec import load_spec
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
@@ -360,7 +360,7 @@ def test_a_killed_run_is_resumed_on_rerun(folder, tmp_path):
     assert [(o.state, o.exit_code, o.error) for o in outcomes[0].outcomes] == [
         ("failed", -9, "killed by SIGKILL")
     ]
-    assert status_table(load_jobs(tmp_path / "out", runs))[0]["state"] == "failed"
+    assert run_status(load_jobs(tmp_path / "out", runs)[0])["state"] == "failed"
     result = run_sweep(tmp_path / "out", runs)
     assert [(o.state, o.action) for o in result.outcomes] == [("done", "resumed")]
     planned = RunFolder(run_dir).read_config()["plan"]["updates"]

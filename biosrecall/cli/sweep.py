@@ -27,7 +27,7 @@ from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
 from biosrecall.sweep.engine import planned_actions, prepare, run_sweep
 from biosrecall.sweep.executors import make_executor
-from biosrecall.sweep.records import format_status, status_table
+from biosrecall.sweep.records import format_status, run_status
 from biosrecall.sweep.spec import load_spec
 
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
@@ -117,7 +117,7 @@ def _report(outcome) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of the table.")
 def status(spec_path, as_json):
     """Print each run's state (done, running, failed, waiting), its updates and a detail, then counts."""
-    rows = status_table(load_spec(spec_path).state_jobs())
+    rows = [run_status(job) for job in load_spec(spec_path).state_jobs()]
     click.echo(json.dumps(rows, indent=2) if as_json else format_status(rows))
 
 

@@ -18,7 +18,8 @@ that imports the CLI (lazily): the sweep sits beside `cli/` as a driver of its c
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,16 @@ EVAL_ENGINE_KEYS = {
 }
 """Options an evaluation may not set: recall-curve's --out is the sweep's, and it scores runs (no
 --hf-model); its seed aggregation is `sweep collect`'s."""
+
+
+@contextmanager
+def located(where: str) -> Iterator[None]:
+    """A BiosrecallError raised inside as one line that starts with `where` (a spec's path, a section,
+    a run): the one place a sweep puts the location in front of a problem."""
+    try:
+        yield
+    except BiosrecallError as exc:
+        raise BiosrecallError(f"{where}: {exc}") from None
 
 
 def click_command(words: str) -> click.Command:
@@ -139,12 +150,13 @@ def parse(words: str, args: list[str], what: str, config=None, read=dict) -> Any
     command = click_command(words)
     defaults = _config_reader(option_defaults, command, what, config) if config is not None else None
     try:
-        with command.make_context(f"biosrecall {words}", list(args), default_map=defaults) as ctx:
+        with (
+            located(what),
+            command.make_context(f"biosrecall {words}", list(args), default_map=defaults) as ctx,
+        ):
             return read(dict(ctx.params))
     except click.ClickException as exc:
         raise BiosrecallError(f"{what}: {exc.format_message()}".replace("\n", " ")) from None
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{what}: {exc}") from None
 
 
 def _config_reader(read, command: click.Command, *args) -> dict[str, Any]:

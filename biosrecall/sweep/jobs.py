@@ -58,7 +58,7 @@ class SweepRun:
     """What tells this run apart (grid values, entry name; a study's name, label, role, budget):
     columns of `collect`'s table."""
     out: Path | None = None
-    """The sweep's output folder, absolute; set by `build_jobs` / `state_jobs`, like what follows."""
+    """The sweep's output folder, absolute; set by `build_jobs`, like what follows."""
     eval_args: tuple[tuple[str, ...], ...] = ()
     """`biosrecall` words of each evaluation."""
     threads: int = 1
@@ -165,12 +165,10 @@ def _check_run(run: SweepRun) -> None:
         raise BiosrecallError(
             f"{what}: unknown task key(s) {', '.join(unknown)}; known: data, {', '.join(TASK_KEYS)}"
         )
-    try:
+    with commands.located(what):
         run.config.validate()
         if run.task.get("preset") is not None:
             get_preset(run.task["preset"])
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{what}: {exc}") from None
     data = run.task.get("data")
     if data is None or not Path(data).is_dir():
         raise BiosrecallError(f"{what}: data folder {data} does not exist")
@@ -204,14 +202,6 @@ def build_jobs(
     return [
         dataclasses.replace(run, eval_args=tuple(_eval_args(e, run) for e in evaluations)) for run in placed
     ]
-
-
-def state_jobs(
-    out: str | Path, names: Sequence[str], evaluations: Sequence[Evaluation] = ()
-) -> list[SweepRun]:
-    """The runs `names` placed only to read where each stands (its folder, record, log and
-    evaluations), not to train: `sweep status` and `collect` read no config."""
-    return build_jobs(out, [SweepRun(name) for name in names], evaluations)
 
 
 def select_names(names: Sequence[str], patterns: Sequence[str]) -> list[str]:

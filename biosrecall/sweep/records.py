@@ -3,7 +3,7 @@
     update_record(job, state="running", pid=1234)      # atomic rewrite, other fields kept
     record = run_state(job.record)                     # RunRecord(state="running", pid=1234, ...)
     status = run_status(job)                           # {"name": ..., "state": "done", "detail": ..., ...}
-    table = status_table(jobs)                         # one row per run, for `biosrecall sweep status`
+    rows = [run_status(job) for job in jobs]           # `biosrecall sweep status`: format_status(rows)
 
 A run's state, in this order:
 
@@ -162,11 +162,6 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
     plan = _stored(RunFolder(run_dir).config_file).get("plan")
     planned = plan.get("updates") if isinstance(plan, dict) else None
     return updates, planned if isinstance(planned, int) else None
-
-
-def status_table(jobs: list[SweepRun]) -> list[dict[str, Any]]:
-    """One row per run (`run_status`)."""
-    return [run_status(job) for job in jobs]
 
 
 def format_status(rows: list[dict[str, Any]]) -> str:

@@ -60,7 +60,7 @@ from biosrecall.files import read_toml_file
 from biosrecall.records import parse_record
 from biosrecall.sweep import commands
 from biosrecall.sweep.commands import replace_settings, setting_of
-from biosrecall.sweep.jobs import Evaluation, SweepRun, check_names, select_names, state_jobs
+from biosrecall.sweep.jobs import Evaluation, SweepRun, build_jobs, check_names, select_names
 
 EVAL_KEYS = {"recall_curve": "recall-curve", "lm_eval": "lm eval", "lm_harness": "lm harness"}
 TRAINER_NAMES = commands.TRAINERS
@@ -167,7 +167,7 @@ class SweepSpec:
     def state_jobs(self) -> list[SweepRun]:
         """The jobs of every run, to read where each stands (`sweep status`, `collect`): reading them
         needs no option of the runs, so a spec whose data comes with `sweep run --set` still reads."""
-        return state_jobs(self.out, self.names, self.evaluations)
+        return build_jobs(self.out, [SweepRun(name) for name in self.names], self.evaluations)
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
@@ -179,7 +179,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     data = read_toml_file(path, "sweep spec")
     parse_record(data, SpecFile, str(path))
     command, here = data["sweep"].get("command", "train"), path.parent
-    try:
+    with commands.located(str(path)):
         base = _options(command, data.get("base", {}), "[base]", here)
         grid = _grid(command, data.get("grid", {}))
         entries = [
@@ -190,8 +190,6 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
         written = expand_runs(command, base, grid, entries, fixed, here)
         check_names([name for name, _, _ in written])
         evaluations = _evaluations(data.get("eval", {}), here)
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{path}: {exc}") from None
     return SweepSpec(
         path=path,
         out=Path(resolve(data["sweep"]["out"], here)),
@@ -214,19 +212,13 @@ def _options(
     options: dict[str, Any] = {}
     named: dict[str, str] = {}
     for key, value in table.items():
-        name = _canonical(command, key, where, engine_keys)
+        with commands.located(where):
+            name = commands.canonical_key(command, key, engine_keys)
         if name in named:
             raise BiosrecallError(f"{named[name]} and {key} in {where} set the same option")
         named[name] = key
         options[key] = option_value(command, name, value, here, f"{where} {key}")
     return options
-
-
-def _canonical(command: str, key: str, where: str, engine_keys=commands.ENGINE_KEYS) -> str:
-    try:
-        return commands.canonical_key(command, key, engine_keys)
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{where}: {exc}") from None
 
 
 def _grid(command: str, grid: Mapping[str, list[Any]]) -> list[tuple[str, list[Any]]]:
@@ -245,7 +237,8 @@ def _overrides(command: str, overrides: Sequence[str], grid) -> dict[str, Any]:
         key, equals, value = item.partition("=")
         if not equals or not key:
             raise BiosrecallError(f"--set takes KEY=VALUE, got {item!r}")
-        name = _canonical(command, key.strip(), "--set")
+        with commands.located("--set"):
+            name = commands.canonical_key(command, key.strip(), commands.ENGINE_KEYS)
         if name in grid_names:
             raise BiosrecallError(f"--set {key}: {key} is a grid key")
         if commands.is_flag_option(command, name):
