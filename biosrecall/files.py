@@ -54,10 +54,11 @@ def require_regular_file(path: str | Path, what: str) -> Path:
     path = Path(path)
     try:
         mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise BiosrecallError(f"{what} {path} does not exist") from None
     except OSError as exc:
-        raise BiosrecallError(f"{what} {path} cannot be read: {exc.strerror}") from None
+        problem = (
+            "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read: {exc.strerror}"
+        )
+        raise BiosrecallError(f"{what} {path} {problem}") from None
     if not stat.S_ISREG(mode):
         raise BiosrecallError(f"{what} {path} is not a regular file")
     return path
@@ -65,13 +66,12 @@ def require_regular_file(path: str | Path, what: str) -> Path:
 
 def check_nesting(text: str, where: str, limit: int = MAX_NESTING) -> None:
     """Refuse text whose brackets nest deeper than `limit` (strings and comments skipped), before it is parsed."""
-    depth = deepest = 0
+    depth = 0
     for match in _BRACKETS.finditer(text):
         token = match.group()
         if token in "[{":
             depth += 1
-            deepest = max(deepest, depth)
-            if deepest > limit:
+            if depth > limit:
                 raise BiosrecallError(f"{where} nests arrays or tables deeper than {limit} levels")
         elif token in "]}":
             depth -= 1
@@ -86,10 +86,9 @@ def read_user_text(path: str | Path, what: str, max_bytes: int = MAX_USER_FILE_B
         if size > max_bytes:
             raise BiosrecallError(f"{what} {path} holds {size:,} bytes, above the {max_bytes:,} allowed")
         return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise BiosrecallError(f"cannot read {what} {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise BiosrecallError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or exc
+        raise BiosrecallError(f"cannot read {what} {path}: {reason}") from None
 
 
 def parse_toml_text(text: str, where: str) -> dict[str, Any]:
@@ -98,9 +97,10 @@ def parse_toml_text(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BiosrecallError(f"{where} is not valid TOML: {exc}") from None
+        problem = f"is not valid TOML: {exc}"
     except RecursionError:  # nesting the bracket count missed (dotted keys): the parser's stack ran out
-        raise BiosrecallError(f"{where} nests tables too deeply") from None
+        problem = "nests tables too deeply"
+    raise BiosrecallError(f"{where} {problem}")
 
 
 def read_toml_file(path: str | Path, what: str) -> dict[str, Any]:

@@ -77,21 +77,18 @@ def _owner(fd: int) -> str:
 def _open_locked(path: Path, output: Path) -> int:
     """Open and lock `path`; retry when its previous owner removed it between our open and our lock."""
     while True:
+        fd = None
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise BiosrecallError(f"cannot lock output {output}: {exc.strerror} ({path})") from None
-        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            owner = _owner(fd)
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise BiosrecallError(f"cannot lock output {output}: {exc.strerror}") from None
-            raise BiosrecallError(
-                f"output {output} is in use by another biosrecall process ({owner}); "
-                f"wait for it to finish or stop it (lock {path})"
-            ) from None
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                problem = f"is in use by another biosrecall process ({_owner(fd)}); wait for it to finish or stop it"
+            else:
+                problem = f"cannot be locked: {exc.strerror}"
+            if fd is not None:
+                os.close(fd)
+            raise BiosrecallError(f"output {output} {problem} (lock {path})") from None
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 return fd

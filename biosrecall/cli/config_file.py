@@ -153,10 +153,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
                 f"{MAX_USER_FILE_BYTES:,} allowed"
             )
         text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise click.BadParameter(f"cannot read {path}: not UTF-8 text") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or exc
+        raise click.BadParameter(f"cannot read {path}: {reason}") from None
     try:
         return parse_toml_text(text, f"config file {path}")
     except BiosrecallError as exc:  # a TOML error ends "(at line N, column M)" or "(at end of document)"
