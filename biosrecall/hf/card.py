@@ -68,14 +68,10 @@ def cached_recall(checkpoint: Path, manifest_hash: str) -> tuple[pd.DataFrame | 
 
 
 def _number(value, spec: str = ".3g") -> str:
-    """A number for the card ("unknown" when absent), e.g. 3.5e11 for FLOPs, 5.06 for a depth."""
+    """A number for the card ("unknown" when absent), e.g. 3.5e11 for FLOPs, 5.06 for a depth, 45% for a share."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return "unknown"
     return format(value, spec).replace("e+", "e")
-
-
-def _share(value) -> str:
-    return "unknown" if isinstance(value, bool) or not isinstance(value, int | float) else f"{value:.0%}"
 
 
 def _recall_section(recall: pd.DataFrame | None, note: str, facts: CardFacts) -> str:
@@ -160,7 +156,7 @@ initial state {cfg.get("init_state")}, tied embeddings {cfg.get("tie_embeddings"
 - budget {_number(prov.get("budget"))} modeled FLOPs over {plan.get("updates")} planned updates \
 (saving against uniform U{{1..16}} at the same updates: \
 {"unknown" if saving is None else f"{saving:.1%}"})
-- this checkpoint: `{prov.get("checkpoint")}` ({_share(prov.get("fraction"))} of the budget), \
+- this checkpoint: `{prov.get("checkpoint")}` ({_number(prov.get("fraction"), ".0%")} of the budget), \
 update {prov.get("update")}, {_number(prov.get("flops"))} FLOPs spent
 - batch {train.get("batch_size")} x {plan.get("seq_len", train.get("seq_len"))} tokens, \
 lr {train.get("lr")}, seed {train.get("seed")}, preset `{(facts.record.get("task") or {}).get("preset")}`

@@ -116,9 +116,19 @@ def export_run(
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite, EXPORT_RECORD)  # a folder not exported here is never replaced
         hf_model = build_hf_model(model, steps, provenance)
-        # person 0's evaluation rows check the logits (and give the card its example)
-        verify_same_logits(model, hf_model, dataset.eval_set(np.arange(1)).tokens, steps)
-        facts = _card_facts(provenance, record, model, steps, dataset)
+        # person 0's evaluation rows check the logits, and the first gives the card its usage example
+        person = dataset.eval_set(np.arange(1))
+        verify_same_logits(model, hf_model, person.tokens, steps)
+        texts = eval_texts(dataset, person)
+        facts = CardFacts(
+            run=provenance["run"],
+            provenance=provenance,
+            record=record,
+            parameters=model.num_parameters(),
+            num_steps=steps,
+            example_prompt=texts.prompts[0],
+            example_answer=texts.answers[0],
+        )
         recall, note = cached_recall(path, dataset.manifest_hash)
         with atomic_directory(out_dir, overwrite=overwrite) as tmp, quiet_transformers():
             _save_weights(hf_model, tmp)
@@ -282,17 +292,3 @@ def save_tokenizer(tokenizer, context_length: int, folder: Path) -> None:
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _card_facts(provenance: dict, record: dict, model, steps: int, dataset) -> CardFacts:
-    """The card's facts, with person 0's first evaluation prompt as the usage example."""
-    texts = eval_texts(dataset, dataset.eval_set(np.arange(1)))
-    return CardFacts(
-        run=provenance["run"],
-        provenance=provenance,
-        record=record,
-        parameters=model.num_parameters(),
-        num_steps=steps,
-        example_prompt=texts.prompts[0],
-        example_answer=texts.answers[0],
-    )
