@@ -151,8 +151,7 @@ class TokenStore:
     """
 
     def __init__(self, arrays: TokenArrays, pool_sizes: Sequence[int], sep_id: int):
-        template_base = 0
-        name_base = len(arrays.template_tokens)
+        name_base = len(arrays.template_tokens)  # the template pieces come first, at offset 0
         value_base = name_base + len(arrays.name_tokens)
         self.sep_start = value_base + len(arrays.value_tokens)
         self.tokens = np.concatenate(
@@ -167,9 +166,9 @@ class TokenStore:
         train = arrays.train_templates
         self.template_attribute = train[:, 0]
         self.name_first = train[:, 1].astype(bool)
-        self.piece_start = template_base + train[:, 2::2]
+        self.piece_start = train[:, 2::2]
         self.piece_length = train[:, 3::2]
-        self.eval_start = template_base + arrays.eval_templates[:, 2::2]
+        self.eval_start = arrays.eval_templates[:, 2::2]
         self.eval_length = arrays.eval_templates[:, 3::2]
 
     def check(self, vocab_size: int) -> None:
