@@ -136,7 +136,9 @@ def read_json_object(
 def require_keys(data: Any, required: Iterable[str], what: str, path: str | Path) -> None:
     """Refuse `data` (`what`, read from `path`) unless it is an object holding the `required` keys."""
     if not isinstance(data, dict):
-        raise BiosrecallError(f"{what} {path} is corrupt: expected a JSON object, got {type(data).__name__}")
-    missing = [key for key in required if key not in data]
-    if missing:
-        raise BiosrecallError(f"{what} {path} is corrupt: missing {', '.join(map(repr, missing))}")
+        problem = f"expected a JSON object, got {type(data).__name__}"
+    elif missing := [key for key in required if key not in data]:
+        problem = f"missing {', '.join(map(repr, missing))}"
+    else:
+        return
+    raise BiosrecallError(f"{what} {path} is corrupt: {problem}")

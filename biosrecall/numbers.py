@@ -152,12 +152,13 @@ def check_number(name: str, value: Any, limit: Limit) -> int | float:
     number = _as_number(value, limit.kind)
     bad_type = number is None or (limit.kind is float and not math.isfinite(number))
     if bad_type or limit.under(number):
-        raise BiosrecallError(f"{name} must be {limit.describe()}, got {excerpt(value)}")
-    if number > limit.high or (limit.high_open and number == limit.high):
+        bound = limit.describe()
+    elif number > limit.high or (limit.high_open and number == limit.high):
         reason = f" ({limit.why})" if limit.why else ""
-        bound = limit.describe() if limit.kind is float else f"at most {limit.high:,}"
-        raise BiosrecallError(f"{name} must be {bound}{reason}, got {excerpt(value)}")
-    return number
+        bound = (limit.describe() if limit.kind is float else f"at most {limit.high:,}") + reason
+    else:
+        return number
+    raise BiosrecallError(f"{name} must be {bound}, got {excerpt(value)}")
 
 
 def _as_number(value: Any, kind: type) -> int | float | None:
