@@ -19,7 +19,6 @@ Files (tables as CSV and parquet, the figure as PNG and PDF):
                           look at another seed count is kept as capacity_claims_at_<n>seeds.csv)
     capacity.png/.pdf     stored bits against people (`plot_capacity`)
 
-The engine writes the same claims as claims.csv/.md too, as it does for every study.
 A baseline has one serving depth: its rows say depth 1, and every claim reads it there.
 """
 
@@ -74,15 +73,9 @@ COLUMNS = [
 """capacity_claims.csv's columns, in order."""
 
 
-def summarize(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and 95% t interval over seeds per people count, model and depth (`biosrecall.stats`)."""
-
-    return aggregate_seeds(table, GROUP, VALUES)
-
-
 def write(out_dir: Path, per_run: pd.DataFrame, options=None) -> tuple[dict, pd.DataFrame, list[Path]]:
     """Every file of the module doc, each written atomically: (tables, judged claims, figure files)."""
-    tables = {"capacity": per_run, "capacity_summary": summarize(per_run)}
+    tables = {"capacity": per_run, "capacity_summary": aggregate_seeds(per_run, GROUP, VALUES)}
     for name, table in tables.items():
         write_table(table, out_dir / name)
     atomic_write_text(out_dir / "capacity.md", capacity_markdown(tables["capacity_summary"], per_run))
@@ -338,7 +331,7 @@ def knees_markdown(knees: pd.DataFrame) -> str:
 
 
 def plot_capacity(summary: pd.DataFrame):
-    """Stored bits against people (`summary`: `summarize`): one panel per measure (rows: exact-match,
+    """Stored bits against people (`summary`: capacity_summary): one panel per measure (rows: exact-match,
     loss bound) and serving depth (columns), one line per model with its 95% band over seeds (a
     baseline, which has one depth, dashed in every panel), the ceiling (every fact stored) and the
     lines of 1 and 2 bits per parameter of the looped model."""

@@ -23,6 +23,7 @@ interrupted ones resumed, failed ones tried again (see `biosrecall.sweep.worker`
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,10 +50,9 @@ class SweepResult:
 
     def summary(self) -> str:
         """One line of counts per action, then one line per failed run (exit code, error, log)."""
-        counts: dict[str, int] = {}
-        for outcome in self.outcomes:
-            key = "failed" if outcome.state == "failed" else outcome.action
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter(
+            "failed" if outcome.state == "failed" else outcome.action for outcome in self.outcomes
+        )
         lines = [f"{len(self.outcomes)} runs: " + ", ".join(f"{n} {key}" for key, n in counts.items())]
         lines += [
             f"failed {outcome.name} (exit {outcome.exit_code}): {outcome.error}  [log {outcome.log}]"

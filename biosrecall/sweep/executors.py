@@ -27,12 +27,12 @@ or "local" to run the same array as local processes (for tests; it ignores parti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from biosrecall.errors import BiosrecallError, first_line
@@ -52,7 +52,7 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LocalExecutor:
     """Runs jobs on this machine, `workers` at a time."""
 
@@ -160,7 +160,7 @@ def _run_guarded(job: SweepRun, env: dict, running: dict) -> Outcome:
         return failed(job, None, f"the sweep could not run it: {first_line(exc)}")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class SlurmExecutor:
     """Runs jobs as one Slurm job array through submitit (module docstring)."""
 
@@ -227,19 +227,13 @@ def import_submitit():
     return submitit
 
 
-LOCAL_ONLY = ("workers", "threads_per_run")
-SLURM_ONLY = ("partition", "cpus_per_run", "time_min", "array_parallelism")
-
-
 def make_executor(kind: str, defaults: dict, given: dict) -> LocalExecutor | SlurmExecutor:
     """The executor of `kind` ("local", "slurm") from a spec's [executor] `defaults` and the command
     line's `given` values (None: not given); a command-line option of the other kind is refused."""
-    other = SLURM_ONLY if kind == "local" else LOCAL_ONLY
-    wrong = [name for name in other if given.get(name) is not None]
+    chosen, other = (LocalExecutor, "slurm") if kind == "local" else (SlurmExecutor, "local")
+    own = {item.name for item in dataclasses.fields(chosen)}
+    wrong = [name for name, value in given.items() if value is not None and name not in own]
     if wrong:
-        flag = "--" + wrong[0].replace("_", "-")
-        raise BiosrecallError(f"{flag} applies to --executor {'slurm' if kind == 'local' else 'local'} only")
+        raise BiosrecallError(f"--{wrong[0].replace('_', '-')} applies to --executor {other} only")
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
-    if kind == "local":
-        return LocalExecutor(**{k: v for k, v in values.items() if k not in SLURM_ONLY})
-    return SlurmExecutor(**{k: v for k, v in values.items() if k not in LOCAL_ONLY})
+    return chosen(**{k: v for k, v in values.items() if k in own})
