@@ -68,7 +68,7 @@ from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_seed
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR
-from biosrecall.sizing import check_fits, dataset_cost, describe
+from biosrecall.sizing import check_fits, dataset_cost, describe, shows_progress
 
 FORMAT = "biosrecall-bios-1"
 MANIFEST = "manifest.json"
@@ -160,13 +160,13 @@ def generate_dataset(
     written under a temporary name and renamed, so a failure leaves nothing behind. The output may not
     be or hold the pools or templates it reads, and is locked for the whole call (`output_lock`).
     A dataset larger than the machine's memory or free disk (`biosrecall.sizing`) is refused before
-    any work; `report`, when given, is told the estimate, then each stage as it starts.
+    any work; `report`, when given, is told the estimate, then each stage as it starts, if the work
+    is long enough to be worth reporting (`biosrecall.sizing.shows_progress`).
     """
     out_dir = Path(out_dir)
     seed = check_seed(seed)
     pools_dir = pools_dir if pools_dir is not None else POOLS_DIR
     templates_dir = templates_dir if templates_dir is not None else TEMPLATES_DIR
-    report = report or (lambda stage: None)
     check_output_path(out_dir, [pools_dir, templates_dir])
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite, RECORD)  # fail before the work, not after it
@@ -175,6 +175,8 @@ def generate_dataset(
         check_people_count(people, sizes)
         cost = dataset_cost(people)
         check_fits(f"--people {people:,}", cost, out_dir, "use fewer people")
+        # the stages of short work are not worth a line each
+        report = report if report is not None and shows_progress(cost) else (lambda stage: None)
         pool_hashes = pool_file_hashes(pools_dir)
         templates = load_templates(templates_dir)
         report(f"generating {people:,} people: {describe(cost)}")

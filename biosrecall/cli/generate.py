@@ -43,7 +43,6 @@ from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
 from biosrecall.numbers import SEED, counts, parse_int
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR, writable_pools_dir
-from biosrecall.sizing import dataset_cost, shows_progress
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
 # Options that describe a dataset to generate, so they mean nothing with --from-dataset.
@@ -244,7 +243,6 @@ def generate(
         if from_dataset is None:
             check_export_size(people, export)
     if from_dataset is None:
-        long = shows_progress(dataset_cost(people))
         try:
             generate_dataset(
                 dataset_dir,
@@ -255,7 +253,7 @@ def generate(
                 overwrite=overwrite,
                 templates_dir=templates_dir,
                 pools_dir=pools_dir,
-                report=(lambda stage: click.echo(stage, err=True)) if long else None,
+                report=lambda stage: click.echo(stage, err=True),
             )
         except KeyboardInterrupt:
             # Stopped after the dataset was swapped into place (while letting go of the lock, say):
