@@ -78,15 +78,11 @@ def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[SweepRun]
             RunFolder(job.run_dir).read_metrics() if RunFolder(job.run_dir).metrics_file.is_file() else []
         )
         last = metrics[-1] if metrics else {}
-        row = {"run": job.name, **{str(k): _cell(v) for k, v in labels[job.name].items()}}
+        row = {"run": job.name, **{str(k): v for k, v in labels[job.name].items()}}
         row.update({key: status[key] for key in ("state", "updates", "planned")})
         row.update({key: last.get(key) for key in _LAST_METRICS})
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _cell(value):
-    return ",".join(map(str, value)) if isinstance(value, list) else value
 
 
 def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:

@@ -320,7 +320,6 @@ def run_name(command: str, entry_name: str | None, chosen: Mapping[str, Any]) ->
 
 
 def _slug(value: Any) -> str:
-    if isinstance(value, list):
-        return "_".join(_slug(item) for item in value)
+    """A grid value (`option_value` refused lists in a grid) as a part of a run name."""
     text = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return _UNSAFE.sub("_", text)
