@@ -9,7 +9,9 @@ training sentence `"<prompt> {value}."` unless the eval phrasings are held out.
     templates.training(holdout_eval=False)       # attribute -> training templates
     render(templates.eval["major"][0], name="Ann Lee Smith")
 
-Every problem is a `BiosrecallError` naming the file and the line (or the entry) at fault.
+Every problem is a `BiosrecallError` naming the file and the line (or the entry) at fault; a file
+whose structure is wrong (a table or key other than the attribute tables and their one list, a
+value that is not a string) is read as a record (`biosrecall.records`), whose error names the field.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import file_sha256, parse_toml_text, read_user_text
 from biosrecall.paths import TEMPLATES_DIR
+from biosrecall.records import exact_keys, parse_record
 
 TRAIN_FILE = "train.toml"
 EVAL_FILE = "eval.toml"
@@ -87,25 +92,21 @@ class _Source:
         return BiosrecallError(f"{self.where(table, entry, index)}: {message}")
 
 
+def _file_type(key: str) -> type:
+    """A template file's record type: one table per attribute, no other, each holding only `key`, a
+    list of strings."""
+    table = msgspec.defstruct(f"{key}_table", [(key, list[str])], forbid_unknown_fields=True)
+    return exact_keys(f"{key}_file", ATTRIBUTES, table)
+
+
+_FILE_TYPES = {key: _file_type(key) for key in ("templates", "prompts")}
+
+
 def _parse(source: _Source, key: str) -> dict[str, list[str]]:
     """The `key` list of every attribute table, with the file's structure checked."""
-    data = parse_toml_text(source.text, f"template file {source.path}")
-    for table in data:
-        if table not in ATTRIBUTES:
-            raise source.error(f"unknown attribute [{table}] (expected {', '.join(ATTRIBUTES)})", table)
-    parsed = {}
-    for attribute in ATTRIBUTES:
-        if attribute not in data:
-            raise BiosrecallError(f"{source.path}: missing table [{attribute}]")
-        table = data[attribute]
-        entries = table.get(key) if isinstance(table, dict) else None
-        if not isinstance(table, dict) or set(table) != {key} or not isinstance(entries, list):
-            raise source.error(f"[{attribute}] must hold exactly one key, a list `{key} = [...]`", attribute)
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, str):
-                raise source.error(f"entry {i + 1} of [{attribute}] is not a string", attribute)
-        parsed[attribute] = entries
-    return parsed
+    where = f"template file {source.path}"
+    data = parse_record(parse_toml_text(source.text, where), _FILE_TYPES[key], where)
+    return {attribute: getattr(getattr(data, attribute), key) for attribute in ATTRIBUTES}
 
 
 def _placeholder_problem(text: str, required: tuple[str, ...]) -> str | None:
