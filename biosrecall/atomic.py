@@ -426,16 +426,15 @@ def atomic_directory(
 
     With `overwrite`, an existing folder is replaced only after the new one is complete, and restored
     if the swap fails; with `record`, only a folder it marks is replaced (checked on entry and again at
-    the swap), and the new folder must hold the record itself. Without `overwrite`, an output that
-    appeared meanwhile is never replaced.
+    the swap), and the block writes the record into the new folder (as every command's tests see, so
+    that its next `--overwrite` finds it). Without `overwrite`, an output that appeared meanwhile is
+    never replaced.
     """
     path, tmp = _swap_target(check_output_dir(path, overwrite, record)), None
     try:
         with held():  # a signal waits until `tmp` names the folder the clean-up below removes
             tmp = _temporary_folder(path)
         yield tmp
-        if record is not None and not record.marks(tmp):
-            raise RuntimeError(f"{record.command} built {path} without its record {record.name}")
         _swap_in(tmp, path, overwrite, record)
     except BaseException as exc:
         if tmp is None:  # nothing was made (a failure to make it is already named)
@@ -462,20 +461,19 @@ def replace_files(folder: str | Path, record: OutputRecord) -> Iterator[Path]:
     """Write a set of files into a shared `folder` as one: the block fills the yielded staging folder
     (hidden, inside `folder`, so the renames stay on one file system), and only once every file is
     complete are they renamed into place, together and with signals held; a failure before (a full
-    disk) leaves the previous set as it was. `record` names the set's record, written last: files of
-    the same names are replaced only when their record marks them (a folder of the user's own files
-    that happen to share a name is refused, and nothing is written)."""
+    disk) leaves the previous set as it was. `record` names the set's record, which the block writes
+    and which is renamed into place last: files of the same names are replaced only when their record
+    marks them (a folder of the user's own files that happen to share a name is refused, and nothing
+    is written)."""
     folder, stage = Path(folder), None
     try:
         with held():  # a signal waits until `stage` names the folder the clean-up below removes
             stage = _temporary_folder(folder / record.name)
         yield stage
         names = sorted(entry.name for entry in os.scandir(stage))
-        if record.name not in names:
-            raise RuntimeError(f"{record.command} wrote {folder} without its record {record.name}")
         check_files_replaceable(folder, names, record)
         with held():  # renames need no space: once begun, the whole set goes in
-            for name in [n for n in names if n != record.name] + [record.name]:
+            for name in sorted(names, key=lambda name: name == record.name):  # the record last
                 os.replace(stage / name, folder / name)
     except BaseException as exc:
         written = None if stage is None else _written_in(exc, stage, folder)
