@@ -6,6 +6,6 @@
 
 `flops.py` prices updates and matches standard transformers to looped presets, `schedules.py` says
 which depth each update uses (from its seeded draws and exact Poisson-lognormal tables), `planner.py`
-sizes runs. Import each from its module: this package imports none of them, so
+sizes runs, `report.py` lays out what `biosrecall flops` prints. Import each from its module: this package imports none of them, so
 reading a schedule loads neither the FLOP account nor the recipes.
 """

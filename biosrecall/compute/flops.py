@@ -9,7 +9,6 @@
     serving_flops(cfg, 15, 4, 2, gate_checks=3)       # one query under the learned exit gate
     readout_flops(cfg, positions=15, checked=2)       # one readout, the head at 2 of 15 positions
     match_ratios(get_preset("bios-cpu-std-flops"), get_preset("bios-cpu"))  # baseline / looped
-    describe_match("bios-cpu-std-params")              # the line `biosrecall flops` prints
 
 Every other module (planner, trainer, `biosrecall flops`, benchmarks) asks here; nothing else
 multiplies parameter counts by 2 or 6.
@@ -59,7 +58,7 @@ with `positions=` (its fused QKV projection still makes queries everywhere). A c
 logits pays one readout per iteration, a readout-free one its norms (4 d FLOPs per checked position
 and check) and one readout; a fixed depth pays one.
 
-Standard-transformer baselines (`match_ratios`, `describe_match`). A baseline runs
+Standard-transformer baselines (`match_ratios`; `report.py` prints it). A baseline runs
 at its one depth (1); the looped preset is priced at `BASELINE_DEPTH` (K = 4), the depth a
 flops-matched baseline stands in for, by the same account: match_ratios(bios-cpu-std-flops, bios-cpu)
 gives parameters 1.507, non-embedding 1.902, training FLOPs 0.967 and forward FLOPs 0.964.
@@ -78,7 +77,7 @@ import numpy as np
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.model.presets import BASELINE_DEPTH, BASELINES, get_preset
+from biosrecall.model.presets import BASELINE_DEPTH
 from biosrecall.model.recipes import get_recipe
 from biosrecall.numbers import check_count
 
@@ -325,18 +324,3 @@ def match_ratios(
         "train_flops": train[0] / train[1],
         "forward_flops": forward[0] / forward[1],
     }
-
-
-def describe_match(name: str) -> str | None:
-    """One line on how the baseline preset `name` matches its looped preset; None for other presets."""
-    if name not in BASELINES:
-        return None
-    looped, match, layers = BASELINES[name]
-    ratios = match_ratios(get_preset(name), get_preset(looped))
-    what = "parameters" if match == "parameters" else f"training FLOPs per token at K = {BASELINE_DEPTH}"
-    return (
-        f"  baseline of {looped}, matched in {what} ({layers} layers): parameters "
-        f"x{ratios['parameters']:.3f} of {looped}'s (non-embedding x{ratios['non_embedding']:.3f}), "
-        f"training FLOPs per token x{ratios['train_flops']:.3f} of its at K = {BASELINE_DEPTH} "
-        f"(forward x{ratios['forward_flops']:.3f})"
-    )
