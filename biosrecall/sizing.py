@@ -223,17 +223,18 @@ def check_fits(what: str, cost: Cost, out: str | Path | None, advice: str) -> No
     estimate and the limit; `what` names the work ("--people 10,000,000"), `out` where it writes."""
     limit, source = available_memory()
     if cost.memory > limit:
-        raise BiosrecallError(
-            f"{what} needs about {show_bytes(cost.memory)} of memory, more than the {show_bytes(limit)} "
+        problem = (
+            f"needs about {show_bytes(cost.memory)} of memory, more than the {show_bytes(limit)} "
             f"this machine has available ({source}); {advice}"
         )
-    if out is not None and cost.disk > 0:
-        free = free_disk(out)
-        if cost.disk > free:
-            raise BiosrecallError(
-                f"{what} writes about {show_bytes(cost.disk)}, more than the {show_bytes(free)} free on "
-                f"the disk of {out}; {advice}, or free some space"
-            )
+    elif out is not None and cost.disk > 0 and cost.disk > (free := free_disk(out)):
+        problem = (
+            f"writes about {show_bytes(cost.disk)}, more than the {show_bytes(free)} free on "
+            f"the disk of {out}; {advice}, or free some space"
+        )
+    else:
+        return
+    raise BiosrecallError(f"{what} {problem}")
 
 
 def shows_progress(cost: Cost) -> bool:
