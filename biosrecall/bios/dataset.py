@@ -48,10 +48,11 @@ from biosrecall.bios.people import chance_bits, check_people_count, draw_people,
 from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS, attribute_bits, load_pools, pool_file_hashes
 from biosrecall.bios.templates import load_templates
 from biosrecall.bios.tokenizer import (
+    MAX_TOKENIZER_BYTES,
     PAD_TOKEN,
     SEP_TOKEN,
     build_tokenizer,
-    read_tokenizer,
+    read_tokenizer_text,
     split_template,
     split_words,
 )
@@ -255,7 +256,7 @@ def load_dataset(path: str | Path) -> BiosDataset:
         raise BiosrecallError(f"dataset folder {folder} not found")
     raw, manifest = read_manifest(folder / MANIFEST, FORMAT)
     verify_files(folder, manifest)
-    tokenizer = read_tokenizer(folder / TOKENIZER)
+    tokenizer = read_tokenizer_text(folder / TOKENIZER, MAX_TOKENIZER_BYTES)[0]
     try:
         arrays = TokenArrays.load(folder)
         people = pq.read_table(folder / PEOPLE).to_pandas()

@@ -11,7 +11,7 @@ by a dataset; it only keeps stray text encodable). Then every word in sorted ord
 texts always give the same ids.
 
     tokenizer = build_tokenizer(words)          # words: split_words() of every value and template piece
-    tokenizer = read_tokenizer("data/bios-1k/tokenizer.json")   # checked: regular file, ids 0..N-1
+    tokenizer, text = read_tokenizer_text("data/bios-1k/tokenizer.json", MAX_TOKENIZER_BYTES)   # ids 0..N-1
     ids = encode_words(tokenizer, split_words("Ann Lee Smith"))
     tokenizer.decode(ids) == "Ann Lee Smith"
 """
@@ -66,11 +66,6 @@ def build_tokenizer(words: Iterable[str]) -> Tokenizer:
     tokenizer.decoder = decoders.Metaspace(replacement=SPACE_MARK, prepend_scheme="always", split=True)
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     return tokenizer
-
-
-def read_tokenizer(path: str | Path) -> Tokenizer:
-    """Load a tokenizer.json: a regular file of bounded size whose token ids are exactly 0..N-1."""
-    return read_tokenizer_text(path, MAX_TOKENIZER_BYTES)[0]
 
 
 def read_tokenizer_text(path: str | Path, max_bytes: int) -> tuple[Tokenizer, str]:
