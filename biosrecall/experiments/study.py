@@ -24,7 +24,7 @@ budget sweep adds `budget` and `trunk` (`biosrecall.experiments.budgets`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,9 @@ def scaled_budget(config: TrainConfig, multiple: float) -> TrainConfig:
     return replace(config, budget_of=f"{spec}:{scaled}")
 
 
-def check_list(values, flag: str, valid, rule: str, example: str = "", most: int | None = None) -> None:
+def check_list(
+    values, flag: str, valid: Callable[[Any], bool], rule: str, example: str = "", most: int | None = None
+) -> None:
     """The rules every list option of a study obeys, in one place: each value `valid` (else "{flag}
     {rule}"), each given once, at most `most`, and at least one when `example` shows one."""
     values = list(values)
@@ -201,7 +203,7 @@ def check_list(values, flag: str, valid, rule: str, example: str = "", most: int
         raise BiosrecallError(f"{flag} lists {len(values)} values; at most {most}")
 
 
-def _integers(low: int, high: int):
+def _integers(low: int, high: int) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, int) and low <= value <= high
 
 
