@@ -120,10 +120,9 @@ def _print_plan(options, table) -> None:
 
 
 def _print(result) -> None:
-    from biosrecall.experiments.claims import claims_markdown
+    from biosrecall.experiments.claims import claims_markdown, seed_count
 
-    n_seeds = int(result.claims["n_seeds"].max())
-    if n_seeds < 2:  # say why before the reader sees a column of "inconclusive"
+    if seed_count(result.claims) < 2:  # say why before the reader sees a column of "inconclusive"
         click.echo("claims, from 1 seed: one seed has no interval, so no claim can be decided (add --seeds)")
     click.echo(claims_markdown(result.claims))
     for what, name in (
