@@ -98,22 +98,19 @@ def compute_to_target(curve: pd.DataFrame) -> pd.DataFrame:
     for (name, target, depths), part in needed.groupby(["name", "target", "depths"], sort=False):
         interval = seed_interval(np.log10(part["flops"].dropna()))
         notes = sorted(set(part["note"]) - {""})
-        rows.append(
-            {
-                "kind": "flops",
-                "subject": name,
-                "target": target,
-                "depths": depths,
-                "value": 10**interval.mean if interval.n else math.nan,
-                "low": 10**interval.low if not math.isnan(interval.low) else math.nan,
-                "high": 10**interval.high if not math.isnan(interval.high) else math.nan,
-                "n_seeds": interval.n,
-                "of_seeds": len(part),
-                "note": "; ".join(notes),
-            }
-        )
+        rows.append(_row("flops", name, target, depths, interval, len(part), notes, back=lambda x: 10**x))
     rows += _savings(needed)
     return pd.DataFrame(rows)
+
+
+def _row(
+    kind: str, subject: str, target: float, depths: str, interval, of_seeds: int, notes, back=float
+) -> dict:
+    """One row of compute_to_target: the interval over seeds of `of_seeds` (its numbers mapped `back`
+    from log10 FLOPs for kind "flops"; NaN stays NaN) and its notes."""
+    value, low, high = (back(x) for x in (interval.mean, interval.low, interval.high))
+    return {"kind": kind, "subject": subject, "target": target, "depths": depths, "value": value, "low": low,
+            "high": high, "n_seeds": interval.n, "of_seeds": of_seeds, "note": "; ".join(notes)}  # fmt: skip
 
 
 def _needed_per_seed(curve: pd.DataFrame) -> pd.DataFrame:
@@ -149,18 +146,7 @@ def _savings(needed: pd.DataFrame) -> list[dict]:
             if len(pair):
                 notes.append("a schedule reached it at the smallest budget: its FLOPs are an upper bound")
             rows.append(
-                {
-                    "kind": "saving",
-                    "subject": f"{FIXED_FIRST} vs {other}",
-                    "target": target,
-                    "depths": depths,
-                    "value": interval.mean,
-                    "low": interval.low,
-                    "high": interval.high,
-                    "n_seeds": interval.n,
-                    "of_seeds": len(values),
-                    "note": "; ".join(notes),
-                }
+                _row("saving", f"{FIXED_FIRST} vs {other}", target, depths, interval, len(values), notes)
             )
     return rows
 
