@@ -208,7 +208,6 @@ def _provenance(run_dir: Path, label: str, meta: dict, record: dict, dataset, st
     flops, budget = meta.get("flops"), meta.get("budget")
     if fraction is None and flops is not None and budget:
         fraction = float(flops) / float(budget)  # the switch checkpoint: the share of the budget spent
-    manifest = dataset.manifest
     return {
         "run": run_dir.resolve().name,
         "checkpoint": label,
@@ -220,10 +219,7 @@ def _provenance(run_dir: Path, label: str, meta: dict, record: dict, dataset, st
         "task": record.get("task"),
         "dataset": {
             "manifest_hash": dataset.manifest_hash,
-            "num_people": manifest.get("num_people"),
-            "seed": manifest.get("seed"),
-            "total_bits": manifest.get("total_bits"),
-            "chance_bits": manifest.get("chance_bits"),
+            **{key: dataset.manifest[key] for key in ("num_people", "seed", "total_bits", "chance_bits")},
         },
         "num_steps_source": steps_source,
         "biosrecall_version": biosrecall.__version__,
