@@ -20,7 +20,7 @@ import torch
 from biosrecall.bios import ATTRIBUTES, EvalSet
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import recall_table, score_exact
-from biosrecall.eval.sweep import exact_at_depth, exact_by_depth, greedy_exact
+from biosrecall.eval.sweep import exact_at_depth, exact_by_depth
 
 POOL_SIZES = (7, 5, 4, 6, 5, 3)
 PAD, SEP, IS = 0, 1, 2
@@ -312,6 +312,23 @@ def test_sweep_asks_for_answer_predicting_positions_only(dataset):
             r = np.flatnonzero((eval_set.tokens[:, : len(row_tokens)] == row_tokens).all(axis=1))[0]
             start, length = eval_set.answer_start[r], eval_set.answer_len[r]
             assert list(np.flatnonzero(row_positions)) == list(range(start - 1, start + length - 1))
+
+
+def greedy_exact(model, eval_set, depth: int, rows) -> np.ndarray:
+    """bool [len(rows)]: greedy generation from each prompt alone reproduces the whole answer: the
+    definition teacher forcing stands in for (one forward per generated token, so on a sample)."""
+    if hasattr(model, "eval"):
+        model.eval()
+    exact = np.zeros(len(rows), dtype=bool)
+    with torch.inference_mode():
+        for i, row in enumerate(rows):
+            start, length = int(eval_set.answer_start[row]), int(eval_set.answer_len[row])
+            sequence = torch.as_tensor(np.asarray(eval_set.tokens[row, :start]), dtype=torch.long)
+            for _ in range(length):
+                next_token = model.forward(sequence[None, :], depth)[0, -1].argmax()
+                sequence = torch.cat([sequence, next_token[None]])
+            exact[i] = np.array_equal(sequence[start:].numpy(), eval_set.tokens[row, start : start + length])
+    return exact
 
 
 @pytest.mark.parametrize("depth", [1, 3, 8])

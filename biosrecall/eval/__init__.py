@@ -21,7 +21,7 @@ from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.plots import plot_exit_frontier, plot_recall_curves
 from biosrecall.eval.recall import RecallScore, recall_table, score_exact
 from biosrecall.eval.serving import exit_frontier, headline_table
-from biosrecall.eval.sweep import answer_stats_by_depth, exact_at_depth, exact_by_depth, greedy_exact
+from biosrecall.eval.sweep import answer_stats_by_depth, exact_at_depth, exact_by_depth
 
 __all__ = [
     "RecallScore",
@@ -29,7 +29,6 @@ __all__ = [
     "exact_at_depth",
     "exact_by_depth",
     "exit_frontier",
-    "greedy_exact",
     "headline_table",
     "parse_exits",
     "plot_exit_frontier",

@@ -10,7 +10,6 @@ cost one 64-deep pass plus 64 readouts that are each much cheaper than a layer.
 
     exact = exact_by_depth(model, dataset.eval_set(), max_depth=64)  # bool [64, M]; row k-1 is depth k
     exact_at_depth(model, eval_set, 4)      # bool [M]: one depth, full forward (the slow reference)
-    greedy_exact(model, eval_set, 4, rows)  # token-by-token greedy generation (the definition)
     batch = answer_batch(eval_set, rows, device)  # the layout, for a scorer of its own (the diagnostic)
     exact_rows(model(batch.tokens, 4)[batch.positions], batch)  # bool [len(rows)]
 
@@ -97,27 +96,6 @@ def exact_rows(logits: torch.Tensor, batch: AnswerBatch) -> torch.Tensor:
     return wrong_per_row == 0
 
 
-def _model_device(model, device: str | torch.device | None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-    return parameter.device if parameter is not None else torch.device("cpu")
-
-
-@contextmanager
-def _inference(model) -> Iterator[None]:
-    """Eval mode (no dropout) and no autograd for the duration, restoring the caller's mode after."""
-    was_training = getattr(model, "training", False)
-    if hasattr(model, "eval"):
-        model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        if was_training:
-            model.train()
-
-
 def progress_bar(batches: list, enabled: bool | None, description: str):
     """A plain-text bar over `batches` on stderr; `enabled` None: only when stderr is a terminal."""
     interactive = sys.stderr.isatty() if enabled is None else enabled
@@ -137,12 +115,23 @@ def answer_batches(
 ) -> Iterator[AnswerBatch]:
     """The eval set as `answer_batch`es on `device` (default: the model's), with the model in eval mode
     and autograd off until the last one is consumed: how every scorer of the eval set walks it.
-    `progress` None shows a bar titled `label` only when stderr is a terminal."""
+    `progress` None shows a bar titled `label` only when stderr is a terminal. The caller's training
+    mode is restored after."""
     check_eval_set(eval_set)
-    device = _model_device(model, device)
-    with _inference(model):
-        for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
-            yield answer_batch(eval_set, rows, device)
+    if device is None:
+        parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        device = "cpu" if parameter is None else parameter.device
+    device = torch.device(device)
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()  # no dropout
+    try:
+        with torch.inference_mode():
+            for rows in progress_bar(plan_batches(eval_set, batch_size), progress, label):
+                yield answer_batch(eval_set, rows, device)
+    finally:
+        if was_training:
+            model.train()
 
 
 def exact_by_depth(
@@ -185,31 +174,6 @@ def exact_at_depth(
     for batch in answer_batches(model, eval_set, batch_size, device=device):
         logits = model.forward(batch.tokens, depth)[batch.positions]
         exact[batch.rows] = exact_rows(logits, batch).cpu().numpy()
-    return exact
-
-
-def greedy_exact(
-    model, eval_set, depth: int, rows=None, *, device: str | torch.device | None = None
-) -> np.ndarray:
-    """bool [len(rows)]: greedy generation from each prompt alone reproduces the whole answer.
-
-    The definition that teacher forcing stands in for; one forward per generated token, so use it on
-    a sample (default: every row).
-    """
-    rows = np.arange(len(eval_set.answer_start)) if rows is None else np.asarray(rows)
-    device = _model_device(model, device)
-    exact = np.zeros(len(rows), dtype=bool)
-    with _inference(model):
-        for i, row in enumerate(rows):
-            start, length = int(eval_set.answer_start[row]), int(eval_set.answer_len[row])
-            answer = torch.as_tensor(
-                np.asarray(eval_set.tokens[row, start : start + length]), dtype=torch.long
-            )
-            sequence = torch.as_tensor(np.asarray(eval_set.tokens[row, :start]), dtype=torch.long).to(device)
-            for _ in range(length):
-                next_token = model.forward(sequence[None, :], depth)[0, -1].argmax()
-                sequence = torch.cat([sequence, next_token[None]])
-            exact[i] = torch.equal(sequence[start:].cpu(), answer)
     return exact
 
 
