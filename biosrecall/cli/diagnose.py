@@ -27,73 +27,48 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option
+from biosrecall.cli.study import field_options
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.diagnose import DiagnoseOptions
-from biosrecall.diagnose.options import (
-    DEFAULT_PEOPLE,
-    DEFAULT_VAL_SEQUENCES,
-    parse_candidate_depths,
-    parse_depth_list,
-)
+from biosrecall.diagnose.options import parse_candidate_depths, parse_depth_list
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.config import LIMITS
 from biosrecall.train.run_folder import SWITCH
+
+CHECKED = {
+    "depths": {"type": ParsedBy(parse_candidate_depths, DEPTH), "default": "4,16"},
+    "after_uniform": {
+        "type": ParsedBy(partial(parse_depth_list, option="--after-uniform", minimum=0, maximum=MAX_UPDATES),
+                         counts(low=0)),
+        "default": "0",
+    },
+    "batches": {"type": Integer(counts())},
+    "serving_depths": {"type": ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
+                       "default": "1..16"},
+    "people": {"type": Integer(counts(low=0), below="need --people >= 0 (got {value})")},
+    "val_sequences": {"type": Integer(counts(low=0))},
+    "rms": {"type": str},
+    "seed": {"type": Integer(SEED)},
+    "bootstrap": {"type": Integer(counts())},
+    "level": {"type": Real(rates(0.0, 1.0, low_open=True, high_open=True))},
+}  # fmt: skip
+"""What the options of `DiagnoseOptions` take beyond their fields' types (`field_options`; their help
+is the docstring under each field). The depth lists are read as text by the command's parsers, which
+take ranges such as 1..16."""
+
+
+def _diagnose_fields(command):
+    """One option per `DiagnoseOptions` field (`field_options`)."""
+    for option in reversed(field_options(DiagnoseOptions, CHECKED)):
+        command = option(command)
+    return command
 
 
 @click.command("diagnose-update")
 @config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("The one checkpoint to diagnose", SWITCH)
-@click.option(
-    "--depths",
-    type=ParsedBy(parse_candidate_depths, DEPTH),
-    default="4,16",
-    help="The two candidate update depths SHALLOW,DEEP: distinct, shallower first.",
-)
-@click.option(
-    "--after-uniform",
-    type=ParsedBy(
-        partial(parse_depth_list, option="--after-uniform", minimum=0, maximum=MAX_UPDATES), counts(low=0)
-    ),
-    default="0",
-    help="Diagnose after continuing the run this many updates from the checkpoint (list, e.g. 0,4,16,64).",
-)
-@click.option(
-    "--batches",
-    default=8,
-    type=Integer(counts()),
-    help="Training batches to average over (the run's next ones).",
-)
-@click.option(
-    "--serving-depths",
-    type=ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
-    default="1..16",
-    help="Serving depths to score: a range 1..16 or a list.",
-)
-@click.option(
-    "--people",
-    default=None,
-    type=Integer(counts(low=0), below="need --people >= 0 (got {value})"),
-    help=f"bioS runs: score the prompts of the first N people (0 = all) [{DEFAULT_PEOPLE}].",
-)
-@click.option(
-    "--val-sequences",
-    default=None,
-    type=Integer(counts(low=0)),
-    help="LM runs: score validation NLL on the first N validation windows of the run's corpus, "
-    f"seq-len + 1 tokens each, in stream order as `lm eval` reads them (0 = all) [{DEFAULT_VAL_SEQUENCES}].",
-)
-@click.option(
-    "--rms", "rms_target", default="shallow", help="Common RMS of both updates: shallow, deep, or a number."
-)
-@click.option("--seed", default=0, type=Integer(SEED), help="Seeds the bootstrap resampling.")
-@click.option("--bootstrap", default=2000, type=Integer(counts()), help="Bootstrap resamples of the batches.")
-@click.option(
-    "--level",
-    default=0.95,
-    type=Real(rates(0.0, 1.0, low_open=True, high_open=True)),
-    help="Confidence level of the bootstrap interval.",
-)
+@_diagnose_fields
 @click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
 @click.option(
     "--threads",
@@ -117,7 +92,7 @@ from biosrecall.train.run_folder import SWITCH
     help="Output folder [RUN_DIR/diagnose].",
 )
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
-def diagnose_update(run_dir, checkpoint, rms_target, device, threads, data_dir, out_dir, quiet, **fields):
+def diagnose_update(run_dir, checkpoint, device, threads, data_dir, out_dir, quiet, **fields):
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
     from biosrecall.diagnose.report import depth_average
@@ -126,7 +101,7 @@ def diagnose_update(run_dir, checkpoint, rms_target, device, threads, data_dir, 
     fields["depths"] = parse_candidate_depths(fields["depths"])
     fields["after_uniform"] = parse_depth_list(fields["after_uniform"], "--after-uniform", minimum=0)
     fields["serving_depths"] = parse_depth_list(fields["serving_depths"], "--serving-depths")
-    options = DiagnoseOptions(rms=rms_target, **fields)
+    options = DiagnoseOptions(**fields)
     progress = None if quiet else lambda message: click.echo(message, err=True)
     result = run_diagnosis(run_dir, checkpoint, options, device=device, threads=threads, data_dir=data_dir,
                            progress=progress)  # fmt: skip

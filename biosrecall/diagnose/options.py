@@ -34,7 +34,7 @@ class DiagnoseOptions:
     """The two candidate update depths, shallower first; the advantage reported is the deeper one's.
     Written deeper first they are refused, not sorted, so "16,4" cannot quietly answer the opposite
     question. Equal depths are the method's null control (the advantage is exactly 0): the library
-    runs them, the command refuses them (`parse_candidate_depths`)."""
+    runs them, the command refuses them."""
 
     after_uniform: tuple[int, ...] = (0,)
     """Diagnose after continuing the run this many updates from the checkpoint, for each value (>= 0)."""
@@ -46,10 +46,13 @@ class DiagnoseOptions:
     """Serving depths at which each updated model is scored (>= 1)."""
 
     people: int | None = None
-    """bioS runs only: score the prompts of the first N people (0 = everyone; None = DEFAULT_PEOPLE)."""
+    """bioS runs only: score the prompts of the first N people (0 = everyone; unset: DEFAULT_PEOPLE)
+    [100]."""
 
     val_sequences: int | None = None
-    """LM runs only: score the first N validation windows (0 = all; None = DEFAULT_VAL_SEQUENCES)."""
+    """LM runs only: score validation NLL on the first N validation windows of the run's corpus,
+    seq-len + 1 tokens each, in stream order as `lm eval` reads them (0 = all; unset:
+    DEFAULT_VAL_SEQUENCES) [64]."""
 
     rms: str | float = "shallow"
     """Common RMS of both updates: "shallow" (the shallower update's), "deep", or a positive number."""
