@@ -317,19 +317,14 @@ def diagnose_state(
         for depth, (update, _) in candidates.items():
             with applied(params, update):
                 scores[depth] = task.score(state.model, serving)
-        frame = _batch_frame(options.depths, base, scores, candidates)
-        frame.insert(0, "serving_depth", serving)
-        frame.insert(0, "batch_update", state.update + batch)
-        frame.insert(0, "batch", batch)
-        frame.insert(0, "lr", state.lr())
-        frame.insert(0, "update", state.update)
-        frame.insert(0, "after_uniform", after)
-        frames.append(frame)
+        where = {"after_uniform": after, "update": state.update, "lr": state.lr(), "batch": batch,
+                 "batch_update": state.update + batch, "serving_depth": serving}  # fmt: skip
+        frames.append(pd.DataFrame(where | _batch_columns(options.depths, base, scores, candidates)))
         log(f"after {after}: batch {batch + 1}/{options.batches} done")
     return pd.concat(frames, ignore_index=True)
 
 
-def _batch_frame(depths, base: dict, scores: dict, candidates: dict) -> pd.DataFrame:
+def _batch_columns(depths, base: dict, scores: dict, candidates: dict) -> dict:
     """One batch's columns: sizes, then per metric the baseline, the change from each candidate and the
     deeper one's advantage (positive = it helps more: lowers a loss more, or raises a score more)."""
     shallow, deep = depths
@@ -351,7 +346,7 @@ def _batch_frame(depths, base: dict, scores: dict, candidates: dict) -> pd.DataF
                 f"{metric}_advantage": sign * (change[deep] - change[shallow]),
             }
         )
-    return pd.DataFrame(columns)
+    return columns
 
 
 def diagnose_update(
