@@ -97,27 +97,22 @@ class DatasetManifest:
     """sha256 of every data file (`verify_files` checks the names and the bytes)."""
 
 
-def _read_json(path: Path) -> tuple[bytes, object]:
-    """The bytes and parsed JSON of a manifest that must be a regular file of bounded size."""
-    folder = path.parent
-    if not os.path.lexists(path):
-        raise _fail(folder, f"{path.name} is missing (not a dataset folder?)")
-    text = read_user_text(path, f"dataset {folder}:", MAX_MANIFEST_BYTES)
-    try:
-        return text.encode("utf-8"), json.loads(text)  # strict UTF-8: the same bytes as the file's
-    except json.JSONDecodeError as exc:
-        raise _fail(folder, f"{path.name} is not valid JSON ({exc})") from None
-    except RecursionError:
-        raise _fail(folder, f"{path.name} is not valid JSON (nested too deeply)") from None
-
-
 def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
-    """The manifest's raw bytes and its content as JSON read it, checked as a `DatasetManifest`."""
-    raw, manifest = _read_json(path)
+    """The manifest's raw bytes and its content as JSON read it, checked as a `DatasetManifest`; the
+    file must be a regular file of bounded size."""
+    if not os.path.lexists(path):
+        raise _fail(path.parent, f"{path.name} is missing (not a dataset folder?)")
+    text = read_user_text(path, f"dataset {path.parent}:", MAX_MANIFEST_BYTES)
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(path.parent, f"{path.name} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _fail(path.parent, f"{path.name} is not valid JSON (nested too deeply)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
         raise _fail(path.parent, f"{path.name} is not a '{expected_format}' manifest")
     parse_record(manifest, DatasetManifest, f"dataset manifest {path} is corrupt")
-    return raw, manifest
+    return text.encode("utf-8"), manifest  # strict UTF-8: the same bytes as the file's
 
 
 def verify_files(folder: Path, manifest: dict) -> None:
