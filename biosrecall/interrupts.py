@@ -75,11 +75,8 @@ def held() -> Iterator[None]:
     A Python-level handler, not a blocked signal mask: the kernel hands a process's signal to any of
     its threads (numpy's and torch's pools included), and Python runs the handler in the main thread
     whichever thread received it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     noted: list[int] = []
-    previous = _set_all(lambda signum, frame: noted.append(signum))
+    previous = _set_all(lambda signum, frame: noted.append(signum))  # none outside the main thread
     try:
         yield
     finally:
