@@ -32,7 +32,6 @@ from pathlib import Path
 
 import click
 
-from biosrecall.atomic import check_output_dir, check_output_path
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.lm_eval import evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
@@ -56,13 +55,10 @@ from biosrecall.experiments.lm_grid import LMStudyOptions, parse_grid
 from biosrecall.interrupts import work_done
 from biosrecall.lm.corpus import Corpus
 from biosrecall.lm.loader import set_verification
-from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, RECORD, prepare_corpus
-from biosrecall.lm.tokenizer import load_tokenizer
+from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_SIZE, prepare_corpus
 from biosrecall.numbers import SEED, counts, rates
 from biosrecall.train.progress import make_reporter
 from biosrecall.train.stops import Interrupted, TrainingDiverged
-
-DEFAULT_VOCAB_SIZE = 8192
 
 
 @click.group()
@@ -101,7 +97,10 @@ def lm() -> None:
     "--seed", type=Integer(SEED), default=0, show_default=True, help="Seed of the validation choice."
 )
 @click.option(
-    "--shard-tokens", type=Integer(counts()), default=None, help="Tokens per shard file [default: 2^27]."
+    "--shard-tokens",
+    type=Integer(counts()),
+    default=DEFAULT_SHARD_TOKENS,
+    help="Tokens per shard file [default: 2^27].",
 )
 @click.option("--hf-split", default="train", show_default=True, help="Split of an hf:NAME input.")
 @click.option("--max-documents", type=Integer(counts()), default=None, help="Use only the first N documents.")
@@ -114,27 +113,15 @@ def lm() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Replace a non-empty output folder (once the new one is done)."
 )
-def prepare(inputs, out_dir, text_column, tokenizer_path, vocab_size, shard_tokens, hf_split, max_documents, overwrite,
-            **options) -> None:  # fmt: skip
+def prepare(
+    inputs, out_dir, text_column, tokenizer_path, vocab_size, hf_split, max_documents, **options
+) -> None:
     """Tokenize INPUT... (.txt, .jsonl, .parquet files, folders of them, or hf:NAME[:CONFIG]) into
     token shards with a validation split, a tokenizer and a manifest."""
 
-    if tokenizer_path is not None and vocab_size is not None:
-        raise BiosrecallError("give either --tokenizer or --vocab-size, not both")
     corpus = Corpus(inputs, text_column=text_column, hf_split=hf_split, max_documents=max_documents)
-    check_output_path(out_dir, [*corpus.local_inputs, tokenizer_path])  # --overwrite never eats an input
-    check_output_dir(out_dir, overwrite, RECORD)  # nor a folder `lm prepare` did not make
-    tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path is not None else None
-    result = prepare_corpus(
-        corpus,
-        out_dir,
-        tokenizer=tokenizer,
-        vocab_size=vocab_size or DEFAULT_VOCAB_SIZE,
-        shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS,
-        overwrite=overwrite,
-        **options,  # val_fraction, seed, tokenizer_documents: as given
-    )
-    _report(result)
+    # val_fraction, seed, shard_tokens, tokenizer_documents, overwrite: as given
+    _report(prepare_corpus(corpus, out_dir, tokenizer=tokenizer_path, vocab_size=vocab_size, **options))
 
 
 def _report(result) -> None:

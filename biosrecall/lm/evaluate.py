@@ -145,14 +145,23 @@ def evaluate_run(
     `Selector`) of an LM run on the validation split; write and return the table."""
     run_dir = Path(run_dir)
     setup = lm_setup(run_dir, checkpoints, data_dir, device, precision)
-    tables = []
-    for name, path in setup.chosen.items():
-        model, meta = load_checkpoint(path, device=setup.device)
+
+    def score(_, model):
         batches = validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=max_sequences)
-        table = depth_nll(model, batches, depths, setup.device, setup.autocast)
-        tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
+        return depth_nll(model, batches, depths, setup.device, setup.autocast)
+
+    return _score_checkpoints(run_dir, setup, setup.chosen, score, TABLE)
+
+
+def _score_checkpoints(run_dir: Path, setup: LMSetup, chosen: dict, score, table: str) -> pd.DataFrame:
+    """`score(label, model)` of each checkpoint in `chosen` ({label: folder}) with the run and checkpoint
+    columns, one model loaded at a time; written as the run's eval table `table` and returned."""
+    tables = []
+    for name, path in chosen.items():
+        model, meta = load_checkpoint(path, device=setup.device)
+        tables.append(with_checkpoint_columns(score(name, model), run_dir, setup.config, name, meta))
     result = pd.concat(tables, ignore_index=True)
-    write_table(result, RunFolder(run_dir).eval_dir / TABLE)
+    write_table(result, RunFolder(run_dir).eval_dir / table)
     return result
 
 
@@ -229,10 +238,21 @@ def exit_criteria(
     if len(learned) < len(criteria):  # a gate is checked against each run's fitted one below
         check_servable([criterion for criterion in criteria if criterion not in learned])
     for run_dir in run_dirs:  # every run's selection (and gate) is checked before the first one is evaluated
-        for label, path in RunFolder(run_dir).select_checkpoints(checkpoints).items():
-            servable = servable_criteria(criteria, run_dir, path)[0] if applicable else criteria
-            resolve_gates(servable, run_dir, label, path, max_depth)
+        _served(criteria, run_dir, RunFolder(run_dir).select_checkpoints(checkpoints), max_depth, applicable)
     return criteria
+
+
+def _served(criteria, run_dir, chosen: dict, max_depth: int, applicable: bool) -> tuple[dict, list[str]]:
+    """({label: the criteria it is scored on, every gate:delta bound to its fitted gate} for each checkpoint
+    of `chosen` that serves any, ["<label>: <criterion>: why" for each left out]); with `applicable` a
+    checkpoint keeps the criteria its recipe can serve, else all of them (or one error)."""
+    served, skipped = {}, []
+    for label, path in chosen.items():
+        usable, left_out = servable_criteria(criteria, run_dir, path) if applicable else (criteria, [])
+        skipped += [f"{label}: {line}" for line in left_out]
+        if usable:
+            served[label] = check_servable(resolve_gates(usable, run_dir, label, path, max_depth))
+    return served, skipped
 
 
 def evaluate_exits(
@@ -256,24 +276,17 @@ def evaluate_exits(
 
     run_dir, max_depth = Path(run_dir), check_max_depth(max_depth)
     setup = lm_setup(run_dir, checkpoints, data_dir, device, precision)
-    chosen, skipped = {}, []
-    for name, path in setup.chosen.items():
-        chosen[name], left_out = servable_criteria(criteria, run_dir, path) if applicable else (criteria, [])
-        skipped += [f"{name}: {line}" for line in left_out]
     # Every gate:delta bound to its checkpoint's fitted gate (or refused) before the first model loads.
-    resolved = {name: check_servable(resolve_gates(chosen[name], run_dir, name, path, max_depth))
-                for name, path in setup.chosen.items() if chosen[name]}  # fmt: skip
+    resolved, skipped = _served(criteria, run_dir, setup.chosen, max_depth, applicable)
     if not resolved:
         return None, skipped
     windows = list(validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=sequences))
-    tables = []
-    for name, served in resolved.items():
-        model, meta = load_checkpoint(setup.chosen[name], device=setup.device)
-        table = exit_nll(model, windows, served, max_depth, setup.device, setup.autocast)
-        tables.append(with_checkpoint_columns(table, run_dir, setup.config, name, meta))
-    result = pd.concat(tables, ignore_index=True)
-    write_table(result, RunFolder(run_dir).eval_dir / EXIT_TABLE)
-    return result, skipped
+
+    def score(name, model):
+        return exit_nll(model, windows, resolved[name], max_depth, setup.device, setup.autocast)
+
+    scored = {name: setup.chosen[name] for name in resolved}
+    return _score_checkpoints(run_dir, setup, scored, score, EXIT_TABLE), skipped
 
 
 def with_checkpoint_columns(

@@ -3,7 +3,7 @@ validation split (`biosrecall gate train RUN` on an `lm train` run; `lm eval --e
 
     fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": LM_GATE})  # biosrecall.eval.gate_fit
     fit_run_gates("runs/lm-ff")                                   # the same: a bioS or an LM run
-    record, arrays = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
+    record, arrays, data_sha256 = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
 
 The head, the target and the bound are bioS's (`biosrecall.eval.gate`, `biosrecall.eval.gate_data`);
 what changes is what a query is.
@@ -74,9 +74,11 @@ def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, 
     return Trace(states, argmax, np.concatenate(exact, axis=1), torch.arange(states.shape[1]))
 
 
-def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size: int) -> tuple[dict, dict]:
-    """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS;
-    `settings`: seed, confidence, max_depth and optionally reference."""
+def fit_lm_gate(
+    model, data_dir: Path, seq_len: int, settings: dict, batch_size: int
+) -> tuple[dict, dict, str]:
+    """(record without the checkpoint's hashes, calibration arrays, the sha256 of the folder's manifest),
+    as `gate_fit.fit_gate` for bioS; `settings`: seed, confidence, max_depth and optionally reference."""
     seed, confidence, max_depth = settings["seed"], settings["confidence"], settings["max_depth"]
     batch_size = min(batch_size, WINDOWS_PER_PASS)
     fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
@@ -102,7 +104,7 @@ def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size:
     record["fit"].update(split="train", windows=windows, positions=positions)
     record["calibration"].update(split="validation", windows=queries, queries=queries,
                                  reference_exact=float(held.exact[reference - 1].mean()))  # fmt: skip
-    return record, {"scores": scores, "exact": held.exact}
+    return record, {"scores": scores, "exact": held.exact}, file_sha256(data_dir / "manifest.json")
 
 
 def _check_lm_data(run_dir: Path, meta: dict, data_path: Path) -> int:
@@ -112,12 +114,7 @@ def _check_lm_data(run_dir: Path, meta: dict, data_path: Path) -> int:
     return seq_len_of(config)
 
 
-def _fit(model, data_path: Path, seq_len: int, settings: dict, batch_size: int):
-    record, arrays = fit_lm_gate(model, data_path, seq_len, settings, batch_size)
-    return record, arrays, file_sha256(data_path / "manifest.json")
-
-
-LM_GATE = GateTask(check=_check_lm_data, fit=_fit)
+LM_GATE = GateTask(check=_check_lm_data, fit=fit_lm_gate)
 """How `biosrecall.eval.gate_fit.fit_gates` fits a language-model run's gate."""
 
 

@@ -61,6 +61,7 @@ from biosrecall.lm.shard_manifest import FORMAT_VERSION, MANIFEST_FORMAT, SPLITS
 from biosrecall.lm.tokenizer import (
     LMTokenizer,
     check_vocab_size,
+    load_tokenizer,
     token_dtype,
     train_tokenizer,
 )
@@ -72,6 +73,7 @@ MAGIC = b"BRLMSHRD"
 HEADER = struct.Struct("<8sIIQ32s8x")
 HEADER_BYTES = HEADER.size  # 64, so the tokens start aligned
 DEFAULT_SHARD_TOKENS = 2**27  # 256 MiB of uint16 per shard
+DEFAULT_VOCAB_SIZE = 8192
 VAL_FRACTION = rates(0.0, 1.0, high_open=True)  # the share of documents held out: [0, 1)
 # What marks a folder as prepared shards: the only kind `lm prepare --overwrite` replaces.
 RECORD = OutputRecord("lm prepare", "manifest.json", "format", MANIFEST_FORMAT)
@@ -209,8 +211,8 @@ def prepare_corpus(
     corpus: Corpus,
     out_dir: str | Path,
     *,
-    tokenizer: LMTokenizer | None = None,
-    vocab_size: int = 8192,
+    tokenizer: LMTokenizer | str | Path | None = None,
+    vocab_size: int | None = None,
     val_fraction: float = 0.01,
     seed: int = 0,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
@@ -219,15 +221,23 @@ def prepare_corpus(
 ) -> PrepareResult:
     """Tokenize `corpus` into a shard folder at `out_dir`, built atomically (all or nothing).
 
-    With `tokenizer` None, a byte-level BPE of `vocab_size` is trained on the training documents (the
-    first `tokenizer_documents` of them, when given). Same inputs and arguments give byte-identical
-    output. The output may not be, hold or lie inside an input, and is locked for the whole call.
+    `tokenizer` is an `LMTokenizer` or the path of a tokenizer.json; without one, a byte-level BPE of
+    `vocab_size` (default `DEFAULT_VOCAB_SIZE`) is trained on the training documents (the first
+    `tokenizer_documents` of them, when given). Same inputs and arguments give byte-identical output.
+    The output may not be, hold or lie inside an input (the tokenizer file included), and is locked
+    for the whole call.
     """
+    if tokenizer is not None and vocab_size is not None:
+        raise BiosrecallError("give either --tokenizer or --vocab-size, not both")
     check_count(shard_tokens, "shard_tokens")
     check_number("validation fraction", val_fraction, VAL_FRACTION)  # before the counting pass
     if tokenizer is None:
+        vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size
         check_vocab_size(vocab_size)  # before the (possibly long) counting pass
-    out_dir = check_output_path(out_dir, corpus.local_inputs)
+    tokenizer_file = tokenizer if isinstance(tokenizer, str | Path) else None
+    out_dir = check_output_path(out_dir, [*corpus.local_inputs, tokenizer_file])
+    if tokenizer_file is not None:
+        tokenizer = load_tokenizer(tokenizer_file)
     _check_size(corpus, out_dir, tokenizer.vocab_size if tokenizer is not None else vocab_size)
     with output_lock(out_dir):
         check_output_dir(out_dir, overwrite, RECORD)
