@@ -23,8 +23,9 @@ import pytest
 from harness import changes, run_cli, snapshot, wait_for_updates
 
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+from biosrecall.experiments.engine import plan_study
 from biosrecall.experiments.lm_grid import GRID, MATCHED, UNIFORM, fixed_first_name
-from biosrecall.experiments.lm_study import LMStudyOptions, judge, plan_lm_study
+from biosrecall.experiments.lm_study import LM_STUDY, LMStudyOptions, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
@@ -110,22 +111,11 @@ def test_plan_writes_nothing(data, tmp_path, capsys):
 
 
 def test_plan_lists_every_run(data, tmp_path):
+    """The engine's planner: every run, its size and time estimate; nothing is written."""
     options = LMStudyOptions(data=str(data), preset="tiny", seeds=(0, 1), device="cpu")
-    lines = plan_lm_study(tmp_path / "p", options, workers=1, threads=1)
-    assert sum(" train " in line for line in lines) == 2 * len(GRID)
-    assert not (tmp_path / "p").exists()
-
-
-def test_the_declaration_plans_on_the_engine(data, tmp_path):
-    """`LM_STUDY` is a study the engine's own planner reads: every run, its size and time estimate."""
-    from biosrecall.experiments.engine import plan_study
-    from biosrecall.experiments.lm_study import LM_STUDY
-
-    options = LMStudyOptions(
-        data=str(data), preset="tiny", seeds=(0, 1), grid=(UNIFORM, MATCHED), device="cpu"
-    )
     lines = plan_study(LM_STUDY, tmp_path / "p", options, workers=1, threads=1)
-    assert sum(" train " in line and "updates 60," in line for line in lines) == 2  # uniform at both seeds
+    assert sum(" train " in line for line in lines) == 2 * len(GRID)
+    assert sum(" train " in line and "updates 60," in line for line in lines) == 2 * (len(GRID) - 1)
     assert sum(" train " in line and "updates 4" in line for line in lines) == 2  # matched: fewer updates
     assert not (tmp_path / "p").exists()
 
@@ -138,8 +128,8 @@ def test_extending_seeds_keeps_the_first_look(data, tmp_path, capsys):
     assert study(capsys, data, out, "--seeds", "0,1", "--grid", grid)[0] == 0
     first = pd.read_csv(out / "lm_claims.csv", dtype=str)
     options = LMStudyOptions(data=str(data), preset="tiny", seeds=(2,), grid=(UNIFORM,), device="cpu")
-    planned = plan_lm_study(
-        out, options, workers=1, threads=1
+    planned = plan_study(
+        LM_STUDY, out, options, workers=1, threads=1
     )  # the record's seeds and items are planned too
     assert sum(" skip " in line for line in planned) == 4 and sum(" train " in line for line in planned) == 2
     assert study(capsys, data, out, "--seeds", "2", "--grid", grid)[0] == 0

@@ -330,15 +330,17 @@ def study(data_dir, out_dir, grid, workers, threads, plan_only, quiet, archive, 
         )
     if data_dir is None:
         raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
-    from biosrecall.experiments.lm_study import plan_lm_study, run_lm_study
+    from biosrecall.experiments.engine import plan_study, run_study
+    from biosrecall.experiments.lm_study import LM_STUDY
 
     executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
     options = LMStudyOptions(data=str(data_dir), grid=parse_grid(grid), **values)
     if plan_only:
-        click.echo("\n".join(plan_lm_study(out_dir, options, workers, threads, executor)))
+        click.echo("\n".join(plan_study(LM_STUDY, out_dir, options, workers, threads, executor)))
         return
+    report = None if quiet else report_outcome
     with study_errors(failed_hint=""):
-        result = run_lm_study(out_dir, options, workers, threads, None if quiet else report_outcome, executor)
+        result = run_study(LM_STUDY, out_dir, options, workers, threads, report, executor)
     work_done()
     shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
     click.echo(shown.to_string(index=False))

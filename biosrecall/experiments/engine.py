@@ -89,6 +89,11 @@ class Study:
     command: str = ""
     """The command words that run it ("" for `biosrecall study <name>`; "leaderboard" for a study with
     a command of its own)."""
+    check: Callable[[Path, Any], Any] | None = None
+    """(out, options) -> `options` checked against the record of a study with one of its own (see
+    `prepare`), refusing an output made otherwise in one line, and grown by what earlier calls trained;
+    writes nothing. None: the engine's record check (`check_record`, `grown_options`), or none for a
+    study whose `prepare` checks its record itself."""
     prepare: Callable[[Path, Any, bool, Any], None] | None = None
     """(out, options, overwrite, report): for a study with a record of its own, under the lock before
     anything trains: check what OUT holds against the options (refuse, or with `overwrite` replace,
@@ -162,7 +167,7 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
     from biosrecall.experiments import study_engine as engine
 
     out_dir = Path(out_dir)
-    options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+    options = checked_options(study, out_dir, options)
     executor = engine.study_executor(workers, threads, options.device, **(executor or {}))
     groups = by_trainer(study.runs(options), study.evaluations(options))
     runs = [run for group, _ in groups for run in group]
@@ -192,6 +197,16 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
             "evaluation not included"
         )
     return lines
+
+
+def checked_options(study: Study, out_dir: Path, options):
+    """`options` checked against the record in OUT and grown by it: the study's `check`, else the
+    engine's record check for a study without a `prepare` of its own."""
+    if study.check is not None:
+        return study.check(out_dir, options)
+    if study.prepare is not None:
+        return options
+    return grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
 
 
 def grown_options(study: Study, options, old: dict[str, Any] | None):
@@ -236,8 +251,7 @@ def run_study(
     from biosrecall.outputs import save_figure, write_table
 
     out_dir = Path(out_dir)
-    if study.prepare is None:
-        options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+    options = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
     runs = study.runs(options)
     for group, evaluations in by_trainer(runs, study.evaluations(options)) if study.prepare is None else ():
@@ -249,9 +263,10 @@ def run_study(
     )
     with output_lock(out_dir):
         unpack_runs(out_dir)  # a copied archive's runs, packed by `--archive`: done, nothing to train
+        # Under the lock: another call may have grown the record since the check above.
+        options = checked_options(study, out_dir, options)
+        runs = study.runs(options)
         if study.prepare is None:
-            # Under the lock: another call may have grown the record since the check above.
-            options = grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
             record = record_of(study, options)
             write_study_record(
                 out_dir / f"{study.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n"

@@ -1,7 +1,10 @@
 """The paper's Figure-2 language-model study, declared on the study engine: the 200M grid over seeds, judged.
 
-    from biosrecall.experiments.lm_study import LMStudyOptions, run_lm_study
-    result = run_lm_study("runs/lm-study", LMStudyOptions(data="data/lm-kjv", preset="small", seeds=(0, 1, 2)))
+    from biosrecall.experiments.engine import plan_study, run_study
+    from biosrecall.experiments.lm_study import LM_STUDY, LMStudyOptions
+    options = LMStudyOptions(data="data/lm-kjv", preset="small", seeds=(0, 1, 2))
+    print("\n".join(plan_study(LM_STUDY, "runs/lm-study", options)))   # what would run; nothing written
+    result = run_study(LM_STUDY, "runs/lm-study", options)
     # CLI: biosrecall lm study --data data/lm-kjv --out runs/lm-study --preset small --seeds 0,1,2
     #      [--grid uniform,ff-k2-s0.67-uniform,...] [--tokens N] [--workers 2 --threads 1] [--plan]
 
@@ -32,13 +35,14 @@ tables over seeds by the one claims engine (`biosrecall.experiments.claims`). La
 
 The study is `LM_STUDY`, declared on the engine (`biosrecall.experiments.engine`): its options
 (`biosrecall.experiments.lm_grid.LMStudyOptions`, torch-free: `lm study`'s options are its fields),
-grid, evaluation and run sizes, run by `engine.run_study` (`run_lm_study`), which locks OUT, trains
-through the sweep engine (a finished, evaluated run is not handed to it again), times each phase and
-judges the claims. Three steps are the study's own hooks: `prepare` writes lm_study.json, which pins
-the corpus by what it holds rather than its folder (the records earlier releases wrote continue as
-they are); `evaluate` runs the update diagnostic after training; `write` writes the files above
-(lm_summary.md's "mean [95% interval]" cells, lm_claims.* with the paper's number beside each
-statement). Calling again continues: finished runs are skipped, an interrupted one resumes from its
+grid, evaluation and run sizes, planned by `engine.plan_study` and run by `engine.run_study`, which
+locks OUT, trains through the sweep engine (a finished, evaluated run is not handed to it again),
+times each phase and judges the claims. Four steps are the study's own hooks: `check` refuses an
+output whose lm_study.json was made with other settings and adds its seeds and grid items, and
+`prepare` writes it (the record pins the corpus by what it holds rather than its folder; the
+records earlier releases wrote continue as they are); `evaluate` runs the update diagnostic after
+training; `write` writes the files above (lm_summary.md's "mean [95% interval]" cells, lm_claims.*
+with the paper's number beside each statement). Calling again continues: finished runs are skipped, an interrupted one resumes from its
 last save, and added seeds or grid items train only what is new (the tables and claims cover every
 seed and item of the output).
 `lm study --archive DEST` copies a finished study without its weights
@@ -75,7 +79,7 @@ from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import Claim, judge_claims, write_claims
-from biosrecall.experiments.engine import RUNS, Study, StudyResult, run_study
+from biosrecall.experiments.engine import RUNS, Study
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
     CURRICULUM,
@@ -92,20 +96,14 @@ from biosrecall.experiments.lm_grid import (
     parse_grid,
 )
 from biosrecall.experiments.study import check_seeds
-from biosrecall.experiments.study_engine import (
-    describe_executor,
-    study_executor,
-    write_study_record,
-)
+from biosrecall.experiments.study_engine import write_study_record
 from biosrecall.files import file_sha256, read_json_object
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LM_VOCABULARY
-from biosrecall.locking import output_lock
 from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import aggregate_seeds, interval_text
-from biosrecall.sweep.engine import planned_actions, prepare
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder, machine, versions
@@ -621,63 +619,17 @@ def lm_study_command(record: dict[str, Any]) -> str:
     return "biosrecall lm study " + " ".join(flags)
 
 
-def _grown(out_dir: Path, options: LMStudyOptions) -> LMStudyOptions:
-    """`options` checked against the record already in OUT (`_check_record`), with the seeds and grid
-    items earlier calls trained: a call plans and tabulates the whole study."""
-    old = _check_record(out_dir, _record(options))
-    if old is None:
-        return options
-    grid = tuple(item for item in GRID if item in {*old["grid"], *options.grid})
-    return replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=grid)
-
-
-def plan_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, executor=None) -> list[str]:
-    """What each run of the study (the record's seeds and grid items too) would do now (train, resume,
-    evaluate, skip) and spend (updates, tokens, modeled FLOPs), every setting checked as
-    `run_lm_study` checks it; nothing is written. `executor`: `sweep run`'s options by name, as
-    `engine.run_study` takes them."""
-    out_dir = Path(out_dir)
-    options = _grown(out_dir, options)
-    settings, updates = _settings(options)
-    executor = study_executor(workers, threads, options.device, **(executor or {}))
-    grid_runs = runs(options)
-    jobs = prepare(out_dir / RUNS, grid_runs, evaluations(options), executor)
-    lines = [
-        f"lm study {options.preset}: {len(options.grid)} grid item(s) x {len(options.seeds)} seed(s) = "
-        f"{len(grid_runs)} runs, {updates:,} updates of {settings.batch_size} x {settings.seq_len} tokens "
-        f"each; evaluated at depths 1..{settings.max_depth}; {describe_executor(executor)}"
-    ]
-    total = 0.0
-    for (name, action, _), run, job in zip(planned_actions(jobs), grid_runs, jobs, strict=True):
-        action = "skip" if evaluated(job.run_dir) else action
-        plan = _plan(run, options)
-        total += plan.total_flops
-        lines.append(
-            f"  {name:<36} {action:<8} {plan.schedule}: {plan.updates:,} updates, "
-            f"{plan.updates * plan.tokens_per_update:,} tokens, {plan.total_flops:.3e} FLOPs"
-        )
-    lines.append(f"modeled training FLOPs of every run: {total:.4e}")
-    return lines
-
-
-def run_lm_study(out_dir, options: LMStudyOptions, workers=None, threads=None, report=None,
-                 executor=None) -> StudyResult:  # fmt: skip
-    """Train (or continue) every run of the study, evaluate, diagnose, and write the tables, figures
-    and claims: `engine.run_study` on `LM_STUDY`, its options grown by the record's seeds and grid
-    items (what earlier calls trained is tabulated with this call's).
-
-    Refuses, before anything is written, an output made with other settings, a corpus folder that is
-    not `lm prepare` output, an unknown grid item and a token budget under one update. `executor`:
-    `sweep run`'s options by name ({"kind": "slurm", "partition": "gpu"}); the diagnostic and the
-    tables run here either way. Raises `Interrupted` when Ctrl-C stops training (rerun the same call
-    to continue) and `StudyRunFailed` when a run fails."""
-    out_dir = Path(out_dir)
-    grown = _grown(out_dir, options)
-    for run in runs(grown):
-        _plan(run, grown)
-    with output_lock(out_dir):  # run_study takes it again: one lock from the record to the claims
-        # Grown again under the lock: another call may have added seeds since.
-        return run_study(LM_STUDY, out_dir, _grown(out_dir, options), workers, threads, report, executor)
+def check_output(out_dir: Path, options: LMStudyOptions) -> LMStudyOptions:
+    """`LM_STUDY.check`: `options` checked against the record already in OUT (`_check_record`) and grown
+    by the seeds and grid items earlier calls trained (a call plans and tabulates the whole study),
+    every run's plan checked (a budget under one update); nothing is written."""
+    old = _check_record(Path(out_dir), _record(options))
+    if old is not None:
+        grid = tuple(item for item in GRID if item in {*old["grid"], *options.grid})
+        options = replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=grid)
+    for run in runs(options):
+        _plan(run, options)
+    return options
 
 
 def write_record(out_dir: Path, options: LMStudyOptions, overwrite: bool = False, report=None) -> None:
@@ -750,6 +702,7 @@ LM_STUDY = Study(
     sizes=sizes,
     growing=("seeds", "grid"),
     command="lm study",
+    check=check_output,
     prepare=write_record,
     evaluate=evaluate,
     write=write,
