@@ -202,9 +202,13 @@ def _refuse_repeats(sources: Sequence[Source]) -> None:
 
 
 def _require_regular(path: Path) -> None:
-    """Refuse a FIFO, socket or device before opening it (opening a FIFO would block forever)."""
+    """Refuse a missing or unreadable file, and a FIFO, socket or device before opening it (opening a
+    FIFO would block forever), so mistakes surface before any output is written."""
     try:
         mode = path.stat().st_mode
+        if stat.S_ISREG(mode):
+            with open(path, "rb") as handle:
+                handle.read(1)
     except FileNotFoundError:
         raise BiosrecallError(
             f"input {path} does not exist (for a Hugging Face dataset write hf:NAME)"
@@ -217,18 +221,11 @@ def _require_regular(path: Path) -> None:
 
 
 def _check_source(source: Source, text_column: str) -> None:
-    """Fail early on problems visible without reading the documents."""
+    """Fail early on problems visible without reading the documents (a local file's existence and
+    type were checked when it was resolved)."""
     if source.kind == "huggingface":
         _check_hub(source)
-        return
-    if source.kind == "bundled":
-        return
-    try:
-        with open(source.location, "rb") as handle:
-            handle.read(1)
-    except OSError as exc:
-        raise BiosrecallError(f"cannot read input {source.location}: {exc.strerror}") from exc
-    if source.kind == "parquet":
+    elif source.kind == "parquet":
         names = _parquet_file(Path(source.location)).schema_arrow.names
         if text_column not in names:
             raise BiosrecallError(
@@ -345,23 +342,17 @@ def _read_hf(source: Source, split: str, column: str) -> Iterator[str]:
     try:
         rows = datasets.load_dataset(source.location, source.config, split=split, streaming=True)
     except Exception as exc:  # network, unknown name, unknown config or split: all user-facing
-        raise BiosrecallError(f"cannot load {label} (split {split}): {_hub_problem(exc, source)}") from exc
+        problem, offline = first_line(exc), offline_variable()
+        if offline is not None:  # the library read only its cache: say how to give a local copy
+            hint = dataset_download_hint(source.location)
+            problem += f" ({offline} is set, so only the local cache is read); {hint}"
+        raise BiosrecallError(f"cannot load {label} (split {split}): {problem}") from exc
     for row in rows:
         if column not in row:
             raise BiosrecallError(f"{label} has no column {column!r} (columns: {', '.join(row)})")
         text = _as_text(row[column], label)
         if text:
             yield text
-
-
-def _hub_problem(exc: Exception, source: Source) -> str:
-    """The library's reason in one line; offline, with how to give a local copy instead."""
-
-    offline = offline_variable()
-    if offline is None:
-        return first_line(exc)
-    hint = dataset_download_hint(source.location)
-    return f"{first_line(exc)} ({offline} is set, so only the local cache is read); {hint}"
 
 
 def _as_text(value: object, where: str) -> str | None:

@@ -98,20 +98,20 @@ def lm_training_task(
         batch_source=lambda config, seq_len: LMBatchSource(
             data_dir, config.batch_size, seq_len, config.seed, tokenizer
         ),
-        data_record=lambda source: dataset_record(data_dir, source),
+        data_record=dataset_record,
         model_overrides=model_overrides,
     )
 
 
-def dataset_record(data_dir: str | Path, source: LMBatchSource) -> dict[str, Any]:
+def dataset_record(source: LMBatchSource) -> dict[str, Any]:
     """What `config.json` and every checkpoint record about the data (resume refuses other data)."""
-    manifest = source.loader.manifest
+    loader = source.loader
     return {
-        "path": str(Path(data_dir).resolve()),
-        "manifest_hash": source.loader.data_sha256,
-        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
-        "vocab_size": manifest["tokenizer"]["vocab_size"],
-        "train_tokens": source.loader.tokens,
+        "path": str(loader.data_dir.resolve()),
+        "manifest_hash": loader.data_sha256,
+        "tokenizer_sha256": loader.manifest["tokenizer"]["sha256"],
+        "vocab_size": loader.manifest["tokenizer"]["vocab_size"],
+        "train_tokens": loader.tokens,
     }
 
 
