@@ -21,9 +21,8 @@ aggregated for a grid over seed (`<name>/seed<S>`); otherwise a note says why it
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -60,7 +59,7 @@ def collect_sweep(spec: SweepSpec) -> tuple[list[Path], list[str]]:
     # Built whole and swapped in (a full disk leaves the previous tables as they were), replacing only
     # an earlier collect (its runs table marks it).
     with atomic_directory(dest, overwrite=True, record=RECORD) as tmp:
-        written = write_table(runs_table(spec.labels, jobs), tmp / "runs")
+        written = write_table(runs_table(jobs), tmp / "runs")
         if spec.command == "train":
             written, notes = written + _recall_tables(done, spec.evaluations, tmp), []
         else:
@@ -69,7 +68,7 @@ def collect_sweep(spec: SweepSpec) -> tuple[list[Path], list[str]]:
     return [dest / path.relative_to(tmp) for path in written], notes
 
 
-def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[SweepRun]) -> pd.DataFrame:
+def runs_table(jobs: Sequence[SweepRun]) -> pd.DataFrame:
     """One row per run: name, labels, state, updates, planned, and its last logged metrics."""
     rows = []
     for job in jobs:
@@ -78,7 +77,7 @@ def runs_table(labels: Mapping[str, Mapping[str, Any]], jobs: Sequence[SweepRun]
             RunFolder(job.run_dir).read_metrics() if RunFolder(job.run_dir).metrics_file.is_file() else []
         )
         last = metrics[-1] if metrics else {}
-        row = {"run": job.name, **{str(k): v for k, v in labels[job.name].items()}}
+        row = {"run": job.name, **{str(k): v for k, v in job.labels.items()}}
         row.update({key: status[key] for key in ("state", "updates", "planned")})
         row.update({key: last.get(key) for key in _LAST_METRICS})
         rows.append(row)

@@ -143,11 +143,6 @@ class SweepSpec:
     def names(self) -> list[str]:
         return [name for name, _, _ in self.written]
 
-    @property
-    def labels(self) -> dict[str, dict[str, Any]]:
-        """Each run's labels (entry name, grid values) by its name."""
-        return {name: labels for name, _, labels in self.written}
-
     @cached_property
     def runs(self) -> list[SweepRun]:
         return self.select()
@@ -165,9 +160,11 @@ class SweepSpec:
         ]
 
     def state_jobs(self) -> list[SweepRun]:
-        """The jobs of every run, to read where each stands (`sweep status`, `collect`): reading them
-        needs no option of the runs, so a spec whose data comes with `sweep run --set` still reads."""
-        return build_jobs(self.out, [SweepRun(name) for name in self.names], self.evaluations)
+        """The jobs of every run, with its labels, to read where each stands (`sweep status`,
+        `collect`): reading them needs no option of the runs, so a spec whose data comes with
+        `sweep run --set` still reads."""
+        runs = [SweepRun(name, labels=labels) for name, _, labels in self.written]
+        return build_jobs(self.out, runs, self.evaluations)
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
