@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -261,7 +262,7 @@ def test_the_checkpoint_takes_the_selector_syntax_of_every_command(run_dir, tmp_
     assert code == 0, err
     options = json.loads((tmp_path / "diagnose_1.0.json").read_text())
     assert options["checkpoint"] == "1.0" and options["checkpoint_selector"] == "final"
-    assert set(DiagnoseOptions().to_dict()) - {"people", "val_sequences"} <= set(options)
+    assert set(asdict(DiagnoseOptions())) - {"people", "val_sequences"} <= set(options)
     for several in ("fractions", "0.5,switch"):
         code, _, err = run_cli([run_dir, "--checkpoint", several, "--out", tmp_path / "out"], capsys)
         assert code == 2 and "names one checkpoint" in err and err.count("\n") == 1, err

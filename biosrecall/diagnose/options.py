@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from biosrecall import numbers
@@ -81,9 +81,6 @@ class DiagnoseOptions:
         self.level = numbers.check_number(
             "--level", self.level, numbers.rates(0, 1, low_open=True, high_open=True)
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _count(option: str, value: Any, low: int) -> int:

@@ -23,7 +23,7 @@ so diagnoses of several checkpoints coexist; tables and figures through `biosrec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ class DiagnosisResult:
     def to_json(self) -> dict[str, Any]:
         """STEM.json: the options, then the record. `people` and `val_sequences` come from the record,
         which holds the resolved counts (0 and None mean "everyone" and "the default" as options)."""
-        asked = {k: v for k, v in self.options.to_dict().items() if k not in ("people", "val_sequences")}
+        asked = {k: v for k, v in asdict(self.options).items() if k not in ("people", "val_sequences")}
         return {**asked, **self.record}
 
     def figure(self) -> Figure:
