@@ -164,17 +164,10 @@ def figures(per_run, options: DepthOptions) -> dict:
 
 
 def sizes(run, options: DepthOptions) -> dict:
-    """Updates, tokens and modeled FLOPs of a run, from the trainer's own planner (the corpus's
-    manifest gives the vocabulary; no data is read)."""
-    from biosrecall.lm.shard_manifest import load_manifest
-    from biosrecall.lm.task import LM_VOCABULARY
-    from biosrecall.train.trainer import build_model_config, make_plan
+    """Updates, tokens and modeled FLOPs of a run: `lm study`'s, as its runs are (no data is read)."""
+    from biosrecall.experiments.lm_study import sizes
 
-    vocab = int(load_manifest(Path(options.data))["tokenizer"]["vocab_size"])
-    overrides = run.task["model_overrides"] or {}
-    plan = make_plan(build_model_config(run.task["preset"], vocab, overrides, LM_VOCABULARY), run.config)
-    return {"updates": plan.updates, "tokens": plan.updates * plan.tokens_per_update,
-            "FLOPs": int(plan.total_flops)}  # fmt: skip
+    return sizes(run, options)
 
 
 DEPTH = Study(
