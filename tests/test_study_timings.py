@@ -1,4 +1,4 @@
-"""`biosrecall.experiments.study_timings`: one record per call of a study, phases that add up, and
+"""`biosrecall.experiments.engine.StudyTimer`: one record per call of a study, phases that add up, and
 the table of parts with each phase's share.
 
     pytest -q tests/test_study_timings.py
@@ -11,12 +11,12 @@ import json
 import pytest
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.study_timings import PHASES, StudyTimer, read_timings, timings_markdown
+from biosrecall.experiments.engine import PHASES, StudyTimer, read_timings, timings_markdown
 
 
 def test_phases_add_up_and_each_call_appends_a_part(tmp_path, monkeypatch):
     clock = iter([0.0, 1.0, 61.0, 70.0, 100.0, 130.0, 190.0, 200.0])  # monotonic readings, in order
-    monkeypatch.setattr("biosrecall.experiments.study_timings.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("biosrecall.experiments.engine.time.monotonic", lambda: next(clock))
     timer = StudyTimer(seeds=[0, 1], workers=2, threads=1)  # starts at 0
     with timer.phase("training"):  # 1 -> 61
         pass

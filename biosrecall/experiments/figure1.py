@@ -18,7 +18,7 @@ writes the tables, figures and claims of `biosrecall.experiments.figure1_results
     OUT/budget_curve.*, compute_to_target.*, budget_modes.*  with budgets: the budget sweep
                                    (`biosrecall.experiments.budgets`, `.budget_results`)
     OUT/runs/.sweep/               each run's spec (.specs/<run>.json), record and log (`biosrecall.sweep`)
-    OUT/timings.jsonl, timings.md  wall time per phase of every call (`biosrecall.experiments.study_timings`)
+    OUT/timings.jsonl, timings.md  wall time per phase of every call (`biosrecall.experiments.engine.StudyTimer`)
 
 The study is a declaration on the engine (`biosrecall.experiments.engine`, `FIGURE1`), which holds
 the output's lock for the whole call, trains every run as a `biosrecall train` process of the sweep
