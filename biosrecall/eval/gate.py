@@ -38,9 +38,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
 import numpy as np
 import torch
 
@@ -209,8 +208,9 @@ class GateRecord:
 
     weights: dict[str, list[float]]
     """The head's parameters by name, flattened (`GateHead.weights`)."""
-    reference_depth: Annotated[int, msgspec.Meta(ge=1)]
-    """The reference depth R: the best fixed depth on the fitting people, where every query stops."""
+    reference_depth: int
+    """The reference depth R: the best fixed depth on the fitting people, where every query stops (the
+    calibration's depths, which `load_gate` checks it against)."""
     confidence: Any
     """The confidence of the calibration bound, in (0, 1)."""
     model_hash: str
