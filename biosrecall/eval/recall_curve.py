@@ -72,7 +72,8 @@ class RecallCurve:
     gap: pd.DataFrame | None = None
     """With `per_token`: each criterion decided per answer token against whole-query exit."""
     skipped: tuple[str, ...] = ()
-    """With `applicable_exits`: each criterion left out of a checkpoint its recipe cannot serve, and why."""
+    """With `applicable` (`--applicable-exits`): each criterion left out of a checkpoint its recipe cannot
+    serve, and why."""
 
 
 def score_and_write(run_dirs, out_dir: str | Path, checkpoints=None, *, exits=(), aggregate_seeds: bool = False,
