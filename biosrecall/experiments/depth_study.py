@@ -107,11 +107,10 @@ def done(run_dir: Path) -> bool:
 
 
 def read(run_dir: Path):
-    """The final checkpoint's NLL at every serving depth."""
-    from biosrecall.lm.evaluate import read_table
+    """The final checkpoint's NLL at every serving depth (`lm study`'s rows of it)."""
+    from biosrecall.experiments.lm_study import read
 
-    table = read_table(run_dir)
-    return table.loc[table["update"] == table["update"].max(), ["depth", "nll"]]
+    return read(run_dir)[["depth", "nll"]]
 
 
 def _gap_pct(rows, options: DepthOptions) -> float:
