@@ -50,6 +50,7 @@ from biosrecall.cli.study import (
 )
 from biosrecall.cli.sweep import executor_options
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
+from biosrecall.cli.train import train_and_report
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.lm_grid import LMStudyOptions, parse_grid
 from biosrecall.interrupts import work_done
@@ -58,7 +59,6 @@ from biosrecall.lm.loader import set_verification
 from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_SIZE, prepare_corpus
 from biosrecall.numbers import SEED, counts, rates
 from biosrecall.train.progress import make_reporter
-from biosrecall.train.stops import Interrupted, TrainingDiverged
 
 
 @click.group()
@@ -189,20 +189,12 @@ def _train(
     config, overrides, preset, tokenizer = _train_config(options)
     main_rank = is_main_process()  # under torchrun only rank 0 reports
     reporter = make_reporter(quiet or not main_rank, config.log_every)
-    try:
-        result = train_lm(
+    train_and_report(
+        lambda: train_lm(
             data_dir, run_dir, config, preset, overrides, tokenizer, resume, overwrite, reporter
-        )
-    except (TrainingDiverged, Interrupted) as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(130 if isinstance(exc, Interrupted) else 1) from None
-    work_done()  # the run is trained and saved: a Ctrl-C from here on changes nothing (as `biosrecall train`)
-    if main_rank and not quiet:
-        click.echo(
-            f"trained {result.updates} updates, {result.flops:.3e} FLOPs in {result.wall_seconds:.1f}s"
-        )
-        for fraction, path in result.checkpoints.items():
-            click.echo(f"checkpoint {fraction:g}: {path}")
+        ),
+        quiet or not main_rank,
+    )
 
 
 @lm.command("plan")

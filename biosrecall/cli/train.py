@@ -11,6 +11,9 @@ The trainer options come from `TrainConfig` (see `biosrecall.cli.options`), shar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from biosrecall.cli.config_file import config_option
@@ -74,8 +77,17 @@ def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, 
     overrides = merge_overrides(overrides, model_override)
     branch = branch_of(parent, at_update)
     reporter = make_reporter(quiet, config.log_every)
+    train_and_report(
+        lambda: train_bios(data_dir, run_dir, config, preset, overrides, resume, overwrite, reporter, branch),
+        quiet,
+    )
+
+
+def train_and_report(train_run: Callable[[], Any], quiet: bool) -> None:
+    """Run `train_run` (a trainer call) as a command does: a diverged or interrupted run is one error
+    line and exit 1 or 130; a finished one prints what it trained and kept, unless `quiet`."""
     try:
-        result = train_bios(data_dir, run_dir, config, preset, overrides, resume, overwrite, reporter, branch)
+        result = train_run()
     except (TrainingDiverged, Interrupted) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(130 if isinstance(exc, Interrupted) else 1) from None
