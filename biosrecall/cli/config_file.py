@@ -147,10 +147,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
     """The file's keys and values; its size is bounded here and its nesting by `parse_toml_text`
     (`biosrecall.files`) before the parser (which recurses) sees it."""
     try:
-        if path.stat().st_size > MAX_USER_FILE_BYTES:
+        if (size := path.stat().st_size) > MAX_USER_FILE_BYTES:
             raise click.BadParameter(
-                f"config file {path} holds {path.stat().st_size:,} bytes, above the "
-                f"{MAX_USER_FILE_BYTES:,} allowed"
+                f"config file {path} holds {size:,} bytes, above the {MAX_USER_FILE_BYTES:,} allowed"
             )
         text = path.read_bytes().decode("utf-8")
     except (UnicodeDecodeError, OSError) as exc:
