@@ -12,8 +12,9 @@ These records are read here: a run's config.json (`biosrecall.train.run_folder.R
 checkpoint's meta.json (`biosrecall.train.checkpoint_files.CheckpointMeta`, `ResumableMeta`), a bioS
 dataset's manifest.json (`biosrecall.bios.validation.DatasetManifest`), an LM shard manifest
 (`biosrecall.lm.shard_manifest.ShardManifest`), a run spec (`biosrecall.sweep.run_spec.RunSpec`) and,
-from TOML, a sweep spec's structure (`biosrecall.sweep.spec.SpecFile`). Another record adopts it by
-declaring its class and calling `read_record`.
+from TOML, a sweep spec's structure (`biosrecall.sweep.spec.SpecFile`) and a bioS template file's
+structure (`biosrecall.bios.templates`). Another record adopts it by declaring its class and calling
+`read_record`.
 
 A record class lists only the fields readers rely on: other keys in the file are left alone, so a
 record written by an earlier release still loads (a class that must refuse unknown keys, as a user's
