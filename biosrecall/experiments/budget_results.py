@@ -4,7 +4,7 @@ the claim that fixed-first reaches a target with less compute than uniform.
     curve = budget_curve(curves)                 # curves: the sweep's final checkpoints (label_runs)
     targets = compute_to_target(curve)           # FLOPs to reach 50/75/90% of the ceiling, and savings
     modes = mode_agreement(curve, budget_curve(main_runs_at_100))   # branch vs independent at 1x
-    paths = write_budget_results(curve, targets, "runs/figure1", modes)
+    figures = write_budget_results(curve, targets, "runs/figure1", modes)   # the tables; the figure's files
 
 Compute-to-target: for each seed, the budget points of a schedule, in order of FLOPs, are joined by
 straight lines in (log FLOPs, bits); the FLOPs it needs is where that line first reaches the target.
@@ -293,15 +293,12 @@ def write_budget_results(
     curve: pd.DataFrame, targets: pd.DataFrame, out_dir: str | Path, modes: pd.DataFrame | None = None
 ) -> list[Path]:
     """OUT/budget_curve.{csv,parquet,png,pdf}, OUT/compute_to_target.{csv,parquet,md} and, when given,
-    OUT/budget_modes.{csv,parquet,md}."""
+    OUT/budget_modes.{csv,parquet,md}; returns the figure's files."""
     out_dir = Path(out_dir)
-    written = write_table(curve, out_dir / "budget_curve") + write_table(
-        targets, out_dir / "compute_to_target"
-    )
+    write_table(curve, out_dir / "budget_curve")
+    write_table(targets, out_dir / "compute_to_target")
     atomic_write_text(out_dir / "compute_to_target.md", targets_markdown(targets))
-    written.append(out_dir / "compute_to_target.md")
     if modes is not None and len(modes):
-        written += write_table(modes, out_dir / "budget_modes")
+        write_table(modes, out_dir / "budget_modes")
         atomic_write_text(out_dir / "budget_modes.md", modes_markdown(modes))
-        written.append(out_dir / "budget_modes.md")
-    return written + save_figure(budget_figure(curve), out_dir / "budget_curve")
+    return save_figure(budget_figure(curve), out_dir / "budget_curve")

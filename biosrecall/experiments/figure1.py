@@ -339,9 +339,7 @@ def write(out_dir: Path, scores: Scores, options: Figure1Options):
             curves = scores.curves
             alone = curves[curves["role"].isin(["main", "control"]) & (curves["fraction"] == 1.0)]
             modes = mode_agreement(curve, budget_curve(alone.assign(budget_multiple=1.0)))
-        figures += [
-            p for p in write_budget_results(curve, targets, out_dir, modes) if p.suffix in (".png", ".pdf")
-        ]
+        figures += write_budget_results(curve, targets, out_dir, modes)
     compute = pd.DataFrame([saving_claim(targets)])
     claims = pd.concat([claims, serving_rows, compute], ignore_index=True)
     write_claims(claims, out_dir)
