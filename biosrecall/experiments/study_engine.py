@@ -273,10 +273,11 @@ def describe_executor(executor: Executor) -> str:
     )
 
 
-def seconds_per_flop_of(run: SweepRun, threads: int, measured: dict | None = None) -> float | None:
+def seconds_per_flop_of(run: SweepRun, threads: int, measured: dict) -> float | None:
     """Seconds per modeled FLOP of `run`'s model on this machine's CPU at `threads` threads, timed as
     the trainer times its "est. time" (`trainer.seconds_per_flop`), from the data's manifest and
-    nothing else of it; None for a run without a preset. `measured` caches a model's value."""
+    nothing else of it; None for a run without a preset. `measured` (the caller's, one plan's) caches
+    a model's value."""
     from biosrecall.files import read_json_object
     from biosrecall.lm.task import LM_VOCABULARY
     from biosrecall.model import LoopedTransformer
@@ -294,7 +295,6 @@ def seconds_per_flop_of(run: SweepRun, threads: int, measured: dict | None = Non
     )  # fmt: skip
     seq_len = resolve_seq_len(run.config, model_config, preset)
     key = (repr(model_config), run.config.batch_size, seq_len, threads)
-    measured = {} if measured is None else measured
     if key not in measured:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
