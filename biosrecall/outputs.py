@@ -57,7 +57,8 @@ def save_figure(fig, base: str | Path) -> list[Path]:
     with atomic_write_path(png_path) as png_tmp:
         fig.savefig(png_tmp, format="png", dpi=FIGURE_DPI)
         with atomic_write_path(pdf_path) as pdf_tmp:
-            fig.savefig(pdf_tmp, format="pdf", dpi=FIGURE_DPI)
+            # No creation date: the same figure is the same bytes, so reruns can be compared with cmp.
+            fig.savefig(pdf_tmp, format="pdf", dpi=FIGURE_DPI, metadata={"CreationDate": None})
     return written
 
 

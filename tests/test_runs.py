@@ -202,6 +202,17 @@ def test_save_figure_writes_png_and_pdf(tmp_path):
     assert len(set(COLORS)) == len(COLORS) and len(set(MARKERS)) == len(MARKERS)
 
 
+def test_the_same_figure_saved_at_another_time_is_the_same_pdf(tmp_path, monkeypatch):
+    """Reruns compare their outputs with cmp: a PDF carries no creation date."""
+    fig = Figure()
+    fig.add_subplot().plot([1, 2], [3, 4])
+    pdfs = []
+    for epoch in ("0", "1700000000"):  # matplotlib dates a PDF by SOURCE_DATE_EPOCH when it is set
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+        pdfs.append(save_figure(fig, tmp_path / epoch / "fig")[1].read_bytes())
+    assert pdfs[0] == pdfs[1]
+
+
 def test_outputs_refuse_a_folder_that_is_a_file(tmp_path):
     (tmp_path / "file.txt").write_text("not a folder")
     with pytest.raises(BiosrecallError, match="exists and is not a folder"):
