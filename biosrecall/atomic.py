@@ -8,10 +8,10 @@ if the swap fails, and deleted last.
 **Only what is ours.** `--overwrite` replaces a non-empty folder only when the command's own record
 marks it as that command's output (`OutputRecord`: a record file, optionally a JSON key it holds and
 the only names the folder may hold); a folder of the user's own files is refused in one line and left
-as it is. The study engines call the same function (`replace_output`), so one rule holds for every
-command:
+as it is. Every command and the study engines call the same function (`atomic_directory`), so one
+rule holds for every command:
 
-    with replace_output("recall-curve", overwrite=True, record=RECALL_CURVE_RECORD) as tmp:
+    with atomic_directory("recall-curve", overwrite=True, record=RECALL_CURVE_RECORD) as tmp:
         ...  # fill tmp, the record included; swapped in whole once complete
 
 Outputs that are a set of files in a shared folder (a diagnosis's `STEM.*`) use `replace_files`: every
@@ -445,15 +445,6 @@ def atomic_directory(
             _take_back(path)
             raise
         raise write_failed(written, exc.__cause__ or exc, _take_back(path)) from exc
-
-
-def replace_output(
-    path: str | Path, overwrite: bool, record: OutputRecord
-) -> contextlib.AbstractContextManager[Path]:
-    """The one `--overwrite` rule as a library call (every command, the study engines included): build
-    the output in the yielded temporary folder, the record included; it replaces `path` whole once
-    complete, and only when `path` is new, empty, or (with `overwrite`) marked by `record`."""
-    return atomic_directory(path, overwrite=overwrite, record=record)
 
 
 @contextmanager

@@ -32,10 +32,10 @@ import pandas as pd
 
 from biosrecall.atomic import (
     OutputRecord,
+    atomic_directory,
     atomic_write_json,
     atomic_write_text,
     check_output_dir,
-    replace_output,
 )
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, summary_table
@@ -126,7 +126,7 @@ def write_output(out_dir: str | Path, overwrite: bool, write) -> RecallCurve:
     out_dir = Path(out_dir)
     with output_lock(out_dir):
         check_output(out_dir, overwrite)
-        with replace_output(out_dir, overwrite, RECORD) as folder:
+        with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as folder:
             result = write(folder)
             names = sorted(path.name for path in result.written)
             atomic_write_json(folder / RECORD_FILE, {"command": "recall-curve", "files": names})
