@@ -19,13 +19,15 @@ lies wholly outside, and is inconclusive otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.engine import Study
-from biosrecall.experiments.lm_grid import GRID, LMStudyOptions
-from biosrecall.sweep.jobs import Evaluation
+from biosrecall.experiments.lm_grid import GRID
+from biosrecall.experiments.study import check_seeds
+from biosrecall.sweep.jobs import Evaluation, SweepRun
+from biosrecall.train.config import TrainConfig
 
 TABLE = "depth_extrapolation"
 WHY = "--margin-pct: the LM study's largest NLL gap between schedules is 1.6%; a smaller drift keeps their order"
@@ -53,11 +55,11 @@ class DepthOptions:
 
 
 def _settings(options: DepthOptions):
-    """The `lm study` preset, the depths, margin and corpus checked before anything is written (the
-    seeds and schedules: by `lm study`'s runs)."""
+    """The `lm study` preset, every option checked before anything is written."""
     from biosrecall.experiments.lm_study import resolve_preset
     from biosrecall.lm.shard_manifest import load_manifest
 
+    check_seeds(options.seeds)
     if not 1 <= options.trained_depth < options.max_depth or not options.margin_pct > 0:
         raise BiosrecallError("need 1 <= --trained-depth < --max-depth and a --margin-pct above 0")
     load_manifest(Path(options.data))  # one line when it is not `lm prepare` output
@@ -65,16 +67,30 @@ def _settings(options: DepthOptions):
 
 
 def runs(options: DepthOptions) -> list:
-    """`lm study`'s runs of the schedules, one per schedule and seed, labelled with both."""
-    from biosrecall.experiments.lm_study import runs
+    from biosrecall.experiments.lm_study import parse_grid
 
-    _settings(options)
-    grid = LMStudyOptions(
-        options.data, options.preset, options.seeds, options.schedules, device=options.device
-    )
+    s = _settings(options)
+    task = {"data": Path(options.data).resolve(), "preset": s.model_preset,
+            "model_overrides": dict(s.model_overrides) or None}  # fmt: skip
     return [
-        replace(run, labels={"schedule": run.labels["item"], "seed": run.labels["seed"]})
-        for run in runs(grid)
+        SweepRun(
+            f"{item}/seed{seed}",
+            "lm train",
+            TrainConfig(
+                schedule=GRID[item],
+                seed=seed,
+                batch_size=s.batch_size,
+                seq_len=s.seq_len,
+                lr=s.lr,
+                updates=s.updates,
+                device=options.device,
+                checkpoint_fractions=(1.0,),
+            ),
+            task,
+            {"schedule": item, "seed": seed},
+        )  # fmt: skip
+        for seed in options.seeds
+        for item in parse_grid(",".join(options.schedules))
     ]
 
 
