@@ -31,7 +31,7 @@ tables over seeds by the one claims engine (`biosrecall.experiments.claims`). La
                                  of K0=4 / 67% at each seed: 16 uniform updates after its switch, the
                                  depth-averaged NLL advantage of a K=16 over a K=4 update
     OUT/lm_claims.{csv,parquet,md}   the claims; earlier looks as lm_claims_at_<n>seeds.csv
-    OUT/timings.jsonl, timings.md    wall time per phase of every call (`study_timings`)
+    OUT/timings.jsonl, timings.md    wall time per phase of every call (`engine.StudyTimer`)
 
 The study is `LM_STUDY`, declared on the engine (`biosrecall.experiments.engine`): its options
 (`biosrecall.experiments.lm_grid.LMStudyOptions`, torch-free: `lm study`'s options are its fields),
