@@ -18,6 +18,7 @@ The commands only parse options, call `biosrecall.bios`, and print a short summa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -38,6 +39,7 @@ from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
+from biosrecall.cli.study import field_options
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
@@ -47,6 +49,71 @@ from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR, writable_pools_dir
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
 # Options that describe a dataset to generate, so they mean nothing with --from-dataset.
 _GENERATION_OPTIONS = ("out", "people", "pool_sizes", "pools_dir", "holdout_eval_templates", "templates_dir")
+
+
+@dataclass
+class GenerateOptions:
+    """The options of `generate`, one per field (`field_options`; the help of each is the docstring
+    under it)."""
+
+    out: Path | None = None
+    """Dataset folder to create (must be new or empty); not with --from-dataset."""
+
+    people: int = 1000
+    """Number of fictional people."""
+
+    seed: int = 0
+    """Seed for names and attribute values, and for the phrasing and order of --export-text."""
+
+    pool_sizes: tuple[str, ...] = ()
+    """Use the first SIZE values of a pool (repeatable, NAME=SIZE); the defaults are
+    `biosrecall.bios.DEFAULT_POOL_SIZES`."""
+
+    pools_dir: Path | None = None
+    """Folder of your own pool files, in the format of data/pools/ (first_name.txt ... employer.txt, one
+    value per line); --pool-size and the default sizes still pick the first n lines of each.  [default:
+    the package's data/pools/]"""
+
+    holdout_eval_templates: bool = False
+    """Keep the 5 evaluation phrasings out of training (an extraction variant of the task)."""
+
+    templates_dir: Path | None = None
+    """Folder holding train.toml and eval.toml.  [default: the package's templates/]"""
+
+    text_format: str | None = None
+    """Also write the training biographies and the evaluation prompts with answers as text (JSON Lines or
+    parquet, for datasets.load_dataset) into --text-out."""
+
+    text_out: Path | None = None
+    """Folder for --export-text (must be new or empty; not inside the dataset)."""
+
+    exposures: int = DEFAULT_EXPOSURES
+    """With --export-text: how many times every person's biography is written, each time freshly phrased
+    and ordered by the training sampler."""
+
+    from_dataset: Path | None = None
+    """Export the text of this existing dataset folder instead of generating one."""
+
+    overwrite: bool = False
+    """Replace existing non-empty output folders."""
+
+
+_FOLDER = {"type": click.Path(path_type=Path)}
+CHECKED = {
+    "out": _FOLDER,
+    "people": {"type": Integer(counts(), below="number of people must be positive, got {value}", bare=True)},
+    "seed": {"type": Integer(SEED)},
+    "pool_sizes": {"flag": "--pool-size", "type": str, "multiple": True, "metavar": "NAME=SIZE",
+                   "help": f"Use the first SIZE values of a pool (repeatable). Defaults, 33.39 bits/person: "
+                           f"{_DEFAULT_SIZES_TEXT}."},
+    "pools_dir": _FOLDER,
+    "templates_dir": {**_FOLDER, "flag": "--templates"},
+    "text_format": {"flag": "--export-text", "type": click.Choice(TEXT_FORMATS)},
+    "text_out": _FOLDER,
+    "exposures": {"type": Integer(counts(high=MAX_EXPOSURES, why="the text export's limit"))},
+    "from_dataset": _FOLDER,
+}  # fmt: skip
+"""What the options of `GenerateOptions` take beyond their fields' types (`field_options`)."""
 
 
 def parse_pool_sizes(items: tuple[str, ...]) -> dict[str, int]:
@@ -114,16 +181,18 @@ def _given(ctx: click.Context, *names: str) -> list[str]:
     ]
 
 
-def _text_export(ctx, text_format, text_out, exposures, seed, overwrite) -> TextExport | None:
+def _text_export(ctx: click.Context, options: GenerateOptions) -> TextExport | None:
     """The export the options ask for, or None; text options without --export-text are refused."""
-    if text_format is None:
+    if options.text_format is None:
         given = _given(ctx, "text_out", "exposures")
         if given:
             raise BiosrecallError(f"{given[0]} only applies with --export-text FORMAT")
         return None
-    if text_out is None:
+    if options.text_out is None:
         raise BiosrecallError("--export-text needs --text-out DIR, the folder to write the text files into")
-    return TextExport(text_out, text_format, exposures, seed, overwrite)
+    return TextExport(
+        options.text_out, options.text_format, options.exposures, options.seed, options.overwrite
+    )
 
 
 def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting: bool) -> Path:
@@ -143,115 +212,38 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
     return from_dataset
 
 
+def _generate_fields(command):
+    """One option per `GenerateOptions` field (`field_options`)."""
+    for option in reversed(field_options(GenerateOptions, CHECKED)):
+        command = option(command)
+    return command
+
+
 @click.command()
 @config_option()
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Dataset folder to create (must be new or empty); not with --from-dataset.",
-)
-@click.option(
-    "--people",
-    default=1000,
-    type=Integer(counts(), below="number of people must be positive, got {value}", bare=True),
-    help="Number of fictional people.",
-)
-@click.option(
-    "--seed",
-    default=0,
-    type=Integer(SEED),
-    help="Seed for names and attribute values, and for the phrasing and order of --export-text.",
-)
-@click.option(
-    "--pool-size",
-    "pool_sizes",
-    multiple=True,
-    metavar="NAME=SIZE",
-    help=f"Use the first SIZE values of a pool (repeatable). Defaults, 33.39 bits/person: {_DEFAULT_SIZES_TEXT}.",
-)
-@click.option(
-    "--pools-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Folder of your own pool files, in the format of data/pools/ (first_name.txt ... employer.txt, "
-    "one value per line); --pool-size and the default sizes still pick the first n lines of each.  "
-    "[default: the package's data/pools/]",
-)
-@click.option(
-    "--holdout-eval-templates",
-    is_flag=True,
-    help="Keep the 5 evaluation phrasings out of training (an extraction variant of the task).",
-)
-@click.option(
-    "--templates",
-    "templates_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Folder holding train.toml and eval.toml.  [default: the package's templates/]",
-)
-@click.option(
-    "--export-text",
-    "text_format",
-    type=click.Choice(TEXT_FORMATS),
-    default=None,
-    help="Also write the training biographies and the evaluation prompts with answers as text "
-    "(JSON Lines or parquet, for datasets.load_dataset) into --text-out.",
-)
-@click.option(
-    "--text-out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Folder for --export-text (must be new or empty; not inside the dataset).",
-)
-@click.option(
-    "--exposures",
-    default=DEFAULT_EXPOSURES,
-    type=Integer(counts(high=MAX_EXPOSURES, why="the text export's limit")),
-    help="With --export-text: how many times every person's biography is written, each time freshly "
-    "phrased and ordered by the training sampler.",
-)
-@click.option(
-    "--from-dataset",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Export the text of this existing dataset folder instead of generating one.",
-)
-@click.option("--overwrite", is_flag=True, help="Replace existing non-empty output folders.")
+@_generate_fields
 @click.pass_context
-def generate(
-    ctx: click.Context,
-    out: Path | None,
-    people: int,
-    seed: int,
-    pool_sizes: tuple[str, ...],
-    pools_dir: Path | None,
-    holdout_eval_templates: bool,
-    templates_dir: Path | None,
-    text_format: str | None,
-    text_out: Path | None,
-    exposures: int,
-    from_dataset: Path | None,
-    overwrite: bool,
-) -> None:
+def generate(ctx: click.Context, **fields) -> None:
     """Generate a bioS dataset: people, manifest, tokenizer and pre-tokenized arrays; with
     --export-text, also its text for other trainers (or only that, --from-dataset)."""
-    dataset_dir = _dataset_to_read(ctx, out, from_dataset, exporting=text_format is not None)
-    export = _text_export(ctx, text_format, text_out, exposures, seed, overwrite)
+    options = GenerateOptions(**fields)
+    from_dataset, pools_dir = options.from_dataset, options.pools_dir
+    dataset_dir = _dataset_to_read(ctx, options.out, from_dataset, exporting=options.text_format is not None)
+    export = _text_export(ctx, options)
     if export is not None:  # refuse a bad text output before the dataset is written
-        export.check(inputs=[dataset_dir, pools_dir or POOLS_DIR, templates_dir or TEMPLATES_DIR])
+        export.check(inputs=[dataset_dir, pools_dir or POOLS_DIR, options.templates_dir or TEMPLATES_DIR])
         if from_dataset is None:
-            check_export_size(people, export)
+            check_export_size(options.people, export)
     if from_dataset is None:
         try:
             generate_dataset(
                 dataset_dir,
-                people=people,
-                seed=seed,
-                pool_sizes=parse_pool_sizes(pool_sizes),
-                holdout_eval_templates=holdout_eval_templates,
-                overwrite=overwrite,
-                templates_dir=templates_dir,
+                people=options.people,
+                seed=options.seed,
+                pool_sizes=parse_pool_sizes(options.pool_sizes),
+                holdout_eval_templates=options.holdout_eval_templates,
+                overwrite=options.overwrite,
+                templates_dir=options.templates_dir,
                 pools_dir=pools_dir,
                 report=lambda stage: click.echo(stage, err=True),
             )
