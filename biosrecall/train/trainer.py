@@ -245,10 +245,9 @@ def train_bios(
     """Train on the bioS dataset in `data_dir`; a `branch` (`biosrecall.train.branch.Branch`) starts
     from another run's saved state."""
     task = bios_training_task(data_dir, preset, model_overrides)
-    trainer = Trainer(
+    return Trainer(
         task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter, branch=branch
-    )
-    return trainer.train()
+    ).train()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,22 +302,10 @@ def backward_and_clip(
     """Add the gradient of the batch's loss at `depth` to `.grad` (in `grad_accum` micro-batches), then
     clip its global norm to `grad_clip` (0: no clipping). Raises NonFiniteLoss before clipping."""
     batch = split_batch(rows, pad_id, dist, next(model.parameters()).device)
-    loss_sum = _accumulate_gradients(model, batch, depth, autocast, grad_accum, dist, parallel)
-    mean = distributed.all_reduce_sum(loss_sum, dist).item() / batch.real_tokens
-    if not math.isfinite(mean):
-        raise NonFiniteLoss(f"the training loss is not finite at depth {depth}")
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    return StepLoss(mean, batch.real_tokens)
-
-
-def _accumulate_gradients(model, batch: Batch, depth: int, autocast, grad_accum, dist, parallel):
-    """Backward over the micro-batches of this rank's rows, syncing gradients across ranks only on the
-    last; returns this rank's summed loss (detached)."""
-    total = torch.zeros((), device=batch.inputs.device)
-    for index, (inputs, targets) in enumerate(
-        zip(batch.inputs.chunk(grad_accum), batch.targets.chunk(grad_accum), strict=True)
-    ):
+    total = torch.zeros((), device=batch.inputs.device)  # this rank's summed loss
+    micro_batches = zip(batch.inputs.chunk(grad_accum), batch.targets.chunk(grad_accum), strict=True)
+    for index, (inputs, targets) in enumerate(micro_batches):
+        # Gradients are synced across ranks only on the last micro-batch.
         with distributed.gradient_sync(model, dist, parallel, sync=index == grad_accum - 1):
             with autocast():
                 loss_sum = model(inputs, depth, targets=targets)
@@ -326,7 +313,12 @@ def _accumulate_gradients(model, batch: Batch, depth: int, autocast, grad_accum,
             # (DDP or FSDP) over ranks and micro-batches equals one big batch.
             (loss_sum * (dist.world_size / batch.real_tokens)).backward()
         total += loss_sum.detach()
-    return total
+    mean = distributed.all_reduce_sum(total, dist).item() / batch.real_tokens
+    if not math.isfinite(mean):
+        raise NonFiniteLoss(f"the training loss is not finite at depth {depth}")
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    return StepLoss(mean, batch.real_tokens)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -339,7 +331,13 @@ def make_plan(model_config, config: TrainConfig, seq_len: int | None = None, exp
     `config.exposures` takes the updates `exposures(E)` counts on its batches (the task's counter,
     `biosrecall.bios.exposures`) at the FLOPs they cost."""
     schedule = parse_schedule(config.schedule)
-    _check_depths(model_config, schedule)
+    if not model_config.recurrent and schedule.max_depth != 1:
+        # A model without a recurrent block (`ModelConfig.recurrent`) has one depth: no record may name
+        # depths it does not have.
+        raise BiosrecallError(
+            f"this model has no recurrent block (a standard transformer, one depth): train it with "
+            f"--schedule fixed:1, not {schedule.spec}"
+        )
     if seq_len is None:
         seq_len = resolve_seq_len(config, model_config)
     tokens = config.batch_size * seq_len
@@ -359,16 +357,6 @@ def make_plan(model_config, config: TrainConfig, seq_len: int | None = None, exp
         spec, spec_updates = split_budget_of(config.budget_of)
         budget = budget_of(model_config, parse_schedule(spec), spec_updates, tokens, config.seed, **sized)
     return plan_run(model_config, schedule, tokens, budget, config.seed, **sized)
-
-
-def _check_depths(model_config, schedule) -> None:
-    """A model without a recurrent block (a standard transformer, `ModelConfig.recurrent`) has one
-    depth: its runs train at fixed:1, so that no record names depths the model does not have."""
-    if not model_config.recurrent and schedule.max_depth != 1:
-        raise BiosrecallError(
-            f"this model has no recurrent block (a standard transformer, one depth): train it with "
-            f"--schedule fixed:1, not {schedule.spec}"
-        )
 
 
 def plan_summary(plan, model_config, exposures=None) -> dict[str, Any]:
@@ -474,7 +462,9 @@ class Trainer:
             "dataset": self.task.data_record(self.source),
         }
         check_output_path(self.final.path, [record["dataset"].get("path")])
-        with self._lock(), ExitStack() as building:
+        # Under torchrun only rank 0 takes the run folder's lock (every other rank would find it held).
+        lock = output_lock(self.final.path) if distributed.is_main_process() else nullcontext()
+        with lock, ExitStack() as building:
             self._set_up(model_config, record, building)
             # config.log's trackers get every record too
             self.reporter = with_trackers(self.reporter, self.config, self)
@@ -485,10 +475,6 @@ class Trainer:
             finally:
                 self.reporter.close()
                 distributed.shutdown(self.dist)
-
-    def _lock(self):
-        """The run folder's lock; under torchrun only rank 0 takes it (every other rank would find it held)."""
-        return output_lock(self.final.path) if distributed.is_main_process() else nullcontext()
 
     # ---- set-up: everything before the first update --------------------------------------------
 
@@ -532,7 +518,10 @@ class Trainer:
         )
         self.checkpointer = self._checkpointer()
         if self.dist.is_main:
-            self.reporter.message(describe_plan(self.plan, model_config, self._seconds_per_flop(), shown))
+            speed = None  # the estimate is timed on one CPU process only
+            if self.device.type == "cpu" and not self.dist.enabled:
+                speed = seconds_per_flop(self.raw_model, config.batch_size, self.seq_len, self.autocast)
+            self.reporter.message(describe_plan(self.plan, model_config, speed, shown))
 
     def _starting_state(self, record, exposures) -> Path | None:
         """The state training continues from: this run's `latest` (resume), the parent's (a new branch),
@@ -572,20 +561,15 @@ class Trainer:
             return ShardedCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
         return Checkpointer(self.folder, self.dist, self.raw_model, self.optimizer)
 
-    def _seconds_per_flop(self) -> float | None:
-        if self.device.type != "cpu" or self.dist.enabled:
-            return None
-        return seconds_per_flop(self.raw_model, self.config.batch_size, self.seq_len, self.autocast)
-
     # ---- the loop ----------------------------------------------------------------------------
 
     def _loop(self) -> TrainResult:
         if self.resume_from:
             self._restore()
         if self.dist.is_main:
+            if self.resume_from:
+                self.folder.remove_leftovers()
             self.metrics = MetricsLog(self.folder, self.progress.update)
-        if self.resume_from and self.dist.is_main:
-            self.folder.remove_leftovers()
         progress, metrics = self.progress, self.metrics
         self.reporter.start(self.plan.updates, progress.update)
         if self.branching:  # what the branch point itself earns: the switch checkpoint, a kept update
@@ -895,14 +879,10 @@ def damaged_latest(run: RunFolder, latest: Path, problem: BiosrecallError) -> Bi
 def _stop_requests():
     """Turn Ctrl-C / SIGTERM into a flag checked between updates, so `latest` is saved consistently."""
     requested = []
-
-    def handler(signum, frame):
-        requested.append(signum)
-
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
+            previous[sig] = signal.signal(sig, lambda signum, frame: requested.append(signum))
     except ValueError:  # not the main thread (e.g. a notebook worker): no graceful stop
         previous = {}
     try:
