@@ -47,6 +47,9 @@ TRAINING_DEPTH = 16
 # Dashed and dotted are taken by the ceiling and chance lines, so schedules use other patterns.
 LINESTYLES = ("-", "-.", (0, (8, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (12, 3, 2, 3)))
 REFERENCE_COLOR = "0.25"
+CEILING_LINE = {"color": REFERENCE_COLOR, "linestyle": "--", "lw": 1.0}
+CHANCE_LINE = {"color": REFERENCE_COLOR, "linestyle": ":", "lw": 1.3}
+GRID = {"color": "0.9", "lw": 0.6}
 TRAINING_SHADE = "0.92"
 
 
@@ -81,10 +84,6 @@ def schedule_label(spec) -> str:
     return f"fixed-first ({', '.join(parts)})"
 
 
-def _is_update_matched(run: str) -> bool:
-    return "update_matched" in run
-
-
 def line_labels(table: pd.DataFrame) -> dict[str, str]:
     """Legend label per run: its schedule in words, plus what tells it apart where several runs share
     a schedule: "update-matched" for that control (the run it controls keeps the plain label), the run
@@ -92,12 +91,12 @@ def line_labels(table: pd.DataFrame) -> dict[str, str]:
     runs = table.drop_duplicates("run")[["run", "schedule"]]
     labels = {}
     for schedule, part in runs.groupby("schedule", sort=False):
-        named = [run for run in part["run"] if not _is_update_matched(run)]
+        controls = {run for run in part["run"] if "update_matched" in run}
         for run in part["run"]:
             label = schedule_label(schedule)
-            if _is_update_matched(run):
+            if run in controls:
                 label += " (update-matched)"
-            elif len(named) > 1:
+            elif len(part) - len(controls) > 1:
                 label += f" ({run})"
             labels[run] = label
     return {run: labels[run] for run in runs["run"]}
@@ -110,10 +109,13 @@ def figure_renderer(fig: Figure):
     return fig.canvas.get_renderer()
 
 
-def legend_below(fig: Figure, handles: list, max_columns: int, **options) -> Legend:
+def legend_below(fig: Figure, handles: list | None = None, max_columns: int = 3, **options) -> Legend:
     """The figure's legend under its panels, in as many columns (up to `max_columns`) as fit its width;
     a figure too narrow for even one column is widened to hold it, and the figure grows by the
-    legend's height, so that a long legend (a 16-run study) does not squash the panels above it."""
+    legend's height, so that a long legend (a 16-run study) does not squash the panels above it.
+    Without `handles`, the labelled lines of the first panel."""
+    if handles is None:
+        handles, options["labels"] = fig.axes[0].get_legend_handles_labels()
     renderer = figure_renderer(fig)
     room = fig.get_figwidth() - 0.2  # inches: constrained layout's own margins
     options = {"loc": "outside lower center", "frameon": False, "fontsize": "small", **options}
@@ -137,16 +139,40 @@ def fit_suptitle(fig: Figure, head: str, detail: str = "") -> None:
         title.set_text(f"{head}\n{detail}")
 
 
-def curve_styles(labels) -> dict[str, dict]:
-    """One (colour, marker, line style) per label, in order, consistent across every panel."""
+def curve_styles(labels, linestyles=LINESTYLES) -> dict[str, dict]:
+    """One (colour, marker, line style) per label, in order, consistent across every panel and every
+    figure of a study (`linestyles=("-",)`: solid lines, told apart by colour and marker alone)."""
     return {
         label: {
             "color": COLORS[i % len(COLORS)],
             "marker": MARKERS[i % len(MARKERS)],
-            "linestyle": LINESTYLES[i % len(LINESTYLES)],
+            "linestyle": linestyles[i % len(linestyles)],
         }
         for i, label in enumerate(dict.fromkeys(labels))
     }
+
+
+def figure_grid(rows: int, columns: int, width: float, height: float, **options) -> tuple[Figure, np.ndarray]:
+    """A figure of `rows` x `columns` panels (always a 2-d array of axes) laid out to fit its canvas."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.subplots(rows, columns, squeeze=False, **options)
+
+
+def log2_axis(ax, ticks) -> None:
+    """A log2 x axis ticked and labelled at `ticks` alone (depths, people counts): matplotlib's own
+    ticks on a base-2 axis would write 2^n, and its minor ticks would crowd the labels."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def draw_curve(ax, x, y, low=None, high=None, *, alpha: float = 0.15, **line) -> None:
+    """A line through (`x`, `y`) and, under it in its colour, the 95% interval over seeds from `low` to
+    `high`: none where they hold no value (one seed has no interval)."""
+    drawn = ax.plot(x, y, **line)[0]
+    if low is not None and np.isfinite(np.asarray(low, dtype=float)).any():
+        color, zorder = drawn.get_color(), drawn.get_zorder() - 1
+        ax.fill_between(x, low, high, color=color, alpha=alpha, lw=0, zorder=zorder)
 
 
 def budget_title(table: pd.DataFrame) -> str:
@@ -172,19 +198,15 @@ def _depth_axis(ax, depths, training_depth: int | None) -> None:
     shaded (`training_depth` None: not a looped model's, nothing shaded). A model scored at one depth
     gets an axis of that depth alone."""
     depths = sorted({int(d) for d in depths})
-    ax.grid(True, which="major", color="0.9", lw=0.6)
+    ax.grid(True, which="major", **GRID)
     if len(depths) == 1:
         ax.set_xlim(depths[0] - 1, depths[0] + 1)
         ax.xaxis.set_major_locator(FixedLocator(depths))
         ax.set_xlabel("serving depth K (one depth)")
         return
     max_depth = depths[-1]
-    ax.set_xscale("log", base=2)
+    log2_axis(ax, [2**i for i in range(int(np.log2(max_depth)) + 1)])
     ax.set_xlim(1, max_depth)
-    ticks = [2**i for i in range(int(np.log2(max_depth)) + 1)]
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([str(t) for t in ticks])
     if training_depth is not None:
         ax.axvspan(1, min(training_depth, max_depth), color=TRAINING_SHADE, zorder=0, lw=0)
     ax.set_xlabel("serving depth K")
@@ -201,33 +223,23 @@ def _draw_runs(ax, rows: pd.DataFrame, value: str, labels: dict, styles: dict) -
     for run, curve in rows.groupby("run", sort=False):
         curve = curve.sort_values("depth")
         depths = curve["depth"].to_numpy()
-        label = labels[run]
         control = "role" in curve and (curve["role"] == "control").all()
-        # Unclipped, so the markers at K = 1 and K = max sit whole on the panel's edges.
-        ax.plot(
-            depths,
-            curve[value].to_numpy(),
-            label=label,
-            lw=0.9 if control else 1.6,
-            ms=3 if control else 5,
-            clip_on=False,
-            zorder=3,
-            markevery=_power_of_two_marks(depths),
-            **styles[label],
-        )
-        low, high = f"{value}_low", f"{value}_high"
-        if low in curve and curve[low].notna().any():
+        band = [None, None]
+        if f"{value}_low" in curve:
             # A t interval is unbounded; recall is not, so the band stops at 0 and the line's ceiling.
             top = curve["ceiling_bits"].to_numpy() if value == "bits" else 1.0
-            band = np.clip(curve[low], 0, top), np.clip(curve[high], 0, top)
-            ax.fill_between(depths, *band, color=styles[label]["color"], alpha=0.12, lw=0, zorder=2)
+            band = [np.clip(curve[f"{value}_{end}"], 0, top) for end in ("low", "high")]
+        line = {"label": labels[run], "markevery": _power_of_two_marks(depths), **styles[labels[run]]}
+        line.update({"lw": 0.9, "ms": 3} if control else {"lw": 1.6, "ms": 5})
+        # Unclipped, so the markers at K = 1 and K = max sit whole on the panel's edges.
+        draw_curve(ax, depths, curve[value], *band, alpha=0.12, clip_on=False, zorder=3, **line)
 
 
 def _draw_references(ax, ceilings, chances) -> None:
     for ceiling in ceilings:
-        ax.axhline(ceiling, color=REFERENCE_COLOR, linestyle="--", lw=1.0, zorder=1)
+        ax.axhline(ceiling, zorder=1, **CEILING_LINE)
     for chance in chances:
-        ax.axhline(chance, color=REFERENCE_COLOR, linestyle=":", lw=1.3, zorder=1)
+        ax.axhline(chance, zorder=1, **CHANCE_LINE)
 
 
 class _Bands(tuple):
@@ -245,8 +257,8 @@ def _recall_legend(fig: Figure, styles: dict, ceiling_text: str, chance_text: st
         handles.append(_Bands(bands))
         handles[-1].label = f"95% interval over {seeds} seeds"
     handles += [
-        Line2D([], [], color=REFERENCE_COLOR, linestyle="--", lw=1.0, label=ceiling_text),
-        Line2D([], [], color=REFERENCE_COLOR, linestyle=":", lw=1.3, label=chance_text),
+        Line2D([], [], label=ceiling_text, **CEILING_LINE),
+        Line2D([], [], label=chance_text, **CHANCE_LINE),
     ]
     if training_depth is not None:
         shade = Patch(color=TRAINING_SHADE, lw=0, label=f"training depths (K \u2264 {training_depth})")
@@ -269,35 +281,39 @@ def _unique(values) -> list[float]:
     return sorted({round(float(v), 9) for v in values})
 
 
-def _plot_bits(fig: Figure, table, ceiling, chance, training_depth: int | None) -> None:
+def _plot_bits(table, ceiling, chance, training_depth: int | None) -> Figure:
     whole = table[table["attribute"] == "all"]
     fractions = sorted(whole["fraction"].unique())
+    # One panel alone gets more width: its legend and title need it more than a pair of panels do.
+    width = 0.6 + 4.2 * len(fractions) if len(fractions) > 1 else 5.6
+    fig, axes = figure_grid(1, len(fractions), width, 4.4, sharey=True)
     ceilings = [ceiling] if ceiling is not None else _unique(whole["ceiling_bits"])
     chances = [chance] if chance is not None else _unique(whole["chance_bits"])
     labels = line_labels(table)
     styles = curve_styles(labels.values())
-    axes = fig.subplots(1, len(fractions), sharey=True, squeeze=False)[0]
-    for ax, fraction in zip(axes, fractions, strict=True):
+    for ax, fraction in zip(axes[0], fractions, strict=True):
         _depth_axis(ax, whole["depth"], training_depth)
         _draw_references(ax, ceilings, chances)
         _draw_runs(ax, whole[whole["fraction"] == fraction], "bits", labels, styles)
         ax.set_title(fraction_title(whole, fraction))
         ax.set_ylim(0, max(ceilings) * 1.06)
-    axes[0].set_ylabel("recalled bits per person")
+    axes[0, 0].set_ylabel("recalled bits per person")
     ceiling_text = "task ceiling (" + " / ".join(f"{c:.2f}" for c in ceilings) + " bits)"
     chance_text = "chance (" + " / ".join(f"{c:.2f}" for c in chances) + " bits)"
     _recall_legend(fig, styles, ceiling_text, chance_text, training_depth, _seed_count(whole))
     contenders = whole[whole["role"] != "control"] if "role" in whole else whole
     fit_suptitle(fig, "Recalled bits per person vs serving depth", budget_title(contenders))
+    return fig
 
 
-def _plot_attributes(fig: Figure, table, training_depth: int | None) -> None:
+def _plot_attributes(table, training_depth: int | None) -> Figure:
     parts = table[table["attribute"] != "all"]
     fractions = sorted(parts["fraction"].unique())
     attributes = list(dict.fromkeys(parts["attribute"]))
     labels = line_labels(table)
     styles = curve_styles(labels.values())
-    axes = fig.subplots(len(fractions), len(attributes), sharex=True, sharey=True, squeeze=False)
+    width, height = 0.6 + 2.5 * len(attributes), 0.9 + 2.5 * len(fractions)
+    fig, axes = figure_grid(len(fractions), len(attributes), width, height, sharex=True, sharey=True)
     for row, fraction in enumerate(fractions):
         for col, attribute in enumerate(attributes):
             # One attribute at one fraction: the share of facts recalled against depth.
@@ -314,6 +330,7 @@ def _plot_attributes(fig: Figure, table, training_depth: int | None) -> None:
         axes[row, 0].set_ylabel(f"{fraction_title(parts, fraction)}\nshare of facts recalled")
     _recall_legend(fig, styles, "all facts recalled", "chance level", training_depth, max_columns=4)
     fit_suptitle(fig, "Recall per attribute vs serving depth", budget_title(table))
+    return fig
 
 
 def plot_recall_curves(
@@ -334,16 +351,10 @@ def plot_recall_curves(
         raise BiosrecallError(f"unknown metric {metric!r} (use {' or '.join(METRICS)})")
     if table.empty:
         raise BiosrecallError("nothing to plot: the recall table is empty")
-    fractions = table["fraction"].nunique()
     if metric == "bits":
-        # One panel alone gets more width: its legend and title need it more than a pair of panels do.
-        width = 0.6 + 4.2 * fractions if fractions > 1 else 5.6
-        fig = Figure(figsize=(width, 4.4), layout="constrained")
-        _plot_bits(fig, table, ceiling, chance, training_depth)
+        fig = _plot_bits(table, ceiling, chance, training_depth)
     else:
-        attributes = table.loc[table["attribute"] != "all", "attribute"].nunique()
-        fig = Figure(figsize=(0.6 + 2.5 * attributes, 0.9 + 2.5 * fractions), layout="constrained")
-        _plot_attributes(fig, table, training_depth)
+        fig = _plot_attributes(table, training_depth)
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
@@ -351,17 +362,12 @@ def plot_recall_curves(
 
 EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "latent", "accel", "gate", "oracle")
 FIXED_DEPTH = "fixed-depth"
-FIXED_DEPTH_COLOR = "0.15"
+FIXED_DEPTH_LINE = {"color": "0.15", "lw": 1.0, "marker": "o", "ms": 2.5}
 # Okabe-Ito by criterion kind; black stays the fixed-depth curve's and the oracle's, yellow the region's.
 KIND_COLORS = {"fixed": "0.55", "kl": "#0072B2", "stable": "#D55E00", "entropy": "#CC79A7",
                "latent": "#E69F00", "accel": "#56B4E9", "gate": "#009E73"}  # fmt: skip
-PAYS_COLOR, TARGET_COLOR = "#F0E442", "0.35"
-
-
-def _seed_groups(rows: pd.DataFrame) -> pd.Series:
-    """The line each frontier row belongs to: its run label without a leading `seed<S>/`, so the
-    seeds of one study run (`biosrecall figure1`) share a line."""
-    return rows["run"].str.replace(r"^seed\d+/", "", regex=True)
+PAYS_AREA = {"color": "#F0E442", "alpha": 0.3, "lw": 0}
+TARGET_LINE = {"color": "0.35", "linestyle": "--", "lw": 1.0}
 
 
 def _kind_style(kind: str) -> dict:
@@ -385,11 +391,10 @@ def _pays_region(ax, fixed: pd.DataFrame, share: float) -> None:
     pay: at or above the target with fewer FLOPs than the cheapest fixed depth that reaches it."""
     target = share * float(fixed["bits"].max())
     cheapest = float(fixed.loc[fixed["bits"] >= target - 1e-12, "flops"].min())
-    ax.axhline(target, color=TARGET_COLOR, linestyle="--", lw=1.0, zorder=1)
+    ax.axhline(target, zorder=1, **TARGET_LINE)
     ax.autoscale_view()
     (left, right), (bottom, top) = ax.get_xlim(), ax.get_ylim()
-    ax.add_patch(Rectangle((left, target), cheapest - left, top - target, color=PAYS_COLOR, alpha=0.3,
-                           lw=0, zorder=0))  # fmt: skip
+    ax.add_patch(Rectangle((left, target), cheapest - left, top - target, zorder=0, **PAYS_AREA))
     ax.set_xlim(left, right)
     ax.set_ylim(bottom, top)
 
@@ -401,7 +406,7 @@ def _draw_frontier(ax, rows: pd.DataFrame, share: float) -> list[str]:
     fixed = _mean_points(rows[rows["kind"] == FIXED_DEPTH])
     # No seed band: a curve that alternates between odd and even K turns one into vertical stripes,
     # and the intervals that decide the claim are in the serving tables.
-    ax.plot(fixed["flops"], fixed["bits"], color=FIXED_DEPTH_COLOR, lw=1.0, zorder=3, marker="o", ms=2.5)
+    ax.plot(fixed["flops"], fixed["bits"], zorder=3, **FIXED_DEPTH_LINE)
     kinds = [k for k in dict.fromkeys(rows["kind"]) if k != FIXED_DEPTH]
     for kind in kinds:
         points = _mean_points(rows[rows["kind"] == kind])
@@ -411,21 +416,14 @@ def _draw_frontier(ax, rows: pd.DataFrame, share: float) -> list[str]:
 
 
 def _frontier_legend(fig: Figure, kinds: list[str], share: float) -> None:
-    handles = [Line2D([], [], color=FIXED_DEPTH_COLOR, lw=1.0, marker="o", ms=2.5)]
-    handles += [Line2D([], [], lw=0.9, **_kind_style(kind)) for kind in kinds]
-    labels = ["fixed depth K = 1, 2, 3, ..."]
-    labels += [
-        f"criterion: {kind}" if kind != "oracle" else "oracle (each query's best depth)" for kind in kinds
+    names = {kind: f"criterion: {kind}" for kind in kinds} | {"oracle": "oracle (each query's best depth)"}
+    handles = [
+        Line2D([], [], label="fixed depth K = 1, 2, 3, ...", **FIXED_DEPTH_LINE),
+        *(Line2D([], [], lw=0.9, label=names[kind], **_kind_style(kind)) for kind in kinds),
+        Line2D([], [], label=f"{share:.0%} of the best fixed-depth recall", **TARGET_LINE),
+        Patch(label="a criterion pays here: that recall for fewer FLOPs than any fixed depth", **PAYS_AREA),
     ]
-    handles += [
-        Line2D([], [], color=TARGET_COLOR, linestyle="--", lw=1.0),
-        Patch(color=PAYS_COLOR, alpha=0.3, lw=0),
-    ]
-    labels += [
-        f"{share:.0%} of the best fixed-depth recall",
-        "a criterion pays here: that recall for fewer FLOPs than any fixed depth",
-    ]
-    legend_below(fig, handles, 3, labels=labels)
+    legend_below(fig, handles)
 
 
 def plot_exit_frontier(frontier: pd.DataFrame, share: float | None = None) -> Figure:
@@ -439,12 +437,12 @@ def plot_exit_frontier(frontier: pd.DataFrame, share: float | None = None) -> Fi
     if frontier.empty:
         raise BiosrecallError("nothing to plot: the exit frontier table is empty")
     share = RECALL_SHARE if share is None else share
-    frontier = frontier.assign(line=_seed_groups(frontier))
+    # The seeds of one study run (`biosrecall figure1`, runs `seed<S>/<name>`) share a line.
+    frontier = frontier.assign(line=frontier["run"].str.replace(r"^seed\d+/", "", regex=True))
     fractions = sorted(frontier["fraction"].unique())
     runs = frontier.drop_duplicates("line")[["line", "schedule"]].rename(columns={"line": "run"})
     labels = line_labels(runs)
-    fig = Figure(figsize=(0.6 + 3.6 * len(labels), 0.9 + 3.2 * len(fractions)), layout="constrained")
-    axes = fig.subplots(len(fractions), len(labels), squeeze=False)
+    fig, axes = figure_grid(len(fractions), len(labels), 0.6 + 3.6 * len(labels), 0.9 + 3.2 * len(fractions))
     kinds: list[str] = []
     for row, fraction in enumerate(fractions):
         for col, (run, label) in enumerate(labels.items()):
@@ -455,7 +453,7 @@ def plot_exit_frontier(frontier: pd.DataFrame, share: float | None = None) -> Fi
                 continue
             ax.set_xscale("log")  # before drawing: the shaded region is placed from the log limits
             kinds += _draw_frontier(ax, rows, share)
-            ax.grid(True, which="major", color="0.9", lw=0.6)
+            ax.grid(True, which="major", **GRID)
             ax.set_title(label if len(fractions) == 1 else f"{label}, {fraction:.0%}", fontsize="medium")
             ax.set_xlabel("modeled FLOPs per query" if row == len(fractions) - 1 else "")
         axes[row, 0].set_ylabel("recalled bits per person")

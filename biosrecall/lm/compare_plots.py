@@ -15,15 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
 
-from biosrecall.eval.plots import legend_below, schedule_label
+from biosrecall.eval.plots import curve_styles, draw_curve, figure_grid, legend_below, schedule_label
 from biosrecall.lm.evaluate import BASELINE
-from biosrecall.outputs import COLORS, MARKERS
+from biosrecall.outputs import MARKERS
 
 BAND_ALPHA = 0.2
 
@@ -46,17 +45,17 @@ def _labels(frame: pd.DataFrame, order: Sequence[str]) -> dict[str, str]:
     return labels
 
 
-def _style(order: Sequence[str], run: str) -> dict:
-    index = list(order).index(run)
-    return {"color": COLORS[index % len(COLORS)], "marker": MARKERS[index % len(MARKERS)]}
-
-
-def _line(ax, rows: pd.DataFrame, x: str, y: str, label: str, **style) -> None:
+def _line(ax, rows: pd.DataFrame, x: str, y: str, **style) -> None:
     """`y` against `x` through `rows`, with its seed band where it has one."""
-    ax.plot(rows[x], rows[y], label=label, markersize=4, linewidth=1.2, **style)
     low, high = rows.get(f"{y}_low"), rows.get(f"{y}_high")
-    if low is not None and np.isfinite(high.to_numpy(dtype=float)).any():
-        ax.fill_between(rows[x], low, high, color=style["color"], alpha=BAND_ALPHA, linewidth=0)
+    draw_curve(ax, rows[x], rows[y], low, high, alpha=BAND_ALPHA, markersize=4, linewidth=1.2, **style)
+
+
+def _draw_lines(ax, frame: pd.DataFrame, order: Sequence[str], x: str, y: str) -> None:
+    """One line per run of `frame`, in the colour and marker of its place in `order`."""
+    styles = curve_styles(order, linestyles=("-",))
+    for run, label in _labels(frame, order).items():
+        _line(ax, frame[frame["run"] == run].sort_values(x), x, y, label=label, **styles[run])
 
 
 def _depth_axis(ax, depths) -> None:
@@ -74,53 +73,47 @@ def _finish(ax, xlabel: str, ylabel: str, legend: bool = True) -> None:
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if legend:
-        handles, labels = ax.get_legend_handles_labels()
-        legend_below(ax.figure, handles, 3, labels=labels)
+        legend_below(ax.figure)
 
 
 def _draw_nll_vs_depth(ax, curves: pd.DataFrame, order: Sequence[str]) -> None:
-    for run, label in _labels(curves, order).items():
-        rows = curves[curves["run"] == run].sort_values("depth")
-        _line(ax, rows, "depth", "nll", label, **_style(order, run))
+    _draw_lines(ax, curves, order, "depth", "nll")
     _depth_axis(ax, curves["depth"])
     _finish(ax, "serving depth K", "validation NLL (nats / token)")
 
 
 def plot_nll_vs_depth(curves: pd.DataFrame, order: Sequence[str]) -> Figure:
     """Validation NLL against serving depth, one line per run (its final checkpoint)."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    _draw_nll_vs_depth(fig.add_subplot(), curves, order)
+    fig, axes = figure_grid(1, 1, 7.5, 4.5)
+    _draw_nll_vs_depth(axes[0, 0], curves, order)
     return fig
 
 
 def plot_nll_vs_compute(summaries: pd.DataFrame, order: Sequence[str]) -> Figure:
     """Mean serving-depth NLL against modeled training FLOPs, one line per run through its checkpoints."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    for run, label in _labels(summaries, order).items():
-        # The switch checkpoint can coincide with a budget fraction: one point per update.
-        rows = summaries[summaries["run"] == run].drop_duplicates("update").sort_values("flops")
-        _line(ax, rows, "flops", "mean_nll", label, **_style(order, run))
-    _finish(ax, "modeled training compute (FLOPs)", "mean serving-depth NLL")
+    fig, axes = figure_grid(1, 1, 7.5, 4.5)
+    # The switch checkpoint can coincide with a budget fraction: one point per update.
+    _draw_lines(axes[0, 0], summaries.drop_duplicates(["run", "update"]), order, "flops", "mean_nll")
+    _finish(axes[0, 0], "modeled training compute (FLOPs)", "mean serving-depth NLL")
     return fig
 
 
 def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
     """Validation NLL against mean depth per token: each run's fixed-depth curve as a line (its colour)
     and each exit criterion kind as points joined by a dashed line."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
+    fig, axes = figure_grid(1, 1, 7.5, 4.5)
+    ax = axes[0, 0]
     kinds = list(dict.fromkeys(exits["kind"]))
     styles = {kind: {"linestyle": "-", "marker": None} if kind == BASELINE else {
         "linestyle": "--", "marker": MARKERS[i % len(MARKERS)]} for i, kind in enumerate(kinds)}  # fmt: skip
     labels = _labels(exits, order)
+    colors = {run: style["color"] for run, style in curve_styles(order).items()}
     for run in labels:
-        color = _style(order, run)["color"]
         for kind, rows in exits[exits["run"] == run].groupby("kind", sort=False):
-            _line(ax, rows.sort_values("mean_depth"), "mean_depth", "nll", None, color=color, **styles[kind])
+            _line(ax, rows.sort_values("mean_depth"), "mean_depth", "nll", color=colors[run], **styles[kind])
     _finish(ax, "mean block iterations per token", "validation NLL (nats / token)", legend=False)
     # Colour names the run and marker the criterion: runs + kinds entries, not runs x kinds.
-    handles = [Line2D([], [], color=_style(order, run)["color"], lw=1.2) for run in labels]
+    handles = [Line2D([], [], color=colors[run], lw=1.2) for run in labels]
     handles += [Line2D([], [], color="0.4", lw=1.2, markersize=4, **styles[kind]) for kind in kinds]
     names = [
         *labels.values(),
@@ -135,14 +128,12 @@ def plot_harness_vs_depth(harness: pd.DataFrame, curves: pd.DataFrame, order: Se
     panels = list(harness[["task", "metric"]].drop_duplicates().itertuples(index=False))
     columns = min(3, len(panels) + 1)
     rows_count = -(-(len(panels) + 1) // columns)
-    fig = Figure(figsize=(4.2 * columns, 3.4 * rows_count), layout="constrained")
-    axes = fig.subplots(rows_count, columns, squeeze=False).flatten()
+    fig, grid = figure_grid(rows_count, columns, 4.2 * columns, 3.4 * rows_count)
+    axes = grid.flatten()
     _draw_nll_vs_depth(axes[0], curves, order)
     for ax, (task, metric) in zip(axes[1:], panels, strict=False):
         shown = harness[(harness["task"] == task) & (harness["metric"] == metric)]
-        for run, label in _labels(shown, order).items():
-            rows = shown[shown["run"] == run].sort_values("depth")
-            _line(ax, rows, "depth", "value", label, **_style(order, run))
+        _draw_lines(ax, shown, order, "depth", "value")
         _depth_axis(ax, shown["depth"])
         ax.set_title(task, fontsize=9)
         _finish(ax, "serving depth K", metric, legend=False)  # the NLL panel's legend names every run
