@@ -8,12 +8,14 @@ exit; also the `--no-verify` option that `lm train` shares. Registered under `lm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
+from biosrecall.cli.study import field_options
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import set_verification
 from biosrecall.numbers import DEPTH, counts
@@ -28,100 +30,99 @@ no_verify_option = click.option(
 """--no-verify: trust the shards' bytes (each is otherwise checked against its sha256 when first read)."""
 
 
+@dataclass
+class EvalOptions:
+    """The options of `lm eval`, one per field (`field_options`; the help of each is the docstring
+    under it)."""
+
+    data_dir: Path | None = None
+    """Prepared folder whose validation split to use [default: the run's own]."""
+
+    max_depth: int = 16
+    """Evaluate serving depths 1..N (one N-iteration pass per batch)."""
+
+    batch_size: int = 8
+    """Validation sequences per forward pass."""
+
+    max_sequences: int | None = None
+    """Use only the first N validation sequences [default: all]."""
+
+    device: str = "auto"
+    """auto, cpu or cuda."""
+
+    precision: str = "auto"
+    """auto (bf16 on CUDA), fp32 or bf16."""
+
+    exits: tuple[str, ...] = ()
+    """Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M,
+    entropy:H, latent:EPS, accel:EPS, gate:DELTA (the run's fitted gate: `biosrecall gate train RUN`),
+    cdf:Q (the exit gate an ouro-gate run trained: stop where the exit CDF reaches Q); a bare name sweeps
+    its thresholds. Capped at --max-depth."""
+
+    val_sequences: int | None = None
+    """Validation windows scored with --exit (one token at a time, so slow) [default: 64]."""
+
+    applicable_exits: bool = False
+    """With --exit: score each checkpoint on the criteria its recipe can serve (cdf:Q needs a trained exit
+    gate; latent, accel and gate:DELTA one trajectory over depths, not loopformer's pass per depth) and
+    name each one left out, instead of refusing the call."""
+
+    state_norms: bool = False
+    """Also measure the recurrent state's RMS after each depth 1..--max-depth on the first 8 validation
+    windows, cached as checkpoints/<label>/state_norm.parquet (`biosrecall.eval.state_norms`)."""
+
+
+CHECKED = {
+    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "max_depth": {"type": Integer(DEPTH, below="{value} is not in the range x>=1.")},
+    "batch_size": {"type": Integer(counts())},
+    "max_sequences": {"type": Integer(counts())},
+    "exits": {"flag": "--exit", "type": str, "multiple": True},
+    "val_sequences": {"type": Integer(counts())},
+}
+"""What the options of `EvalOptions` take beyond their fields' types (`field_options`)."""
+
+
+def _eval_fields(command):
+    """One option per `EvalOptions` field (`field_options`)."""
+    for option in reversed(field_options(EvalOptions, CHECKED)):
+        command = option(command)
+    return command
+
+
 @click.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to evaluate (repeatable)", ("final",), multiple=True, plural_flag=True)
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Prepared folder whose validation split to use [default: the run's own].",
-)
-@click.option(
-    "--max-depth",
-    type=Integer(DEPTH, below="{value} is not in the range x>=1."),
-    default=16,
-    show_default=True,
-    help="Evaluate serving depths 1..N (one N-iteration pass per batch).",
-)
-@click.option("--batch-size", type=Integer(counts()), default=8, show_default=True)
-@click.option(
-    "--max-sequences",
-    type=Integer(counts()),
-    default=None,
-    help="Use only the first N validation sequences [default: all].",
-)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--precision", default="auto", show_default=True, help="auto (bf16 on CUDA), fp32 or bf16.")
-@click.option(
-    "--exit",
-    "exits",
-    multiple=True,
-    help="Also score NLL with per-token exit (repeatable or a comma list): fixed:K, kl:EPS, stable:M, "
-    "entropy:H, latent:EPS, accel:EPS, gate:DELTA (the run's fitted gate: `biosrecall gate train RUN`), "
-    "cdf:Q (the exit gate an ouro-gate run trained: stop where the exit CDF reaches Q); a bare name "
-    "sweeps its thresholds. Capped at --max-depth.",
-)
-@click.option(
-    "--val-sequences",
-    type=Integer(counts()),
-    default=None,
-    help="Validation windows scored with --exit (one token at a time, so slow) [default: 64].",
-)
-@click.option(
-    "--applicable-exits",
-    is_flag=True,
-    help="With --exit: score each checkpoint on the criteria its recipe can serve (cdf:Q needs a trained "
-    "exit gate; latent, accel and gate:DELTA one trajectory over depths, not loopformer's pass per depth) "
-    "and name each one left out, instead of refusing the call.",
-)
-@click.option(
-    "--state-norms",
-    is_flag=True,
-    help="Also measure the recurrent state's RMS after each depth 1..--max-depth on the first 8 "
-    "validation windows, cached as checkpoints/<label>/state_norm.parquet (`biosrecall.eval.state_norms`).",
-)
+@_eval_fields
 @no_verify_option
-def evaluate(
-    runs,
-    checkpoints,
-    data_dir,
-    max_depth,
-    batch_size,
-    max_sequences,
-    device,
-    precision,
-    exits,
-    val_sequences,
-    applicable_exits,
-    state_norms,
-    no_verify,
-) -> None:
+def evaluate(runs, checkpoints, no_verify, **fields) -> None:
     """Write RUN/eval/evaluation.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
     from biosrecall.lm import evaluate as evaluation
 
     set_verification(not no_verify)
-    if val_sequences is not None and not exits:
+    options = EvalOptions(**fields)
+    exits, max_depth, data_dir = options.exits, options.max_depth, options.data_dir
+    applicable = options.applicable_exits
+    if options.val_sequences is not None and not exits:
         raise BiosrecallError("--val-sequences sets the windows of --exit: give --exit too")
-    if applicable_exits and not exits:
+    if applicable and not exits:
         raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
-    criteria = evaluation.exit_criteria(exits, runs, checkpoints, max_depth, applicable_exits)
-    common = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "batch_size": batch_size}
-    common.update(device=device, precision=precision)
+    criteria = evaluation.exit_criteria(exits, runs, checkpoints, max_depth, applicable)
+    common = {CHECKPOINT_LIST: checkpoints, "data_dir": data_dir, "batch_size": options.batch_size}
+    common.update(device=options.device, precision=options.precision)
     for run in runs:
         table = evaluation.evaluate_run(
-            run, depths=range(1, max_depth + 1), max_sequences=max_sequences, **common
+            run, depths=range(1, max_depth + 1), max_sequences=options.max_sequences, **common
         )
         _print_nll(run, table, evaluation.summarize(table))
         _wrote(run, evaluation.TABLE)
         if criteria:  # NLL with per-token exit, next to the fixed-depth NLL on the same windows
-            sequences = val_sequences or evaluation.DEFAULT_EXIT_SEQUENCES
+            sequences = options.val_sequences or evaluation.DEFAULT_EXIT_SEQUENCES
             exit_table, skipped = evaluation.evaluate_exits(
-                run, criteria, max_depth=max_depth, sequences=sequences, applicable=applicable_exits, **common
+                run, criteria, max_depth=max_depth, sequences=sequences, applicable=applicable, **common
             )
             for line in skipped:
                 click.echo(f"{run} left out (--applicable-exits): {line}")
@@ -129,11 +130,11 @@ def evaluate(
                 baseline = exit_table["kind"] == evaluation.BASELINE
                 _print_exits(run, exit_table[baseline], exit_table[~baseline])
                 _wrote(run, evaluation.EXIT_TABLE)
-        if state_norms:
+        if options.state_norms:
             from biosrecall.eval.state_norms import summary_line
 
             found = evaluation.evaluate_state_norms(
-                run, checkpoints=checkpoints, data_dir=data_dir, max_depth=max_depth, device=device
+                run, checkpoints=checkpoints, data_dir=data_dir, max_depth=max_depth, device=options.device
             )
             for label, table in found.items():
                 click.echo(f"{run} [{label}] {summary_line(table)}")
