@@ -172,13 +172,38 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             setattr(self, f.name, check_field(f.name, getattr(self, f.name)))
-        _check_combination(self)
+        # The rules between fields that hold whatever the model (the run size is `validate`'s).
+        if self.batch_size % self.grad_accum:
+            raise BiosrecallError(
+                f"grad accumulation {self.grad_accum} must be at least 1 and divide the batch size "
+                f"{self.batch_size}"
+            )
+        if self.decay is not None and self.lr_schedule != "wsd":
+            raise BiosrecallError(f"decay applies to lr_schedule wsd only, not {self.lr_schedule}")
+        if self.seq_len is not None:
+            check_tokens_per_update(self.batch_size * self.seq_len)
+        if self.lr * self.weight_decay >= 1:
+            raise BiosrecallError(
+                f"lr x weight_decay must be below 1 (each update scales decayed weights by 1 - lr x "
+                f"weight_decay), got {self.lr:g} x {self.weight_decay:g}"
+            )
 
     def validate(self) -> None:
-        """Check every field again (they may have been reassigned), that the run size is given once and
-        that the trackers of `log` are installed (a run read back elsewhere need not have them)."""
+        """Check every field again (they may have been reassigned), that the run size is given once (a
+        FLOP budget, a schedule's spend, an update count or exposures) and that the trackers of `log`
+        are installed (a run read back elsewhere need not have them)."""
         self.__post_init__()
-        _check_run_size(self)
+        given = [name for name in RUN_SIZE if getattr(self, name) is not None]
+        if self.exposures is not None and len(given) > 1:
+            others = " or ".join(f"--{name.replace('_', '-')}" for name in given if name != "exposures")
+            raise BiosrecallError(
+                "--exposures sets the run's length itself (every biography seen E times); give it "
+                f"without {others}"
+            )
+        if len(given) != 1:
+            raise BiosrecallError(
+                "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES, --updates N or --exposures E"
+            )
         require_installed(self.log)
 
     def to_dict(self) -> dict[str, Any]:
@@ -311,39 +336,6 @@ def check_updates_list(name: str, value: Any) -> tuple[int, ...]:
         raise BiosrecallError(f"{name} must be a non-empty list of update counts, got {value!r}")
     limit = LIMITS["updates"]
     return tuple(sorted({check_number(f"each of {name}", item, limit) for item in value}))
-
-
-def _check_combination(config: TrainConfig) -> None:
-    """Rules between fields that hold whatever the model (the run size is `validate`'s)."""
-    if config.batch_size % config.grad_accum:
-        raise BiosrecallError(
-            f"grad accumulation {config.grad_accum} must be at least 1 and divide the batch size "
-            f"{config.batch_size}"
-        )
-    if config.decay is not None and config.lr_schedule != "wsd":
-        raise BiosrecallError(f"decay applies to lr_schedule wsd only, not {config.lr_schedule}")
-    if config.seq_len is not None:
-        check_tokens_per_update(config.batch_size * config.seq_len)
-    if config.lr * config.weight_decay >= 1:
-        raise BiosrecallError(
-            f"lr x weight_decay must be below 1 (each update scales decayed weights by 1 - lr x "
-            f"weight_decay), got {config.lr:g} x {config.weight_decay:g}"
-        )
-
-
-def _check_run_size(config: TrainConfig) -> None:
-    """The run's length is given once: a FLOP budget, a schedule's spend, an update count or exposures."""
-    given = [name for name in RUN_SIZE if getattr(config, name) is not None]
-    if config.exposures is not None and len(given) > 1:
-        others = " or ".join(f"--{name.replace('_', '-')}" for name in given if name != "exposures")
-        raise BiosrecallError(
-            "--exposures sets the run's length itself (every biography seen E times); give it "
-            f"without {others}"
-        )
-    if len(given) != 1:
-        raise BiosrecallError(
-            "give exactly one of --budget FLOPS, --budget-of SPEC:UPDATES, --updates N or --exposures E"
-        )
 
 
 def _is_cuda_index(device: str) -> bool:

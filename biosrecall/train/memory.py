@@ -111,16 +111,6 @@ def training_memory(
     return Cost(memory=TRAINING_FIXED + state + ALLOCATOR_FACTOR * per_float * floats)
 
 
-def _device_memory(device) -> tuple[int, str]:
-    """(bytes free for training on `device`, where that limit comes from)."""
-    if getattr(device, "type", str(device)) == "cuda":
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(device)
-        return free, f"free on {torch.cuda.get_device_name(device)}"
-    return sizing.available_memory()
-
-
 def check_training_fits(model_config: ModelConfig, config: TrainConfig, plan, seq_len: int, device) -> None:
     """Refuse, before the first update, a run whose deepest update needs more memory than `device`
     has: one line naming the estimate, the limit and the options to lower."""
@@ -128,7 +118,13 @@ def check_training_fits(model_config: ModelConfig, config: TrainConfig, plan, se
     kind = getattr(device, "type", str(device))
     bf16 = config.precision == "bf16" or (config.precision == "auto" and kind == "cuda")  # autocast_for
     need = training_memory(model_config, config, seq_len, deepest, bf16).memory
-    limit, source = _device_memory(device)
+    if kind == "cuda":
+        import torch
+
+        limit, _ = torch.cuda.mem_get_info(device)
+        source = f"free on {torch.cuda.get_device_name(device)}"
+    else:
+        limit, source = sizing.available_memory()
     if need > limit:
         raise BiosrecallError(
             f"training at depth {deepest:,} with {micro_batch(config):,} sequences of {seq_len:,} tokens "

@@ -751,7 +751,10 @@ def _read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
             break
         if not line.strip():
             continue
-        row = _parse_row(line)
+        try:
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            row = None  # not UTF-8 JSON
         if row is None and number == len(lines) and line.startswith(b"{"):
             break  # the unterminated last line of a killed write
         if not isinstance(row, dict) or row.get("update") != len(rows):
@@ -759,11 +762,3 @@ def _read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
             raise BiosrecallError(f"metrics log {path} is corrupt at line {number}: {found}")
         rows.append(row)
     return rows
-
-
-def _parse_row(line: bytes) -> Any:
-    """One JSON row, or None when the line is not UTF-8 JSON."""
-    try:
-        return json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None

@@ -55,24 +55,19 @@ def flat_settings(config: Mapping) -> dict[str, object]:
     return flat
 
 
-def seed_of(config: Mapping) -> int:
-    """The training seed a run recorded."""
-    return int(config["train_config"]["seed"])
-
-
 def check_replicates(label: str, members: Sequence[Path]) -> dict[Path, int]:
     """Each member's seed, after checking that the members differ only in the seed (module doc)."""
-    configs = {str(member): RunFolder(member).read_config() for member in members}
+    configs = {member: RunFolder(member).read_config() for member in members}
     check_seed_replicates(
-        {name: flat_settings(config) for name, config in configs.items()},
+        {str(member): flat_settings(config) for member, config in configs.items()},
         ignore=(SEED_SETTING, *IGNORED_SETTINGS),
     )
-    seeds: dict[int, str] = {}
-    for name, config in configs.items():
-        seed = seed_of(config)
-        if seed in seeds:
+    seeds = {member: int(config["train_config"]["seed"]) for member, config in configs.items()}
+    first_with: dict[int, Path] = {}
+    for member, seed in seeds.items():
+        if seed in first_with:
             raise BiosrecallError(
-                f"cannot aggregate {label} over seeds: {seeds[seed]} and {name} both have seed {seed}"
+                f"cannot aggregate {label} over seeds: {first_with[seed]} and {member} both have seed {seed}"
             )
-        seeds[seed] = name
-    return {member: seed_of(configs[str(member)]) for member in members}
+        first_with[seed] = member
+    return seeds

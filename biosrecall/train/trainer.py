@@ -516,7 +516,14 @@ class Trainer:
         self.raw_model, self.model, self.optimizer = _build_model(
             model_config, config, self.dist, self.device
         )
-        self.checkpointer = self._checkpointer()
+        checkpointer_class = Checkpointer
+        if self.dist.enabled and config.parallel == "fsdp":
+            # FSDP: no rank holds the whole model, so every save and restore is collective and sharded.
+            # Imported here: torch.distributed.checkpoint costs about 0.5 s of every other run's start-up.
+            from biosrecall.train.sharded import ShardedCheckpointer
+
+            checkpointer_class = ShardedCheckpointer
+        self.checkpointer = checkpointer_class(self.folder, self.dist, self.raw_model, self.optimizer)
         if self.dist.is_main:
             speed = None  # the estimate is timed on one CPU process only
             if self.device.type == "cpu" and not self.dist.enabled:
@@ -551,15 +558,6 @@ class Trainer:
         path = [started.path if started else None]
         torch.distributed.broadcast_object_list(path, src=0)
         return started or self.final.started_elsewhere(path[0])
-
-    def _checkpointer(self) -> Checkpointer:
-        """FSDP: no rank holds the whole model, so every save and restore is collective and sharded."""
-        if self.dist.enabled and self.config.parallel == "fsdp":
-            # Imported here: torch.distributed.checkpoint costs about 0.5 s of every other run's start-up.
-            from biosrecall.train.sharded import ShardedCheckpointer
-
-            return ShardedCheckpointer(self.folder, self.dist, self.raw_model, self.optimizer)
-        return Checkpointer(self.folder, self.dist, self.raw_model, self.optimizer)
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -729,7 +727,7 @@ class Trainer:
 
 # --------------------------------------------------------------------------------------------------
 # 5. How a run saves and restores its checkpoints, behind one interface the loop calls without knowing
-# how the run is parallel (`Trainer._checkpointer` picks):
+# how the run is parallel (`Trainer._set_up` picks):
 #
 #     checkpointer.save_kept([(path, meta), ...], source.state_dict())   # budget fractions, the switch
 #     checkpointer.save_latest(meta, source.state_dict())                # the resumable `latest`
