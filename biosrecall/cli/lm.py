@@ -28,6 +28,7 @@ and options given on the command line win; `train` and `plan` also read a run's 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -66,53 +67,68 @@ def lm() -> None:
     """Language-model pipeline: prepare text shards, then train and evaluate looped LMs on them."""
 
 
+@dataclass
+class PrepareOptions:
+    """The options of `lm prepare` beyond its inputs and --out, one per field (`field_options`; the help
+    of each is the docstring under it). `prepare_corpus` and `Corpus` take them by these names."""
+
+    text_column: str = "text"
+    """Text field of .jsonl/.parquet/hf inputs."""
+
+    tokenizer_path: Path | None = None
+    """Use this tokenizer.json instead of training one."""
+
+    vocab_size: int | None = None
+    """Size of the byte-level BPE to train (`biosrecall.lm.shards.DEFAULT_VOCAB_SIZE` when unset)."""
+
+    val_fraction: float = 0.01
+    """Share of documents held out for validation."""
+
+    seed: int = 0
+    """Seed of the validation choice."""
+
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    """Tokens per shard file (2^27)."""
+
+    hf_split: str = "train"
+    """Split of an hf:NAME input."""
+
+    max_documents: int | None = None
+    """Use only the first N documents [default: all]."""
+
+    tokenizer_documents: int | None = None
+    """Train the tokenizer on the first N training documents only [default: all]."""
+
+    overwrite: bool = False
+    """Replace a non-empty output folder (once the new one is done)."""
+
+
+PREPARE_CHECKED = {
+    "tokenizer_path": {"flag": "--tokenizer", "type": click.Path(path_type=Path)},
+    # the tokenizer library's range of --vocab-size is checked where it is trained
+    "vocab_size": {"type": Integer(counts()), "help": f"Size of the byte-level BPE to train [default: "
+                   f"{DEFAULT_VOCAB_SIZE}]."},
+    "val_fraction": {"type": Real(rates(0.0, 1.0, high_open=True))},
+    "seed": {"type": Integer(SEED)},
+    "shard_tokens": {"type": Integer(counts())},
+    "max_documents": {"type": Integer(counts())},
+    "tokenizer_documents": {"type": Integer(counts())},
+}  # fmt: skip
+"""What the options of `PrepareOptions` take beyond their fields' types (`field_options`)."""
+
+
+def _prepare_fields(command):
+    """One option per `PrepareOptions` field (`field_options`)."""
+    for option in reversed(field_options(PrepareOptions, PREPARE_CHECKED)):
+        command = option(command)
+    return command
+
+
 @lm.command("prepare", short_help="Tokenize text files or a Hugging Face dataset into token shards.")
 @config_option()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@click.option(
-    "--text-column", default="text", show_default=True, help="Text field of .jsonl/.parquet/hf inputs."
-)
-@click.option(
-    "--tokenizer",
-    "tokenizer_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Use this tokenizer.json instead of training one.",
-)
-@click.option(
-    "--vocab-size",
-    type=Integer(counts()),  # the tokenizer library's range is checked where it is trained
-    default=None,
-    help=f"Size of the byte-level BPE to train [default: {DEFAULT_VOCAB_SIZE}].",
-)
-@click.option(
-    "--val-fraction",
-    type=Real(rates(0.0, 1.0, high_open=True)),
-    default=0.01,
-    show_default=True,
-    help="Share of documents held out for validation.",
-)
-@click.option(
-    "--seed", type=Integer(SEED), default=0, show_default=True, help="Seed of the validation choice."
-)
-@click.option(
-    "--shard-tokens",
-    type=Integer(counts()),
-    default=DEFAULT_SHARD_TOKENS,
-    help="Tokens per shard file [default: 2^27].",
-)
-@click.option("--hf-split", default="train", show_default=True, help="Split of an hf:NAME input.")
-@click.option("--max-documents", type=Integer(counts()), default=None, help="Use only the first N documents.")
-@click.option(
-    "--tokenizer-documents",
-    type=Integer(counts()),
-    default=None,
-    help="Train the tokenizer on the first N training documents only [default: all].",
-)
-@click.option(
-    "--overwrite", is_flag=True, help="Replace a non-empty output folder (once the new one is done)."
-)
+@_prepare_fields
 def prepare(
     inputs, out_dir, text_column, tokenizer_path, vocab_size, hf_split, max_documents, **options
 ) -> None:
