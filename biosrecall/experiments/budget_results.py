@@ -35,7 +35,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.eval.plots import curve_styles, format_flops, legend_below
+from biosrecall.eval.plots import CEILING_LINE, curve_styles, draw_curve, format_flops, legend_below
 from biosrecall.experiments.claims import FAILS, HOLDS, verdict
 from biosrecall.experiments.figure1_results import study_label
 from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
@@ -180,6 +180,10 @@ def saving_claim(targets: pd.DataFrame | None = None) -> dict:
     }
 
 
+# The compute-to-target levels, fainter than the ceiling line they share a panel with.
+TARGET_LEVEL = {"color": "0.6", "linewidth": 0.6, "linestyle": ":"}
+
+
 def budget_figure(curve: pd.DataFrame):
     """Bits against training FLOPs (log axis), one line per schedule with a seed band, for the mean
     over K=1..16 and over K=17..64 (a panel only where the evaluation reached those depths), with the
@@ -198,15 +202,15 @@ def budget_figure(curve: pd.DataFrame):
         for name in names:
             label = study_label(name)
             _band(axis, curve[curve["name"] == name], column, label, styles[label])
-        axis.axhline(ceiling, color="0.25", linewidth=1.0, linestyle="--")
+        axis.axhline(ceiling, **CEILING_LINE)
         for target in TARGETS:
-            axis.axhline(target * ceiling, color="0.6", linewidth=0.6, linestyle=":")
+            axis.axhline(target * ceiling, **TARGET_LEVEL)
         _flops_axis(axis)
         axis.set(xlabel="training FLOPs", title=f"mean over serving depths {title}")
         axis.grid(True, which="major", color="0.9", lw=0.6)
     axes[0].set_ylabel("recalled bits per person")
     handles, labels = axes[0].get_legend_handles_labels()
-    handles += [Line2D([], [], color="0.25", lw=1.0, ls="--"), Line2D([], [], color="0.6", lw=0.6, ls=":")]
+    handles += [Line2D([], [], **CEILING_LINE), Line2D([], [], **TARGET_LEVEL)]
     labels += [f"task ceiling ({ceiling:.2f} bits)", "targets: " + ", ".join(f"{t:.0%}" for t in TARGETS)]
     legend_below(figure, handles, 3, labels=labels)
     figure.suptitle("Recall against training compute, mean over seeds with 95% bands")
@@ -226,10 +230,9 @@ def _band(axis, part: pd.DataFrame, column: str, label: str, style: dict) -> Non
     """One schedule's mean over seeds at each budget point, with its 95% interval shaded."""
     stats = part.groupby("budget_multiple").agg(flops=("flops", "mean"), bits=(column, list))
     means = [seed_interval(values) for values in stats["bits"]]
-    line = axis.plot(stats["flops"], [m.mean for m in means], ms=4, lw=1.5, label=label, **style)[0]
     low = [m.mean if math.isnan(m.low) else m.low for m in means]
     high = [m.mean if math.isnan(m.high) else m.high for m in means]
-    axis.fill_between(stats["flops"], low, high, color=line.get_color(), alpha=0.15, lw=0)
+    draw_curve(axis, stats["flops"], [m.mean for m in means], low, high, ms=4, lw=1.5, label=label, **style)
 
 
 def mode_agreement(branches: pd.DataFrame, independent: pd.DataFrame) -> pd.DataFrame:

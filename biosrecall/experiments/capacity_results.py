@@ -33,7 +33,7 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_text
 from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import COLORS, MARKERS, markdown_table, save_figure, write_table
+from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.stats import aggregate_seeds, interval_text
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
@@ -336,60 +336,51 @@ def plot_capacity(summary: pd.DataFrame):
     baseline, which has one depth, dashed in every panel), the ceiling (every fact stored) and the
     lines of 1 and 2 bits per parameter of the looped model."""
     # matplotlib is imported here: `biosrecall capacity --help` reads this module.
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullLocator
-
-    from biosrecall.eval.plots import legend_below
+    from biosrecall.eval.plots import curve_styles, figure_grid, legend_below, log2_axis
 
     depths = sorted(summary.loc[summary["kind"] == "looped", "depth"].unique()) or [1]
-    fig = Figure(figsize=(0.8 + 3.4 * len(depths), 6.6), layout="constrained")
-    axes = fig.subplots(2, len(depths), sharex=True, sharey="row", squeeze=False)  # depths compare
-    names = list(dict.fromkeys(summary["name"]))
+    # One y scale per row, so that the depths compare.
+    fig, axes = figure_grid(2, len(depths), 0.8 + 3.4 * len(depths), 6.6, sharex=True, sharey="row")
     people = sorted(int(n) for n in summary["people"].unique())
-    styles = {name: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, name in enumerate(names)}
+    styles = curve_styles(summary["name"], linestyles=("-",))
     for row, (measure, title) in enumerate(
         (("exact_bits", "exact-match"), ("loss_bound_bits", "loss bound"))
     ):
         for col, depth in enumerate(depths):
             ax = axes[row][col]
-            for name in names:
-                _draw_model(ax, summary, name, measure, depth, styles[name])
+            for name, style in styles.items():
+                _draw_model(ax, summary, name, measure, depth, style)
             _draw_references(ax, summary)
             ax.set_title(f"K = {depth}, {title}", fontsize=9)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(people, [str(n) for n in people], minor=False)
-            ax.xaxis.set_minor_locator(NullLocator())  # the counts themselves are the only ticks
+            log2_axis(ax, people)  # the counts themselves are the only ticks
             ax.set_yscale("symlog", linthresh=10)
             ax.margins(y=0.08)  # keeps the 2-bits line off the frame
             if row == 1:
                 ax.set_xlabel("people")
             if col == 0:
                 ax.set_ylabel("stored bits")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    legend_below(fig, handles, 4, labels=labels)
+    legend_below(fig, max_columns=4)
     seeds = int(summary["n_seeds"].max()) if "n_seeds" in summary else 1
     bands = f", mean over {seeds} seeds with 95% bands" if seeds > 1 else ""
     fig.suptitle(f"Stored bits against people{bands}")
     return fig
 
 
-def _draw_model(ax, summary: pd.DataFrame, name: str, measure: str, depth: int, style) -> None:
-    """One model's mean over seeds with its interval shaded; a baseline at its one depth."""
+def _draw_model(ax, summary: pd.DataFrame, name: str, measure: str, depth: int, style: dict) -> None:
+    """One model's mean over seeds with its interval shaded; a baseline at its one depth, dashed."""
+    from biosrecall.eval.plots import draw_curve
     from biosrecall.experiments.figure1_results import study_label
 
     part = summary[summary["name"] == name]
     baseline = (part["kind"] == "baseline").all()
     part = part.sort_values("people") if baseline else part[part["depth"] == depth].sort_values("people")
-    color, marker = style
     label = f"{study_label(name)} (one depth)" if baseline else study_label(name)
-    ax.plot(part["people"], part[measure], color=color, marker=marker, ms=4, lw=1.4, label=label,
-            ls="--" if baseline else "-")  # fmt: skip
     low, high = part[f"{measure}_low"].to_numpy(float), part[f"{measure}_high"].to_numpy(float)
     if measure == "exact_bits":
         # A t interval is unbounded; a count of recalled facts is not (the loss bound can go below 0).
         low = np.clip(low, 0, None)
-    if not np.isnan(low).all():
-        ax.fill_between(part["people"], low, high, color=color, alpha=0.15, lw=0)
+    line = style | {"linestyle": "--"} if baseline else style
+    draw_curve(ax, part["people"], part[measure], low, high, label=label, ms=4, lw=1.4, **line)
 
 
 def _draw_references(ax, summary: pd.DataFrame) -> None:
