@@ -28,20 +28,16 @@ BAND_ALPHA = 0.2
 
 
 def _labels(frame: pd.DataFrame, order: Sequence[str]) -> dict[str, str]:
-    """Legend label per run in `order` (so a run keeps its colour and marker in every figure)."""
-    present = set(frame["run"])
-    runs = frame.drop_duplicates("run").set_index("run").loc[[r for r in order if r in present]]
-    runs = runs.reset_index()[["run", "schedule"]]
-    shared = runs["schedule"].duplicated(keep=False)
-    labels = {
-        run: f"{schedule_label(schedule)} ({Path(run).name})" if repeat else schedule_label(schedule)
-        for run, schedule, repeat in zip(runs["run"], runs["schedule"], shared, strict=True)
-    }
-    if "n_seeds" in frame:
-        seeds = frame.groupby("run")["n_seeds"].max()
-        labels = {
-            run: f"{label}, {seeds[run]} seeds" if seeds[run] > 1 else label for run, label in labels.items()
-        }
+    """Legend label per run in `order` (so a run keeps its colour and marker in every figure): its
+    schedule in words, its folder's name where runs share a schedule, and its seed count."""
+    schedules = frame.drop_duplicates("run").set_index("run")["schedule"]
+    schedules = schedules[[run for run in order if run in schedules.index]]
+    shared = schedules.duplicated(keep=False)
+    seeds = frame.groupby("run")["n_seeds"].max() if "n_seeds" in frame else pd.Series()
+    labels = {}
+    for run, schedule in schedules.items():
+        label = f"{schedule_label(schedule)} ({Path(run).name})" if shared[run] else schedule_label(schedule)
+        labels[run] = f"{label}, {seeds[run]} seeds" if seeds.get(run, 1) > 1 else label
     return labels
 
 
