@@ -70,10 +70,9 @@ class BarReporter(SilentReporter):
         self.bar.update(1)
 
     def message(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.write(text, file=sys.stderr)
-        else:
-            print(text, file=sys.stderr, flush=True)
+        from tqdm.std import tqdm
+
+        tqdm.write(text, file=sys.stderr)  # above the bar, once there is one
 
     def close(self) -> None:
         if self.bar is not None:

@@ -39,7 +39,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -878,11 +878,9 @@ def _stop_requests():
     """Turn Ctrl-C / SIGTERM into a flag checked between updates, so `latest` is saved consistently."""
     requested = []
     previous = {}
-    try:
+    with suppress(ValueError):  # not the main thread (e.g. a notebook worker): no graceful stop
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda signum, frame: requested.append(signum))
-    except ValueError:  # not the main thread (e.g. a notebook worker): no graceful stop
-        previous = {}
     try:
         yield lambda: bool(requested)
     finally:
