@@ -59,212 +59,90 @@ from biosrecall.bios.dataset import FORMAT, MANIFEST
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, ParsedBy, checkpoint_option
+from biosrecall.cli.study import field_options
 from biosrecall.diagnose.options import parse_depth_list
 from biosrecall.errors import BiosrecallError
 from biosrecall.hub import check_model_folder
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, counts
+from biosrecall.recall_options import METRICS, RecallCurveOptions
 from biosrecall.sizing import Cost, check_fits, scoring_cost
 from biosrecall.train.run_folder import RunFolder
 
-DEFAULT_OUT = Path("recall-curve")
-RUN_BATCH_SIZE = 256
-RUN_ONLY = (
-    CHECKPOINT_LIST,
-    "refresh",
-    "exits",
-    "per_token",
-    "aggregate_seeds",
-    "state_norms",
-    "applicable_exits",
-)
+FOLDER = click.Path(path_type=Path)
+CHECKED = {
+    "out_dir": {"flag": "--out", "type": FOLDER},
+    "max_depth": {"type": Integer(DEPTH, below="--max-depth must be at least 1 (got {value}), the max "
+                                               "depth any query reaches")},
+    "threshold": {"type": Integer(counts(), below="--threshold must be at least 1 (got {value})")},
+    "metric": {"type": click.Choice(METRICS)},
+    "people": {"type": Integer(counts())},
+    "batch_size": {"type": Integer(counts())},
+    "data_dir": {"flag": "--data", "type": FOLDER},
+    "exits": {"flag": "--exit", "type": str, "multiple": True},
+    "hf_model": {"type": FOLDER},
+    "depth_arg": {"type": str},
+    "depths": {"type": ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH)},
+}  # fmt: skip
+"""What the options of `RecallCurveOptions` take beyond their fields' types (`field_options`; their help
+is the docstring under each field). --depths is read as text by its parser, which takes ranges."""
+RUN_ONLY = (CHECKPOINT_LIST, "refresh", "exits", "per_token", "aggregate_seeds", "state_norms",
+            "applicable_exits")  # fmt: skip
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
+
+
+def _recall_fields(command):
+    """One option per `RecallCurveOptions` field (`field_options`)."""
+    for option in reversed(field_options(RecallCurveOptions, CHECKED)):
+        command = option(command)
+    return command
 
 
 @click.command("recall-curve")
 @config_option(lists=("depths",))
-@click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("run_dirs", nargs=-1, type=FOLDER)
 @checkpoint_option("Checkpoints to evaluate (repeatable)", None, multiple=True, note=" [default: fractions]")
-@click.option(
-    "--max-depth",
-    default=64,
-    type=Integer(
-        DEPTH, below="--max-depth must be at least 1 (got {value}), the max depth any query reaches"
-    ),
-    help="Evaluate serving depths 1..max-depth (runs, and a looped --hf-model).",
-)
-@click.option(
-    "--threshold",
-    default=4,
-    type=Integer(counts(), below="--threshold must be at least 1 (got {value})"),
-    help="A fact is recalled when this many of its templates are exact.",
-)
-@click.option(
-    "--batch-size",
-    default=None,
-    type=Integer(counts()),
-    help="Evaluation rows per forward pass [default: 256 for runs, 64 with --hf-model].",
-)
-@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Dataset folder to use instead of the one recorded in the checkpoints (hash still checked); "
-    "with --hf-model, the bioS dataset to score on (required).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_OUT,
-    help="Folder for the tables and the figure.",
-)
-@click.option(
-    "--metric",
-    type=click.Choice(["bits", "attribute"]),
-    default="bits",
-    help="bits: recalled bits per person; attribute: share of facts recalled per attribute.",
-)
-@click.option("--refresh", is_flag=True, help="Re-evaluate even when a cached result is current.")
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace an earlier recall-curve folder --out (swapped in whole once complete; a folder "
-    "recall-curve did not write is refused).",
-)
-@click.option(
-    "--people",
-    type=Integer(counts()),
-    default=None,
-    help="Score only the first N people (faster) [default: everyone].",
-)
-@click.option(
-    "--exit",
-    "exits",
-    multiple=True,
-    help="Exit criteria to score (repeatable or a comma list): fixed:K, kl:EPS, stable:M, entropy:H, "
-    "latent:EPS, accel:EPS (no readout: the recurrent state's change), gate:DELTA (the learned gate of "
-    "`biosrecall gate train`, recall lost <= DELTA), cdf:Q (the exit gate an ouro-gate run trained: stop "
-    "where the exit CDF reaches Q), oracle; a bare name sweeps its thresholds. Capped at --max-depth.",
-)
-@click.option(
-    "--per-token",
-    is_flag=True,
-    help="With --exit: also decide each criterion per answer token in the KV-cached decoder and "
-    "compare its recall with whole-query exit at the same mean depth (exit_token_gap.*; slower).",
-)
-@click.option(
-    "--applicable-exits",
-    is_flag=True,
-    help="With --exit: score each checkpoint on the criteria its recipe can serve (cdf:Q needs a trained "
-    "exit gate; latent, accel and gate:DELTA one trajectory over depths, not loopformer's pass per depth) "
-    "and name each one left out, instead of refusing the call.",
-)
-@click.option(
-    "--state-norms",
-    is_flag=True,
-    help="Also measure the recurrent state's RMS after each depth 1..--max-depth on 64 evaluation rows "
-    "of each checkpoint, cached as checkpoints/<label>/state_norm.parquet (`biosrecall.eval.state_norms`).",
-)
-@click.option(
-    "--aggregate-seeds",
-    is_flag=True,
-    help="Runs sharing a folder name are seeds of one configuration (figure1's runs/seed*/NAME): "
-    "report each group's mean, 95% t interval and seed count (recall_curve_seeds.*, summary.csv). "
-    "Refused when a group's runs differ in more than the seed.",
-)
-@click.option(
-    "--hf-model",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Score this Hugging Face causal LM folder on the --data dataset instead of runs.",
-)
-@click.option(
-    "--depth-arg",
-    default=None,
-    help="With --hf-model: the forward argument that sets a looped model's depth, e.g. num_steps "
-    "[default: num_steps for a biosrecall export, none (one depth) otherwise].",
-)
-@click.option(
-    "--depths",
-    type=ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH),
-    default=None,
-    help="With --hf-model and a depth argument: depths to score, a comma list [default: 1..--max-depth, "
-    "as for runs].",
-)
-@click.option(
-    "--trust-remote-code",
-    is_flag=True,
-    default=None,
-    help="With --hf-model: run modeling code the folder ships (needed for most looped models; a "
-    "biosrecall export's own code is trusted without it).",
-)
-def recall_curve(
-    run_dirs,
-    checkpoints,
-    max_depth,
-    threshold,
-    batch_size,
-    device,
-    data_dir,
-    out_dir,
-    metric,
-    refresh,
-    overwrite,
-    people,
-    exits,
-    per_token,
-    applicable_exits,
-    state_norms,
-    aggregate_seeds,
-    hf_model,
-    depth_arg,
-    depths,
-    trust_remote_code,
-):
+@_recall_fields
+def recall_curve(run_dirs, checkpoints, **fields):
     """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
     plot Figure-1 style curves."""
+    if fields["depths"] is not None:  # the text the command line holds, checked already
+        fields["depths"] = tuple(parse_depth_list(fields["depths"], "--depths"))
+    options = RecallCurveOptions(**fields)
+    _check_mode(run_dirs, options.hf_model, options.data_dir)
+    from biosrecall.eval.recall_curve import check_output, score_and_write, write_output
 
-    _check_mode(run_dirs, hf_model, data_dir)
-    from biosrecall.eval.recall_curve import check_output, write_output
-
-    check_output(out_dir, overwrite)  # before hours of scoring: a file or a stranger folder is refused
-    _check_size(run_dirs, data_dir, people, max_depth)
-    if hf_model is not None:
-        options = {"threshold": threshold, "batch_size": batch_size, "device": device, "people": people}
-        # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag.
-        options.update(depth_arg=depth_arg, trust_remote_code=True if trust_remote_code else None)
-        # Only an explicit --max-depth: a model without a depth argument is refused one.
-        options["max_depth"] = max_depth if _given("max_depth") else None
-        options["depths"] = None if depths is None else parse_depth_list(depths, "--depths")
-        check_model_folder(hf_model)  # before torch and transformers load: a Hub name is refused at once
+    check_output(options.out_dir, options.overwrite)  # before hours of scoring: a stranger folder is refused
+    _check_size(run_dirs, options.data_dir, options.people, options.max_depth)
+    if options.hf_model is not None:
+        # Before torch and transformers load: a Hub name is refused at once.
+        check_model_folder(options.hf_model)
         from biosrecall.hf.scoring import hf_recall_curve
 
-        score = partial(hf_recall_curve, hf_model, data_dir, metric=metric, **options)
-        _print(write_output(out_dir, overwrite, score))  # as for runs, a new folder swapped in whole
+        # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag; only an
+        # explicit --max-depth is passed, as a model without a depth argument is refused one.
+        score = partial(hf_recall_curve, options.hf_model, options.data_dir, metric=options.metric,
+                        threshold=options.threshold, batch_size=options.batch_size, device=options.device,
+                        people=options.people, depth_arg=options.depth_arg,
+                        trust_remote_code=options.trust_remote_code or None,
+                        max_depth=options.max_depth if _given("max_depth") else None,
+                        depths=None if options.depths is None else list(options.depths))  # fmt: skip
+        _print(write_output(options.out_dir, options.overwrite, score))  # as for runs, swapped in whole
         return
-    from biosrecall.eval.recall_curve import score_and_write
-
-    batch_size = RUN_BATCH_SIZE if batch_size is None else batch_size
-    result = score_and_write(run_dirs, out_dir, checkpoints, exits=exits, per_token=per_token,
-                             applicable=applicable_exits, aggregate_seeds=aggregate_seeds, metric=metric,
-                             max_depth=max_depth, threshold=threshold, batch_size=batch_size, device=device,
-                             data_dir=data_dir, refresh=refresh, people=people, overwrite=overwrite)  # fmt: skip
-    if state_norms:
-        _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device)
+    result = score_and_write(run_dirs, checkpoints, options)
+    if options.state_norms:
+        _state_norms(run_dirs, checkpoints, options)
     _print(result)
 
 
-def _state_norms(run_dirs, checkpoints, max_depth, people, data_dir, device) -> None:
+def _state_norms(run_dirs, checkpoints, options: RecallCurveOptions) -> None:
     """--state-norms: each checkpoint's state RMS by depth, cached in its folder; one line per checkpoint."""
     from biosrecall.eval.curves import DEFAULT_CHECKPOINTS
     from biosrecall.eval.state_norms import bios_state_norms, summary_line
 
     for run_dir in run_dirs:
-        found = bios_state_norms(run_dir, checkpoints or DEFAULT_CHECKPOINTS, max_depth, people=people,
-                                 data_dir=data_dir, device=device)  # fmt: skip
+        found = bios_state_norms(run_dir, checkpoints or DEFAULT_CHECKPOINTS, options.max_depth,
+                                 people=options.people, data_dir=options.data_dir, device=options.device)  # fmt: skip
         for label, table in found.items():
             click.echo(f"{run_dir} [{label}] {summary_line(table)}")
 

@@ -1,13 +1,13 @@
 """`biosrecall recall-curve` of training runs as one call: score their checkpoints over serving depths
 (and exit criteria), then write the tables and the figure into one folder.
 
-    result = score_and_write(["runs/fixed4", "runs/uniform"], "recall-curve", checkpoints="0.45,final")
-    result = score_and_write(runs, "recall-curve", exits=["kl:1e-3,oracle"], per_token=True)
-    result = score_and_write(runs, "recall-curve", aggregate_seeds=True)    # runs/seed*/NAME, over seeds
+    result = score_and_write(["runs/fixed4", "runs/uniform"], "0.45,final")     # into ./recall-curve
+    result = score_and_write(runs, options=RecallCurveOptions(exits=("kl:1e-3,oracle",), per_token=True))
+    result = score_and_write(runs, options=RecallCurveOptions(aggregate_seeds=True))   # runs/seed*/NAME
     result.summary          # recalled bits per person at the shown depths (per run, or per group)
     written, summary = write_curves(table, "recall-curve", "bits", [1, 4, 16, 64])   # any recall table
 
-Files, into `out_dir`:
+The options are the command's (`biosrecall.recall_options`). Files, into their `out_dir`:
 
     recall_curve.csv, .parquet, .png, .pdf   the long table (`biosrecall.eval.curves`) and its figure
     recall_curve_seeds.csv, .parquet,        with `aggregate_seeds` (`biosrecall.eval.seeds`): the
@@ -46,8 +46,11 @@ from biosrecall.eval.serving import score_runs, write_frontier
 from biosrecall.eval.token_exit import TABLE_NAME as TOKEN_GAP_NAME
 from biosrecall.locking import output_lock
 from biosrecall.outputs import save_figure, write_table
+from biosrecall.recall_options import RecallCurveOptions
 
 SHOWN_DEPTHS = (1, 4, 16, 64)
+RUN_BATCH_SIZE = 256
+"""Evaluation rows per forward pass of a run's model when the options leave it unset."""
 # Every file recall-curve writes into its folder, by name (the record's list is exact; these bound it).
 OWN_OUTPUTS = ("recall_curve*", "summary.csv", "summary_runs.csv", "exit_frontier.*", "exit_headline.*",
                "exit_token_gap.*")  # fmt: skip
@@ -76,24 +79,25 @@ class RecallCurve:
     serve, and why."""
 
 
-def score_and_write(run_dirs, out_dir: str | Path, checkpoints=None, *, exits=(), aggregate_seeds: bool = False,
-                    metric: str = "bits", max_depth: int = 64, overwrite: bool = False, **options) -> RecallCurve:  # fmt: skip
+def score_and_write(run_dirs, checkpoints=None, options: RecallCurveOptions | None = None) -> RecallCurve:
     """Score the `checkpoints` of each run (default: every budget fraction) at depths 1..`max_depth` and
-    write the files of the module doc into `out_dir` (`write_output`). `exits` are exit-criteria texts
-    (`kl:1e-3`, `biosrecall.eval.exits`); `options` are `eval.curves.score_runs`' (per_token, applicable,
-    threshold, batch_size, device, data_dir, refresh, people). Everything is checked before the first
-    model runs."""
+    write the files of the module doc into `options.out_dir` (`write_output`). Everything is checked
+    before the first model runs; the options of --hf-model and --state-norms are not this call's."""
+    options = options or RecallCurveOptions()
+    out_dir, max_depth, overwrite = options.out_dir, options.max_depth, options.overwrite
     check_output(out_dir, overwrite)
-    criteria = parse_exits(exits) if exits else []  # parsed, like every option, before any model runs
-    groups = seed_groups(run_dirs) if aggregate_seeds else None  # refused before any evaluation
-    scores = score_runs(
-        run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, max_depth=max_depth, **options
-    )
+    criteria = parse_exits(options.exits) if options.exits else []  # parsed before any model runs
+    groups = seed_groups(run_dirs) if options.aggregate_seeds else None  # refused before any evaluation
+    batch_size = RUN_BATCH_SIZE if options.batch_size is None else options.batch_size
+    scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, max_depth=max_depth,
+                        per_token=options.per_token, applicable=options.applicable_exits,
+                        threshold=options.threshold, batch_size=batch_size, device=options.device,
+                        data_dir=options.data_dir, refresh=options.refresh, people=options.people)  # fmt: skip
 
     def write(folder: Path) -> RecallCurve:
         if groups is None:
             shown = sorted({d for d in SHOWN_DEPTHS if d <= max_depth} | {max_depth})
-            written, summary = write_curves(scores.recall, folder, metric, shown)
+            written, summary = write_curves(scores.recall, folder, options.metric, shown)
         else:
             written, summary = write_seed_curves(scores.recall, groups, folder)
         result = RecallCurve(written, summary, over_seeds=groups is not None, skipped=scores.skipped)
