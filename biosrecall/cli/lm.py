@@ -259,7 +259,7 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     "--aggregate-seeds",
     is_flag=True,
     help="A RUN may be a folder of runs that differ only in the seed (RUN/seed0, RUN/seed1, ...): "
-    "report each number as its mean over them with a 95%% t interval.",
+    "report each number as its mean over them with a 95% t interval.",
 )
 def compare(runs, out_dir, reference, aggregate_seeds) -> None:
     """Print mean serving-depth NLL, NLL at K=1 and K=16, modeled compute and wall-clock of each RUN
