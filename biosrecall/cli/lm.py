@@ -70,7 +70,8 @@ def lm() -> None:
 @dataclass
 class PrepareOptions:
     """The options of `lm prepare` beyond its inputs and --out, one per field (`field_options`; the help
-    of each is the docstring under it). `prepare_corpus` and `Corpus` take them by these names."""
+    of each is the docstring under it). `Corpus` and `prepare_corpus` take them by these names (the
+    latter's `tokenizer` is `tokenizer_path`)."""
 
     text_column: str = "text"
     """Text field of .jsonl/.parquet/hf inputs."""
