@@ -246,6 +246,9 @@ class _Bands(tuple):
     """The interval swatch: one patch per schedule colour side by side, as the bands are drawn, so it
     cannot be read as the grey training-depth shading."""
 
+    def get_label(self) -> str:
+        return self.label
+
 
 def _recall_legend(fig: Figure, styles: dict, ceiling_text: str, chance_text: str, training_depth: int | None,
                    seeds=None, max_columns: int = 3) -> None:  # fmt: skip
@@ -263,10 +266,7 @@ def _recall_legend(fig: Figure, styles: dict, ceiling_text: str, chance_text: st
     if training_depth is not None:
         shade = Patch(color=TRAINING_SHADE, lw=0, label=f"training depths (K \u2264 {training_depth})")
         handles.append(shade)
-    labels = [h.label if isinstance(h, _Bands) else h.get_label() for h in handles]
-    legend_below(
-        fig, handles, max_columns, labels=labels, handler_map={_Bands: HandlerTuple(ndivide=None, pad=0)}
-    )
+    legend_below(fig, handles, max_columns, handler_map={_Bands: HandlerTuple(ndivide=None, pad=0)})
 
 
 def _seed_count(table: pd.DataFrame) -> str | None:
