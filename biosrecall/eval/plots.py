@@ -10,6 +10,11 @@ fits its canvas: a legend takes as many columns as fit the width (`legend_below`
 long for one line takes two (`fit_suptitle`); tests/test_figures_fit.py checks each figure.
 `plot_exit_frontier` draws the serving frontier, a panel per schedule.
 
+Every figure of the package (the LM comparison's, the budget sweep's, the capacity study's) is set up
+by the helpers here: `figure_grid` (the panels), `curve_styles` (a colour, marker and line style per
+line from the palette of `biosrecall.outputs`), `draw_curve` (a line with its band over seeds),
+`log2_axis`, `legend_below`, and the ceiling and chance lines' styles (`CEILING_LINE`, `CHANCE_LINE`).
+
     fig = plot_recall_curves(table)                            # ceiling and chance taken from the table
     fig = plot_recall_curves(table, metric="attribute")        # recall per attribute: fractions x attributes
     save_figure(fig, "recall-curve/recall_curve")              # biosrecall.outputs: .png and .pdf
