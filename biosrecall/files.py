@@ -2,9 +2,8 @@
 
 Every JSON file biosrecall writes (run `config.json`, checkpoint `meta.json`, manifests) is read back
 through `read_json_object`, which checks that the path is a regular file (a FIFO would block forever),
-that it holds UTF-8 JSON, that the top level is an object and that the required keys are there. A
-record with rules on its fields is read into its record class by `biosrecall.records.read_record`,
-which reads the file here.
+that it holds UTF-8 JSON and that the top level is an object. A record whose fields readers rely on
+is read into its record class by `biosrecall.records.read_record`, which reads the file here.
 
     ids = read_json_object(run_dir / "trackers.json", "tracker ids")
 
@@ -23,7 +22,6 @@ import json
 import re
 import stat
 import tomllib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -123,22 +121,10 @@ MAX_JSON_BYTES = 64 << 20
 """The largest JSON record read whole (a run's config.json, a checkpoint's meta.json: kilobytes)."""
 
 
-def read_json_object(
-    path: str | Path, what: str, required: Iterable[str] = (), max_bytes: int = MAX_JSON_BYTES
-) -> dict[str, Any]:
-    """A JSON file (at most `max_bytes`) whose top level is an object holding `required` keys (a
-    record with more rules than keys is read by `biosrecall.records.read_record`)."""
+def read_json_object(path: str | Path, what: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
+    """A JSON file (at most `max_bytes`) whose top level is an object (a record whose fields have
+    rules is read by `biosrecall.records.read_record`)."""
     data = parse_json_text(read_user_text(path, what, max_bytes), f"{what} {path}")
-    require_keys(data, required, what, path)
-    return data
-
-
-def require_keys(data: Any, required: Iterable[str], what: str, path: str | Path) -> None:
-    """Refuse `data` (`what`, read from `path`) unless it is an object holding the `required` keys."""
     if not isinstance(data, dict):
-        problem = f"expected a JSON object, got {type(data).__name__}"
-    elif missing := [key for key in required if key not in data]:
-        problem = f"missing {', '.join(map(repr, missing))}"
-    else:
-        return
-    raise BiosrecallError(f"{what} {path} is corrupt: {problem}")
+        raise BiosrecallError(f"{what} {path} is corrupt: expected a JSON object, got {type(data).__name__}")
+    return data

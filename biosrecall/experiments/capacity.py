@@ -70,7 +70,7 @@ from biosrecall.sizing import (
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.config import TrainConfig, resolve_seq_len
-from biosrecall.train.run_folder import RunFolder, stored_bits_cache_file
+from biosrecall.train.run_folder import STORED_BITS_CACHE_FILE, RunFolder
 
 RECORD, DATA, RUNS = "capacity.json", "data", "runs"
 DATA_SEED = 0
@@ -154,7 +154,7 @@ def capacity_runs(options: CapacityOptions, data_dir: Path) -> list[SweepRun]:
 def scored(run_dir: Path) -> bool:
     """A run whose final checkpoint holds its stored bits: the engine hands it to no sweep."""
     final = RunFolder(run_dir).fraction_checkpoints().get(1.0)
-    return final is not None and stored_bits_cache_file(final).is_file()
+    return final is not None and (final / STORED_BITS_CACHE_FILE).is_file()
 
 
 def _unbound(options):
@@ -194,7 +194,7 @@ def _score(item) -> pd.DataFrame:
     meta = read_meta(checkpoint)
     folder.check_training_data(meta, dataset.path, dataset.manifest_hash)
     table = _stored_bits(checkpoint, dataset, options.depths, device)
-    plan = read_json_object(folder.config_file, "run config", required=("plan",))["plan"]
+    plan = folder.read_config()["plan"]
     # The run's labels (people, name, kind: `capacity_runs`), then what it trained.
     labels = {**run.labels, "schedule": run.config.schedule, "model_preset": run.task["preset"],
               "seed": run.config.seed}  # fmt: skip
@@ -217,12 +217,13 @@ def _stored_bits(checkpoint: Path, dataset, depths, device) -> pd.DataFrame:
     key = checkpoint_key(
         checkpoint, format=STORED_BITS_CACHE_FORMAT, depths=list(depths), manifest_hash=dataset.manifest_hash
     )
-    table = read_cached(stored_bits_cache_file(checkpoint), key)
+    cache = checkpoint / STORED_BITS_CACHE_FILE
+    table = read_cached(cache, key)
     if table is None:
         model, _ = load_checkpoint(checkpoint, device=device)
         depths = depths if model.config.recurrent else (1,)
         table = stored_bits_table(model, dataset.eval_set(), dataset.pool_sizes, depths=depths, device=device)
-        write_cached(stored_bits_cache_file(checkpoint), key, table)
+        write_cached(cache, key, table)
     return table
 
 

@@ -12,9 +12,12 @@ one `BiosrecallError` line, before anything is written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from msgspec import UnsetType
 
 from biosrecall.atomic import atomic_write_path, atomic_write_text
 from biosrecall.errors import BiosrecallError
@@ -32,11 +35,31 @@ from biosrecall.experiments.claims import (
     with_seeds_to_decide,
 )
 from biosrecall.experiments.study import MAX_SEEDS, figure1_command
-from biosrecall.files import read_json_object
+from biosrecall.records import optional, read_checked_json
 
 RECORD = "figure1.json"  # biosrecall.experiments.figure1_output.RECORD, without importing the trainer
 NEEDED = ("claim", "threshold", "mean", "low", "high", "n_seeds", "verdict")
 UNDECIDED = "inconclusive"
+
+
+@dataclass(kw_only=True)
+class StudySeeds:
+    """The part of figure1.json's `study` (the `StudyOptions`) that reading an output relies on."""
+
+    seeds: list[int]
+    """The training seeds."""
+
+
+@dataclass(kw_only=True)
+class Figure1Record:
+    """The fields of figure1.json that planning seeds reads (its other keys are kept as written)."""
+
+    preset: str
+    """The preset the study ran (`biosrecall.experiments.figure1.FIGURE1_PRESETS`)."""
+    train_config: dict[str, Any]
+    """The trainer's settings (`TrainConfig.to_dict`), the first seed's."""
+    study: StudySeeds | UnsetType = optional()
+    """The `StudyOptions`; an older record has none (its one seed is train_config's)."""
 
 
 def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
@@ -46,7 +69,7 @@ def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
         why = f"it has no {RECORD}" if out_dir.is_dir() else "it is not a folder"
         why = why if out_dir.exists() else "no such folder"
         raise BiosrecallError(f"{out_dir} is not a figure1 output: {why}")
-    record = read_json_object(out_dir / RECORD, "figure1 record", required=("preset", "train_config"))
+    record = read_checked_json(out_dir / RECORD, Figure1Record, "figure1 record")
     claims_path = out_dir / "claims.csv"
     if not claims_path.is_file():
         raise BiosrecallError(

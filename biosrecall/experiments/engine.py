@@ -49,8 +49,9 @@ from typing import Any
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import parse_json_text, read_json_object
+from biosrecall.files import parse_json_text
 from biosrecall.locking import output_lock
+from biosrecall.records import read_checked_json
 from biosrecall.sweep.commands import EVALUATIONS
 from biosrecall.sweep.engine import planned_actions, prepare
 from biosrecall.train.progress import format_seconds
@@ -133,17 +134,32 @@ def record_of(study: Study, options) -> dict[str, Any]:
     return json.loads(json.dumps({**values, "versions": versions(), "machine": machine()}, default=str))
 
 
+@dataclass(kw_only=True)
+class StudyRecord:
+    """The fields of OUT/<name>.json that continuing an output reads (its other keys are kept as written)."""
+
+    study: str
+    """The study's name."""
+    options: dict[str, Any]
+    """The options the output was made with (`dataclasses.asdict` of the study's options)."""
+
+
+def read_output_record(out_dir: Path, name: str, record_type: type, what: str) -> dict[str, Any] | None:
+    """OUT/<name> checked as a `record_type`, as JSON read it: None for a new or empty OUT, refused for
+    one that holds other files but no record (a study writes its record before its first run)."""
+    if not (out_dir / name).is_file():
+        if out_dir.is_dir() and any(out_dir.iterdir()):
+            raise BiosrecallError(f"{out_dir} is not empty and holds no {name}: give a new or empty --out")
+        return None
+    return read_checked_json(out_dir / name, record_type, what)
+
+
 def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[str, Any] | None:
     """The record already in OUT (None for a new or empty folder), refusing another study's or one made
     with other settings in one line naming the first setting that differs."""
-    path = out_dir / f"{study.name}.json"
-    if not path.is_file():
-        if out_dir.is_dir() and any(out_dir.iterdir()):
-            raise BiosrecallError(
-                f"{out_dir} is not empty and holds no {path.name}: give a new or empty --out"
-            )
+    old = read_output_record(out_dir, f"{study.name}.json", StudyRecord, f"{study.name} record")
+    if old is None:
         return None
-    old = read_json_object(path, f"{study.name} record", required=("study", "options"))
     for key, value in record["options"].items():
         if key not in study.growing and old["options"].get(key) != value:
             flag = "--" + key.replace("_", "-")

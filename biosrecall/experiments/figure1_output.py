@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,12 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.experiments.claims import earlier_look_file
+from biosrecall.experiments.claims_plan import Figure1Record
 from biosrecall.experiments.study_engine import refuse_busy_runs
 from biosrecall.experiments.study_serving import SUMMARY_NAME
-from biosrecall.files import read_json_object, require_keys
 from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
+from biosrecall.records import read_checked_json
 from biosrecall.sizing import Cost, check_fits, dataset_cost, scoring_cost
 from biosrecall.train.config import RESUMABLE_DIFFERENCES
 
@@ -42,6 +44,14 @@ RESULT_STEMS = (
 )  # fmt: skip
 RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md", ".jsonl")
 _SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
+
+
+@dataclass(kw_only=True)
+class StoredRecord(Figure1Record):
+    """The fields of figure1.json that continuing an output compares (its other keys are kept as written)."""
+
+    settings: dict[str, Any]
+    """The preset's settings (a `Figure1Preset`), model overrides applied."""
 
 
 def identity(record: dict[str, Any]) -> dict[str, Any]:
@@ -67,9 +77,7 @@ def differences(out_dir: Path, record: dict[str, Any], datasets: dict[int, Path]
     path = out_dir / RECORD
     if os.path.lexists(path):
         try:
-            stored = read_json_object(path, "figure1 record", required=("preset", "settings", "train_config"))
-            for key in ("settings", "train_config"):
-                require_keys(stored[key], (), f"figure1 record {key}", path)
+            stored = read_checked_json(path, StoredRecord, "figure1 record")
         except BiosrecallError as exc:
             return [str(exc)]
         old, new = identity(stored), identity(record)
@@ -87,9 +95,7 @@ def differences(out_dir: Path, record: dict[str, Any], datasets: dict[int, Path]
 def _repeated_seeds(stored: dict[str, Any], record: dict[str, Any]) -> list[str]:
     """The seeds this call lists that the output already holds runs of, as the first difference: their
     runs were trained under the stored settings, so they are the collision a reader needs named."""
-    study = stored.get("study")
-    held = study.get("seeds", []) if isinstance(study, dict) else [stored["train_config"].get("seed")]
-    held = held if isinstance(held, list) else []  # a malformed record names no seeds
+    held = stored.get("study", {"seeds": [stored["train_config"].get("seed")]})["seeds"]
     repeated = [seed for seed in record["study"]["seeds"] if seed in held]
     if not repeated:
         return []

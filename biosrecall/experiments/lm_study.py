@@ -79,7 +79,7 @@ from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import Claim, judge_claims, write_claims
-from biosrecall.experiments.engine import RUNS, Study
+from biosrecall.experiments.engine import RUNS, Study, read_output_record
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
     CURRICULUM,
@@ -97,12 +97,13 @@ from biosrecall.experiments.lm_grid import (
 )
 from biosrecall.experiments.study import check_seeds
 from biosrecall.experiments.study_engine import write_study_record
-from biosrecall.files import file_sha256, read_json_object
+from biosrecall.files import file_sha256
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import LM_VOCABULARY
 from biosrecall.outputs import markdown_table, save_figure, write_table
+from biosrecall.records import Count
 from biosrecall.stats import aggregate_seeds, interval_text
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
@@ -568,21 +569,43 @@ def _record(options: LMStudyOptions) -> dict[str, Any]:
     return json.loads(json.dumps({**record, "versions": versions(), "machine": machine()}))
 
 
+@dataclass(kw_only=True)
+class LMStudyRecord:
+    """The fields of lm_study.json that continuing an output reads (`_record` writes them; its other
+    keys, versions and machine, are kept as written)."""
+
+    preset: str
+    """The preset (`LM_STUDY_PRESETS`)."""
+    settings: dict[str, Any]
+    """The preset's settings."""
+    updates: Count
+    """Updates each run takes (the preset's, or what `--tokens` asked for)."""
+    tokens_per_update: Count
+    """Batch size times sequence length."""
+    device: str
+    """The `--device` asked for."""
+    data: dict[str, Any]
+    """The corpus, pinned by its tokenizer, vocabulary and training tokens (`_data_record`)."""
+    schedules: dict[str, str]
+    """Every grid item the release knew, with its schedule (`lm_grid.GRID`)."""
+    grid: list[str]
+    """The grid items trained."""
+    seeds: list[Count]
+    """The seeds trained."""
+
+
 SETTINGS_KEYS = ("preset", "settings", "updates", "tokens_per_update", "device", "data", "schedules")
 
 
 def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     """The record already in OUT, refusing one made with other settings: its runs' seeds would be
     repeated under other settings (or mixed with them) in one output."""
-    path = out_dir / RECORD
-    if not path.is_file():
-        if out_dir.is_dir() and any(out_dir.iterdir()):
-            raise BiosrecallError(f"{out_dir} is not empty and holds no {RECORD}: give a new or empty --out")
+    old = read_output_record(out_dir, RECORD, LMStudyRecord, "lm study record")
+    if old is None:
         return None
-    old = read_json_object(path, "lm study record", required=SETTINGS_KEYS)
     changed = [key for key in SETTINGS_KEYS if _identity(old, key) != _identity(record, key)]
     if changed:
-        seeds = sorted(set(old.get("seeds", [])) & set(record["seeds"]))
+        seeds = sorted(set(old["seeds"]) & set(record["seeds"]))
         repeat = f"seeds {','.join(map(str, seeds))} would repeat" if seeds else "its seeds would mix with"
         raise BiosrecallError(
             f"{out_dir} holds an lm study with other settings ({', '.join(changed)} differ): {repeat} "
@@ -598,7 +621,7 @@ def _identity(record: dict[str, Any], key: str) -> Any:
     also records the release that prepared it: the same corpus prepared by a later release is the
     same data."""
     value = record[key]
-    if key == "data" and isinstance(value, dict):
+    if key == "data":
         return {name: item for name, item in value.items() if name not in ("sources", "manifest_sha256")}
     return value
 

@@ -455,11 +455,6 @@ def exits_cache_file(checkpoint: str | Path) -> Path:
     return Path(checkpoint) / EXITS_CACHE_FILE
 
 
-def stored_bits_cache_file(checkpoint: str | Path) -> Path:
-    """The stored-bits rows `biosrecall capacity` caches inside a checkpoint folder."""
-    return Path(checkpoint) / STORED_BITS_CACHE_FILE
-
-
 def state_norm_cache_file(checkpoint: str | Path) -> Path:
     """The recurrent state's RMS per depth (`biosrecall.eval.state_norms`) cached inside a checkpoint
     folder by `recall-curve --state-norms` and `lm eval --state-norms`."""
