@@ -153,10 +153,6 @@ def _given(name: str) -> bool:
     return click.get_current_context().get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
 
 
-def _flag(name: str) -> str:
-    return "--" + {CHECKPOINT_LIST: "checkpoint", "exits": "exit"}.get(name, name).replace("_", "-")
-
-
 def _check_mode(run_dirs, hf_model, data_dir) -> None:
     """Runs or one Hugging Face model, each with only the options that apply to it."""
 
@@ -166,8 +162,9 @@ def _check_mode(run_dirs, hf_model, data_dir) -> None:
         raise BiosrecallError("give run folders (RUN_DIRS) or a Hugging Face model folder (--hf-model DIR)")
     wrong = [name for name in (RUN_ONLY if hf_model is not None else HF_ONLY) if _given(name)]
     if wrong:
+        flag = next(p.opts[0] for p in click.get_current_context().command.params if p.name == wrong[0])
         applies = "runs, not to --hf-model" if hf_model is not None else "--hf-model only"
-        raise BiosrecallError(f"{_flag(wrong[0])} applies to {applies}")
+        raise BiosrecallError(f"{flag} applies to {applies}")
     if hf_model is not None and data_dir is None:
         raise BiosrecallError("--hf-model needs --data DATASET, the bioS dataset folder to score it on")
 
