@@ -14,6 +14,7 @@ budget, budget_of, updates and exposures.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -313,7 +314,8 @@ def check_field(name: str, value: Any) -> Any:
         parse_schedule(value)
     elif name == "budget_of":
         split_budget_of(value)
-    elif name == "device" and not (value in ("auto", "cpu", "cuda") or _is_cuda_index(value)):
+    elif name == "device" and not (value in ("auto", "cpu", "cuda") or re.fullmatch("cuda:[0-9]+", value)):
+        # cuda:N in ASCII digits only ([0-9]: \d and str.isdigit also take other scripts' digits)
         raise BiosrecallError(f"unknown device {value!r} (use auto, cpu, cuda or cuda:N)")
     return value
 
@@ -336,12 +338,6 @@ def check_updates_list(name: str, value: Any) -> tuple[int, ...]:
         raise BiosrecallError(f"{name} must be a non-empty list of update counts, got {value!r}")
     limit = LIMITS["updates"]
     return tuple(sorted({check_number(f"each of {name}", item, limit) for item in value}))
-
-
-def _is_cuda_index(device: str) -> bool:
-    """cuda:N, N in ASCII digits only (str.isdigit also takes other scripts' digits)."""
-    index = device.removeprefix("cuda:")
-    return device.startswith("cuda:") and index.isascii() and index.isdigit()
 
 
 def split_budget_of(text: Any) -> tuple[str, int]:

@@ -454,6 +454,7 @@ class Trainer:
     def train(self) -> TrainResult:
         """Set up, (resume,) and train; returns where the checkpoints are. The run folder may not be,
         contain or lie inside the data it trains on."""
+        self.config.validate()  # its fields again (they may have been reassigned), the run size, the trackers
         model_config = self.task.model_config(run_recipe(self.config))
         self.seq_len = resolve_seq_len(self.config, model_config, self.task.preset)
         self.source = self.task.batch_source(self.config, self.seq_len)
@@ -482,7 +483,6 @@ class Trainer:
         """Check everything, plan, build the model, and (for a new run) start its folder under a
         temporary name in `building`, which `_save_latest` swaps into place."""
         config, task = self.config, self.task
-        config.validate()
         replace = self.final.check_new_or_resumable(self.resume, self.overwrite)
         self.dist, self.device, self.autocast = _join_devices(config)
         exposures = None
