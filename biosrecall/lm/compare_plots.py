@@ -109,13 +109,11 @@ def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
             _line(ax, rows.sort_values("mean_depth"), "mean_depth", "nll", color=colors[run], **styles[kind])
     _finish(ax, "mean block iterations per token", "validation NLL (nats / token)", legend=False)
     # Colour names the run and marker the criterion: runs + kinds entries, not runs x kinds.
-    handles = [Line2D([], [], color=colors[run], lw=1.2) for run in labels]
-    handles += [Line2D([], [], color="0.4", lw=1.2, markersize=4, **styles[kind]) for kind in kinds]
-    names = [
-        *labels.values(),
-        *("fixed depth" if kind == BASELINE else f"criterion: {kind}" for kind in kinds),
-    ]
-    legend_below(fig, handles, 3, labels=names)
+    handles = [Line2D([], [], color=colors[run], lw=1.2, label=label) for run, label in labels.items()]
+    for kind in kinds:
+        name = "fixed depth" if kind == BASELINE else f"criterion: {kind}"
+        handles.append(Line2D([], [], color="0.4", lw=1.2, markersize=4, label=name, **styles[kind]))
+    legend_below(fig, handles)
     return fig
 
 
