@@ -13,7 +13,15 @@ import pytest
 
 from biosrecall.bios import ATTRIBUTES
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.plots import curve_styles, format_flops, line_labels, plot_recall_curves, schedule_label
+from biosrecall.eval.plots import (
+    curve_styles,
+    draw_curve,
+    figure_grid,
+    format_flops,
+    line_labels,
+    plot_recall_curves,
+    schedule_label,
+)
 
 POOLS = (200, 28, 12, 300, 100, 263)
 SCHEDULES = {
@@ -148,3 +156,15 @@ def test_bad_requests_are_refused():
 def test_flops_are_written_compactly():
     assert format_flops(1.2e15) == "1.2e15"
     assert format_flops(1.234567e15) == "1.23e15"
+
+
+def test_a_line_is_banded_only_where_it_has_an_interval_over_seeds():
+    fig, axes = figure_grid(1, 1, 4, 3)
+    ax = axes[0, 0]
+    draw_curve(ax, [1, 2], [3, 4], [2.5, 3.5], [3.5, 4.5], color="#0072B2")
+    draw_curve(ax, [1, 2], [3, 4], [math.nan, math.nan], [math.nan, math.nan])  # one seed: no interval
+    draw_curve(ax, [1, 2], [3, 4])
+    assert len(ax.get_lines()) == 3 and len(ax.collections) == 1
+    band = ax.collections[0]
+    assert tuple(band.get_facecolor()[0][:3]) == pytest.approx((0.0, 0x72 / 255, 0xB2 / 255))
+    assert band.get_zorder() < ax.get_lines()[0].get_zorder(), "the band lies under its line"
