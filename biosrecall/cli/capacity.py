@@ -29,7 +29,7 @@ from biosrecall.cli.study import (
     THREADS,
     WORKERS,
     archive_output,
-    field_options,
+    options_from,
     parse_seeds,
     report_outcome,
     study_errors,
@@ -53,17 +53,10 @@ CHECKED = {
 is the docstring under each field)."""
 
 
-def _capacity_fields(command):
-    """One option per `CapacityOptions` field (`field_options`)."""
-    for option in reversed(field_options(CapacityOptions, CHECKED)):
-        command = option(command)
-    return command
-
-
 @click.command()
 @config_option(lists=("people", "seeds", "depths"))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@_capacity_fields
+@options_from(CapacityOptions, CHECKED)
 @WORKERS
 @THREADS
 @QUIET

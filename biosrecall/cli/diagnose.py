@@ -27,7 +27,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option
-from biosrecall.cli.study import field_options
+from biosrecall.cli.study import options_from
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.diagnose import DiagnoseOptions
 from biosrecall.diagnose.options import parse_candidate_depths, parse_depth_list
@@ -57,18 +57,11 @@ is the docstring under each field). The depth lists are read as text by the comm
 take ranges such as 1..16."""
 
 
-def _diagnose_fields(command):
-    """One option per `DiagnoseOptions` field (`field_options`)."""
-    for option in reversed(field_options(DiagnoseOptions, CHECKED)):
-        command = option(command)
-    return command
-
-
 @click.command("diagnose-update")
 @config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("The one checkpoint to diagnose", SWITCH)
-@_diagnose_fields
+@options_from(DiagnoseOptions, CHECKED)
 @click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
 @click.option(
     "--threads",

@@ -39,7 +39,7 @@ from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer
-from biosrecall.cli.study import field_options
+from biosrecall.cli.study import options_from
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
@@ -212,16 +212,9 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
     return from_dataset
 
 
-def _generate_fields(command):
-    """One option per `GenerateOptions` field (`field_options`)."""
-    for option in reversed(field_options(GenerateOptions, CHECKED)):
-        command = option(command)
-    return command
-
-
 @click.command()
 @config_option()
-@_generate_fields
+@options_from(GenerateOptions, CHECKED)
 @click.pass_context
 def generate(ctx: click.Context, **fields) -> None:
     """Generate a bioS dataset: people, manifest, tokenizer and pre-tokenized arrays; with

@@ -45,6 +45,7 @@ from biosrecall.cli.study import (
     WORKERS,
     archive_output,
     field_options,
+    options_from,
     parse_seeds,
     report_outcome,
     study_errors,
@@ -118,18 +119,11 @@ PREPARE_CHECKED = {
 """What the options of `PrepareOptions` take beyond their fields' types (`field_options`)."""
 
 
-def _prepare_fields(command):
-    """One option per `PrepareOptions` field (`field_options`)."""
-    for option in reversed(field_options(PrepareOptions, PREPARE_CHECKED)):
-        command = option(command)
-    return command
-
-
 @lm.command("prepare", short_help="Tokenize text files or a Hugging Face dataset into token shards.")
 @config_option()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@_prepare_fields
+@options_from(PrepareOptions, PREPARE_CHECKED)
 def prepare(
     inputs, out_dir, text_column, tokenizer_path, vocab_size, hf_split, max_documents, **options
 ) -> None:

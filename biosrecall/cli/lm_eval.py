@@ -15,7 +15,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
-from biosrecall.cli.study import field_options
+from biosrecall.cli.study import options_from
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import set_verification
 from biosrecall.numbers import DEPTH, counts
@@ -83,18 +83,11 @@ CHECKED = {
 """What the options of `EvalOptions` take beyond their fields' types (`field_options`)."""
 
 
-def _eval_fields(command):
-    """One option per `EvalOptions` field (`field_options`)."""
-    for option in reversed(field_options(EvalOptions, CHECKED)):
-        command = option(command)
-    return command
-
-
 @click.command("eval", short_help="Validation NLL at serving depths 1..16 of trained LM runs.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to evaluate (repeatable)", ("final",), multiple=True, plural_flag=True)
-@_eval_fields
+@options_from(EvalOptions, CHECKED)
 @no_verify_option
 def evaluate(runs, checkpoints, no_verify, **fields) -> None:
     """Write RUN/eval/evaluation.csv and .parquet (NLL per token at each serving depth) for each RUN and print

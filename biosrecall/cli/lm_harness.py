@@ -16,7 +16,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, checkpoint_option
-from biosrecall.cli.study import field_options
+from biosrecall.cli.study import options_from
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts, rates
 from biosrecall.train.run_folder import RunFolder
@@ -85,18 +85,11 @@ CHECKED = {
 """What the options of `HarnessOptions` take beyond their fields' types (`field_options`)."""
 
 
-def _harness_fields(command):
-    """One option per `HarnessOptions` field (`field_options`)."""
-    for option in reversed(field_options(HarnessOptions, CHECKED)):
-        command = option(command)
-    return command
-
-
 @click.command("harness", short_help="Score an LM run on lm-eval-harness tasks at fixed serving depths.")
 @config_option()
 @click.argument("run", type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to score (repeatable)", ("final",), multiple=True, plural_flag=True)
-@_harness_fields
+@options_from(HarnessOptions, CHECKED)
 def harness(run, checkpoints, limit, out, **fields) -> None:
     """Score RUN on lm-eval-harness tasks at each serving depth and write RUN/eval/harness.csv and
     .parquet (task, metric, depth, value, stderr per checkpoint) and harness.json (the lm-eval

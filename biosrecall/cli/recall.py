@@ -59,7 +59,7 @@ from biosrecall.bios.dataset import FORMAT, MANIFEST
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, ParsedBy, checkpoint_option
-from biosrecall.cli.study import field_options
+from biosrecall.cli.study import options_from
 from biosrecall.diagnose.options import parse_depth_list
 from biosrecall.errors import BiosrecallError
 from biosrecall.hub import check_model_folder
@@ -91,18 +91,11 @@ RUN_ONLY = (CHECKPOINT_LIST, "refresh", "exits", "per_token", "aggregate_seeds",
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
-def _recall_fields(command):
-    """One option per `RecallCurveOptions` field (`field_options`)."""
-    for option in reversed(field_options(RecallCurveOptions, CHECKED)):
-        command = option(command)
-    return command
-
-
 @click.command("recall-curve")
 @config_option(lists=("depths",))
 @click.argument("run_dirs", nargs=-1, type=FOLDER)
 @checkpoint_option("Checkpoints to evaluate (repeatable)", None, multiple=True, note=" [default: fractions]")
-@_recall_fields
+@options_from(RecallCurveOptions, CHECKED)
 def recall_curve(run_dirs, checkpoints, **fields):
     """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
     plot Figure-1 style curves."""

@@ -116,6 +116,18 @@ def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | Non
     return options
 
 
+def options_from(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> Callable:
+    """A decorator that gives a command one option per field of the dataclass `cls`, in its order
+    (`field_options`)."""
+
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(field_options(cls, given)):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
     check_seeds(seeds)
     return seeds
