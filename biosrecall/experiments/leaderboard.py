@@ -435,13 +435,13 @@ def claims(per_run, options: LeaderboardOptions) -> list:
 def figures(per_run, options: LeaderboardOptions) -> dict:
     """Serving quality (mean over K=1..16) against training FLOPs: a colour per recipe, a marker per
     schedule, a panel per task; means over seeds."""
-    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from biosrecall.eval.plots import figure_grid
 
     table = tables(per_run, options)[TABLE]
     tasks = list(dict.fromkeys(table["task"]))
-    figure, axes = plt.subplots(
-        1, len(tasks), figsize=(6 * len(tasks), 4.5), squeeze=False, layout="constrained"
-    )
+    figure, axes = figure_grid(1, len(tasks), 6 * len(tasks), 4.5)
     colours = {r: f"C{i}" for i, r in enumerate(dict.fromkeys(table["recipe"]))}
     markers = {schedule: "os^Dvp*"[i] for i, schedule in enumerate(SCHEDULES)}
     for axis, task in zip(axes[0], tasks, strict=True):
@@ -449,8 +449,8 @@ def figures(per_run, options: LeaderboardOptions) -> dict:
             axis.scatter(row.flops, row.mean_k1_16, color=colours[row.recipe], marker=markers[row.schedule])
         axis.set(xscale="log", xlabel="modeled training FLOPs", title=task,
                  ylabel="bits per person, mean K=1..16" if task == "bios" else "validation NLL, mean K=1..16")  # fmt: skip
-    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=r) for r, c in colours.items()]
-    handles += [plt.Line2D([], [], color="grey", marker=m, ls="", label=s) for s, m in markers.items()]
+    handles = [Line2D([], [], color=c, marker="o", ls="", label=r) for r, c in colours.items()]
+    handles += [Line2D([], [], color="grey", marker=m, ls="", label=s) for s, m in markers.items()]
     figure.legend(handles=handles, loc="outside right center")
     return {"frontier": figure}
 
