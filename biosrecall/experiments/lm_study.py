@@ -42,9 +42,9 @@ output whose lm_study.json was made with other settings and adds its seeds and g
 `prepare` writes it (the record pins the corpus by what it holds rather than its folder; the
 records earlier releases wrote continue as they are); `evaluate` runs the update diagnostic after
 training; `write` writes the files above (lm_summary.md's "mean [95% interval]" cells, lm_claims.*
-with the paper's number beside each statement). Calling again continues: finished runs are skipped, an interrupted one resumes from its
-last save, and added seeds or grid items train only what is new (the tables and claims cover every
-seed and item of the output).
+with the paper's number beside each statement). Calling again continues: finished runs are skipped,
+an interrupted one resumes from its last save, and added seeds or grid items train only what is new
+(the tables and claims cover every seed and item of the output).
 `lm study --archive DEST` copies a finished study without its weights
 (`biosrecall.experiments.study_archive`); a copy continues it, since a run with its NLL table and a
 seed with its diagnosis are done without them.
