@@ -19,6 +19,8 @@ METRICS = ("bits", "attribute")
 
 @dataclass
 class RecallCurveOptions:
+    """What one `recall-curve` call asks for, by the names of its options."""
+
     out_dir: Path = Path("recall-curve")
     """Folder for the tables and the figure."""
 
