@@ -240,13 +240,14 @@ def generate(ctx: click.Context, **fields) -> None:
                 pools_dir=pools_dir,
                 report=lambda stage: click.echo(stage, err=True),
             )
+            if export is None:
+                work_done()  # the dataset is written: a Ctrl-C during the summary interrupts nothing
         except KeyboardInterrupt:
-            # Stopped after the dataset was swapped into place (while letting go of the lock, say):
-            # nothing was interrupted, unless a text export was still to come (it is not started).
+            # Stopped after the dataset was swapped into place (while letting go of the lock, or just
+            # before `work_done`): nothing was interrupted, unless a text export was still to come.
             if export is not None or not committed(dataset_dir):
                 raise
-        if export is None:
-            work_done()  # the dataset is written: a Ctrl-C during the summary interrupts nothing
+            work_done()
         click.echo("\n".join(_summary(dataset_dir, pools_dir)))
     if export is not None:
         manifest = export_text(dataset_dir, export)
