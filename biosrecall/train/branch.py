@@ -17,14 +17,12 @@ its config.json records `branch: {path, at_update}`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from biosrecall.atomic import atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
 from biosrecall.train.config import TrainConfig
@@ -113,13 +111,6 @@ def _check_same_updates(at: int, parent_plan, plan, parent_config: TrainConfig, 
                 f"{theirs:.6g} in the parent (use wsd with the same --lr and --warmup-updates, branching "
                 f"no later than either run's decay)"
             )
-
-
-def copy_parent_metrics(branch: Branch, run: RunFolder) -> None:
-    """Start the branch's metrics.jsonl with the parent's rows of the updates before the branch point
-    (the loop's `MetricsLog` then checks that they are all there)."""
-    rows = RunFolder(branch.parent).read_metrics(limit=branch.at_update)
-    atomic_write_text(run.metrics_file, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
 def branch_record(branch: Branch) -> dict[str, Any]:

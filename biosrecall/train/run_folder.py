@@ -679,14 +679,16 @@ class MetricsLog:
     checkpoint has seen, so no update is ever logged twice. Each row is written straight to the file
     (no buffer), so a killed run leaves whole rows and at most one torn last line; a run that fails
     cuts the file back to the newest saved state (`saved`, `cut_to_saved`), so it never holds updates
-    a resume would train again."""
+    a resume would train again. A branch starts with its parent's rows (`rows_from`) of the updates
+    before the branch point."""
 
-    def __init__(self, run: RunFolder, resume_from_update: int = 0):
+    def __init__(self, run: RunFolder, resume_from_update: int = 0, rows_from: RunFolder | None = None):
         self.run = run
-        kept = _read_rows(self.path, limit=resume_from_update) if resume_from_update else []
+        source = (rows_from or run).metrics_file
+        kept = _read_rows(source, limit=resume_from_update) if resume_from_update else []
         if len(kept) < resume_from_update:
             raise BiosrecallError(
-                f"cannot resume: {self.path} holds {len(kept)} updates, the checkpoint has seen "
+                f"cannot resume: {source} holds {len(kept)} updates, the checkpoint has seen "
                 f"{resume_from_update}"
             )
         text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in kept)

@@ -61,7 +61,7 @@ from biosrecall.model.layers import IGNORE_INDEX
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.model.recipes import check_config, load_recipe_module, recipe_overrides
 from biosrecall.train import checkpoint_files, distributed
-from biosrecall.train.branch import Branch, branch_record, check_branch, copy_parent_metrics, find_state
+from biosrecall.train.branch import Branch, branch_record, check_branch, find_state
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len, split_budget_of
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.memory import memory_checked
@@ -510,8 +510,6 @@ class Trainer:
             self.folder = self._new_run_folder(replace, building)
         if self.dist.is_main and not self.resume:
             self.folder.write_config({**record, "plan": plan_summary(self.plan, model_config, shown)})
-            if self.branch is not None:
-                copy_parent_metrics(self.branch, self.folder)
         distributed.barrier(self.dist)
         self.raw_model, self.model, self.optimizer = _build_model(
             model_config, config, self.dist, self.device
@@ -567,7 +565,8 @@ class Trainer:
         if self.dist.is_main:
             if self.resume_from:
                 self.folder.remove_leftovers()
-            self.metrics = MetricsLog(self.folder, self.progress.update)
+            parent = RunFolder(self.branch.parent) if self.branching else None
+            self.metrics = MetricsLog(self.folder, self.progress.update, rows_from=parent)
         progress, metrics = self.progress, self.metrics
         self.reporter.start(self.plan.updates, progress.update)
         if self.branching:  # what the branch point itself earns: the switch checkpoint, a kept update
