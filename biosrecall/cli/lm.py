@@ -208,21 +208,26 @@ def _train(
     )
 
 
+@dataclass
+class PlanOptions:
+    """The options of `lm plan` beyond the training ones, one per field (`field_options`)."""
+
+    data_dir: Path | None = None
+    """Also check this prepared folder and report how many epochs the run reads."""
+
+    processes: int | None = None
+    """Processes the run will use [default: $WORLD_SIZE or 1]."""
+
+
+PLAN_CHECKED = {
+    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "processes": {"flag": "--nproc-per-node", "type": Integer(counts())},
+}
+"""What the options of `PlanOptions` take beyond their fields' types (`field_options`)."""
+
+
 @lm.command("plan")
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also check this prepared folder and report how many epochs the run reads.",
-)
-@click.option(
-    "--nproc-per-node",
-    "processes",
-    type=Integer(counts()),
-    default=None,
-    help="Processes the run will use [default: $WORLD_SIZE or 1].",
-)
+@options_from(PlanOptions, PLAN_CHECKED)
 @_lm_options(run=False)
 def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     """Print what a `train` with the same options will spend (updates, tokens, modeled FLOPs, the
@@ -234,28 +239,32 @@ def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     click.echo("\n".join(plan_lines(config, preset, overrides, processes, data_dir)))
 
 
+@dataclass
+class CompareOptions:
+    """The options of `lm compare` beyond its runs, one per field (`field_options`)."""
+
+    out_dir: Path | None = None
+    """Folder for lm_compare.csv / .parquet and the figures (PNG and PDF)."""
+
+    reference: Path | None = None
+    """Run the others are compared with [default: the uniform:1-16 run with the most FLOPs]."""
+
+    aggregate_seeds: bool = False
+    """A RUN may be a folder of runs that differ only in the seed (RUN/seed0, RUN/seed1, ...): report
+    each number as its mean over them with a 95% t interval."""
+
+
+COMPARE_CHECKED = {
+    "out_dir": {"flag": "--out", "type": click.Path(path_type=Path), "required": True},
+    "reference": {"type": click.Path(path_type=Path)},
+}
+"""What the options of `CompareOptions` take beyond their fields' types (`field_options`)."""
+
+
 @lm.command("compare", short_help="Figure-2 comparison of evaluated LM runs against uniform.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Folder for lm_compare.csv / .parquet and the figures (PNG and PDF).",
-)
-@click.option(
-    "--reference",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Run the others are compared with [default: the uniform:1-16 run with the most FLOPs].",
-)
-@click.option(
-    "--aggregate-seeds",
-    is_flag=True,
-    help="A RUN may be a folder of runs that differ only in the seed (RUN/seed0, RUN/seed1, ...): "
-    "report each number as its mean over them with a 95% t interval.",
-)
+@options_from(CompareOptions, COMPARE_CHECKED)
 def compare(runs, out_dir, reference, aggregate_seeds) -> None:
     """Print mean serving-depth NLL, NLL at K=1 and K=16, modeled compute and wall-clock of each RUN
     relative to the reference, and plot NLL against serving depth and against modeled compute (and,
@@ -286,6 +295,29 @@ STUDY_OPTIONS = {
 }
 
 
+@dataclass
+class StudyCallOptions:
+    """What an `lm study` call does beyond running the study, one option per field (`field_options`)."""
+
+    plan_only: bool = False
+    """Say what each run would do and spend; write nothing."""
+
+    archive: Path | None = None
+    """Train nothing: copy the finished output --out into DEST without its weights and training states
+    (small enough to commit). A copy of DEST continues the study: the same command with more --seeds
+    trains only the new seeds."""
+
+    overwrite: bool = False
+    """With --archive: replace an existing DEST."""
+
+
+STUDY_CALL = {
+    "plan_only": {"flag": "--plan"},
+    "archive": {"type": click.Path(path_type=Path), "metavar": "DEST"},
+}
+"""What the options of `StudyCallOptions` take beyond their fields' types (`field_options`)."""
+
+
 def _study_options(command):
     """`lm study`'s options: the study's (`LMStudyOptions`), then how it runs and what else it does."""
     options = [
@@ -297,20 +329,8 @@ def _study_options(command):
         WORKERS,
         THREADS,
         executor_options(gpus_default="1 with --device cuda, else 0"),
-        click.option(
-            "--plan", "plan_only", is_flag=True, help="Say what each run would do and spend; write nothing."
-        ),
         QUIET,
-        click.option(
-            "--archive",
-            type=click.Path(path_type=Path),
-            default=None,
-            metavar="DEST",
-            help="Train nothing: copy the finished output --out into DEST without its weights and training "
-            "states (small enough to commit). A copy of DEST continues the study: the same command with more "
-            "--seeds trains only the new seeds.",
-        ),
-        click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST."),
+        *field_options(StudyCallOptions, STUDY_CALL),
     ]
     for option in reversed(options):
         command = option(command)
