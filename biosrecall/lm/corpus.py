@@ -45,10 +45,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import stat
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
 from itertools import islice
@@ -72,8 +72,9 @@ class Source:
     """One resolved input: `kind` is txt, jsonl, parquet, huggingface or bundled."""
 
     kind: str
-    location: str  # the path as given (or inside a given folder), or the dataset name
-    config: str | None = None
+    location: str  # the path as given (or inside a given folder), `pkg:NAME`, or the dataset name
+    config: str | None = None  # a Hub dataset's config
+    file: Path | None = None  # the local file read (a bundled corpus's: where the package put it)
 
 
 class Corpus:
@@ -91,8 +92,6 @@ class Corpus:
         hf_split: str = "train",
         max_documents: int | None = None,
     ) -> None:
-        if not inputs:
-            raise BiosrecallError("no input given")
         if max_documents is not None:
             check_count(max_documents, "max_documents")
         self.text_column = text_column
@@ -121,13 +120,13 @@ class Corpus:
 
     def _read(self, source: Source) -> Iterator[str]:
         if source.kind == "txt":
-            return _read_txt(Path(source.location))
+            return _read_txt(source.file)
         if source.kind == "jsonl":
-            return _read_jsonl(Path(source.location), self.text_column)
+            return _read_jsonl(source.file, self.text_column)
         if source.kind == "parquet":
-            return _read_parquet(Path(source.location), self.text_column)
+            return _read_parquet(source.file, self.text_column)
         if source.kind == "bundled":
-            return read_bundled(source.config)
+            return read_bundled(source.file)
         return _read_hf(source, self.hf_split, self.text_column)
 
     def describe(self) -> dict:
@@ -135,18 +134,17 @@ class Corpus:
         entries = []
         for source in self.sources:
             entry = {"kind": source.kind, "location": source.location}
-            if source.kind == "huggingface":
+            if source.file is None:
                 entry.update(config=source.config, split=self.hf_split)
-            else:  # a bundled corpus: its file's size and hash, where the package put it
-                file = source.config if source.kind == "bundled" else source.location
-                entry.update(bytes=Path(file).stat().st_size, sha256=file_sha256(file))
+            else:
+                entry.update(bytes=source.file.stat().st_size, sha256=file_sha256(source.file))
             entries.append(entry)
         return {"inputs": entries, "text_column": self.text_column, "max_documents": self.max_documents}
 
 
 def _resolve(item: str) -> list[Source]:
-    if is_bundled(item):  # location: the name as given (machine-independent), config: the file
-        return [Source("bundled", item, str(bundled_path(item)))]
+    if is_bundled(item):  # location: the name as given (machine-independent)
+        return [Source("bundled", item, file=bundled_path(item))]
     if item.startswith(HF_PREFIX):
         name, _, config = item[len(HF_PREFIX) :].partition(":")
         if not name:
@@ -165,22 +163,19 @@ def _resolve(item: str) -> list[Source]:
             raise BiosrecallError(f"folder {item} holds no {', '.join(SUFFIXES)} files")
         for file in files:
             _require_regular(file)
-        return [Source(p.suffix[1:], str(p)) for p in files]
+        return [Source(p.suffix[1:], str(p), file=p) for p in files]
     _require_regular(path)
     if path.suffix not in SUFFIXES:
         raise BiosrecallError(f"input {item}: unsupported file type (expected {', '.join(SUFFIXES)})")
-    return [Source(path.suffix[1:], item)]
+    return [Source(path.suffix[1:], item, file=path)]
 
 
 def _source_key(source: Source) -> tuple:
-    """What identifies a source whatever path names it: a file's device and inode, a dataset's name."""
-    if source.kind == "huggingface":
+    """What identifies a source whatever path names it: a file's device and inode (the file was found
+    when the source was resolved), a dataset's name."""
+    if source.file is None:
         return ("huggingface", source.location, source.config)
-    file = Path(source.config if source.kind == "bundled" else source.location)
-    try:
-        info = os.stat(file)
-    except OSError:  # its own check names the problem
-        return ("path", str(file.absolute()))
+    info = source.file.stat()
     return ("file", info.st_dev, info.st_ino)
 
 
@@ -226,7 +221,10 @@ def _check_source(source: Source, text_column: str) -> None:
     if source.kind == "huggingface":
         _check_hub(source)
     elif source.kind == "parquet":
-        names = _parquet_file(Path(source.location)).schema_arrow.names
+        import pyarrow.parquet
+
+        with _parquet_errors(source.file):
+            names = pyarrow.parquet.ParquetFile(source.file).schema_arrow.names
         if text_column not in names:
             raise BiosrecallError(
                 f"{source.location} has no column {text_column!r} (columns: {', '.join(names)}; "
@@ -274,10 +272,9 @@ def _read_jsonl(path: Path, column: str) -> Iterator[str]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-        except RecursionError:
-            raise BiosrecallError(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested past the C stack
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({problem})") from None
         if not isinstance(row, dict) or column not in row:
             raise BiosrecallError(
                 f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
@@ -287,26 +284,26 @@ def _read_jsonl(path: Path, column: str) -> Iterator[str]:
             yield text
 
 
-def _parquet_file(path: Path):
-    import pyarrow.parquet
+@contextmanager
+def _parquet_errors(path: Path) -> Iterator[None]:
+    """pyarrow failing to read `path` (not parquet, damaged) as one line naming it."""
+    import pyarrow
 
     try:
-        return pyarrow.parquet.ParquetFile(path)
+        yield
     except (OSError, pyarrow.ArrowException) as exc:
         raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
 
 
 def _read_parquet(path: Path, column: str) -> Iterator[str]:
-    import pyarrow
+    import pyarrow.parquet
 
-    try:
-        for batch in _parquet_file(path).iter_batches(columns=[column], batch_size=4096):
+    with _parquet_errors(path):
+        for batch in pyarrow.parquet.ParquetFile(path).iter_batches(columns=[column], batch_size=4096):
             for value in batch.column(0).to_pylist():
                 text = _as_text(value, f"{path}")
                 if text:
                     yield text
-    except (OSError, pyarrow.ArrowException) as exc:
-        raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
 
 
 def _check_hub(source: Source) -> None:

@@ -268,8 +268,7 @@ def _check_size(corpus: Corpus, out_dir: Path, vocab_size: int) -> None:
 
     if corpus.max_documents is not None:
         return
-    local = [Path(s.location) for s in corpus.sources if s.kind != "huggingface"]
-    input_bytes = sum(path.stat().st_size for path in local if path.is_file())
+    input_bytes = sum(source.file.stat().st_size for source in corpus.sources if source.file is not None)
     typical, _ = shards_cost(input_bytes, np.dtype(token_dtype(vocab_size)).itemsize)
     check_fits(
         f"the shards of {input_bytes / 1e6:,.0f} MB of text", typical, out_dir, "prepare fewer documents"
