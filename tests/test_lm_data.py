@@ -307,7 +307,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
         "too few documents": ([str(root / "one.txt")], "too few to hold out"),
         "bad tokenizer": ([str(good), "--tokenizer", str(root / "broken.json")], "not a valid tokenizer"),
         "tokenizer without eod": ([str(good), "--tokenizer", str(root / "no_eod.json")], "no end-of-doc"),
-        "missing tokenizer": ([str(good), "--tokenizer", str(root / "absent.json")], "cannot read tokenizer"),
+        "missing tokenizer": ([str(good), "--tokenizer", str(root / "absent.json")], "absent.json does not exist"),
         "tokenizer and vocab": ([str(good), "--tokenizer", "t.json", "--vocab-size", "300"], "not both"),
         "tiny vocab": ([str(good), "--vocab-size", "100"], "out of range"),
         "val fraction": ([str(good), "--val-fraction", "1.5"], "val-fraction"),

@@ -130,9 +130,6 @@ def load_tokenizer(path: str | Path) -> LMTokenizer:
     The file must be a regular file of at most `MAX_TOKENIZER_BYTES`, its ids exactly 0..N-1 (so
     every id fits the vocabulary the model is built with), and N within the vocabulary bounds.
     """
-    path = Path(path)
-    if not path.exists():
-        raise BiosrecallError(f"cannot read tokenizer {path}: no such file")
     tokenizer, json_text = read_tokenizer_text(path, MAX_TOKENIZER_BYTES)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > MAX_VOCAB_SIZE:
