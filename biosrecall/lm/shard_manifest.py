@@ -1,8 +1,7 @@
 """The manifest of a prepared LM shard folder: `load_manifest` reads it and checks every field a reader
-uses (types, required keys, ranges, shard names that stay inside the folder, token ids inside the
-vocabulary, checksums), naming the first bad one: the rules are the fields of `ShardManifest`
-(read through `biosrecall.records`). The folder's layout and the shard format are
-described in `biosrecall.lm.shards`, which writes both. `reprepare_command` rebuilds the `lm prepare`
+uses (types, required keys, ranges, shard names that stay inside the folder, checksums), naming the
+first bad one: the rules are the fields of `ShardManifest` (read through `biosrecall.records`). The
+folder's layout and the shard format are described in `biosrecall.lm.shards`, which writes both. `reprepare_command` rebuilds the `lm prepare`
 command that made a folder from what its manifest records, for messages about a damaged shard.
 
     manifest = load_manifest("data/lm-books")      # BiosrecallError naming the field, or the dict
@@ -43,7 +42,8 @@ class Shard:
     tokens: Count
     """Tokens it holds."""
     max_token: Count | None = None
-    """Its largest token id (absent in folders of early releases)."""
+    """Its largest token id (absent in folders of early releases); the loader checks it against the
+    vocabulary when it opens the shard (`biosrecall.lm.loader`)."""
     sha256: Sha256 | None = None
     """Its checksum (absent in folders prepared before checksums were recorded)."""
 
@@ -106,12 +106,6 @@ class ShardManifest:
             raise ValueError(
                 f"field 'dtype' is {self.dtype}, but a vocabulary of {vocab} is stored as {token_dtype(vocab)}"
             )
-        for split in (self.splits.train, self.splits.validation):
-            for shard in split.shards:
-                if shard.max_token is not None and shard.max_token >= vocab:
-                    raise ValueError(
-                        f"shard {shard.file} holds token id {shard.max_token}, outside the vocabulary of {vocab}"
-                    )
 
 
 def load_manifest(data_dir: str | Path) -> dict:
