@@ -12,6 +12,7 @@ The trainer options come from `TrainConfig` (see `biosrecall.cli.options`), shar
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -24,6 +25,7 @@ from biosrecall.cli.options import (
     split_options,
     trainer_options,
 )
+from biosrecall.cli.study import options_from
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import counts
@@ -33,36 +35,41 @@ from biosrecall.train.stops import Interrupted, TrainingDiverged
 MODEL_OVERRIDES = ("injection", "init_state", "norm", "backprop_depth")
 
 
+@dataclass
+class TrainOptions:
+    """The options of `biosrecall train` between --out and the trainer's, one per field
+    (`field_options`; the help of each is the docstring under it)."""
+
+    preset: str = DEFAULT_BIOS_PRESET
+    """Model preset (see `biosrecall flops`)."""
+
+    parent: str | None = None
+    """Branch: start from this run's saved state after --at-update updates instead of from scratch (the
+    updates before it must be the ones this run would train: same model, data, seed and batch, and the
+    same depth and learning rate at every update)."""
+
+    at_update: int | None = None
+    """Branch point: the parent's update count to start from."""
+
+    model_override: tuple[str, ...] = ()
+    """Any other model config field, FIELD=VALUE (repeatable or comma list), e.g. n_block=2."""
+
+
+CHECKED = {
+    "parent": {"flag": "--from", "type": click.Path()},
+    "at_update": {"type": Integer(counts())},
+    "model_override": {"type": str, "multiple": True, "callback": parse_overrides},
+}
+"""What the options of `TrainOptions` take beyond their fields' types (`field_options`)."""
+
+
 @click.command()
 @config_option(task="bios")
 @click.option(
     "--data", "data_dir", required=True, type=click.Path(), help="Dataset folder from `biosrecall generate`."
 )
 @click.option("--out", "run_dir", required=True, type=click.Path(), help="Run folder to create (or resume).")
-@click.option(
-    "--preset", default=DEFAULT_BIOS_PRESET, show_default=True, help="Model preset (see `biosrecall flops`)."
-)
-@click.option(
-    "--from",
-    "parent",
-    type=click.Path(),
-    default=None,
-    help="Branch: start from this run's saved state after --at-update updates instead of from scratch "
-    "(the updates before it must be the ones this run would train: same model, data, seed and batch, "
-    "and the same depth and learning rate at every update).",
-)
-@click.option(
-    "--at-update",
-    type=Integer(counts()),
-    default=None,
-    help="Branch point: the parent's update count to start from.",
-)
-@click.option(
-    "--model-override",
-    multiple=True,
-    callback=parse_overrides,
-    help="Any other model config field, FIELD=VALUE (repeatable or comma list), e.g. n_block=2.",
-)
+@options_from(TrainOptions, CHECKED)
 @trainer_options(overrides=MODEL_OVERRIDES, run=True)
 def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, overwrite, quiet, **options):
     """Train a looped transformer on a bioS dataset at a modeled-FLOP budget.
