@@ -357,10 +357,8 @@ class RunFolder:
         """The run reached the end of its budget: its final (1.0) checkpoint is there."""
         return 1.0 in self.fraction_checkpoints()
 
-    def select_checkpoints(
-        self, selector: str | float | Iterable[str | float] | Selector = ALL
-    ) -> dict[str, Path]:
-        """The run's checkpoints named by `selector` (text, repeated values or a `Selector`), by label.
+    def select_checkpoints(self, selector: str | float | Iterable[str | float] = ALL) -> dict[str, Path]:
+        """The run's checkpoints named by `selector` (text, or repeated values or parts), by label.
         A malformed selector or a checkpoint the run does not have raises one line naming the run and
         listing what it has."""
         kept = self._kept_or_refused()
@@ -369,7 +367,7 @@ class RunFolder:
         except BiosrecallError as exc:
             raise BiosrecallError(f"{exc}; {self.path} has {_listing(kept)}") from None
         chosen: dict[str, Path] = {}
-        for part in parsed.parts:
+        for part in parsed:
             for label in self._labels(part, kept):
                 chosen[label] = kept[label]
         return dict(sorted(chosen.items(), key=lambda item: _order(item[0])))
@@ -378,9 +376,11 @@ class RunFolder:
         """The one checkpoint `selector` names (a command that works on a single checkpoint)."""
         chosen = self.select_checkpoints(selector)
         if len(chosen) != 1:
+            asked = ",".join(
+                part if isinstance(part, str) else f"{part:g}" for part in parse_selector(selector)
+            )
             raise BiosrecallError(
-                f"--checkpoint names one checkpoint here, but {str(parse_selector(selector))!r} names "
-                f"{_listing(chosen)} in {self.path}"
+                f"--checkpoint names one checkpoint here, but {asked!r} names {_listing(chosen)} in {self.path}"
             )
         return next(iter(chosen.items()))
 
@@ -503,30 +503,16 @@ def _entries(folder: Path) -> list[Path]:
 # ---- selectors ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Selector:
-    """A parsed selector: each part is a keyword of `KEYWORDS` or a budget fraction."""
-
-    parts: tuple[str | float, ...]
-
-    def __str__(self) -> str:
-        return ",".join(part if isinstance(part, str) else f"{part:g}" for part in self.parts)
-
-
-def parse_selector(text: str | float | Iterable[str | float] | Selector) -> Selector:
-    """Read a selector: text such as "0.45,final", a number, or the values of a repeated option."""
-    if isinstance(text, Selector):
-        return text
+def parse_selector(text: str | float | Iterable[str | float]) -> tuple[str | float, ...]:
+    """Read a selector (text such as "0.45,final", a number, or the values of a repeated option) into
+    its parts, each a keyword of `KEYWORDS` or a budget fraction."""
     pieces = [text] if isinstance(text, str | int | float) else list(text)
     raw = ",".join(str(piece) for piece in pieces)
     parts = [part.strip().lower() for part in raw.split(",")]
     fraction = ITEM_LIMITS["checkpoint_fractions"]  # (0, 1]
     try:
-        return Selector(
-            tuple(
-                part if part in KEYWORDS else check_number(part, parse_float(part), fraction)
-                for part in parts
-            )
+        return tuple(
+            part if part in KEYWORDS else check_number(part, parse_float(part), fraction) for part in parts
         )
     except BiosrecallError:  # an empty part, or one that is no fraction in (0, 1]
         raise BiosrecallError(
