@@ -127,7 +127,6 @@ class ShardLoader:
     def batch(self, batch_size: int) -> np.ndarray:
         """The next `batch_size` sequences, int64 [batch_size, context_length + 1]; moves to the
         next epoch (a fresh permutation) whenever the current one is used up."""
-        check_count(batch_size, "batch size")
         rows = np.empty((batch_size, self.context_length + 1), dtype=np.int64)
         for row in range(batch_size):
             if self.position == self.num_windows:
@@ -139,10 +138,7 @@ class ShardLoader:
     def ordered_batches(self, batch_size: int, max_windows: int | None = None) -> Iterator[np.ndarray]:
         """Every window (or the first `max_windows`) in stream order, in batches (the last may be
         shorter). Does not touch the training state."""
-        check_count(batch_size, "batch size")
-        total = self.num_windows
-        if max_windows is not None:
-            total = min(check_count(max_windows, "max sequences"), total)
+        total = self.num_windows if max_windows is None else min(max_windows, self.num_windows)
         for first in range(0, total, batch_size):
             yield np.stack([self.read_window(w) for w in range(first, min(first + batch_size, total))])
 
@@ -210,20 +206,20 @@ def _check_shard(data_dir: Path, manifest: dict, entry: dict, tokens: np.ndarray
     path, expected = data_dir / entry["file"], entry.get("sha256")
     key = (str(path.resolve()), expected)
     verify = _VERIFY["enabled"] and key not in _VERIFIED
-    if verify and expected is not None and hashlib.sha256(tokens).hexdigest() != expected:
-        raise BiosrecallError(
-            f"shard {path} is damaged: its bytes do not match the sha256 in {data_dir / 'manifest.json'}; "
-            f"prepare the folder again: {reprepare_command(data_dir, manifest)}"
-        )
-    largest = entry.get("max_token")
+    largest, vocab_size = entry.get("max_token"), int(manifest["tokenizer"]["vocab_size"])
     if largest is None or (verify and expected is None):
         largest = int(tokens.max()) if tokens.size else 0
-    vocab_size = int(manifest["tokenizer"]["vocab_size"])
-    if largest >= vocab_size:
+    problem = None
+    if verify and expected is not None and hashlib.sha256(tokens).hexdigest() != expected:
+        problem = f"is damaged: its bytes do not match the sha256 in {data_dir / 'manifest.json'}"
+    elif largest >= vocab_size:
+        problem = (
+            f"holds token id {largest}, outside the vocabulary of {vocab_size} (damaged or prepared with "
+            "another tokenizer)"
+        )
+    if problem is not None:  # either way, the folder is made again the way it was made
         raise BiosrecallError(
-            f"shard {path} holds token id {largest}, outside the vocabulary of {vocab_size} (damaged or "
-            f"prepared with another tokenizer); prepare the folder again: "
-            f"{reprepare_command(data_dir, manifest)}"
+            f"shard {path} {problem}; prepare the folder again: {reprepare_command(data_dir, manifest)}"
         )
     if verify:
         _VERIFIED.add(key)
