@@ -183,10 +183,8 @@ def study_updates(settings: LMStudyPreset, tokens: int | None) -> int:
 
 
 def _settings(options: LMStudyOptions) -> tuple[LMStudyPreset, int]:
-    """The preset and the updates of every run, every option checked before anything is written."""
+    """The preset and the updates of every run."""
     settings = resolve_preset(options.preset)
-    check_seeds(tuple(options.seeds))
-    parse_grid(",".join(options.grid))
     return settings, study_updates(settings, options.tokens)
 
 
@@ -204,11 +202,10 @@ def runs(options: LMStudyOptions) -> list[SweepRun]:
         return TrainConfig(schedule=GRID[item], seed=seed, batch_size=s.batch_size, seq_len=s.seq_len, lr=s.lr,
                            device=options.device, checkpoint_fractions=(1.0,), **size)  # fmt: skip
 
-    grid = parse_grid(",".join(options.grid))
     return [
         SweepRun(f"{item}/seed{seed}", "lm train", config(item, seed), task, {"item": item, "seed": seed})
         for seed in options.seeds
-        for item in grid
+        for item in options.grid
     ]
 
 
@@ -352,8 +349,9 @@ def _nll(rows: pd.DataFrame, item: str, depths: tuple[int, int] = SERVING) -> pd
     return part.set_index("depth")["nll"].sort_index()
 
 
-def _mean(rows, item) -> float:
-    values = _nll(rows, item)
+def _mean(rows, item, depths: tuple[int, int] = SERVING) -> float:
+    """Mean NLL of `item` in one seed's rows over the depth range (NaN without the run)."""
+    values = _nll(rows, item, depths)
     return float(values.mean()) if len(values) else math.nan
 
 
@@ -379,19 +377,15 @@ def _worst(values, pick) -> float:
 
 def _k1_advantage(rows) -> float:
     """At 67%: NLL at K=1 of K0=1 minus the better of K0=2 and K0=4 (negative: K0=1 is best)."""
-    at_k1 = [_nll(rows, fixed_first_name(k0, 0.67, "uniform"), (1, 1)) for k0 in (1, 2, 4)]
-    if any(len(values) == 0 for values in at_k1):
-        return math.nan
-    return float(at_k1[0].iloc[0] - min(at_k1[1].iloc[0], at_k1[2].iloc[0]))
+    k1, k2, k4 = (_mean(rows, fixed_first_name(k0, 0.67, "uniform"), (1, 1)) for k0 in (1, 2, 4))
+    return k1 - _worst([k2, k4], min)
 
 
 def _reversed_from_k3(rows) -> float:
     """At 67%: the smallest margin, over K=3..16, of the reversed order K0=4 < K0=2 < K0=1 (positive
-    at every depth: the order holds everywhere from K=3 on)."""
-    curves = [_nll(rows, fixed_first_name(k0, 0.67, "uniform"), (3, SERVING[1])) for k0 in (1, 2, 4)]
-    if any(len(curve) == 0 for curve in curves):
-        return math.nan
-    k1, k2, k4 = curves
+    at every depth: the order holds everywhere from K=3 on; NaN when a run is missing, as its curve
+    is then empty)."""
+    k1, k2, k4 = (_nll(rows, fixed_first_name(k0, 0.67, "uniform"), (3, SERVING[1])) for k0 in (1, 2, 4))
     return float(np.minimum(k1 - k2, k2 - k4).min())
 
 
@@ -563,7 +557,7 @@ def _record(options: LMStudyOptions) -> dict[str, Any]:
         "device": options.device,
         "data": _data_record(Path(options.data)),
         "schedules": dict(GRID),
-        "grid": list(parse_grid(",".join(options.grid))),
+        "grid": list(options.grid),
         "seeds": list(options.seeds),
     }
     return json.loads(json.dumps({**record, "versions": versions(), "machine": machine()}))
@@ -643,9 +637,12 @@ def lm_study_command(record: dict[str, Any]) -> str:
 
 
 def check_output(out_dir: Path, options: LMStudyOptions) -> LMStudyOptions:
-    """`LM_STUDY.check`: `options` checked against the record already in OUT (`_check_record`) and grown
-    by the seeds and grid items earlier calls trained (a call plans and tabulates the whole study),
-    every run's plan checked (a budget under one update); nothing is written."""
+    """`LM_STUDY.check`, the one check of `options` (every other step takes what it returns): its seeds
+    and grid items (put in `GRID`'s order), checked against the record already in OUT (`_check_record`)
+    and grown by the seeds and grid items earlier calls trained (a call plans and tabulates the whole
+    study), every run's plan checked (a budget under one update); nothing is written."""
+    check_seeds(tuple(options.seeds))
+    options = replace(options, grid=parse_grid(",".join(options.grid)))
     old = _check_record(Path(out_dir), _record(options))
     if old is not None:
         grid = tuple(item for item in GRID if item in {*old["grid"], *options.grid})
@@ -656,16 +653,15 @@ def check_output(out_dir: Path, options: LMStudyOptions) -> LMStudyOptions:
 
 
 def write_record(out_dir: Path, options: LMStudyOptions, overwrite: bool = False, report=None) -> None:
-    """lm_study.json before the first run (`LM_STUDY.prepare`), the output's settings checked first."""
-    record = _record(options)
-    _check_record(out_dir, record)
-    write_study_record(out_dir / RECORD, json.dumps(record, indent=2) + "\n")
+    """lm_study.json before the first run (`LM_STUDY.prepare`), once the engine has checked the output's
+    settings (`check_output`) under its lock."""
+    write_study_record(out_dir / RECORD, json.dumps(_record(options), indent=2) + "\n")
 
 
 def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions, executor) -> pd.DataFrame:
     """The per-run table (`read` with each run's labels), once every seed's update diagnostic is in
     OUT/diagnose (`LM_STUDY.evaluate`: it runs in this process, on a run's threads)."""
-    diagnose_runs(runs_dir.parent, options, None, executor.threads)
+    diagnose_runs(runs_dir.parent, options, executor.threads)
     return pd.concat([read(runs_dir / run.name).assign(**run.labels) for run in grid_runs], ignore_index=True)
 
 
@@ -685,9 +681,7 @@ def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tupl
     return written, judged, [path for paths in drawn for path in paths]
 
 
-def diagnose_runs(
-    out_dir: Path, options: LMStudyOptions, report=None, threads: int = 1
-) -> pd.DataFrame | None:
+def diagnose_runs(out_dir: Path, options: LMStudyOptions, threads: int = 1) -> pd.DataFrame | None:
     """Per seed, the depth-averaged NLL advantage of a K=16 over a K=4 update after `AFTER_UNIFORM`
     uniform updates from K0=4 / 67%'s switch (None when the grid has no such run). Each seed's
     diagnosis is written to OUT/diagnose/<item>/seed<S>/ and read back on later calls."""
@@ -701,8 +695,6 @@ def diagnose_runs(
         name = f"{DIAGNOSED}/seed{seed}"
         out = out_dir / DIAGNOSE / name
         if not (out / "diagnose_switch.json").is_file():  # written last: the diagnosis is complete
-            if report is not None:
-                report(f"diagnosing {name}")
             run_dir = out_dir / RUNS / name
             # One run's threads: on torch's default, on a busy 2-core machine, the diagnostic was many
             # times slower than on one thread (docs/results/lm-sizing.md).
