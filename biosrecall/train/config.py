@@ -351,9 +351,11 @@ def split_budget_of(text: Any) -> tuple[str, int]:
 
 def resolve_seq_len(config: TrainConfig, model_config, preset: str | None = None) -> int:
     """The one place a run's sequence length is decided: `config.seq_len`, or the model's context when
-    unset (both at least 1: their configs check it); longer than the context is refused, and so are
-    more tokens per update than `MAX_TOKENS_PER_UPDATE`. `preset` names the model in the message."""
-    seq_len = model_config.context_length if config.seq_len is None else config.seq_len
+    unset; longer than the context (or not positive) is refused, and so are more tokens per update than
+    `MAX_TOKENS_PER_UPDATE`. `preset` names the model in the message."""
+    seq_len = model_config.context_length if config.seq_len is None else int(config.seq_len)
+    if seq_len < 1:
+        raise BiosrecallError(f"sequence length must be at least 1, got {seq_len}")
     if seq_len > model_config.context_length:
         advice = (
             "" if preset is None else f": --seq-len must not be longer than the context of preset {preset}"
