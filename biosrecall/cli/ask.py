@@ -10,42 +10,58 @@ token: the word and its depth. A word outside the run's vocabulary is one error 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, checkpoint_option
+from biosrecall.cli.study import options_from
 from biosrecall.numbers import DEPTH, counts
+
+
+@dataclass
+class AskOptions:
+    """What one `ask` call asks for, by the names of its options (the keywords of `answer_prompt`)."""
+
+    exit_spec: str = "kl:1e-3"
+    """One exit criterion (recall-curve's; gate:DELTA needs `biosrecall gate train` first, cdf:Q an
+    ouro-gate run)."""
+
+    max_depth: int = 64
+    """Most block iterations per token."""
+
+    max_new_tokens: int = 8
+    """Most tokens generated."""
+
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu" or "cuda"."""
+
+    data_dir: Path | None = None
+    """Dataset folder."""
+
+
+CHECKED = {
+    "exit_spec": {"flag": "--exit"},
+    "max_depth": {"type": Integer(DEPTH)},
+    "max_new_tokens": {"type": Integer(counts())},
+    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+}
+"""What the options of `AskOptions` take beyond their fields' types (`field_options`)."""
 
 
 @click.command("ask")
 @config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("prompt")
-@click.option(
-    "--exit",
-    "exit_spec",
-    default="kl:1e-3",
-    show_default=True,
-    help="One exit criterion (recall-curve's; gate:DELTA needs `biosrecall gate train` first, cdf:Q an "
-    "ouro-gate run).",
-)
-@click.option(
-    "--max-depth", default=64, type=Integer(DEPTH), show_default=True, help="Most block iterations per token."
-)
 @checkpoint_option("One checkpoint", "final")
-@click.option(
-    "--max-new-tokens", default=8, type=Integer(counts()), show_default=True, help="Most tokens generated."
-)
-@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-def ask(run_dir, prompt, exit_spec, max_depth, checkpoint, max_new_tokens, device, data_dir):
+@options_from(AskOptions, CHECKED)
+def ask(run_dir, prompt, **fields):
     """Answer PROMPT with RUN_DIR's model, printing each token with the depth it used."""
     from biosrecall.eval.serving import answer_prompt
 
-    answer = answer_prompt(run_dir, prompt, exit_spec, max_depth, checkpoint=checkpoint,
-                           max_new_tokens=max_new_tokens, device=device, data_dir=data_dir)  # fmt: skip
+    answer = answer_prompt(run_dir, prompt, **fields)
     click.echo(" ".join(word for word, _ in answer))
     for word, depth in answer:
         click.echo(f"  {word!s:<20} depth {depth}")

@@ -14,16 +14,51 @@ prints, per delta, the calibrated threshold and the calibration queries' mean ex
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option
+from biosrecall.cli.study import options_from
 from biosrecall.files import read_json_object
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.train.run_folder import GATE_RECORD_FILE
+
+
+@dataclass
+class GateTrainOptions:
+    """What one `gate train` call asks for, by the names of its options (the keywords of `fit_gates`)."""
+
+    max_depth: int = 64
+    """Deepest fixed depth searched for the reference (the best fixed depth, where the gate stops at the latest)."""
+
+    seed: int = 0
+    """Seed of the people split and the fit."""
+
+    confidence: float = 0.95
+    """Confidence of the calibration bound: recall lost <= delta with this probability."""
+
+    batch_size: int = 256
+    """Rows per forward pass."""
+
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu" or "cuda"."""
+
+    data_dir: Path | None = None
+    """Dataset folder."""
+
+
+CHECKED = {
+    "max_depth": {"type": Integer(DEPTH)},
+    "seed": {"type": Integer(SEED)},
+    "confidence": {"type": Real(rates(0, 1, low_open=True, high_open=True))},
+    "batch_size": {"type": Integer(counts())},
+    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+}
+"""What the options of `GateTrainOptions` take beyond their fields' types (`field_options`)."""
 
 
 @click.group()
@@ -35,37 +70,15 @@ def gate() -> None:
 @config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to fit a gate for (repeatable)", ("final",), multiple=True)
-@click.option(
-    "--max-depth",
-    default=64,
-    type=Integer(DEPTH),
-    show_default=True,
-    help="Deepest fixed depth searched for the reference (the best fixed depth, where the gate stops at the latest).",
-)
-@click.option(
-    "--seed", default=0, type=Integer(SEED), show_default=True, help="Seed of the people split and the fit."
-)
-@click.option(
-    "--confidence",
-    default=0.95,
-    type=Real(rates(0, 1, low_open=True, high_open=True)),
-    show_default=True,
-    help="Confidence of the calibration bound: recall lost <= delta with this probability.",
-)
-@click.option(
-    "--batch-size", default=256, type=Integer(counts()), show_default=True, help="Rows per forward pass."
-)
-@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-def train(run_dir, max_depth, seed, confidence, batch_size, device, data_dir, **selected):
+@options_from(GateTrainOptions, CHECKED)
+def train(run_dir, **fields):
     """Fit the learned exit gate of RUN_DIR's checkpoints on the training phrasings of its dataset and
     calibrate its threshold per delta on held-out people (an LM run: on training-shard windows, then
     on the validation split); write RUN_DIR/gates/<label>/."""
     from biosrecall.lm.gate import fit_run_gates
 
-    written = fit_run_gates(run_dir, selected[CHECKPOINT_LIST], max_depth=max_depth, seed=seed,
-                            confidence=confidence, batch_size=batch_size, device=device,
-                            data_dir=data_dir)  # fmt: skip
+    checkpoints = fields.pop(CHECKPOINT_LIST)
+    written = fit_run_gates(run_dir, checkpoints, **fields)
     work_done()
     for folder in written:
         _report(folder)
