@@ -150,18 +150,31 @@ def evaluate_run(
         batches = validation_batches(setup.data_dir, setup.seq_len, batch_size, max_windows=max_sequences)
         return depth_nll(model, batches, depths, setup.device, setup.autocast)
 
-    return _score_checkpoints(run_dir, setup, setup.chosen, score, TABLE)
+    return score_checkpoints(run_dir, setup, setup.chosen, score, TABLE)
 
 
-def _score_checkpoints(run_dir: Path, setup: LMSetup, chosen: dict, score, table: str) -> pd.DataFrame:
-    """`score(label, model)` of each checkpoint in `chosen` ({label: folder}) with the run and checkpoint
-    columns, one model loaded at a time; written as the run's eval table `table` and returned."""
+def score_checkpoints(run_dir: Path, setup: LMSetup, chosen: dict, score, table: str | None) -> pd.DataFrame:
+    """`score(label, model)` of each checkpoint in `chosen` ({label: folder}), one model loaded at a time,
+    prefixed with the run and checkpoint columns (run, schedule, checkpoint, update, flops,
+    train_tokens, wall_seconds); written as the run's eval table `table` (None: not written) and
+    returned. `lm eval` and `lm harness` share it."""
     tables = []
     for name, path in chosen.items():
         model, meta = load_checkpoint(path, device=setup.device)
-        tables.append(with_checkpoint_columns(score(name, model), run_dir, setup.config, name, meta))
+        scores = score(name, model)
+        columns = {
+            "run": run_dir.name,
+            "schedule": setup.config["plan"]["schedule"],
+            "checkpoint": name,
+            "update": int(meta["update"]),
+            "flops": float(meta["flops"]),
+            "train_tokens": int(meta["tokens"]),
+            "wall_seconds": float(meta["wall_seconds"]),
+        }
+        tables.append(pd.DataFrame({**columns, **{c: scores[c] for c in scores.columns}}))
     result = pd.concat(tables, ignore_index=True)
-    write_table(result, RunFolder(run_dir).eval_dir / table)
+    if table is not None:
+        write_table(result, RunFolder(run_dir).eval_dir / table)
     return result
 
 
@@ -286,24 +299,7 @@ def evaluate_exits(
         return exit_nll(model, windows, resolved[name], max_depth, setup.device, setup.autocast)
 
     scored = {name: setup.chosen[name] for name in resolved}
-    return _score_checkpoints(run_dir, setup, scored, score, EXIT_TABLE), skipped
-
-
-def with_checkpoint_columns(
-    table: pd.DataFrame, run_dir: Path, config: dict, name: str, meta: dict
-) -> pd.DataFrame:
-    """`table` prefixed with the run and checkpoint columns (run, schedule, checkpoint, update, flops,
-    train_tokens, wall_seconds) of checkpoint `name` of `run_dir`; `lm eval` and `lm harness` share it."""
-    columns = {
-        "run": run_dir.name,
-        "schedule": config["plan"]["schedule"],
-        "checkpoint": name,
-        "update": int(meta["update"]),
-        "flops": float(meta["flops"]),
-        "train_tokens": int(meta["tokens"]),
-        "wall_seconds": float(meta["wall_seconds"]),
-    }
-    return pd.DataFrame({**columns, **{c: table[c] for c in table.columns}})
+    return score_checkpoints(run_dir, setup, scored, score, EXIT_TABLE), skipped
 
 
 def read_table(run_dir: str | Path) -> pd.DataFrame:

@@ -44,11 +44,10 @@ import torch
 
 from biosrecall.atomic import OutputRecord, atomic_write_text, check_files_replaceable, replace_files
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.evaluate import lm_setup, with_checkpoint_columns
+from biosrecall.lm.evaluate import lm_setup, score_checkpoints
 from biosrecall.lm.tokenizer import load_tokenizer
 from biosrecall.model.decode import CachedDecoder
 from biosrecall.outputs import write_table
-from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.run_folder import RunFolder
 
 TABLE = "harness"
@@ -264,27 +263,27 @@ def evaluate_harness(
     names = [f"{base.name}.csv", f"{base.name}.parquet", record_of.name]
     check_files_replaceable(base.parent, names, record_of)  # before hours of scoring, as at the end
     manager, tasks = resolve_tasks(tasks, include_path)
-    config, chosen, data_dir, max_length, target, autocast = lm_setup(
-        run_dir, checkpoint, data_dir, device, precision
-    )
-    tokenizer = load_tokenizer(Path(data_dir) / "tokenizer.json")  # the folder's, as `lm prepare` wrote it
-    tables, record = [], {}
-    for name, path in chosen.items():
-        model, meta = load_checkpoint(path, device=target)
+    setup = lm_setup(run_dir, checkpoint, data_dir, device, precision)
+    tokenizer = load_tokenizer(setup.data_dir / "tokenizer.json")  # the folder's, as `lm prepare` wrote it
+    record = {}  # lm-eval's last results: the task configs, versions and n-shot
+
+    def score(_, model) -> pd.DataFrame:
+        tables = []
         for depth in depths:
-            lm = looped_lm(model, tokenizer, depth, max_length, batch_size, autocast)
+            lm = looped_lm(model, tokenizer, depth, setup.seq_len, batch_size, setup.autocast)
             results = lm_eval.simple_evaluate(
                 model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
                 log_samples=False,
             )  # fmt: skip
+            record.update(results)
             rows = pd.DataFrame(result_rows(results), columns=["task", "metric", "value", "stderr"])
-            rows.insert(2, "depth", depth)
-            tables.append(with_checkpoint_columns(rows, run_dir, config, name, meta))
-            record = results
-    table = pd.concat(tables, ignore_index=True)
+            tables.append(rows.assign(depth=depth)[["task", "metric", "depth", "value", "stderr"]])
+        return pd.concat(tables, ignore_index=True)
+
+    table = score_checkpoints(run_dir, setup, setup.chosen, score, None)
     with replace_files(base.parent, record_of) as stage:  # the table and its record, as one
         write_table(table, stage / base.name)
-        text = _record_text(record, tasks, depths, chosen, limit, num_fewshot, include_path)
+        text = _record_text(record, tasks, depths, setup.chosen, limit, num_fewshot, include_path)
         atomic_write_text(stage / record_of.name, text)
     return table
 
