@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from importlib import resources
 from importlib.util import find_spec
+from itertools import groupby
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
@@ -65,13 +66,7 @@ def read_bundled(path: str | Path) -> Iterator[str]:
             rows = connection.execute(query).fetchall()
     except sqlite3.Error as exc:
         raise BiosrecallError(f"cannot read {path}: {exc}") from exc
-    chapter, verses = None, []
-    for book, number, text in rows:
-        if (book, number) != chapter and verses:
+    for _, chapter in groupby(rows, key=lambda row: row[:2]):  # (book, chapter number)
+        verses = [" ".join(text.split()) for *_, text in chapter if text and text.strip()]
+        if verses:
             yield " ".join(verses)
-            verses = []
-        chapter = (book, number)
-        if text and text.strip():
-            verses.append(" ".join(text.split()))
-    if verses:
-        yield " ".join(verses)

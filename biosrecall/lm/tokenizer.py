@@ -41,7 +41,8 @@ MIN_VOCAB_SIZE = 260
 MAX_VOCAB_SIZE = 2**22
 MAX_TOKENIZER_BYTES = 1 << 30  # real tokenizer.json files are tens of MiB
 MAX_TRAINING_RUN = 256  # characters without whitespace (or of whitespace) the trainer sees at once
-_LONG_RUN = re.compile(rf"\S{{{MAX_TRAINING_RUN}}}|\s{{{MAX_TRAINING_RUN}}}")
+# One such run, captured so that splitting at it keeps it as a piece of its own.
+_LONG_RUN = re.compile(rf"(\S{{{MAX_TRAINING_RUN}}}|\s{{{MAX_TRAINING_RUN}}})")
 
 
 class LMTokenizer:
@@ -111,17 +112,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> LMTokenizer:
 def _bounded_runs(texts: Iterable[str]) -> Iterator[str]:
     """Each text, or its pieces when it holds an over-long run (see the module docstring)."""
     for text in texts:
-        if _LONG_RUN.search(text) is None:
-            yield text
-            continue
-        start = 0
-        for match in _LONG_RUN.finditer(text):
-            if match.start() > start:
-                yield text[start : match.start()]
-            yield match.group()
-            start = match.end()
-        if start < len(text):
-            yield text[start:]
+        yield from (piece for piece in _LONG_RUN.split(text) if piece)
 
 
 def load_tokenizer(path: str | Path) -> LMTokenizer:
