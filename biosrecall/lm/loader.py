@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.lm.shard_manifest import SPLITS, load_manifest, reprepare_command
+from biosrecall.lm.shard_manifest import load_manifest, reprepare_command
 from biosrecall.lm.shards import read_shard
 from biosrecall.lm.tokenizer import LMTokenizer, load_tokenizer
 from biosrecall.numbers import check_count, check_seed
@@ -57,7 +57,7 @@ def set_verification(enabled: bool) -> None:
 
 
 class ShardLoader:
-    """Sequences of `context_length + 1` tokens from one split of a prepared folder.
+    """Sequences of `context_length + 1` tokens from one split (train or validation) of a prepared folder.
 
     `tokenizer` (a path to tokenizer.json or an `LMTokenizer`) is the tokenizer the model will use;
     every shard header must carry its hash. Without it, shards are checked against the manifest.
@@ -72,8 +72,6 @@ class ShardLoader:
         seed: int = 0,
         tokenizer: str | Path | LMTokenizer | None = None,
     ) -> None:
-        if split not in SPLITS:
-            raise BiosrecallError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
         self.split, self.context_length = split, check_count(context_length, "context length")
         self.seed = check_seed(seed)
         self.data_dir = Path(data_dir)
