@@ -100,29 +100,28 @@ def compare_runs(
 
 
 def expand_groups(arguments: Sequence[str | Path], aggregate: bool) -> dict[str, list[Path]]:
-    """Group label (the argument as given) -> its run folders (module doc)."""
+    """Group label (the argument as given) -> its run folders (module doc); a run folder may be in one
+    group only, once (an argument given twice is refused the same way)."""
     groups: dict[str, list[Path]] = {}
+    owner: dict[Path, str] = {}
     for argument in arguments:
         label, folder = str(argument), Path(argument)
-        if label in groups:
-            raise BiosrecallError(f"{label} is given twice")
-        if (folder / CONFIG_FILE).is_file() or not aggregate:
-            groups[label] = [folder]
-            continue
-        members = (
-            sorted(p for p in folder.iterdir() if (p / CONFIG_FILE).is_file()) if folder.is_dir() else []
-        )
-        if not members:
-            raise BiosrecallError(
-                f"{label} is neither a run folder nor a folder of seed runs (no */{CONFIG_FILE} inside)"
+        members = [folder]
+        if aggregate and not (folder / CONFIG_FILE).is_file():
+            members = (
+                sorted(p for p in folder.iterdir() if (p / CONFIG_FILE).is_file()) if folder.is_dir() else []
             )
-        groups[label] = members
-    seen: dict[Path, str] = {}
-    for label, members in groups.items():
+            if not members:
+                raise BiosrecallError(
+                    f"{label} is neither a run folder nor a folder of seed runs (no */{CONFIG_FILE} inside)"
+                )
         for member in members:
-            if member.resolve() in seen:
-                raise BiosrecallError(f"{member} is compared twice (in {seen[member.resolve()]} and {label})")
-            seen[member.resolve()] = label
+            if member.resolve() in owner:
+                raise BiosrecallError(
+                    f"{member} is compared twice (in {owner[member.resolve()]} and {label})"
+                )
+            owner[member.resolve()] = label
+        groups[label] = members
     return groups
 
 
