@@ -33,7 +33,8 @@ from matplotlib.figure import Figure
 
 from biosrecall.atomic import OutputRecord, atomic_write_json, replace_files
 from biosrecall.diagnose.options import DiagnoseOptions
-from biosrecall.outputs import COLORS, MARKERS, save_figure, write_table
+from biosrecall.eval.plots import curve_styles, draw_curve, figure_grid
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text
 
 
@@ -121,9 +122,8 @@ class DiagnosisResult:
         (bioS runs NLL left and recalled bits right, LM runs validation NLL): a matplotlib Figure."""
         record, options = self.record, self.options
         metrics = [m for m in record["metrics"] if m in set(self.summary["metric"])]
-        fig = Figure(figsize=(1.0 + 5.0 * len(metrics), 4.4), layout="constrained")
-        axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-        for ax, metric in zip(axes, metrics, strict=True):
+        fig, axes = figure_grid(1, len(metrics), 1.0 + 5.0 * len(metrics), 4.4)
+        for ax, metric in zip(axes[0], metrics, strict=True):
             _panel(ax, self, metric)
         shallow, deep = options.depths
         fig.suptitle(
@@ -156,14 +156,14 @@ def _panel(ax, result: DiagnosisResult, metric: str) -> None:
         ax.axvline(depth, color="0.6", linestyle=":", lw=1.0, zorder=1)
     averages = depth_average(summary).set_index(["metric", "after_uniform"])
     rows = summary[(summary["metric"] == metric) & summary["serving_depth"].notna()]
-    for i, (after, curve) in enumerate(rows.groupby("after_uniform", sort=True)):
-        x = curve["serving_depth"].to_numpy(dtype=float)
+    styles = curve_styles(sorted(set(rows["after_uniform"])), linestyles=("-",))
+    for after, curve in rows.groupby("after_uniform", sort=True):
         avg = averages.loc[(metric, after)]
         average = interval_text(avg["mean"], avg["ci_low"], avg["ci_high"], "{:+.3g}")
         label = f"after {after} updates: avg {average}"
-        color = COLORS[i % len(COLORS)]
-        ax.fill_between(x, curve["ci_low"], curve["ci_high"], color=color, alpha=0.18, lw=0)
-        ax.plot(x, curve["mean"], color=color, marker=MARKERS[i % len(MARKERS)], ms=4, lw=1.6, label=label)
+        x = curve["serving_depth"].to_numpy(dtype=float)
+        line = {"alpha": 0.18, "ms": 4, "lw": 1.6, "label": label, **styles[after]}
+        draw_curve(ax, x, curve["mean"], curve["ci_low"], curve["ci_high"], **line)
     ax.set_xlabel("serving depth K")
     ax.set_ylabel(f"advantage of K={deep} update\n({result.record['metrics'][metric]})")
     ax.grid(True, color="0.9", lw=0.6)
