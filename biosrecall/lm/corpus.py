@@ -106,7 +106,8 @@ class Corpus:
             _check_source(source, text_column)
 
     def __iter__(self) -> Iterator[str]:
-        docs = (doc for source in self.sources for doc in self._read(source))
+        # Readers give None for a null or whitespace-only value: skipped here, for every kind of input.
+        docs = (doc for source in self.sources for doc in self._read(source) if doc is not None)
         return islice(docs, self.max_documents) if self.max_documents is not None else docs
 
     def fingerprints(self) -> np.ndarray:
@@ -118,7 +119,7 @@ class Corpus:
             dtype=np.uint64,
         )
 
-    def _read(self, source: Source) -> Iterator[str]:
+    def _read(self, source: Source) -> Iterator[str | None]:
         if source.kind == "txt":
             return _read_txt(source.file)
         if source.kind == "jsonl":
@@ -266,7 +267,7 @@ def _read_txt(path: Path) -> Iterator[str]:
         yield "".join(block).strip()
 
 
-def _read_jsonl(path: Path, column: str) -> Iterator[str]:
+def _read_jsonl(path: Path, column: str) -> Iterator[str | None]:
     for lineno, line in _lines(path):
         if not line.strip():
             continue
@@ -279,9 +280,7 @@ def _read_jsonl(path: Path, column: str) -> Iterator[str]:
             raise BiosrecallError(
                 f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
             )
-        text = _as_text(row[column], f"{path}:{lineno}")
-        if text:
-            yield text
+        yield _as_text(row[column], f"{path}:{lineno}")
 
 
 @contextmanager
@@ -295,15 +294,13 @@ def _parquet_errors(path: Path) -> Iterator[None]:
         raise BiosrecallError(f"cannot read parquet file {path}: {exc}") from exc
 
 
-def _read_parquet(path: Path, column: str) -> Iterator[str]:
+def _read_parquet(path: Path, column: str) -> Iterator[str | None]:
     import pyarrow.parquet
 
     with _parquet_errors(path):
         for batch in pyarrow.parquet.ParquetFile(path).iter_batches(columns=[column], batch_size=4096):
             for value in batch.column(0).to_pylist():
-                text = _as_text(value, f"{path}")
-                if text:
-                    yield text
+                yield _as_text(value, str(path))
 
 
 def _check_hub(source: Source) -> None:
@@ -333,7 +330,7 @@ def _import_datasets(name: str):
     return datasets
 
 
-def _read_hf(source: Source, split: str, column: str) -> Iterator[str]:
+def _read_hf(source: Source, split: str, column: str) -> Iterator[str | None]:
     datasets = _import_datasets(source.location)
     label = f"hf:{source.location}" + (f":{source.config}" if source.config else "")
     try:
@@ -347,13 +344,12 @@ def _read_hf(source: Source, split: str, column: str) -> Iterator[str]:
     for row in rows:
         if column not in row:
             raise BiosrecallError(f"{label} has no column {column!r} (columns: {', '.join(row)})")
-        text = _as_text(row[column], label)
-        if text:
-            yield text
+        yield _as_text(row[column], label)
 
 
 def _as_text(value: object, where: str) -> str | None:
-    """The document, or None when it is null or whitespace-only (skipped rather than an error)."""
+    """The document, or None when it is null or whitespace-only (skipped rather than an error: see
+    `Corpus.__iter__`)."""
     if value is None:
         return None
     if not isinstance(value, str):

@@ -248,8 +248,9 @@ def prepare_corpus(
         is_val = choose_validation(fingerprints, val_fraction, seed)
         given = tokenizer is not None
         with atomic_directory(out_dir, overwrite=overwrite, record=RECORD) as tmp:
-            if tokenizer is None:
-                tokenizer = _train_on_training_documents(corpus, is_val, vocab_size, tokenizer_documents)
+            if tokenizer is None:  # validation documents stay unseen by it, so validation NLL is held out
+                training = (doc for doc, held in zip(corpus, is_val, strict=False) if not held)
+                tokenizer = train_tokenizer(islice(training, tokenizer_documents), vocab_size)
             tokenizer.save(tmp / "tokenizer.json")
             encode_start = time.perf_counter()
             splits = _encode_splits(corpus, is_val, tokenizer, tmp, shard_tokens)
@@ -273,12 +274,6 @@ def _check_size(corpus: Corpus, out_dir: Path, vocab_size: int) -> None:
     check_fits(
         f"the shards of {input_bytes / 1e6:,.0f} MB of text", typical, out_dir, "prepare fewer documents"
     )
-
-
-def _train_on_training_documents(corpus, is_val, vocab_size, limit) -> LMTokenizer:
-    """Validation documents stay unseen by the tokenizer too, so validation NLL is truly held out."""
-    docs = (doc for doc, held in zip(corpus, is_val, strict=False) if not held)
-    return train_tokenizer(islice(docs, limit), vocab_size)
 
 
 def _encode_splits(
