@@ -19,7 +19,6 @@ from biosrecall.cli.options import Integer, NumberList, Real, checkpoint_option
 from biosrecall.cli.study import options_from
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts, rates
-from biosrecall.train.run_folder import RunFolder
 
 
 def _comma_list(ctx, param, values: tuple[str, ...]) -> list[str]:
@@ -94,7 +93,7 @@ def harness(run, checkpoints, limit, out, **fields) -> None:
     """Score RUN on lm-eval-harness tasks at each serving depth and write RUN/eval/harness.csv and
     .parquet (task, metric, depth, value, stderr per checkpoint) and harness.json (the lm-eval
     version and task configs). Needs the `eval` extra; standard tasks download their data."""
-    from biosrecall.lm.harness import evaluate_harness
+    from biosrecall.lm.harness import evaluate_harness, table_base
 
     if limit is not None and limit >= 1:
         if limit != int(limit):
@@ -106,5 +105,4 @@ def harness(run, checkpoints, limit, out, **fields) -> None:
     for row in table.itertuples(index=False):
         stderr = "" if row.stderr != row.stderr else f" ± {row.stderr:.4f}"  # NaN: lm-eval gave none
         click.echo(f"{run} [{row.checkpoint}] K={row.depth} {row.task} {row.metric} {row.value:.4f}{stderr}")
-    base = Path(out) if out is not None else RunFolder(run).eval_dir / "harness"
-    click.echo(f"wrote {base}.csv, .parquet and .json")
+    click.echo(f"wrote {table_base(run, out)}.csv, .parquet and .json")

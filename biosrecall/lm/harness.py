@@ -257,8 +257,7 @@ def evaluate_harness(
     run_dir = Path(run_dir)
     lm_eval = require_lm_eval()
     depths = sorted(set(depths))
-    base = Path(out) if out is not None else RunFolder(run_dir).eval_dir / TABLE
-    base = base.with_suffix("") if base.suffix in (".csv", ".parquet") else base
+    base = table_base(run_dir, out)
     record_of = OutputRecord("lm harness", f"{base.name}.json", "lm_eval_version")  # marks the table
     names = [f"{base.name}.csv", f"{base.name}.parquet", record_of.name]
     check_files_replaceable(base.parent, names, record_of)  # before hours of scoring, as at the end
@@ -286,6 +285,13 @@ def evaluate_harness(
         text = _record_text(record, tasks, depths, setup.chosen, limit, num_fewshot, include_path)
         atomic_write_text(stage / record_of.name, text)
     return table
+
+
+def table_base(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Where `evaluate_harness` writes: `out` (a .csv or .parquet suffix dropped), else RUN/eval/harness;
+    the table is <base>.csv and .parquet, its record <base>.json."""
+    base = Path(out) if out is not None else RunFolder(run_dir).eval_dir / TABLE
+    return base.with_suffix("") if base.suffix in (".csv", ".parquet") else base
 
 
 def _record_text(results: dict, tasks, depths, chosen, limit, num_fewshot, include_path) -> str:
