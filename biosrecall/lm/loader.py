@@ -190,17 +190,16 @@ def _open_split(data_dir: Path, manifest: dict, split: str, expected_sha256: str
                 f"shard {data_dir / entry['file']} was written with tokenizer {header.tokenizer_sha256[:12]}..., "
                 f"not {expected_sha256[:12]}...: tokenizer and shards do not match"
             )
-        if header.tokens != entry["tokens"] or header.dtype != manifest["dtype"]:
-            raise BiosrecallError(f"shard {entry['file']} does not match manifest.json (count or dtype)")
         _check_shard(data_dir, manifest, entry, tokens)
         shards.append(tokens)
     return shards
 
 
 def _check_shard(data_dir: Path, manifest: dict, entry: dict, tokens: np.ndarray) -> None:
-    """The shard's bytes match its recorded sha256 (first open in this process, unless verification
-    is off), and every id lies in the vocabulary: from its recorded largest id, or a scan when there
-    is no checksum to vouch for that id or no id recorded (see the module docstring)."""
+    """The shard (as its header reads it) agrees with its manifest entry, its bytes match its recorded
+    sha256 (first open in this process, unless verification is off), and every id lies in the
+    vocabulary: from its recorded largest id, or a scan when there is no checksum to vouch for that id
+    or no id recorded (see the module docstring)."""
     path, expected = data_dir / entry["file"], entry.get("sha256")
     key = (str(path.resolve()), expected)
     verify = _VERIFY["enabled"] and key not in _VERIFIED
@@ -208,14 +207,16 @@ def _check_shard(data_dir: Path, manifest: dict, entry: dict, tokens: np.ndarray
     if largest is None or (verify and expected is None):
         largest = int(tokens.max()) if tokens.size else 0
     problem = None
-    if verify and expected is not None and hashlib.sha256(tokens).hexdigest() != expected:
+    if tokens.size != entry["tokens"] or tokens.dtype != manifest["dtype"]:
+        problem = f"does not match {data_dir / 'manifest.json'} (token count or dtype)"
+    elif verify and expected is not None and hashlib.sha256(tokens).hexdigest() != expected:
         problem = f"is damaged: its bytes do not match the sha256 in {data_dir / 'manifest.json'}"
     elif largest >= vocab_size:
         problem = (
             f"holds token id {largest}, outside the vocabulary of {vocab_size} (damaged or prepared with "
             "another tokenizer)"
         )
-    if problem is not None:  # either way, the folder is made again the way it was made
+    if problem is not None:  # whatever the damage, the folder is made again the way it was made
         raise BiosrecallError(
             f"shard {path} {problem}; prepare the folder again: {reprepare_command(data_dir, manifest)}"
         )

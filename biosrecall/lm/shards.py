@@ -182,9 +182,7 @@ def choose_validation(fingerprints: np.ndarray, val_fraction: float, seed: int) 
     fingerprint, `Corpus.fingerprints`, in order of first appearance), each copy following its text
     (see the module docstring)."""
     _, first, text_of = np.unique(fingerprints, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # texts numbered by first appearance
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
+    rank = np.argsort(np.argsort(first))  # each text's number in order of first appearance
     texts = len(first)
     held = np.zeros(texts, dtype=bool)
     if val_fraction > 0.0:
