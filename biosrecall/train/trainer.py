@@ -742,18 +742,16 @@ class Trainer:
 KeptCheckpoint = tuple[Path, dict[str, Any]]  # (folder, meta) of a checkpoint to keep
 
 
+@dataclass
 class Checkpointer:
     """Saves and restores one run's model (unwrapped) and optimizer; every rank calls every method.
     Here every rank holds the whole model: rank 0 writes, and the others wait so none runs ahead of a
     `latest` that does not exist yet."""
 
-    def __init__(
-        self, folder: RunFolder, dist: DistInfo, model: torch.nn.Module, optimizer: torch.optim.Optimizer
-    ):
-        self.folder = folder
-        self.dist = dist
-        self.model = model
-        self.optimizer = optimizer
+    folder: RunFolder
+    dist: DistInfo
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
 
     def save_kept(self, kept: Sequence[KeptCheckpoint], source_state: dict[str, Any]) -> None:
         """Write each (folder, meta) as a single-file checkpoint with the optimizer state."""
