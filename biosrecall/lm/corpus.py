@@ -205,15 +205,14 @@ def _require_regular(path: Path) -> None:
         if stat.S_ISREG(mode):
             with open(path, "rb") as handle:
                 handle.read(1)
-    except FileNotFoundError:
-        raise BiosrecallError(
-            f"input {path} does not exist (for a Hugging Face dataset write hf:NAME)"
-        ) from None
-    except OSError as exc:
-        raise BiosrecallError(f"cannot read input {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(mode):
+            return
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise BiosrecallError(f"input {path} is not a regular file ({kind}); give a file or a folder")
+        problem = f"is not a regular file ({kind}); give a file or a folder"
+    except FileNotFoundError:
+        problem = "does not exist (for a Hugging Face dataset write hf:NAME)"
+    except OSError as exc:
+        problem = f"cannot be read: {exc.strerror}"
+    raise BiosrecallError(f"input {path} {problem}")
 
 
 def _check_source(source: Source, text_column: str) -> None:

@@ -29,7 +29,6 @@ MANIFEST_FORMAT = "biosrecall-lm-shards"
 FORMAT_VERSION = 1
 SPLITS = ("train", "validation")
 DTYPES = ("<u2", "<u4")
-MAX_MANIFEST_BYTES = 64 << 20
 _SHARD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.bin$"  # a plain name: never leaves the folder
 
 
@@ -113,7 +112,7 @@ def load_manifest(data_dir: str | Path) -> dict:
     path = Path(data_dir) / "manifest.json"
     if not os.path.lexists(path):
         raise BiosrecallError(f"{data_dir} is not a prepared folder (no manifest.json; run `lm prepare`)")
-    manifest = read_json_object(path, "LM shard manifest", max_bytes=MAX_MANIFEST_BYTES)
+    manifest = read_json_object(path, "LM shard manifest")  # bounded: `biosrecall.files.MAX_JSON_BYTES`
     if manifest.get("format") != MANIFEST_FORMAT:
         raise BiosrecallError(f"{path} is not a biosrecall LM shard manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
