@@ -279,7 +279,6 @@ def check_max_depth(max_depth: int) -> int:
 
 def depth_cap(criterion: Criterion, max_depth: int) -> int:
     """The deepest a query can go under `criterion`: max_depth, or K for fixed:K when smaller."""
-    max_depth = check_max_depth(max_depth)
     # fixed:K stops at K; a resolved gate (`eval.gate.GateExit`) at its reference depth
     limit = criterion.depth if isinstance(criterion, Fixed) else getattr(criterion, "cap", max_depth)
     return min(limit, max_depth)

@@ -48,7 +48,7 @@ from biosrecall.bios import load_dataset
 from biosrecall.bios.dataset import MANIFEST
 from biosrecall.compute.flops import serving_flops
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import Oracle, StepStats, check_max_depth, depth_cap, parameter_of
+from biosrecall.eval.exits import Oracle, StepStats, depth_cap, parameter_of
 from biosrecall.eval.parallel import map_in_processes
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, recall_table, score_exact
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth, exact_by_depth
@@ -376,7 +376,6 @@ def _row(name: str, kind: str, parameter, exact_at, depths, flops, scoring) -> d
 def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, config=None,
               threshold: int = DEFAULT_THRESHOLD) -> pd.DataFrame:  # fmt: skip
     """One checkpoint's frontier: the fixed-depth baseline K = 1..max_depth, then each criterion."""
-    max_depth = check_max_depth(max_depth)
     exact = np.asarray(stats.exact, dtype=bool)
     checked = np.asarray(eval_set.answer_len)
     lengths = np.asarray(eval_set.answer_start) + checked - 1

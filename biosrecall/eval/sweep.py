@@ -46,16 +46,6 @@ class AnswerBatch:
     row_of_target: torch.Tensor  # int64 [P], which batch row each target belongs to
 
 
-def check_eval_set(eval_set) -> None:
-    """Refuse an eval set whose answer spans do not fit the `[sep] + prompt + answer` layout."""
-    start, length = np.asarray(eval_set.answer_start), np.asarray(eval_set.answer_len)
-    width = eval_set.tokens.shape[1]
-    if len(start) == 0:
-        raise BiosrecallError("the evaluation set is empty")
-    if (start < 1).any() or (length < 1).any() or (start + length > width).any():
-        raise BiosrecallError("evaluation rows must hold a non-empty prompt and answer inside the row")
-
-
 def plan_batches(eval_set, batch_size: int) -> list[np.ndarray]:
     """Row indices per batch, rows sorted by answer end so that batch-mates have similar lengths."""
     check_count(batch_size, "batch size")
@@ -117,7 +107,6 @@ def answer_batches(
     and autograd off until the last one is consumed: how every scorer of the eval set walks it.
     `progress` None shows a bar titled `label` only when stderr is a terminal. The caller's training
     mode is restored after."""
-    check_eval_set(eval_set)
     if device is None:
         parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
         device = "cpu" if parameter is None else parameter.device
@@ -215,10 +204,6 @@ def answer_stats_by_depth(
                         reduce_rows(getattr(stats, name), batch.row_of_target, len(batch.rows), reduce)
                     )
         exact[:, batch.rows] = torch.stack(flags).cpu().numpy()
-        if states and len(per_depth["latent"]) != max_depth:
-            raise BiosrecallError(
-                f"the block ran {len(per_depth['latent'])} times for {max_depth} iterations"
-            )
         for name, values in per_depth.items():
             fields[name][:, batch.rows] = torch.stack(values).cpu().numpy()
     return StepStats(exact=exact, **fields)
