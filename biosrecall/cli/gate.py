@@ -22,9 +22,9 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option
 from biosrecall.cli.study import options_from
-from biosrecall.files import read_json_object
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
+from biosrecall.records import read_record
 from biosrecall.train.run_folder import GATE_RECORD_FILE
 
 
@@ -85,12 +85,13 @@ def train(run_dir, **fields):
 
 
 def _report(folder: Path) -> None:
+    from biosrecall.eval.gate import GateRecord
 
-    record = read_json_object(folder / GATE_RECORD_FILE, "gate record")
+    record = read_record(folder / GATE_RECORD_FILE, GateRecord, "exit gate record")
     click.echo(f"wrote {folder}")
-    click.echo(f"  reference depth {record['reference_depth']} (best fixed depth on the fitting people), "
-               f"confidence {record['confidence']:g}")  # fmt: skip
-    for row in record["calibration"]["deltas"]:
-        threshold = "never early" if row["threshold"] is None else f"logit >= {row['threshold']:g}"
-        click.echo(f"  gate:{row['delta']:g}  {threshold}, mean depth {row['mean_depth']:.2f}, "
-                   f"{row['losses']}/{row['queries']} calibration queries lost")  # fmt: skip
+    click.echo(f"  reference depth {record.reference_depth} (best fixed depth on the fitting people), "
+               f"confidence {record.confidence:g}")  # fmt: skip
+    for row in record.calibration.deltas:
+        threshold = "never early" if row.threshold is None else f"logit >= {row.threshold:g}"
+        click.echo(f"  gate:{row.delta:g}  {threshold}, mean depth {row.mean_depth:.2f}, "
+                   f"{row.losses}/{row.queries} calibration queries lost")  # fmt: skip

@@ -44,8 +44,8 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, GateCdf, OneParameter, check_max_depth
-from biosrecall.eval.gate_data import calibrate
+from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, GateCdf, OneParameter
+from biosrecall.eval.gate_data import Calibration, calibrate
 from biosrecall.eval.sweep import (
     DEFAULT_BATCH_SIZE,
     answer_batches,
@@ -119,8 +119,6 @@ def batch_states(model, batch, depth: int, readouts: bool):
     with model.observing_states(lambda state: states.append(state[batch.positions].float())):
         depths = range(1, depth + 1) if readouts else [depth]
         logits = [out for _, out in model.forward_all_depths(batch.tokens, depths, positions=batch.positions)]
-    if len(states) != depth:
-        raise BiosrecallError(f"the block ran {len(states)} times for {depth} iterations")
     return states, logits
 
 
@@ -148,7 +146,7 @@ def gate_scores_by_depth(model, eval_set, max_depth: int, cap: int, batch_size: 
     """[max_depth, M] whole-query gate scores of `eval_set` at depths 1 .. cap - 1 (-inf deeper, where
     the gate is not asked): `score(states [D, P, d])` [D, P] reduced to each query's smallest, from the
     model's own pass (readout only at the last depth needed)."""
-    scores = np.full((check_max_depth(max_depth), len(eval_set)), -np.inf)
+    scores = np.full((max_depth, len(eval_set)), -np.inf)
     if cap <= 1:
         return scores
     for batch in answer_batches(model, eval_set, batch_size):
@@ -202,9 +200,17 @@ def model_hash(meta: dict) -> str:
 
 
 @dataclass
+class GateCalibrations:
+    """The calibration part of gate.json that readers use (its other keys are the calibration's size)."""
+
+    deltas: list[Calibration]
+    """The calibrated threshold and its evidence for each delta of the grid (`deltas`)."""
+
+
+@dataclass
 class GateRecord:
-    """What `load_gate` reads of gate.json (`gate_fit.gate_record` writes it; the other keys are the
-    fit's evidence, left alone here)."""
+    """What `load_gate` and `biosrecall gate train`'s report read of gate.json (`gate_fit.gate_record`
+    writes it; the other keys are the fit's evidence, left alone here)."""
 
     weights: dict[str, list[float]]
     """The head's parameters by name, flattened (`GateHead.weights`)."""
@@ -217,6 +223,8 @@ class GateRecord:
     """`model_hash` of the checkpoint it was fitted on: which architecture."""
     checkpoint_hash: str
     """sha256 of the weights file of the checkpoint it was fitted on."""
+    calibration: GateCalibrations
+    """The threshold calibrated for each delta of the grid."""
 
     def __post_init__(self) -> None:
         confidence = self.confidence
@@ -418,10 +426,10 @@ def resolve_gates(criteria, run_dir, label: str, checkpoint, max_depth: int) -> 
                 f"cdf:q reads the exit gate a recipe trains (--recipe ouro-gate); {run_dir} @ {label} was "
                 f"trained with recipe {recipe_name}, which has none"
             )
-        trained = check_max_depth(max_depth)
+        trained = max_depth
     elif any(isinstance(criterion, Gate) for criterion in criteria):
         fitted = load_gate(run_dir, label, checkpoint)
-        if fitted.reference > check_max_depth(max_depth):
+        if fitted.reference > max_depth:
             raise BiosrecallError(
                 f"the exit gate of {run_dir} @ {label} serves up to depth {fitted.reference}, deeper than "
                 f"--max-depth {max_depth}"
