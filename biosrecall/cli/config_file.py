@@ -81,9 +81,8 @@ def file_values(ctx: click.Context, path: Path) -> dict[str, Any]:
     key layers its own values over them)."""
     if path.suffix != ".json":
         return _read_toml(path)
-    config = next(p for p in ctx.command.params if p.name == "config")
-    train_config, overrides, values = _run_file(ctx, path, config.callback.keywords["task"])
-    by_key = _parameters_by_key(ctx.command)
+    train_config, overrides, values = _run_file(ctx, path, _made_with(ctx.command)["task"])
+    by_key = options_by_key(ctx.command)
     flat = {
         key: value for key, value in train_config.to_dict().items() if key in by_key and value is not None
     }
@@ -99,7 +98,7 @@ def _run_file(ctx: click.Context, path: Path, task: str | None) -> tuple[TrainCo
             f"{path}: `{ctx.command_path}` reads TOML config files; a .json one is a run spec or a run's "
             "config.json, read by `biosrecall train`, `lm train` and `lm plan`"
         )
-    by_key = _parameters_by_key(ctx.command)
+    by_key = options_by_key(ctx.command)
     model_fields = {f.name for f in fields(ModelConfig)}
     try:
         config, overrides, values = read_run_file(path, task, tuple(k for k in by_key if k in model_fields))
@@ -108,11 +107,18 @@ def _run_file(ctx: click.Context, path: Path, task: str | None) -> tuple[TrainCo
     return config, overrides, {key: value for key, value in values.items() if key in by_key}
 
 
-def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=()) -> dict[str, Any]:
+def _made_with(command: click.Command) -> dict[str, Any]:
+    """The `lists` and `task` the command's `--config` option was made with (`config_option`)."""
+    return next(p for p in command.params if p.name == "config").callback.keywords
+
+
+def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=None) -> dict[str, Any]:
     """The values of `data` (a config file's keys and values) by parameter name, each checked as the
     command line would check it; a problem is one click.BadParameter naming `source` and the key. This
-    is the whole of reading a config file once it is parsed (the sweep checks its run specs with it)."""
-    by_key = _parameters_by_key(ctx.command)
+    is the whole of reading a config file once it is parsed (the sweep reads its runs' and evaluations'
+    options with it). `lists`: the command's own (`config_option`) unless given."""
+    lists = _made_with(ctx.command)["lists"] if lists is None else lists
+    by_key = {key: option for key, option in options_by_key(ctx.command).items() if option.name != "config"}
     unknown = sorted(key for key in data if key.replace("-", "_") not in by_key)
     if unknown:
         raise click.BadParameter(_unknown_keys(source, unknown, ctx, by_key))
@@ -127,12 +133,13 @@ def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=()) 
     return defaults
 
 
-def _parameters_by_key(command: click.Command) -> dict[str, click.Option]:
-    """Every option but --config under its parameter name and each of its flags (underscored)."""
+def options_by_key(command: click.Command) -> dict[str, click.Option]:
+    """Every option under its parameter name and each of its flags (underscored): the keys a config
+    file or a sweep spec may use for it."""
     return {
         key: option
         for option in command.params
-        if isinstance(option, click.Option) and option.name != "config"
+        if isinstance(option, click.Option)
         for key in (option.name, *(flag.lstrip("-").replace("-", "_") for flag in option.opts))
     }
 

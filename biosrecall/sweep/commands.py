@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from biosrecall.cli import cli
-from biosrecall.cli.config_file import file_values, option_defaults
+from biosrecall.cli.config_file import file_values, option_defaults, options_by_key
 from biosrecall.cli.options import RUN_SIZE, merge_overrides, split_options
 from biosrecall.errors import BiosrecallError
 from biosrecall.train.config import TrainConfig
@@ -69,20 +69,10 @@ def click_command(words: str) -> click.Command:
     return command
 
 
-def _options(command: click.Command) -> dict[str, click.Option]:
-    """Every option under its parameter name and each of its flags, underscored."""
-    return {
-        key: option
-        for option in command.params
-        if isinstance(option, click.Option)
-        for key in (option.name, *(flag.lstrip("-").replace("-", "_") for flag in option.opts))
-    }
-
-
 def canonical_key(words: str, key: str, engine_keys=()) -> str:
     """The parameter name `key` stands for in command `words`; unknown keys and `engine_keys` (set by
     the sweep itself) are refused with one line."""
-    options = _options(click_command(words))
+    options = options_by_key(click_command(words))
     option = options.get(key.replace("-", "_"))
     if option is None:
         close = difflib.get_close_matches(key.replace("-", "_"), options, 1)
@@ -95,19 +85,19 @@ def canonical_key(words: str, key: str, engine_keys=()) -> str:
 
 def is_path_option(words: str, name: str) -> bool:
     """Whether the option takes a file or folder (a relative one is resolved by the spec loader)."""
-    option = _options(click_command(words)).get(name)
+    option = options_by_key(click_command(words)).get(name)
     return option is not None and isinstance(option.type, click.Path)
 
 
 def is_flag_option(words: str, name: str) -> bool:
-    option = _options(click_command(words)).get(name)
+    option = options_by_key(click_command(words)).get(name)
     return option is not None and option.is_flag
 
 
 def option_args(words: str, options: Mapping[str, Any]) -> list[str]:
     """The command-line words that give `options` (keys: option names, an unknown one refused by
     `canonical_key`; None values are left out)."""
-    by_key = _options(click_command(words))
+    by_key = options_by_key(click_command(words))
     args: list[str] = []
     for key, value in options.items():
         option = by_key[canonical_key(words, key)]
@@ -117,10 +107,9 @@ def option_args(words: str, options: Mapping[str, Any]) -> list[str]:
 
 
 def _words(option: click.Option, value: Any) -> list[str]:
+    """The words that give `value`, as `check_evaluation` read it (a flag's value is a bool)."""
     flag = next(opt for opt in option.opts if opt.startswith("--"))
     if option.is_flag:
-        if not isinstance(value, bool):
-            raise BiosrecallError(f"{option.name} takes true or false, got {value!r}")
         if value:
             return [flag]
         return [option.secondary_opts[0]] if option.secondary_opts else []
@@ -133,13 +122,7 @@ def _words(option: click.Option, value: Any) -> list[str]:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str | int | Path):
-        return str(value)
-    raise BiosrecallError(f"option values are text, numbers, true/false or lists, got {value!r}")
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def parse(words: str, args: list[str], what: str, config=None, read=dict) -> Any:
@@ -225,6 +208,9 @@ def absolute_paths(words: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_evaluation(words: str, options: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """Refuse an evaluation's options unless `biosrecall <words> RUN ...` would parse them."""
+    """The parameters of `biosrecall <words> RUN` given `options`, each value read and checked by the
+    command's own `--config` reader (so `option_args` can write them as words); a problem is one
+    BiosrecallError line starting with `what`."""
     extra = ["--out", "eval"] if words == "recall-curve" else []
-    return parse(words, ["run", *option_args(words, options), *extra], what)
+    given = {key: value for key, value in options.items() if value is not None}
+    return parse(words, ["run", *extra], what, config=given)

@@ -205,15 +205,12 @@ def _options(
     command: str, table: Mapping[str, Any], where: str, here: Path | None, engine_keys=commands.ENGINE_KEYS
 ) -> dict[str, Any]:
     """A table of option values, each key an option of `command` (not one of `engine_keys`, which the
-    sweep sets) and no option set twice; path values resolved against `here` (None: as written)."""
+    sweep sets); path values resolved against `here` (None: as written). An option set twice is
+    refused by the command's own `--config` reader, as each run is read."""
     options: dict[str, Any] = {}
-    named: dict[str, str] = {}
     for key, value in table.items():
         with commands.located(where):
             name = commands.canonical_key(command, key, engine_keys)
-        if name in named:
-            raise BiosrecallError(f"{named[name]} and {key} in {where} set the same option")
-        named[name] = key
         options[key] = option_value(command, name, value, here, f"{where} {key}")
     return options
 
