@@ -108,14 +108,14 @@ def read_shard_header(path: str | Path) -> ShardHeader:
         raise BiosrecallError(f"{path} is not a biosrecall token shard (bad header)")
     _, version, itemsize, tokens, digest = HEADER.unpack(raw)
     if version != FORMAT_VERSION:
-        raise BiosrecallError(
-            f"shard {path} has format version {version}; this package reads {FORMAT_VERSION}"
-        )
-    if itemsize not in (2, 4):
-        raise BiosrecallError(f"shard {path} declares {itemsize} bytes per token (expected 2 or 4)")
-    if size != HEADER_BYTES + tokens * itemsize:
-        raise BiosrecallError(f"shard {path} is truncated or padded: {size} bytes for {tokens} tokens")
-    return ShardHeader(version, f"<u{itemsize}", tokens, digest.hex())
+        problem = f"has format version {version}; this package reads {FORMAT_VERSION}"
+    elif itemsize not in (2, 4):
+        problem = f"declares {itemsize} bytes per token (expected 2 or 4)"
+    elif size != HEADER_BYTES + tokens * itemsize:
+        problem = f"is truncated or padded: {size} bytes for {tokens} tokens"
+    else:
+        return ShardHeader(version, f"<u{itemsize}", tokens, digest.hex())
+    raise BiosrecallError(f"shard {path} {problem}")
 
 
 def read_shard(path: str | Path) -> tuple[ShardHeader, np.ndarray]:
