@@ -135,8 +135,15 @@ def _placeholder_problem(text: str, required: tuple[str, ...]) -> str | None:
     return None
 
 
-def _check_entries(source: _Source, parsed: dict[str, list[str]], required: tuple[str, ...]) -> None:
+def _check_entries(
+    source: _Source, parsed: dict[str, list[str]], required: tuple[str, ...], count: int, exact: bool
+) -> None:
+    """Every attribute's list holds `count` templates (exactly, or at least), each well formed with the
+    `required` placeholders, none twice."""
     for attribute, entries in parsed.items():
+        if (len(entries) != count) if exact else (len(entries) < count):
+            wanted = f"exactly {count}" if exact else f"at least {count}"
+            raise source.error(f"[{attribute}] has {len(entries)} templates, needs {wanted}", attribute)
         seen: dict[str, int] = {}
         for i, text in enumerate(entries):
             problem = _placeholder_problem(text, required)
@@ -147,13 +154,6 @@ def _check_entries(source: _Source, parsed: dict[str, list[str]], required: tupl
                     f"duplicate template {text!r} (also entry {seen[text] + 1})", attribute, text, i
                 )
             seen[text] = i
-
-
-def _check_counts(source: _Source, parsed: dict[str, list[str]], minimum: int, exact: bool) -> None:
-    for attribute, entries in parsed.items():
-        if (len(entries) != minimum) if exact else (len(entries) < minimum):
-            wanted = f"exactly {minimum}" if exact else f"at least {minimum}"
-            raise source.error(f"[{attribute}] has {len(entries)} templates, needs {wanted}", attribute)
 
 
 def _occurrences(text: str, phrase: str) -> list[int]:
@@ -204,11 +204,9 @@ def load_templates(templates_dir: str | Path | None = None) -> Templates:
         raise BiosrecallError(f"templates folder {folder} not found")
     train_src, eval_src = _Source(folder / TRAIN_FILE), _Source(folder / EVAL_FILE)
     train, prompts = _parse(train_src, "templates"), _parse(eval_src, "prompts")
-    _check_entries(train_src, train, (NAME, VALUE))
-    _check_entries(eval_src, prompts, (NAME,))
+    _check_entries(train_src, train, (NAME, VALUE), MIN_TRAIN_TEMPLATES, exact=False)
+    _check_entries(eval_src, prompts, (NAME,), EVAL_TEMPLATES, exact=True)
     _check_against_prompts(train_src, train, eval_src, prompts)
-    _check_counts(train_src, train, MIN_TRAIN_TEMPLATES, exact=False)
-    _check_counts(eval_src, prompts, EVAL_TEMPLATES, exact=True)
     return Templates(
         train={a: tuple(train[a]) for a in ATTRIBUTES},
         eval={a: tuple(prompts[a]) for a in ATTRIBUTES},
