@@ -21,7 +21,7 @@ biographies, and counts exposures as this mean.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -55,15 +55,9 @@ class Exposures:
         return self.biographies / self.people
 
     def summary(self) -> dict[str, Any]:
-        """JSON-safe, for a run's config.json plan."""
-        return {
-            "asked": self.asked,
-            "mean": self.mean,
-            "fewest": self.fewest,
-            "most": self.most,
-            "people": self.people,
-            "biographies": self.biographies,
-        }
+        """JSON-safe, for a run's config.json plan: every field but `updates` (the plan's own), and the mean."""
+        fields = {key: value for key, value in asdict(self).items() if key != "updates"}
+        return {**fields, "mean": self.mean}
 
     def describe(self) -> str:
         """E.g. "exposures 100 (mean 100.1, per person 73-129)", for the trainer's plan line."""
