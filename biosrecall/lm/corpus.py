@@ -47,7 +47,7 @@ import hashlib
 import json
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -225,11 +225,7 @@ def _check_source(source: Source, text_column: str) -> None:
 
         with _parquet_errors(source.file):
             names = pyarrow.parquet.ParquetFile(source.file).schema_arrow.names
-        if text_column not in names:
-            raise BiosrecallError(
-                f"{source.location} has no column {text_column!r} (columns: {', '.join(names)}; "
-                "set --text-column)"
-            )
+        _require_column(names, text_column, source.location)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -341,9 +337,16 @@ def _read_hf(source: Source, split: str, column: str) -> Iterator[str | None]:
             problem += f" ({offline} is set, so only the local cache is read); {hint}"
         raise BiosrecallError(f"cannot load {label} (split {split}): {problem}") from exc
     for row in rows:
-        if column not in row:
-            raise BiosrecallError(f"{label} has no column {column!r} (columns: {', '.join(row)})")
+        _require_column(row, column, label)
         yield _as_text(row[column], label)
+
+
+def _require_column(names: Iterable[str], column: str, where: str) -> None:
+    """A parquet file's or a Hub dataset's columns hold the text column."""
+    if column not in names:
+        raise BiosrecallError(
+            f"{where} has no column {column!r} (columns: {', '.join(names)}; set --text-column)"
+        )
 
 
 def _as_text(value: object, where: str) -> str | None:
