@@ -343,30 +343,14 @@ FIXED_FIRST = [fixed_first_name(k0, s, "uniform") for k0 in (1, 2, 4) for s in (
 DIAGNOSTIC = "update-diagnostic"  # the diagnosis's rows in the table the claims are judged on
 
 
-def _nll(rows: pd.DataFrame, item: str, depths: tuple[int, int] = SERVING) -> pd.Series:
-    """NLL of `item` in one seed's rows, indexed by depth, over the inclusive depth range."""
-    part = rows[(rows["item"] == item) & rows["depth"].between(*depths)]
-    return part.set_index("depth")["nll"].sort_index()
+GAP, SAVING, WALL_SAVING = "mean_nll_vs_uniform_pct", "compute_saving_pct", "wall_saving_pct"
 
 
-def _mean(rows, item, depths: tuple[int, int] = SERVING) -> float:
-    """Mean NLL of `item` in one seed's rows over the depth range (NaN without the run)."""
-    values = _nll(rows, item, depths)
-    return float(values.mean()) if len(values) else math.nan
-
-
-def _value(rows, item, column) -> float:
+def _value(rows, item, column="mean_nll") -> float:
+    """`column` of `item` in one seed's rows, NaN without the run: an lm_nll column, or one of its
+    `run_summaries` (mean serving NLL, NLL at K=1, the NLL gap and savings against the seed's uniform)."""
     part = rows.loc[rows["item"] == item, column]
     return float(part.iloc[0]) if len(part) else math.nan
-
-
-def _gap_pct(rows, item) -> float:
-    """Mean serving NLL of `item` against uniform's, in % (run / uniform - 1)."""
-    return 100 * (_mean(rows, item) / _mean(rows, UNIFORM) - 1)
-
-
-def _saving_pct(rows, item, column="flops") -> float:
-    return 100 * (1 - _value(rows, item, column) / _value(rows, UNIFORM, column))
 
 
 def _worst(values, pick) -> float:
@@ -377,7 +361,7 @@ def _worst(values, pick) -> float:
 
 def _k1_advantage(rows) -> float:
     """At 67%: NLL at K=1 of K0=1 minus the better of K0=2 and K0=4 (negative: K0=1 is best)."""
-    k1, k2, k4 = (_mean(rows, fixed_first_name(k0, 0.67, "uniform"), (1, 1)) for k0 in (1, 2, 4))
+    k1, k2, k4 = (_value(rows, fixed_first_name(k0, 0.67, "uniform"), "nll_k1") for k0 in (1, 2, 4))
     return k1 - _worst([k2, k4], min)
 
 
@@ -385,16 +369,22 @@ def _reversed_from_k3(rows) -> float:
     """At 67%: the smallest margin, over K=3..16, of the reversed order K0=4 < K0=2 < K0=1 (positive
     at every depth: the order holds everywhere from K=3 on; NaN when a run is missing, as its curve
     is then empty)."""
-    k1, k2, k4 = (_nll(rows, fixed_first_name(k0, 0.67, "uniform"), (3, SERVING[1])) for k0 in (1, 2, 4))
+    k1, k2, k4 = (_curve(rows, fixed_first_name(k0, 0.67, "uniform")) for k0 in (1, 2, 4))
     return float(np.minimum(k1 - k2, k2 - k4).min())
+
+
+def _curve(rows, item) -> pd.Series:
+    """NLL of `item` in one seed's rows at depths 3..16, indexed by depth."""
+    part = rows[(rows["item"] == item) & rows["depth"].between(3, SERVING[1])]
+    return part.set_index("depth")["nll"].sort_index()
 
 
 def _finish_margin(rows) -> float:
     """Smallest margin, over the six fixed-first schedules, of Poisson-lognormal's mean NLL above the
     uniform finish's (positive: uniform finish lower in all six)."""
     margins = [
-        _mean(rows, fixed_first_name(k0, s, "poisson_lognormal"))
-        - _mean(rows, fixed_first_name(k0, s, "uniform"))
+        _value(rows, fixed_first_name(k0, s, "poisson_lognormal"))
+        - _value(rows, fixed_first_name(k0, s, "uniform"))
         for k0 in (1, 2, 4)
         for s in (0.67, 0.8)
     ]
@@ -405,7 +395,7 @@ def _k2_vs_curriculum_nll(rows) -> float:
     """Largest mean-NLL gap of the K0=2 uniform-finish schedules to the curriculum (negative: both
     lower)."""
     return _worst(
-        [_mean(rows, fixed_first_name(2, s, "uniform")) - _mean(rows, CURRICULUM) for s in (0.67, 0.8)], max
+        [_value(rows, fixed_first_name(2, s, "uniform")) - _value(rows, CURRICULUM) for s in (0.67, 0.8)], max
     )
 
 
@@ -421,7 +411,7 @@ def _k2_vs_curriculum_compute(rows) -> float:
 def _matched_worse(rows) -> float:
     """Compute-matched uniform's mean NLL minus the better of K0=4 / 67% and uniform (positive: worse
     than both)."""
-    return _mean(rows, MATCHED) - _worst([_mean(rows, K4_67), _mean(rows, UNIFORM)], min)
+    return _value(rows, MATCHED) - _worst([_value(rows, K4_67), _value(rows, UNIFORM)], min)
 
 
 def _wall_vs_modeled(rows) -> float:
@@ -429,7 +419,7 @@ def _wall_vs_modeled(rows) -> float:
     saving from the modeled one: |wall saving - modeled saving| / modeled saving."""
     gaps = []
     for item in FIXED_FIRST:
-        modeled, wall = _saving_pct(rows, item), _saving_pct(rows, item, "wall_seconds")
+        modeled, wall = _value(rows, item, SAVING), _value(rows, item, WALL_SAVING)
         gaps.append(abs(wall - modeled) / modeled if modeled > 0 else math.nan)
     return _worst(gaps, max)
 
@@ -444,16 +434,16 @@ K2_67, K2_80, K4_67 = (
 LM_CLAIMS: tuple[Claim, ...] = (
     Claim("k2_67_compute_saving", "K0=2 at 67% saves about 45% of modeled compute",
            "distance of the modeled compute saving vs uniform from 45%, in points", False, ABOUT,
-           "'about 45%' read as within 5 points", lambda r: abs(_saving_pct(r, K2_67) - 45.0), paper="45%"),
+           "'about 45%' read as within 5 points", lambda r: abs(_value(r, K2_67, SAVING) - 45.0), paper="45%"),
     Claim("k2_67_nll_within", "K0=2 at 67%: mean serving NLL within 0.5% of uniform",
            "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.5, 0.5),
-           "the paper's bound, two-sided", lambda r: _gap_pct(r, K2_67), paper="within 0.5%"),
+           "the paper's bound, two-sided", lambda r: _value(r, K2_67, GAP), paper="within 0.5%"),
     Claim("k2_80_compute_saving", "K0=2 at 80% saves about 54% of modeled compute",
            "distance of the modeled compute saving vs uniform from 54%, in points", False, ABOUT,
-           "'about 54%' read as within 5 points", lambda r: abs(_saving_pct(r, K2_80) - 54.0), paper="54%"),
+           "'about 54%' read as within 5 points", lambda r: abs(_value(r, K2_80, SAVING) - 54.0), paper="54%"),
     Claim("k2_80_nll_within", "K0=2 at 80%: mean serving NLL within 0.8% of uniform",
            "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.8, 0.8),
-           "the paper's bound, two-sided", lambda r: _gap_pct(r, K2_80), paper="within 0.8%"),
+           "the paper's bound, two-sided", lambda r: _value(r, K2_80, GAP), paper="within 0.8%"),
     Claim("k1_best_at_k1", "At 67%, K0=1 has the best NLL at K=1",
            "NLL at K=1: K0=1 minus the better of K0=2, K0=4 (uniform finish, 67%)", False, 0.0,
            "a direction", _k1_advantage, paper="K0=1 best at K=1"),
@@ -472,10 +462,10 @@ LM_CLAIMS: tuple[Claim, ...] = (
            "a direction, for both", _k2_vs_curriculum_compute, paper="both cheaper"),
     Claim("k4_67_nll_within", "K0=4 at 67%: mean serving NLL within 0.1% of uniform",
            "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.1, 0.1),
-           "the paper's bound, two-sided", lambda r: _gap_pct(r, K4_67), paper="within 0.1%"),
+           "the paper's bound, two-sided", lambda r: _value(r, K4_67, GAP), paper="within 0.1%"),
     Claim("k4_67_compute_saving", "K0=4 at 67% uses about 31% less compute",
            "distance of the modeled compute saving vs uniform from 31%, in points", False, ABOUT,
-           "'about 31%' read as within 5 points", lambda r: abs(_saving_pct(r, K4_67) - 31.0), paper="31%"),
+           "'about 31%' read as within 5 points", lambda r: abs(_value(r, K4_67, SAVING) - 31.0), paper="31%"),
     Claim("matched_uniform_worse", "The compute-matched uniform run is worse than both K0=4 at 67% and uniform",
            "mean NLL (matched uniform) - the better of K0=4 / 67% and uniform", True, 0.0,
            "a direction", _matched_worse, paper="worse than both"),
@@ -502,24 +492,27 @@ def diagnostic_claim(margin: float) -> Claim:
     )
 
 
-def zero_margin(table: pd.DataFrame) -> float:
-    """The diagnostic's margin in nats: `ZERO_SHARE` of uniform's mean serving NLL over seeds, to 3
-    significant digits (the threshold cell shows the number it was judged against)."""
-    means = [_mean(rows, UNIFORM) for _, rows in table.groupby("seed")]
-    uniform = float(np.nanmean(means)) if means and not all(map(math.isnan, means)) else math.nan
-    return math.nan if math.isnan(uniform) else float(f"{ZERO_SHARE * uniform:.3g}")
+def zero_margin(summaries: pd.DataFrame) -> float:
+    """The diagnostic's margin in nats: `ZERO_SHARE` of uniform's mean serving NLL over seeds (from
+    `run_summaries`), to 3 significant digits (the threshold cell shows the number it was judged against)."""
+    means = list(summaries.loc[summaries["item"] == UNIFORM, "mean_nll"])
+    return float(f"{ZERO_SHARE * np.nanmean(means):.3g}") if means else math.nan
 
 
 def judge(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
     """The paper's statements (`LM_CLAIMS`) judged over the seeds of `table` (lm_nll's columns), and the
     update diagnostic's against a margin from `table`, its row from `diagnosis` (columns seed,
     advantage; "not measured" without it). A claim's reason for not being measured shows as its
-    verdict, so the table has no `note` column."""
-    rows = table
+    verdict, so the table has no `note` column. Each seed's rows carry its runs' `run_summaries`, the
+    numbers lm_summary averages."""
+    summaries = run_summaries(table)
+    rows = table.merge(
+        summaries[["item", "seed", "mean_nll", "nll_k1", GAP, SAVING, WALL_SAVING]], on=["item", "seed"]
+    )
     if diagnosis is not None and len(diagnosis):
         extra = diagnosis.assign(item=DIAGNOSTIC, nll=diagnosis["advantage"])[["item", "seed", "nll"]]
-        rows = pd.concat([table, extra], ignore_index=True)
-    claims = [*LM_CLAIMS, diagnostic_claim(zero_margin(table))]
+        rows = pd.concat([rows, extra], ignore_index=True)
+    claims = [*LM_CLAIMS, diagnostic_claim(zero_margin(summaries))]
     return judge_claims(rows, claims).drop(columns=["note"], errors="ignore")
 
 
