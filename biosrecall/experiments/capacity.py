@@ -22,11 +22,11 @@ at the serving depths (a baseline at depth 1 only), and
 The engine locks OUT, refuses other settings on an existing output, trains through the sweep engine
 (a scored run is not handed to it again), scores every run at once (`evaluate`) and has the study
 write its files (`write`: capacity.md and capacity_claims.* have layouts of their own); `--seeds` and
-`--people` may grow, and a call with more trains only what is new. Two steps are `run_capacity`'s,
-around `run_study`: each people count's dataset under OUT, made before the engine checks the runs
-(which read it), so the grid, which names them, is bound to OUT per call; and `FREE` options
-(`--depths`, `--device`), which may change on an existing output. `--plan` is this module's own
-too: a run's length is a count of its dataset's batches, planned on a probe dataset.
+`--people` may grow and the `FREE` options (`--depths`, `--device`) may change, and a call with more
+trains only what is new. Each people count's dataset is made under OUT by the study's `inputs`
+(`make_datasets`), under the engine's lock and before any run is checked, so the grid, which names
+the datasets, is bound to OUT per call (`run_capacity`). `--plan` is this module's own: a run's
+length is a count of its dataset's batches, planned on a probe dataset.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,7 +50,7 @@ from biosrecall.errors import BiosrecallError
 
 # What loads torch is imported where it is used: `biosrecall capacity --help` reads this module.
 from biosrecall.experiments import capacity_results as results
-from biosrecall.experiments.engine import Study, check_record, grown_options, record_of, run_study
+from biosrecall.experiments.engine import Study, run_study
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
 from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
@@ -82,7 +81,7 @@ BASELINE_SCHEDULE = "fixed:1"  # a baseline's one depth: the only schedule it ac
 FREE = ("depths", "device")
 """Options a later call may change on the same output (the record keeps the latest): where the runs
 are scored and trained, not what they are. A GPU study is re-tabulated on a laptop, or rescored at
-other depths from its weights; the engine's record check would refuse either."""
+other depths from its weights (the study's `free` options)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +226,15 @@ def _stored_bits(checkpoint: Path, dataset, depths, device) -> pd.DataFrame:
     return table
 
 
+def make_datasets(out_dir: Path, options: CapacityOptions, report=None) -> None:
+    """The study's `inputs`: each people count's dataset under OUT, then every model at every count
+    planned at the first seed, so what a run would refuse is refused before anything trains."""
+    for people in options.people:
+        _dataset(out_dir / DATA / f"people{people}", people, report)
+    first = options.seeds[0]
+    plan_table([run for run in capacity_runs(options, out_dir / DATA) if run.config.seed == first])
+
+
 CAPACITY = Study(
     name="capacity",
     summary="Stored bits per parameter of the three schedules and two standard transformers, against people.",
@@ -236,6 +244,8 @@ CAPACITY = Study(
     evaluate=score_runs,  # stored bits are no sweep evaluation command: scored here, cached per run
     write=results.write,  # capacity.md and capacity_claims.* have layouts of their own
     growing=("seeds", "people"),
+    free=FREE,
+    inputs=make_datasets,
     command="capacity",
 )
 
@@ -246,55 +256,28 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
-    from biosrecall.experiments.study_engine import study_executor, write_study_record
+    from biosrecall.experiments.study_engine import study_executor
 
     out_dir = Path(out_dir)
-    executor = study_executor(workers, threads, options.device)
-    check_study_size(options, out_dir, executor.slots(), report)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    with output_lock(out_dir):  # the engine takes it again: one lock from the datasets to the claims
-        recorded = replace(options, **_recorded_free_options(out_dir))
-        old = check_record(out_dir, CAPACITY, record_of(CAPACITY, recorded))
-        options = grown_options(CAPACITY, options, old)
-        grid = capacity_runs(options, out_dir / DATA)
-        created, fresh = not out_dir.exists(), not old
-        record = json.dumps(record_of(CAPACITY, options), indent=2, sort_keys=True) + "\n"
-        try:
-            if fresh:  # the record first: a folder holding datasets and no record is refused next time
-                write_study_record(out_dir / RECORD, record)
-            for people in options.people:
-                _dataset(out_dir / DATA / f"people{people}", people, report)
-            first = options.seeds[0]  # every model at every count: what a run would refuse, refused now
-            plan_table([run for run in grid if run.config.seed == first])
-        except BaseException:
-            if fresh:  # OUT was new or empty: leave it so (a continued output keeps its own record)
-                shutil.rmtree(out_dir, ignore_errors=True)
-                if not created:
-                    out_dir.mkdir()
-            raise
-        write_study_record(out_dir / RECORD, record)  # a continued output's, once its new counts pass
-        return run_study(replace(CAPACITY, runs=lambda _: grid), out_dir, options, workers, threads, report)
+    check_study_size(options, out_dir, study_executor(workers, threads, options.device).slots(), report)
+    with output_lock(out_dir):  # the engine takes it again: one lock from the record to the claims
+        _upgrade_record(out_dir)
+        bound = replace(CAPACITY, runs=lambda options: capacity_runs(options, out_dir / DATA))
+        return run_study(bound, out_dir, options, workers, threads, report)
 
 
-def _recorded_free_options(out_dir: Path) -> dict[str, Any]:
-    """The `FREE` options OUT's capacity.json records, as `CapacityOptions` takes them ({} without
-    one). A record of release 0.2.0 (settings, people, seeds, depths) is given the engine's `study`
-    and `options` first, so its output continues; its other keys are kept until the engine rewrites
-    it."""
+def _upgrade_record(out_dir: Path) -> None:
+    """A capacity.json of release 0.2.0 (settings, people, seeds, depths) given the engine's `study`
+    and `options`, so its output continues; its other keys are kept until the engine rewrites it."""
     path = out_dir / RECORD
     if not path.is_file():
-        return {}
+        return
     old = read_json_object(path, "capacity record")
     if "options" not in old and "settings" in old:
         options = {**old["settings"], "people": old.get("people"), "seeds": old.get("seeds"),
                    "depths": old.get("depths"), "device": old.get("train_config", {}).get("device", "auto")}  # fmt: skip
         old = {**old, "study": CAPACITY.name, "options": options}
         atomic_write_text(path, json.dumps(old, indent=2, sort_keys=True) + "\n")
-    options = old.get("options")  # not a record the engine could continue: its check says why
-    if not isinstance(options, dict):
-        return {}
-    return {key: tuple(v) if isinstance(v := options[key], list) else v for key in FREE if key in options}
 
 
 def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:

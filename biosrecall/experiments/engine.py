@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -89,6 +90,9 @@ class Study:
     """(run, options) -> what `--plan` prints of it (updates, tokens, FLOPs); reads no data."""
     growing: tuple[str, ...] = field(default=("seeds",))
     """Options a later call may extend on the same output (the record keeps their union)."""
+    free: tuple[str, ...] = ()
+    """Options a later call may change on the same output (the record keeps the latest): where runs
+    train and are scored, not what they are."""
     command: str = ""
     """The command words that run it ("" for `biosrecall study <name>`; "leaderboard" for a study with
     a command of its own)."""
@@ -102,6 +106,10 @@ class Study:
     anything trains: check what OUT holds against the options (refuse, or with `overwrite` replace,
     an output made otherwise), write the record, make what the runs read (a dataset). None: the
     engine's record, OUT/<name>.json, and its check."""
+    inputs: Callable[[Path, Any, Any], None] | None = None
+    """(out, options, report): for a study on the engine's record, what its runs read (a dataset),
+    made under the lock once the record of a new output is written, every run's plan checked there
+    (the record of a continued output is rewritten only once they pass)."""
     then: Callable[[Any, Any], list] | None = None
     """(per-run table of the `runs`, options) -> the runs their results choose (each schedule at the
     learning rate its grid picked), trained after them; the tables see both."""
@@ -161,7 +169,7 @@ def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[st
     if old is None:
         return None
     for key, value in record["options"].items():
-        if key not in study.growing and old["options"].get(key) != value:
+        if key not in (*study.growing, *study.free) and old["options"].get(key) != value:
             flag = "--" + key.replace("_", "-")
             raise BiosrecallError(
                 f"{out_dir} holds a {study.name} study made with {flag} {_shown(old['options'].get(key))}, "
@@ -265,16 +273,19 @@ def run_study(
     continue) and `StudyRunFailed` when a run fails."""
     from biosrecall.experiments.claims import judge_claims, write_claims
     from biosrecall.experiments.study_archive import unpack_runs
-    from biosrecall.experiments.study_engine import executor_slots, study_executor, write_study_record
+    from biosrecall.experiments.study_engine import executor_slots, study_executor
     from biosrecall.outputs import save_figure, write_table
 
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
     options = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
     runs = study.runs(options)
-    for group, evaluations in by_trainer(runs, study.evaluations(options)) if study.prepare is None else ():
-        # Every run's options checked, nothing written; a study that makes its runs' inputs (its
-        # `prepare`) checks them there, once they exist.
+    makes_inputs = study.prepare is not None or study.inputs is not None
+    for group, evaluations in by_trainer(runs, study.evaluations(options)) if not makes_inputs else ():
+        # Every run's options checked, nothing written; a study that makes its runs' inputs checks
+        # them there, once they exist.
         prepare(out_dir / RUNS, group, evaluations, executor)
     timer = StudyTimer(
         report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
@@ -284,13 +295,7 @@ def run_study(
         # Under the lock: another call may have grown the record since the check above.
         options = checked_options(study, out_dir, options)
         runs = study.runs(options)
-        if study.prepare is None:
-            record = record_of(study, options)
-            write_study_record(
-                out_dir / f"{study.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n"
-            )
-        else:
-            study.prepare(out_dir, options, overwrite, report)
+        _prepare_output(study, out_dir, options, overwrite, report)
         _train(study, out_dir, runs, options, executor, report, timer)
         if study.then is not None:
             more = study.then(_evaluated(study, out_dir, runs, options, executor, timer), options)
@@ -311,6 +316,33 @@ def run_study(
                 write_claims(claims, out_dir)
         timer.save(out_dir)
     return StudyResult(out_dir, per_run, tables, claims, figures)
+
+
+def _prepare_output(study: Study, out_dir: Path, options, overwrite: bool, report) -> None:
+    """Under the lock, before anything trains: the study's `prepare`, or the engine's record and the
+    study's `inputs`. A failure or interrupt here leaves a new or empty OUT as it found it (what
+    figure1's `overwrite` moved aside, its `prepare` puts back)."""
+    from biosrecall.experiments.study_engine import write_study_record
+
+    existed = out_dir.exists()
+    new = not existed or not any(out_dir.iterdir())
+    path = out_dir / f"{study.name}.json"
+    try:
+        if study.prepare is not None:
+            study.prepare(out_dir, options, overwrite, report)
+        else:
+            text = json.dumps(record_of(study, options), indent=2, sort_keys=True) + "\n"
+            if new:  # the record first: a folder holding inputs and no record is refused next time
+                write_study_record(path, text)
+            if study.inputs is not None:
+                study.inputs(out_dir, options, report)
+            write_study_record(path, text)  # a continued output's, once its new inputs pass
+    except BaseException:
+        if new:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            if existed:
+                out_dir.mkdir()
+        raise
 
 
 def _train(study: Study, out_dir: Path, runs: list, options, executor, report, timer: StudyTimer) -> None:

@@ -140,12 +140,10 @@ def prepare_output(
     """Check the settings against what the output holds, make the missing datasets (saying so to
     `report`) and run `check` (every run's plan) before anything trains.
 
-    A mistake found here leaves the output as it was: a folder this call created is removed, and what
-    `overwrite` moved aside is put back.
+    A mistake found here leaves the output as it was: what `overwrite` moved aside is put back (and
+    the engine empties a new output again).
     """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    created, aside = not out_dir.exists(), None
+    aside = None
     try:
         found = differences(out_dir, record, datasets, people)
         if found and not overwrite:
@@ -164,8 +162,6 @@ def prepare_output(
     except BaseException:
         if aside is not None:
             _put_back(out_dir, aside)
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
         raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
