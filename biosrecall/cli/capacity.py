@@ -24,10 +24,12 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real
 from biosrecall.cli.study import (
+    ARCHIVE_OVERWRITE,
     QUIET,
     SEEDS,
     THREADS,
     WORKERS,
+    archive_option,
     archive_output,
     options_from,
     parse_seeds,
@@ -66,16 +68,8 @@ is the docstring under each field)."""
     help="Train nothing and write nothing: print every run's parameters, updates, tokens, modeled "
     "FLOPs and mean exposures (a dry run; the datasets are generated in a temporary folder).",
 )
-@click.option(
-    "--archive",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="DEST",
-    help="Train nothing: copy the finished output --out into DEST without its weights and training "
-    "states (small enough to commit). A copy of DEST continues the study: the same command with more "
-    "--seeds or --people trains only what is new. --overwrite replaces an existing DEST.",
-)
-@click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST.")
+@archive_option("--seeds or --people")
+@ARCHIVE_OVERWRITE
 def capacity(out_dir, workers, threads, quiet, plan, archive, overwrite, **values):
     """Measure stored bits per parameter of the three schedules and two standard-transformer baselines
     over a people sweep at matched exposures, and judge the capacity claims.

@@ -25,11 +25,13 @@ from biosrecall.cli.study import (
     SEEDS,
     THREADS,
     WORKERS,
+    archive_option,
     archive_output,
     field_options,
     parse_seeds,
     report_outcome,
     study_errors,
+    with_options,
 )
 from biosrecall.experiments.study import BUDGET_MODES, Figure1Options, StudyOptions, figure1_command
 from biosrecall.interrupts import work_done
@@ -95,19 +97,9 @@ def _figure1_options(command):
             "and seeds to decide (a planning estimate), and the command that runs that many seeds. Other "
             "options are ignored.",
         ),
-        click.option(
-            "--archive",
-            type=click.Path(path_type=Path),
-            default=None,
-            metavar="DEST",
-            help="Train nothing: copy the finished output --out into DEST without its weights and training "
-            "states (small enough to commit). A copy of DEST continues the study: the same command with "
-            "more --seeds trains only the new seeds. --overwrite replaces an existing DEST.",
-        ),
+        archive_option("--seeds or controls"),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(command, options)
 
 
 @click.command()

@@ -120,12 +120,32 @@ def options_from(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None
     """A decorator that gives a command one option per field of the dataclass `cls`, in its order
     (`field_options`)."""
 
-    def decorate(command: Callable) -> Callable:
-        for option in reversed(field_options(cls, given)):
-            command = option(command)
-        return command
+    return lambda command: with_options(command, field_options(cls, given))
 
-    return decorate
+
+def with_options(command: Callable, options: list[Callable]) -> Callable:
+    """`command` given `options` (click option decorators), in their order."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def archive_option(grows: str) -> Callable:
+    """--archive DEST of a study command (`archive_output`); `grows`: what a copy's rerun may add."""
+    return click.option(
+        "--archive",
+        type=click.Path(path_type=Path),
+        default=None,
+        metavar="DEST",
+        help="Train nothing: copy the finished output --out into DEST without its weights and training "
+        "states (small enough to commit). A copy of DEST continues the study: the same command with more "
+        f"{grows} trains only what is new. --overwrite replaces an existing DEST.",
+    )
+
+
+ARCHIVE_OVERWRITE = click.option(
+    "--overwrite", is_flag=True, help="With --archive: replace an existing DEST."
+)
 
 
 def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
@@ -207,13 +227,11 @@ def study_command(name: str) -> click.Command:
         QUIET,
         click.option("--plan", is_flag=True,
                      help="Print what each run would do, its size and estimated CPU time; write nothing."),
-        click.option("--archive", type=click.Path(path_type=Path), default=None,
-                     help="Copy the finished output into this folder without weights; train nothing."),
-        click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST."),
+        archive_option(" or ".join("--" + key.replace("_", "-") for key in study.growing)),
+        ARCHIVE_OVERWRITE,
         config_option(),
     ]  # fmt: skip
-    for decorate in reversed([*field_options(study.options), *engine_options]):
-        command = decorate(command)
+    command = with_options(command, [*field_options(study.options), *engine_options])
     return click.command(name, help=study.summary, short_help=study.summary)(command)
 
 
