@@ -26,7 +26,6 @@ or "local" to run the same array as local processes (for tests; it ignores parti
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -39,7 +38,6 @@ from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.interrupts import restore, stop_on_signals
 from biosrecall.numbers import check_count
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.sweep.records import now, update_record
 from biosrecall.sweep.worker import Outcome, failed, run_one
 from biosrecall.warm import ForkServerDied
 
@@ -93,6 +91,11 @@ class LocalExecutor:
         guard = threading.Lock()
         fatal: list[ForkServerDied] = []
 
+        def stop_all() -> None:
+            stop.set()
+            for process in list(running.values()):
+                process.send_signal(signal.SIGINT)  # the trainer saves `latest` and exits 130
+
         def slot(index: int) -> None:
             env = {}
             if self.gpus_per_run:
@@ -108,9 +111,7 @@ class LocalExecutor:
                         outcomes[position] = _run_guarded(job, env, running)
                     except ForkServerDied as exc:  # every run forked from it is orphaned: stop them all
                         fatal.append(exc)
-                        stop.set()
-                        for process in list(running.values()):
-                            process.send_signal(signal.SIGINT)
+                        stop_all()
                         return
                     if report is not None:
                         report(outcomes[position])
@@ -133,9 +134,7 @@ class LocalExecutor:
                     pass
         except KeyboardInterrupt:
             restore(previous)
-            stop.set()
-            for process in list(running.values()):
-                process.send_signal(signal.SIGINT)  # the trainer saves `latest` and exits 130
+            stop_all()
             for event in ended:  # each slot records its run's exit before it ends
                 event.wait()
             raise
@@ -153,8 +152,7 @@ def _run_guarded(job: SweepRun, env: dict, running: dict) -> Outcome:
     except ForkServerDied as exc:
         # Not this run's failure: the process that started it is gone. A rerun resumes the run.
         message = f"{exc} while run {job.name} was running; it was stopped at its last save: {RERUN}"
-        with contextlib.suppress(OSError):
-            update_record(job, state="failed", exit_code=None, error=message, finished=now())
+        failed(job, None, message)
         raise ForkServerDied(message) from None
     except Exception as exc:
         return failed(job, None, f"the sweep could not run it: {first_line(exc)}")
