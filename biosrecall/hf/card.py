@@ -29,10 +29,8 @@ SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 class CardFacts:
     """What the card states, gathered by the exporter from the run, the checkpoint and the dataset."""
 
-    run: str
-    """The run folder's name."""
     provenance: dict
-    """The `biosrecall` section of the export's config.json (checkpoint, schedule, budget, data)."""
+    """The `biosrecall` section of the export's config.json (run, checkpoint, schedule, budget, data)."""
     record: dict
     """The run's config.json (model and train configs, plan)."""
     parameters: int
@@ -110,7 +108,7 @@ pipeline_tag: text-generation
 tags: [biosrecall, looped-transformer, depth-recurrent, bios]
 ---
 
-# {facts.run} at checkpoint {prov.get("checkpoint")}: a biosrecall looped transformer
+# {prov["run"]} at checkpoint {prov.get("checkpoint")}: a biosrecall looped transformer
 
 A decoder-only looped transformer (untied prelude, one recurrent block applied K times, untied \
 coda) trained by biosrecall with the depth schedule `{prov.get("schedule")}` on synthetic \

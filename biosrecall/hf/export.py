@@ -121,7 +121,6 @@ def export_run(
         verify_same_logits(model, hf_model, person.tokens, steps)
         texts = eval_texts(dataset, person)
         facts = CardFacts(
-            run=provenance["run"],
             provenance=provenance,
             record=record,
             parameters=model.num_parameters(),
