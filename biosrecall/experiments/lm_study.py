@@ -101,14 +101,13 @@ from biosrecall.files import file_sha256
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
-from biosrecall.lm.task import LM_VOCABULARY
+from biosrecall.lm.task import lm_plan
 from biosrecall.outputs import markdown_table, save_figure, write_table
 from biosrecall.records import Count
 from biosrecall.stats import aggregate_seeds, interval_text
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder, machine, versions
-from biosrecall.train.trainer import build_model_config, make_plan
 
 CLAIMS = "lm_claims"  # the claims' file stem: lm_claims.csv / .parquet / .md
 PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -328,10 +327,7 @@ def sizes(run: SweepRun, options: LMStudyOptions) -> dict[str, Any]:
 def _plan(run: SweepRun, options: LMStudyOptions):
     """The run's training plan from the trainer's own planner (a budget under one update, an unknown
     schedule or override fails here; the corpus's manifest gives the vocabulary)."""
-    vocab = int(load_manifest(Path(options.data))["tokenizer"]["vocab_size"])
-    run.config.validate()
-    model = build_model_config(run.task["preset"], vocab, run.task["model_overrides"] or {}, LM_VOCABULARY)
-    return make_plan(model, run.config)
+    return lm_plan(run.config, run.task["preset"], run.task["model_overrides"], Path(options.data))[1]
 
 
 # ---- the claims: the paper's statements, judged by `biosrecall.experiments.claims` ----

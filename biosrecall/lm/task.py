@@ -132,21 +132,27 @@ def train_lm(
     return Trainer(task, run_dir, config, resume=resume, overwrite=overwrite, reporter=reporter).train()
 
 
+def lm_plan(config: TrainConfig, preset: str, model_overrides: dict[str, Any] | None, data_dir=None):
+    """(model config, training plan) of an LM run from the trainer's own planner, checked as the trainer
+    checks them; the vocabulary is the corpus's (its manifest) given `data_dir`, else the preset's."""
+    config.validate()
+    vocab = get_preset(preset).vocab_size
+    if data_dir is not None:
+        vocab = int(load_manifest(data_dir)["tokenizer"]["vocab_size"])
+    model_config = build_model_config(preset, vocab, model_overrides, LM_VOCABULARY, run_recipe(config))
+    return model_config, make_plan(model_config, config)
+
+
 def plan_lines(
     config: TrainConfig, preset: str, model_overrides: dict[str, Any] | None, processes: int, data_dir=None
 ) -> list[str]:
     """What a run will spend, from the trainer's own planner, checked as the trainer would check it:
     tokens, modeled FLOPs and the per-process batch split (and, given the data, how many epochs)."""
 
-    config.validate()
-    vocab = get_preset(preset).vocab_size
-    if data_dir is not None:
-        vocab = int(load_manifest(data_dir)["tokenizer"]["vocab_size"])
-    model_config = build_model_config(preset, vocab, model_overrides, LM_VOCABULARY, run_recipe(config))
+    model_config, plan = lm_plan(config, preset, model_overrides, data_dir)
     seq_len = resolve_seq_len(config, model_config, preset)
     check_count(processes, "--nproc-per-node")
     check_divisible(config.batch_size, DistInfo(world_size=processes), config.grad_accum)
-    plan = make_plan(model_config, config)
     tokens = plan.tokens_per_update * plan.updates
     rows = config.batch_size // processes
     switch = "" if plan.switch_update is None else f" (switch at update {plan.switch_update:,})"
