@@ -76,6 +76,7 @@ class ShardLoader:
         self.seed = check_seed(seed)
         self.data_dir = Path(data_dir)
         self.manifest = load_manifest(self.data_dir)
+        self.vocab_size = self.manifest["tokenizer"]["vocab_size"]  # an int: `load_manifest` checked it
         self.data_sha256 = hashlib.sha256((self.data_dir / "manifest.json").read_bytes()).hexdigest()
         self._shards = _open_split(
             self.data_dir, self.manifest, split, _tokenizer_hash(tokenizer, self.manifest)
@@ -92,10 +93,6 @@ class ShardLoader:
             )
         self.epoch, self.position = 0, 0
         self._order_epoch, self._order = -1, np.zeros(0, dtype=np.int64)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.manifest["tokenizer"]["vocab_size"])
 
     def epoch_windows(self, epoch: int) -> np.ndarray:
         """The window indices of `epoch`, in the order they are read."""
@@ -203,7 +200,7 @@ def _check_shard(data_dir: Path, manifest: dict, entry: dict, tokens: np.ndarray
     path, expected = data_dir / entry["file"], entry.get("sha256")
     key = (str(path.resolve()), expected)
     verify = _VERIFY["enabled"] and key not in _VERIFIED
-    largest, vocab_size = entry.get("max_token"), int(manifest["tokenizer"]["vocab_size"])
+    largest, vocab_size = entry.get("max_token"), manifest["tokenizer"]["vocab_size"]
     if largest is None or (verify and expected is None):
         largest = int(tokens.max()) if tokens.size else 0
     problem = None
