@@ -69,9 +69,7 @@ def check_export_config(folder: Path, config_json: dict) -> None:
     try:
         check_depth(config_json.get("num_steps"), "num_steps")
         ModelConfig.from_dict({key: value for key, value in config_json.items() if key in names})
-    except BiosrecallError as exc:
-        raise BiosrecallError(f"{where} is not a valid biosrecall export: {exc}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:  # a BiosrecallError is a ValueError
         raise BiosrecallError(f"{where} is not a valid biosrecall export: {first_line(exc)}") from None
 
 

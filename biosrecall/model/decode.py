@@ -185,11 +185,10 @@ class CachedDecoder:
 def gate_cdf_judges(model, q: float) -> Callable[[], RowsJudge]:
     """For a recipe that trains an exit gate (`Recipe.exit_gate`, e.g. ouro-gate): a factory of fresh
     judges that stop a row at the first depth where its exit CDF, 1 - prod_{i<=t} (1 - lambda_i),
-    reaches `q`. It reads the state, so a token is read out once, at its exit."""
+    reaches `q` (in (0, 1], as the `cdf:q` exit criterion's parser ensures). It reads the state, so a
+    token is read out once, at its exit."""
     if not model.recipe.exit_gate:
         raise BiosrecallError(f"recipe {model.recipe.name} trains no exit gate to read")
-    if not 0 < q <= 1:
-        raise BiosrecallError(f"the exit CDF level q must lie in (0, 1], got {q!r}")
 
     def new_judge() -> RowsJudge:
         survival = []
