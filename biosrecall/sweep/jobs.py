@@ -116,18 +116,6 @@ class Evaluation:
     """That command's option values keyed by option name (the run folder is its argument)."""
 
 
-def check_name(name: str) -> str:
-    """`name` if it is a valid run folder name (module docstring), else one BiosrecallError line."""
-    parts = name.split("/") if isinstance(name, str) else [""]
-    for part in parts:
-        if not _PART.fullmatch(part) or len(part) > MAX_PART:
-            raise BiosrecallError(
-                f"run name {name!r} is not a folder name: use parts of letters, digits and ._=,+- "
-                f"separated by /, none starting with a dot, each at most {MAX_PART} characters"
-            )
-    return name
-
-
 def check_runs(runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ()) -> None:
     """Refuse the sweep unless every run and evaluation would start: names valid and unique (also as
     folders: no run inside another), configs, presets and data folders (`_check_run`), evaluation
@@ -140,13 +128,18 @@ def check_runs(runs: Sequence[SweepRun], evaluations: Sequence[Evaluation] = ())
 
 
 def check_names(names: Sequence[str]) -> None:
-    """Refuse run names that are not folder names (`check_name`), repeat, or nest one run's folder in
-    another's; and a sweep without runs."""
+    """Refuse run names that are not folder names (module docstring), repeat, or nest one run's folder
+    in another's; and a sweep without runs."""
     if not names:
         raise BiosrecallError("the sweep has no runs")
     seen: set[str] = set()
     for name in names:
-        check_name(name)
+        parts = name.split("/") if isinstance(name, str) else [""]
+        if any(not _PART.fullmatch(part) or len(part) > MAX_PART for part in parts):
+            raise BiosrecallError(
+                f"run name {name!r} is not a folder name: use parts of letters, digits and ._=,+- "
+                f"separated by /, none starting with a dot, each at most {MAX_PART} characters"
+            )
         if name in seen:
             raise BiosrecallError(f"two runs are named {name}; give them different names")
         seen.add(name)

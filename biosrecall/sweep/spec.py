@@ -224,7 +224,8 @@ def _grid(command: str, grid: Mapping[str, list[Any]]) -> list[tuple[str, list[A
 
 
 def _overrides(command: str, overrides: Sequence[str], grid) -> dict[str, Any]:
-    """--set KEY=VALUE pairs as options (flags read true/false; paths relative to the current folder)."""
+    """--set KEY=VALUE pairs as options (a flag's true/false read as a bool; paths relative to the
+    current folder)."""
     fixed: dict[str, Any] = {}
     grid_names = {commands.canonical_key(command, key) for key, _ in grid}
     for item in overrides:
@@ -235,10 +236,8 @@ def _overrides(command: str, overrides: Sequence[str], grid) -> dict[str, Any]:
             name = commands.canonical_key(command, key.strip(), commands.ENGINE_KEYS)
         if name in grid_names:
             raise BiosrecallError(f"--set {key}: {key} is a grid key")
-        if commands.is_flag_option(command, name):
-            if value.lower() not in ("true", "false"):
-                raise BiosrecallError(f"--set {key} takes true or false, got {value!r}")
-            value = value.lower() == "true"
+        if commands.is_flag_option(command, name) and value.lower() in ("true", "false"):
+            value = value.lower() == "true"  # other text is refused as each run is read, as a flag's
         fixed[key.strip()] = option_value(command, name, value, Path.cwd(), f"--set {key}")
     return fixed
 
