@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from biosrecall.cli import main
+from biosrecall.errors import BiosrecallError
 from biosrecall.lm import loader
 from biosrecall.lm.loader import ShardLoader, set_verification
 from biosrecall.lm.shard_manifest import load_manifest
@@ -128,6 +129,19 @@ def test_the_printed_command_prepares_the_same_folder_again(case_dir, capsys):
     assert code == 0, err
     assert load_manifest(case_dir / "shards") == before
     assert ShardLoader("shards", 16).tokens == before["splits"]["train"]["tokens"]
+
+
+def test_a_shard_that_disagrees_with_its_manifest_is_damage_named_with_the_fix(case_dir):
+    path = case_dir / "shards" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    first, second = manifest["splits"]["train"]["shards"][:2]
+    first["tokens"], second["tokens"] = first["tokens"] + 1, second["tokens"] - 1  # the split's sum holds
+    path.write_text(json.dumps(manifest))
+    expected = (
+        r"train-00000.bin does not match \S+ \(token count or dtype\); prepare the folder again: biosrecall"
+    )
+    with pytest.raises(BiosrecallError, match=expected):
+        ShardLoader("shards", 16)
 
 
 def test_a_folder_prepared_before_checksums_loads_and_its_ids_are_scanned(case_dir, capsys):
