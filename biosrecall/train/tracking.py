@@ -121,11 +121,11 @@ class WandbTracker(Tracker):
     def start(self, run: TrackedRun) -> None:
         import wandb
 
-        ids = _stored_ids(run.folder).get(self.name) or {
+        fresh = {
             "id": secrets.token_hex(4),  # as W&B makes them: 8 characters of [0-9a-z]
             "project": os.environ.get("WANDB_PROJECT") or PROJECT,
         }
-        _store_ids(run.folder, self.name, ids)
+        ids = _run_ids(run.folder, self.name, fresh)
         self.run = wandb.init(
             project=ids["project"],
             id=ids["id"],
@@ -152,11 +152,11 @@ class TrackioTracker(Tracker):
     def start(self, run: TrackedRun) -> None:
         import trackio
 
-        ids = _stored_ids(run.folder).get(self.name) or {
+        fresh = {
             "project": PROJECT,
             "name": f"{run.name}-{secrets.token_hex(3)}",  # run names identify a run within its project
         }
-        _store_ids(run.folder, self.name, ids)
+        ids = _run_ids(run.folder, self.name, fresh)
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's own output
             self.run = trackio.init(
                 project=ids["project"], name=ids["name"], config=run.config, resume="allow"
@@ -201,15 +201,14 @@ class TrackerIds:
     trackio: TrackioIds | UnsetType = optional()
 
 
-def _stored_ids(folder: Path) -> dict[str, Any]:
+def _run_ids(folder: Path, tracker: str, fresh: dict[str, str]) -> dict[str, str]:
+    """The ids of `tracker`'s run kept in the run folder's trackers.json; a run that has none keeps
+    `fresh` there first."""
     path = folder / IDS_FILE
-    return read_checked_json(path, TrackerIds, "tracker ids") if os.path.lexists(path) else {}
-
-
-def _store_ids(folder: Path, tracker: str, ids: dict[str, str]) -> None:
-    stored = _stored_ids(folder)
-    if stored.get(tracker) != ids:
-        atomic_write_json(folder / IDS_FILE, {**stored, tracker: ids})
+    stored = read_checked_json(path, TrackerIds, "tracker ids") if os.path.lexists(path) else {}
+    if tracker not in stored:
+        atomic_write_json(path, {**stored, tracker: fresh})
+    return stored.get(tracker, fresh)
 
 
 def with_trackers(reporter, config, trainer):
