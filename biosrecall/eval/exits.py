@@ -66,10 +66,6 @@ DEFAULT_SWEEPS = {
     "gate": (0.2, 0.1, 0.05, 0.02, 0.01),  # delta: the recall loss allowed, strictest last
     "cdf": (0.3, 0.5, 0.7, 0.9),  # q: the exit probability reached, strictest last
 }
-_UNRESOLVED_GATE = (
-    "gate:{delta:g} needs the run's fitted exit gate (`biosrecall gate train RUN`), resolved against "
-    "the checkpoint it was fitted on"
-)
 
 
 @dataclass(frozen=True)
@@ -234,32 +230,37 @@ class Accel(Below):
     span = 3  # a second difference compares three states: made from depth 3 on
 
 
+class Unbound(OneParameter):
+    """A criterion that reads a gate of one checkpoint: it decides nothing until it is bound to it
+    (`biosrecall.eval.gate.resolve_gates`), and says so (`unbound`) when asked before."""
+
+    reads = "gate"
+
+    def holds(self, depth: int, stats: StepStats):
+        raise BiosrecallError(f"{self.spec} {self.unbound}")
+
+
 @dataclass(frozen=True)
-class Gate(OneParameter):
+class Gate(Unbound):
     """The learned exit gate at recall loss delta, before it is resolved against a run's fitted gate
-    (`biosrecall.eval.gate.resolve_gates` turns it into a `GateExit`, which serves and scores)."""
+    (`resolve_gates` turns it into a `GateExit`, which serves and scores)."""
 
     delta: float
     name = "gate"
-    reads = "gate"
-
-    def holds(self, depth: int, stats: StepStats):
-        raise BiosrecallError(_UNRESOLVED_GATE.format(delta=self.delta))
+    unbound = (
+        "needs the run's fitted exit gate (`biosrecall gate train RUN`), resolved against the checkpoint "
+        "it was fitted on"
+    )
 
 
 @dataclass(frozen=True)
-class GateCdf(OneParameter):
+class GateCdf(Unbound):
     """Ouro's exit rule at level q on the gate a recipe trains, before it is bound to a checkpoint's
-    model (`biosrecall.eval.gate.resolve_gates` turns it into a `RecipeGateExit`)."""
+    model (`resolve_gates` turns it into a `RecipeGateExit`)."""
 
     q: float
     name = "cdf"
-    reads = "gate"
-
-    def holds(self, depth: int, stats: StepStats):
-        raise BiosrecallError(
-            f"cdf:{self.q:g} reads a checkpoint's trained exit gate: resolve it against one first"
-        )
+    unbound = "reads a checkpoint's trained exit gate: resolve it against one first"
 
 
 LEARNED = (Gate, GateCdf)
