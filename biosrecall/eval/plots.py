@@ -42,12 +42,12 @@ from biosrecall.compute import schedules as kinds
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.recall import RECALL_SHARE
 from biosrecall.outputs import COLORS, MARKERS, save_figure
+from biosrecall.recall_options import METRICS
 from biosrecall.train.run_folder import SWITCH
 
 if TYPE_CHECKING:
     from matplotlib.legend import Legend
 
-METRICS = ("bits", "attribute")
 TRAINING_DEPTH = 16
 # Dashed and dotted are taken by the ceiling and chance lines, so schedules use other patterns.
 LINESTYLES = ("-", "-.", (0, (8, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (12, 3, 2, 3)))
