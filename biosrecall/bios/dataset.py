@@ -75,6 +75,9 @@ FORMAT = "biosrecall-bios-1"
 MANIFEST = "manifest.json"
 # What marks a folder as a dataset `generate` made: the only kind its --overwrite replaces.
 RECORD = OutputRecord("generate", MANIFEST, "format", FORMAT)
+# Fixed writer options (and no pandas metadata) keep the bytes of a dataset's and a text export's
+# parquet files reproducible.
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": False}
 
 
 def manifest_bytes(manifest: dict) -> bytes:
@@ -90,16 +93,7 @@ def _vocabulary_words(pools, training, prompts) -> set[str]:
 
 
 def _write_folder(folder: Path, table, tokenizer: Tokenizer, arrays: TokenArrays, manifest: dict) -> None:
-    # Fixed writer options (and no pandas metadata) keep the parquet bytes reproducible.
-    pq.write_table(
-        table,
-        folder / PEOPLE,
-        compression="zstd",
-        compression_level=3,
-        use_dictionary=True,
-        write_statistics=False,
-        row_group_size=1 << 20,
-    )
+    pq.write_table(table, folder / PEOPLE, use_dictionary=True, row_group_size=1 << 20, **PARQUET_OPTIONS)
     tokenizer.save(str(folder / TOKENIZER), pretty=True)
     arrays.save(folder)
     manifest["files"] = {name: file_sha256(folder / name) for name in DATA_FILES}

@@ -49,7 +49,7 @@ from biosrecall.atomic import (
     write_failed,
 )
 from biosrecall.bios.dataset import FORMAT as DATASET_FORMAT
-from biosrecall.bios.dataset import MANIFEST, BiosDataset, load_dataset, manifest_bytes
+from biosrecall.bios.dataset import MANIFEST, PARQUET_OPTIONS, BiosDataset, load_dataset, manifest_bytes
 from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.bios.sampler import BatchSampler, batch_generator
 from biosrecall.bios.validation import read_manifest
@@ -220,9 +220,7 @@ def _write_parquet(path: Path, columns: dict, chunks: Iterator[dict]) -> int:
     """Fixed writer options and row groups of PARQUET_ROW_GROUP records: the bytes depend only on the records."""
     schema = pa.schema(list(columns.items()))
     records, pending = 0, []
-    with pq.ParquetWriter(
-        path, schema, compression="zstd", compression_level=3, write_statistics=False
-    ) as writer:
+    with pq.ParquetWriter(path, schema, **PARQUET_OPTIONS) as writer:
         for chunk in chunks:
             pending.append(pa.table({name: chunk[name] for name in columns}, schema=schema))
             records += len(chunk["person"])
