@@ -58,6 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import NoReturn
 
 from biosrecall.errors import BiosrecallError, excerpt, first_line
 from biosrecall.files import read_json_object
@@ -193,11 +194,14 @@ def keep_outputs(folder: str | Path) -> None:
             _CREATED.pop(kept, None)
 
 
-def _failed(path: Path, exc: BaseException) -> WriteFailed:
-    """The `WriteFailed` for a write of `path` that raised `exc`, once its new folders are taken back."""
-    if isinstance(exc, WriteFailed):
-        path, exc = exc.path, exc.__cause__ or exc
-    return write_failed(path, exc, _take_back(path))
+def _raise_failed(exc: BaseException, written: Path | None, left: str = "") -> NoReturn:
+    """The one clean-up rule's last step, once the temporary is removed (and, by the caller, the folders
+    made for the output taken back: `left` says which): `exc` as `WriteFailed` naming the file
+    `written`, or, when `written` is None (not a failed write), as it was."""
+    if written is None:
+        raise exc
+    cause = (exc.__cause__ or exc) if isinstance(exc, WriteFailed) else exc
+    raise write_failed(written, cause, left) from exc
 
 
 def _is_write_failure(exc: BaseException) -> bool:
@@ -260,10 +264,8 @@ def _replacing(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
     except BaseException as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        if _is_write_failure(exc):
-            raise _failed(path, exc) from exc
-        _take_back(path)
-        raise
+        written = exc.path if isinstance(exc, WriteFailed) else path  # a write nested in the block
+        _raise_failed(exc, written if _is_write_failure(exc) else None, _take_back(path))
     finally:
         if fd is not None:
             os.close(fd)
@@ -440,11 +442,7 @@ def atomic_directory(
         if tmp is None:  # nothing was made (a failure to make it is already named)
             raise
         shutil.rmtree(tmp, ignore_errors=True)
-        written = _written_in(exc, tmp, path)
-        if written is None:
-            _take_back(path)
-            raise
-        raise write_failed(written, exc.__cause__ or exc, _take_back(path)) from exc
+        _raise_failed(exc, _written_in(exc, tmp, path), _take_back(path))
 
 
 @contextmanager
@@ -466,11 +464,8 @@ def replace_files(folder: str | Path, record: OutputRecord) -> Iterator[Path]:
         with held():  # renames need no space: once begun, the whole set goes in
             for name in sorted(names, key=lambda name: name == record.name):  # the record last
                 os.replace(stage / name, folder / name)
-    except BaseException as exc:
-        written = None if stage is None else _written_in(exc, stage, folder)
-        if written is None:
-            raise
-        raise write_failed(written, exc.__cause__ or exc) from exc  # named as the file it would be
+    except BaseException as exc:  # the folder is shared: nothing in it is taken back
+        _raise_failed(exc, None if stage is None else _written_in(exc, stage, folder))
     finally:
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
@@ -499,7 +494,7 @@ def _temporary_folder(path: Path) -> Path:
     except OSError as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise _failed(path, exc) from exc
+        _raise_failed(exc, path, _take_back(path))
 
 
 def _written_in(exc: BaseException, tmp: Path, path: Path) -> Path | None:
