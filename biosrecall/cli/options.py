@@ -251,6 +251,11 @@ def trainer_options(overrides: tuple[str, ...] = (), run: bool = True, bios: boo
     options += [_override_option(name, field_docs(ModelConfig)[name]) for name in overrides]
     if run:
         options += [click.option(f"--{name}", is_flag=True, help=text) for name, text in RUN_FLAGS.items()]
+    return stacked(options)
+
+
+def stacked(options: list[Callable]) -> Callable:
+    """One decorator applying the option decorators `options`, which help then lists in this order."""
 
     def decorate(command: Callable) -> Callable:
         for option in reversed(options):  # click lists the innermost decorator first

@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer
+from biosrecall.cli.options import Integer, stacked
 from biosrecall.errors import bounded
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
@@ -37,7 +37,7 @@ def executor_options(gpus_default: str = "0"):
     """`--executor` and the options of both executors but workers and threads (`sweep run`'s, and every
     study's through `biosrecall study`), passed as `kind`, `gpus_per_run`, `partition`, `cpus_per_run`,
     `time_min`, `array_parallelism` (None: not given); `make_executor` reads them."""
-    options = [
+    return stacked([
         click.option("--executor", "kind", type=click.Choice(["local", "slurm"]), default="local",
                      show_default=True,
                      help="Where runs go: processes on this machine, or a Slurm job array (submitit)."),
@@ -50,14 +50,7 @@ def executor_options(gpus_default: str = "0"):
                      help="slurm: time limit per run, minutes [default: 1440]."),
         click.option("--array-parallelism", type=Integer(counts()), default=None,
                      help="slurm: tasks at once [default: 256]."),
-    ]  # fmt: skip
-
-    def decorate(command):
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
+    ])  # fmt: skip
 
 
 @click.group()
