@@ -211,7 +211,7 @@ def _options(
     for key, value in table.items():
         with commands.located(where):
             name = commands.canonical_key(command, key, engine_keys)
-        options[key] = option_value(command, name, value, here, f"{where} {key}")
+        options[key] = option_value(command, name, value, here)
     return options
 
 
@@ -238,7 +238,7 @@ def _overrides(command: str, overrides: Sequence[str], grid) -> dict[str, Any]:
             raise BiosrecallError(f"--set {key}: {key} is a grid key")
         if commands.is_flag_option(command, name) and value.lower() in ("true", "false"):
             value = value.lower() == "true"  # other text is refused as each run is read, as a flag's
-        fixed[key.strip()] = option_value(command, name, value, Path.cwd(), f"--set {key}")
+        fixed[key.strip()] = option_value(command, name, value, Path.cwd())
     return fixed
 
 
@@ -260,13 +260,9 @@ def resolve(value: Any, here: Path) -> str:
     return str(path if path.is_absolute() else here.absolute() / path)
 
 
-def option_value(command: str, name: str, value: Any, here: Path | None, where: str) -> Any:
-    """`value` checked to be a value or a list of values; with `here`, a path option's value resolved
-    against it."""
-    if isinstance(value, dict) or (
-        isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
-    ):
-        raise BiosrecallError(f"{where} takes a value or a list of values, not {type(value).__name__}")
+def option_value(command: str, name: str, value: Any, here: Path | None) -> Any:
+    """`value`, a path option's resolved against `here` (None: as written). What the value may be is
+    the command's own `--config` reader's to say, as each run is read."""
     if here is not None and isinstance(value, str) and commands.is_path_option(command, name):
         return resolve(value, here)
     return value
@@ -282,7 +278,7 @@ def expand_runs(command, base, grid, entries, fixed, here: Path) -> list[Written
         _no_overlap(command, [(f"[[runs]] {entry_name}", entry), ("[grid]", dict.fromkeys(keys))])
         for combo in combos:
             chosen = dict(zip(keys, combo, strict=True))
-            values = {key: option_value(command, key, value, here, "[grid]") for key, value in chosen.items()}
+            values = {key: option_value(command, key, value, here) for key, value in chosen.items()}
             options = dict(base)
             for layer in (entry, values, fixed):
                 options = replace_settings(command, options, layer)
@@ -313,6 +309,6 @@ def run_name(command: str, entry_name: str | None, chosen: Mapping[str, Any]) ->
 
 
 def _slug(value: Any) -> str:
-    """A grid value (`option_value` refused lists in a grid) as a part of a run name."""
+    """A grid value as a part of a run name."""
     text = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return _UNSAFE.sub("_", text)
