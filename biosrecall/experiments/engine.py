@@ -33,8 +33,9 @@ engine's record, `inputs` (`capacity`'s), what its runs read (a dataset) made un
 runs planned there, and `free`, options a later call may change (where runs are scored); a failure
 or interrupt while preparing leaves a new output as it found it; `then`, runs chosen from the first
 runs' results (a learning-rate grid's winners); `evaluate`, one scoring pass in this process instead
-of per-run `evaluations`; `write`, files in formats of its own. Branches (a run whose task names its trunk's run as `from`) train after every other run, from
-the state their trunk kept (`study_engine.train_study_runs`).
+of per-run `evaluations`; `write`, files in formats of its own. Branches (a run whose task names its
+trunk's run as `from`) train after every other run, from the state their trunk kept
+(`study_engine.train_study_runs`).
 """
 
 from __future__ import annotations
