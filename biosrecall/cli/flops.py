@@ -118,11 +118,10 @@ def flops(
     U{1..16}) and 16, and each schedule's modeled training compute relative to uniform:1-16 at the same
     number of updates (the saving is 1 minus that)."""
     parsed = [parse_schedule(text) for text in schedules or PAPER_SCHEDULES]
-    vocabulary = None if data_dir is None else _dataset_vocabulary(data_dir)
+    overrides = {} if backprop_depth is None else {"backprop_depth": backprop_depth}
+    if data_dir is not None:
+        overrides["vocab_size"] = _dataset_vocabulary(data_dir)
     for index, name in enumerate(presets):
-        overrides = {} if backprop_depth is None else {"backprop_depth": backprop_depth}
-        if vocabulary is not None:
-            overrides["vocab_size"] = vocabulary
         cfg = get_preset(name, **recipe_overrides(recipe, overrides))
         check_config(cfg)
         if index:
