@@ -260,6 +260,8 @@ def before_the_first_instruction(code: int, stderr: str) -> bool:
     package's first instruction (on a loaded machine 0.1 s can be that early): no handler of ours can
     exist yet, so Python's default applies. Told by a traceback with no frame in the package; the
     callers still check that nothing was written."""
+    if "Fatal Python error: init_import_site" in stderr and "KeyboardInterrupt" in stderr:
+        return True  # stopped while the interpreter imported `site`, before any script ran
     frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
     package = str(Path(biosrecall.__file__).parent) + os.sep
     return code == -signal.SIGINT and bool(frames) and not any(package in f for f in frames)
