@@ -141,8 +141,8 @@ def evaluate_run(
     device: str = "auto",
     precision: str = "auto",
 ) -> pd.DataFrame:
-    """Evaluate the checkpoints `checkpoints` selects (selector text, repeated values or a
-    `Selector`) of an LM run on the validation split; write and return the table."""
+    """Evaluate the checkpoints `checkpoints` selects (selector text or repeated
+    values) of an LM run on the validation split; write and return the table."""
     run_dir = Path(run_dir)
     setup = lm_setup(run_dir, checkpoints, data_dir, device, precision)
 
