@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import NumberList, Real, parse_overrides, train_field_option
+from biosrecall.cli.options import NumberList, Real, parse_overrides, stacked, train_field_option
 from biosrecall.cli.study import (
     QUIET,
     SEEDS,
@@ -31,7 +31,6 @@ from biosrecall.cli.study import (
     parse_seeds,
     report_outcome,
     study_errors,
-    with_options,
 )
 from biosrecall.experiments.study import BUDGET_MODES, Figure1Options, StudyOptions, figure1_command
 from biosrecall.interrupts import work_done
@@ -99,7 +98,7 @@ def _figure1_options(command):
         ),
         archive_option("--seeds or controls"),
     ]
-    return with_options(command, options)
+    return stacked(options)(command)
 
 
 @click.command()

@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, NumberList, field_docs
+from biosrecall.cli.options import Integer, NumberList, field_docs, stacked
 from biosrecall.cli.sweep import executor_options
 from biosrecall.experiments.study import check_seeds
 from biosrecall.numbers import SEED, counts
@@ -120,14 +120,7 @@ def options_from(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None
     """A decorator that gives a command one option per field of the dataclass `cls`, in its order
     (`field_options`)."""
 
-    return lambda command: with_options(command, field_options(cls, given))
-
-
-def with_options(command: Callable, options: list[Callable]) -> Callable:
-    """`command` given `options` (click option decorators), in their order."""
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return stacked(field_options(cls, given))
 
 
 def archive_option(grows: str) -> Callable:
@@ -231,7 +224,7 @@ def study_command(name: str) -> click.Command:
         ARCHIVE_OVERWRITE,
         config_option(),
     ]  # fmt: skip
-    command = with_options(command, [*field_options(study.options), *engine_options])
+    command = stacked([*field_options(study.options), *engine_options])(command)
     return click.command(name, help=study.summary, short_help=study.summary)(command)
 
 
