@@ -55,10 +55,10 @@ def test_pool_size_takes_the_first_values_of_the_frozen_pool():
     ("overrides", "message"),
     [
         ({"birth_city": 501}, "above the pool length 500"),
-        ({"major": 1}, "below the minimum of 2"),
-        ({"birth_day": 0}, "below the minimum of 2"),
-        ({"planet": 3}, "unknown attribute 'planet'"),
-        ({"major": 2.5}, "must be an integer"),
+        ({"major": 1}, "field 'major': expected int >= 2, got 1"),
+        ({"birth_day": 0}, "field 'birth_day': expected int >= 2, got 0"),
+        ({"planet": 3}, r"field 'planet' is unknown \(known: first_name"),
+        ({"major": 2.5}, "field 'major': expected int, got float"),
     ],
 )
 def test_bad_pool_sizes_are_clear_errors(overrides, message):

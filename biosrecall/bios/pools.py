@@ -46,7 +46,9 @@ import random
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 from faker import Faker
 
 from biosrecall.atomic import OutputRecord, atomic_directory
@@ -54,6 +56,7 @@ from biosrecall.bios.tokenizer import SPACE_MARK, split_words
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import file_sha256, read_user_text
 from biosrecall.paths import POOLS_DIR
+from biosrecall.records import parse_record
 
 ATTRIBUTES = ("birth_city", "birth_day", "birth_month", "university", "major", "employer")
 NAME_PARTS = ("first_name", "middle_name", "last_name")
@@ -83,6 +86,14 @@ DEFAULT_POOL_SIZES = {
     "employer": 128,
 }
 MIN_POOL_SIZE = 2
+PoolSize = Annotated[int, msgspec.Meta(ge=MIN_POOL_SIZE)]
+"""A pool's size: at least two values, or the attribute tells nothing."""
+PoolSizeChoice = msgspec.defstruct(
+    "PoolSizeChoice",
+    [(name, PoolSize, size) for name, size in DEFAULT_POOL_SIZES.items()],
+    forbid_unknown_fields=True,
+)
+"""Every pool's size: the defaults, each overridable by name (an unknown name is refused)."""
 POOLS_SEED = 3339
 
 MONTHS = (
@@ -219,20 +230,9 @@ def stale_pool_files(pools_dir: str | Path | None = None, seed: int = POOLS_SEED
 
 
 def resolve_pool_sizes(overrides: Mapping[str, int] | None = None) -> dict[str, int]:
-    """Defaults updated with `overrides`; unknown pool names and non-integer sizes are errors."""
-    sizes = dict(DEFAULT_POOL_SIZES)
-    for name, size in (overrides or {}).items():
-        if name not in sizes:
-            raise BiosrecallError(
-                f"unknown attribute '{name}' in pool sizes (known: {', '.join(POOL_NAMES)})"
-            )
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise BiosrecallError(f"pool size for {name} must be an integer, got {size!r}")
-        sizes[name] = size
-    for name, size in sizes.items():
-        if size < MIN_POOL_SIZE:
-            raise BiosrecallError(f"pool size {size} for {name} is below the minimum of {MIN_POOL_SIZE}")
-    return sizes
+    """Defaults updated with `overrides`; an unknown pool name, a size that is not an integer or one
+    below `MIN_POOL_SIZE` is a `BiosrecallError` naming the pool."""
+    return msgspec.structs.asdict(parse_record(dict(overrides or {}), PoolSizeChoice, "pool sizes"))
 
 
 def _value_problem(value: str, one_word: bool) -> str | None:

@@ -21,7 +21,7 @@ from msgspec import Meta
 from tokenizers import Tokenizer
 
 from biosrecall.bios.encoding import EVAL_COLUMNS, TRAIN_COLUMNS, TokenArrays
-from biosrecall.bios.pools import ATTRIBUTES, MIN_POOL_SIZE, NAME_PARTS
+from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS, PoolSize
 from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
@@ -39,7 +39,6 @@ def _fail(folder: Path, message: str) -> BiosrecallError:
     return BiosrecallError(f"dataset {folder}: {message}")
 
 
-PoolSize = Annotated[int, Meta(ge=MIN_POOL_SIZE)]
 PoolSizes = exact_keys("PoolSizes", ATTRIBUTES, PoolSize)
 NamePoolSizes = exact_keys("NamePoolSizes", NAME_PARTS, PoolSize)
 AttributeBits = exact_keys("AttributeBits", ATTRIBUTES, Amount)
