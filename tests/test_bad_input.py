@@ -182,7 +182,7 @@ CASES = [
     Case("train-dataset-missing", ["train", "--out", "newrun", *RUN_ARGS[2:], "--data", "nowhere"],
          "dataset folder nowhere not found"),
     Case("train-dataset-corrupt-manifest", NEW_RUN,
-         "manifest.json is not valid JSON", prepare=corrupt_manifest),
+         "manifest.json is corrupt: Expecting property name", prepare=corrupt_manifest),
     Case("train-dataset-tampered-array", NEW_RUN,
          "person_values.npy does not match its sha256", prepare=tamper_array),
     Case("train-budget-below-one-update", ["train", "--out", "newrun", *BASE_ARGS, "--budget", "1"],

@@ -148,8 +148,11 @@ def flip_byte(path):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda f: (f / "manifest.json").unlink(), "manifest.json is missing"),
-        (lambda f: (f / "manifest.json").write_text("{not json"), "not valid JSON"),
+        (lambda f: (f / "manifest.json").unlink(), "manifest.json does not exist"),
+        (
+            lambda f: (f / "manifest.json").write_text("{not json"),
+            "manifest.json is corrupt: Expecting property name",
+        ),
         (
             lambda f: (f / "manifest.json").write_text('{"format": "other"}'),
             "is not a 'biosrecall-bios-1' manifest",

@@ -153,7 +153,7 @@ def _drop(*keys) -> Callable[[Path], None]:
 
 
 DATASET_MANIFESTS = [
-    ("not-json", replace_with("{not json"), "is not valid JSON"),
+    ("not-json", replace_with("{not json"), "manifest.json is corrupt: Expecting property name"),
     ("deeply-nested", replace_with(DEEP_JSON), "nested too deeply"),
     ("a-list", replace_with("[]"), "is not a 'biosrecall-bios-1' manifest"),
     ("a-fifo", replace_with("fifo"), "is not a regular file"),

@@ -282,7 +282,7 @@ def test_two_workers_finish_the_good_runs_and_report_the_failed_ones(folder, swe
         ).is_file()  # evaluated: the cache
         record = json.loads((folder / "runs/.sweep" / f"seed{seed}" / "broken.json").read_text())
         assert record["state"] == "failed" and record["exit_code"] == 2
-        assert "manifest.json is not valid JSON" in record["error"]
+        assert "manifest.json is corrupt: Expecting value" in record["error"]
         assert f"failed seed{seed}/broken (exit 2)" in output
     assert "4 runs: 2 trained, 2 failed" in output
     assert "--threads 1" in (folder / "runs/.sweep/seed0/fixed.log").read_text()

@@ -9,8 +9,6 @@ that names the folder and the problem.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -25,7 +23,7 @@ from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS, PoolSize
 from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import file_sha256, read_user_text, require_regular_file
+from biosrecall.files import file_sha256, parse_json_text, read_user_text, require_regular_file
 from biosrecall.records import Amount, Count, Sha256, exact_keys, parse_record
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
@@ -99,15 +97,8 @@ class DatasetManifest:
 def read_manifest(path: Path, expected_format: str) -> tuple[bytes, dict]:
     """The manifest's raw bytes and its content as JSON read it, checked as a `DatasetManifest`; the
     file must be a regular file of bounded size."""
-    if not os.path.lexists(path):
-        raise _fail(path.parent, f"{path.name} is missing (not a dataset folder?)")
     text = read_user_text(path, f"dataset {path.parent}:", MAX_MANIFEST_BYTES)
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _fail(path.parent, f"{path.name} is not valid JSON ({exc})") from None
-    except RecursionError:
-        raise _fail(path.parent, f"{path.name} is not valid JSON (nested too deeply)") from None
+    manifest = parse_json_text(text, f"dataset manifest {path}")
     if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
         raise _fail(path.parent, f"{path.name} is not a '{expected_format}' manifest")
     parse_record(manifest, DatasetManifest, f"dataset manifest {path} is corrupt")
