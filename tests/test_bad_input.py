@@ -318,7 +318,7 @@ CASES = [
          "is not a prepared folder",
          requires=("lm", "train")),
     Case("lm-train-bios-data", ["lm", "train", "--data", "data", "--out", "lmrun"],
-         "not a biosrecall LM shard",
+         "not a biosrecall LM shard manifest of format version 1",
          requires=("lm", "train")),
     Case("lm-train-unknown-preset", [*LM_TRAIN, "--preset", "bios-huge"], "unknown preset 'bios-huge'",
          requires=("lm", "train")),

@@ -205,7 +205,7 @@ SHARD_MANIFESTS = [
     ("sha-not-hex", _set("tokenizer", "sha256", "zz"), "field 'tokenizer.sha256'"),
     ("dtype-unknown", _set("dtype", "<f8"), "field 'dtype'"),
     ("dtype-too-wide", _set("dtype", "<u4"), "but a vocabulary of 300 is stored as <u2"),
-    ("version-2", _set("format_version", 2), "format version 2"),
+    ("version-2", _set("format_version", 2), "of format version 1 (it records format 'biosrecall-lm-shards', format version 2)"),
     ("shards-not-list", _set("splits", "train", "shards", {}), "field 'splits.train.shards'"),
     ("shard-escapes", _set(*FIRST_SHARD, "file", "../../etc/passwd"), "field 'splits.train.shards[0].file'"),
     ("shard-tokens-negative", _set(*FIRST_SHARD, "tokens", -1), "field 'splits.train.shards[0].tokens': expected int >= 0, got -1"),

@@ -113,11 +113,11 @@ def load_manifest(data_dir: str | Path) -> dict:
     if not os.path.lexists(path):
         raise BiosrecallError(f"{data_dir} is not a prepared folder (no manifest.json; run `lm prepare`)")
     manifest = read_json_object(path, "LM shard manifest")  # bounded: `biosrecall.files.MAX_JSON_BYTES`
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise BiosrecallError(f"{path} is not a biosrecall LM shard manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    found = (manifest.get("format"), manifest.get("format_version"))
+    if found != (MANIFEST_FORMAT, FORMAT_VERSION):
         raise BiosrecallError(
-            f"{path} has format version {manifest.get('format_version')}; expected {FORMAT_VERSION}"
+            f"{path} is not a biosrecall LM shard manifest of format version {FORMAT_VERSION} "
+            f"(it records format {found[0]!r}, format version {found[1]!r})"
         )
     parse_record(manifest, ShardManifest, f"LM shard manifest {path} is corrupt")
     return manifest
