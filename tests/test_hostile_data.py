@@ -370,8 +370,8 @@ CORPORA = [
     ("fifo-in-folder", _fifo_in_folder, "stream.txt is not a regular file (a FIFO)"),
     ("device", _device, "is not a regular file (a device or socket)"),
     ("deeply-nested-jsonl", _deep_jsonl, "deep.jsonl:2: not valid JSON (nested too deeply)"),
-    ("line-over-limit", _long_line, "line longer than 300,000 characters"),
-    ("document-over-limit", _long_document, "document longer than 300,000 characters"),
+    ("line-over-limit", _long_line, "long.jsonl:1: a line or document longer than 300,000 characters (the limit"),
+    ("document-over-limit", _long_document, "a line or document longer than 300,000 characters (the limit; in a .txt file a blank line ends a document)"),
 ]  # fmt: skip
 
 

@@ -234,10 +234,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
         with open(path, encoding="utf-8") as handle:
             for lineno, line in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_CHARS + 1), ""), 1):
-                if len(line) > MAX_DOCUMENT_CHARS:
-                    raise BiosrecallError(
-                        f"{path}:{lineno}: line longer than {MAX_DOCUMENT_CHARS:,} characters (the limit per line)"
-                    )
+                _check_length(len(line), f"{path}:{lineno}")
                 yield lineno, line
     except UnicodeDecodeError as exc:
         raise BiosrecallError(f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
@@ -250,11 +247,7 @@ def _read_txt(path: Path) -> Iterator[str]:
         if line.strip():
             block.append(line)
             size += len(line)
-            if size > MAX_DOCUMENT_CHARS:
-                raise BiosrecallError(
-                    f"{path}:{lineno}: document longer than {MAX_DOCUMENT_CHARS:,} characters "
-                    "(the limit per document; separate documents with a blank line)"
-                )
+            _check_length(size, f"{path}:{lineno}")
         elif block:
             yield "".join(block).strip()
             block, size = [], 0
@@ -356,8 +349,15 @@ def _as_text(value: object, where: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise BiosrecallError(f"{where}: the text column holds {type(value).__name__}, not text")
-    if len(value) > MAX_DOCUMENT_CHARS:
-        raise BiosrecallError(
-            f"{where}: a document longer than {MAX_DOCUMENT_CHARS:,} characters (the limit)"
-        )
+    _check_length(len(value), where)
     return value if value.strip() else None
+
+
+def _check_length(chars: int, where: str) -> None:
+    """The one bound on a document, and so on a line of a file (lines are read with it): one endless
+    line or document cannot fill memory."""
+    if chars > MAX_DOCUMENT_CHARS:
+        raise BiosrecallError(
+            f"{where}: a line or document longer than {MAX_DOCUMENT_CHARS:,} characters (the limit; "
+            "in a .txt file a blank line ends a document)"
+        )
