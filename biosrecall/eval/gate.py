@@ -209,7 +209,7 @@ class GateCalibrations:
 
 @dataclass
 class GateRecord:
-    """What `load_gate` and `biosrecall gate train`'s report read of gate.json (`gate_fit.gate_record`
+    """What `load_gate` and `biosrecall gate train`'s report read of gate.json (`gate_fit.fit_from_traces`
     writes it; the other keys are the fit's evidence, left alone here)."""
 
     weights: dict[str, list[float]]

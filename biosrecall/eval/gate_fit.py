@@ -7,8 +7,8 @@
 
 What a query is differs by task: a bioS run's are the dataset's prompts (`BIOS_GATE`, here); a
 language-model run's are positions of its shards' windows (`biosrecall.lm.gate.LM_GATE`, beside the LM
-code it reads, so that `eval/` never imports `lm/`). The planning, the checks, the lock and the
-writing are shared.
+code it reads, so that `eval/` never imports `lm/`). The planning, the checks, the lock, the
+fitting pipeline (`fit_from_traces`: head, reference depth, calibration) and the writing are shared.
 
 Everything is checked (the selector, the dataset on disk and its hash, the numbers) before the first
 model loads, and each gate folder is written atomically, so a refusal or a crash writes nothing.
@@ -35,6 +35,7 @@ from biosrecall.eval.gate import (
     FORMAT,
     LEARNING_RATE,
     TARGET,
+    Trace,
     deltas,
     model_hash,
     query_logits,
@@ -136,32 +137,39 @@ def _fit_bios_gate(model, data_path: Path, dataset, settings: dict, batch_size: 
 def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZE) -> tuple[dict, dict]:
     """(record without the checkpoint's hashes, calibration arrays) of a gate fitted on `model`;
     `settings`: seed, confidence, max_depth and optionally reference (else the best fixed depth)."""
-    seed, confidence, max_depth = settings["seed"], settings["confidence"], settings["max_depth"]
+    seed, max_depth = settings["seed"], settings["max_depth"]
     fit_people, held_people = split_people(dataset.num_people, seed)
     fit = gate_queries(dataset, fit_people, seed=seed, limit=MAX_FIT_QUERIES)
     held = gate_queries(dataset, held_people, one_per_fact=True, seed=seed)
-    trace = trace_queries(model, fit, max_depth, batch_size)
-    # A given reference (settings["reference"], for experiments and tests) replaces the best fixed depth.
-    reference = min(settings.get("reference") or reference_depth(trace.exact), max_depth)
-    head, summary = train_head(trace, reference, seed)
-    del trace  # the fitting states are the largest thing held; the calibration pass needs room
-    held_trace = trace_queries(model, held, reference, batch_size)
-    scores = query_logits(head, held_trace.states[: reference - 1], held_trace.query_of, len(held))
-    exact = held_trace.exact
-    calibrations = [
-        calibrate(scores, exact, reference, delta, round(1 - confidence, 12)) for delta in deltas()
-    ]
-    record = gate_record(settings, reference, summary, head, calibrations)
+    record, arrays = fit_from_traces(
+        lambda: trace_queries(model, fit, max_depth, batch_size),
+        lambda reference: trace_queries(model, held, reference, batch_size),
+        settings,
+    )
     record["fit"].update(people=len(fit_people), queries=len(fit))
-    record["calibration"].update(people=len(held_people), queries=len(held),
-                                 reference_exact=float(exact[reference - 1].mean()))  # fmt: skip
-    return record, {"scores": scores, "exact": exact}
+    record["calibration"].update(people=len(held_people))
+    return record, arrays
 
 
-def gate_record(settings: dict, reference: int, summary: dict, head, calibrations) -> dict:
-    """The gate.json record, before the checkpoint's hashes (and the task's own fit/calibration fields)."""
+def fit_from_traces(
+    trace_fit: Callable[[], Trace], trace_held: Callable[[int], Trace], settings: dict
+) -> tuple[dict, dict]:
+    """The one fitting pipeline of every task: train the head on `trace_fit()`, the fitting queries
+    traced to max_depth, then calibrate it on `trace_held(reference)`, the held-out queries traced to
+    the reference depth. Returns (the gate.json record without the checkpoint's hashes and the task's
+    own counts, calibration arrays); `settings` as `fit_gate`'s."""
+    trace = trace_fit()
+    # A given reference (settings["reference"], for experiments and tests) replaces the best fixed depth.
+    reference = min(settings.get("reference") or reference_depth(trace.exact), settings["max_depth"])
+    head, summary = train_head(trace, reference, settings["seed"])
+    del trace  # the fitting states are the largest thing held; the calibration pass needs room
+    held = trace_held(reference)
+    queries = held.exact.shape[1]
+    scores = query_logits(head, held.states[: reference - 1], held.query_of, queries)
+    alpha = round(1 - settings["confidence"], 12)
+    calibrations = [calibrate(scores, held.exact, reference, delta, alpha) for delta in deltas()]
     clean = lambda value: None if isinstance(value, float) and math.isnan(value) else value  # noqa: E731
-    return {
+    record = {
         "format": FORMAT,
         "seed": settings["seed"],
         "confidence": settings["confidence"],
@@ -174,10 +182,16 @@ def gate_record(settings: dict, reference: int, summary: dict, head, calibration
             "learning_rate": LEARNING_RATE,
             **{k: clean(v) for k, v in summary.items()},
         },
-        "calibration": {"share": CALIBRATION_SHARE, "deltas": [c.as_record() for c in calibrations]},
+        "calibration": {
+            "share": CALIBRATION_SHARE,
+            "deltas": [c.as_record() for c in calibrations],
+            "queries": queries,
+            "reference_exact": float(held.exact[reference - 1].mean()),
+        },
         "weights": head.weights(),
         "versions": versions(),
     }
+    return record, {"scores": scores, "exact": held.exact}
 
 
 def write_gate(folder: Path, record: dict, arrays: dict) -> Path:

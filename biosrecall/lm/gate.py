@@ -29,9 +29,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from biosrecall.eval.gate import Trace, batch_states, deltas, query_logits, reference_depth, train_head
-from biosrecall.eval.gate_data import calibrate
-from biosrecall.eval.gate_fit import GATE_TASKS, GateTask, fit_gates, gate_record
+from biosrecall.eval.gate import Trace, batch_states
+from biosrecall.eval.gate_fit import GATE_TASKS, GateTask, fit_from_traces, fit_gates
 from biosrecall.files import file_sha256
 from biosrecall.lm.evaluate import check_data
 from biosrecall.lm.loader import ShardLoader
@@ -79,32 +78,24 @@ def fit_lm_gate(
 ) -> tuple[dict, dict, str]:
     """(record without the checkpoint's hashes, calibration arrays, the sha256 of the folder's manifest),
     as `gate_fit.fit_gate` for bioS; `settings`: seed, confidence, max_depth and optionally reference."""
-    seed, confidence, max_depth = settings["seed"], settings["confidence"], settings["max_depth"]
+    seed, max_depth = settings["seed"], settings["max_depth"]
     batch_size = min(batch_size, WINDOWS_PER_PASS)
     fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
     windows = sum(len(rows) for rows in fitting)
-    trace = window_trace(model, fitting, max_depth, max(1, MAX_FIT_POSITIONS // windows), seed)
-    reference = min(settings.get("reference") or reference_depth(trace.exact), max_depth)
-    head, summary = train_head(trace, reference, seed)
-    positions = trace.states.shape[1]
-    del trace  # the fitting states are the largest thing held
-    held = window_trace(
-        model,
-        split_windows(data_dir, seq_len, "validation", CALIBRATION_WINDOWS, batch_size),
-        reference,
-        1,
-        seed,
+    per_window = max(1, MAX_FIT_POSITIONS // windows)
+
+    def trace_held(reference: int) -> Trace:
+        validation = split_windows(data_dir, seq_len, "validation", CALIBRATION_WINDOWS, batch_size)
+        return window_trace(model, validation, reference, 1, seed)
+
+    record, arrays = fit_from_traces(
+        lambda: window_trace(model, fitting, max_depth, per_window, seed), trace_held, settings
     )
-    queries = held.states.shape[1]
-    scores = query_logits(head, held.states[: reference - 1], held.query_of, queries)
-    alpha = round(1 - confidence, 12)
-    calibrations = [calibrate(scores, held.exact, reference, delta, alpha) for delta in deltas()]
-    record = gate_record(settings, reference, summary, head, calibrations)
     record["task"] = "lm"
-    record["fit"].update(split="train", windows=windows, positions=positions)
-    record["calibration"].update(split="validation", windows=queries, queries=queries,
-                                 reference_exact=float(held.exact[reference - 1].mean()))  # fmt: skip
-    return record, {"scores": scores, "exact": held.exact}, file_sha256(data_dir / "manifest.json")
+    # window_trace draws min(per_window, seq_len) positions of each window, each its own query
+    record["fit"].update(split="train", windows=windows, positions=windows * min(per_window, seq_len))
+    record["calibration"].update(split="validation", windows=record["calibration"]["queries"])
+    return record, arrays, file_sha256(data_dir / "manifest.json")
 
 
 def _check_lm_data(run_dir: Path, meta: dict, data_path: Path) -> int:
