@@ -235,8 +235,9 @@ def resolve_pool_sizes(overrides: Mapping[str, int] | None = None) -> dict[str, 
     return msgspec.structs.asdict(parse_record(dict(overrides or {}), PoolSizeChoice, "pool sizes"))
 
 
-def _value_problem(value: str, one_word: bool) -> str | None:
-    """Why `value` cannot be a pool value (a name part when `one_word`), or None."""
+def _value_problem(value: str, one_word: bool, seen: Mapping[str, int]) -> str | None:
+    """Why `value` cannot be a pool value (a name part when `one_word`; `seen`: the line of each value
+    before it), or None."""
     if value == "":
         return "empty value (a pool holds one value per line, without blank lines)"
     if all(word == SPACE_MARK for word in split_words(value)):
@@ -252,6 +253,8 @@ def _value_problem(value: str, one_word: bool) -> str | None:
         return f"value {value!r} must start with a letter or digit"
     if one_word and " " in value:
         return f"name part {value!r} must be one word (full names are 'first middle last')"
+    if value in seen:
+        return f"duplicate of line {seen[value]} ({value!r})"
     return None
 
 
@@ -268,11 +271,9 @@ def _read_pool_file(folder: Path, name: str) -> list[str]:
         values.pop()  # the final newline ends the last line; it does not start an empty one
     seen: dict[str, int] = {}
     for line_number, value in enumerate(values, start=1):
-        problem = _value_problem(value, one_word=name in NAME_PARTS)
+        problem = _value_problem(value, one_word=name in NAME_PARTS, seen=seen)
         if problem:
             raise BiosrecallError(f"{path} line {line_number}: {problem}")
-        if value in seen:
-            raise BiosrecallError(f"{path} line {line_number}: duplicate of line {seen[value]} ({value!r})")
         seen[value] = line_number
     return values
 
