@@ -104,10 +104,11 @@ def read_shard_header(path: str | Path) -> ShardHeader:
         size = path.stat().st_size
     except OSError as exc:
         raise BiosrecallError(f"cannot read shard {path}: {exc.strerror}") from exc
+    # A short file is unpacked zero-padded only to be refused by the first check.
+    _, version, itemsize, tokens, digest = HEADER.unpack(raw.ljust(HEADER_BYTES, b"\0"))
     if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
-        raise BiosrecallError(f"{path} is not a biosrecall token shard (bad header)")
-    _, version, itemsize, tokens, digest = HEADER.unpack(raw)
-    if version != FORMAT_VERSION:
+        problem = "is not a biosrecall token shard (bad header)"
+    elif version != FORMAT_VERSION:
         problem = f"has format version {version}; this package reads {FORMAT_VERSION}"
     elif itemsize not in (2, 4):
         problem = f"declares {itemsize} bytes per token (expected 2 or 4)"
