@@ -36,26 +36,12 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.lm_eval import evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
-from biosrecall.cli.options import Integer, Real, split_options, trainer_options
-from biosrecall.cli.study import (
-    EXECUTOR_OPTIONS,
-    QUIET,
-    SEEDS,
-    THREADS,
-    WORKERS,
-    archive_output,
-    field_options,
-    options_from,
-    parse_seeds,
-    report_outcome,
-    study_errors,
-)
-from biosrecall.cli.sweep import executor_options
+from biosrecall.cli.options import Integer, Real, split_options, stacked, trainer_options
+from biosrecall.cli.study import SEEDS, engine_options, options_from, parse_seeds, run_engine_command
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.cli.train import train_and_report
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.lm_grid import LMStudyOptions, parse_grid
-from biosrecall.interrupts import work_done
 from biosrecall.lm.corpus import Corpus
 from biosrecall.lm.loader import set_verification
 from biosrecall.lm.shards import DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_SIZE, prepare_corpus
@@ -295,76 +281,40 @@ STUDY_OPTIONS = {
 }
 
 
-@dataclass
-class StudyCallOptions:
-    """What an `lm study` call does beyond running the study, one option per field (`field_options`)."""
-
-    plan_only: bool = False
-    """Say what each run would do and spend; write nothing."""
-
-    archive: Path | None = None
-    """Train nothing: copy the finished output --out into DEST without its weights and training states
-    (small enough to commit). A copy of DEST continues the study: the same command with more --seeds
-    trains only the new seeds."""
-
-    overwrite: bool = False
-    """With --archive: replace an existing DEST."""
-
-
-STUDY_CALL = {
-    "plan_only": {"flag": "--plan"},
-    "archive": {"type": click.Path(path_type=Path), "metavar": "DEST"},
-}
-"""What the options of `StudyCallOptions` take beyond their fields' types (`field_options`)."""
-
-
-def _study_options(command):
-    """`lm study`'s options: the study's (`LMStudyOptions`), then how it runs and what else it does."""
-    options = [
-        config_option(lists=("seeds",)),
-        click.option(
-            "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
-        ),
-        *field_options(LMStudyOptions, STUDY_OPTIONS),
-        WORKERS,
-        THREADS,
-        executor_options(gpus_default="1 with --device cuda, else 0"),
-        QUIET,
-        *field_options(StudyCallOptions, STUDY_CALL),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
 @lm.command("study", short_help="The paper's Figure-2 LM study over seeds, with its claims judged.")
-@_study_options
-def study(data_dir, out_dir, grid, workers, threads, plan_only, quiet, archive, overwrite, **values) -> None:
+@config_option(lists=("seeds",))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@options_from(LMStudyOptions, STUDY_OPTIONS)
+@stacked(engine_options("--seeds"))
+def study(data_dir, grid, archive, overwrite, **given) -> None:
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
     Resumable: Ctrl-C stops it (exit 130) and the same command continues."""  # fmt: skip
-    if archive is not None:
-        archive_output(out_dir, archive, overwrite)
-        return
-    if overwrite:
-        raise BiosrecallError(
-            "--overwrite applies to --archive only (a study's output is continued, not replaced)"
-        )
-    if data_dir is None:
-        raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
-    from biosrecall.experiments.engine import plan_study, run_study
+
+    def options(values) -> LMStudyOptions:
+        if overwrite:
+            raise BiosrecallError(
+                "--overwrite applies to --archive only (a study's output is continued, not replaced)"
+            )
+        if data_dir is None:
+            raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
+        return LMStudyOptions(data=str(data_dir), grid=parse_grid(grid), **values)
+
+    run_engine_command(
+        _lm_study, options, _show_claims, archive=archive, overwrite=overwrite, failed_hint="", **given
+    )
+
+
+def _lm_study():
+    """The study's declaration, imported only when it runs (an --archive needs none)."""
     from biosrecall.experiments.lm_study import LM_STUDY
 
-    executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
-    options = LMStudyOptions(data=str(data_dir), grid=parse_grid(grid), **values)
-    if plan_only:
-        click.echo("\n".join(plan_study(LM_STUDY, out_dir, options, workers, threads, executor)))
-        return
-    report = None if quiet else report_outcome
-    with study_errors(failed_hint=""):
-        result = run_study(LM_STUDY, out_dir, options, workers, threads, report, executor)
-    work_done()
+    return LM_STUDY
+
+
+def _show_claims(result) -> None:
+    """The judged claims, then where the tables and figures are."""
     shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
     click.echo(shown.to_string(index=False))
     click.echo(f"wrote {result.out_dir}/lm_claims.md, lm_summary.md, lm_nll.csv, the figures and timings.md")

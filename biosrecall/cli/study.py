@@ -35,6 +35,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, field_docs, stacked
 from biosrecall.cli.sweep import executor_options
 from biosrecall.experiments.study import check_seeds
+from biosrecall.interrupts import work_done
 from biosrecall.numbers import SEED, counts
 from biosrecall.train.config import LIMITS
 from biosrecall.train.stops import Interrupted
@@ -188,44 +189,87 @@ def report_outcome(outcome) -> None:
         click.echo(f"{outcome.action:<8} {outcome.name}  {outcome.progress}".rstrip(), err=True)
 
 
+def engine_options(grows: str) -> list[Callable]:
+    """The options of a study command run by the engine (`study NAME`, `lm study`) after the study's
+    own: where its runs go (`executor_options`, --workers, --threads), --quiet, --plan and --archive
+    (`grows`: what a copy's rerun may add)."""
+    return [
+        executor_options(gpus_default="1 with --device cuda, else 0"),
+        WORKERS,
+        THREADS,
+        QUIET,
+        click.option(
+            "--plan",
+            is_flag=True,
+            help="Print what each run would do, its size and estimated CPU time; write nothing.",
+        ),
+        archive_option(grows),
+        ARCHIVE_OVERWRITE,
+    ]
+
+
+def run_engine_command(
+    study: Callable[[], Any],
+    options: Callable[[dict[str, Any]], Any],
+    show: Callable[[Any], None],
+    *,
+    out_dir: Path,
+    workers: int | None,
+    threads: int | None,
+    quiet: bool,
+    plan: bool,
+    archive: Path | None,
+    overwrite: bool,
+    record: str | None = None,
+    failed_hint: str = FAILED_HINT,
+    **values: Any,
+) -> None:
+    """The flow of a study command run by the engine, from its parsed options (`engine_options` and
+    `values`, the study's own and the executor's). With --archive: copy the finished output
+    (`archive_output`, `record` its record file) and read no other option (nor import the study:
+    `study()` gives its declaration). Else `options(values)` (the study's, where bad input is
+    refused): with --plan print `plan_study`'s lines and write nothing; else run the study
+    (`run_study`; a failure or Ctrl-C is one line, `study_errors`) and `show` its `StudyResult`."""
+    if archive is not None:
+        archive_output(out_dir, archive, overwrite, record)
+        return
+    from biosrecall.experiments.engine import plan_study, run_study
+
+    executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
+    chosen, declared = options(values), study()
+    if plan:
+        click.echo("\n".join(plan_study(declared, out_dir, chosen, workers, threads, executor)))
+        return
+    report = None if quiet else report_outcome
+    with study_errors(failed_hint):
+        result = run_study(declared, out_dir, chosen, workers, threads, report, executor)
+    work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
+    show(result)
+
+
 def study_command(name: str) -> click.Command:
     """The subcommand of the study `name`: its options, then the engine's (`--out`, `--plan`, ...)."""
     module, attribute = STUDIES[name]
     study = getattr(importlib.import_module(module), attribute)
 
-    def command(out_dir, workers, threads, quiet, plan, archive, overwrite, **values):
-        from biosrecall.experiments.engine import plan_study, run_study
-
-        if archive is not None:
-            archive_output(out_dir, archive, overwrite, f"{study.name}.json")
-            return
-        executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
-        options = study.options(**values)
-        if plan:
-            click.echo("\n".join(plan_study(study, out_dir, options, workers, threads, executor)))
-            return
-        report = None if quiet else report_outcome
-        with study_errors():
-            result = run_study(study, out_dir, options, workers, threads, report, executor)
+    def show(result) -> None:
         for table in result.tables:
-            click.echo(f"wrote {out_dir / table}.csv, .parquet, .md")
-        click.echo(f"wrote {out_dir / 'claims'}.csv, .md: " + ", ".join(result.claims["verdict"]))
+            click.echo(f"wrote {result.out_dir / table}.csv, .parquet, .md")
+        click.echo(f"wrote {result.out_dir / 'claims'}.csv, .md: " + ", ".join(result.claims["verdict"]))
 
-    engine_options = [
+    def command(**given):
+        run_engine_command(
+            lambda: study, lambda values: study.options(**values), show, record=f"{study.name}.json", **given
+        )
+
+    options = [
+        *field_options(study.options),
         click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
                      help="The study's output folder; rerunning the same command continues it."),
-        executor_options(gpus_default="1 with --device cuda, else 0"),
-        WORKERS,
-        THREADS,
-        QUIET,
-        click.option("--plan", is_flag=True,
-                     help="Print what each run would do, its size and estimated CPU time; write nothing."),
-        archive_option(" or ".join("--" + key.replace("_", "-") for key in study.growing)),
-        ARCHIVE_OVERWRITE,
+        *engine_options(" or ".join("--" + key.replace("_", "-") for key in study.growing)),
         config_option(),
     ]  # fmt: skip
-    command = stacked([*field_options(study.options), *engine_options])(command)
-    return click.command(name, help=study.summary, short_help=study.summary)(command)
+    return click.command(name, help=study.summary, short_help=study.summary)(stacked(options)(command))
 
 
 class _Studies(click.Group):
