@@ -3,10 +3,10 @@
 
     written = fit_gates("runs/ff", "final", max_depth=64, seed=0, confidence=0.95)
     # -> [Path("runs/ff/gates/1.0")], each holding gate.json and calibration.npz
-    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": LM_GATE})  # biosrecall.lm.gate: an LM run's gate
+    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": lm_gate})  # biosrecall.lm.gate: an LM run's gate
 
-What a query is differs by task: a bioS run's are the dataset's prompts (`BIOS_GATE`, here); a
-language-model run's are positions of its shards' windows (`biosrecall.lm.gate.LM_GATE`, beside the LM
+What a query is differs by task: a bioS run's are the dataset's prompts (`bios_gate`, here); a
+language-model run's are positions of its shards' windows (`biosrecall.lm.gate.lm_gate`, beside the LM
 code it reads, so that `eval/` never imports `lm/`). The planning, the checks, the lock, the
 fitting pipeline (`fit_from_traces`: head, reference depth, calibration) and the writing are shared.
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from biosrecall.atomic import atomic_directory
 from biosrecall.bios import load_dataset
+from biosrecall.bios.dataset import MANIFEST
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import check_max_depth
 from biosrecall.eval.gate import (
@@ -59,15 +60,11 @@ from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint
 from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, versions
 
-
-@dataclass(frozen=True)
-class GateTask:
-    """How one kind of run (its `task` name in meta.json) is fitted."""
-
-    check: Callable[[Path, dict, Path], object]
-    """(run folder, checkpoint meta, data folder) -> what `fit` reads, checked against the run."""
-    fit: Callable[..., tuple[dict, dict, str]]
-    """(model, data folder, checked data, settings, batch size) -> (record, arrays, data hash)."""
+GateFit = Callable[[Any, dict, int], tuple[dict, dict]]
+"""(model, settings, batch size) -> (record without the checkpoint's hashes, calibration arrays)."""
+GateTask = Callable[[Path, dict, Path], GateFit]
+"""How one kind of run (its `task` name in meta.json) is fitted: (run folder, checkpoint meta, data
+folder) -> the `GateFit` of its checkpoints, once the data is checked against the run."""
 
 
 def task_name(meta: dict) -> str:
@@ -95,23 +92,23 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
     run_dir, max_depth, seed = Path(run_dir), check_max_depth(max_depth), check_seed(seed)
     check_number("--confidence", confidence, rates(0, 1, low_open=True, high_open=True))
     planned = _plan(run_dir, checkpoints, data_dir)
-    datasets = _check_data(run_dir, planned, tasks)
+    fits = _check_data(run_dir, planned, tasks)
+    settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
     device, written = resolve_device(str(device)), []
     with output_lock(run_dir, clean=False):
         for job in planned:
             model, _ = load_checkpoint(job.path, device=device)
-            settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
-            fit = tasks[task_name(job.meta)].fit
-            data = job.dataset_path
-            record, arrays, data_hash = fit(model, data, datasets[data], settings, batch_size)
+            record, arrays = fits[job.dataset_path](model, settings, batch_size)
+            # A bioS dataset and an LM shard folder alike are identified by their manifest's sha256.
+            data_hash = file_sha256(job.dataset_path / MANIFEST)
             record.update(checkpoint=job.label, checkpoint_hash=file_sha256(job.path / MODEL_FILE),
                           model_hash=model_hash(job.meta), data_hash=data_hash)  # fmt: skip
             written.append(write_gate(RunFolder(run_dir).gate_dir(job.label), record, arrays))
     return written
 
 
-def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict:
-    """Per data folder, what fitting reads, checked against the run by its task's `check`."""
+def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict[Path, GateFit]:
+    """Per data folder, how its checkpoints are fitted, once its task checked it against the run."""
     found = {}
     for job in planned:
         name, data_path = task_name(job.meta), job.dataset_path
@@ -119,19 +116,15 @@ def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict:
             raise BiosrecallError(f"{run_dir} is a {name} run: this command fits gates of "
                                   f"{' and '.join(tasks)} runs only")  # fmt: skip
         if data_path not in found:
-            found[data_path] = tasks[name].check(run_dir, job.meta, data_path)
+            found[data_path] = tasks[name](run_dir, job.meta, data_path)
     return found
 
 
-def _check_bios_data(run_dir: Path, meta: dict, data_path: Path):
+def bios_gate(run_dir: Path, meta: dict, data_path: Path) -> GateFit:
+    """The bioS task (`GateTask`): the dataset, checked to be the one the run trained on, fitted by `fit_gate`."""
     dataset = load_dataset(data_path)
     RunFolder(run_dir).check_training_data(meta, data_path, dataset.manifest_hash)
-    return dataset
-
-
-def _fit_bios_gate(model, data_path: Path, dataset, settings: dict, batch_size: int):
-    record, arrays = fit_gate(model, dataset, settings, batch_size)
-    return record, arrays, dataset.manifest_hash
+    return lambda model, settings, batch_size: fit_gate(model, dataset, settings, batch_size)
 
 
 def fit_gate(model, dataset, settings: dict, batch_size: int = DEFAULT_BATCH_SIZE) -> tuple[dict, dict]:
@@ -202,6 +195,5 @@ def write_gate(folder: Path, record: dict, arrays: dict) -> Path:
     return folder
 
 
-BIOS_GATE = GateTask(check=_check_bios_data, fit=_fit_bios_gate)
-GATE_TASKS: Mapping[str, GateTask] = {"bios": BIOS_GATE}
-"""The tasks `fit_gates` fits by default; `biosrecall gate train` adds `biosrecall.lm.gate.LM_GATE`."""
+GATE_TASKS: Mapping[str, GateTask] = {"bios": bios_gate}
+"""The tasks `fit_gates` fits by default; `biosrecall gate train` adds `biosrecall.lm.gate.lm_gate`."""

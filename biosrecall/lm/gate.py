@@ -1,9 +1,9 @@
 """The learned exit gate of a language-model run: fitted on training-shard windows, calibrated on the
 validation split (`biosrecall gate train RUN` on an `lm train` run; `lm eval --exit gate:DELTA`).
 
-    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": LM_GATE})  # biosrecall.eval.gate_fit
+    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": lm_gate})  # biosrecall.eval.gate_fit
     fit_run_gates("runs/lm-ff")                                   # the same: a bioS or an LM run
-    record, arrays, data_sha256 = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
+    record, arrays = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
 
 The head, the target and the bound are bioS's (`biosrecall.eval.gate`, `biosrecall.eval.gate_data`);
 what changes is what a query is.
@@ -30,8 +30,7 @@ import numpy as np
 import torch
 
 from biosrecall.eval.gate import Trace, batch_states
-from biosrecall.eval.gate_fit import GATE_TASKS, GateTask, fit_from_traces, fit_gates
-from biosrecall.files import file_sha256
+from biosrecall.eval.gate_fit import GATE_TASKS, GateFit, fit_from_traces, fit_gates
 from biosrecall.lm.evaluate import check_data
 from biosrecall.lm.loader import ShardLoader
 from biosrecall.train.run_folder import RunFolder, seq_len_of
@@ -73,11 +72,8 @@ def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, 
     return Trace(states, argmax, np.concatenate(exact, axis=1), torch.arange(states.shape[1]))
 
 
-def fit_lm_gate(
-    model, data_dir: Path, seq_len: int, settings: dict, batch_size: int
-) -> tuple[dict, dict, str]:
-    """(record without the checkpoint's hashes, calibration arrays, the sha256 of the folder's manifest),
-    as `gate_fit.fit_gate` for bioS; `settings`: seed, confidence, max_depth and optionally reference."""
+def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size: int) -> tuple[dict, dict]:
+    """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS; `settings`: seed, confidence, max_depth and optionally reference."""
     seed, max_depth = settings["seed"], settings["max_depth"]
     batch_size = min(batch_size, WINDOWS_PER_PASS)
     fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
@@ -95,21 +91,19 @@ def fit_lm_gate(
     # window_trace draws min(per_window, seq_len) positions of each window, each its own query
     record["fit"].update(split="train", windows=windows, positions=windows * min(per_window, seq_len))
     record["calibration"].update(split="validation", windows=record["calibration"]["queries"])
-    return record, arrays, file_sha256(data_dir / "manifest.json")
+    return record, arrays
 
 
-def _check_lm_data(run_dir: Path, meta: dict, data_path: Path) -> int:
-    """The run's training sequence length, once its shards are checked against its tokenizer."""
+def lm_gate(run_dir: Path, meta: dict, data_path: Path) -> GateFit:
+    """The language-model task (`GateTask`): the run's shards, checked against its tokenizer, fitted by
+    `fit_lm_gate` at the run's training sequence length."""
     config = RunFolder(run_dir).read_config()
     check_data(config, data_path)
-    return seq_len_of(config)
-
-
-LM_GATE = GateTask(check=_check_lm_data, fit=fit_lm_gate)
-"""How `biosrecall.eval.gate_fit.fit_gates` fits a language-model run's gate."""
+    seq_len = seq_len_of(config)
+    return lambda model, settings, batch_size: fit_lm_gate(model, data_path, seq_len, settings, batch_size)
 
 
 def fit_run_gates(run_dir, checkpoints="final", **settings) -> list[Path]:
     """`fit_gates` of a bioS or a language-model run (what `biosrecall gate train` calls); `settings` are
     its keywords but `tasks`."""
-    return fit_gates(run_dir, checkpoints, tasks={**GATE_TASKS, "lm": LM_GATE}, **settings)
+    return fit_gates(run_dir, checkpoints, tasks={**GATE_TASKS, "lm": lm_gate}, **settings)
