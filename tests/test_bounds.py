@@ -265,16 +265,19 @@ class TestScheduleBounds:
     @pytest.mark.parametrize(
         ("spec", "expect"),
         [
-            ("uniform:1-1000000000", "uniform upper depth must be at most 1024"),
-            ("fixed:1000000000", "depth must be at most 1024"),
-            ("fixed_first:k0=2000,switch=0.5", "k0 must be at most 1024"),
-            ("curriculum:mean=1e6,warmup=0.5", "mean must be at most 1024"),
+            ("uniform:1-1000000000", "uniform upper depth must be at most 1,024"),
+            ("fixed:1000000000", "depth must be at most 1,024"),
+            ("fixed_first:k0=2000,switch=0.5", "k0 must be at most 1,024"),
+            ("curriculum:mean=1e6,warmup=0.5", "mean must be a number in [1, 1024], got 1000000.0"),
             ("poisson_lognormal:mean=1000", "beyond the limit of 32,768"),
             ("poisson_lognormal:mean=8,sigma=3", "beyond the limit of 32,768"),
             ("poisson_lognormal:mean=8,sigma=40,cap=32", "too wide"),
-            ("poisson_lognormal:mean=8,sigma=inf,cap=32", "sigma must be non-negative and finite"),
-            ("poisson_lognormal:mean=nan", "mean must be positive"),
-            ("poisson_lognormal:mean=8,cap=99999999999", "cap must be at most 1024"),
+            (
+                "poisson_lognormal:mean=8,sigma=inf,cap=32",
+                "sigma must be a non-negative finite number, got inf",
+            ),
+            ("poisson_lognormal:mean=nan", "mean must be a number in (0, 1024], got nan"),
+            ("poisson_lognormal:mean=8,cap=99999999999", "cap must be at most 1,024"),
         ],
     )
     def test_unbounded_parameters_are_refused_before_drawing(self, spec, expect):

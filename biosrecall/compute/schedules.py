@@ -39,7 +39,17 @@ from dataclasses import MISSING, dataclass, fields
 import numpy as np
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.numbers import MAX_DEPTH, check_seed, parse_float, parse_int
+from biosrecall.numbers import (
+    MAX_DEPTH,
+    Limit,
+    check_count,
+    check_depth,
+    check_number,
+    check_seed,
+    parse_float,
+    parse_int,
+    rates,
+)
 
 # Each update's draw costs one seeded generator (about 40 us) and a plan keeps about 40 bytes per update:
 # the longest run plans in under a minute and 40 MB.
@@ -120,9 +130,7 @@ def poisson_lognormal_pmf(mean: float, sigma: float, cap: int | None) -> DepthDi
 
 
 def _check_total(total: int) -> int:
-    _require(_is_int(total) and total >= 1, f"total updates must be a positive integer, got {total!r}")
-    _require(total <= MAX_UPDATES, f"total updates {total:,} exceeds the limit of {MAX_UPDATES:,}")
-    return int(total)
+    return check_count(total, "total updates", high=MAX_UPDATES, why="a plan keeps every update's depth")
 
 
 class Schedule:
@@ -149,23 +157,9 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise BiosrecallError(message)
-
-
-def _check_depth(value: object, name: str) -> None:
-    _require(_is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
-    _require(value <= MAX_DEPTH, f"{name} must be at most {MAX_DEPTH}, got {value:,}")
-
-
-def _check_fraction(value: object, name: str, top: str) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
-    _require(ok and (value < 1 or top == "]"), f"{name} must be a fraction in (0, 1{top}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -175,7 +169,7 @@ class Fixed(Schedule):
     k: int
 
     def __post_init__(self) -> None:
-        _check_depth(self.k, "depth")
+        check_depth(self.k, "depth")
 
     spec = property(lambda self: f"fixed:{self.k}")
     max_depth = property(lambda self: self.k)
@@ -195,8 +189,8 @@ class Uniform(Schedule):
     hi: int = 16
 
     def __post_init__(self) -> None:
-        _check_depth(self.lo, "uniform lower depth")
-        _check_depth(self.hi, "uniform upper depth")
+        check_depth(self.lo, "uniform lower depth")
+        check_depth(self.hi, "uniform upper depth")
         _require(self.lo <= self.hi, f"uniform range {self.lo}-{self.hi} is empty (lower > upper)")
 
     spec = property(lambda self: f"uniform:{self.lo}-{self.hi}")
@@ -236,7 +230,7 @@ class PoissonLognormal(_PoissonFamily):
     cap: int | None = None
 
     def __post_init__(self) -> None:
-        _check_pl(self.mean, self.sigma, self.cap)
+        _check_pl(self.mean, self.sigma, self.cap, rates(0, MAX_DEPTH, low_open=True))
 
     @property
     def spec(self) -> str:
@@ -256,8 +250,8 @@ class FixedFirst(Schedule):
     finish: Uniform | PoissonLognormal
 
     def __post_init__(self) -> None:
-        _check_depth(self.k0, "k0")
-        _check_fraction(self.switch, "switch", ")")
+        check_depth(self.k0, "k0")
+        check_number("switch", self.switch, rates(0, 1, low_open=True, high_open=True))
         lo, hi = getattr(self.finish, "lo", 1), self.finish.max_depth
         _require(lo <= self.k0 <= (hi or self.k0), f"k0={self.k0} lies outside the finish's depths {lo}-{hi}")
 
@@ -298,9 +292,8 @@ class Curriculum(_PoissonFamily):
     cap: int | None = None
 
     def __post_init__(self) -> None:
-        _check_pl(self.mean, self.sigma, self.cap)
-        _require(self.mean >= 1, f"curriculum mean must be at least 1, got {self.mean!r}")
-        _check_fraction(self.warmup, "warmup", "]")
+        _check_pl(self.mean, self.sigma, self.cap, rates(1, MAX_DEPTH))  # a ramp starts at depth 1
+        check_number("warmup", self.warmup, rates(0, 1, low_open=True))
         _require(self.shape in ("linear", "1-sqrt"), f"shape must be linear or 1-sqrt, got {self.shape!r}")
 
     @property
@@ -317,15 +310,13 @@ class Curriculum(_PoissonFamily):
         return np.where(x >= 1.0, float(self.mean), np.minimum(m, float(self.mean)))
 
 
-def _check_pl(mean: float, sigma: float, cap: int | None) -> None:
-    """Refuse parameters whose distribution cannot be tabulated in bounded memory, in closed form."""
-    number = (int, float, np.integer, np.floating)
-    _require(isinstance(mean, number) and mean > 0, f"poisson_lognormal mean must be positive, got {mean!r}")
-    _require(mean <= MAX_DEPTH, f"mean must be at most {MAX_DEPTH}, got {mean!r}")
-    ok = isinstance(sigma, number) and 0 <= sigma < math.inf
-    _require(ok, f"sigma must be non-negative and finite, got {sigma!r}")
+def _check_pl(mean: float, sigma: float, cap: int | None, means: Limit) -> None:
+    """Refuse parameters whose distribution cannot be tabulated in bounded memory, in closed form
+    (`means`: the schedule's allowed means)."""
+    check_number("mean", mean, means)
+    check_number("sigma", sigma, rates())
     if cap is not None:
-        _check_depth(cap, "cap")
+        check_depth(cap, "cap")
     log_lam = math.log(mean) - sigma**2 / 2 + sigma * QUADRATURE_NODES
     got = float(QUADRATURE_WEIGHTS @ np.exp(log_lam) / QUADRATURE_WEIGHTS.sum())
     _require(abs(got / mean - 1) < 1e-6, f"sigma={sigma!r} is too wide to tabulate (use sigma <= 5)")
