@@ -162,7 +162,7 @@ def flip_byte(path):
         (lambda f: flip_byte(f / "tokenizer.json"), "tokenizer.json does not match its sha256"),
         (
             lambda f: rewrite_array(f, "person_values", np.zeros((5, 6), np.int32)),
-            r"person_values.npy has shape \(5, 6\), expected \(300, 6\)",
+            r"person_values.npy holds int32 of shape \(5, 6\), expected integers of shape \(300, 6\)",
         ),
         (
             lambda f: rewrite_array(f, "name_offsets", np.zeros(301, np.int64)),

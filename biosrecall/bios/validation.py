@@ -116,14 +116,16 @@ def verify_files(folder: Path, manifest: dict) -> None:
 
 
 def _check_shape(folder: Path, name: str, array: np.ndarray, shape: tuple) -> None:
-    if not np.issubdtype(array.dtype, np.integer):
-        raise _fail(folder, f"{name}.npy holds {array.dtype}, expected integers")
-    if len(array.shape) != len(shape) or any(
-        want is not None and got != want for got, want in zip(array.shape, shape, strict=True)
+    """`array` holds integers of `shape` (None: any length along that axis)."""
+    if (
+        not np.issubdtype(array.dtype, np.integer)
+        or len(array.shape) != len(shape)
+        or any(want is not None and got != want for got, want in zip(array.shape, shape, strict=True))
     ):
+        expected = tuple("*" if s is None else s for s in shape)
         raise _fail(
             folder,
-            f"{name}.npy has shape {array.shape}, expected {tuple('*' if s is None else s for s in shape)}",
+            f"{name}.npy holds {array.dtype} of shape {array.shape}, expected integers of shape {expected}",
         )
 
 
