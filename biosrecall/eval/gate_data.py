@@ -160,9 +160,6 @@ class Calibration:
     p_value: float
     mean_depth: float
 
-    def as_record(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
 
 def calibrate(
     scores: np.ndarray, exact: np.ndarray, reference: int, delta: float, alpha: float

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,7 @@ def fit_from_traces(
         },
         "calibration": {
             "share": CALIBRATION_SHARE,
-            "deltas": [c.as_record() for c in calibrations],
+            "deltas": [asdict(c) for c in calibrations],
             "queries": queries,
             "reference_exact": float(held.exact[reference - 1].mean()),
         },
