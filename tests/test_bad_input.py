@@ -296,7 +296,7 @@ CASES = [
     Case("lm-prepare-empty-corpus", ["lm", "prepare", "corpus/empty.txt", "--out", "lmdata"],
          "the corpus is empty"),
     Case("lm-prepare-missing-text-column", ["lm", "prepare", "corpus/notext.jsonl", "--out", "lmdata"],
-         "no field 'text'"),
+         "notext.jsonl:1 has no column 'text' (columns: body; set --text-column)"),
     Case("lm-prepare-input-missing", ["lm", "prepare", "corpus/absent.txt", "--out", "lmdata"],
          "does not exist"),
     Case("lm-prepare-unsupported-type", ["lm", "prepare", "corpus/table.csv", "--out", "lmdata"],

@@ -298,7 +298,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
     no_eod.save(str(root / "no_eod.json"))
     return {
         "empty corpus": ([str(root / "blank.txt")], "corpus is empty"),
-        "jsonl column": ([str(root / "rows.jsonl")], "no field 'text'"),
+        "jsonl column": ([str(root / "rows.jsonl")], "rows.jsonl:1 has no column 'text' (columns: body;"),
         "parquet column": ([str(root / "rows.parquet")], "no column 'text'"),
         "missing input": ([str(root / "nope.txt")], "does not exist"),
         "not utf-8": ([str(root / "latin1.txt")], "not valid UTF-8"),

@@ -264,10 +264,7 @@ def _read_jsonl(path: Path, column: str) -> Iterator[str | None]:
         except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested past the C stack
             problem = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
             raise BiosrecallError(f"{path}:{lineno}: not valid JSON ({problem})") from None
-        if not isinstance(row, dict) or column not in row:
-            raise BiosrecallError(
-                f"{path}:{lineno}: no field {column!r} (the text column; set --text-column)"
-            )
+        _require_column(row if isinstance(row, dict) else {}, column, f"{path}:{lineno}")
         yield _as_text(row[column], f"{path}:{lineno}")
 
 
@@ -335,10 +332,10 @@ def _read_hf(source: Source, split: str, column: str) -> Iterator[str | None]:
 
 
 def _require_column(names: Iterable[str], column: str, where: str) -> None:
-    """A parquet file's or a Hub dataset's columns hold the text column."""
+    """A parquet file's, a Hub dataset's or a JSON line's columns (its fields) hold the text column."""
     if column not in names:
         raise BiosrecallError(
-            f"{where} has no column {column!r} (columns: {', '.join(names)}; set --text-column)"
+            f"{where} has no column {column!r} (columns: {', '.join(names) or 'none'}; set --text-column)"
         )
 
 
