@@ -140,7 +140,10 @@ ODD_FILES = {
         lambda f: (f / "last_name.txt").write_bytes(b"M\xfcller\n"),
         "pool file {f}/last_name.txt: not UTF-8",
     ),
-    "no folder": (lambda f: shutil.rmtree(f), "pools folder {f} not found"),
+    "no folder": (
+        lambda f: shutil.rmtree(f),
+        "pool file {f}/first_name.txt not found (a pool folder holds first_name.txt",
+    ),
 }
 
 

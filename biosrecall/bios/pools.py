@@ -284,8 +284,6 @@ def load_pools(
     """The first n values of every pool in `pools_dir` (default `data/pools/`), n from
     `resolve_pool_sizes(overrides)`; every line of every file is checked, not only the first n."""
     folder = Path(pools_dir) if pools_dir is not None else POOLS_DIR
-    if not folder.is_dir():
-        raise BiosrecallError(f"pools folder {folder} not found (it should hold {_FILES})")
     sizes = resolve_pool_sizes(overrides)
     pools = {}
     for name, size in sizes.items():
