@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import NumberList, Real, parse_overrides, stacked, train_field_option
+from biosrecall.cli.options import NumberList, Real, parse_overrides, train_field_option
 from biosrecall.cli.study import (
     QUIET,
     SEEDS,
@@ -27,7 +27,7 @@ from biosrecall.cli.study import (
     WORKERS,
     archive_option,
     archive_output,
-    field_options,
+    options_from,
     parse_seeds,
     report_outcome,
     study_errors,
@@ -69,40 +69,29 @@ CHECKED = {
 }  # fmt: skip
 
 
-def _figure1_options(command):
-    """The command's options: --out, the study's (`Figure1Options`' and `StudyOptions`' fields), then
-    how it runs and what else it does (--plan, --archive)."""
-    options = [
-        config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets")),
-        click.option(
-            "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
-        ),
-        *field_options(Figure1Options, CHECKED),
-        *field_options(StudyOptions, CHECKED),
-        train_field_option("log"),
-        WORKERS,
-        THREADS,
-        click.option(
-            "--overwrite",
-            is_flag=True,
-            help="Replace an output made with other settings (its dataset, runs and results) instead of "
-            "refusing it. An output made with these settings is continued either way.",
-        ),
-        QUIET,
-        click.option(
-            "--plan",
-            is_flag=True,
-            help="Train nothing: print each claim of the finished output --out with its verdict, seed count "
-            "and seeds to decide (a planning estimate), and the command that runs that many seeds. Other "
-            "options are ignored.",
-        ),
-        archive_option("--seeds or controls"),
-    ]
-    return stacked(options)(command)
-
-
 @click.command()
-@_figure1_options
+@config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets"))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@options_from(Figure1Options, CHECKED)
+@options_from(StudyOptions, CHECKED)
+@train_field_option("log")
+@WORKERS
+@THREADS
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace an output made with other settings (its dataset, runs and results) instead of "
+    "refusing it. An output made with these settings is continued either way.",
+)
+@QUIET
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Train nothing: print each claim of the finished output --out with its verdict, seed count "
+    "and seeds to decide (a planning estimate), and the command that runs that many seeds. Other "
+    "options are ignored.",
+)
+@archive_option("--seeds or controls")
 def figure1(out_dir, preset, budget, device, model_override, log, workers, threads, overwrite, quiet, plan,
             archive, **study):  # fmt: skip
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched

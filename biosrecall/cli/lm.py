@@ -150,15 +150,7 @@ def _lm_options(run: bool):
         click.option("--tokenizer", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="tokenizer.json the model is meant for; shards made with another are refused."),
     ]  # fmt: skip
-    shared = trainer_options(overrides=MODEL_OVERRIDES, run=run, bios=False)
-
-    def decorate(command):
-        command = shared(command)
-        for option in reversed(own):
-            command = option(command)
-        return command
-
-    return decorate
+    return stacked([*own, trainer_options(overrides=MODEL_OVERRIDES, run=run, bios=False)])
 
 
 def _train_config(options: dict):
