@@ -122,7 +122,8 @@ def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict[P
 
 
 def bios_gate(run_dir: Path, meta: dict, data_path: Path) -> GateFit:
-    """The bioS task (`GateTask`): the dataset, checked to be the one the run trained on, fitted by `fit_gate`."""
+    """The bioS task (`GateTask`): the dataset, checked to be the one the run trained on, fitted by
+    `fit_gate`."""
     dataset = load_dataset(data_path)
     RunFolder(run_dir).check_training_data(meta, data_path, dataset.manifest_hash)
     return lambda model, settings, batch_size: fit_gate(model, dataset, settings, batch_size)

@@ -73,7 +73,8 @@ def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, 
 
 
 def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size: int) -> tuple[dict, dict]:
-    """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS; `settings`: seed, confidence, max_depth and optionally reference."""
+    """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS;
+    `settings`: seed, confidence, max_depth and optionally reference."""
     seed, max_depth = settings["seed"], settings["max_depth"]
     batch_size = min(batch_size, WINDOWS_PER_PASS)
     fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
