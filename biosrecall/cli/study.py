@@ -16,7 +16,10 @@ engine, tables, claims).
 
 The pieces every study command shares live here too (`figure1`, `capacity` and `lm study` use them):
 `field_options` (an options dataclass as click options), --seeds, --workers, --threads and --quiet,
-the one-line errors of a failed or stopped study (`study_errors`), --archive and the progress lines.
+the one-line errors of a failed or stopped study (`study_errors`), --archive and the progress lines;
+and, for the commands whose study the engine runs (`study NAME`, `lm study`), their shared options
+(`engine_options`) and their one flow from --archive or --plan to the printed result
+(`run_engine_command`).
 """
 
 from __future__ import annotations
