@@ -94,16 +94,16 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
     check_number("--confidence", confidence, rates(0, 1, low_open=True, high_open=True))
     planned = _plan(run_dir, checkpoints, data_dir)
     fits = _check_data(run_dir, planned, tasks)
+    # A bioS dataset and an LM shard folder alike are identified by their manifest's sha256.
+    data_hashes = {data_path: file_sha256(data_path / MANIFEST) for data_path in fits}
     settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
     device, written = resolve_device(str(device)), []
     with output_lock(run_dir, clean=False):
         for job in planned:
             model, _ = load_checkpoint(job.path, device=device)
             record, arrays = fits[job.dataset_path](model, settings, batch_size)
-            # A bioS dataset and an LM shard folder alike are identified by their manifest's sha256.
-            data_hash = file_sha256(job.dataset_path / MANIFEST)
             record.update(checkpoint=job.label, checkpoint_hash=file_sha256(job.path / MODEL_FILE),
-                          model_hash=model_hash(job.meta), data_hash=data_hash)  # fmt: skip
+                          model_hash=model_hash(job.meta), data_hash=data_hashes[job.dataset_path])  # fmt: skip
             written.append(write_gate(RunFolder(run_dir).gate_dir(job.label), record, arrays))
     return written
 
