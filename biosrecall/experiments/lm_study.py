@@ -491,8 +491,8 @@ def diagnostic_claim(margin: float) -> Claim:
 def zero_margin(summaries: pd.DataFrame) -> float:
     """The diagnostic's margin in nats: `ZERO_SHARE` of uniform's mean serving NLL over seeds (from
     `run_summaries`), to 3 significant digits (the threshold cell shows the number it was judged against)."""
-    means = list(summaries.loc[summaries["item"] == UNIFORM, "mean_nll"])
-    return float(f"{ZERO_SHARE * np.nanmean(means):.3g}") if means else math.nan
+    means = summaries.loc[summaries["item"] == UNIFORM, "mean_nll"].dropna()
+    return float(f"{ZERO_SHARE * means.mean():.3g}") if len(means) else math.nan  # no all-NaN warning
 
 
 def judge(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
