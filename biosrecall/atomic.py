@@ -342,13 +342,20 @@ class OutputRecord:
         return f"it holds no {self.command} record {self.name}"
 
 
+def refuse_file(path: str | Path) -> Path:
+    """`path`, refused in one line when it exists and is not a folder (an output folder's name taken
+    by a file): the one check of it for every command that writes a folder."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BiosrecallError(f"output path {path} exists and is not a folder")
+    return path
+
+
 def check_output_dir(path: str | Path, overwrite: bool, record: OutputRecord | None = None) -> Path:
     """Refuse a non-empty existing folder unless `overwrite`, and with it unless `record` marks it as
     the command's own output; refuse a path that is a file. `record=None` is for a folder the package
     itself names (a checkpoint, a gate): nothing else may be in it."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise BiosrecallError(f"output path {path} exists and is not a folder")
+    path = refuse_file(path)
     if path.is_dir() and any(path.iterdir()):
         if not overwrite:
             raise BiosrecallError(f"output folder {path} is not empty (pass --overwrite to replace it)")
@@ -454,7 +461,7 @@ def replace_files(folder: str | Path, record: OutputRecord) -> Iterator[Path]:
     and which is renamed into place last: files of the same names are replaced only when their record
     marks them (a folder of the user's own files that happen to share a name is refused, and nothing
     is written)."""
-    folder, stage = Path(folder), None
+    folder, stage = refuse_file(folder), None
     try:
         with held():  # a signal waits until `stage` names the folder the clean-up below removes
             stage = _temporary_folder(folder / record.name)

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_path
-from biosrecall.errors import BiosrecallError
+from biosrecall.atomic import atomic_write_path, refuse_file
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -33,9 +32,7 @@ def _paths(base: str | Path, formats: tuple[str, ...]) -> list[Path]:
     base = Path(base)
     if base.suffix.lstrip(".") in formats:
         base = base.with_suffix("")
-    folder = base.parent
-    if folder.exists() and not folder.is_dir():
-        raise BiosrecallError(f"output path {folder} exists and is not a folder")
+    refuse_file(base.parent)
     return [base.with_name(f"{base.name}.{fmt}") for fmt in formats]
 
 

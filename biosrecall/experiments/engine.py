@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from biosrecall.atomic import atomic_write_text
+from biosrecall.atomic import atomic_write_text, refuse_file
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import parse_json_text
 from biosrecall.locking import output_lock
@@ -279,9 +279,7 @@ def run_study(
     from biosrecall.experiments.study_engine import executor_slots, study_executor
     from biosrecall.outputs import save_figure, write_table
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
+    out_dir = refuse_file(out_dir)
     options = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
     runs = study.runs(options)

@@ -282,9 +282,7 @@ def write_comparison(comparison: Comparison, out_dir) -> list[Path]:
     the same names that no comparison wrote are refused); returns the files written."""
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BiosrecallError(f"output path {out_dir} exists and is not a folder")
-    with replace_files(out_dir, RECORD) as stage:
+    with replace_files(out_dir, RECORD) as stage:  # refuses an OUT that is a file
         written = write_table(comparison.table, stage / "lm_compare")
         order = comparison.table["run"].tolist()
         written += save_figure(plots.plot_nll_vs_depth(comparison.curves, order), stage / "nll_vs_depth")
