@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -355,10 +356,17 @@ def _worst(values, pick) -> float:
     return math.nan if not values or any(math.isnan(v) for v in values) else pick(values)
 
 
-def _k1_advantage(rows) -> float:
-    """At 67%: NLL at K=1 of K0=1 minus the better of K0=2 and K0=4 (negative: K0=1 is best)."""
-    k1, k2, k4 = (_value(rows, fixed_first_name(k0, 0.67, "uniform"), "nll_k1") for k0 in (1, 2, 4))
-    return k1 - _worst([k2, k4], min)
+def _worst_gap(pick, pairs, column="mean_nll", compare=operator.sub):
+    """The metric "`pick` (min or max) over `pairs` of (run, other run) of compare(run's `column`,
+    other's)" on one seed's rows: "A beats the better of B and C" is the max of A - B and A - C, "for
+    all six" the min over six pairs."""
+    return lambda rows: _worst(
+        [compare(_value(rows, a, column), _value(rows, b, column)) for a, b in pairs], pick
+    )
+
+
+def _ratio_minus_one(value: float, other: float) -> float:
+    return value / other - 1
 
 
 def _reversed_from_k3(rows) -> float:
@@ -375,41 +383,6 @@ def _curve(rows, item) -> pd.Series:
     return part.set_index("depth")["nll"].sort_index()
 
 
-def _finish_margin(rows) -> float:
-    """Smallest margin, over the six fixed-first schedules, of Poisson-lognormal's mean NLL above the
-    uniform finish's (positive: uniform finish lower in all six)."""
-    margins = [
-        _value(rows, fixed_first_name(k0, s, "poisson_lognormal"))
-        - _value(rows, fixed_first_name(k0, s, "uniform"))
-        for k0 in (1, 2, 4)
-        for s in (0.67, 0.8)
-    ]
-    return _worst(margins, min)
-
-
-def _k2_vs_curriculum_nll(rows) -> float:
-    """Largest mean-NLL gap of the K0=2 uniform-finish schedules to the curriculum (negative: both
-    lower)."""
-    return _worst(
-        [_value(rows, fixed_first_name(2, s, "uniform")) - _value(rows, CURRICULUM) for s in (0.67, 0.8)], max
-    )
-
-
-def _k2_vs_curriculum_compute(rows) -> float:
-    """Largest modeled-compute ratio of the K0=2 uniform-finish schedules to the curriculum, minus 1."""
-    ratios = [
-        _value(rows, fixed_first_name(2, s, "uniform"), "flops") / _value(rows, CURRICULUM, "flops")
-        for s in (0.67, 0.8)
-    ]
-    return _worst(ratios, max) - 1
-
-
-def _matched_worse(rows) -> float:
-    """Compute-matched uniform's mean NLL minus the better of K0=4 / 67% and uniform (positive: worse
-    than both)."""
-    return _value(rows, MATCHED) - _worst([_value(rows, K4_67), _value(rows, UNIFORM)], min)
-
-
 def _wall_vs_modeled(rows) -> float:
     """Largest relative distance, over the uniform-finish fixed-first runs, of the measured wall-clock
     saving from the modeled one: |wall saving - modeled saving| / modeled saving."""
@@ -420,11 +393,16 @@ def _wall_vs_modeled(rows) -> float:
     return _worst(gaps, max)
 
 
-K2_67, K2_80, K4_67 = (
-    fixed_first_name(2, 0.67, "uniform"),
-    fixed_first_name(2, 0.8, "uniform"),
-    FIXED_FIRST[4],
+K1_67, K2_67, K2_80, K4_67 = (
+    fixed_first_name(k0, s, "uniform") for k0, s in ((1, 0.67), (2, 0.67), (2, 0.8), (4, 0.67))
 )
+FINISHES_PAIRED = [
+    (fixed_first_name(k0, s, "poisson_lognormal"), fixed_first_name(k0, s, "uniform"))
+    for k0 in (1, 2, 4)
+    for s in (0.67, 0.8)
+]
+"""Each fixed-first schedule with a Poisson-lognormal finish, beside its uniform-finish twin."""
+K2_VS_CURRICULUM = [(K2_67, CURRICULUM), (K2_80, CURRICULUM)]
 
 # Thresholds from the paper's statements, each with its reading and the paper's own number.
 LM_CLAIMS: tuple[Claim, ...] = (
@@ -442,20 +420,20 @@ LM_CLAIMS: tuple[Claim, ...] = (
            "the paper's bound, two-sided", lambda r: _value(r, K2_80, GAP), paper="within 0.8%"),
     Claim("k1_best_at_k1", "At 67%, K0=1 has the best NLL at K=1",
            "NLL at K=1: K0=1 minus the better of K0=2, K0=4 (uniform finish, 67%)", False, 0.0,
-           "a direction", _k1_advantage, paper="K0=1 best at K=1"),
+           "a direction", _worst_gap(max, [(K1_67, K2_67), (K1_67, K4_67)], "nll_k1"), paper="K0=1 best at K=1"),
     Claim("order_reverses_from_k3", "At 67%, the ordering reverses from K=3 on (K0=4 < K0=2 < K0=1)",
            "smallest margin over K=3..16 of nll(K0=1)-nll(K0=2) and nll(K0=2)-nll(K0=4)", True, 0.0,
            "a direction, at every depth from 3 to 16", _reversed_from_k3, paper="reversed from K=3"),
     Claim("uniform_finish_beats_pln", "A uniform finish gives lower mean NLL than Poisson-lognormal, "
            "for all six fixed-first schedules",
            "smallest over the six of mean NLL (Poisson-lognormal) - mean NLL (uniform finish)", True, 0.0,
-           "a direction, for every one of the six", _finish_margin, paper="6 of 6"),
+           "a direction, for every one of the six", _worst_gap(min, FINISHES_PAIRED), paper="6 of 6"),
     Claim("k2_beats_curriculum_nll", "The K0=2 uniform-finish schedules beat the curriculum's mean NLL",
            "largest over 67%, 80% of mean NLL (K0=2) - mean NLL (curriculum)", False, 0.0,
-           "a direction, for both", _k2_vs_curriculum_nll, paper="both lower"),
+           "a direction, for both", _worst_gap(max, K2_VS_CURRICULUM), paper="both lower"),
     Claim("k2_less_compute_than_curriculum", "... with less compute than the curriculum",
            "largest over 67%, 80% of modeled FLOPs (K0=2) / curriculum - 1", False, 0.0,
-           "a direction, for both", _k2_vs_curriculum_compute, paper="both cheaper"),
+           "a direction, for both", _worst_gap(max, K2_VS_CURRICULUM, "flops", _ratio_minus_one), paper="both cheaper"),
     Claim("k4_67_nll_within", "K0=4 at 67%: mean serving NLL within 0.1% of uniform",
            "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.1, 0.1),
            "the paper's bound, two-sided", lambda r: _value(r, K4_67, GAP), paper="within 0.1%"),
@@ -464,7 +442,7 @@ LM_CLAIMS: tuple[Claim, ...] = (
            "'about 31%' read as within 5 points", lambda r: abs(_value(r, K4_67, SAVING) - 31.0), paper="31%"),
     Claim("matched_uniform_worse", "The compute-matched uniform run is worse than both K0=4 at 67% and uniform",
            "mean NLL (matched uniform) - the better of K0=4 / 67% and uniform", True, 0.0,
-           "a direction", _matched_worse, paper="worse than both"),
+           "a direction", _worst_gap(max, [(MATCHED, K4_67), (MATCHED, UNIFORM)]), paper="worse than both"),
     Claim("wall_matches_modeled", "Fixed-first's measured wall-clock saving is within 10% of its modeled saving",
            "largest over the uniform-finish fixed-first runs of abs(wall saving - modeled saving) / modeled",
            False, 0.10, "the paper's 10%, relative to the modeled saving", _wall_vs_modeled, paper="within 10%"),
