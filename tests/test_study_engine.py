@@ -1,4 +1,4 @@
-"""A study's runs through the sweep engine (`biosrecall.experiments.study_engine`): a branch starts from
+"""A study's runs through the sweep engine (`biosrecall.experiments.engine`): a branch starts from
 the state its trunk kept (or from scratch when the trunk kept none there, giving the same run), a
 failing run is named with its error and log while the others finish, a run another process holds is
 refused, and a study's architecture override reaches every run.
@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from biosrecall.bios.dataset import generate_dataset
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.study_engine import StudyRunFailed, train_study_runs
+from biosrecall.experiments.engine import StudyRunFailed, train_study_runs
 from biosrecall.locking import lock_path
 from biosrecall.sweep.executors import LocalExecutor
 from biosrecall.sweep.jobs import SweepRun
@@ -102,7 +102,7 @@ def test_a_study_record_survives_a_later_interrupted_write_of_its_first_call(tmp
     created; once the study's record is written, OUT and what is in it are the study's and stay (a
     rerun continues them), while the cut write's own new folders still go."""
     from biosrecall.atomic import atomic_write_path, atomic_write_text, command_outputs
-    from biosrecall.experiments.study_engine import write_study_record
+    from biosrecall.experiments.engine import write_study_record
 
     out = tmp_path / "new" / "study"
     with command_outputs():

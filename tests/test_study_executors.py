@@ -16,7 +16,7 @@ import pytest
 
 from biosrecall.cli import main
 from biosrecall.errors import MAX_MESSAGE
-from biosrecall.experiments import leaderboard, study_engine
+from biosrecall.experiments import engine, leaderboard
 from biosrecall.experiments.leaderboard import LEADERBOARD, SCHEDULES, LeaderboardOptions
 from biosrecall.sweep.engine import SweepResult, prepare
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
@@ -47,12 +47,12 @@ def cli(capsys, *argv) -> tuple[object, str, str]:
 def slurm_here(monkeypatch) -> None:
     """`--executor slurm` builds its executor on submitit's local cluster: the same array, as processes
     on this machine, where there is no sbatch."""
-    real = study_engine.make_executor
+    real = engine.make_executor
 
     def local_cluster(kind, defaults, given):
         return real(kind, {**defaults, "cluster": "local"} if kind == "slurm" else defaults, given)
 
-    monkeypatch.setattr(study_engine, "make_executor", local_cluster)
+    monkeypatch.setattr(engine, "make_executor", local_cluster)
 
 
 @pytest.mark.slow
@@ -73,7 +73,7 @@ def test_a_tiny_leaderboard_runs_to_the_end_as_a_slurm_job_array(bios, tmp_path,
     assert "wrote" in stdout and (out / "claims.csv").is_file()
     # Rerun: every run is done, so nothing is handed to the array again.
     handed = []
-    monkeypatch.setattr(study_engine, "sweep_study_runs", lambda *args, **kw: handed.append(args))
+    monkeypatch.setattr(engine, "sweep_study_runs", lambda *args, **kw: handed.append(args))
     code, _, stderr = cli(capsys, "leaderboard", "--bios-data", bios, *TINY, "--device", "cpu",
                           "--executor", "slurm", "--out", out)  # fmt: skip
     assert code == 0 and not handed, stderr
@@ -97,7 +97,7 @@ def test_device_cuda_reaches_every_run_its_evaluation_and_its_gpu(bios, tmp_path
                                  seeds=(0,), device="cuda")  # fmt: skip
     runs, evaluations = LEADERBOARD.runs(options), LEADERBOARD.evaluations(options)
     for kind, given in (("local", {}), ("slurm", {"cluster": "local"})):
-        executor = study_engine.study_executor(device="cuda", kind=kind, **given)
+        executor = engine.study_executor(device="cuda", kind=kind, **given)
         assert isinstance(executor, LocalExecutor if kind == "local" else SlurmExecutor)
         jobs = prepare(tmp_path / "runs", runs, evaluations, executor)
         assert len(jobs) == len(SCHEDULES) and all(job.config.device == "cuda" for job in jobs)
@@ -106,7 +106,7 @@ def test_device_cuda_reaches_every_run_its_evaluation_and_its_gpu(bios, tmp_path
             assert job.eval_args and all(
                 ("--device", "cuda") in zip(args, args[1:], strict=False) for args in job.eval_args
             )
-    assert study_engine.study_executor(device="cpu", kind="slurm", cluster="local").gpus_per_run == 0
+    assert engine.study_executor(device="cpu", kind="slurm", cluster="local").gpus_per_run == 0
 
 
 def test_plan_estimates_each_runs_time_and_the_total_from_its_flops(bios, tmp_path, capsys, monkeypatch):
@@ -151,7 +151,7 @@ def test_failed_runs_are_one_bounded_line_naming_the_first_and_the_others_folder
     out = tmp_path / "lb"
     runs_dir = out / "runs"
     monkeypatch.setattr(
-        study_engine, "run_sweep", lambda runs_dir, *args, **kw: SweepResult(failures(count, runs_dir))
+        engine, "run_sweep", lambda runs_dir, *args, **kw: SweepResult(failures(count, runs_dir))
     )
     code, _, stderr = cli(capsys, "leaderboard", "--bios-data", bios, *TINY, "--out", out)
     [line] = stderr.strip().splitlines()
@@ -168,11 +168,11 @@ def test_failed_runs_are_one_bounded_line_naming_the_first_and_the_others_folder
 def test_killed_runs_are_one_bounded_line_too(tmp_path, monkeypatch):
     killed = [Outcome(f"seed0/run{i}", "failed", "trained", -9, "killed by SIGKILL", f"runs/.sweep/run{i}.log")
               for i in range(30)]  # fmt: skip
-    monkeypatch.setattr(study_engine, "run_sweep", lambda *args, **kw: SweepResult(killed))
-    with pytest.raises(study_engine.RunKilled) as info:
-        study_engine.sweep_study_runs(tmp_path / "runs", [], (), LocalExecutor(1))
+    monkeypatch.setattr(engine, "run_sweep", lambda *args, **kw: SweepResult(killed))
+    with pytest.raises(engine.RunKilled) as info:
+        engine.sweep_study_runs(tmp_path / "runs", [], (), LocalExecutor(1))
     message = str(info.value)
-    assert len(message) <= study_engine.STUDY_MESSAGE
+    assert len(message) <= engine.STUDY_MESSAGE
     assert message.startswith(
         "run seed0/run0 was killed by SIGKILL [log runs/.sweep/run0.log]; 29 other run(s)"
     )

@@ -158,7 +158,7 @@ def study_errors(failed_hint: str = FAILED_HINT) -> Iterator[None]:
 
     Finished runs and caches are kept and a stopped run saved its progress, so no option is needed to
     carry on: the same command resumes."""
-    from biosrecall.experiments.study_engine import StudyRunFailed
+    from biosrecall.experiments.engine import StudyRunFailed
 
     try:
         yield

@@ -54,7 +54,7 @@ from biosrecall.experiments.budget_results import (
 )
 from biosrecall.experiments.budgets import budget_runs
 from biosrecall.experiments.claims import write_claims
-from biosrecall.experiments.engine import Study, run_study
+from biosrecall.experiments.engine import Study, run_study, write_study_record
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
     FIXED_K4,
@@ -66,7 +66,6 @@ from biosrecall.experiments.study import (
     grid_runs,
     study_runs,
 )
-from biosrecall.experiments.study_engine import write_study_record
 from biosrecall.experiments.study_serving import serve_study
 from biosrecall.outputs import write_table
 from biosrecall.train.config import TrainConfig, resolve_seq_len

@@ -27,7 +27,7 @@ from biosrecall.eval.serving import serving_names
 from biosrecall.experiments.budget_results import BUDGET_NAMES
 from biosrecall.experiments.claims import earlier_look_file
 from biosrecall.experiments.claims_plan import Figure1Record
-from biosrecall.experiments.study_engine import refuse_busy_runs
+from biosrecall.experiments.engine import refuse_busy_runs
 from biosrecall.experiments.study_serving import SUMMARY_NAME
 from biosrecall.interrupts import held
 from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
