@@ -120,11 +120,11 @@ def test_every_archived_run_config_and_meta_still_loads():
 
 
 def test_a_hand_edited_tracker_ids_file_is_one_line_naming_the_field(tmp_path):
-    from biosrecall.train.tracking import IDS_FILE, _run_ids
+    from biosrecall.train.tracking import IDS_FILE, run_ids
 
     (tmp_path / IDS_FILE).write_text(json.dumps({"wandb": {"id": "0a1b2c3d"}}))
     with pytest.raises(BiosrecallError, match=r"trackers.json is corrupt: field 'wandb.project' is missing$"):
-        _run_ids(tmp_path, "wandb", {"id": "fresh", "project": "p"})
+        run_ids(tmp_path, "wandb", {"id": "fresh", "project": "p"})
 
 
 def test_a_sweep_run_record_is_a_cache_a_damaged_one_reads_as_none(tmp_path):

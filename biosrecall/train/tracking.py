@@ -125,7 +125,7 @@ class WandbTracker(Tracker):
             "id": secrets.token_hex(4),  # as W&B makes them: 8 characters of [0-9a-z]
             "project": os.environ.get("WANDB_PROJECT") or PROJECT,
         }
-        ids = _run_ids(run.folder, self.name, fresh)
+        ids = run_ids(run.folder, self.name, fresh)
         self.run = wandb.init(
             project=ids["project"],
             id=ids["id"],
@@ -156,7 +156,7 @@ class TrackioTracker(Tracker):
             "project": PROJECT,
             "name": f"{run.name}-{secrets.token_hex(3)}",  # run names identify a run within its project
         }
-        ids = _run_ids(run.folder, self.name, fresh)
+        ids = run_ids(run.folder, self.name, fresh)
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's own output
             self.run = trackio.init(
                 project=ids["project"], name=ids["name"], config=run.config, resume="allow"
@@ -201,9 +201,9 @@ class TrackerIds:
     trackio: TrackioIds | UnsetType = optional()
 
 
-def _run_ids(folder: Path, tracker: str, fresh: dict[str, str]) -> dict[str, str]:
-    """The ids of `tracker`'s run kept in the run folder's trackers.json; a run that has none keeps
-    `fresh` there first."""
+def run_ids(folder: Path, tracker: str, fresh: dict[str, str]) -> dict[str, str]:
+    """The ids of `tracker`'s run kept in the run folder's trackers.json (checked as a `TrackerIds`; a
+    hand-edited file is one line naming the field); a run that has none keeps `fresh` there first."""
     path = folder / IDS_FILE
     stored = read_checked_json(path, TrackerIds, "tracker ids") if os.path.lexists(path) else {}
     if tracker not in stored:
@@ -216,27 +216,28 @@ def with_trackers(reporter, config, trainer):
     a run only; `trainer` is the `Trainer`, whose `folder` moves when a new run is swapped in)."""
     if not config.log or not trainer.dist.is_main:
         return reporter
-    trackers = [ADAPTERS[name]() for name in config.log]
-    return TrackingReporter(
-        reporter, trackers, lambda: trainer.folder.path, str(trainer.final.path), config.to_dict()
-    )
+    return TrackingReporter(reporter, [ADAPTERS[name]() for name in config.log], trainer)
 
 
 class TrackingReporter:
     """A progress reporter that also drives trackers; see the module docstring."""
 
-    def __init__(self, inner, trackers: list[Tracker], folder: Callable[[], Path], name: str, train_config):
-        self.inner, self.trackers, self.folder, self.name = inner, trackers, folder, name
-        self.train_config = train_config
+    def __init__(self, inner, trackers: list[Tracker], trainer):
+        self.inner, self.trackers, self.trainer = inner, trackers, trainer
         self.started_in: Path | None = None
+
+    def folder(self) -> Path:
+        """Where the run writes now: `trainer.folder` moves when a new run is swapped into place."""
+        return self.trainer.folder.path
 
     def start(self, total: int, done: int) -> None:
         self.inner.start(total, done)
         self.started_in = self.folder()
+        train_config = self.trainer.config.to_dict()
         config = json.loads(
-            json.dumps({**RunFolder(self.started_in).read_config(), "train_config": self.train_config})
+            json.dumps({**RunFolder(self.started_in).read_config(), "train_config": train_config})
         )
-        run = TrackedRun(self.started_in, self.name, config, done)
+        run = TrackedRun(self.started_in, str(self.trainer.final.path), config, done)
         self._each("start", lambda tracker: tracker.start(run))
 
     def update(self, record: dict[str, Any]) -> None:
