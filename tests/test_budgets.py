@@ -18,15 +18,16 @@ import pytest
 
 from biosrecall.cli import main
 from biosrecall.experiments.budget_results import (
+    MODES_COLUMNS,
+    TARGETS_COLUMNS,
     budget_curve,
     compute_to_target,
     flops_to_target,
     mode_agreement,
-    modes_markdown,
     saving_claim,
-    targets_markdown,
 )
 from biosrecall.experiments.budgets import budget_runs
+from biosrecall.experiments.claims import markdown_columns
 from biosrecall.experiments.study import (
     FIXED_FIRST,
     FIXED_K4,
@@ -246,9 +247,9 @@ def test_the_markdown_tables_say_not_reached_and_give_savings_as_shares():
         [r for s in range(2) for r in curve_rows(FIXED_FIRST, s, [10, 20 + s, 30])]
         + [r for s in range(2) for r in curve_rows(UNIFORM, s, [5, 10, 20 + s])]
     )
-    text = targets_markdown(compute_to_target(curve))
+    text = markdown_columns(compute_to_target(curve), TARGETS_COLUMNS)
     assert text.count("\n") == 2 + len(compute_to_target(curve))
     assert "| fixed_first_k4_80 | 90% | K=1..16 | not reached | 0/2 | not reached within the sweep |" in text
     assert f"| saving: {FIXED_FIRST} vs {UNIFORM} | 50% | K=1..16 | 9" in text  # about 90%
     modes = mode_agreement(mode_rows({0: 20.0, 1: 25.0}), mode_rows({0: 21.0, 1: 25.0}))
-    assert "| fixed_first_k4_80 | 1x | K=1..16 | 22.5 [" in modes_markdown(modes)
+    assert "| fixed_first_k4_80 | 1x | K=1..16 | 22.5 [" in markdown_columns(modes, MODES_COLUMNS)

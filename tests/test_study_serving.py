@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from biosrecall.eval.scoring import BASELINE
-from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE
-from biosrecall.experiments.study_serving import serving_claims, serving_summary, summary_markdown
+from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, markdown_columns
+from biosrecall.experiments.study_serving import SUMMARY_COLUMNS, serving_claims, serving_summary
 
 
 def frontier_of(run: str, fixed_bits: list[float], adaptive: tuple[float, float] | None, oracle: float):
@@ -93,7 +93,7 @@ def test_the_summary_agrees_with_the_claims_and_names_the_criterion_most_seeds_c
     for column, claim in (("ratio", "serving_pays_fixed_k4"), ("headroom", "oracle_headroom_fixed_k4")):
         for suffix, field in (("", "mean"), ("_low", "low"), ("_high", "high")):
             assert row[column + suffix] == pytest.approx(claims.loc[claim, field])
-    line = summary_markdown(serving_summary(frontier, names)).splitlines()[2]
+    line = markdown_columns(serving_summary(frontier, names), SUMMARY_COLUMNS).splitlines()[2]
     assert line.startswith(
         "| fixed K=4 | 3 | 20.0 [20.0, 20.0] | 3.00, 3e-05 | kl:0.01 (3/3): 1.50, 1.8e-05 |"
     )

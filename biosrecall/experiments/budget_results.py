@@ -36,10 +36,10 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.plots import CEILING_LINE, curve_styles, draw_curve, format_flops, legend_below
-from biosrecall.experiments.claims import FAILS, HOLDS, verdict
+from biosrecall.experiments.claims import FAILS, HOLDS, interval_cell, markdown_columns, verdict
 from biosrecall.experiments.figure1_results import study_label
 from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
-from biosrecall.outputs import markdown_table, save_figure, write_table
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.stats import interval_text, seed_interval
 
 TARGETS = (0.5, 0.75, 0.9)  # shares of the ceiling
@@ -261,35 +261,35 @@ def _agreement(low: float, high: float, margin: float) -> str:
     return {HOLDS: "agree", FAILS: "differ"}.get(judged, "inconclusive")
 
 
-def targets_markdown(targets: pd.DataFrame) -> str:
-    """compute_to_target as a Markdown table: FLOPs (or the saving) as "mean [low, high]" over seeds."""
-    header = ["schedule", "target", "depths", "FLOPs or saving [95% interval]", "seeds reached", "note"]
-    rows = []
-    for row in targets.itertuples():
-        fmt = "{:.0%}" if row.kind == "saving" else "{:.3g}"
-        subject = f"saving: {row.subject}" if row.kind == "saving" else row.subject
-        rows.append([subject, f"{row.target:.0%}", row.depths, _with_interval(row.value, row.low, row.high, fmt),
-                     f"{row.n_seeds}/{row.of_seeds}", row.note])  # fmt: skip
-    return markdown_table(header, rows)
+def _flops_or_saving(row: dict) -> str:
+    if math.isnan(row["value"]):
+        return "not reached"
+    return interval_text(
+        row["value"], row["low"], row["high"], "{:.0%}" if row["kind"] == "saving" else "{:.3g}"
+    )
 
 
-def modes_markdown(modes: pd.DataFrame) -> str:
-    """mode_agreement as a Markdown table."""
-    header = ["schedule", "budget", "depths", "branch (wsd)", "independent (cosine)", "difference", "margin",
-              "seeds", "modes"]  # fmt: skip
-    rows = []
-    for row in modes.itertuples():
-        cells = [
-            _with_interval(getattr(row, m), getattr(row, f"{m}_low"), getattr(row, f"{m}_high"), "{:.1f}")
-            for m in ("branch", "independent", "difference")
-        ]
-        rows.append([row.name, f"{row.budget_multiple:g}x", row.depths, *cells, f"±{row.margin:.1f}", row.n_seeds,
-                     row.modes])  # fmt: skip
-    return markdown_table(header, rows)
-
-
-def _with_interval(mean: float, low: float, high: float, fmt: str) -> str:
-    return "not reached" if math.isnan(mean) else interval_text(mean, low, high, fmt)
+TARGETS_COLUMNS = {
+    "schedule": lambda row: f"saving: {row['subject']}" if row["kind"] == "saving" else row["subject"],
+    "target": "{target:.0%}",
+    "depths": "{depths}",
+    "FLOPs or saving [95% interval]": _flops_or_saving,
+    "seeds reached": "{n_seeds}/{of_seeds}",
+    "note": "{note}",
+}
+"""compute_to_target.md: FLOPs (or the saving) as "mean [low, high]" over seeds."""
+MODES_COLUMNS = {
+    "schedule": "{name}",
+    "budget": "{budget_multiple:g}x",
+    "depths": "{depths}",
+    "branch (wsd)": interval_cell("branch", missing="not reached"),
+    "independent (cosine)": interval_cell("independent", missing="not reached"),
+    "difference": interval_cell("difference", missing="not reached"),
+    "margin": "±{margin:.1f}",
+    "seeds": "{n_seeds}",
+    "modes": "{modes}",
+}
+"""budget_modes.md: `mode_agreement` with its intervals over seeds."""
 
 
 def write_budget_results(
@@ -300,8 +300,8 @@ def write_budget_results(
     out_dir = Path(out_dir)
     write_table(curve, out_dir / "budget_curve")
     write_table(targets, out_dir / "compute_to_target")
-    atomic_write_text(out_dir / "compute_to_target.md", targets_markdown(targets))
+    atomic_write_text(out_dir / "compute_to_target.md", markdown_columns(targets, TARGETS_COLUMNS))
     if modes is not None and len(modes):
         write_table(modes, out_dir / "budget_modes")
-        atomic_write_text(out_dir / "budget_modes.md", modes_markdown(modes))
+        atomic_write_text(out_dir / "budget_modes.md", markdown_columns(modes, MODES_COLUMNS))
     return save_figure(budget_figure(curve), out_dir / "budget_curve")

@@ -31,10 +31,17 @@ import numpy as np
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
+from biosrecall.experiments.claims import (
+    Claim,
+    interval_cell,
+    judge_claims,
+    markdown_columns,
+    with_seeds_to_decide,
+    write_claims,
+)
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import markdown_table, save_figure, write_table
-from biosrecall.stats import aggregate_seeds, interval_text
+from biosrecall.outputs import save_figure, write_table
+from biosrecall.stats import aggregate_seeds
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
 MEASURE = "loss_bound_bits_per_param"
@@ -222,44 +229,51 @@ def judge_capacity_claims(per_run: pd.DataFrame) -> pd.DataFrame:
     return with_seeds_to_decide(judged).reindex(columns=COLUMNS, fill_value="")
 
 
+def model_label(row) -> str:
+    """A model as capacity.md names it: a baseline says so."""
+    return f"{row['name']} (baseline)" if row["kind"] == "baseline" else row["name"]
+
+
+def depth_label(row) -> str:
+    """A serving depth as capacity.md shows it: a baseline has one."""
+    return "1 (its one depth)" if row["kind"] == "baseline" else str(int(row["depth"]))
+
+
+MEANS_COLUMNS = {
+    "people": "{people}", "model": model_label, "depth": depth_label,
+    "exact bits": interval_cell("exact_bits"), "loss-bound bits": interval_cell("loss_bound_bits"),
+    "exact bits/param": interval_cell("exact_bits_per_param", "{:.3g}"),
+    "loss-bound bits/param": interval_cell("loss_bound_bits_per_param", "{:.3g}"),
+    "loss-bound bits/non-emb. param": interval_cell("loss_bound_bits_per_nonembedding_param", "{:.3g}"),
+    "parameters": "{parameters:,}", "train FLOPs": "{train_flops:.3g}", "seeds": "{n_seeds}",
+}  # fmt: skip
+"""capacity.md's means over seeds (`capacity_summary`), intervals as "mean [low, high]"."""
+RUNS_COLUMNS = {
+    "people": "{people}", "model": model_label, "seed": "{seed}", "depth": depth_label,
+    "exact bits": "{exact_bits:.1f}", "loss-bound bits": "{loss_bound_bits:.1f}", "ceiling": "{ceiling_bits:.1f}",
+    "parameters": "{parameters:,}", "non-emb. parameters": "{non_embedding_parameters:,}",
+    "exact bits/param": "{exact_bits_per_param:.3g}",
+    "exact bits/non-emb.": "{exact_bits_per_nonembedding_param:.3g}",
+    "loss-bound bits/param": "{loss_bound_bits_per_param:.3g}",
+    "loss-bound bits/non-emb.": "{loss_bound_bits_per_nonembedding_param:.3g}",
+    "exposures (mean)": "{exposures_mean:.4g}", "updates": "{updates}", "train FLOPs": "{train_flops:.3g}",
+}  # fmt: skip
+"""capacity.md's every run (`capacity`)."""
+
+
 def capacity_markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
     """capacity.md: the seed means with their intervals, where each curve bends, then every run."""
-
-    def cell(row, column, fmt):
-        return interval_text(row[column], row[f"{column}_low"], row[f"{column}_high"], fmt)
-
-    means = [
-        [row["people"], model_label(row), depth_label(row), cell(row, "exact_bits", "{:.1f}"),
-         cell(row, "loss_bound_bits", "{:.1f}"), cell(row, "exact_bits_per_param", "{:.3g}"),
-         cell(row, "loss_bound_bits_per_param", "{:.3g}"),
-         cell(row, "loss_bound_bits_per_nonembedding_param", "{:.3g}"), f"{row['parameters']:,}",
-         f"{row['train_flops']:.3g}", row["n_seeds"]]
-        for _, row in summary.iterrows()
-    ]  # fmt: skip
-    runs = [
-        [row["people"], model_label(row), row["seed"], depth_label(row), f"{row['exact_bits']:.1f}",
-         f"{row['loss_bound_bits']:.1f}", f"{row['ceiling_bits']:.1f}", f"{row['parameters']:,}",
-         f"{row['non_embedding_parameters']:,}", f"{row['exact_bits_per_param']:.3g}",
-         f"{row['exact_bits_per_nonembedding_param']:.3g}", f"{row['loss_bound_bits_per_param']:.3g}",
-         f"{row['loss_bound_bits_per_nonembedding_param']:.3g}", f"{row['exposures_mean']:.4g}",
-         row["updates"], f"{row['train_flops']:.3g}"]
-        for _, row in table.iterrows()
-    ]  # fmt: skip
     exposures = ", ".join(f"{e:g}" for e in sorted(table["exposures"].unique()))
     return (
         f"# Stored bits at {exposures} exposures per person\n\n"
         "Baselines have one serving depth and are scored there. Intervals: 95% t over seeds.\n\n"
         "## Mean over seeds\n\n"
-        + markdown_table(["people", "model", "depth", "exact bits", "loss-bound bits", "exact bits/param",
-                     "loss-bound bits/param", "loss-bound bits/non-emb. param", "parameters",
-                     "train FLOPs", "seeds"], means)
-        + "\n" + knees_markdown(knee_table(summary))
+        + markdown_columns(summary, MEANS_COLUMNS)
+        + "\n"
+        + knees_markdown(knee_table(summary))
         + "\n## Every run\n\n"
-        + markdown_table(["people", "model", "seed", "depth", "exact bits", "loss-bound bits", "ceiling",
-                     "parameters", "non-emb. parameters", "exact bits/param", "exact bits/non-emb.",
-                     "loss-bound bits/param", "loss-bound bits/non-emb.", "exposures (mean)",
-                     "updates", "train FLOPs"], runs)
-    )  # fmt: skip
+        + markdown_columns(table, RUNS_COLUMNS)
+    )
 
 
 # ---- where each curve bends: the "Where each curve bends" section of capacity.md ----
@@ -299,31 +313,22 @@ def knee_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def model_label(row) -> str:
-    """A model as capacity.md names it: a baseline says so."""
-    return f"{row['name']} (baseline)" if row["kind"] == "baseline" else row["name"]
-
-
-def depth_label(row) -> str:
-    """A serving depth as capacity.md shows it: a baseline has one."""
-    return "1 (its one depth)" if row["kind"] == "baseline" else str(int(row["depth"]))
-
-
 def knees_markdown(knees: pd.DataFrame) -> str:
     """The section of capacity.md that shows `knee_table`."""
     full = f"{1 - SATURATION_TOLERANCE:.0%}"
-    header = ["model", "depth", f"stores >= {full} of the facts up to (people)", "most stored at (people)",
-              "most loss-bound bits", "bits/param there", "share stored at the largest count"]  # fmt: skip
-    rows = [
-        [model_label(row), depth_label(row), str(row["full_until"] or "-"), str(row["peak_people"]),
-         interval_text(row["peak_bits"], row["peak_bits_low"], row["peak_bits_high"], "{:.0f}"),
-         f"{row['peak_bits_per_param']:.3g}", f"{row['share_at_largest']:.0%}"]
-        for _, row in knees.iterrows()
-    ]  # fmt: skip
+    columns = {
+        "model": model_label,
+        "depth": depth_label,
+        f"stores >= {full} of the facts up to (people)": lambda row: str(row["full_until"] or "-"),
+        "most stored at (people)": "{peak_people}",
+        "most loss-bound bits": interval_cell("peak_bits", "{:.0f}"),
+        "bits/param there": "{peak_bits_per_param:.3g}",
+        "share stored at the largest count": "{share_at_largest:.0%}",
+    }
     return (
         "## Where each curve bends\n\n"
         f"Loss-bound bits, mean over seeds: the largest count still storing {full} of the facts and the "
-        "count storing the most (the knee lies between).\n\n" + markdown_table(header, rows)
+        "count storing the most (the knee lies between).\n\n" + markdown_columns(knees, columns)
     )
 
 

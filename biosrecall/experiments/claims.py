@@ -338,18 +338,43 @@ def claims_markdown(
     `earlier`: (seed count, claims) of each earlier look (`earlier_looks`); each adds a verdict column
     beside the current one, and a line above the table says the study was extended after it."""
     looks = [(n, dict(zip(table["claim"], table["verdict"], strict=True))) for n, table in earlier]
-    header = [
-        "claim", "metric", "threshold", "measured (95% interval, seeds)",
-        *(f"verdict at {n} seeds" for n, _ in looks), "verdict", "seeds to decide (planning estimate)",
-    ]  # fmt: skip
-    rows = []
-    for row in claims.itertuples():
-        before = [verdicts.get(getattr(row, "claim", None), "-") for _, verdicts in looks]
-        decide = decide_text(row.mean, row.low, row.high, int(row.n_seeds), row.threshold, row.verdict) or "-"
-        rows.append(
-            [row.statement, row.metric, row.threshold, _measured(row), *before, f"**{row.verdict}**", decide]
-        )
-    return _look_note([n for n, _ in looks], stem) + markdown_table(header, rows)
+    columns = {
+        "claim": "{statement}",
+        "metric": "{metric}",
+        "threshold": "{threshold}",
+        "measured (95% interval, seeds)": _measured,
+        **{
+            f"verdict at {n} seeds": lambda row, v=verdicts: v.get(row.get("claim"), "-")
+            for n, verdicts in looks
+        },
+        "verdict": "**{verdict}**",
+        "seeds to decide (planning estimate)": lambda row: row[SEEDS_TO_DECIDE] or "-",
+    }
+    return _look_note([n for n, _ in looks], stem) + markdown_columns(with_seeds_to_decide(claims), columns)
+
+
+def markdown_columns(table: pd.DataFrame, columns: dict[str, str | Callable[[dict], str]]) -> str:
+    """`table` as a Markdown table, the one writer of every study's tables: one column per entry of
+    `columns`, its header -> its cell, a template filled from the row's fields ("{people}",
+    "{train_flops:.3g}") or a function of the row (`interval_cell`)."""
+    cells = [
+        [cell(row) if callable(cell) else cell.format_map(row) for cell in columns.values()]
+        for row in table.to_dict("records")
+    ]
+    return markdown_table(list(columns), cells)
+
+
+def interval_cell(column: str, fmt: str = "{:.1f}", missing: str | None = None) -> Callable[[dict], str]:
+    """A cell "mean [low, high]" of `column` and its `<column>_low`, `<column>_high` over seeds
+    (`stats.interval_text`: the mean alone with one seed); `missing` in place of a NaN mean."""
+
+    def cell(row: dict) -> str:
+        mean = row[column]
+        if missing is not None and math.isnan(mean):
+            return missing
+        return interval_text(mean, row[f"{column}_low"], row[f"{column}_high"], fmt)
+
+    return cell
 
 
 def _look_note(counts: list[int], stem: str) -> str:
@@ -365,14 +390,14 @@ def _look_note(counts: list[int], stem: str) -> str:
     )
 
 
-def _measured(row) -> str:
-    if row.n_seeds == 0:
-        note = getattr(row, "note", "")
+def _measured(row: dict) -> str:
+    if row["n_seeds"] == 0:
+        note = row.get("note", "")
         return f"- ({note})" if isinstance(note, str) and note else "-"
-    measured = interval_text(row.mean, row.low, row.high, "{:.3g}")
-    if math.isnan(row.low):
+    measured = interval_text(row["mean"], row["low"], row["high"], "{:.3g}")
+    if math.isnan(row["low"]):
         return f"{measured} (one seed, no interval)"
-    return f"{measured}, n={row.n_seeds}"
+    return f"{measured}, n={row['n_seeds']}"
 
 
 def read_claims(path: str | Path) -> pd.DataFrame:

@@ -28,10 +28,10 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.serving import BASELINE, RECALL_SHARE, headline_table, write_serving_results
-from biosrecall.experiments.claims import Claim, judge_claims
+from biosrecall.experiments.claims import Claim, interval_cell, judge_claims, markdown_columns
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import markdown_table, write_table
-from biosrecall.stats import interval_text, seed_interval
+from biosrecall.outputs import write_table
+from biosrecall.stats import seed_interval
 
 SUMMARY_NAME = "exit_summary"
 """Per schedule over seeds: the headline and both claims' metrics (`serving_summary`; .csv, .md)."""
@@ -51,7 +51,7 @@ def serve_study(out_dir: Path, frontier: pd.DataFrame, main_runs: Iterable):
     names = {run.name: (run.labels["name"], run.config.seed) for run in main_runs}
     summary = serving_summary(frontier, names)
     write_table(summary, Path(out_dir) / SUMMARY_NAME)
-    atomic_write_text(Path(out_dir) / f"{SUMMARY_NAME}.md", summary_markdown(summary))
+    atomic_write_text(Path(out_dir) / f"{SUMMARY_NAME}.md", markdown_columns(summary, SUMMARY_COLUMNS))
     return headline, figures, serving_claims(frontier, names)
 
 
@@ -92,26 +92,23 @@ def _per_seed(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> p
     )  # fmt: skip
 
 
-def summary_markdown(summary: pd.DataFrame) -> str:
-    """The serving summary as a Markdown table (FLOPs in millions per query)."""
-    header = [
-        "schedule", "seeds", "best fixed-depth bits", f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs",
-        "best realisable criterion (seeds chosen): depth, MFLOPs", "criterion / fixed FLOPs",
-        "oracle: depth, bits over best fixed",
-    ]  # fmt: skip
-    rows = []
-    for _, r in summary.iterrows():
-        criterion = f"{r['criterion']} ({r['criterion_seeds']}/{r['n_seeds']}): "
-        criterion += f"{r['adaptive_mean_depth']:.2f}, {r['adaptive_flops'] / 1e6:.3g}"
-        oracle = f"{r['oracle_mean_depth']:.2f}, " + interval_text(
-            r["headroom"], r["headroom_low"], r["headroom_high"]
-        )
-        rows.append([
-            r["schedule"], r["n_seeds"], interval_text(r["best_bits"], r["best_bits_low"], r["best_bits_high"]),
-            f"{r['fixed_depth']:.2f}, {r['fixed_flops'] / 1e6:.3g}", criterion,
-            interval_text(r["ratio"], r["ratio_low"], r["ratio_high"], "{:.2f}"), oracle,
-        ])  # fmt: skip
-    return markdown_table(header, rows)
+SUMMARY_COLUMNS = {
+    "schedule": "{schedule}",
+    "seeds": "{n_seeds}",
+    "best fixed-depth bits": interval_cell("best_bits"),
+    f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs": lambda row: (
+        f"{row['fixed_depth']:.2f}, {row['fixed_flops'] / 1e6:.3g}"
+    ),
+    "best realisable criterion (seeds chosen): depth, MFLOPs": lambda row: (
+        f"{row['criterion']} ({row['criterion_seeds']}/{row['n_seeds']}): "
+        f"{row['adaptive_mean_depth']:.2f}, {row['adaptive_flops'] / 1e6:.3g}"
+    ),
+    "criterion / fixed FLOPs": interval_cell("ratio", "{:.2f}"),
+    "oracle: depth, bits over best fixed": lambda row: (
+        f"{row['oracle_mean_depth']:.2f}, " + interval_cell("headroom")(row)
+    ),
+}
+"""exit_summary.md: the serving summary, FLOPs in millions per query."""
 
 
 def serving_claims(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
