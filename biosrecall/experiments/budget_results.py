@@ -264,31 +264,22 @@ def _agreement(low: float, high: float, margin: float) -> str:
 def _flops_or_saving(row: dict) -> str:
     if math.isnan(row["value"]):
         return "not reached"
-    return interval_text(
-        row["value"], row["low"], row["high"], "{:.0%}" if row["kind"] == "saving" else "{:.3g}"
-    )
+    fmt = "{:.0%}" if row["kind"] == "saving" else "{:.3g}"
+    return interval_text(row["value"], row["low"], row["high"], fmt)
 
 
 TARGETS_COLUMNS = {
     "schedule": lambda row: f"saving: {row['subject']}" if row["kind"] == "saving" else row["subject"],
-    "target": "{target:.0%}",
-    "depths": "{depths}",
-    "FLOPs or saving [95% interval]": _flops_or_saving,
-    "seeds reached": "{n_seeds}/{of_seeds}",
-    "note": "{note}",
-}
+    "target": "{target:.0%}", "depths": "{depths}", "FLOPs or saving [95% interval]": _flops_or_saving,
+    "seeds reached": "{n_seeds}/{of_seeds}", "note": "{note}",
+}  # fmt: skip
 """compute_to_target.md: FLOPs (or the saving) as "mean [low, high]" over seeds."""
 MODES_COLUMNS = {
-    "schedule": "{name}",
-    "budget": "{budget_multiple:g}x",
-    "depths": "{depths}",
-    "branch (wsd)": interval_cell("branch", missing="not reached"),
-    "independent (cosine)": interval_cell("independent", missing="not reached"),
-    "difference": interval_cell("difference", missing="not reached"),
-    "margin": "±{margin:.1f}",
-    "seeds": "{n_seeds}",
-    "modes": "{modes}",
-}
+    "schedule": "{name}", "budget": "{budget_multiple:g}x", "depths": "{depths}",
+    **{title: interval_cell(mode, missing="not reached") for mode, title in
+       (("branch", "branch (wsd)"), ("independent", "independent (cosine)"), ("difference", "difference"))},
+    "margin": "±{margin:.1f}", "seeds": "{n_seeds}", "modes": "{modes}",
+}  # fmt: skip
 """budget_modes.md: `mode_agreement` with its intervals over seeds."""
 
 

@@ -317,14 +317,11 @@ def knees_markdown(knees: pd.DataFrame) -> str:
     """The section of capacity.md that shows `knee_table`."""
     full = f"{1 - SATURATION_TOLERANCE:.0%}"
     columns = {
-        "model": model_label,
-        "depth": depth_label,
+        "model": model_label, "depth": depth_label,
         f"stores >= {full} of the facts up to (people)": lambda row: str(row["full_until"] or "-"),
-        "most stored at (people)": "{peak_people}",
-        "most loss-bound bits": interval_cell("peak_bits", "{:.0f}"),
-        "bits/param there": "{peak_bits_per_param:.3g}",
-        "share stored at the largest count": "{share_at_largest:.0%}",
-    }
+        "most stored at (people)": "{peak_people}", "most loss-bound bits": interval_cell("peak_bits", "{:.0f}"),
+        "bits/param there": "{peak_bits_per_param:.3g}", "share stored at the largest count": "{share_at_largest:.0%}",
+    }  # fmt: skip
     return (
         "## Where each curve bends\n\n"
         f"Loss-bound bits, mean over seeds: the largest count still storing {full} of the facts and the "

@@ -93,21 +93,16 @@ def _per_seed(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> p
 
 
 SUMMARY_COLUMNS = {
-    "schedule": "{schedule}",
-    "seeds": "{n_seeds}",
-    "best fixed-depth bits": interval_cell("best_bits"),
-    f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs": lambda row: (
-        f"{row['fixed_depth']:.2f}, {row['fixed_flops'] / 1e6:.3g}"
-    ),
-    "best realisable criterion (seeds chosen): depth, MFLOPs": lambda row: (
-        f"{row['criterion']} ({row['criterion_seeds']}/{row['n_seeds']}): "
-        f"{row['adaptive_mean_depth']:.2f}, {row['adaptive_flops'] / 1e6:.3g}"
-    ),
+    "schedule": "{schedule}", "seeds": "{n_seeds}", "best fixed-depth bits": interval_cell("best_bits"),
+    f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs":
+        lambda row: f"{row['fixed_depth']:.2f}, {row['fixed_flops'] / 1e6:.3g}",
+    "best realisable criterion (seeds chosen): depth, MFLOPs":
+        lambda row: f"{row['criterion']} ({row['criterion_seeds']}/{row['n_seeds']}): "
+        f"{row['adaptive_mean_depth']:.2f}, {row['adaptive_flops'] / 1e6:.3g}",
     "criterion / fixed FLOPs": interval_cell("ratio", "{:.2f}"),
-    "oracle: depth, bits over best fixed": lambda row: (
-        f"{row['oracle_mean_depth']:.2f}, " + interval_cell("headroom")(row)
-    ),
-}
+    "oracle: depth, bits over best fixed":
+        lambda row: f"{row['oracle_mean_depth']:.2f}, " + interval_cell("headroom")(row),
+}  # fmt: skip
 """exit_summary.md: the serving summary, FLOPs in millions per query."""
 
 
