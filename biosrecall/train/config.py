@@ -266,8 +266,11 @@ LIMITS: dict[str, Limit] = {
 ITEM_LIMITS: dict[str, Limit] = {
     "betas": Limit(float, 0, 1, high_open=True),
     "checkpoint_fractions": Limit(float, 0, 1, low_open=True),
+    "keep_updates": LIMITS["updates"],
 }
 """Bounds of each item of the list fields."""
+SETS = ("checkpoint_fractions", "keep_updates")
+"""The list fields that name points of a run: kept sorted, each once."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "lr_schedule": LR_SCHEDULES,
     "precision": PRECISIONS,
@@ -300,8 +303,6 @@ def check_field(name: str, value: Any) -> Any:
         return check_number(name, value, LIMITS[name])
     if name in ITEM_LIMITS:
         return _check_items(name, value, ITEM_LIMITS[name])
-    if name == "keep_updates":
-        return check_updates_list(name, value)
     if name == "log":
         return parse_trackers(value)
     if name in KINDS:
@@ -320,24 +321,17 @@ def check_field(name: str, value: Any) -> Any:
     return value
 
 
-def _check_items(name: str, value: Any, limit: Limit) -> tuple[float, ...]:
+def _check_items(name: str, value: Any, limit: Limit) -> tuple:
     if not isinstance(value, list | tuple) or not value:
         raise BiosrecallError(f"{name} must be a non-empty list of numbers, got {value!r}")
     try:
         items = tuple(check_number(name, item, limit) for item in value)
     except BiosrecallError:
-        raise BiosrecallError(f"{name} must lie in {limit.interval()}, got {list(value)!r}") from None
+        whole = " (whole numbers)" if limit.kind is int else ""
+        raise BiosrecallError(f"{name} must lie in {limit.interval()}{whole}, got {list(value)!r}") from None
     if name == "betas" and len(items) != 2:
         raise BiosrecallError(f"betas must be two numbers B1,B2, got {list(value)!r}")
-    return tuple(sorted(set(items))) if name == "checkpoint_fractions" else items
-
-
-def check_updates_list(name: str, value: Any) -> tuple[int, ...]:
-    """A non-empty list of update counts (each at least 1), sorted without repeats."""
-    if not isinstance(value, list | tuple) or not value:
-        raise BiosrecallError(f"{name} must be a non-empty list of update counts, got {value!r}")
-    limit = LIMITS["updates"]
-    return tuple(sorted({check_number(f"each of {name}", item, limit) for item in value}))
+    return tuple(sorted(set(items))) if name in SETS else items
 
 
 def split_budget_of(text: Any) -> tuple[str, int]:

@@ -85,16 +85,12 @@ def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
 
 
 def check_divisible(global_batch: int, info: DistInfo, grad_accum: int = 1) -> None:
-    """Every rank gets the same number of rows, split into `grad_accum` equal micro-batches."""
-    if global_batch % info.world_size:
+    """Every rank gets the same number of rows, split into `grad_accum` equal micro-batches: the batch
+    divides into world size x grad_accum equal parts."""
+    if global_batch % (info.world_size * grad_accum):
         raise BiosrecallError(
-            f"batch size {global_batch} is not divisible by the world size {info.world_size}"
-        )
-    if global_batch // info.world_size % grad_accum:
-        raise BiosrecallError(
-            f"batch size {global_batch} over {info.world_size} process(es) gives "
-            f"{global_batch // info.world_size} rows per process, not divisible into {grad_accum} "
-            "micro-batches (--grad-accum)"
+            f"batch size {global_batch} is not divisible by the world size {info.world_size} times "
+            f"--grad-accum {grad_accum} (each process takes an equal share, in equal micro-batches)"
         )
 
 
