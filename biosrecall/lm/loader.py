@@ -142,15 +142,14 @@ class ShardLoader:
         return {"version": STATE_VERSION, **identity, "epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at `state`; refuses a state from other data, context or seed (the state of an earlier
-        release, which also recorded a rank and world size, resumes too)."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise BiosrecallError("loader state is not a version-1 ShardLoader state")
-        for key in _IDENTITY:
-            if state.get(key) != getattr(self, key):
+        """Resume at `state`; refuses a state of another format version, or from other data, context or
+        seed (the state of an earlier release, which also recorded a rank and world size, resumes too)."""
+        ours = self.state_dict()
+        for key in ("version", *_IDENTITY):
+            found = state.get(key) if isinstance(state, dict) else None
+            if found != ours[key]:
                 raise BiosrecallError(
-                    f"cannot resume the data loader: its state has {key}={state.get(key)!r}, "
-                    f"this run has {getattr(self, key)!r}"
+                    f"cannot resume the data loader: its state has {key}={found!r}, this run has {ours[key]!r}"
                 )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
