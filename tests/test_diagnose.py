@@ -250,7 +250,7 @@ def test_options_are_checked_and_normalised_when_built():
     with pytest.raises(BiosrecallError, match="shallower first"):
         DiagnoseOptions(depths=(16, 4))  # refused, not reordered: the deeper one's advantage is reported
     assert DiagnoseOptions(depths=(4, 4)).depths == (4, 4)  # the library's null control
-    with pytest.raises(BiosrecallError, match="--batches >= 1"):
+    with pytest.raises(BiosrecallError, match="--batches must be a positive integer"):
         DiagnoseOptions(batches=0)
 
 

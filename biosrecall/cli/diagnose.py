@@ -45,7 +45,7 @@ CHECKED = {
     "batches": {"type": Integer(counts())},
     "serving_depths": {"type": ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
                        "default": "1..16"},
-    "people": {"type": Integer(counts(low=0), below="need --people >= 0 (got {value})")},
+    "people": {"type": Integer(counts(low=0))},
     "val_sequences": {"type": Integer(counts(low=0))},
     "rms": {"type": str},
     "seed": {"type": Integer(SEED)},

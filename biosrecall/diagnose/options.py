@@ -25,7 +25,9 @@ from biosrecall.numbers import MAX_DEPTH, check_count, check_depth, parse_float,
 DEFAULT_PEOPLE = 100
 DEFAULT_VAL_SEQUENCES = 64
 RMS_MODES = ("shallow", "deep")
-CANDIDATES_HELP = "--depths takes two depths SHALLOW,DEEP >= 1 with the shallower first, e.g. 4,16"
+CANDIDATES_HELP = (
+    f"--depths takes two depths SHALLOW,DEEP in 1..{MAX_DEPTH} with the shallower first, e.g. 4,16"
+)
 
 
 @dataclass
@@ -70,34 +72,23 @@ class DiagnoseOptions:
         self.depths = _check_candidates(self.depths)
         self.after_uniform = _distinct("--after-uniform", self.after_uniform, low=0)
         self.serving_depths = _distinct("--serving-depths", self.serving_depths, low=1)
-        self.batches = _count("--batches", self.batches, low=1)
-        self.bootstrap = _count("--bootstrap", self.bootstrap, low=1)
-        self.seed = _count("--seed", self.seed, low=0)
+        self.batches = check_count(self.batches, "--batches")
+        self.bootstrap = check_count(self.bootstrap, "--bootstrap")
+        self.seed = numbers.check_seed(self.seed, "--seed")
         for name in ("people", "val_sequences"):
             value = getattr(self, name)
             if value is not None:
-                setattr(self, name, _count(f"--{name.replace('_', '-')}", value, low=0))
+                setattr(self, name, check_count(value, f"--{name.replace('_', '-')}", low=0))
         self.rms = _check_rms(self.rms)
         self.level = numbers.check_number(
             "--level", self.level, numbers.rates(0, 1, low_open=True, high_open=True)
         )
 
 
-def _count(option: str, value: Any, low: int) -> int:
-    """An integer >= low (an integral float is accepted), or one error line naming the option."""
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        number = None
-    if number is None or isinstance(value, bool | str) or number != value or number < low:
-        raise BiosrecallError(f"need {option} >= {low} (got {value!r})")
-    return number
-
-
 def _distinct(option: str, values: Iterable, low: int) -> tuple[int, ...]:
     """Sorted distinct integers >= low, at least one."""
     listed = isinstance(values, Iterable) and not isinstance(values, str)
-    chosen = sorted({_count(option, value, low) for value in values}) if listed else []
+    chosen = sorted({check_count(value, option, low) for value in values}) if listed else []
     if not chosen:
         raise BiosrecallError(f"{option} takes a non-empty list of integers (got {values!r})")
     return tuple(chosen)
@@ -106,8 +97,8 @@ def _distinct(option: str, values: Iterable, low: int) -> tuple[int, ...]:
 def _check_candidates(depths: Iterable) -> tuple[int, int]:
     values = tuple(depths)
     try:
-        shallow, deep = (_count("--depths", depth, low=1) for depth in values)
-    except (ValueError, BiosrecallError):  # not two values, or one is not a depth
+        shallow, deep = (check_depth(depth, "--depths") for depth in values)
+    except ValueError:  # not two values, or one is not a depth (a BiosrecallError is a ValueError)
         raise BiosrecallError(f"{CANDIDATES_HELP} (got {values})") from None
     if deep < shallow:
         raise BiosrecallError(f"{CANDIDATES_HELP} (got {shallow},{deep}: write {deep},{shallow})")
@@ -133,8 +124,6 @@ def parse_candidate_depths(text: str) -> tuple[int, int]:
         depths = _check_candidates(parse_int(part) for part in split_list(str(text)))
     except ValueError:  # a BiosrecallError is one
         raise BiosrecallError(f"{CANDIDATES_HELP} (got {text!r})") from None
-    for depth in depths:
-        check_depth(depth, "--depths")
     if depths[0] == depths[1]:
         raise BiosrecallError(
             f"--depths {text} compares depth {depths[0]} with itself, which gives an advantage of 0 by "
