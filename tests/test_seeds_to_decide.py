@@ -236,7 +236,7 @@ class TestExtendedAfterALook:
 
     def test_overwrite_replaces_the_earlier_looks(self, tmp_path):
         """`--overwrite` moves aside everything figure1 made: the looks of the replaced study too."""
-        from biosrecall.experiments.figure1_output import made_names
+        from biosrecall.experiments.figure1 import made_names
 
         write_claims(looked(3), tmp_path)
         write_claims(looked(6), tmp_path)

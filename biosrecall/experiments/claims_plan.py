@@ -37,7 +37,7 @@ from biosrecall.experiments.claims import (
 from biosrecall.experiments.study import MAX_SEEDS, figure1_command
 from biosrecall.records import optional, read_checked_json
 
-RECORD = "figure1.json"  # biosrecall.experiments.figure1_output.RECORD, without importing the trainer
+RECORD = "figure1.json"  # biosrecall.experiments.figure1.RECORD, without importing the trainer
 NEEDED = ("claim", "threshold", "mean", "low", "high", "n_seeds", "verdict")
 UNDECIDED = "inconclusive"
 
@@ -60,6 +60,11 @@ class Figure1Record:
     """The trainer's settings (`TrainConfig.to_dict`), the first seed's."""
     study: StudySeeds | UnsetType = optional()
     """The `StudyOptions`; an older record has none (its one seed is train_config's)."""
+
+
+def record_seeds(record: dict) -> list[int]:
+    """The training seeds of a figure1 record: its study's, or an older record's one seed."""
+    return list(record.get("study", {}).get("seeds", [record["train_config"].get("seed")]))
 
 
 def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
@@ -128,7 +133,7 @@ def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir
         return (
             f"the inconclusive claims need up to {needed} seeds by this estimate; --seeds takes {MAX_SEEDS}."
         )
-    seeds = list(record.get("study", {}).get("seeds", [record["train_config"]["seed"]]))
+    seeds = record_seeds(record)
     seeds += range(max(seeds) + 1, max(seeds) + 1 + needed - len(seeds))
     options = {**record.get("study", {}), "seeds": seeds}
     return (

@@ -24,28 +24,39 @@ The study is a declaration on the engine (`biosrecall.experiments.engine`, `FIGU
 the output's lock for the whole call, trains every run as a `biosrecall train` process of the sweep
 engine `workers` at a time (each described once, as a `SweepRun` holding its `TrainConfig`:
 `biosrecall.experiments.study`), trunks before their branches, and times each phase. What is
-figure1's own: its record and what it refuses or replaces (`prepare`, `figure1_output`), its
-datasets, the learning-rate grid whose winners choose the other runs (`runs`, then `then`), one
+figure1's own: its record and what it refuses or replaces (`prepare`), its datasets, the learning-rate grid whose winners choose the other runs (`runs`, then `then`), one
 in-process scoring pass of recall and serving (`evaluate`), and its files (`write`). Calling again
 continues: finished runs are kept, an interrupted one resumes from its last save, recall results are
 cached per checkpoint, and added seeds or controls only train what is new.
+
+Guarding the output (`prepare`): figure1.json records what an output's results depend on (the preset
+and its settings, the trainer settings but the training seed, the dataset seeding). Seeds, controls,
+the learning-rate grid and the Figure-5 sweep are not part of it: each run has its own folder, so a
+rerun that adds seeds or controls continues the output, which is how a study is run in parts.
+Anything else that differs is refused with one `BiosrecallError` line naming the difference (first
+the seeds it already holds that the new seed list repeats), before anything is touched; `overwrite`
+replaces the output instead, once the new settings have been checked, and puts it back if they fail.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.scoring import run_labels
-from biosrecall.eval.serving import SERVING_CRITERIA, score_runs
-from biosrecall.experiments import figure1_output as output
+from biosrecall.eval.serving import SERVING_CRITERIA, score_runs, serving_names
 from biosrecall.experiments.budget_results import (
+    BUDGET_NAMES,
     budget_curve,
     compute_to_target,
     mode_agreement,
@@ -53,8 +64,9 @@ from biosrecall.experiments.budget_results import (
     write_budget_results,
 )
 from biosrecall.experiments.budgets import budget_runs
-from biosrecall.experiments.claims import write_claims
-from biosrecall.experiments.engine import Study, run_study, write_study_record
+from biosrecall.experiments.claims import earlier_look_file, write_claims
+from biosrecall.experiments.claims_plan import Figure1Record, record_seeds
+from biosrecall.experiments.engine import Study, refuse_busy_runs, run_study, write_study_record
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
     FIXED_K4,
@@ -66,16 +78,28 @@ from biosrecall.experiments.study import (
     grid_runs,
     study_runs,
 )
-from biosrecall.experiments.study_serving import serve_study
+from biosrecall.experiments.study_serving import SUMMARY_NAME, serve_study
+from biosrecall.interrupts import held
+from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
 from biosrecall.outputs import write_table
-from biosrecall.train.config import TrainConfig, resolve_seq_len
+from biosrecall.records import read_checked_json
+from biosrecall.sizing import Cost, check_fits, dataset_cost, scoring_cost
+from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
 from biosrecall.train.run_folder import machine, versions
 from biosrecall.train.trainer import bios_training_task, make_plan
 
 FIGURE1_SCHEDULES = MAIN_SCHEDULES
 FRACTIONS = (0.45, 1.0)
-RECORD, DATA, RUNS = output.RECORD, output.DATA, output.RUNS
+RECORD, DATA, RUNS = "figure1.json", "data", "runs"
+# Every entry figure1 makes in its output folder besides the above: what `overwrite` replaces.
+RESULT_STEMS = (
+    "figure1", "figure5", "recall_curve", "recall_curve_seeds", "fixed_sweep", "fixed_sweep_seeds",
+    "summary", "summary_runs", "fixed_sweep_summary", "fixed_sweep_summary_runs", "claims", "lr_grid",
+    SUMMARY_NAME, "timings", *BUDGET_NAMES,
+)  # fmt: skip
+RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md", ".jsonl")
+_SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
 
 
 @dataclass(frozen=True)
@@ -267,12 +291,34 @@ def then(scores: Scores, options: Figure1Options, task=None) -> list:
 
 
 def prepare(out_dir: Path, options: Figure1Options, overwrite: bool, report) -> None:
-    """Refuse (or with `overwrite` replace) an output made with other settings, make the missing
-    datasets, plan every run (`check_plans`) and write figure1.json (`figure1_output`)."""
-    record = _record(options)
-    check = lambda: _check_plans(options)  # noqa: E731
-    datasets = dataset_folders(options.study, options.out / DATA)
-    output.prepare_output(out_dir, record, datasets, _settings(options).people, overwrite, check, report)
+    """Refuse (or with `overwrite` replace) an output made with other settings (module docstring),
+    make the missing datasets (saying so to `report`), plan every run (`_check_plans`) and write
+    figure1.json. A mistake found here leaves the output as it was: what `overwrite` moved aside is
+    put back (and the engine empties a new output again)."""
+    record, people = _record(options), _settings(options).people
+    datasets = dataset_folders(options.study, out_dir / DATA)
+    aside = None
+    try:
+        found = differences(out_dir, record, datasets, people)
+        if found and not overwrite:
+            raise refusal(out_dir, found)
+        refuse_busy_runs(out_dir / RUNS)
+        _check_size(out_dir, datasets, people, replacing=bool(found))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with held():  # a signal waits until `aside` names what the clean-up below puts back
+            aside = _move_aside(out_dir) if found else None
+        for seed, data_dir in datasets.items():  # one present is kept: `differences` has checked it
+            if not os.path.lexists(data_dir):
+                if report is not None:
+                    report(f"generating the dataset {data_dir.name}/ ({people:,} people, seed {seed})")
+                generate_dataset(data_dir, people=people, seed=seed)
+        _check_plans(options)
+    except BaseException:
+        if aside is not None:
+            _put_back(out_dir, aside)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
     write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
@@ -343,6 +389,140 @@ def write(out_dir: Path, scores: Scores, options: Figure1Options):
     claims = pd.concat([claims, serving_rows, compute], ignore_index=True)
     write_claims(claims, out_dir)
     return {"summary": summary, "exit_headline": headline}, claims, figures
+
+
+# ---- figure1.json: what an output was made with, and what a rerun may not change ----
+
+
+@dataclass(kw_only=True)
+class StoredRecord(Figure1Record):
+    """The fields of figure1.json that continuing an output compares (its other keys are kept as written)."""
+
+    settings: dict[str, Any]
+    """The preset's settings (a `Figure1Preset`), model overrides applied."""
+
+
+def identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The settings a figure1 record's results depend on, under the names a refusal shows them by."""
+    skip = {*RESUMABLE_DIFFERENCES, "seed"}
+    train = {k: v for k, v in record["train_config"].items() if k not in skip}
+    budget, budget_of = train.pop("budget", None), train.pop("budget_of", None)
+    return {
+        "preset": record["preset"],
+        **record["settings"],
+        **train,
+        "budget": budget_of if budget is None else budget,
+        "dataset_seed": record.get("dataset_seed", record["train_config"].get("seed")),
+        "schedules": record.get("schedules"),
+        "fractions": record.get("fractions"),
+    }
+
+
+def differences(out_dir: Path, record: dict[str, Any], datasets: dict[int, Path], people: int) -> list[str]:
+    """How what `out_dir` already holds differs from what these settings make; [] when it can be reused.
+
+    `datasets` maps each dataset seed this call uses to its folder."""
+    path = out_dir / RECORD
+    if os.path.lexists(path):
+        try:
+            stored = read_checked_json(path, StoredRecord, "figure1 record")
+        except BiosrecallError as exc:
+            return [str(exc)]
+        old, new = identity(stored), identity(record)
+        keys = dict.fromkeys([*new, *old])  # this call's order: the stored record's keys are sorted
+        changed = [
+            f"{key} was {old.get(key)}, now {new.get(key)}" for key in keys if old.get(key) != new.get(key)
+        ]
+        if changed:
+            return _repeated_seeds(stored, record) + changed
+    elif os.path.lexists(out_dir / RUNS):
+        return [f"it holds {RUNS}/ but no {RECORD} saying how they were trained"]
+    return [d for seed, data_dir in datasets.items() for d in _dataset_differences(data_dir, people, seed)]
+
+
+def _repeated_seeds(stored: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    """The seeds this call lists that the output already holds runs of, as the first difference: their
+    runs were trained under the stored settings, so they are the collision a reader needs named."""
+    repeated = [seed for seed in record["study"]["seeds"] if seed in record_seeds(stored)]
+    if not repeated:
+        return []
+    named = f"seed {repeated[0]} is" if len(repeated) == 1 else f"seeds {', '.join(map(str, repeated))} are"
+    return [f"{named} already in it under those settings"]
+
+
+def _dataset_differences(data_dir: Path, people: int, seed: int) -> list[str]:
+    """Whether a dataset folder is the one these settings ask for ([] also when there is none yet)."""
+
+    if not os.path.lexists(data_dir):
+        return []
+    try:
+        dataset = load_dataset(data_dir)
+    except BiosrecallError as exc:
+        return [f"its dataset is unusable: {exc}"]
+    found = (dataset.num_people, dataset.manifest.get("seed"))
+    if found == (people, seed):
+        return []
+    return [f"its dataset has {found[0]} people (seed {found[1]}), now {people} (seed {seed})"]
+
+
+def refusal(out_dir: Path, found: list[str]) -> BiosrecallError:
+    shown = "; ".join(found[:_SHOWN_DIFFERENCES])
+    if len(found) > _SHOWN_DIFFERENCES:
+        shown += f"; and {len(found) - _SHOWN_DIFFERENCES} more"
+    return BiosrecallError(
+        f"{out_dir} was made with other settings ({shown}); rerun with the settings it was made with to "
+        "continue it, pass --overwrite to replace it, or choose another --out"
+    )
+
+
+def _check_size(out_dir: Path, datasets: dict[int, Path], people: int, replacing: bool) -> None:
+    """Refuse, before anything is made, datasets to generate and an evaluation set to score larger
+    than the machine (`biosrecall.sizing`)."""
+
+    cost = Cost()
+    for data_dir in datasets.values():
+        if replacing or not os.path.lexists(data_dir):
+            cost = cost.then(dataset_cost(people))
+    cost = cost.then(scoring_cost(people))
+    check_fits(f"a study of {people:,} people", cost, out_dir, "choose a smaller --preset")
+
+
+def made_names(out_dir: Path) -> list[str]:
+    """Every entry figure1 made in `out_dir`: what `overwrite` replaces."""
+    names = [RECORD, RUNS, *serving_names()]
+    names += [p.name for p in out_dir.glob(f"{DATA}*")]
+    names += [p.name for p in out_dir.glob(earlier_look_file("*"))]  # the claims of earlier looks
+    names += [stem + suffix for stem in RESULT_STEMS for suffix in RESULT_SUFFIXES]
+    return names
+
+
+def _move_aside(out_dir: Path) -> Path | None:
+    """Move what figure1 made in `out_dir` into one hidden sibling folder; returns it (None: nothing).
+
+    The folder is deleted once the new settings are checked; should this process die first, the next
+    `output_lock(out_dir)` removes it. The record moves last, so until everything else has gone a
+    plain rerun still refuses the output rather than reusing part of it.
+    """
+    present = [name for name in made_names(out_dir) if os.path.lexists(out_dir / name)]
+    if not present:
+        return None
+    target = out_dir.resolve()
+    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
+    for name in sorted(present, key=lambda name: name == RECORD):
+        os.replace(out_dir / name, aside / name)
+    return aside
+
+
+def _put_back(out_dir: Path, aside: Path) -> None:
+    """Undo `_move_aside`: what was made meanwhile (a new dataset) gives way to what was there."""
+    for entry in aside.iterdir():
+        made = out_dir / entry.name
+        if made.is_dir() and not made.is_symlink():
+            shutil.rmtree(made)
+        elif os.path.lexists(made):
+            made.unlink()
+        os.replace(entry, made)
+    aside.rmdir()
 
 
 FIGURE1 = Study(
