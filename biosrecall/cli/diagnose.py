@@ -45,7 +45,7 @@ CHECKED = {
     "batches": {"type": Integer(counts())},
     "serving_depths": {"type": ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
                        "default": "1..16"},
-    "people": {"type": Integer(counts(low=0))},
+    "people": {"type": Integer(counts(low=0), label="--people")},
     "val_sequences": {"type": Integer(counts(low=0))},
     "rms": {"type": str},
     "seed": {"type": Integer(SEED)},
