@@ -18,12 +18,14 @@ The report is `biosrecall.compute.report.flops_report`; this module only reads t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer
+from biosrecall.cli.options import Integer, field_docs
+from biosrecall.cli.study import options_from
 from biosrecall.compute.report import flops_report
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
@@ -48,85 +50,74 @@ PAPER_SCHEDULES = (
 )
 
 
+@dataclass
+class FlopsOptions:
+    """The options of `flops`, one per field (`field_options`; the help of each is the docstring under
+    it, or `CHECKED`'s where it lists names)."""
+
+    presets: tuple[str, ...] = ("lm-200m",)
+    """Model presets (`biosrecall.model.presets.PRESETS`), one per --preset."""
+
+    schedules: tuple[str, ...] = ()
+    """Schedules to compare against uniform:1-16, one per --schedule (e.g. fixed:4,
+    fixed_first:k0=4,switch=0.8,finish=uniform). Default: the paper's set, `PAPER_SCHEDULES`."""
+
+    seq_len: int | None = None
+    """Sequence length for attention FLOPs.  [default: preset's context length]"""
+
+    updates: int = 4800
+    """Run length at which schedules are compared (it only moves where switches and ramps fall; 4800 is
+    the paper's 200M run)."""
+
+    data_dir: Path | None = None
+    """bioS dataset whose vocabulary sizes the embedding, as `train` does [default: the preset's
+    stand-in vocabulary]."""
+
+    backprop_depth: int | None = None
+    """Backprop only through the last k iterations.  [default: the preset's, full backprop]"""
+
+    recipe: str = DEFAULT_RECIPE
+    """The looped recipe to count, as `train --recipe` builds it (its model defaults under the preset's
+    shape; its extra parameters and training objective priced)."""
+
+
+_REPEATED = {"type": str, "multiple": True}
+CHECKED = {
+    "presets": {**_REPEATED, "flag": "--preset", "help": f"Model preset; repeat for several. One of: {', '.join(PRESETS)}."},
+    "schedules": {**_REPEATED, "flag": "--schedule",
+                  "help": "Schedule to compare against uniform:1-16; repeat for several (e.g. fixed:4, "
+                          "fixed_first:k0=4,switch=0.8,finish=uniform). Default: the paper's set: fixed-first K0 in "
+                          "{1, 2, 4} x switch in {0.67, 0.8} x finish in {uniform, poisson_lognormal}, "
+                          f"{CURRICULUM}, fixed:4, uniform:1-16."},
+    "seq_len": {"type": Integer(LIMITS["seq_len"])},
+    "updates": {"type": Integer(LIMITS["updates"], "total updates",
+                                below="total updates must be a positive integer, got {value}", bare=True)},
+    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "backprop_depth": {"type": Integer(DEPTH, "backprop_depth")},
+    "recipe": {"help": f"{field_docs(FlopsOptions)['recipe']} Built in: {', '.join(BUILT_IN)}, or an installed "
+                       "package's biosrecall.recipes entry point."},
+}  # fmt: skip
+"""What the options of `FlopsOptions` take beyond their fields' types (`field_options`)."""
+
+
 @click.command("flops")
 @config_option()
-@click.option(
-    "--preset",
-    "presets",
-    multiple=True,
-    default=("lm-200m",),
-    help=f"Model preset; repeat for several. One of: {', '.join(PRESETS)}.",
-)
-@click.option(
-    "--schedule",
-    "schedules",
-    multiple=True,
-    help="Schedule to compare against uniform:1-16; repeat for several (e.g. fixed:4, "
-    "fixed_first:k0=4,switch=0.8,finish=uniform). Default: the paper's set: fixed-first K0 in {1, 2, 4} x "
-    f"switch in {{0.67, 0.8}} x finish in {{uniform, poisson_lognormal}}, {CURRICULUM}, fixed:4, uniform:1-16.",
-)
-@click.option(
-    "--seq-len",
-    type=Integer(LIMITS["seq_len"]),
-    default=None,
-    help="Sequence length for attention FLOPs.  [default: preset's context length]",
-)
-@click.option(
-    "--updates",
-    type=Integer(
-        LIMITS["updates"],
-        "total updates",
-        below="total updates must be a positive integer, got {value}",
-        bare=True,
-    ),
-    default=4800,
-    help="Run length at which schedules are compared (it only moves where switches and ramps fall; "
-    "4800 is the paper's 200M run).",
-)
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="bioS dataset whose vocabulary sizes the embedding, as `train` does [default: the preset's "
-    "stand-in vocabulary].",
-)
-@click.option(
-    "--backprop-depth",
-    type=Integer(DEPTH, "backprop_depth"),
-    default=None,
-    help="Backprop only through the last k iterations.  [default: the preset's, full backprop]",
-)
-@click.option(
-    "--recipe",
-    default=DEFAULT_RECIPE,
-    show_default=True,
-    help="The looped recipe to count, as `train --recipe` builds it (its model defaults under the "
-    f"preset's shape; its extra parameters and training objective priced). Built in: {', '.join(BUILT_IN)}, "
-    "or an installed package's biosrecall.recipes entry point.",
-)
-def flops(
-    presets: tuple[str, ...],
-    schedules: tuple[str, ...],
-    seq_len: int | None,
-    updates: int,
-    data_dir: Path | None,
-    backprop_depth: int | None,
-    recipe: str,
-) -> None:
+@options_from(FlopsOptions, CHECKED)
+def flops(**fields) -> None:
     """Print, per preset, parameters by component, FLOPs per token at K = 1, 4, 8.5 (the mean of
     U{1..16}) and 16, and each schedule's modeled training compute relative to uniform:1-16 at the same
     number of updates (the saving is 1 minus that)."""
-    parsed = [parse_schedule(text) for text in schedules or PAPER_SCHEDULES]
-    overrides = {} if backprop_depth is None else {"backprop_depth": backprop_depth}
-    if data_dir is not None:
-        overrides["vocab_size"] = _dataset_vocabulary(data_dir)
-    for index, name in enumerate(presets):
-        cfg = get_preset(name, **recipe_overrides(recipe, overrides))
+    options = FlopsOptions(**fields)
+    parsed = [parse_schedule(text) for text in options.schedules or PAPER_SCHEDULES]
+    overrides = {} if options.backprop_depth is None else {"backprop_depth": options.backprop_depth}
+    if options.data_dir is not None:
+        overrides["vocab_size"] = _dataset_vocabulary(options.data_dir)
+    for index, name in enumerate(options.presets):
+        cfg = get_preset(name, **recipe_overrides(options.recipe, overrides))
         check_config(cfg)
         if index:
             click.echo()
-        click.echo(flops_report(name, cfg, parsed, seq_len, updates, data_dir))
+        click.echo(flops_report(name, cfg, parsed, options.seq_len, options.updates, options.data_dir))
 
 
 def _dataset_vocabulary(data_dir: Path) -> int:
