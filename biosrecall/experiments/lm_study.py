@@ -79,8 +79,8 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.claims import Claim, judge_claims, write_claims
-from biosrecall.experiments.engine import RUNS, Study, read_output_record
+from biosrecall.experiments.claims import Claim, interval_cell, judge_claims, markdown_columns, write_claims
+from biosrecall.experiments.engine import RUNS, Study, read_output_record, write_study_record
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
     CURRICULUM,
@@ -97,15 +97,14 @@ from biosrecall.experiments.lm_grid import (
     parse_grid,
 )
 from biosrecall.experiments.study import check_seeds
-from biosrecall.experiments.study_engine import write_study_record
 from biosrecall.files import file_sha256
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import lm_plan
-from biosrecall.outputs import markdown_table, save_figure, write_table
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.records import Count
-from biosrecall.stats import aggregate_seeds, interval_text
+from biosrecall.stats import aggregate_seeds
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder, machine, versions
@@ -273,32 +272,20 @@ def tables(per_run: pd.DataFrame) -> dict[str, pd.DataFrame]:
     }
 
 
-SUMMARY_COLUMNS = (
-    ("mean_nll", "mean NLL, K=1..16", "{:.4f}"),
-    ("nll_k1", "NLL at K=1", "{:.4f}"),
-    ("nll_k16", "NLL at K=16", "{:.4f}"),
-    ("beyond_nll", "NLL, K=17..max", "{:.4f}"),
-    ("mean_nll_vs_uniform_pct", "mean NLL vs uniform, %", "{:+.2f}"),
-    ("compute_saving_pct", "modeled compute saving, %", "{:.1f}"),
-    ("wall_saving_pct", "wall-clock saving, %", "{:.1f}"),
-)
-"""lm_summary.md's columns: (lm_summary column, header, number format); each a mean [95% interval]."""
-
-
-def summary_markdown(summary: pd.DataFrame) -> str:
-    """lm_summary as a Markdown table: one row per grid item (its schedule is `GRID`'s), each value its
-    mean over seeds with the 95% interval (NLL in nats per token; savings and NLL against the same
-    seed's uniform run)."""
-    header = ["item", *(title for _, title, _ in SUMMARY_COLUMNS), "seeds"]
-    rows = []
-    for row in summary.itertuples(index=False):
-        values = row._asdict()
-        cells = [
-            interval_text(values[name], values[f"{name}_low"], values[f"{name}_high"], fmt)
-            for name, _, fmt in SUMMARY_COLUMNS
-        ]
-        rows.append([row.item, *cells, row.n_seeds])
-    return markdown_table(header, rows)
+SUMMARY_COLUMNS = {
+    "item": "{item}",
+    "mean NLL, K=1..16": interval_cell("mean_nll", "{:.4f}"),
+    "NLL at K=1": interval_cell("nll_k1", "{:.4f}"),
+    "NLL at K=16": interval_cell("nll_k16", "{:.4f}"),
+    "NLL, K=17..max": interval_cell("beyond_nll", "{:.4f}"),
+    "mean NLL vs uniform, %": interval_cell("mean_nll_vs_uniform_pct", "{:+.2f}"),
+    "modeled compute saving, %": interval_cell("compute_saving_pct", "{:.1f}"),
+    "wall-clock saving, %": interval_cell("wall_saving_pct", "{:.1f}"),
+    "seeds": "{n_seeds}",
+}
+"""lm_summary.md's columns (header -> cell, `claims.markdown_columns`): one row per grid item (its
+schedule is `GRID`'s), each value its mean over seeds with the 95% interval (NLL in nats per token;
+savings and NLL against the same seed's uniform run)."""
 
 
 def figures(table: pd.DataFrame) -> dict[str, Any]:
@@ -638,7 +625,7 @@ def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tupl
     written = tables(per_run)
     for name, table in written.items():
         write_table(table, out_dir / name)
-    atomic_write_text(out_dir / "lm_summary.md", summary_markdown(written["lm_summary"]))
+    atomic_write_text(out_dir / "lm_summary.md", markdown_columns(written["lm_summary"], SUMMARY_COLUMNS))
     diagnosis = diagnose_runs(out_dir, options)  # read back: `evaluate` made every diagnosis
     if diagnosis is not None:
         write_table(diagnosis, out_dir / "lm_diagnose")
