@@ -172,6 +172,10 @@ def flip_byte(path):
             lambda f: rewrite_array(f, "person_values", np.full((300, 6), 99, np.int32)),
             "pool index outside its pool",
         ),
+        (
+            lambda f: rewrite_array(f, "value_tokens", np.load(f / "value_tokens.npy") + 10**6),
+            "value_tokens.npy holds token ids outside the vocabulary",
+        ),
     ],
 )
 def test_a_damaged_folder_is_one_clear_error(tmp_path, bios_dataset_dir, edit, message):

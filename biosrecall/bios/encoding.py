@@ -32,7 +32,6 @@ from tokenizers import Tokenizer
 from biosrecall.bios.people import People
 from biosrecall.bios.pools import ATTRIBUTES, NAME_PARTS
 from biosrecall.bios.tokenizer import encode_words, split_template, split_words
-from biosrecall.errors import BiosrecallError
 
 TRAIN_COLUMNS = ("attribute", "name_first", "start0", "length0", "start1", "length1", "start2", "length2")
 EVAL_COLUMNS = ("attribute", "template", "start0", "length0", "start1", "length1")
@@ -170,7 +169,3 @@ class TokenStore:
         self.piece_length = train[:, 3::2]
         self.eval_start = arrays.eval_templates[:, 2::2]
         self.eval_length = arrays.eval_templates[:, 3::2]
-
-    def check(self, vocab_size: int) -> None:
-        if len(self.tokens) and (self.tokens.min() < 0 or self.tokens.max() >= vocab_size):
-            raise BiosrecallError(f"token ids outside the vocabulary of {vocab_size} tokens")

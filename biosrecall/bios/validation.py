@@ -115,38 +115,12 @@ def verify_files(folder: Path, manifest: dict) -> None:
             raise _fail(folder, f"{name} does not match its sha256 in manifest.json (changed or corrupted)")
 
 
-def _check_shape(folder: Path, name: str, array: np.ndarray, shape: tuple) -> None:
-    """`array` holds integers of `shape` (None: any length along that axis)."""
-    if (
-        not np.issubdtype(array.dtype, np.integer)
-        or len(array.shape) != len(shape)
-        or any(want is not None and got != want for got, want in zip(array.shape, shape, strict=True))
-    ):
-        expected = tuple("*" if s is None else s for s in shape)
-        raise _fail(
-            folder,
-            f"{name}.npy holds {array.dtype} of shape {array.shape}, expected integers of shape {expected}",
-        )
-
-
-def _check_offsets(folder: Path, name: str, offsets: np.ndarray, tokens: np.ndarray) -> None:
-    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != len(tokens):
-        raise _fail(folder, f"{name}_offsets.npy does not index {name}_tokens.npy from start to end")
-
-
-def _check_runs(folder: Path, name: str, layout: np.ndarray, first_run: int, tokens: np.ndarray) -> None:
-    starts, lengths = layout[:, first_run::2], layout[:, first_run + 1 :: 2]
-    if np.any(starts < 0) or np.any(lengths < 0) or np.any(starts + lengths > len(tokens)):
-        raise _fail(folder, f"{name}.npy points outside template_tokens.npy")
-
-
 def check_dataset_arrays(
     folder: Path, manifest: dict, tokenizer: Tokenizer, arrays: TokenArrays, people: pd.DataFrame
 ) -> None:
     """The tokenizer, arrays and people table agree with the manifest and with each other."""
-    n = manifest["num_people"]
+    n, info = manifest["num_people"], manifest["tokenizer"]
     sizes = [manifest["pool_sizes"][a] for a in ATTRIBUTES]
-    info = manifest["tokenizer"]
     if (tokenizer.get_vocab_size(), tokenizer.token_to_id(PAD_TOKEN), tokenizer.token_to_id(SEP_TOKEN)) != (
         info["vocab_size"],
         info["pad_id"],
@@ -157,24 +131,45 @@ def check_dataset_arrays(
         )
     if len(people) != n or "name" not in people.columns or not set(ATTRIBUTES) <= set(people.columns):
         raise _fail(folder, f"people.parquet must hold {n} rows with name and attribute columns")
-    train_count = sum(len(manifest["templates"]["train"][a]) for a in ATTRIBUTES)
-    _check_shape(folder, "person_values", arrays.person_values, (n, len(ATTRIBUTES)))
-    _check_shape(folder, "name_offsets", arrays.name_offsets, (n + 1,))
-    _check_shape(folder, "value_offsets", arrays.value_offsets, (sum(sizes) + 1,))
-    _check_shape(folder, "train_templates", arrays.train_templates, (train_count, len(TRAIN_COLUMNS)))
-    _check_shape(
-        folder, "eval_templates", arrays.eval_templates, (len(ATTRIBUTES) * EVAL_TEMPLATES, len(EVAL_COLUMNS))
-    )
+    templates = [len(manifest["templates"]["train"][a]) for a in ATTRIBUTES]
+    shapes = {  # None: any length along that axis
+        "person_values": (n, len(ATTRIBUTES)),
+        "name_offsets": (n + 1,),
+        "value_offsets": (sum(sizes) + 1,),
+        "train_templates": (sum(templates), len(TRAIN_COLUMNS)),
+        "eval_templates": (len(ATTRIBUTES) * EVAL_TEMPLATES, len(EVAL_COLUMNS)),
+        **dict.fromkeys(("name_tokens", "value_tokens", "template_tokens"), (None,)),
+    }
+    for name, shape in shapes.items():
+        array = getattr(arrays, name)
+        if (
+            not np.issubdtype(array.dtype, np.integer)
+            or len(array.shape) != len(shape)
+            or any(want is not None and got != want for got, want in zip(array.shape, shape, strict=True))
+        ):
+            expected = tuple("*" if s is None else s for s in shape)
+            raise _fail(
+                folder,
+                f"{name}.npy holds {array.dtype} of shape {array.shape}, expected integers of shape {expected}",
+            )
     for name in ("name_tokens", "value_tokens", "template_tokens"):
-        _check_shape(folder, name, getattr(arrays, name), (None,))
+        tokens = getattr(arrays, name)
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= info["vocab_size"]):
+            raise _fail(folder, f"{name}.npy holds token ids outside the vocabulary of {info['vocab_size']}")
     if np.any(arrays.person_values < 0) or np.any(arrays.person_values >= np.array(sizes)):
         raise _fail(folder, "person_values.npy holds a pool index outside its pool")
-    _check_offsets(folder, "name", arrays.name_offsets, arrays.name_tokens)
-    _check_offsets(folder, "value", arrays.value_offsets, arrays.value_tokens)
-    expected_attribute = np.repeat(
-        np.arange(len(ATTRIBUTES)), [len(manifest["templates"]["train"][a]) for a in ATTRIBUTES]
-    )
-    if not np.array_equal(arrays.train_templates[:, 0], expected_attribute):
+    for name, tokens in (("name", arrays.name_tokens), ("value", arrays.value_tokens)):
+        offsets = getattr(arrays, f"{name}_offsets")
+        if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != len(tokens):
+            raise _fail(folder, f"{name}_offsets.npy does not index {name}_tokens.npy from start to end")
+    if not np.array_equal(arrays.train_templates[:, 0], np.repeat(np.arange(len(ATTRIBUTES)), templates)):
         raise _fail(folder, "train_templates.npy is not grouped by attribute as the manifest lists them")
-    _check_runs(folder, "train_templates", arrays.train_templates, 2, arrays.template_tokens)
-    _check_runs(folder, "eval_templates", arrays.eval_templates, 2, arrays.template_tokens)
+    for name in ("train_templates", "eval_templates"):
+        layout = getattr(arrays, name)
+        starts, lengths = layout[:, 2::2], layout[:, 3::2]
+        if (
+            np.any(starts < 0)
+            or np.any(lengths < 0)
+            or np.any(starts + lengths > len(arrays.template_tokens))
+        ):
+            raise _fail(folder, f"{name}.npy points outside template_tokens.npy")
