@@ -71,7 +71,7 @@ from biosrecall.atomic import atomic_write_bytes, atomic_write_text, keep_output
 from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 from biosrecall.files import parse_json_text, read_json_object
 from biosrecall.locking import output_lock
-from biosrecall.records import read_checked_json
+from biosrecall.records import Amount, parse_record, read_checked_json
 from biosrecall.sweep.commands import EVALUATIONS
 from biosrecall.sweep.engine import Executor, planned_actions, prepare, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, make_executor, usable_cores
@@ -748,6 +748,16 @@ class StudyTimer:
         atomic_write_text(Path(out_dir) / TIMINGS_TABLE, timings_markdown(records))
 
 
+@dataclass(kw_only=True)
+class TimingsPart:
+    """The fields of a timings.jsonl line that `timings_markdown` relies on (its other keys are kept)."""
+
+    started: str
+    """When the call started (ISO 8601, UTC)."""
+    total: Amount
+    """Its wall seconds."""
+
+
 def read_timings(out_dir: Path) -> list[dict]:
     """Every part's record, oldest first ([] before the first)."""
     path = Path(out_dir) / TIMINGS
@@ -756,9 +766,9 @@ def read_timings(out_dir: Path) -> list[dict]:
     records = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
-            record = parse_json_text(line, f"line {number} of {path}")
-            if not isinstance(record, dict) or "total" not in record or "started" not in record:
-                raise BiosrecallError(f"line {number} of {path} is not a timings record; remove the file")
+            where = f"line {number} of {path}"
+            record = parse_json_text(line, where)
+            parse_record(record, TimingsPart, f"{where} is not a timings record (remove the file)")
             records.append(record)
     return records
 
