@@ -25,7 +25,6 @@ from biosrecall.eval.exits import (
     Accel,
     Fixed,
     Latent,
-    LogitTrail,
     StateTrail,
     exit_judge,
     parse_exits,
@@ -77,8 +76,6 @@ def test_state_trail_follows_its_definitions():
     assert Accel(0.2).holds(5, seen[4]).tolist() == [True] and Accel(0.2).holds(4, seen[3]).tolist() == [
         False
     ]
-    with pytest.raises(BiosrecallError, match="recurrent state"):
-        Latent(0.1).holds(2, LogitTrail().observe(torch.zeros(1, 3)))  # readout statistics only
 
 
 def _eval_set(prompts):

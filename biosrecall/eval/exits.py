@@ -54,7 +54,6 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import check_count, parse_float, parse_int
 
 DEFAULT_MAX_DEPTH = 64
-_CANNOT_SERVE = "the oracle criterion needs the answer: it scores queries, it cannot serve"
 # A bare criterion name expands to this threshold sweep, strictest-last.
 DEFAULT_SWEEPS = {
     "fixed": (1, 2, 4, 8, 16, 32, 64),
@@ -145,11 +144,7 @@ class Below(OneParameter):
     """A criterion that stops where the statistic of its name (`StepStats`) is below its parameter."""
 
     def holds(self, depth: int, stats: StepStats):
-        value = getattr(stats, self.name)
-        if value is None:
-            needs = "the recurrent state" if self.reads == "state" else "a readout"
-            raise BiosrecallError(f"the {self.name} criterion needs {needs}, which these statistics lack")
-        return value < parameter_of(self)
+        return getattr(stats, self.name) < parameter_of(self)
 
 
 @dataclass(frozen=True)
@@ -204,8 +199,6 @@ class Oracle:
     reads = None
 
     def holds(self, depth: int, stats: StepStats):
-        if stats.exact is None:
-            raise BiosrecallError(_CANNOT_SERVE)
         return stats.exact
 
 
@@ -232,12 +225,9 @@ class Accel(Below):
 
 class Unbound(OneParameter):
     """A criterion that reads a gate of one checkpoint: it decides nothing until it is bound to it
-    (`biosrecall.eval.gate.resolve_gates`), and says so (`unbound`) when asked before."""
+    (`biosrecall.eval.gate.resolve_gates`); `unbound` says so, for `check_servable`."""
 
     reads = "gate"
-
-    def holds(self, depth: int, stats: StepStats):
-        raise BiosrecallError(f"{self.spec} {self.unbound}")
 
 
 @dataclass(frozen=True)
@@ -362,9 +352,11 @@ def parse_exits(text) -> list[Criterion]:
 def check_servable(criteria) -> list[Criterion]:
     """The criteria, if a per-token exit can use every one (the oracle reads the answer, so it cannot)."""
     # The oracle's refusal first, then the first criterion still to be bound to a checkpoint's gate.
-    for criterion in sorted(criteria, key=lambda criterion: not isinstance(criterion, Oracle)):
-        if isinstance(criterion, (Oracle, *LEARNED)):
-            criterion.holds(1, StepStats())  # its one-line refusal
+    if any(isinstance(criterion, Oracle) for criterion in criteria):
+        raise BiosrecallError("the oracle criterion needs the answer: it scores queries, it cannot serve")
+    unbound = next((criterion for criterion in criteria if isinstance(criterion, LEARNED)), None)
+    if unbound is not None:
+        raise BiosrecallError(f"{unbound.spec} {unbound.unbound}")
     return list(criteria)
 
 
