@@ -102,7 +102,9 @@ def test_the_account_prices_a_baseline_exactly_and_every_depth_is_its_one_depth(
 
 
 def test_no_recurrent_block_means_no_injection():
-    with pytest.raises(BiosrecallError, match="n_block 0 .* needs injection none, got 'concat'"):
+    with pytest.raises(
+        BiosrecallError, match="n_block 0 .* needs injection none and recipe baseline, got injection 'concat'"
+    ):
         get_preset("bios-tiny", n_block=0)
     assert get_preset("bios-tiny", n_block=0, injection="none").recurrent is False
 

@@ -73,7 +73,8 @@ def test_a_recipe_is_counted_as_train_builds_it(recipe):
         (["--recipe", "nope"], "error: recipe 'nope' is not installed"),
         (
             ["--preset", "bios-cpu-std-params", "--recipe", "parcae"],
-            "error: recipe parcae needs a recurrent block",
+            "error: n_block 0 (no recurrent block: a standard transformer) needs injection none and "
+            "recipe baseline, got injection 'none' and recipe 'parcae'",
         ),
         (["--preset", "lm-7b"], "error: unknown preset 'lm-7b'"),
         (["--schedule", "fixed_first:k0=4,switch=2"], "error: schedule 'fixed_first:k0=4,switch=2': switch"),

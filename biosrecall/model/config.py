@@ -135,20 +135,17 @@ class ModelConfig:
                 )
         for name in ("rope_base", "norm_eps", "init_state_std", "init_mean_depth"):
             check_number(name, getattr(self, name), rates(low_open=True))
-        if self.n_block == 0 and self.injection != "none":
-            # An adapter alone, applied K times, would still be a recurrence (a linear one).
-            raise BiosrecallError(
-                f"n_block 0 (no recurrent block: a standard transformer) needs injection none, got "
-                f"{self.injection!r}"
-            )
         if not isinstance(self.tie_embeddings, bool):
             raise BiosrecallError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         problem = check_recipe_name(self.recipe)
         if problem is not None:
             raise BiosrecallError(f"recipe {self.recipe!r}: {problem}")
-        if self.n_block == 0 and self.recipe != DEFAULT_RECIPE:
+        if self.n_block == 0 and (self.injection, self.recipe) != ("none", DEFAULT_RECIPE):
+            # An adapter alone, applied K times, would still be a recurrence (a linear one); every other
+            # recipe is a way of iterating the block.
             raise BiosrecallError(
-                f"recipe {self.recipe} needs a recurrent block (n_block >= 1), got n_block 0"
+                f"n_block 0 (no recurrent block: a standard transformer) needs injection none and recipe "
+                f"{DEFAULT_RECIPE}, got injection {self.injection!r} and recipe {self.recipe!r}"
             )
 
     def to_dict(self) -> dict[str, Any]:
