@@ -194,11 +194,11 @@ class RunFolder:
         replace what the folder holds (with `overwrite`, or a run that never saved a resumable state)."""
         if resume and overwrite:
             raise BiosrecallError("--resume and --overwrite contradict each other; choose one")
+        # `atomic.refuse_file` without its exception: a dangling link is refused too, before training.
         if os.path.lexists(self.path) and not self.path.is_dir():
             raise BiosrecallError(f"run folder {self.path} exists and is not a folder")
         if resume:
-            if not os.path.lexists(self.config_file):
-                raise BiosrecallError(f"cannot resume: {self.path} holds no run (no {CONFIG_FILE})")
+            self.require_run()
             return False
         if not self.path.is_dir() or not any(self.path.iterdir()):
             return False
