@@ -26,10 +26,9 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.plots import plot_recall_curves, schedule_label
 from biosrecall.eval.seeds import aggregate_recall
-from biosrecall.experiments.claims import judge_claims
+from biosrecall.experiments.claims import interval_cell, judge_claims, markdown_columns
 from biosrecall.experiments.study import FIXED_K4, MAIN_SCHEDULES, UPDATE_MATCHED
-from biosrecall.outputs import markdown_table, save_figure, write_table
-from biosrecall.stats import interval_text
+from biosrecall.outputs import save_figure, write_table
 from biosrecall.sweep.jobs import SweepRun
 
 SPEC_COLUMNS = ["name", "label", "seed", "lr", "role"]
@@ -106,15 +105,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         for c in summary.columns
         if c.startswith(("K=", "mean K", "min")) and not c.endswith(("_low", "_high"))
     ]
-    rows = [
-        [row["group"], f"{row['fraction']:.0%}", *(_with_interval(row, c) for c in numbers), row["n_seeds"]]
-        for _, row in summary.iterrows()
-    ]
-    return markdown_table(["run", "budget", *numbers, "seeds"], rows)
-
-
-def _with_interval(row, column: str) -> str:
-    return interval_text(row[column], row[f"{column}_low"], row[f"{column}_high"])
+    columns = {"run": "{group}", "budget": "{fraction:.0%}", **{c: interval_cell(c) for c in numbers}}
+    return markdown_columns(summary, {**columns, "seeds": "{n_seeds}"})
 
 
 def grid_table(curves: pd.DataFrame, training_depth: int = 16) -> pd.DataFrame:
