@@ -226,7 +226,7 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
         exits = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, scoring.max_depth, config,
                           scoring.threshold)  # fmt: skip
         if _cacheable(criteria):
-            write_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, criteria), exits)
+            write_cached(exits_cache_file(job.path), _cache_key(job, dataset, scoring, criteria), exits)
     else:
         exact = served_exact(model, eval_set, scoring.max_depth, **options)
     if recall and recall_table_ is None:
@@ -235,7 +235,7 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
             exact, eval_set, dataset.pool_sizes, scoring.threshold, chance_bits=chance
         )
         recall_table_["manifest_hash"] = dataset.manifest_hash
-        write_cached(recall_cache_file(job.path), _recall_key(job, dataset, scoring), recall_table_)
+        write_cached(recall_cache_file(job.path), _cache_key(job, dataset, scoring), recall_table_)
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -275,10 +275,10 @@ def _cached(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteri
         return CheckpointScores(None, None)
     table = None
     if recall:
-        table = read_cached(recall_cache_file(job.path), _recall_key(job, dataset, scoring), by_depth=True)
+        table = read_cached(recall_cache_file(job.path), _cache_key(job, dataset, scoring), by_depth=True)
     exits = None
     if criteria and _cacheable(criteria):
-        exits = read_cached(exits_cache_file(job.path), _exits_key(job, dataset, scoring, criteria))
+        exits = read_cached(exits_cache_file(job.path), _cache_key(job, dataset, scoring, criteria))
     return CheckpointScores(table, exits)
 
 
@@ -297,26 +297,17 @@ def _score_job(item) -> CheckpointScores:
     return score_checkpoint(job, dataset, eval_set, scoring, recall=recall, criteria=criteria)
 
 
-def _cache_key(job: CheckpointJob, dataset, scoring: Scoring, **items) -> dict:
-    """What a checkpoint's cached table was scored under: the depth, threshold and people scored, the
-    dataset and `items` (with the digest of the checkpoint's meta.json, `checkpoint_key`)."""
-    scored = {
-        "people": scoring.people,
-        "max_depth": int(scoring.max_depth),
-        "threshold": int(scoring.threshold),
-    }
-    return checkpoint_key(job.path, **scored, manifest_hash=dataset.manifest_hash, **items)
-
-
-def _recall_key(job: CheckpointJob, dataset, scoring: Scoring) -> dict:
-    return _cache_key(job, dataset, scoring, format=RECALL_CACHE_FORMAT)
-
-
-def _exits_key(job: CheckpointJob, dataset, scoring: Scoring, criteria) -> dict:
-    specs = [criterion.spec for criterion in criteria]
-    return _cache_key(
-        job, dataset, scoring, format=EXITS_CACHE_FORMAT, criteria=specs, flops_account=FLOPS_ACCOUNT
-    )
+def _cache_key(job: CheckpointJob, dataset, scoring: Scoring, criteria=None) -> dict:
+    """What a checkpoint's cached table was scored under: the depth, threshold and people scored and the
+    dataset (with the digest of the checkpoint's meta.json, `checkpoint_key`); for its frontier rows
+    (`criteria` given) also the criteria and the FLOP account."""
+    if criteria is None:
+        items = {"format": RECALL_CACHE_FORMAT}
+    else:
+        specs = [criterion.spec for criterion in criteria]
+        items = {"format": EXITS_CACHE_FORMAT, "criteria": specs, "flops_account": FLOPS_ACCOUNT}
+    return checkpoint_key(job.path, people=scoring.people, max_depth=int(scoring.max_depth),
+                          threshold=int(scoring.threshold), manifest_hash=dataset.manifest_hash, **items)  # fmt: skip
 
 
 # --- frontier rows from the pass's statistics -----------------------------------------------------
