@@ -90,12 +90,14 @@ def read_user_text(path: str | Path, what: str, max_bytes: int = MAX_USER_FILE_B
 
 
 def parse_toml_text(text: str, where: str) -> dict[str, Any]:
-    """TOML from text, nesting bounded (`check_nesting`); an error is one line naming `where`."""
+    """TOML from text, nesting bounded (`check_nesting`); an error is one line naming `where` and the
+    line at fault (tomllib's "(at end of document)" given as the last line's number)."""
     check_nesting(text, where)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        problem = f"is not valid TOML: {exc}"
+        end = f"(at the end, line {len(text.splitlines()) or 1})"
+        problem = f"is not valid TOML: {str(exc).replace('(at end of document)', end)}"
     except RecursionError:  # nesting the bracket count missed (dotted keys): the parser's stack ran out
         problem = "nests tables too deeply"
     raise BiosrecallError(f"{where} {problem}")

@@ -40,7 +40,7 @@ import click
 
 from biosrecall.cli.options import RUN_FILE, FieldValue
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import MAX_USER_FILE_BYTES, parse_toml_text
+from biosrecall.files import read_toml_file
 from biosrecall.model.config import ModelConfig
 from biosrecall.sweep.run_spec import read_run_file
 from biosrecall.train.config import TrainConfig
@@ -70,7 +70,7 @@ def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], 
         config, overrides, data = _run_file(ctx, path, task)
         ctx.meta[RUN_FILE] = (config, overrides)
     else:
-        data = _read_toml(path)
+        data = read_toml_file(path, "config file")
     ctx.default_map = {**(ctx.default_map or {}), **option_defaults(ctx, path, data, lists)}
     return path
 
@@ -80,7 +80,7 @@ def file_values(ctx: click.Context, path: Path) -> dict[str, Any]:
     run file's TrainConfig and model overrides flattened into option values (a sweep spec's `config`
     key layers its own values over them)."""
     if path.suffix != ".json":
-        return _read_toml(path)
+        return read_toml_file(path, "config file")
     train_config, overrides, values = _run_file(ctx, path, _made_with(ctx.command)["task"])
     by_key = options_by_key(ctx.command)
     flat = {
@@ -148,25 +148,6 @@ def _unknown_keys(path: Path, unknown: list[str], ctx: click.Context, by_key: di
     close = [m for key in unknown for m in difflib.get_close_matches(key.replace("-", "_"), by_key, 1)]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return f"{path}: unknown key(s) {', '.join(unknown)} for `{ctx.command_path}`{hint}"
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    """The file's keys and values; its size is bounded here and its nesting by `parse_toml_text`
-    (`biosrecall.files`) before the parser (which recurses) sees it."""
-    try:
-        if (size := path.stat().st_size) > MAX_USER_FILE_BYTES:
-            raise click.BadParameter(
-                f"config file {path} holds {size:,} bytes, above the {MAX_USER_FILE_BYTES:,} allowed"
-            )
-        text = path.read_bytes().decode("utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or exc
-        raise click.BadParameter(f"cannot read {path}: {reason}") from None
-    try:
-        return parse_toml_text(text, f"config file {path}")
-    except BiosrecallError as exc:  # a TOML error ends "(at line N, column M)" or "(at end of document)"
-        end = f"(at the end, line {len(text.splitlines()) or 1})"
-        raise click.BadParameter(str(exc).replace("(at end of document)", end)) from None
 
 
 def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.Context, lists) -> Any:
