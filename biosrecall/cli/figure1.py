@@ -131,17 +131,6 @@ def _more_seeds_command(out_dir: Path, preset: str, study, budget: float | None 
     return figure1_command(preset, {**asdict(study), "seeds": more}, out_dir, budget)
 
 
-def claims_header(n_seeds: int, more_seeds: str) -> str:
-    """The line above the printed claims table: with one seed, why every verdict is inconclusive."""
-    if n_seeds > 1:
-        return f"claims, judged over {n_seeds} seeds (95% intervals):"
-    return (
-        "claims, from 1 seed: one seed cannot decide a claim (no interval), so every measured claim this "
-        "size can test reads inconclusive; add seeds with the same options plus --seeds, e.g.\n  "
-        f"{more_seeds}"
-    )
-
-
 def _print(result, more_seeds: str) -> None:
     """The summary (one row per run, schedule and budget fraction), the claims, the serving headline,
     then the paths of the claims, the summary and the figures."""
@@ -154,7 +143,13 @@ def _print(result, more_seeds: str) -> None:
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
     click.echo(summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     n_seeds = int(result.claims["n_seeds"].max())
-    click.echo(claims_header(n_seeds, more_seeds))
+    if n_seeds > 1:
+        click.echo(f"claims, judged over {n_seeds} seeds (95% intervals):")
+    else:  # why every verdict is inconclusive, and how to add seeds
+        click.echo(
+            "claims, from 1 seed: one seed cannot decide a claim (no interval), so every measured claim this "
+            f"size can test reads inconclusive; add seeds with the same options plus --seeds, e.g.\n  {more_seeds}"
+        )
     columns = ["claim", "statement", "metric", "threshold", "mean", "low", "high", "n_seeds", "verdict"]
     claims = result.claims[[c for c in columns if c in result.claims]]
     looks = earlier_looks(result.out_dir, n_seeds) if "claim" in claims else []

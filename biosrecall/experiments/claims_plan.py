@@ -23,6 +23,7 @@ from biosrecall.atomic import atomic_write_path, atomic_write_text
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import (
     CLAIMS,
+    INCONCLUSIVE,
     NOT_MEASURED,
     SEEDS_TO_DECIDE,
     claims_markdown,
@@ -39,7 +40,6 @@ from biosrecall.records import optional, read_checked_json
 
 RECORD = "figure1.json"  # biosrecall.experiments.figure1.RECORD, without importing the trainer
 NEEDED = ("claim", "threshold", "mean", "low", "high", "n_seeds", "verdict")
-UNDECIDED = "inconclusive"
 
 
 @dataclass(kw_only=True)
@@ -90,17 +90,13 @@ def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     return record, claims
 
 
-def plan_table(claims: pd.DataFrame) -> pd.DataFrame:
-    """claim, verdict, n_seeds and seeds_to_decide of each row, the estimate recomputed."""
-    table = with_seeds_to_decide(claims)[["claim", "verdict", "n_seeds", SEEDS_TO_DECIDE]]
-    return table.rename(columns={SEEDS_TO_DECIDE: f"{SEEDS_TO_DECIDE} (planning estimate)"})
-
-
 def plan_text(out_dir: str | Path) -> str:
-    """What `figure1 --plan` prints: the table, then the seed count the undecided claims need and the
-    command that trains that many (the finished runs are kept)."""
+    """What `figure1 --plan` prints: claim, verdict, n_seeds and seeds_to_decide of each row (the
+    estimate recomputed), then the seed count the undecided claims need and the command that trains
+    that many (the finished runs are kept)."""
     record, claims = read_output(out_dir)
-    table = plan_table(claims)
+    table = with_seeds_to_decide(claims)[["claim", "verdict", "n_seeds", SEEDS_TO_DECIDE]]
+    table = table.rename(columns={SEEDS_TO_DECIDE: f"{SEEDS_TO_DECIDE} (planning estimate)"})
     lines = [
         f"claims of {out_dir}, judged over {seed_count(claims)} seeds; seeds_to_decide is a planning",
         "estimate: the seed count whose 95% interval would exclude the threshold if the observed mean and",
@@ -120,7 +116,7 @@ def _text_table(table: pd.DataFrame) -> str:
 
 def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir) -> str:
     """The line after the table: how many seeds the undecided claims need, and how to run them."""
-    undecided = estimates[claims["verdict"].eq(UNDECIDED).to_numpy()]
+    undecided = estimates[claims["verdict"].eq(INCONCLUSIVE).to_numpy()]
     counts = [int(value) for value in undecided if str(value).isdigit()]
     if seed_count(claims) < 2:
         return "one seed has no interval, so no estimate: rerun with at least two seeds, then plan again."
