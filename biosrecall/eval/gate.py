@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, GateCdf, OneParameter
+from biosrecall.eval.exits import Gate, GateCdf, OneParameter
 from biosrecall.eval.gate_data import Calibration, calibrate
 from biosrecall.eval.sweep import (
     DEFAULT_BATCH_SIZE,
@@ -466,8 +466,3 @@ def servable_criteria(criteria, run_dir, checkpoint) -> tuple[list, list[str]]:
         else:
             kept.append(criterion)
     return kept, skipped
-
-
-def deltas() -> tuple[float, ...]:
-    """The delta grid every record calibrates (a bare `gate` sweeps it)."""
-    return DEFAULT_SWEEPS["gate"]

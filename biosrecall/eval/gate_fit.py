@@ -29,7 +29,7 @@ from biosrecall.atomic import atomic_directory
 from biosrecall.bios import load_dataset
 from biosrecall.bios.dataset import MANIFEST
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import check_max_depth
+from biosrecall.eval.exits import DEFAULT_SWEEPS, check_max_depth
 from biosrecall.eval.gate import (
     BOUND,
     DEFAULT_CONFIDENCE,
@@ -38,7 +38,6 @@ from biosrecall.eval.gate import (
     LEARNING_RATE,
     TARGET,
     Trace,
-    deltas,
     model_hash,
     query_logits,
     reference_depth,
@@ -162,7 +161,10 @@ def fit_from_traces(
     queries = held.exact.shape[1]
     scores = query_logits(head, held.states[: reference - 1], held.query_of, queries)
     alpha = round(1 - settings["confidence"], 12)
-    calibrations = [calibrate(scores, held.exact, reference, delta, alpha) for delta in deltas()]
+    # Every record calibrates the grid a bare `gate` sweeps; any other delta is calibrated at use.
+    calibrations = [
+        calibrate(scores, held.exact, reference, delta, alpha) for delta in DEFAULT_SWEEPS["gate"]
+    ]
     clean = lambda value: None if isinstance(value, float) and math.isnan(value) else value  # noqa: E731
     record = {
         "format": FORMAT,
