@@ -39,7 +39,7 @@ from tqdm.std import tqdm
 
 from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import first_line
-from biosrecall.records import optional, read_checked_json
+from biosrecall.records import exact_keys, optional, read_checked_json
 from biosrecall.train.run_folder import RunFolder
 
 PROJECT = "biosrecall"
@@ -177,20 +177,10 @@ ADAPTERS: dict[str, Callable[[], Tracker]] = {
 }
 
 
-@dataclass(kw_only=True)
-class WandbIds:
-    id: str
-    """The W&B run id."""
-    project: str
-    """The W&B project."""
-
-
-@dataclass(kw_only=True)
-class TrackioIds:
-    project: str
-    """The Trackio project."""
-    name: str
-    """The Trackio run name."""
+WandbIds = exact_keys("WandbIds", ("id", "project"), str)
+"""The W&B run id and project."""
+TrackioIds = exact_keys("TrackioIds", ("project", "name"), str)
+"""The Trackio project and run name."""
 
 
 @dataclass(kw_only=True)
