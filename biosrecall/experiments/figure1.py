@@ -24,10 +24,11 @@ The study is a declaration on the engine (`biosrecall.experiments.engine`, `FIGU
 the output's lock for the whole call, trains every run as a `biosrecall train` process of the sweep
 engine `workers` at a time (each described once, as a `SweepRun` holding its `TrainConfig`:
 `biosrecall.experiments.study`), trunks before their branches, and times each phase. What is
-figure1's own: its record and what it refuses or replaces (`prepare`), its datasets, the learning-rate grid whose winners choose the other runs (`runs`, then `then`), one
-in-process scoring pass of recall and serving (`evaluate`), and its files (`write`). Calling again
-continues: finished runs are kept, an interrupted one resumes from its last save, recall results are
-cached per checkpoint, and added seeds or controls only train what is new.
+figure1's own: its record and what it refuses or replaces (`prepare`), its datasets, the
+learning-rate grid whose winners choose the other runs (`runs`, then `then`), one in-process scoring
+pass of recall and serving (`evaluate`), and its files (`write`). Calling again continues: finished
+runs are kept, an interrupted one resumes from its last save, recall results are cached per
+checkpoint, and added seeds or controls only train what is new.
 
 Guarding the output (`prepare`): figure1.json records what an output's results depend on (the preset
 and its settings, the trainer settings but the training seed, the dataset seeding). Seeds, controls,
@@ -466,6 +467,7 @@ def _dataset_differences(data_dir: Path, people: int, seed: int) -> list[str]:
 
 
 def refusal(out_dir: Path, found: list[str]) -> BiosrecallError:
+    """The one line refusing `out_dir`: the first differences `differences` found, and the ways on."""
     shown = "; ".join(found[:_SHOWN_DIFFERENCES])
     if len(found) > _SHOWN_DIFFERENCES:
         shown += f"; and {len(found) - _SHOWN_DIFFERENCES} more"
