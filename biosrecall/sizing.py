@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.train.progress import format_seconds
 
 # ---- measured costs (see the module docstring) -----------------------------------------------------
 
@@ -210,14 +211,6 @@ def show_bytes(count: float) -> str:
     return f"{count:.0f} bytes"
 
 
-def show_seconds(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def check_fits(what: str, cost: Cost, out: str | Path | None, advice: str) -> None:
     """Refuse work whose memory or disk estimate exceeds what the machine has, in one line naming the
     estimate and the limit; `what` names the work ("--people 10,000,000"), `out` where it writes."""
@@ -243,8 +236,9 @@ def shows_progress(cost: Cost) -> bool:
 
 
 def describe(cost: Cost) -> str:
-    """E.g. "about 40 s, 3.5 GB of memory, 660.0 MB on disk", for a progress line."""
-    parts = [f"about {show_seconds(cost.seconds)}", f"{show_bytes(cost.memory)} of memory"]
+    """E.g. "about 40s, 3.5 GB of memory, 660.0 MB on disk", for a progress line (times written as
+    every progress line writes them)."""
+    parts = [f"about {format_seconds(cost.seconds)}", f"{show_bytes(cost.memory)} of memory"]
     if cost.disk:
         parts.append(f"{show_bytes(cost.disk)} on disk")
     return ", ".join(parts)
