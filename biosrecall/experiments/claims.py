@@ -31,7 +31,8 @@ mean and interval: `biosrecall.stats.seeds_to_decide`; for a margin, against the
 nearest the mean). When a rerun judges the claims over another number of seeds, the claims it
 replaces are kept as `<stem>_at_<n>seeds.csv` and `<stem>.md` shows their verdicts beside the new
 ones, so a study extended after a look says so. `claims_markdown` is the one writer of every claims
-table.
+table, and `markdown_columns` of every study's Markdown table (claims, budgets, serving, capacity): a
+column is a header and a cell template or function, an interval over seeds one `interval_cell`.
 """
 
 from __future__ import annotations
