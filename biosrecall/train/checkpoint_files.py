@@ -172,19 +172,17 @@ class CheckpointMeta:
 
 @dataclass(kw_only=True)
 class ResumableMeta(CheckpointMeta):
-    """The meta.json of a state a run resumes or branches from: the counters it carries on from
-    (`field()`: required here, though optional in a kept checkpoint)."""
+    """The meta.json of a state a run resumes or branches from: the counters it carries on from, which
+    the trainer restores (`field()`: required here, though optional in a kept checkpoint). The settings
+    a resume compares (seed, schedule, budget) are compared where the file records them, and always
+    in config.json."""
 
     tokens: Count = field()
     real_tokens: Count = field()
-    seed: Count = field()
-    planned_updates: Count = field()
     flops: Amount = field()
-    budget: Amount = field()
     wall_seconds: Amount = field()
     loss: float = field()
     fractions_done: list[Fraction] = field()
-    schedule: str = field()
 
 
 def read_meta(path: str | Path, resumable: bool = False) -> dict[str, Any]:
