@@ -244,8 +244,8 @@ class TestPlannerBounds:
         [
             (lambda: plan_run(CFG, "uniform:1-16", 512, 1e30, seed=0), "limit of 1,000,000"),
             (lambda: plan_run(CFG, "curriculum:mean=8,warmup=0.5", 512, 1e30, 0), "limit of 1,000,000"),
-            (lambda: plan_updates(CFG, "uniform:1-16", 10**12, 512, seed=0), "1,000,000,000,000 updates"),
-            (lambda: budget_of(CFG, "fixed:4", 10**12, 512, seed=0), "limit of 1,000,000"),
+            (lambda: plan_updates(CFG, "uniform:1-16", 10**12, 512, seed=0), "at most 1,000,000 (a plan"),
+            (lambda: budget_of(CFG, "fixed:4", 10**12, 512, seed=0), "at most 1,000,000 (a plan"),
             (lambda: plan_updates(CFG, "fixed:4", 10, 10**12, seed=0), "limit of 67,108,864"),
             (lambda: plan_run(CFG, "fixed:4", 512, math.nan, seed=0), "budget must be a positive finite"),
             (lambda: plan_run(CFG, "fixed:4", 512, 10**400, seed=0), "budget must be a positive finite"),

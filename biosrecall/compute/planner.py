@@ -28,7 +28,7 @@ from biosrecall.compute.flops import check_tokens_per_update, train_flops_table
 from biosrecall.compute.schedules import MAX_UPDATES, Schedule, Uniform, parse_schedule
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.config import ModelConfig
-from biosrecall.numbers import check_count, check_number, rates
+from biosrecall.numbers import check_number, rates
 
 REFERENCE = Uniform(1, 16)
 # What a plan holds per update: the cached uniform and normal draws, the depth and the FLOPs (8 bytes each).
@@ -124,7 +124,6 @@ def budget_of(
     backprop_depth: int | None = None,
 ) -> float:
     """The realised FLOPs `schedule` spends in `updates` updates with this seed."""
-    _check_updates(updates)
     cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
     return float(cost(_schedule(schedule).depths(updates, seed)).sum())
 
@@ -153,8 +152,14 @@ def plan_run(
             f"budget {budget:.4g} FLOPs is smaller than one update of {schedule.spec} ({first:.4g} FLOPs)"
         )
     per_update = schedule.expected_cost(1000, cost) / 1000  # the mean is flat in N: a good first guess
-    asked = f"budget {budget:.4g} FLOPs buys {schedule.spec} at {per_update:.4g} FLOPs per update:"
-    _check_plan_size(budget / per_update, asked)
+    estimate = budget / per_update
+    if estimate > MAX_UPDATES:  # refused before a depth is drawn, with the plan's size
+        count = f"{int(estimate):,}" if estimate < 1e15 else f"{estimate:.3g}"
+        raise BiosrecallError(
+            f"budget {budget:.4g} FLOPs buys {schedule.spec} at {per_update:.4g} FLOPs per update: about "
+            f"{count} updates, beyond the planner's limit of {MAX_UPDATES:,} (a plan holds "
+            f"{_BYTES_PER_UPDATE} bytes per update: {estimate * _BYTES_PER_UPDATE / 2**30:.3g} GiB)"
+        )
     updates = _largest_fitting(
         spend, budget, max(1, int(budget / per_update)), _max_update_cost(schedule, cost)
     )
@@ -172,7 +177,6 @@ def plan_updates(
     backprop_depth: int | None = None,
 ) -> Plan:
     """Exactly `updates` updates of `schedule` (token-matched runs); the budget is their realised total."""
-    _check_updates(updates)
     schedule = _schedule(schedule)
     cost = _UpdateCost(config, tokens_per_update, seq_len, backprop_depth)
     return _plan_of(schedule, updates, cost, None, config, seq_len, seed)
@@ -196,24 +200,6 @@ def _plan_of(schedule: Schedule, updates: int, cost, budget, config, seq_len, se
         expected_flops=schedule.expected_cost(updates, cost),
         uniform_expected_flops=REFERENCE.expected_cost(updates, cost),
     )
-
-
-def _check_updates(updates: int) -> None:
-    check_count(updates, "updates")
-    _check_plan_size(updates)
-
-
-def _check_plan_size(updates: float, asked: str = "") -> None:
-    """Refuse, before drawing a depth, a plan longer than MAX_UPDATES (with its size in the message);
-    `asked` says where an estimated count comes from."""
-    if updates > MAX_UPDATES:
-        count = f"{int(updates):,}" if updates < 1e15 else f"{updates:.3g}"
-        size = f"{updates * _BYTES_PER_UPDATE / 2**30:.3g} GiB"
-        head = f"{asked} about {count} updates, beyond" if asked else f"{count} updates exceed"
-        raise BiosrecallError(
-            f"{head} the planner's limit of {MAX_UPDATES:,} (a plan holds {_BYTES_PER_UPDATE} bytes per "
-            f"update: {size})"
-        )
 
 
 def _max_update_cost(schedule: Schedule, cost) -> float:
