@@ -173,16 +173,12 @@ def check_supported(model_config: dict) -> None:
     """Refuse a model config with a field or value the exported modeling code does not implement."""
     modeling = modeling_module()
     for name, value in model_config.items():
-        if name not in modeling.MODEL_FIELDS:
-            raise BiosrecallError(
-                f"cannot export: the model config field {name} (= {value!r}) is not implemented by the "
-                f"exported modeling code ({MODELING_FILE})"
-            )
         choices = modeling.SUPPORTED_CHOICES.get(name)
-        if choices is not None and value not in choices:
+        if name not in modeling.MODEL_FIELDS or (choices is not None and value not in choices):
+            implemented = "" if choices is None else f", which implements {', '.join(choices)}"
             raise BiosrecallError(
-                f"cannot export: {name} = {value!r} is not implemented by the exported modeling code "
-                f"(it implements {', '.join(choices)})"
+                f"cannot export: the model config field {name} = {value!r} is not implemented by the "
+                f"exported modeling code ({MODELING_FILE}{implemented})"
             )
 
 
