@@ -82,7 +82,7 @@ def missing_template_folder(tmp_path):
         (["--people", "ten"], "'ten' is not a valid integer"),
         (["--seed", "-1"], "seed must be a non-negative integer"),
         (["--templates", "{tmp}/nowhere"], "templates folder .*nowhere not found"),
-        (["--templates", "{missing}"], "template file .*eval.toml not found"),
+        (["--templates", "{missing}"], "template file .*eval.toml does not exist"),
         (["--templates", "{bad}"], r"train.toml line \d+: .*unknown placeholder \{valu\}"),
     ],
 )

@@ -195,7 +195,7 @@ def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(BiosrecallError, match=r"train.toml is not valid TOML: .*line \d+"):
         load_templates(folder)
     (folder / "eval.toml").unlink()
-    with pytest.raises(BiosrecallError, match="template file .*eval.toml not found"):
+    with pytest.raises(BiosrecallError, match="template file .*eval.toml does not exist"):
         load_templates(folder)
     with pytest.raises(BiosrecallError, match="templates folder .* not found"):
         load_templates(tmp_path / "nowhere")

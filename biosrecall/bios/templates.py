@@ -68,8 +68,6 @@ class _Source:
 
     def __init__(self, path: Path):
         self.path = path
-        if not path.exists():
-            raise BiosrecallError(f"template file {path} not found")
         # Phrasings, not data: bounded like a config file (and a FIFO named train.toml is refused).
         self.text = read_user_text(path, "template file")
         self.lines = self.text.splitlines()
