@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from harness import changes, run_cli, snapshot
 
-from biosrecall.experiments import engine, study_engine
+from biosrecall.experiments import engine
 from biosrecall.experiments.depth_study import DEPTH, DepthOptions, tables
 
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
@@ -42,13 +42,13 @@ def depth(capsys, data: Path, out: Path, *extra: str):
 
 def trained_runs(monkeypatch) -> list[str]:
     """The names of the runs the study hands to the sweep engine from now on."""
-    handed, real = [], study_engine.sweep_study_runs
+    handed, real = [], engine.sweep_study_runs
 
     def recording(runs_dir, runs, *args, **kwargs):
         handed.extend(run.name for run in runs)
         return real(runs_dir, runs, *args, **kwargs)
 
-    monkeypatch.setattr(study_engine, "sweep_study_runs", recording)
+    monkeypatch.setattr(engine, "sweep_study_runs", recording)
     return handed
 
 

@@ -282,17 +282,17 @@ class TestDeadWorkers:
         assert warm._gone(started.pid) and marker.read_text() == "stopped"
 
     def test_a_study_run_killed_by_a_signal_is_one_line_not_a_run_failure(self, tmp_path, monkeypatch):
-        from biosrecall.experiments import study_engine
+        from biosrecall.experiments import engine
         from biosrecall.sweep.engine import SweepResult
         from biosrecall.sweep.executors import LocalExecutor
         from biosrecall.sweep.jobs import SweepRun
         from biosrecall.sweep.worker import Outcome
 
         killed = Outcome("seed0/fixed_k4", "failed", "trained", -9, "killed by SIGKILL", "runs/.sweep/a.log")
-        monkeypatch.setattr(study_engine, "run_sweep", lambda *args: SweepResult([killed]))
+        monkeypatch.setattr(engine, "run_sweep", lambda *args: SweepResult([killed]))
         run = SweepRun("seed0/fixed_k4", "train", TrainConfig(schedule="fixed:4"))
-        with pytest.raises(study_engine.RunKilled) as info:
-            study_engine.train_study_runs(tmp_path, [run], LocalExecutor(1), None)
+        with pytest.raises(engine.RunKilled) as info:
+            engine.train_study_runs(tmp_path, [run], LocalExecutor(1), None)
         assert isinstance(info.value, BiosrecallError)
         assert "run seed0/fixed_k4 was killed by SIGKILL" in str(info.value)
         assert "rerun the same command to continue" in str(info.value)
@@ -566,7 +566,7 @@ class TestLeftovers:
         assert hidden(tmp_path / "out") == [held.name]
 
     def test_study_lines_advise_rerunning_the_study_not_resume(self, tmp_path, monkeypatch):
-        from biosrecall.experiments import study_engine
+        from biosrecall.experiments import engine
         from biosrecall.sweep.engine import SweepResult
         from biosrecall.sweep.executors import LocalExecutor
         from biosrecall.sweep.jobs import SweepRun
@@ -580,23 +580,23 @@ class TestLeftovers:
             report(failed)  # as the executor reports each run as it ends
             return SweepResult([failed])
 
-        monkeypatch.setattr(study_engine, "run_sweep", sweep)
+        monkeypatch.setattr(engine, "run_sweep", sweep)
         reported = []
         run = SweepRun("seed0/fixed_k4", "train", TrainConfig(schedule="fixed:4"))
-        with pytest.raises(study_engine.StudyRunFailed) as info:
-            study_engine.train_study_runs(tmp_path, [run], LocalExecutor(1), reported.append)
+        with pytest.raises(engine.StudyRunFailed) as info:
+            engine.train_study_runs(tmp_path, [run], LocalExecutor(1), reported.append)
         lines = [str(info.value), *(o.error for o in reported if not isinstance(o, str))]
         assert len(lines) == 2 and all("--resume" not in line for line in lines), lines
         assert lines[1].endswith("still holds the complete state of update 8"), lines[1]
         stopped = Outcome("a", "failed", "trained", 130, "interrupted at update 3; resume with --resume")
-        assert study_engine.study_words(stopped).error == "interrupted at update 3"
+        assert engine.study_words(stopped).error == "interrupted at update 3"
 
     def test_a_refused_figure1_writes_nothing(self, tmp_path, capsys, monkeypatch):
         """Its record is not rewritten, not even with the same bytes: a run another process holds is
         found before anything is touched."""
         from test_figure1_promises import TINY, figure1_args
 
-        from biosrecall.experiments import figure1, study_engine
+        from biosrecall.experiments import engine, figure1
 
         monkeypatch.setitem(figure1.FIGURE1_PRESETS, "tiny", TINY)
         out = tmp_path / "study"
@@ -605,7 +605,7 @@ class TestLeftovers:
             raise KeyboardInterrupt
 
         with pytest.MonkeyPatch.context() as patch:  # stopped at its first run: record and data written
-            patch.setattr(study_engine, "run_sweep", stopped)
+            patch.setattr(engine, "run_sweep", stopped)
             code, stderr = run_cli(figure1_args(out), capsys)
         assert code == 130, stderr
         lock = RunFolder(out / "runs" / "seed0" / "fixed_k4").lock_file

@@ -16,7 +16,7 @@ import pytest
 from harness import run_cli
 from test_lm_train import cli
 
-from biosrecall.experiments import study_engine
+from biosrecall.experiments import engine
 from biosrecall.experiments.leaderboard import SCHEDULES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,13 +48,13 @@ def leaderboard(capsys, data, out: Path, *extra: str):
 
 def trained_runs(monkeypatch) -> list[str]:
     """The names of the runs the study hands to the sweep engine from now on."""
-    handed, real = [], study_engine.sweep_study_runs
+    handed, real = [], engine.sweep_study_runs
 
     def recording(runs_dir, runs, *args, **kwargs):
         handed.extend(run.name for run in runs)
         return real(runs_dir, runs, *args, **kwargs)
 
-    monkeypatch.setattr(study_engine, "sweep_study_runs", recording)
+    monkeypatch.setattr(engine, "sweep_study_runs", recording)
     return handed
 
 

