@@ -158,6 +158,24 @@ def temporary_names(output: Path, suffixes: tuple[str, ...] = (TEMPORARY_SUFFIX,
     return re.compile(re.escape(temporary_prefix(output)) + rf"[a-z0-9_]{{8}}(?:{alternatives})")
 
 
+def pid_alive(pid: object) -> bool:
+    """Whether `pid` (as a lock file or a record gives it) names a running process, another user's
+    included; a zombie nobody has reaped has ended, and so has a value no process can have."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc (or no such process): whether the pid names a process
+        try:
+            os.kill(pid, 0)
+        except PermissionError:  # alive, another user's
+            return True
+        except (OSError, OverflowError):  # none, or beyond any pid (a damaged record)
+            return False
+        return True
+    return state not in ("Z", "X")
+
+
 def free_lock(path: str | Path) -> int | None:
     """A descriptor of `path` holding its lock when no live process holds it (the caller closes it);
     None when one does, or the file cannot be opened (a symlink is not followed)."""

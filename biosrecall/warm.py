@@ -42,6 +42,7 @@ from pathlib import Path
 
 from biosrecall.__main__ import main
 from biosrecall.errors import BiosrecallError
+from biosrecall.locking import pid_alive
 
 SERVER_IMPORTS = ["biosrecall.warm_server"]
 # The local executor starts and waits for runs from several threads, and multiprocessing's bookkeeping
@@ -96,15 +97,7 @@ def fork_server_death(wait: float = 0.0) -> str | None:
 
 def _gone(pid: int) -> bool:
     """Whether process `pid`, not a child of ours, has ended (a zombie nobody reaps counts as ended)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):  # no /proc: whether the pid still names a process
-        try:
-            os.kill(pid, 0)
-        except OSError as exc:  # PermissionError: it lives, another user's
-            return isinstance(exc, ProcessLookupError)
-        return False
-    return state in ("Z", "X")
+    return not pid_alive(pid)
 
 
 def warm_start_enabled(environment: Mapping[str, str]) -> bool:

@@ -164,6 +164,21 @@ def test_status_reads_a_spec_whose_data_is_elsewhere(capsys):
     assert code == 2 and err.count("\n") == 1 and "run uniform: data folder" in err, err
 
 
+def test_a_damaged_record_or_lock_pid_is_no_live_process(tmp_path, capsys):
+    """A pid no process can have (a damaged record or lock file) is a run that is not running, not a
+    traceback; status reads on."""
+    import socket
+
+    from biosrecall.locking import pid_alive
+
+    assert pid_alive(os.getpid()) and not any(map(pid_alive, (2**40, 0, -1, True, "12", None)))
+    job = SweepRun("a", out=tmp_path)
+    job.record.parent.mkdir(parents=True)
+    job.record.write_text(json.dumps({"state": "running", "pid": 2**40, "host": socket.gethostname()}))
+    (tmp_path / ".a.lock").write_text("99999999999\n")
+    assert run_status(job)["state"] == "failed"
+
+
 def test_the_200m_spec_holds_the_runs_of_the_old_script(tmp_path):
     spec = load_spec(SCRIPTS / "sweep-200m.toml", overrides=[f"data={tmp_path}"])
     expected = {"uniform": "uniform:1-16", "curriculum": "curriculum:mean=8,warmup=0.75,shape=1-sqrt"}

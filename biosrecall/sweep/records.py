@@ -23,7 +23,6 @@ a `latest` checkpoint: resume; nothing: start).
 from __future__ import annotations
 
 import datetime
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 from biosrecall.atomic import atomic_write_json
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_json_object
+from biosrecall.locking import pid_alive
 from biosrecall.records import parse_record
 from biosrecall.sweep.jobs import SweepRun
 from biosrecall.train.run_folder import RunFolder
@@ -87,18 +87,6 @@ def update_record(job: SweepRun, **changes: Any) -> None:
     """Rewrite the run's record atomically with `changes` over what it held."""
     record = {**_stored(job.record), "name": job.name, "run_dir": str(job.run_dir), "log": str(job.log)}
     atomic_write_json(job.record, {**record, **changes})
-
-
-def pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 def lock_holder(run_dir: Path) -> int | None:
