@@ -108,14 +108,6 @@ def dataset_download_hint(name: str) -> str:
     )
 
 
-def model_download_hint(name: str) -> str:
-    """How to give a Hub model as a local folder instead (models are only read from folders)."""
-    return (
-        f"download it where there is network (huggingface-cli download {name} --local-dir DIR), copy DIR "
-        "here and pass --hf-model DIR"
-    )
-
-
 def check_model_folder(model_dir: str | Path) -> Path:
     """`model_dir` as a Path when it is a folder; otherwise one line, saying how to download a Hub name."""
     folder = Path(model_dir)
@@ -123,6 +115,9 @@ def check_model_folder(model_dir: str | Path) -> Path:
         return folder
     message = f"--hf-model folder {folder} not found"
     if re.fullmatch(r"[\w.-]+/[\w.-]+", str(model_dir)) and not os.path.lexists(folder.parent):
-        hint = model_download_hint(str(model_dir))
-        message += f"; models are read from local folders only (nothing is downloaded): {hint}"
+        message += (
+            "; models are read from local folders only (nothing is downloaded): download it where there "
+            f"is network (huggingface-cli download {model_dir} --local-dir DIR), copy DIR here and pass "
+            "--hf-model DIR"
+        )
     raise BiosrecallError(message)
