@@ -49,6 +49,7 @@ from biosrecall.eval.scoring import (
 )
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.eval.token_exit import token_exit_gap
+from biosrecall.numbers import check_count
 from biosrecall.train.distributed import resolve_device
 
 TABLE_NAME = "recall_curve"
@@ -156,10 +157,11 @@ def _finals(run_dirs, data_dir) -> set[Path]:
 
 
 def check_at_least_one(**options: int | None) -> None:
-    """Refuse an option (named as its flag) below 1; None is an option left unset."""
+    """Refuse an option (named as its flag) that is not a count of at least 1 (`numbers.check_count`, the
+    rule of every count); None is an option left unset."""
     for name, value in options.items():
-        if value is not None and value < 1:
-            raise BiosrecallError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
+        if value is not None:
+            check_count(value, f"--{name.replace('_', '-')}")
 
 
 def summary_table(table: pd.DataFrame, depths=(1, 4, 16, 64), training_depth: int = 16) -> pd.DataFrame:
