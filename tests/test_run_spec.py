@@ -15,7 +15,7 @@ from biosrecall.cli.options import split_options
 from biosrecall.errors import BiosrecallError
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.sweep.commands import click_command, run_description
-from biosrecall.sweep.jobs import SweepRun, build_jobs, check_runs
+from biosrecall.sweep.jobs import PROGRAM, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.run_spec import run_spec_text
 from biosrecall.train.config import TrainConfig
 
@@ -84,7 +84,8 @@ def test_a_sweep_job_trains_from_its_run_spec(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths are the current folder's
     run = SweepRun("seed0/a", "train", TrainConfig(schedule="fixed:2", updates=5), {"data": "data"})
     (job,) = build_jobs(tmp_path / "out", [run], threads=2)
-    assert job.train_args == ("train", "--config", str(tmp_path / "out/.sweep/.specs/seed0/a.json"))
+    spec_file = str(tmp_path / "out/.sweep/.specs/seed0/a.json")
+    assert job.train_command(resume=False) == [*PROGRAM, "train", "--config", spec_file, "--threads", "2"]
     spec = json.loads(job.spec_text)
     assert spec["task"] == {"name": "bios"}
     assert (spec["dataset"], spec["out"]) == ({"path": str(tmp_path / "data")}, str(tmp_path / "out/seed0/a"))

@@ -33,7 +33,7 @@ from biosrecall.locking import output_lock
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.records import run_state
-from biosrecall.sweep.worker import Outcome, train_command
+from biosrecall.sweep.worker import Outcome
 from biosrecall.train.progress import format_seconds
 from biosrecall.train.run_folder import RunFolder
 
@@ -133,5 +133,5 @@ def planned_actions(jobs: Sequence[SweepRun]) -> list[tuple[str, str, list[str]]
             plan.append((job.name, "skip" if evaluated else "evaluate", []))
             continue
         resume = RunFolder(job.run_dir).latest_checkpoint() is not None
-        plan.append((job.name, "resume" if resume else "train", train_command(job, resume)))
+        plan.append((job.name, "resume" if resume else "train", job.train_command(resume)))
     return plan

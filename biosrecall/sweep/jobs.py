@@ -25,6 +25,7 @@ import fnmatch
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from biosrecall.sweep.run_spec import SPECS, TASK_KEYS, run_spec_text
 from biosrecall.train.config import TrainConfig
 
 BOOKKEEPING = ".sweep"
+PROGRAM = [sys.executable, "-m", "biosrecall"]
+"""How a run's processes start biosrecall: this interpreter, as `python -m biosrecall`."""
 _PART = re.compile(r"[A-Za-z0-9_=,+-][A-Za-z0-9._=,+-]*")
 MAX_PART = 200  # file systems refuse names over 255 bytes; leave room for suffixes
 
@@ -93,10 +96,15 @@ class SweepRun:
         trained."""
         return run_spec_text(self.command, self.config, {**self.task, "out": self.run_dir})
 
-    @property
-    def train_args(self) -> tuple[str, ...]:
-        """`biosrecall` words of a fresh start, without --resume and --threads: `train --config <spec>`."""
-        return (*self.command.split(), "--config", str(self.spec))
+    def train_command(self, resume: bool) -> list[str]:
+        """The training process's words: `biosrecall <command> --config <spec>`, fresh or resumed, on the
+        run's threads; with more than one GPU, under torchrun."""
+        tail = [*self.command.split(), "--config", str(self.spec), *(["--resume"] if resume else [])]
+        tail += ["--threads", str(self.threads)]
+        if self.gpus > 1:
+            launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.gpus)]
+            return [sys.executable, *launcher, "-m", "biosrecall", *tail]
+        return [*PROGRAM, *tail]
 
     @property
     def eval_key(self) -> str | None:

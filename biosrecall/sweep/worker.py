@@ -31,19 +31,17 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.sweep.jobs import SweepRun
+from biosrecall.sweep.jobs import PROGRAM, SweepRun
 from biosrecall.sweep.records import lock_holder, now, record_running, run_state, update_record
 from biosrecall.train.run_folder import RunFolder
 from biosrecall.warm import WarmProcess, start_warm, warm_start_enabled
 
 MAX_ERROR = 300
-PROGRAM = [sys.executable, "-m", "biosrecall"]
 
 
 @dataclass(frozen=True)
@@ -62,15 +60,6 @@ class Outcome:
     """Where the sweep stands once this run ended: "[3/12 runs, about 4m10s left]" (`engine.run_sweep`)."""
 
 
-def train_command(job: SweepRun, resume: bool) -> list[str]:
-    """The training process's words: fresh or resumed, on the job's threads (and GPUs)."""
-    tail = [*job.train_args, *(["--resume"] if resume else []), "--threads", str(job.threads)]
-    if job.gpus > 1:
-        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(job.gpus)]
-        return [sys.executable, *launcher, "-m", "biosrecall", *tail]
-    return [*PROGRAM, *tail]
-
-
 def run_one(
     job: SweepRun,
     env: Mapping[str, str] | None = None,
@@ -87,7 +76,7 @@ def run_one(
         resume = RunFolder(job.run_dir).latest_checkpoint() is not None
         action = "resumed" if resume else "trained"
         atomic_write_text(job.spec, job.spec_text)
-        code, error = _launch(job, "train", action, train_command(job, resume), env, processes)
+        code, error = _launch(job, "train", action, job.train_command(resume), env, processes)
         if code != 0:
             return failed(job, code, error, action)
     record = run_state(job.record)
