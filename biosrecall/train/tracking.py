@@ -188,7 +188,9 @@ class TrackerIds:
     """RUN/trackers.json: what each tracker a run logged to needs to continue the same run."""
 
     wandb: WandbIds | UnsetType = optional()
+    """The W&B run a resume continues (`WandbTracker`)."""
     trackio: TrackioIds | UnsetType = optional()
+    """The Trackio run a resume continues (`TrackioTracker`)."""
 
 
 def run_ids(folder: Path, tracker: str, fresh: dict[str, str]) -> dict[str, str]:
