@@ -31,9 +31,11 @@ from biosrecall.errors import BiosrecallError, excerpt
 
 @dataclass(frozen=True)
 class DistInfo:
+    """This process's place in a torchrun launch (a single process: rank 0 of 1); its device, on its
+    own GPU under torchrun, is `init_distributed`'s other result."""
+
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -81,7 +83,7 @@ def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
         device = torch.device("cuda", local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank), device
+    return DistInfo(rank=rank, world_size=world_size), device
 
 
 def check_divisible(global_batch: int, info: DistInfo, grad_accum: int = 1) -> None:
