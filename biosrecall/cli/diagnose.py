@@ -20,6 +20,7 @@ option, the seed included, and what was resolved).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -57,34 +58,42 @@ is the docstring under each field). The depth lists are read as text by the comm
 take ranges such as 1..16."""
 
 
+@dataclass
+class WhereOptions:
+    """Where and on what one `diagnose-update` call runs, and where it writes: the keywords of
+    `diagnose_update` beside its `DiagnoseOptions`, then the command's own."""
+
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu" or "cuda"."""
+
+    threads: int | None = None
+    """CPU threads for torch (default: torch's choice)."""
+
+    data_dir: Path | None = None
+    """bioS dataset or prepared LM corpus to use instead of the one recorded in the run (its hash is
+    still checked)."""
+
+    out_dir: Path | None = None
+    """Output folder [RUN_DIR/diagnose]."""
+
+    quiet: bool = False
+    """No progress lines on stderr."""
+
+
+WHERE = {
+    "threads": {"type": Integer(LIMITS["threads"])},
+    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "out_dir": {"flag": "--out", "type": click.Path(path_type=Path)},
+}
+"""What the options of `WhereOptions` take beyond their fields' types (`field_options`)."""
+
+
 @click.command("diagnose-update")
 @config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("The one checkpoint to diagnose", SWITCH)
 @options_from(DiagnoseOptions, CHECKED)
-@click.option("--device", default="auto", help='"auto" (CUDA when present), "cpu" or "cuda".')
-@click.option(
-    "--threads",
-    default=None,
-    type=Integer(LIMITS["threads"]),
-    help="CPU threads for torch (default: torch's choice).",
-)
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="bioS dataset or prepared LM corpus to use instead of the one recorded in the run (its hash "
-    "is still checked).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Output folder [RUN_DIR/diagnose].",
-)
-@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@options_from(WhereOptions, WHERE)
 def diagnose_update(run_dir, checkpoint, device, threads, data_dir, out_dir, quiet, **fields):
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
