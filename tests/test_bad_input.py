@@ -325,7 +325,7 @@ CASES = [
          requires=("lm", "train")),
     Case("lm-train-depth-zero", [*LM_TRAIN, "--schedule", "fixed:0"], "depth must be a positive integer, got 0",
          requires=("lm", "train")),
-    Case("lm-train-config-missing", [*LM_TRAIN, "--config", "missing.toml"], "config file missing.toml does not exist",
+    Case("lm-train-config-missing", [*LM_TRAIN, "--config", "missing.toml"], "--config file missing.toml does not exist",
          requires=("lm", "train")),
     Case("lm-train-updates-zero", ["lm", "train", "--data", "shards", "--out", "lmrun", "--updates", "0"],
          "'--updates'", requires=("lm", "train")),

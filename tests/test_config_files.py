@@ -225,8 +225,8 @@ def test_train_from_its_config_json_repeats_the_run(here):
             "document after a statement (at line 2, column 12)",
         ),
         (["generate"], 'out = "x"\npeople = [1, 2\n', "not valid TOML: Unclosed array (at the end, line 2)"),
-        (["flops"], b"preset = '\xff'\n", "cannot read config file c.toml: not UTF-8 text"),
-        (["figure1"], None, "config file c.toml does not exist"),
+        (["flops"], b"preset = '\xff'\n", "cannot read --config file c.toml: not UTF-8 text"),
+        (["figure1"], None, "--config file c.toml does not exist"),
         (["recall-curve", "runs/a"], "depths = [1, 4]\n", "--depths applies to --hf-model only"),
     ],
     ids=[

@@ -70,7 +70,7 @@ def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], 
         config, overrides, data = _run_file(ctx, path, task)
         ctx.meta[RUN_FILE] = (config, overrides)
     else:
-        data = read_toml_file(path, "config file")
+        data = read_toml_file(path, "--config file")
     ctx.default_map = {**(ctx.default_map or {}), **option_defaults(ctx, path, data, lists)}
     return path
 
@@ -80,7 +80,7 @@ def file_values(ctx: click.Context, path: Path) -> dict[str, Any]:
     run file's TrainConfig and model overrides flattened into option values (a sweep spec's `config`
     key layers its own values over them)."""
     if path.suffix != ".json":
-        return read_toml_file(path, "config file")
+        return read_toml_file(path, "--config file")
     train_config, overrides, values = _run_file(ctx, path, _made_with(ctx.command)["task"])
     by_key = options_by_key(ctx.command)
     flat = {
