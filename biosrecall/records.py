@@ -42,7 +42,7 @@ import msgspec
 import msgspec.inspect
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.files import MAX_JSON_BYTES, read_json_object
+from biosrecall.files import read_json_object
 from biosrecall.numbers import FLOAT_MAX
 
 Record = TypeVar("Record")
@@ -62,38 +62,23 @@ _FIELD_NAMED = re.compile(r"Object (?P<how>missing required|contains unknown) fi
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")  # "[...]": a value of a mapping, key not told
 
 
-def read_record(
-    path: str | Path,
-    record_type: type[Record],
-    what: str,
-    *,
-    max_bytes: int = MAX_JSON_BYTES,
-    error: type[BiosrecallError] = BiosrecallError,
-) -> Record:
+def read_record(path: str | Path, record_type: type[Record], what: str) -> Record:
     """The JSON file at `path` as a `record_type` (`what` names it in a message: "run config"); any
-    problem raises `error`, one line naming the file and, where one is at fault, the field."""
-    return _read(path, record_type, what, max_bytes, error)[0]
+    problem is one line naming the file and, where one is at fault, the field."""
+    return parse_record(read_json_object(path, what), record_type, f"{what} {path} is corrupt")
 
 
 def read_checked_json(
-    path: str | Path,
-    record_type: type,
-    what: str,
-    *,
-    max_bytes: int = MAX_JSON_BYTES,
-    error: type[BiosrecallError] = BiosrecallError,
+    path: str | Path, record_type: type, what: str, *, error: type[BiosrecallError] = BiosrecallError
 ) -> dict[str, Any]:
-    """`read_record`'s checks, returning the JSON object as read (for readers whose callers index it)."""
-    return _read(path, record_type, what, max_bytes, error)[1]
-
-
-def _read(path, record_type, what, max_bytes, error) -> tuple[Any, dict]:
-    """(the record, the JSON object it was read from)."""
+    """`read_record`'s checks, returning the JSON object as read (for readers whose callers index it);
+    a problem raises `error` (a damaged checkpoint's own type)."""
     try:
-        data = read_json_object(path, what, max_bytes=max_bytes)
+        data = read_json_object(path, what)
     except BiosrecallError as exc:
         raise error(str(exc)) from None
-    return parse_record(data, record_type, f"{what} {path} is corrupt", error=error), data
+    parse_record(data, record_type, f"{what} {path} is corrupt", error=error)
+    return data
 
 
 def parse_record(

@@ -63,7 +63,7 @@ def read_run_file(
     at_update, tokenizer) of the run spec or run config.json at `path`, for the command that trains
     `task`; a run config.json's model fields count only when in `overridable`. A problem is one
     BiosrecallError line naming the file."""
-    spec = read_record(path, RunSpec, "run config", max_bytes=16 << 20)
+    spec = read_record(path, RunSpec, "run config")
     if spec.task.get("name") != task:
         made_by = TRAINED_BY.get(spec.task.get("name"), "another command")
         raise BiosrecallError(f"{path} records a run of `{made_by}`, not of `{TRAINED_BY.get(task)}`")
