@@ -62,15 +62,16 @@ def require_regular_file(path: str | Path, what: str) -> Path:
     return path
 
 
-def check_nesting(text: str, where: str, limit: int = MAX_NESTING) -> None:
-    """Refuse text whose brackets nest deeper than `limit` (strings and comments skipped), before it is parsed."""
+def check_nesting(text: str, where: str) -> None:
+    """Refuse text whose brackets nest deeper than `MAX_NESTING` (strings and comments skipped), before it
+    is parsed."""
     depth = 0
     for match in _BRACKETS.finditer(text):
         token = match.group()
         if token in "[{":
             depth += 1
-            if depth > limit:
-                raise BiosrecallError(f"{where} nests arrays or tables deeper than {limit} levels")
+            if depth > MAX_NESTING:
+                raise BiosrecallError(f"{where} nests arrays or tables deeper than {MAX_NESTING} levels")
         elif token in "]}":
             depth -= 1
 
@@ -123,10 +124,10 @@ MAX_JSON_BYTES = 64 << 20
 """The largest JSON record read whole (a run's config.json, a checkpoint's meta.json: kilobytes)."""
 
 
-def read_json_object(path: str | Path, what: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
-    """A JSON file (at most `max_bytes`) whose top level is an object (a record whose fields have
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON file (at most `MAX_JSON_BYTES`) whose top level is an object (a record whose fields have
     rules is read by `biosrecall.records.read_record`)."""
-    data = parse_json_text(read_user_text(path, what, max_bytes), f"{what} {path}")
+    data = parse_json_text(read_user_text(path, what, MAX_JSON_BYTES), f"{what} {path}")
     if not isinstance(data, dict):
         raise BiosrecallError(f"{what} {path} is corrupt: expected a JSON object, got {type(data).__name__}")
     return data
