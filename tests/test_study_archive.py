@@ -19,7 +19,7 @@ import pytest
 from test_cli_recall import _one_error_line
 from test_figure1_promises import TINY, figure1_args, run_cli
 
-from biosrecall.experiments import figure1, study_archive, study_engine
+from biosrecall.experiments import engine, figure1, study_archive
 from biosrecall.experiments.study import figure1_command
 from biosrecall.train.checkpoint_files import MODEL_FILE, STATE_FILE
 from biosrecall.train.run_folder import LATEST, METRICS_FILE
@@ -140,7 +140,7 @@ def test_a_committed_archive_reruns_from_a_clean_checkout_without_training(name,
     def no_training(runs_dir, runs, *args):
         raise AssertionError(f"the archive lacks finished runs, would train {[run.name for run in runs]}")
 
-    monkeypatch.setattr(study_engine, "run_sweep", no_training)
+    monkeypatch.setattr(engine, "run_sweep", no_training)
     copy = tmp_path / name
     shutil.copytree(RESULTS / name, copy)
     record = json.loads((copy / figure1.RECORD).read_text())

@@ -19,7 +19,7 @@ Two modes (`StudyOptions.budget_mode`):
 Folders: runs/seed<S>/<label>_b<multiple> (independent) or <label>_wsd_b<multiple> (branch), so runs of
 the two modes never share a folder; an independent run at 1x is the main run itself. A branch's task
 names its trunk's run and the update it starts from (`from`, `at_update`), which
-`biosrecall.experiments.study_engine` turns into the trunk's folder once the trunk has trained.
+`biosrecall.experiments.engine` turns into the trunk's folder once the trunk has trained.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from biosrecall.errors import BiosrecallError
 
 # What loads torch is imported where it is used: `biosrecall capacity --help` reads this module.
 from biosrecall.experiments import capacity_results as results
-from biosrecall.experiments.engine import Study, run_study
+from biosrecall.experiments.engine import Study, executor_slots, run_study, study_executor
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
 from biosrecall.files import read_json_object
 from biosrecall.locking import output_lock, scratch_folder
@@ -170,7 +170,6 @@ def score_runs(runs_dir: Path, runs: list, options: CapacityOptions, executor) -
     (`eval.table_cache`), so a rerun, or an archive without weights, is re-tabulated without loading
     a model."""
     from biosrecall.eval.parallel import map_in_processes
-    from biosrecall.experiments.study_engine import executor_slots
     from biosrecall.train.distributed import resolve_device
 
     device = resolve_device(str(options.device))
@@ -255,9 +254,7 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
     `run_study` on `CAPACITY` bound to OUT's datasets; its `StudyResult`.
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
-    training and `StudyRunFailed` when a run fails (`biosrecall.experiments.study_engine`)."""
-    from biosrecall.experiments.study_engine import study_executor
-
+    training and `StudyRunFailed` when a run fails (`biosrecall.experiments.engine`)."""
     out_dir = Path(out_dir)
     check_study_size(options, out_dir, study_executor(workers, threads, options.device).slots(), report)
     with output_lock(out_dir):  # the engine takes it again: one lock from the record to the claims

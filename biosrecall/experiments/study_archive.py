@@ -57,7 +57,7 @@ from biosrecall.atomic import atomic_directory, atomic_write_json, check_output_
 from biosrecall.errors import BiosrecallError, excerpt
 from biosrecall.eval.table_cache import meta_digest, rekey_cached
 from biosrecall.experiments.capacity import RECORD as CAPACITY_RECORD
-from biosrecall.experiments.figure1_output import RECORD, RUNS
+from biosrecall.experiments.figure1 import RECORD, RUNS
 from biosrecall.experiments.lm_grid import DIAGNOSE
 from biosrecall.experiments.lm_grid import RECORD as LM_RECORD
 from biosrecall.files import parse_json_text

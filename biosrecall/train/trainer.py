@@ -73,7 +73,7 @@ from biosrecall.train.tracking import with_trackers
 
 RESUME_ADVICE = "resume with --resume"
 """The trainer's advice after a stop; a study, which resumes its runs itself, words its own
-(`biosrecall.experiments.study_engine`)."""
+(`biosrecall.experiments.engine`)."""
 
 
 class NonFiniteLoss(BiosrecallError):
