@@ -16,7 +16,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from biosrecall.sweep.records import read_record
+from biosrecall.files import read_json_object
 from biosrecall.train.run_folder import RunFolder
 
 
@@ -34,11 +34,12 @@ def _processes(log: Path, finished: float) -> list[tuple[str, float, float]]:
 
 
 def shares(out: Path) -> dict[str, float]:
-    records = sorted((out / "runs" / ".sweep").rglob("*.json"))
+    # .specs/ holds each run's training spec, not a record of how the run went
+    records = sorted(p for p in (out / "runs" / ".sweep").rglob("*.json") if ".specs" not in p.parts)
     train_s = loop_s = 0.0
     first, last = float("inf"), 0.0
     for path in records:
-        record = read_record(path)
+        record = read_json_object(path, "sweep run record")
         finished = _time(record["finished"])
         spans = _processes(path.with_suffix(".log"), finished)
         train_s += sum(seconds for phase, _, seconds in spans if phase == "train")
