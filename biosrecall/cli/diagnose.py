@@ -39,20 +39,23 @@ from biosrecall.train.run_folder import SWITCH
 CHECKED = {
     "depths": {"type": ParsedBy(parse_candidate_depths, DEPTH), "default": "4,16"},
     "after_uniform": {
-        "type": ParsedBy(partial(parse_depth_list, option="--after-uniform", minimum=0, maximum=MAX_UPDATES),
-                         counts(low=0)),
+        "type": ParsedBy(
+            partial(parse_depth_list, option="--after-uniform", minimum=0, maximum=MAX_UPDATES), counts(low=0)
+        ),
         "default": "0",
     },
     "batches": {"type": Integer(counts())},
-    "serving_depths": {"type": ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
-                       "default": "1..16"},
+    "serving_depths": {
+        "type": ParsedBy(partial(parse_depth_list, option="--serving-depths"), DEPTH),
+        "default": "1..16",
+    },
     "people": {"type": Integer(counts(low=0), label="--people")},
     "val_sequences": {"type": Integer(counts(low=0))},
     "rms": {"type": str},
     "seed": {"type": Integer(SEED)},
     "bootstrap": {"type": Integer(counts())},
     "level": {"type": Real(rates(0.0, 1.0, low_open=True, high_open=True))},
-}  # fmt: skip
+}
 """What the options of `DiagnoseOptions` take beyond their fields' types (`field_options`; their help
 is the docstring under each field). The depth lists are read as text by the command's parsers, which
 take ranges such as 1..16."""
@@ -105,8 +108,9 @@ def diagnose_update(run_dir, checkpoint, device, threads, data_dir, out_dir, qui
     fields["serving_depths"] = parse_depth_list(fields["serving_depths"], "--serving-depths")
     options = DiagnoseOptions(**fields)
     progress = None if quiet else lambda message: click.echo(message, err=True)
-    result = run_diagnosis(run_dir, checkpoint, options, device=device, threads=threads, data_dir=data_dir,
-                           progress=progress)  # fmt: skip
+    result = run_diagnosis(
+        run_dir, checkpoint, options, device=device, threads=threads, data_dir=data_dir, progress=progress
+    )
     written = result.write(out_dir if out_dir is not None else Path(run_dir) / "diagnose")
     shallow, deep = options.depths
     click.echo(f"advantage of the K={deep} update over K={shallow}, averaged over serving depths:")

@@ -61,12 +61,18 @@ CHECKED = {
     "budget": {"type": Real(LIMITS["budget"])},
     "seeds": {"type": SEEDS, "callback": parse_seeds},
     "lr_grid": {"type": LEARNING_RATES},
-    "model_overrides": {"flag": "--model-override", "name": "model_override", "type": str, "default": (),
-                        "multiple": True, "callback": parse_overrides},
+    "model_overrides": {
+        "flag": "--model-override",
+        "name": "model_override",
+        "type": str,
+        "default": (),
+        "multiple": True,
+        "callback": parse_overrides,
+    },
     "fixed_sweep": {"type": DEPTHS},
     "budgets": {"type": MULTIPLES},
     "budget_mode": {"type": click.Choice(BUDGET_MODES)},
-}  # fmt: skip
+}
 
 
 @click.command()
@@ -92,8 +98,21 @@ CHECKED = {
     "options are ignored.",
 )
 @archive_option("--seeds or controls")
-def figure1(out_dir, preset, budget, device, model_override, log, workers, threads, overwrite, quiet, plan,
-            archive, **study):  # fmt: skip
+def figure1(
+    out_dir,
+    preset,
+    budget,
+    device,
+    model_override,
+    log,
+    workers,
+    threads,
+    overwrite,
+    quiet,
+    plan,
+    archive,
+    **study,
+):
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
@@ -116,9 +135,17 @@ def figure1(out_dir, preset, budget, device, model_override, log, workers, threa
     study = StudyOptions(model_overrides=model_override, **study)
     with study_errors():
         result = run_figure1(
-            out_dir, preset, study=study, budget=budget, device=device, threads=threads, workers=workers,
-            log=log, overwrite=overwrite, report=None if quiet else report_outcome,
-        )  # fmt: skip
+            out_dir,
+            preset,
+            study=study,
+            budget=budget,
+            device=device,
+            threads=threads,
+            workers=workers,
+            log=log,
+            overwrite=overwrite,
+            report=None if quiet else report_outcome,
+        )
     work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
     _print(result, _more_seeds_command(out_dir, preset, study, budget))
 
@@ -136,8 +163,19 @@ def _print(result, more_seeds: str) -> None:
     then the paths of the claims, the summary and the figures."""
     from biosrecall.experiments.claims import claims_markdown, earlier_looks
 
-    shown = ["run", "schedule", "fraction", "K=1", "K=4", "K=16", "K=64", "mean K<=16", "mean K>16", "min",
-             "n_seeds"]  # fmt: skip
+    shown = [
+        "run",
+        "schedule",
+        "fraction",
+        "K=1",
+        "K=4",
+        "K=16",
+        "K=64",
+        "mean K<=16",
+        "mean K>16",
+        "min",
+        "n_seeds",
+    ]
     summary = result.summary.rename(columns={"group": "run"})
     summary = summary[[c for c in shown if c in summary]]
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")

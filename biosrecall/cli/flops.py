@@ -83,20 +83,35 @@ class FlopsOptions:
 
 _REPEATED = {"type": str, "multiple": True}
 CHECKED = {
-    "presets": {**_REPEATED, "flag": "--preset", "help": f"Model preset; repeat for several. One of: {', '.join(PRESETS)}."},
-    "schedules": {**_REPEATED, "flag": "--schedule",
-                  "help": "Schedule to compare against uniform:1-16; repeat for several (e.g. fixed:4, "
-                          "fixed_first:k0=4,switch=0.8,finish=uniform). Default: the paper's set: fixed-first K0 in "
-                          "{1, 2, 4} x switch in {0.67, 0.8} x finish in {uniform, poisson_lognormal}, "
-                          f"{CURRICULUM}, fixed:4, uniform:1-16."},
+    "presets": {
+        **_REPEATED,
+        "flag": "--preset",
+        "help": f"Model preset; repeat for several. One of: {', '.join(PRESETS)}.",
+    },
+    "schedules": {
+        **_REPEATED,
+        "flag": "--schedule",
+        "help": "Schedule to compare against uniform:1-16; repeat for several (e.g. fixed:4, "
+        "fixed_first:k0=4,switch=0.8,finish=uniform). Default: the paper's set: fixed-first K0 in "
+        "{1, 2, 4} x switch in {0.67, 0.8} x finish in {uniform, poisson_lognormal}, "
+        f"{CURRICULUM}, fixed:4, uniform:1-16.",
+    },
     "seq_len": {"type": Integer(LIMITS["seq_len"])},
-    "updates": {"type": Integer(LIMITS["updates"], "total updates",
-                                below="total updates must be a positive integer, got {value}", bare=True)},
+    "updates": {
+        "type": Integer(
+            LIMITS["updates"],
+            "total updates",
+            below="total updates must be a positive integer, got {value}",
+            bare=True,
+        )
+    },
     "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
     "backprop_depth": {"type": Integer(DEPTH, "backprop_depth")},
-    "recipe": {"help": f"{field_docs(FlopsOptions)['recipe']} Built in: {', '.join(BUILT_IN)}, or an installed "
-                       "package's biosrecall.recipes entry point."},
-}  # fmt: skip
+    "recipe": {
+        "help": f"{field_docs(FlopsOptions)['recipe']} Built in: {', '.join(BUILT_IN)}, or an installed "
+        "package's biosrecall.recipes entry point."
+    },
+}
 """What the options of `FlopsOptions` take beyond their fields' types (`field_options`)."""
 
 

@@ -89,9 +89,13 @@ def _report(folder: Path) -> None:
 
     record = read_record(folder / GATE_RECORD_FILE, GateRecord, "exit gate record")
     click.echo(f"wrote {folder}")
-    click.echo(f"  reference depth {record.reference_depth} (best fixed depth on the fitting people), "
-               f"confidence {record.confidence:g}")  # fmt: skip
+    click.echo(
+        f"  reference depth {record.reference_depth} (best fixed depth on the fitting people), "
+        f"confidence {record.confidence:g}"
+    )
     for row in record.calibration.deltas:
         threshold = "never early" if row.threshold is None else f"logit >= {row.threshold:g}"
-        click.echo(f"  gate:{row.delta:g}  {threshold}, mean depth {row.mean_depth:.2f}, "
-                   f"{row.losses}/{row.queries} calibration queries lost")  # fmt: skip
+        click.echo(
+            f"  gate:{row.delta:g}  {threshold}, mean depth {row.mean_depth:.2f}, "
+            f"{row.losses}/{row.queries} calibration queries lost"
+        )

@@ -103,16 +103,21 @@ CHECKED = {
     "out": _FOLDER,
     "people": {"type": Integer(counts(), below="number of people must be positive, got {value}", bare=True)},
     "seed": {"type": Integer(SEED)},
-    "pool_sizes": {"flag": "--pool-size", "type": str, "multiple": True, "metavar": "NAME=SIZE",
-                   "help": f"Use the first SIZE values of a pool (repeatable). Defaults, 33.39 bits/person: "
-                           f"{_DEFAULT_SIZES_TEXT}."},
+    "pool_sizes": {
+        "flag": "--pool-size",
+        "type": str,
+        "multiple": True,
+        "metavar": "NAME=SIZE",
+        "help": f"Use the first SIZE values of a pool (repeatable). Defaults, 33.39 bits/person: "
+        f"{_DEFAULT_SIZES_TEXT}.",
+    },
     "pools_dir": _FOLDER,
     "templates_dir": {**_FOLDER, "flag": "--templates"},
     "text_format": {"flag": "--export-text", "type": click.Choice(TEXT_FORMATS)},
     "text_out": _FOLDER,
     "exposures": {"type": Integer(counts(high=MAX_EXPOSURES, why="the text export's limit"))},
     "from_dataset": _FOLDER,
-}  # fmt: skip
+}
 """What the options of `GenerateOptions` take beyond their fields' types (`field_options`)."""
 
 

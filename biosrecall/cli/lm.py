@@ -94,14 +94,16 @@ class PrepareOptions:
 PREPARE_CHECKED = {
     "tokenizer_path": {"flag": "--tokenizer", "type": click.Path(path_type=Path)},
     # the tokenizer library's range of --vocab-size is checked where it is trained
-    "vocab_size": {"type": Integer(counts()), "help": f"Size of the byte-level BPE to train [default: "
-                   f"{DEFAULT_VOCAB_SIZE}]."},
+    "vocab_size": {
+        "type": Integer(counts()),
+        "help": f"Size of the byte-level BPE to train [default: {DEFAULT_VOCAB_SIZE}].",
+    },
     "val_fraction": {"type": Real(rates(0.0, 1.0, high_open=True))},
     "seed": {"type": Integer(SEED)},
     "shard_tokens": {"type": Integer(counts())},
     "max_documents": {"type": Integer(counts())},
     "tokenizer_documents": {"type": Integer(counts())},
-}  # fmt: skip
+}
 """What the options of `PrepareOptions` take beyond their fields' types (`field_options`)."""
 
 
@@ -145,11 +147,19 @@ def _lm_options(run: bool):
     shares (with `run`: also --resume, --overwrite and --quiet)."""
     own = [
         config_option(task="lm"),
-        click.option("--preset", default="lm-tiny", show_default=True,
-                     help="Model preset: lm-tiny, lm-200m or lm-1b (see `biosrecall flops`)."),
-        click.option("--tokenizer", type=click.Path(path_type=Path, dir_okay=False), default=None,
-                     help="tokenizer.json the model is meant for; shards made with another are refused."),
-    ]  # fmt: skip
+        click.option(
+            "--preset",
+            default="lm-tiny",
+            show_default=True,
+            help="Model preset: lm-tiny, lm-200m or lm-1b (see `biosrecall flops`).",
+        ),
+        click.option(
+            "--tokenizer",
+            type=click.Path(path_type=Path, dir_okay=False),
+            default=None,
+            help="tokenizer.json the model is meant for; shards made with another are refused.",
+        ),
+    ]
     return stacked([*own, trainer_options(overrides=MODEL_OVERRIDES, run=run, bios=False)])
 
 
@@ -282,7 +292,7 @@ def study(data_dir, grid, archive, overwrite, **given) -> None:
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
-    Resumable: Ctrl-C stops it (exit 130) and the same command continues."""  # fmt: skip
+    Resumable: Ctrl-C stops it (exit 130) and the same command continues."""
 
     def options(values) -> LMStudyOptions:
         if overwrite:

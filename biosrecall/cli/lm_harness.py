@@ -70,9 +70,12 @@ class HarnessOptions:
 CHECKED = {
     "tasks": {"type": str, "multiple": True, "required": True, "callback": _comma_list},
     "depths": {
-        "type": NumberList(DEPTH, "serving depths", "4,8,16", below="serving depths must be at least 1",
-                           required=True),
-        "multiple": True, "default": ("4,8,16",), "callback": _depth_list,
+        "type": NumberList(
+            DEPTH, "serving depths", "4,8,16", below="serving depths must be at least 1", required=True
+        ),
+        "multiple": True,
+        "default": ("4,8,16",),
+        "callback": _depth_list,
     },
     "limit": {"type": Real(rates(0.0, low_open=True))},
     "num_fewshot": {"type": Integer(counts(low=0))},
@@ -80,7 +83,7 @@ CHECKED = {
     "batch_size": {"type": Integer(counts())},
     "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
     "out": {"type": click.Path(path_type=Path)},
-}  # fmt: skip
+}
 """What the options of `HarnessOptions` take beyond their fields' types (`field_options`)."""
 
 

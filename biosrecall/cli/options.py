@@ -191,8 +191,9 @@ CHECKPOINT_LIST = CHECKPOINT_FLAGS[1].lstrip("-")
 """The parameter of a repeatable --checkpoint (named after its plural flag)."""
 
 
-def checkpoint_option(what: str, default: Any, multiple: bool = False, plural_flag: bool = False,
-                      note: str = "") -> Callable:  # fmt: skip
+def checkpoint_option(
+    what: str, default: Any, multiple: bool = False, plural_flag: bool = False, note: str = ""
+) -> Callable:
     """--checkpoint, the run checkpoint selector (`biosrecall.train.run_folder`), for every command that reads one.
     `what` begins its help; `multiple`: repeatable, the parameter `CHECKPOINT_LIST` (a tuple);
     `plural_flag`: --checkpoints is a second spelling; `note` ends the help."""

@@ -72,8 +72,11 @@ from biosrecall.train.run_folder import RunFolder
 FOLDER = click.Path(path_type=Path)
 CHECKED = {
     "out_dir": {"flag": "--out", "type": FOLDER},
-    "max_depth": {"type": Integer(DEPTH, below="--max-depth must be at least 1 (got {value}), the max "
-                                               "depth any query reaches")},
+    "max_depth": {
+        "type": Integer(
+            DEPTH, below="--max-depth must be at least 1 (got {value}), the max depth any query reaches"
+        )
+    },
     "threshold": {"type": Integer(counts(), below="--threshold must be at least 1 (got {value})")},
     "metric": {"type": click.Choice(METRICS)},
     "people": {"type": Integer(counts())},
@@ -83,11 +86,18 @@ CHECKED = {
     "hf_model": {"type": FOLDER},
     "depth_arg": {"type": str},
     "depths": {"type": ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH)},
-}  # fmt: skip
+}
 """What the options of `RecallCurveOptions` take beyond their fields' types (`field_options`; their help
 is the docstring under each field). --depths is read as text by its parser, which takes ranges."""
-RUN_ONLY = (CHECKPOINT_LIST, "refresh", "exits", "per_token", "aggregate_seeds", "state_norms",
-            "applicable_exits")  # fmt: skip
+RUN_ONLY = (
+    CHECKPOINT_LIST,
+    "refresh",
+    "exits",
+    "per_token",
+    "aggregate_seeds",
+    "state_norms",
+    "applicable_exits",
+)
 HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
@@ -114,12 +124,20 @@ def recall_curve(run_dirs, checkpoints, **fields):
 
         # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag; only an
         # explicit --max-depth is passed, as a model without a depth argument is refused one.
-        score = partial(hf_recall_curve, options.hf_model, options.data_dir, metric=options.metric,
-                        threshold=options.threshold, batch_size=options.batch_size, device=options.device,
-                        people=options.people, depth_arg=options.depth_arg,
-                        trust_remote_code=options.trust_remote_code or None,
-                        max_depth=options.max_depth if _given("max_depth") else None,
-                        depths=None if options.depths is None else list(options.depths))  # fmt: skip
+        score = partial(
+            hf_recall_curve,
+            options.hf_model,
+            options.data_dir,
+            metric=options.metric,
+            threshold=options.threshold,
+            batch_size=options.batch_size,
+            device=options.device,
+            people=options.people,
+            depth_arg=options.depth_arg,
+            trust_remote_code=options.trust_remote_code or None,
+            max_depth=options.max_depth if _given("max_depth") else None,
+            depths=None if options.depths is None else list(options.depths),
+        )
         _print(write_output(options.out_dir, options.overwrite, score))  # as for runs, swapped in whole
         return
     result = score_and_write(run_dirs, checkpoints, options)
@@ -134,8 +152,14 @@ def _state_norms(run_dirs, checkpoints, options: RecallCurveOptions) -> None:
     from biosrecall.eval.state_norms import bios_state_norms, summary_line
 
     for run_dir in run_dirs:
-        found = bios_state_norms(run_dir, checkpoints or DEFAULT_CHECKPOINTS, options.max_depth,
-                                 people=options.people, data_dir=options.data_dir, device=options.device)  # fmt: skip
+        found = bios_state_norms(
+            run_dir,
+            checkpoints or DEFAULT_CHECKPOINTS,
+            options.max_depth,
+            people=options.people,
+            data_dir=options.data_dir,
+            device=options.device,
+        )
         for label, table in found.items():
             click.echo(f"{run_dir} [{label}] {summary_line(table)}")
 

@@ -267,11 +267,16 @@ def study_command(name: str) -> click.Command:
 
     options = [
         *field_options(study.options),
-        click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
-                     help="The study's output folder; rerunning the same command continues it."),
+        click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(path_type=Path),
+            required=True,
+            help="The study's output folder; rerunning the same command continues it.",
+        ),
         *engine_options(" or ".join("--" + key.replace("_", "-") for key in study.growing)),
         config_option(),
-    ]  # fmt: skip
+    ]
     return click.command(name, help=study.summary, short_help=study.summary)(stacked(options)(command))
 
 

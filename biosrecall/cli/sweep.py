@@ -37,20 +37,43 @@ def executor_options(gpus_default: str = "0"):
     """`--executor` and the options of both executors but workers and threads (`sweep run`'s, and every
     study's through `biosrecall study`), passed as `kind`, `gpus_per_run`, `partition`, `cpus_per_run`,
     `time_min`, `array_parallelism` (None: not given); `make_executor` reads them."""
-    return stacked([
-        click.option("--executor", "kind", type=click.Choice(["local", "slurm"]), default="local",
-                     show_default=True,
-                     help="Where runs go: processes on this machine, or a Slurm job array (submitit)."),
-        click.option("--gpus-per-run", type=Integer(counts(low=0)), default=None,
-                     help=f"GPUs of each run; over 1: torchrun [default: {gpus_default}]."),
-        click.option("--partition", default=None, help="slurm: partition [default: the cluster's]."),
-        click.option("--cpus-per-run", type=Integer(counts()), default=None,
-                     help="slurm: CPUs of each run [default: 1]."),
-        click.option("--time-min", type=Integer(counts()), default=None,
-                     help="slurm: time limit per run, minutes [default: 1440]."),
-        click.option("--array-parallelism", type=Integer(counts()), default=None,
-                     help="slurm: tasks at once [default: 256]."),
-    ])  # fmt: skip
+    return stacked(
+        [
+            click.option(
+                "--executor",
+                "kind",
+                type=click.Choice(["local", "slurm"]),
+                default="local",
+                show_default=True,
+                help="Where runs go: processes on this machine, or a Slurm job array (submitit).",
+            ),
+            click.option(
+                "--gpus-per-run",
+                type=Integer(counts(low=0)),
+                default=None,
+                help=f"GPUs of each run; over 1: torchrun [default: {gpus_default}].",
+            ),
+            click.option("--partition", default=None, help="slurm: partition [default: the cluster's]."),
+            click.option(
+                "--cpus-per-run",
+                type=Integer(counts()),
+                default=None,
+                help="slurm: CPUs of each run [default: 1].",
+            ),
+            click.option(
+                "--time-min",
+                type=Integer(counts()),
+                default=None,
+                help="slurm: time limit per run, minutes [default: 1440].",
+            ),
+            click.option(
+                "--array-parallelism",
+                type=Integer(counts()),
+                default=None,
+                help="slurm: tasks at once [default: 256].",
+            ),
+        ]
+    )
 
 
 @click.group()

@@ -288,8 +288,15 @@ def readout_flops(cfg: ModelConfig, positions: int, checked: int) -> int:
     return (cfg.n_coda - 1) * (mm + att) * positions + last + head
 
 
-def serving_flops(cfg: ModelConfig, length: int, depth: int, checked: int, readouts: int = 1,
-                  state_checks: int = 0, gate_checks: int = 0) -> int:  # fmt: skip
+def serving_flops(
+    cfg: ModelConfig,
+    length: int,
+    depth: int,
+    checked: int,
+    readouts: int = 1,
+    state_checks: int = 0,
+    gate_checks: int = 0,
+) -> int:
     """Forward FLOPs of serving one query of `length` input tokens read at its last `checked`
     positions, to exit depth `depth`: the prelude and `depth` iterations at every position,
     `readouts` readouts (`readout_flops`: one for a fixed depth, one per checked iteration for a

@@ -317,8 +317,14 @@ def diagnose_state(
         for depth, (update, _) in candidates.items():
             with applied(params, update):
                 scores[depth] = task.score(state.model, serving)
-        where = {"after_uniform": after, "update": state.update, "lr": state.lr(), "batch": batch,
-                 "batch_update": state.update + batch, "serving_depth": serving}  # fmt: skip
+        where = {
+            "after_uniform": after,
+            "update": state.update,
+            "lr": state.lr(),
+            "batch": batch,
+            "batch_update": state.update + batch,
+            "serving_depth": serving,
+        }
         frames.append(pd.DataFrame(where | _batch_columns(options.depths, base, scores, candidates)))
         log(f"after {after}: batch {batch + 1}/{options.batches} done")
     return pd.concat(frames, ignore_index=True)

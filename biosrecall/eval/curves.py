@@ -84,11 +84,26 @@ class RunScores:
     criterion left out."""
 
 
-def score_runs(run_dirs, checkpoints, criteria=(), *, recall: bool = True, per_token: bool = False,
-               max_depth: int = 64, threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE,
-               device: str = "auto", data_dir=None, refresh: bool = False, people: int | None = None,
-               progress: bool | None = None, served=None, workers: int = 1, threads: int = 1,
-               applicable: bool = False) -> RunScores:  # fmt: skip
+def score_runs(
+    run_dirs,
+    checkpoints,
+    criteria=(),
+    *,
+    recall: bool = True,
+    per_token: bool = False,
+    max_depth: int = 64,
+    threshold: int = DEFAULT_THRESHOLD,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str = "auto",
+    data_dir=None,
+    refresh: bool = False,
+    people: int | None = None,
+    progress: bool | None = None,
+    served=None,
+    workers: int = 1,
+    threads: int = 1,
+    applicable: bool = False,
+) -> RunScores:
     """Recall (when `recall`), and with `criteria` the serving frontier (and with `per_token` the
     per-token gap), of the selected checkpoints of each run; `served` (run folders) limits the frontier
     to those runs' final checkpoints (what `figure1` serves). The checkpoints are planned, their gates
@@ -124,13 +139,16 @@ def score_runs(run_dirs, checkpoints, criteria=(), *, recall: bool = True, per_t
             if kept:
                 chosen[index] = kept
     # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
-    resolved = {index: resolve_gates(kept, jobs[index].run_dir, jobs[index].label, jobs[index].path, max_depth)
-                for index, kept in chosen.items()}  # fmt: skip
+    resolved = {
+        index: resolve_gates(kept, jobs[index].run_dir, jobs[index].label, jobs[index].path, max_depth)
+        for index, kept in chosen.items()
+    }
     datasets = load_checked_datasets(jobs)
     for dataset in datasets.values():  # a threshold above the templates every scored fact has
         check_threshold(scored_eval_set(dataset, scoring.people), scoring.threshold)
-    scores = score_checkpoints(jobs, datasets, scoring, recall=recall, criteria=resolved, workers=workers,
-                               threads=threads)  # fmt: skip
+    scores = score_checkpoints(
+        jobs, datasets, scoring, recall=recall, criteria=resolved, workers=workers, threads=threads
+    )
     table = None
     if recall:
         tables = [

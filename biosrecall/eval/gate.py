@@ -461,8 +461,10 @@ def servable_criteria(criteria, run_dir, checkpoint) -> tuple[list, list[str]]:
             and not isinstance(criterion, GateCdf)
             and not recipe.prefix_consistent
         ):
-            skipped.append(f"{criterion.spec}: recipe {name} runs a pass per depth (its iterations are told K), "
-                           "no one trajectory to observe")  # fmt: skip
+            skipped.append(
+                f"{criterion.spec}: recipe {name} runs a pass per depth (its iterations are told K), "
+                "no one trajectory to observe"
+            )
         else:
             kept.append(criterion)
     return kept, skipped

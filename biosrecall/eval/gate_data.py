@@ -103,18 +103,35 @@ def _pairs(dataset, people: np.ndarray, one_per_fact: bool, seed: int, limit: in
     return person.astype(np.int64), template.astype(np.int64)
 
 
-def gate_queries(dataset, people: np.ndarray, *, one_per_fact: bool = False, seed: int = 0,
-                 limit: int | None = None) -> EvalSet:  # fmt: skip
+def gate_queries(
+    dataset, people: np.ndarray, *, one_per_fact: bool = False, seed: int = 0, limit: int | None = None
+) -> EvalSet:
     """The queries of `people` (module doc) as an `EvalSet` whose `template` is the training-template
     row; `one_per_fact` draws one phrasing per (person, attribute); `limit` subsamples, seeded."""
     store = dataset.token_store
     person, template = _pairs(dataset, np.asarray(people, dtype=np.int64), one_per_fact, seed, limit)
     attribute = store.template_attribute[template]
     pieces = [(store.piece_start[template, i], store.piece_length[template, i]) for i in (0, 1)]
-    starts = np.stack([np.full(len(person), store.sep_start), pieces[0][0], store.name_start[person],
-                       pieces[1][0], store.value_start[person, attribute]], axis=1)  # fmt: skip
-    lengths = np.stack([np.ones(len(person), dtype=np.int64), pieces[0][1], store.name_length[person],
-                        pieces[1][1], store.value_length[person, attribute]], axis=1)  # fmt: skip
+    starts = np.stack(
+        [
+            np.full(len(person), store.sep_start),
+            pieces[0][0],
+            store.name_start[person],
+            pieces[1][0],
+            store.value_start[person, attribute],
+        ],
+        axis=1,
+    )
+    lengths = np.stack(
+        [
+            np.ones(len(person), dtype=np.int64),
+            pieces[0][1],
+            store.name_length[person],
+            pieces[1][1],
+            store.value_length[person, attribute],
+        ],
+        axis=1,
+    )
     row_length = lengths.sum(axis=1)
     width = int(row_length.max()) if len(row_length) else 1
     tokens = np.full((len(person), width), dataset.pad_id, dtype=np.int64)
@@ -129,10 +146,13 @@ def binomial_cdf(successes: int, trials: int, p: float) -> float:
     if successes >= trials:
         return 1.0
     terms = [
-        math.lgamma(trials + 1) - math.lgamma(i + 1) - math.lgamma(trials - i + 1)
-        + i * math.log(p) + (trials - i) * math.log1p(-p)
+        math.lgamma(trials + 1)
+        - math.lgamma(i + 1)
+        - math.lgamma(trials - i + 1)
+        + i * math.log(p)
+        + (trials - i) * math.log1p(-p)
         for i in range(int(successes) + 1)
-    ]  # fmt: skip
+    ]
     top = max(terms)
     return min(1.0, math.exp(top) * sum(math.exp(term - top) for term in terms))
 

@@ -83,9 +83,18 @@ def _plan(run_dir: Path, checkpoints, data_dir) -> list[CheckpointJob]:
     return jobs
 
 
-def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 0,
-              confidence: float = DEFAULT_CONFIDENCE, batch_size: int = DEFAULT_BATCH_SIZE,
-              device: str = "auto", data_dir=None, tasks: Mapping[str, GateTask] | None = None) -> list[Path]:  # fmt: skip
+def fit_gates(
+    run_dir,
+    checkpoints="final",
+    *,
+    max_depth: int = 64,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str = "auto",
+    data_dir=None,
+    tasks: Mapping[str, GateTask] | None = None,
+) -> list[Path]:
     """Fit and store the gate of each selected checkpoint of `run_dir`; returns the gate folders.
     `tasks` maps a run's task name to how it is fitted (default `GATE_TASKS`: bioS runs only)."""
     tasks = GATE_TASKS if tasks is None else tasks
@@ -101,8 +110,12 @@ def fit_gates(run_dir, checkpoints="final", *, max_depth: int = 64, seed: int = 
         for job in planned:
             model, _ = load_checkpoint(job.path, device=device)
             record, arrays = fits[job.dataset_path](model, settings, batch_size)
-            record.update(checkpoint=job.label, checkpoint_hash=file_sha256(job.path / MODEL_FILE),
-                          model_hash=model_hash(job.meta), data_hash=data_hashes[job.dataset_path])  # fmt: skip
+            record.update(
+                checkpoint=job.label,
+                checkpoint_hash=file_sha256(job.path / MODEL_FILE),
+                model_hash=model_hash(job.meta),
+                data_hash=data_hashes[job.dataset_path],
+            )
             written.append(write_gate(RunFolder(run_dir).gate_dir(job.label), record, arrays))
     return written
 
@@ -113,8 +126,9 @@ def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict[P
     for job in planned:
         name, data_path = task_name(job.meta), job.dataset_path
         if name not in tasks:
-            raise BiosrecallError(f"{run_dir} is a {name} run: this command fits gates of "
-                                  f"{' and '.join(tasks)} runs only")  # fmt: skip
+            raise BiosrecallError(
+                f"{run_dir} is a {name} run: this command fits gates of {' and '.join(tasks)} runs only"
+            )
         if data_path not in found:
             found[data_path] = tasks[name](run_dir, job.meta, data_path)
     return found

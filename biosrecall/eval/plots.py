@@ -255,8 +255,15 @@ class _Bands(tuple):
         return self.label
 
 
-def _recall_legend(fig: Figure, styles: dict, ceiling_text: str, chance_text: str, training_depth: int | None,
-                   seeds=None, max_columns: int = 3) -> None:  # fmt: skip
+def _recall_legend(
+    fig: Figure,
+    styles: dict,
+    ceiling_text: str,
+    chance_text: str,
+    training_depth: int | None,
+    seeds=None,
+    max_columns: int = 3,
+) -> None:
     """The legend under a recall figure: a line per schedule, the seed bands' swatch (with `seeds`),
     the ceiling and chance lines and the training-depth shading."""
     handles = [Line2D([], [], lw=1.6, ms=5, label=label, **style) for label, style in styles.items()]
@@ -369,8 +376,15 @@ EXIT_KINDS = ("fixed-depth", "fixed", "kl", "stable", "entropy", "latent", "acce
 FIXED_DEPTH = "fixed-depth"
 FIXED_DEPTH_LINE = {"color": "0.15", "lw": 1.0, "marker": "o", "ms": 2.5}
 # Okabe-Ito by criterion kind; black stays the fixed-depth curve's and the oracle's, yellow the region's.
-KIND_COLORS = {"fixed": "0.55", "kl": "#0072B2", "stable": "#D55E00", "entropy": "#CC79A7",
-               "latent": "#E69F00", "accel": "#56B4E9", "gate": "#009E73"}  # fmt: skip
+KIND_COLORS = {
+    "fixed": "0.55",
+    "kl": "#0072B2",
+    "stable": "#D55E00",
+    "entropy": "#CC79A7",
+    "latent": "#E69F00",
+    "accel": "#56B4E9",
+    "gate": "#009E73",
+}
 PAYS_AREA = {"color": "#F0E442", "alpha": 0.3, "lw": 0}
 TARGET_LINE = {"color": "0.35", "linestyle": "--", "lw": 1.0}
 

@@ -52,8 +52,14 @@ SHOWN_DEPTHS = (1, 4, 16, 64)
 RUN_BATCH_SIZE = 256
 """Evaluation rows per forward pass of a run's model when the options leave it unset."""
 # Every file recall-curve writes into its folder, by name (the record's list is exact; these bound it).
-OWN_OUTPUTS = ("recall_curve*", "summary.csv", "summary_runs.csv", "exit_frontier.*", "exit_headline.*",
-               "exit_token_gap.*")  # fmt: skip
+OWN_OUTPUTS = (
+    "recall_curve*",
+    "summary.csv",
+    "summary_runs.csv",
+    "exit_frontier.*",
+    "exit_headline.*",
+    "exit_token_gap.*",
+)
 RECORD_FILE = "recall_curve.json"
 RECORD = OutputRecord("recall-curve", RECORD_FILE, "files", only=OWN_OUTPUTS)
 """What marks a folder as recall-curve's output: the only kind its `overwrite` replaces."""
@@ -89,10 +95,20 @@ def score_and_write(run_dirs, checkpoints=None, options: RecallCurveOptions | No
     criteria = parse_exits(options.exits) if options.exits else []  # parsed before any model runs
     groups = seed_groups(run_dirs) if options.aggregate_seeds else None  # refused before any evaluation
     batch_size = RUN_BATCH_SIZE if options.batch_size is None else options.batch_size
-    scores = score_runs(run_dirs, checkpoints or DEFAULT_CHECKPOINTS, criteria, max_depth=max_depth,
-                        per_token=options.per_token, applicable=options.applicable_exits,
-                        threshold=options.threshold, batch_size=batch_size, device=options.device,
-                        data_dir=options.data_dir, refresh=options.refresh, people=options.people)  # fmt: skip
+    scores = score_runs(
+        run_dirs,
+        checkpoints or DEFAULT_CHECKPOINTS,
+        criteria,
+        max_depth=max_depth,
+        per_token=options.per_token,
+        applicable=options.applicable_exits,
+        threshold=options.threshold,
+        batch_size=batch_size,
+        device=options.device,
+        data_dir=options.data_dir,
+        refresh=options.refresh,
+        people=options.people,
+    )
 
     def write(folder: Path) -> RecallCurve:
         if groups is None:
@@ -118,8 +134,9 @@ def check_output(out_dir: str | Path, overwrite: bool) -> None:
     `overwrite`), or holds anything recall-curve did not write (`RECORD`)."""
     out_dir = Path(out_dir)
     if not overwrite and out_dir.is_dir() and RECORD.marks(out_dir):
-        raise BiosrecallError(f"{out_dir} already holds recall-curve results ({RECORD_FILE}); "
-                              "pass --overwrite to replace them")  # fmt: skip
+        raise BiosrecallError(
+            f"{out_dir} already holds recall-curve results ({RECORD_FILE}); pass --overwrite to replace them"
+        )
     check_output_dir(out_dir, overwrite, RECORD)
 
 

@@ -206,8 +206,9 @@ def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -
     return stats
 
 
-def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *, recall: bool = True,
-                     criteria: Sequence = ()) -> CheckpointScores:  # fmt: skip
+def score_checkpoint(
+    job: CheckpointJob, dataset, eval_set, scoring: Scoring, *, recall: bool = True, criteria: Sequence = ()
+) -> CheckpointScores:
     """The checkpoint's recall table (when `recall`) and frontier rows (when `criteria`), each from its
     cache when current, else from one all-depth pass that yields both. `eval_set` is
     `scored_eval_set(dataset, scoring.people)`, built once by the caller and shared by its checkpoints."""
@@ -223,8 +224,9 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
         stats = query_stats_by_depth(model, eval_set, scoring.max_depth, criteria, **options)
         exact = stats.exact
         config = getattr(model, "config", None)
-        exits = exit_rows(stats, eval_set, dataset.pool_sizes, criteria, scoring.max_depth, config,
-                          scoring.threshold)  # fmt: skip
+        exits = exit_rows(
+            stats, eval_set, dataset.pool_sizes, criteria, scoring.max_depth, config, scoring.threshold
+        )
         if _cacheable(criteria):
             write_cached(exits_cache_file(job.path), _cache_key(job, dataset, scoring, criteria), exits)
     else:
@@ -242,9 +244,16 @@ def score_checkpoint(job: CheckpointJob, dataset, eval_set, scoring: Scoring, *,
     return CheckpointScores(recall_table_, exits)
 
 
-def score_checkpoints(jobs: Sequence[CheckpointJob], datasets: Mapping[Path, object], scoring: Scoring, *,
-                      recall: bool = True, criteria: Mapping[int, Sequence] | None = None, workers: int = 1,
-                      threads: int = 1) -> list[CheckpointScores]:  # fmt: skip
+def score_checkpoints(
+    jobs: Sequence[CheckpointJob],
+    datasets: Mapping[Path, object],
+    scoring: Scoring,
+    *,
+    recall: bool = True,
+    criteria: Mapping[int, Sequence] | None = None,
+    workers: int = 1,
+    threads: int = 1,
+) -> list[CheckpointScores]:
     """`score_checkpoint` of every job, in order; `criteria` maps a job's index to its (resolved) exit
     criteria (none: recall only). On the CPU, the jobs that need a pass run `workers` at a time in
     processes of `threads` threads, each process loading its datasets (no progress bars there)."""
@@ -255,18 +264,27 @@ def score_checkpoints(jobs: Sequence[CheckpointJob], datasets: Mapping[Path, obj
         quiet = replace(scoring, progress=False)
         wanted = [list(criteria.get(index, ())) for index in range(len(jobs))]
         pending = [
-            index for index, job in enumerate(jobs)
-            if _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index]).lacks(recall, wanted[index])
-        ]  # fmt: skip
+            index
+            for index, job in enumerate(jobs)
+            if _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index]).lacks(
+                recall, wanted[index]
+            )
+        ]
         items = [(jobs[index], quiet, recall, wanted[index]) for index in pending]
         scores = dict(zip(pending, map_in_processes(_score_job, items, workers, threads), strict=True))
     return [
-        scores[index] if index in scores else score_checkpoint(
-            job, datasets[job.dataset_path], eval_sets[job.dataset_path], scoring, recall=recall,
+        scores[index]
+        if index in scores
+        else score_checkpoint(
+            job,
+            datasets[job.dataset_path],
+            eval_sets[job.dataset_path],
+            scoring,
+            recall=recall,
             criteria=criteria.get(index, ()),
         )
         for index, job in enumerate(jobs)
-    ]  # fmt: skip
+    ]
 
 
 def _cached(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteria: list) -> CheckpointScores:
@@ -306,8 +324,14 @@ def _cache_key(job: CheckpointJob, dataset, scoring: Scoring, criteria=None) -> 
     else:
         specs = [criterion.spec for criterion in criteria]
         items = {"format": EXITS_CACHE_FORMAT, "criteria": specs, "flops_account": FLOPS_ACCOUNT}
-    return checkpoint_key(job.path, people=scoring.people, max_depth=int(scoring.max_depth),
-                          threshold=int(scoring.threshold), manifest_hash=dataset.manifest_hash, **items)  # fmt: skip
+    return checkpoint_key(
+        job.path,
+        people=scoring.people,
+        max_depth=int(scoring.max_depth),
+        threshold=int(scoring.threshold),
+        manifest_hash=dataset.manifest_hash,
+        **items,
+    )
 
 
 # --- frontier rows from the pass's statistics -----------------------------------------------------
@@ -364,8 +388,15 @@ def _row(name: str, kind: str, parameter, exact_at, depths, flops, scoring) -> d
     }
 
 
-def exit_rows(stats: StepStats, eval_set, pool_sizes, criteria, max_depth: int, config=None,
-              threshold: int = DEFAULT_THRESHOLD) -> pd.DataFrame:  # fmt: skip
+def exit_rows(
+    stats: StepStats,
+    eval_set,
+    pool_sizes,
+    criteria,
+    max_depth: int,
+    config=None,
+    threshold: int = DEFAULT_THRESHOLD,
+) -> pd.DataFrame:
     """One checkpoint's frontier: the fixed-depth baseline K = 1..max_depth, then each criterion."""
     exact = np.asarray(stats.exact, dtype=bool)
     checked = np.asarray(eval_set.answer_len)

@@ -79,17 +79,19 @@ def headline_table(frontier: pd.DataFrame, share: float = RECALL_SHARE) -> pd.Da
         fixed = _shallowest(baseline, target)
         adaptive = _shallowest(rows[~rows["kind"].isin([BASELINE, "oracle"])], target)
         oracle = rows[rows["kind"] == "oracle"]
-        records.append({
-            **dict(zip(["run", "schedule", "checkpoint", "fraction"], keys, strict=True)),
-            "best_bits": best,
-            "target_bits": target,
-            "fixed_depth": math.nan if fixed is None else fixed["mean_depth"],
-            "fixed_flops": math.nan if fixed is None else fixed["flops_per_query"],
-            "adaptive_mean_depth": math.nan if adaptive is None else adaptive["mean_depth"],
-            "adaptive_flops": math.nan if adaptive is None else adaptive["flops_per_query"],
-            "adaptive_criterion": "" if adaptive is None else adaptive["criterion"],
-            "oracle_mean_depth": float(oracle["mean_depth"].iloc[0]) if len(oracle) else math.nan,
-        })  # fmt: skip
+        records.append(
+            {
+                **dict(zip(["run", "schedule", "checkpoint", "fraction"], keys, strict=True)),
+                "best_bits": best,
+                "target_bits": target,
+                "fixed_depth": math.nan if fixed is None else fixed["mean_depth"],
+                "fixed_flops": math.nan if fixed is None else fixed["flops_per_query"],
+                "adaptive_mean_depth": math.nan if adaptive is None else adaptive["mean_depth"],
+                "adaptive_flops": math.nan if adaptive is None else adaptive["flops_per_query"],
+                "adaptive_criterion": "" if adaptive is None else adaptive["criterion"],
+                "oracle_mean_depth": float(oracle["mean_depth"].iloc[0]) if len(oracle) else math.nan,
+            }
+        )
     return pd.DataFrame.from_records(records)
 
 
@@ -143,8 +145,17 @@ def write_frontier(out_dir, frontier: pd.DataFrame) -> tuple[list[Path], pd.Data
     return written, headline
 
 
-def answer_prompt(run_dir, prompt: str, exit_spec: str, max_depth: int = 64, *, checkpoint: str = "final",
-                  max_new_tokens: int = 8, device: str = "auto", data_dir=None) -> list[tuple[str, int]]:  # fmt: skip
+def answer_prompt(
+    run_dir,
+    prompt: str,
+    exit_spec: str,
+    max_depth: int = 64,
+    *,
+    checkpoint: str = "final",
+    max_new_tokens: int = 8,
+    device: str = "auto",
+    data_dir=None,
+) -> list[tuple[str, int]]:
     """Greedy continuation of `prompt` by a run's checkpoint with the KV-cached decoder and a per-token
     exit by the one criterion `exit_spec` (`kl:1e-3`; `biosrecall.eval.exits`): (word, depth) per
     generated token, up to a full stop or a separator."""

@@ -93,8 +93,16 @@ def cached_state_norms(checkpoint, batches, source: dict, max_depth: int, device
     return table
 
 
-def bios_state_norms(run_dir, checkpoints, max_depth: int = 64, *, people: int | None = None,
-                     data_dir=None, device="auto", rows: int = BIOS_ROWS) -> dict[str, pd.DataFrame]:  # fmt: skip
+def bios_state_norms(
+    run_dir,
+    checkpoints,
+    max_depth: int = 64,
+    *,
+    people: int | None = None,
+    data_dir=None,
+    device="auto",
+    rows: int = BIOS_ROWS,
+) -> dict[str, pd.DataFrame]:
     """{checkpoint label: state-norm table} of a bioS run's selected checkpoints, on `rows` evaluation
     rows spread evenly over its first `people` people (None: everyone), cached in each checkpoint."""
     from biosrecall.eval.scoring import load_checked_datasets, plan_jobs, scored_eval_set

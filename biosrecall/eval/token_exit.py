@@ -54,8 +54,16 @@ def per_token_exact(model, eval_set, criterion, max_depth: int, batch_size: int 
     return exact, depth_sum / depth_count
 
 
-def gap_rows(model, eval_set, pool_sizes, criteria, max_depth: int, whole: pd.DataFrame,
-             threshold: int = DEFAULT_THRESHOLD, batch_size: int = DEFAULT_BATCH_SIZE) -> pd.DataFrame:  # fmt: skip
+def gap_rows(
+    model,
+    eval_set,
+    pool_sizes,
+    criteria,
+    max_depth: int,
+    whole: pd.DataFrame,
+    threshold: int = DEFAULT_THRESHOLD,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> pd.DataFrame:
     """One checkpoint's rows (module doc) for every criterion that decides per token; `whole` is the
     checkpoint's whole-query frontier (`biosrecall.eval.scoring.exit_rows` of the same criteria)."""
     fixed = whole[whole["kind"] == BASELINE].sort_values("mean_depth")
@@ -67,21 +75,24 @@ def gap_rows(model, eval_set, pool_sizes, criteria, max_depth: int, whole: pd.Da
         bits = score_exact(exact, eval_set, pool_sizes, threshold).bits_per_person
         same = whole[whole["criterion"] == criterion.spec].iloc[0]
         at_depth = float(np.interp(mean_depth, fixed["mean_depth"], fixed["bits"]))
-        records.append({
-            "criterion": criterion.spec,
-            "per_token_bits": bits,
-            "per_token_mean_depth": mean_depth,
-            "whole_query_bits": float(same["bits"]),
-            "whole_query_mean_depth": float(same["mean_depth"]),
-            "fixed_bits_at_same_depth": at_depth,
-            "gap_vs_whole_query": bits - float(same["bits"]),
-            "gap_vs_fixed_depth": bits - at_depth,
-        })  # fmt: skip
+        records.append(
+            {
+                "criterion": criterion.spec,
+                "per_token_bits": bits,
+                "per_token_mean_depth": mean_depth,
+                "whole_query_bits": float(same["bits"]),
+                "whole_query_mean_depth": float(same["mean_depth"]),
+                "fixed_bits_at_same_depth": at_depth,
+                "gap_vs_whole_query": bits - float(same["bits"]),
+                "gap_vs_fixed_depth": bits - at_depth,
+            }
+        )
     return pd.DataFrame.from_records(records)
 
 
-def token_exit_gap(jobs, datasets, criteria: Sequence[list], frontiers: Sequence[pd.DataFrame],
-                   scoring) -> pd.DataFrame:  # fmt: skip
+def token_exit_gap(
+    jobs, datasets, criteria: Sequence[list], frontiers: Sequence[pd.DataFrame], scoring
+) -> pd.DataFrame:
     """The gap table (module doc) of planned checkpoints (`biosrecall.eval.scoring.plan_jobs`), given
     each job's resolved criteria and whole-query frontier rows; the decoder runs once per checkpoint."""
     tables = []
@@ -90,7 +101,14 @@ def token_exit_gap(jobs, datasets, criteria: Sequence[list], frontiers: Sequence
         model, _ = load_checkpoint(job.path, device=scoring.device)
         eval_set = scored_eval_set(dataset, scoring.people)
         with torch.inference_mode():
-            rows = gap_rows(model, eval_set, dataset.pool_sizes, criteria[index], scoring.max_depth,
-                            frontiers[index], scoring.threshold)  # fmt: skip
+            rows = gap_rows(
+                model,
+                eval_set,
+                dataset.pool_sizes,
+                criteria[index],
+                scoring.max_depth,
+                frontiers[index],
+                scoring.threshold,
+            )
         tables.append(labelled(job_columns(job), rows))
     return pd.concat(tables, ignore_index=True)

@@ -109,8 +109,18 @@ def _row(
     """One row of compute_to_target: the interval over seeds of `of_seeds` (its numbers mapped `back`
     from log10 FLOPs for kind "flops"; NaN stays NaN) and its notes."""
     value, low, high = (back(x) for x in (interval.mean, interval.low, interval.high))
-    return {"kind": kind, "subject": subject, "target": target, "depths": depths, "value": value, "low": low,
-            "high": high, "n_seeds": interval.n, "of_seeds": of_seeds, "note": "; ".join(notes)}  # fmt: skip
+    return {
+        "kind": kind,
+        "subject": subject,
+        "target": target,
+        "depths": depths,
+        "value": value,
+        "low": low,
+        "high": high,
+        "n_seeds": interval.n,
+        "of_seeds": of_seeds,
+        "note": "; ".join(notes),
+    }
 
 
 def _needed_per_seed(curve: pd.DataFrame) -> pd.DataFrame:
@@ -270,16 +280,29 @@ def _flops_or_saving(row: dict) -> str:
 
 TARGETS_COLUMNS = {
     "schedule": lambda row: f"saving: {row['subject']}" if row["kind"] == "saving" else row["subject"],
-    "target": "{target:.0%}", "depths": "{depths}", "FLOPs or saving [95% interval]": _flops_or_saving,
-    "seeds reached": "{n_seeds}/{of_seeds}", "note": "{note}",
-}  # fmt: skip
+    "target": "{target:.0%}",
+    "depths": "{depths}",
+    "FLOPs or saving [95% interval]": _flops_or_saving,
+    "seeds reached": "{n_seeds}/{of_seeds}",
+    "note": "{note}",
+}
 """compute_to_target.md: FLOPs (or the saving) as "mean [low, high]" over seeds."""
 MODES_COLUMNS = {
-    "schedule": "{name}", "budget": "{budget_multiple:g}x", "depths": "{depths}",
-    **{title: interval_cell(mode, missing="not reached") for mode, title in
-       (("branch", "branch (wsd)"), ("independent", "independent (cosine)"), ("difference", "difference"))},
-    "margin": "±{margin:.1f}", "seeds": "{n_seeds}", "modes": "{modes}",
-}  # fmt: skip
+    "schedule": "{name}",
+    "budget": "{budget_multiple:g}x",
+    "depths": "{depths}",
+    **{
+        title: interval_cell(mode, missing="not reached")
+        for mode, title in (
+            ("branch", "branch (wsd)"),
+            ("independent", "independent (cosine)"),
+            ("difference", "difference"),
+        )
+    },
+    "margin": "±{margin:.1f}",
+    "seeds": "{n_seeds}",
+    "modes": "{modes}",
+}
 """budget_modes.md: `mode_agreement` with its intervals over seeds."""
 
 

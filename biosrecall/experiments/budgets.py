@@ -63,8 +63,19 @@ def budget_runs(
     wsd = {"lr_schedule": "wsd", "warmup_updates": warmup_updates} if branch_mode else {}
 
     def point(name: str, schedule: str, seed: int, lr: float, multiple: float, **more) -> SweepRun:
-        return study_run(base, tasks, name, schedule, seed, lr, "budget", budget=multiple,
-                         suffix=_suffix(study, multiple), **wsd, **more)  # fmt: skip
+        return study_run(
+            base,
+            tasks,
+            name,
+            schedule,
+            seed,
+            lr,
+            "budget",
+            budget=multiple,
+            suffix=_suffix(study, multiple),
+            **wsd,
+            **more,
+        )
 
     runs: list[SweepRun] = []
     for seed in study.seeds:
@@ -114,9 +125,20 @@ def _as_branches(
             trunk = trunks[0]
         else:  # a family whose longest run switches depth: its constant depth rule as long, not reported
             name, member = TRUNK_OF[family], members[0]
-            trunk = study_run(base, tasks, f"{name}_trunk", MAIN_SCHEDULES[name], member.config.seed, lr,
-                              "trunk", budget=member.labels["budget"], suffix="_wsd", updates=longest,
-                              lr_schedule="wsd", warmup_updates=warmup_updates)  # fmt: skip
+            trunk = study_run(
+                base,
+                tasks,
+                f"{name}_trunk",
+                MAIN_SCHEDULES[name],
+                member.config.seed,
+                lr,
+                "trunk",
+                budget=member.labels["budget"],
+                suffix="_wsd",
+                updates=longest,
+                lr_schedule="wsd",
+                warmup_updates=warmup_updates,
+            )
         branches = [_branch(p, planned[p.name], trunk, warmup_updates) for p in members if p is not trunk]
         kept = tuple(sorted({branch.task["at_update"] for branch in branches}))
         ordered.append(replace(trunk, config=replace(trunk.config, keep_updates=kept)) if kept else trunk)

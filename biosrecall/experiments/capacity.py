@@ -136,9 +136,13 @@ def capacity_runs(options: CapacityOptions, data_dir: Path) -> list[SweepRun]:
     (`data_dir`/people<N>) and model preset, and its labels (people, name, kind: "looped" or
     "baseline")."""
     base = TrainConfig(
-        exposures=float(options.exposures), batch_size=options.batch_size, seq_len=options.seq_len,
-        lr=options.lr, device=options.device, checkpoint_fractions=(1.0,),
-    )  # fmt: skip
+        exposures=float(options.exposures),
+        batch_size=options.batch_size,
+        seq_len=options.seq_len,
+        lr=options.lr,
+        device=options.device,
+        checkpoint_fractions=(1.0,),
+    )
     runs = []
     for people in options.people:
         for seed in options.seeds:
@@ -194,8 +198,12 @@ def _score(item) -> pd.DataFrame:
     table = _stored_bits(checkpoint, dataset, options.depths, device)
     plan = folder.read_config()["plan"]
     # The run's labels (people, name, kind: `capacity_runs`), then what it trained.
-    labels = {**run.labels, "schedule": run.config.schedule, "model_preset": run.task["preset"],
-              "seed": run.config.seed}  # fmt: skip
+    labels = {
+        **run.labels,
+        "schedule": run.config.schedule,
+        "model_preset": run.task["preset"],
+        "seed": run.config.seed,
+    }
     costs = {
         "exposures": float(options.exposures),
         "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
@@ -271,8 +279,13 @@ def _upgrade_record(out_dir: Path) -> None:
         return
     old = read_json_object(path, "capacity record")
     if "options" not in old and "settings" in old:
-        options = {**old["settings"], "people": old.get("people"), "seeds": old.get("seeds"),
-                   "depths": old.get("depths"), "device": old.get("train_config", {}).get("device", "auto")}  # fmt: skip
+        options = {
+            **old["settings"],
+            "people": old.get("people"),
+            "seeds": old.get("seeds"),
+            "depths": old.get("depths"),
+            "device": old.get("train_config", {}).get("device", "auto"),
+        }
         old = {**old, "study": CAPACITY.name, "options": options}
         atomic_write_text(path, json.dumps(old, indent=2, sort_keys=True) + "\n")
 
@@ -332,13 +345,20 @@ def plan_table(runs: list[SweepRun]) -> pd.DataFrame:
         counted = task.exposures(task.batch_source(config, seq_len), config.exposures)
         plan = make_plan(model_config, config, seq_len, lambda asked, c=counted: c)
         counts = param_counts(model_config)
-        rows.append({
-            "people": run.labels["people"], "name": run.labels["name"], "model_preset": run.task["preset"],
-            "seed": config.seed, "parameters": counts["total"],
-            "non_embedding_parameters": counts["non_embedding"], "updates": plan.updates,
-            "tokens": plan.updates * plan.tokens_per_update, "train_flops": plan.total_flops,
-            "exposures_mean": counted.mean,
-        })  # fmt: skip
+        rows.append(
+            {
+                "people": run.labels["people"],
+                "name": run.labels["name"],
+                "model_preset": run.task["preset"],
+                "seed": config.seed,
+                "parameters": counts["total"],
+                "non_embedding_parameters": counts["non_embedding"],
+                "updates": plan.updates,
+                "tokens": plan.updates * plan.tokens_per_update,
+                "train_flops": plan.total_flops,
+                "exposures_mean": counted.mean,
+            }
+        )
     return pd.DataFrame.from_records(rows)
 
 

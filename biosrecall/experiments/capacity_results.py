@@ -68,15 +68,32 @@ MIN_BITS = 0.1
 """Below a tenth of a bit a model has stored nothing, and a ratio to it means nothing (NaN)."""
 GROUP = ["people", "name", "kind", "depth", "parameters", "non_embedding_parameters", "ceiling_bits"]
 VALUES = [
-    "exact_bits", "loss_bound_bits", "exact_bits_per_param", "exact_bits_per_nonembedding_param",
-    "loss_bound_bits_per_param", "loss_bound_bits_per_nonembedding_param", "exposures_mean", "train_flops",
-]  # fmt: skip
+    "exact_bits",
+    "loss_bound_bits",
+    "exact_bits_per_param",
+    "exact_bits_per_nonembedding_param",
+    "loss_bound_bits_per_param",
+    "loss_bound_bits_per_nonembedding_param",
+    "exposures_mean",
+    "train_flops",
+]
 
 
 COLUMNS = [
-    "claim", "statement", "metric", "threshold", "mean", "low", "high", "n_seeds", "per_seed", "verdict",
-    "seeds_to_decide", "note", "why_threshold",
-]  # fmt: skip
+    "claim",
+    "statement",
+    "metric",
+    "threshold",
+    "mean",
+    "low",
+    "high",
+    "n_seeds",
+    "per_seed",
+    "verdict",
+    "seeds_to_decide",
+    "note",
+    "why_threshold",
+]
 """capacity_claims.csv's columns, in order."""
 
 
@@ -240,24 +257,37 @@ def depth_label(row) -> str:
 
 
 MEANS_COLUMNS = {
-    "people": "{people}", "model": model_label, "depth": depth_label,
-    "exact bits": interval_cell("exact_bits"), "loss-bound bits": interval_cell("loss_bound_bits"),
+    "people": "{people}",
+    "model": model_label,
+    "depth": depth_label,
+    "exact bits": interval_cell("exact_bits"),
+    "loss-bound bits": interval_cell("loss_bound_bits"),
     "exact bits/param": interval_cell("exact_bits_per_param", "{:.3g}"),
     "loss-bound bits/param": interval_cell("loss_bound_bits_per_param", "{:.3g}"),
     "loss-bound bits/non-emb. param": interval_cell("loss_bound_bits_per_nonembedding_param", "{:.3g}"),
-    "parameters": "{parameters:,}", "train FLOPs": "{train_flops:.3g}", "seeds": "{n_seeds}",
-}  # fmt: skip
+    "parameters": "{parameters:,}",
+    "train FLOPs": "{train_flops:.3g}",
+    "seeds": "{n_seeds}",
+}
 """capacity.md's means over seeds (`capacity_summary`), intervals as "mean [low, high]"."""
 RUNS_COLUMNS = {
-    "people": "{people}", "model": model_label, "seed": "{seed}", "depth": depth_label,
-    "exact bits": "{exact_bits:.1f}", "loss-bound bits": "{loss_bound_bits:.1f}", "ceiling": "{ceiling_bits:.1f}",
-    "parameters": "{parameters:,}", "non-emb. parameters": "{non_embedding_parameters:,}",
+    "people": "{people}",
+    "model": model_label,
+    "seed": "{seed}",
+    "depth": depth_label,
+    "exact bits": "{exact_bits:.1f}",
+    "loss-bound bits": "{loss_bound_bits:.1f}",
+    "ceiling": "{ceiling_bits:.1f}",
+    "parameters": "{parameters:,}",
+    "non-emb. parameters": "{non_embedding_parameters:,}",
     "exact bits/param": "{exact_bits_per_param:.3g}",
     "exact bits/non-emb.": "{exact_bits_per_nonembedding_param:.3g}",
     "loss-bound bits/param": "{loss_bound_bits_per_param:.3g}",
     "loss-bound bits/non-emb.": "{loss_bound_bits_per_nonembedding_param:.3g}",
-    "exposures (mean)": "{exposures_mean:.4g}", "updates": "{updates}", "train FLOPs": "{train_flops:.3g}",
-}  # fmt: skip
+    "exposures (mean)": "{exposures_mean:.4g}",
+    "updates": "{updates}",
+    "train FLOPs": "{train_flops:.3g}",
+}
 """capacity.md's every run (`capacity`)."""
 
 
@@ -303,13 +333,20 @@ def knee_table(summary: pd.DataFrame) -> pd.DataFrame:
         share = part[KNEE_MEASURE] / part["ceiling_bits"]
         full = part.loc[share >= 1 - SATURATION_TOLERANCE, "people"]
         peak = part.loc[part[KNEE_MEASURE].idxmax()]
-        rows.append({
-            "name": name, "kind": kind, "depth": int(depth), "full_until": int(full.max()) if len(full) else 0,
-            "peak_people": int(peak["people"]), "peak_bits": peak[KNEE_MEASURE],
-            "peak_bits_low": peak[f"{KNEE_MEASURE}_low"], "peak_bits_high": peak[f"{KNEE_MEASURE}_high"],
-            "peak_bits_per_param": peak[KNEE_MEASURE] / peak["parameters"],
-            "share_at_largest": float(share.iloc[-1]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "kind": kind,
+                "depth": int(depth),
+                "full_until": int(full.max()) if len(full) else 0,
+                "peak_people": int(peak["people"]),
+                "peak_bits": peak[KNEE_MEASURE],
+                "peak_bits_low": peak[f"{KNEE_MEASURE}_low"],
+                "peak_bits_high": peak[f"{KNEE_MEASURE}_high"],
+                "peak_bits_per_param": peak[KNEE_MEASURE] / peak["parameters"],
+                "share_at_largest": float(share.iloc[-1]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -317,11 +354,14 @@ def knees_markdown(knees: pd.DataFrame) -> str:
     """The section of capacity.md that shows `knee_table`."""
     full = f"{1 - SATURATION_TOLERANCE:.0%}"
     columns = {
-        "model": model_label, "depth": depth_label,
+        "model": model_label,
+        "depth": depth_label,
         f"stores >= {full} of the facts up to (people)": lambda row: str(row["full_until"] or "-"),
-        "most stored at (people)": "{peak_people}", "most loss-bound bits": interval_cell("peak_bits", "{:.0f}"),
-        "bits/param there": "{peak_bits_per_param:.3g}", "share stored at the largest count": "{share_at_largest:.0%}",
-    }  # fmt: skip
+        "most stored at (people)": "{peak_people}",
+        "most loss-bound bits": interval_cell("peak_bits", "{:.0f}"),
+        "bits/param there": "{peak_bits_per_param:.3g}",
+        "share stored at the largest count": "{share_at_largest:.0%}",
+    }
     return (
         "## Where each curve bends\n\n"
         f"Loss-bound bits, mean over seeds: the largest count still storing {full} of the facts and the "

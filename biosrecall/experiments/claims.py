@@ -340,11 +340,17 @@ def claims_markdown(
     beside the current one, and a line above the table says the study was extended after it."""
     looks = [(n, dict(zip(table["claim"], table["verdict"], strict=True))) for n, table in earlier]
     columns = {
-        "claim": "{statement}", "metric": "{metric}", "threshold": "{threshold}",
+        "claim": "{statement}",
+        "metric": "{metric}",
+        "threshold": "{threshold}",
         "measured (95% interval, seeds)": _measured,
-        **{f"verdict at {n} seeds": lambda row, v=verdicts: v.get(row.get("claim"), "-") for n, verdicts in looks},
-        "verdict": "**{verdict}**", "seeds to decide (planning estimate)": lambda row: row[SEEDS_TO_DECIDE] or "-",
-    }  # fmt: skip
+        **{
+            f"verdict at {n} seeds": lambda row, v=verdicts: v.get(row.get("claim"), "-")
+            for n, verdicts in looks
+        },
+        "verdict": "**{verdict}**",
+        "seeds to decide (planning estimate)": lambda row: row[SEEDS_TO_DECIDE] or "-",
+    }
     return _look_note([n for n, _ in looks], stem) + markdown_columns(with_seeds_to_decide(claims), columns)
 
 

@@ -70,8 +70,11 @@ def runs(options: DepthOptions) -> list:
     from biosrecall.experiments.lm_study import parse_grid
 
     s = _settings(options)
-    task = {"data": Path(options.data).resolve(), "preset": s.model_preset,
-            "model_overrides": dict(s.model_overrides) or None}  # fmt: skip
+    task = {
+        "data": Path(options.data).resolve(),
+        "preset": s.model_preset,
+        "model_overrides": dict(s.model_overrides) or None,
+    }
     return [
         SweepRun(
             f"{item}/seed{seed}",
@@ -88,7 +91,7 @@ def runs(options: DepthOptions) -> list:
             ),
             task,
             {"schedule": item, "seed": seed},
-        )  # fmt: skip
+        )
         for seed in options.seeds
         for item in parse_grid(",".join(options.schedules))
     ]
@@ -127,10 +130,15 @@ def tables(per_run, options: DepthOptions) -> dict:
 
     k = options.trained_depth
     rows = [
-        {"schedule": schedule, "seed": seed, f"nll_k{k}": float(part.loc[part["depth"] == k, "nll"].mean()),
-         "nll_beyond": float(part.loc[part["depth"] > k, "nll"].mean()), "gap_pct": _gap_pct(part, options)}
+        {
+            "schedule": schedule,
+            "seed": seed,
+            f"nll_k{k}": float(part.loc[part["depth"] == k, "nll"].mean()),
+            "nll_beyond": float(part.loc[part["depth"] > k, "nll"].mean()),
+            "gap_pct": _gap_pct(part, options),
+        }
         for (schedule, seed), part in per_run.groupby(["schedule", "seed"], sort=False)
-    ]  # fmt: skip
+    ]
     return {TABLE: aggregate_seeds(pd.DataFrame(rows), ["schedule"], [f"nll_k{k}", "nll_beyond", "gap_pct"])}
 
 
@@ -147,7 +155,7 @@ def claims(per_run, options: DepthOptions) -> list:
             (-margin, margin),
             WHY,
             lambda rows, schedule=schedule: _gap_pct(rows[rows["schedule"] == schedule], options),
-        )  # fmt: skip
+        )
         for schedule in dict.fromkeys(per_run["schedule"])
     ]
 

@@ -662,9 +662,12 @@ def seconds_per_flop_of(run: SweepRun, threads: int, measured: dict) -> float | 
     manifest = read_json_object(Path(run.task["data"]) / "manifest.json", "dataset manifest")
     rule = LM_VOCABULARY if run.command == "lm train" else BIOS_VOCABULARY
     model_config = build_model_config(
-        preset, int(manifest["tokenizer"]["vocab_size"]), run.task.get("model_overrides"), rule,
+        preset,
+        int(manifest["tokenizer"]["vocab_size"]),
+        run.task.get("model_overrides"),
+        rule,
         run_recipe(run.config),
-    )  # fmt: skip
+    )
     seq_len = resolve_seq_len(run.config, model_config, preset)
     key = (repr(model_config), run.config.batch_size, seq_len, threads)
     if key not in measured:
@@ -780,8 +783,10 @@ def timings_markdown(records: list[dict]) -> str:
     for number, r in enumerate(records, start=1):
         cells = " | ".join(f"{r.get(name, 0) / 60:.1f}" for name in PHASES)
         seeds = ",".join(map(str, r.get("seeds", [])))
-        lines.append(f"| {number} | {r['started'][:16]} | {seeds} | {r.get('workers')} x {r.get('threads')} | "
-                     f"{cells} | {r['total'] / 60:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {number} | {r['started'][:16]} | {seeds} | {r.get('workers')} x {r.get('threads')} | "
+            f"{cells} | {r['total'] / 60:.1f} |"
+        )
     total = sum(r["total"] for r in records)
     shares = " | ".join(
         f"{sum(r.get(name, 0) for r in records) / 60:.1f} ({sum(r.get(name, 0) for r in records) / total:.0%})"

@@ -95,10 +95,22 @@ FRACTIONS = (0.45, 1.0)
 RECORD, DATA, RUNS = "figure1.json", "data", "runs"
 # Every entry figure1 makes in its output folder besides the above: what `overwrite` replaces.
 RESULT_STEMS = (
-    "figure1", "figure5", "recall_curve", "recall_curve_seeds", "fixed_sweep", "fixed_sweep_seeds",
-    "summary", "summary_runs", "fixed_sweep_summary", "fixed_sweep_summary_runs", "claims", "lr_grid",
-    SUMMARY_NAME, "timings", *BUDGET_NAMES,
-)  # fmt: skip
+    "figure1",
+    "figure5",
+    "recall_curve",
+    "recall_curve_seeds",
+    "fixed_sweep",
+    "fixed_sweep_seeds",
+    "summary",
+    "summary_runs",
+    "fixed_sweep_summary",
+    "fixed_sweep_summary_runs",
+    "claims",
+    "lr_grid",
+    SUMMARY_NAME,
+    "timings",
+    *BUDGET_NAMES,
+)
 RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md", ".jsonl")
 _SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
 
@@ -199,9 +211,14 @@ def run_figure1(
     scores = result.per_run
     runs = {run.name: Path(out_dir) / RUNS / run.name for run in scores.runs if run.labels["role"] != "grid"}
     return Figure1Result(
-        result.out_dir, runs, scores.curves, result.tables["summary"], result.claims, result.figures,
+        result.out_dir,
+        runs,
+        scores.curves,
+        result.tables["summary"],
+        result.claims,
+        result.figures,
         result.tables.get("exit_headline"),
-    )  # fmt: skip
+    )
 
 
 def _settings(options: Figure1Options) -> Figure1Preset:
@@ -254,10 +271,13 @@ def _tasks(options: Figure1Options) -> dict[int, dict]:
     settings, datasets = _settings(options), dataset_folders(options.study, options.out / DATA)
     overrides = dict(settings.model_overrides) or None
     return {
-        seed: {"data": datasets[dataset_seed(options.study, seed)].resolve(),
-               "preset": settings.model_preset, "model_overrides": overrides}
+        seed: {
+            "data": datasets[dataset_seed(options.study, seed)].resolve(),
+            "preset": settings.model_preset,
+            "model_overrides": overrides,
+        }
         for seed in options.seeds
-    }  # fmt: skip
+    }
 
 
 def _task(options: Figure1Options):
@@ -346,10 +366,17 @@ def evaluate(runs_dir: Path, runs: list, options: Figure1Options, executor) -> S
         if not group:
             return None, None
         paths = [runs_dir / run.name for run in group]
-        scores = score_runs(paths, fractions, parse_exits(SERVING_CRITERIA) if served else (),
-                            max_depth=settings.max_depth, device=options.device, people=settings.eval_people,
-                            served=[runs_dir / run.name for run in served], workers=executor.slots(),
-                            threads=executor.threads)  # fmt: skip
+        scores = score_runs(
+            paths,
+            fractions,
+            parse_exits(SERVING_CRITERIA) if served else (),
+            max_depth=settings.max_depth,
+            device=options.device,
+            people=settings.eval_people,
+            served=[runs_dir / run.name for run in served],
+            workers=executor.slots(),
+            threads=executor.threads,
+        )
         by_label = dict(zip(run_labels(paths), group, strict=True))
         frontier = scores.frontier
         if frontier is not None:

@@ -93,16 +93,36 @@ SIZES = {
     # The tests': seconds per run on any small dataset and corpus.
     "tiny": {
         "bios": TaskSize("train", "bios-tiny", 4, 128, 1e-2, "fixed:4:24", 20, "recall-curve"),
-        "lm": TaskSize("lm train", "lm-tiny", 4, 16, 3e-3, "fixed:4:24", 20, "lm eval", (("max_sequences", 8), ("val_sequences", 2))),
+        "lm": TaskSize(
+            "lm train",
+            "lm-tiny",
+            4,
+            16,
+            3e-3,
+            "fixed:4:24",
+            20,
+            "lm eval",
+            (("max_sequences", 8), ("val_sequences", 2)),
+        ),
     },
     # docs/results/leaderboard-sizing.md: the middle budget sweep's bioS size at 1x; the LM study's
     # model and corpus at twice its K=4 budget, so that uniform trains past the 500 updates at which
     # depth was measured to matter for it (at 1x it trains 267 and its NLL is flat in depth).
     "default": {
         "bios": TaskSize("train", "bios-tiny", 8, 128, 1e-2, "fixed:4:750", 64, "recall-curve"),
-        "lm": TaskSize("lm train", "lm-tiny", 8, 128, 3e-3, "fixed:4:1000", 64, "lm eval", (("max_sequences", 128), ("val_sequences", 16))),
+        "lm": TaskSize(
+            "lm train",
+            "lm-tiny",
+            8,
+            128,
+            3e-3,
+            "fixed:4:1000",
+            64,
+            "lm eval",
+            (("max_sequences", 128), ("val_sequences", 16)),
+        ),
     },
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -217,8 +237,14 @@ def evaluations(options: LeaderboardOptions) -> list:
 
     found = []
     for size in _sizes(options).values():
-        words = {"max_depth": size.max_depth, "device": options.device, **dict(size.eval_options),
-                 "exits": f"{GATE_RULE},{READOUT_FREE_RULE}", "applicable_exits": True, "state_norms": True}  # fmt: skip
+        words = {
+            "max_depth": size.max_depth,
+            "device": options.device,
+            **dict(size.eval_options),
+            "exits": f"{GATE_RULE},{READOUT_FREE_RULE}",
+            "applicable_exits": True,
+            "state_norms": True,
+        }
         if size.evaluation == "recall-curve":
             words["checkpoints"] = "final"
         found.append(Evaluation(size.evaluation, words))
@@ -274,12 +300,14 @@ def read(run_dir: Path):
     row = None if rules is None else rules[rules["criterion"] == rule]
     found = row is not None and len(row) == 1
     return table.assign(
-        flops=meta["flops"], seconds_per_update=meta["wall_seconds"] / meta["update"],
-        norm_growth=growth(norms, 1, int(norms["depth"].max())), exit_rule=rule,
+        flops=meta["flops"],
+        seconds_per_update=meta["wall_seconds"] / meta["update"],
+        norm_growth=growth(norms, 1, int(norms["depth"].max())),
+        exit_rule=rule,
         norm_growth_beyond=growth(norms, TRAINED, int(norms["depth"].max())),
         exit_value=float(row[quality].iloc[0]) if found else math.nan,
         exit_depth=float(row["mean_depth"].iloc[0]) if found else math.nan,
-    )  # fmt: skip
+    )
 
 
 def _exit_rule(rules) -> str:
@@ -305,9 +333,12 @@ def _summary(rows) -> dict:
     higher_is_better = rows["task"].iloc[0] == "bios"
     best = curve.idxmax() if higher_is_better else curve.idxmin()
     exit_value = rows["exit_value"].iloc[0]
-    summary.update(exit_rule=rows["exit_rule"].iloc[0], exit_depth=rows["exit_depth"].iloc[0],
-                   exit_bits=exit_value if higher_is_better else math.nan,
-                   exit_nll=math.nan if higher_is_better else exit_value)  # fmt: skip
+    summary.update(
+        exit_rule=rows["exit_rule"].iloc[0],
+        exit_depth=rows["exit_depth"].iloc[0],
+        exit_bits=exit_value if higher_is_better else math.nan,
+        exit_nll=math.nan if higher_is_better else exit_value,
+    )
     return {**summary, "peak": curve.loc[best], "best_k": best}
 
 
@@ -324,24 +355,58 @@ def _per_run(per_run):
         "seconds_per_update"
     ]
     index = pd.MultiIndex.from_frame(table[["task", "schedule", "seed"]])
-    return table.assign(time_vs_baseline=table["seconds_per_update"].to_numpy() / baseline.reindex(index).to_numpy())  # fmt: skip
+    return table.assign(
+        time_vs_baseline=table["seconds_per_update"].to_numpy() / baseline.reindex(index).to_numpy()
+    )
 
 
-VALUES = ["k1", "k4", "k16", "k64", "mean_k1_16", "peak", "best_k", "drift", "flops", "time_vs_baseline",
-          "norm_growth", "norm_growth_beyond", "exit_bits", "exit_nll", "exit_depth"]  # fmt: skip
+VALUES = [
+    "k1",
+    "k4",
+    "k16",
+    "k64",
+    "mean_k1_16",
+    "peak",
+    "best_k",
+    "drift",
+    "flops",
+    "time_vs_baseline",
+    "norm_growth",
+    "norm_growth_beyond",
+    "exit_bits",
+    "exit_nll",
+    "exit_depth",
+]
 
 
 # The columns of each task's readable table (`leaderboard_bios`, `leaderboard_lm`): (heading, column, format) per task.
 VIEW = {
-    "bios": [("bits K=1", "k1", "{:.1f}"), ("K=4", "k4", "{:.1f}"), ("K=16", "k16", "{:.1f}"),
-             ("K=64", "k64", "{:.1f}"), ("mean K=1..16", "mean_k1_16", "{:.1f}"), ("drift >16", "drift", "{:.2f}"),
-             ("exit bits", "exit_bits", "{:.1f}"), ("exit depth", "exit_depth", "{:.1f}")],
-    "lm": [("NLL K=1", "k1", "{:.3f}"), ("K=4", "k4", "{:.3f}"), ("K=16", "k16", "{:.3f}"), ("K=64", "k64", "{:.3f}"),
-           ("mean K=1..16", "mean_k1_16", "{:.3f}"), ("drift >16", "drift", "{:.4f}"),
-           ("exit NLL", "exit_nll", "{:.3f}"), ("exit depth", "exit_depth", "{:.1f}")],
-}  # fmt: skip
-COMMON = [("state growth >16", "norm_growth_beyond", "{:.3f}"), ("FLOPs", "flops", "{:.3g}"),
-          ("s/update vs baseline", "time_vs_baseline", "{:.2f}")]  # fmt: skip
+    "bios": [
+        ("bits K=1", "k1", "{:.1f}"),
+        ("K=4", "k4", "{:.1f}"),
+        ("K=16", "k16", "{:.1f}"),
+        ("K=64", "k64", "{:.1f}"),
+        ("mean K=1..16", "mean_k1_16", "{:.1f}"),
+        ("drift >16", "drift", "{:.2f}"),
+        ("exit bits", "exit_bits", "{:.1f}"),
+        ("exit depth", "exit_depth", "{:.1f}"),
+    ],
+    "lm": [
+        ("NLL K=1", "k1", "{:.3f}"),
+        ("K=4", "k4", "{:.3f}"),
+        ("K=16", "k16", "{:.3f}"),
+        ("K=64", "k64", "{:.3f}"),
+        ("mean K=1..16", "mean_k1_16", "{:.3f}"),
+        ("drift >16", "drift", "{:.4f}"),
+        ("exit NLL", "exit_nll", "{:.3f}"),
+        ("exit depth", "exit_depth", "{:.1f}"),
+    ],
+}
+COMMON = [
+    ("state growth >16", "norm_growth_beyond", "{:.3f}"),
+    ("FLOPs", "flops", "{:.3g}"),
+    ("s/update vs baseline", "time_vs_baseline", "{:.2f}"),
+]
 
 
 def tables(per_run, options: LeaderboardOptions) -> dict:
@@ -394,41 +459,66 @@ def claims(per_run, options: LeaderboardOptions) -> list:
 
         for recipe in dict.fromkeys(per_run.loc[per_run["task"] == task, "recipe"]):
 
-            def ff_gap(t, r=recipe):  # fmt: skip
+            def ff_gap(t, r=recipe):
                 return _pct(_value(t, r, FIXED_FIRST), _value(t, r, MATCHED))
 
             saving = _saving(per_run[per_run["task"] == task], recipe)
-            found.append(Claim(
-                f"{task}_{recipe}_ff_matches_uniform",
-                f"{task}, {recipe}: fixed-first K0=4/80% matches update-matched uniform within the paper's bound "
-                f"for at least 30% less compute (it saves {saving:.0%} here)",
-                f"fixed-first / update-matched uniform - 1, mean {quality}, in % (per seed)",
-                bios, -PAPER_BOUND_PCT if bios else PAPER_BOUND_PCT,
-                "the 1B LM's terminal NLL within 0.8% of uniform at 30.8-36.9% less compute, read as a bound on "
-                "the relative loss of quality; fixed-first's saving is its modeled FLOPs against the control's",
-                per_seed(ff_gap), paper="NLL within 0.8% of uniform (1B) for 30.8-36.9% less compute",
-                note="" if saving >= MIN_SAVING else f"not testable at this size: fixed-first saves {saving:.0%} of "
-                f"the control's modeled FLOPs, under the claim's {MIN_SAVING:.0%}",
-            ))  # fmt: skip
+            found.append(
+                Claim(
+                    f"{task}_{recipe}_ff_matches_uniform",
+                    f"{task}, {recipe}: fixed-first K0=4/80% matches update-matched uniform within the paper's bound "
+                    f"for at least 30% less compute (it saves {saving:.0%} here)",
+                    f"fixed-first / update-matched uniform - 1, mean {quality}, in % (per seed)",
+                    bios,
+                    -PAPER_BOUND_PCT if bios else PAPER_BOUND_PCT,
+                    "the 1B LM's terminal NLL within 0.8% of uniform at 30.8-36.9% less compute, read as a bound on "
+                    "the relative loss of quality; fixed-first's saving is its modeled FLOPs against the control's",
+                    per_seed(ff_gap),
+                    paper="NLL within 0.8% of uniform (1B) for 30.8-36.9% less compute",
+                    note=""
+                    if saving >= MIN_SAVING
+                    else f"not testable at this size: fixed-first saves {saving:.0%} of "
+                    f"the control's modeled FLOPs, under the claim's {MIN_SAVING:.0%}",
+                )
+            )
             if recipe != "baseline":
 
-                def gain(t, r=recipe, sign=1 if bios else -1):  # fmt: skip
+                def gain(t, r=recipe, sign=1 if bios else -1):
                     return sign * (_value(t, r, UNIFORM) - _value(t, "baseline", UNIFORM))
 
-                found.append(Claim(
-                    f"{task}_{recipe}_beats_baseline", f"{task}, {recipe}: beats baseline under uniform at matched compute",
-                    f"{recipe} minus baseline under uniform, mean {quality} ({'bits' if bios else 'nats, baseline minus recipe'})",
-                    True, 0.0, "any gain, paired by seed: both train at the same modeled FLOPs", per_seed(gain),
-                ))  # fmt: skip
-            found.append(Claim(
-                f"{task}_{recipe}_holds_beyond_k16",
-                f"{task}, {recipe}: {'recall' if bios else 'NLL'} does not fall beyond the training depth (uniform)",
-                "mean over K=17..64 minus K=16, bits" if bios else "mean NLL over K=17..64 / NLL at K=16 - 1, in %",
-                bios, -BITS_DRIFT_MARGIN if bios else NLL_DRIFT_MARGIN_PCT,
-                "0.5 bits is 1.5% of the 33.39-bit ceiling" if bios else "1%: the depth study's margin",
-                per_seed(lambda t, r=recipe, bios=bios: _value(t, r, UNIFORM, "drift") if bios
-                         else _pct(_value(t, r, UNIFORM, "drift") + _value(t, r, UNIFORM, "k16"), _value(t, r, UNIFORM, "k16"))),
-            ))  # fmt: skip
+                found.append(
+                    Claim(
+                        f"{task}_{recipe}_beats_baseline",
+                        f"{task}, {recipe}: beats baseline under uniform at matched compute",
+                        f"{recipe} minus baseline under uniform, mean {quality} ({'bits' if bios else 'nats, baseline minus recipe'})",
+                        True,
+                        0.0,
+                        "any gain, paired by seed: both train at the same modeled FLOPs",
+                        per_seed(gain),
+                    )
+                )
+            found.append(
+                Claim(
+                    f"{task}_{recipe}_holds_beyond_k16",
+                    f"{task}, {recipe}: {'recall' if bios else 'NLL'} does not fall beyond the training depth (uniform)",
+                    "mean over K=17..64 minus K=16, bits"
+                    if bios
+                    else "mean NLL over K=17..64 / NLL at K=16 - 1, in %",
+                    bios,
+                    -BITS_DRIFT_MARGIN if bios else NLL_DRIFT_MARGIN_PCT,
+                    "0.5 bits is 1.5% of the 33.39-bit ceiling" if bios else "1%: the depth study's margin",
+                    per_seed(
+                        lambda t, r=recipe, bios=bios: (
+                            _value(t, r, UNIFORM, "drift")
+                            if bios
+                            else _pct(
+                                _value(t, r, UNIFORM, "drift") + _value(t, r, UNIFORM, "k16"),
+                                _value(t, r, UNIFORM, "k16"),
+                            )
+                        )
+                    ),
+                )
+            )
     return found
 
 
@@ -447,8 +537,12 @@ def figures(per_run, options: LeaderboardOptions) -> dict:
     for axis, task in zip(axes[0], tasks, strict=True):
         for row in table[table["task"] == task].itertuples():
             axis.scatter(row.flops, row.mean_k1_16, color=colours[row.recipe], marker=markers[row.schedule])
-        axis.set(xscale="log", xlabel="modeled training FLOPs", title=task,
-                 ylabel="bits per person, mean K=1..16" if task == "bios" else "validation NLL, mean K=1..16")  # fmt: skip
+        axis.set(
+            xscale="log",
+            xlabel="modeled training FLOPs",
+            title=task,
+            ylabel="bits per person, mean K=1..16" if task == "bios" else "validation NLL, mean K=1..16",
+        )
     handles = [Line2D([], [], color=c, marker="o", ls="", label=r) for r, c in colours.items()]
     handles += [Line2D([], [], color="grey", marker=m, ls="", label=s) for s, m in markers.items()]
     figure.legend(handles=handles, loc="outside right center")

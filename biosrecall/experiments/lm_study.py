@@ -193,13 +193,24 @@ def _settings(options: LMStudyOptions) -> tuple[LMStudyPreset, int]:
 def runs(options: LMStudyOptions) -> list[SweepRun]:
     """One `lm train` run per grid item and seed, labelled with both."""
     s, updates = _settings(options)
-    task = {"data": Path(options.data).resolve(), "preset": s.model_preset,
-            "model_overrides": dict(s.model_overrides) or None}  # fmt: skip
+    task = {
+        "data": Path(options.data).resolve(),
+        "preset": s.model_preset,
+        "model_overrides": dict(s.model_overrides) or None,
+    }
 
     def config(item: str, seed: int) -> TrainConfig:
         size = {"budget_of": f"{GRID[MATCHED_TO]}:{updates}"} if item == MATCHED else {"updates": updates}
-        return TrainConfig(schedule=GRID[item], seed=seed, batch_size=s.batch_size, seq_len=s.seq_len, lr=s.lr,
-                           device=options.device, checkpoint_fractions=(1.0,), **size)  # fmt: skip
+        return TrainConfig(
+            schedule=GRID[item],
+            seed=seed,
+            batch_size=s.batch_size,
+            seq_len=s.seq_len,
+            lr=s.lr,
+            device=options.device,
+            checkpoint_fractions=(1.0,),
+            **size,
+        )
 
     return [
         SweepRun(f"{item}/seed{seed}", "lm train", config(item, seed), task, {"item": item, "seed": seed})
@@ -245,14 +256,20 @@ def run_summaries(table: pd.DataFrame) -> pd.DataFrame:
         by_depth = part.set_index("depth")["nll"]
         serving = by_depth[(by_depth.index >= SERVING[0]) & (by_depth.index <= SERVING[1])]
         beyond = by_depth[by_depth.index > SERVING[1]]
-        rows.append({
-            "item": item, "schedule": part["schedule"].iloc[0], "seed": seed,
-            "mean_nll": float(serving.mean()), "nll_k1": float(by_depth.get(1, math.nan)),
-            "nll_k16": float(by_depth.get(16, math.nan)),
-            "beyond_nll": float(beyond.mean()) if len(beyond) else math.nan,
-            "update": int(part["update"].iloc[0]), "flops": float(part["flops"].iloc[0]),
-            "wall_seconds": float(part["wall_seconds"].iloc[0]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "item": item,
+                "schedule": part["schedule"].iloc[0],
+                "seed": seed,
+                "mean_nll": float(serving.mean()),
+                "nll_k1": float(by_depth.get(1, math.nan)),
+                "nll_k16": float(by_depth.get(16, math.nan)),
+                "beyond_nll": float(beyond.mean()) if len(beyond) else math.nan,
+                "update": int(part["update"].iloc[0]),
+                "flops": float(part["flops"].iloc[0]),
+                "wall_seconds": float(part["wall_seconds"].iloc[0]),
+            }
+        )
     runs_ = pd.DataFrame(rows)
     uniform = runs_[runs_["item"] == UNIFORM].set_index("seed")
     for column, saving in (("flops", "compute_saving_pct"), ("wall_seconds", "wall_saving_pct")):
@@ -264,8 +281,17 @@ def run_summaries(table: pd.DataFrame) -> pd.DataFrame:
 def tables(per_run: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """lm_nll, and lm_summary: `run_summaries`' numbers per item, mean over seeds with 95% intervals."""
     table = nll_table(per_run)
-    values = ["mean_nll", "nll_k1", "nll_k16", "beyond_nll", "flops", "wall_seconds", "compute_saving_pct",
-              "wall_saving_pct", "mean_nll_vs_uniform_pct"]  # fmt: skip
+    values = [
+        "mean_nll",
+        "nll_k1",
+        "nll_k16",
+        "beyond_nll",
+        "flops",
+        "wall_seconds",
+        "compute_saving_pct",
+        "wall_saving_pct",
+        "mean_nll_vs_uniform_pct",
+    ]
     return {
         "lm_nll": table,
         "lm_summary": aggregate_seeds(run_summaries(table), ["item", "schedule"], values),
@@ -298,8 +324,10 @@ def figures(table: pd.DataFrame) -> dict[str, Any]:
     points = run_summaries(table).rename(columns={"item": "run"}).assign(checkpoint="1.0")
     summaries = aggregate_seeds(points, ["run", "schedule", "checkpoint"], ["update", "flops", "mean_nll"])
     order = [item for item in GRID if item in set(table["item"])]
-    return {"nll_vs_depth": plots.plot_nll_vs_depth(curves, order),
-            "nll_vs_compute": plots.plot_nll_vs_compute(summaries, order)}  # fmt: skip
+    return {
+        "nll_vs_depth": plots.plot_nll_vs_depth(curves, order),
+        "nll_vs_compute": plots.plot_nll_vs_compute(summaries, order),
+    }
 
 
 def sizes(run: SweepRun, options: LMStudyOptions) -> dict[str, Any]:
@@ -393,47 +421,137 @@ K2_VS_CURRICULUM = [(K2_67, CURRICULUM), (K2_80, CURRICULUM)]
 
 # Thresholds from the paper's statements, each with its reading and the paper's own number.
 LM_CLAIMS: tuple[Claim, ...] = (
-    Claim("k2_67_compute_saving", "K0=2 at 67% saves about 45% of modeled compute",
-           "distance of the modeled compute saving vs uniform from 45%, in points", False, ABOUT,
-           "'about 45%' read as within 5 points", lambda r: abs(_value(r, K2_67, SAVING) - 45.0), paper="45%"),
-    Claim("k2_67_nll_within", "K0=2 at 67%: mean serving NLL within 0.5% of uniform",
-           "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.5, 0.5),
-           "the paper's bound, two-sided", lambda r: _value(r, K2_67, GAP), paper="within 0.5%"),
-    Claim("k2_80_compute_saving", "K0=2 at 80% saves about 54% of modeled compute",
-           "distance of the modeled compute saving vs uniform from 54%, in points", False, ABOUT,
-           "'about 54%' read as within 5 points", lambda r: abs(_value(r, K2_80, SAVING) - 54.0), paper="54%"),
-    Claim("k2_80_nll_within", "K0=2 at 80%: mean serving NLL within 0.8% of uniform",
-           "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.8, 0.8),
-           "the paper's bound, two-sided", lambda r: _value(r, K2_80, GAP), paper="within 0.8%"),
-    Claim("k1_best_at_k1", "At 67%, K0=1 has the best NLL at K=1",
-           "NLL at K=1: K0=1 minus the better of K0=2, K0=4 (uniform finish, 67%)", False, 0.0,
-           "a direction", _worst_gap(max, [(K1_67, K2_67), (K1_67, K4_67)], "nll_k1"), paper="K0=1 best at K=1"),
-    Claim("order_reverses_from_k3", "At 67%, the ordering reverses from K=3 on (K0=4 < K0=2 < K0=1)",
-           "smallest margin over K=3..16 of nll(K0=1)-nll(K0=2) and nll(K0=2)-nll(K0=4)", True, 0.0,
-           "a direction, at every depth from 3 to 16", _reversed_from_k3, paper="reversed from K=3"),
-    Claim("uniform_finish_beats_pln", "A uniform finish gives lower mean NLL than Poisson-lognormal, "
-           "for all six fixed-first schedules",
-           "smallest over the six of mean NLL (Poisson-lognormal) - mean NLL (uniform finish)", True, 0.0,
-           "a direction, for every one of the six", _worst_gap(min, FINISHES_PAIRED), paper="6 of 6"),
-    Claim("k2_beats_curriculum_nll", "The K0=2 uniform-finish schedules beat the curriculum's mean NLL",
-           "largest over 67%, 80% of mean NLL (K0=2) - mean NLL (curriculum)", False, 0.0,
-           "a direction, for both", _worst_gap(max, K2_VS_CURRICULUM), paper="both lower"),
-    Claim("k2_less_compute_than_curriculum", "... with less compute than the curriculum",
-           "largest over 67%, 80% of modeled FLOPs (K0=2) / curriculum - 1", False, 0.0,
-           "a direction, for both", _worst_gap(max, K2_VS_CURRICULUM, "flops", _ratio_minus_one), paper="both cheaper"),
-    Claim("k4_67_nll_within", "K0=4 at 67%: mean serving NLL within 0.1% of uniform",
-           "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)", True, (-0.1, 0.1),
-           "the paper's bound, two-sided", lambda r: _value(r, K4_67, GAP), paper="within 0.1%"),
-    Claim("k4_67_compute_saving", "K0=4 at 67% uses about 31% less compute",
-           "distance of the modeled compute saving vs uniform from 31%, in points", False, ABOUT,
-           "'about 31%' read as within 5 points", lambda r: abs(_value(r, K4_67, SAVING) - 31.0), paper="31%"),
-    Claim("matched_uniform_worse", "The compute-matched uniform run is worse than both K0=4 at 67% and uniform",
-           "mean NLL (matched uniform) - the better of K0=4 / 67% and uniform", True, 0.0,
-           "a direction", _worst_gap(max, [(MATCHED, K4_67), (MATCHED, UNIFORM)]), paper="worse than both"),
-    Claim("wall_matches_modeled", "Fixed-first's measured wall-clock saving is within 10% of its modeled saving",
-           "largest over the uniform-finish fixed-first runs of abs(wall saving - modeled saving) / modeled",
-           False, 0.10, "the paper's 10%, relative to the modeled saving", _wall_vs_modeled, paper="within 10%"),
-)  # fmt: skip
+    Claim(
+        "k2_67_compute_saving",
+        "K0=2 at 67% saves about 45% of modeled compute",
+        "distance of the modeled compute saving vs uniform from 45%, in points",
+        False,
+        ABOUT,
+        "'about 45%' read as within 5 points",
+        lambda r: abs(_value(r, K2_67, SAVING) - 45.0),
+        paper="45%",
+    ),
+    Claim(
+        "k2_67_nll_within",
+        "K0=2 at 67%: mean serving NLL within 0.5% of uniform",
+        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
+        True,
+        (-0.5, 0.5),
+        "the paper's bound, two-sided",
+        lambda r: _value(r, K2_67, GAP),
+        paper="within 0.5%",
+    ),
+    Claim(
+        "k2_80_compute_saving",
+        "K0=2 at 80% saves about 54% of modeled compute",
+        "distance of the modeled compute saving vs uniform from 54%, in points",
+        False,
+        ABOUT,
+        "'about 54%' read as within 5 points",
+        lambda r: abs(_value(r, K2_80, SAVING) - 54.0),
+        paper="54%",
+    ),
+    Claim(
+        "k2_80_nll_within",
+        "K0=2 at 80%: mean serving NLL within 0.8% of uniform",
+        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
+        True,
+        (-0.8, 0.8),
+        "the paper's bound, two-sided",
+        lambda r: _value(r, K2_80, GAP),
+        paper="within 0.8%",
+    ),
+    Claim(
+        "k1_best_at_k1",
+        "At 67%, K0=1 has the best NLL at K=1",
+        "NLL at K=1: K0=1 minus the better of K0=2, K0=4 (uniform finish, 67%)",
+        False,
+        0.0,
+        "a direction",
+        _worst_gap(max, [(K1_67, K2_67), (K1_67, K4_67)], "nll_k1"),
+        paper="K0=1 best at K=1",
+    ),
+    Claim(
+        "order_reverses_from_k3",
+        "At 67%, the ordering reverses from K=3 on (K0=4 < K0=2 < K0=1)",
+        "smallest margin over K=3..16 of nll(K0=1)-nll(K0=2) and nll(K0=2)-nll(K0=4)",
+        True,
+        0.0,
+        "a direction, at every depth from 3 to 16",
+        _reversed_from_k3,
+        paper="reversed from K=3",
+    ),
+    Claim(
+        "uniform_finish_beats_pln",
+        "A uniform finish gives lower mean NLL than Poisson-lognormal, for all six fixed-first schedules",
+        "smallest over the six of mean NLL (Poisson-lognormal) - mean NLL (uniform finish)",
+        True,
+        0.0,
+        "a direction, for every one of the six",
+        _worst_gap(min, FINISHES_PAIRED),
+        paper="6 of 6",
+    ),
+    Claim(
+        "k2_beats_curriculum_nll",
+        "The K0=2 uniform-finish schedules beat the curriculum's mean NLL",
+        "largest over 67%, 80% of mean NLL (K0=2) - mean NLL (curriculum)",
+        False,
+        0.0,
+        "a direction, for both",
+        _worst_gap(max, K2_VS_CURRICULUM),
+        paper="both lower",
+    ),
+    Claim(
+        "k2_less_compute_than_curriculum",
+        "... with less compute than the curriculum",
+        "largest over 67%, 80% of modeled FLOPs (K0=2) / curriculum - 1",
+        False,
+        0.0,
+        "a direction, for both",
+        _worst_gap(max, K2_VS_CURRICULUM, "flops", _ratio_minus_one),
+        paper="both cheaper",
+    ),
+    Claim(
+        "k4_67_nll_within",
+        "K0=4 at 67%: mean serving NLL within 0.1% of uniform",
+        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
+        True,
+        (-0.1, 0.1),
+        "the paper's bound, two-sided",
+        lambda r: _value(r, K4_67, GAP),
+        paper="within 0.1%",
+    ),
+    Claim(
+        "k4_67_compute_saving",
+        "K0=4 at 67% uses about 31% less compute",
+        "distance of the modeled compute saving vs uniform from 31%, in points",
+        False,
+        ABOUT,
+        "'about 31%' read as within 5 points",
+        lambda r: abs(_value(r, K4_67, SAVING) - 31.0),
+        paper="31%",
+    ),
+    Claim(
+        "matched_uniform_worse",
+        "The compute-matched uniform run is worse than both K0=4 at 67% and uniform",
+        "mean NLL (matched uniform) - the better of K0=4 / 67% and uniform",
+        True,
+        0.0,
+        "a direction",
+        _worst_gap(max, [(MATCHED, K4_67), (MATCHED, UNIFORM)]),
+        paper="worse than both",
+    ),
+    Claim(
+        "wall_matches_modeled",
+        "Fixed-first's measured wall-clock saving is within 10% of its modeled saving",
+        "largest over the uniform-finish fixed-first runs of abs(wall saving - modeled saving) / modeled",
+        False,
+        0.10,
+        "the paper's 10%, relative to the modeled saving",
+        _wall_vs_modeled,
+        paper="within 10%",
+    ),
+)
 
 
 def diagnostic_claim(margin: float) -> Claim:
@@ -642,8 +760,12 @@ def diagnose_runs(out_dir: Path, options: LMStudyOptions, threads: int = 1) -> p
     if DIAGNOSED not in options.grid:
         return None
     settings, _ = _settings(options)
-    diagnose = DiagnoseOptions(after_uniform=(AFTER_UNIFORM,), batches=settings.diagnose_batches,
-                               val_sequences=settings.eval_sequences, seed=0)  # fmt: skip
+    diagnose = DiagnoseOptions(
+        after_uniform=(AFTER_UNIFORM,),
+        batches=settings.diagnose_batches,
+        val_sequences=settings.eval_sequences,
+        seed=0,
+    )
     rows = []
     for seed in options.seeds:
         name = f"{DIAGNOSED}/seed{seed}"
@@ -655,9 +777,18 @@ def diagnose_runs(out_dir: Path, options: LMStudyOptions, threads: int = 1) -> p
             diagnose_update(run_dir, "switch", diagnose, device=options.device, threads=threads).write(out)
         averages = depth_average(pd.read_parquet(out / "diagnose_switch.parquet"))
         row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
-        rows.append({"item": DIAGNOSED, "seed": seed, "after_uniform": AFTER_UNIFORM, "update": int(row["update"]),
-                     "advantage": float(row["mean"]), "ci_low": float(row["ci_low"]),
-                     "ci_high": float(row["ci_high"]), "n_batches": int(row["n_batches"])})  # fmt: skip
+        rows.append(
+            {
+                "item": DIAGNOSED,
+                "seed": seed,
+                "after_uniform": AFTER_UNIFORM,
+                "update": int(row["update"]),
+                "advantage": float(row["mean"]),
+                "ci_low": float(row["ci_low"]),
+                "ci_high": float(row["ci_high"]),
+                "n_batches": int(row["n_batches"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 

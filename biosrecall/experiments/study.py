@@ -255,9 +255,17 @@ def study_runs(
         ]
         if study.update_matched:
             runs.append(
-                study_run(base, tasks, UPDATE_MATCHED, "uniform:1-16", seed, best_lr[UNIFORM], "control",
-                          updates=fixed4_updates)
-            )  # fmt: skip
+                study_run(
+                    base,
+                    tasks,
+                    UPDATE_MATCHED,
+                    "uniform:1-16",
+                    seed,
+                    best_lr[UNIFORM],
+                    "control",
+                    updates=fixed4_updates,
+                )
+            )
         runs += [
             study_run(base, tasks, f"fixed_k{k}", f"fixed:{k}", seed, best_lr[FIXED_K4], "sweep")
             for k in study.fixed_sweep

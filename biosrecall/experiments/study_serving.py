@@ -67,8 +67,14 @@ def serving_summary(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]
         seeds = per_seed.loc[[run for run, (n, _) in names.items() if n == name and run in per_seed.index]]
         chosen = seeds["adaptive_criterion"].replace("", "none").value_counts()
         row = {"name": name, "schedule": SPOKEN.get(name, name), "n_seeds": len(seeds)}
-        for column in ("best_bits", "fixed_depth", "fixed_flops", "adaptive_mean_depth", "adaptive_flops",
-                       "oracle_mean_depth"):  # fmt: skip
+        for column in (
+            "best_bits",
+            "fixed_depth",
+            "fixed_flops",
+            "adaptive_mean_depth",
+            "adaptive_flops",
+            "oracle_mean_depth",
+        ):
             row[column] = float(seeds[column].mean())
         row["criterion"], row["criterion_seeds"] = chosen.index[0], int(chosen.iloc[0])
         for column in ("best_bits", "ratio", "headroom"):
@@ -84,25 +90,36 @@ def _per_seed(frontier: pd.DataFrame, names: Mapping[str, tuple[str, int]]) -> p
     headline = headline_table(frontier).set_index("run")
     return pd.DataFrame(
         [
-            {**headline.loc[run], "run": run, "name": names[run][0], "seed": names[run][1],
-             "ratio": _cost_ratio(rows, headline.loc[run]), "headroom": _headroom(rows)}
+            {
+                **headline.loc[run],
+                "run": run,
+                "name": names[run][0],
+                "seed": names[run][1],
+                "ratio": _cost_ratio(rows, headline.loc[run]),
+                "headroom": _headroom(rows),
+            }
             for run, rows in frontier.groupby("run", sort=False)
             if run in names
         ]
-    )  # fmt: skip
+    )
 
 
 SUMMARY_COLUMNS = {
-    "schedule": "{schedule}", "seeds": "{n_seeds}", "best fixed-depth bits": interval_cell("best_bits"),
-    f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs":
-        lambda row: f"{row['fixed_depth']:.2f}, {row['fixed_flops'] / 1e6:.3g}",
-    "best realisable criterion (seeds chosen): depth, MFLOPs":
-        lambda row: f"{row['criterion']} ({row['criterion_seeds']}/{row['n_seeds']}): "
-        f"{row['adaptive_mean_depth']:.2f}, {row['adaptive_flops'] / 1e6:.3g}",
+    "schedule": "{schedule}",
+    "seeds": "{n_seeds}",
+    "best fixed-depth bits": interval_cell("best_bits"),
+    f"cheapest fixed depth at {RECALL_SHARE:.0%}: depth, MFLOPs": lambda row: (
+        f"{row['fixed_depth']:.2f}, {row['fixed_flops'] / 1e6:.3g}"
+    ),
+    "best realisable criterion (seeds chosen): depth, MFLOPs": lambda row: (
+        f"{row['criterion']} ({row['criterion_seeds']}/{row['n_seeds']}): "
+        f"{row['adaptive_mean_depth']:.2f}, {row['adaptive_flops'] / 1e6:.3g}"
+    ),
     "criterion / fixed FLOPs": interval_cell("ratio", "{:.2f}"),
-    "oracle: depth, bits over best fixed":
-        lambda row: f"{row['oracle_mean_depth']:.2f}, " + interval_cell("headroom")(row),
-}  # fmt: skip
+    "oracle: depth, bits over best fixed": lambda row: (
+        f"{row['oracle_mean_depth']:.2f}, " + interval_cell("headroom")(row)
+    ),
+}
 """exit_summary.md: the serving summary, FLOPs in millions per query."""
 
 

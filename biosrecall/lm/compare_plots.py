@@ -100,8 +100,12 @@ def plot_nll_vs_exit_depth(exits: pd.DataFrame, order: Sequence[str]) -> Figure:
     fig, axes = figure_grid(1, 1, 7.5, 4.5)
     ax = axes[0, 0]
     kinds = list(dict.fromkeys(exits["kind"]))
-    styles = {kind: {"linestyle": "-", "marker": None} if kind == BASELINE else {
-        "linestyle": "--", "marker": MARKERS[i % len(MARKERS)]} for i, kind in enumerate(kinds)}  # fmt: skip
+    styles = {
+        kind: {"linestyle": "-", "marker": None}
+        if kind == BASELINE
+        else {"linestyle": "--", "marker": MARKERS[i % len(MARKERS)]}
+        for i, kind in enumerate(kinds)
+    }
     labels = _labels(exits, order)
     colors = {run: style["color"] for run, style in curve_styles(order).items()}
     for run in labels:

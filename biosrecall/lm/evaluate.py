@@ -192,13 +192,17 @@ def evaluate_state_norms(
     setup = lm_setup(Path(run_dir), checkpoints, data_dir, device, "fp32")
 
     def batches():
-        return [(torch.from_numpy(rows[:, :-1]), None)
-                for rows in validation_batches(setup.data_dir, setup.seq_len, windows, max_windows=windows)]  # fmt: skip
+        return [
+            (torch.from_numpy(rows[:, :-1]), None)
+            for rows in validation_batches(setup.data_dir, setup.seq_len, windows, max_windows=windows)
+        ]
 
     corpus = load_manifest(setup.data_dir)["tokenizer"]["sha256"]
     source = {"windows": windows, "seq_len": setup.seq_len, "tokenizer_sha256": corpus}
-    return {name: cached_state_norms(path, batches, source, max_depth, setup.device)
-            for name, path in setup.chosen.items()}  # fmt: skip
+    return {
+        name: cached_state_norms(path, batches, source, max_depth, setup.device)
+        for name, path in setup.chosen.items()
+    }
 
 
 def criterion_nll(model, windows: Sequence[np.ndarray], criterion, max_depth: int, device, autocast):
@@ -225,17 +229,30 @@ def exit_nll(
     """The fixed-depth baseline K = 1..max_depth, then each criterion, on the same windows (module doc)."""
     baseline = depth_nll(model, windows, range(1, max_depth + 1), device, autocast)
     records = [
-        {"criterion": f"K={k}", "kind": BASELINE, "parameter": float(k), "nll": nll,
-         "mean_depth": float(k), "p95_depth": float(k), "eval_tokens": int(tokens)}
+        {
+            "criterion": f"K={k}",
+            "kind": BASELINE,
+            "parameter": float(k),
+            "nll": nll,
+            "mean_depth": float(k),
+            "p95_depth": float(k),
+            "eval_tokens": int(tokens),
+        }
         for k, nll, tokens in baseline[["depth", "nll", "eval_tokens"]].itertuples(index=False)
-    ]  # fmt: skip
+    ]
     for criterion in criteria:
         nll, depths = criterion_nll(model, windows, criterion, max_depth, device, autocast)
-        records.append({
-            "criterion": criterion.spec, "kind": criterion.name, "parameter": parameter_of(criterion),
-            "nll": nll, "mean_depth": float(depths.mean()), "p95_depth": float(np.percentile(depths, 95)),
-            "eval_tokens": int(depths.size),
-        })  # fmt: skip
+        records.append(
+            {
+                "criterion": criterion.spec,
+                "kind": criterion.name,
+                "parameter": parameter_of(criterion),
+                "nll": nll,
+                "mean_depth": float(depths.mean()),
+                "p95_depth": float(np.percentile(depths, 95)),
+                "eval_tokens": int(depths.size),
+            }
+        )
     return pd.DataFrame.from_records(records)
 
 

@@ -61,8 +61,9 @@ def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, 
             mask = np.zeros(inputs.shape, dtype=bool)
             for window in mask:
                 window[rng.choice(window.size, size=min(per_window, window.size), replace=False)] = True
-            batch = SimpleNamespace(tokens=torch.from_numpy(inputs).to(device),
-                                    positions=torch.from_numpy(mask).to(device))  # fmt: skip
+            batch = SimpleNamespace(
+                tokens=torch.from_numpy(inputs).to(device), positions=torch.from_numpy(mask).to(device)
+            )
             seen, logits = batch_states(model, batch, depth, readouts=True)
             greedy = torch.stack([out.argmax(-1) for out in logits]).cpu()
             states.append(torch.stack(seen).cpu())

@@ -68,8 +68,9 @@ def require_lm_eval():
 class LoopedScorer:
     """The scoring behind `looped_lm` (module doc): a looped LM at one fixed serving depth."""
 
-    def __init__(self, model, tokenizer, depth: int, max_length: int, batch_size: int = 16,
-                 autocast=None) -> None:  # fmt: skip
+    def __init__(
+        self, model, tokenizer, depth: int, max_length: int, batch_size: int = 16, autocast=None
+    ) -> None:
         super().__init__()  # lm_eval's LM sets its rank, world size and cache hook
         self.model, self.tokenizer, self.depth = model, tokenizer, int(depth)
         self.max_length, self.batch_size = int(max_length), int(batch_size)
@@ -119,8 +120,9 @@ class LoopedScorer:
         if not targets:
             return [(0.0, True)] * len(rows)
         with torch.inference_mode(), self.autocast():
-            _, logits = next(self.model.forward_all_depths(tokens.to(self._device), [self.depth],
-                                                            scored.to(self._device)))  # fmt: skip
+            _, logits = next(
+                self.model.forward_all_depths(tokens.to(self._device), [self.depth], scored.to(self._device))
+            )
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         wanted = torch.tensor(targets, device=logprobs.device)
         picked = logprobs.gather(1, wanted[:, None])[:, 0].double().cpu()
@@ -230,10 +232,14 @@ def result_rows(results: dict) -> list[dict]:
             if not kind or metric.endswith("_stderr") or not isinstance(value, int | float):
                 continue
             stderr = scores.get(f"{metric}_stderr,{kind}")
-            rows.append({
-                "task": task, "metric": metric if kind == "none" else key, "value": float(value),
-                "stderr": float(stderr) if isinstance(stderr, int | float) else math.nan,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "task": task,
+                    "metric": metric if kind == "none" else key,
+                    "value": float(value),
+                    "stderr": float(stderr) if isinstance(stderr, int | float) else math.nan,
+                }
+            )
     return rows
 
 
@@ -271,9 +277,13 @@ def evaluate_harness(
         for depth in depths:
             lm = looped_lm(model, tokenizer, depth, setup.seq_len, batch_size, setup.autocast)
             results = lm_eval.simple_evaluate(
-                model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
+                model=lm,
+                tasks=list(tasks),
+                num_fewshot=num_fewshot,
+                limit=limit,
+                task_manager=manager,
                 log_samples=False,
-            )  # fmt: skip
+            )
             record.update(results)
             rows = pd.DataFrame(result_rows(results), columns=["task", "metric", "value", "stderr"])
             tables.append(rows.assign(depth=depth)[["task", "metric", "depth", "value", "stderr"]])

@@ -142,8 +142,11 @@ def reprepare_command(data_dir: str | Path, manifest: dict) -> str:
         words += ["--max-documents", str(source["max_documents"])]
     words += _tokenizer_options(manifest["tokenizer"])  # checked by `load_manifest`
     chosen = manifest.get("split") if isinstance(manifest.get("split"), dict) else {}
-    for option, value in (("--val-fraction", chosen.get("val_fraction")), ("--seed", chosen.get("seed")),
-                          ("--shard-tokens", manifest.get("shard_tokens"))):  # fmt: skip
+    for option, value in (
+        ("--val-fraction", chosen.get("val_fraction")),
+        ("--seed", chosen.get("seed")),
+        ("--shard-tokens", manifest.get("shard_tokens")),
+    ):
         if value is not None:
             words += [option, str(value)]
     return shlex.join(words)

@@ -204,8 +204,14 @@ def gate_cdf_judges(model, q: float) -> Callable[[], RowsJudge]:
     return new_judge
 
 
-def greedy_decode(model, prompt: list[int], max_new_tokens: int, max_depth: int,
-                  new_judge: Callable[[], Judge] | None = None, stop_ids=()) -> Decoded:  # fmt: skip
+def greedy_decode(
+    model,
+    prompt: list[int],
+    max_new_tokens: int,
+    max_depth: int,
+    new_judge: Callable[[], Judge] | None = None,
+    stop_ids=(),
+) -> Decoded:
     """Greedy generation of up to `max_new_tokens` tokens (stopping after any of `stop_ids`)."""
     if not prompt:
         raise BiosrecallError("the prompt is empty")
@@ -236,8 +242,9 @@ def uncached_greedy(model, prompt: list[int], max_new_tokens: int, depth: int) -
     return sequence[0, len(prompt) :].tolist()
 
 
-def teacher_forced(model, tokens: torch.Tensor, max_depth: int,
-                   new_judge: Callable[[], RowsJudge] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+def teacher_forced(
+    model, tokens: torch.Tensor, max_depth: int, new_judge: Callable[[], RowsJudge] | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Feed `tokens` [B, T] one position at a time with a per-token exit (module doc, "Teacher
     forcing"); yield, per position, the next-token logits [B, V] at each row's exit depth and those
     depths (int [B]). `new_judge()` gives a fresh judge for one position of every row; without one,

@@ -90,10 +90,14 @@ def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest
     selector = settings[commands.canonical_key("recall-curve", "checkpoint")]
     run_dirs = [job.run_dir for job in done]
     table = recall_curves(
-        run_dirs, selector or DEFAULT_CHECKPOINTS, settings["max_depth"],
-        settings["threshold"], device=settings["device"], data_dir=settings["data_dir"],
+        run_dirs,
+        selector or DEFAULT_CHECKPOINTS,
+        settings["max_depth"],
+        settings["threshold"],
+        device=settings["device"],
+        data_dir=settings["data_dir"],
         people=settings["people"],
-    )  # fmt: skip
+    )
     max_depth = settings["max_depth"]
     shown = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
     written = write_table(table, dest / TABLE_NAME)

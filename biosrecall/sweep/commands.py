@@ -166,11 +166,15 @@ def _run_description(params: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any
     config, named = split_options(params)
     overrides = {key: value for key, value in merge_overrides(named, pairs).items() if value is not None}
     task = {
-        "data": params["data_dir"], "preset": params["preset"], "model_overrides": overrides or None,
-        "from": params.get("parent"), "at_update": params.get("at_update"),
-        "tokenizer": params.get("tokenizer"), "quiet": params.get("quiet") or None,
+        "data": params["data_dir"],
+        "preset": params["preset"],
+        "model_overrides": overrides or None,
+        "from": params.get("parent"),
+        "at_update": params.get("at_update"),
+        "tokenizer": params.get("tokenizer"),
+        "quiet": params.get("quiet") or None,
         "no_verify": params.get("no_verify") or None,
-    }  # fmt: skip
+    }
     return config, {key: value for key, value in task.items() if value is not None}
 
 

@@ -191,10 +191,15 @@ class SlurmExecutor:
         submitit = import_submitit()
         executor = submitit.AutoExecutor(folder=jobs[0].bookkeeping / "submitit", cluster=self.cluster)
         executor.update_parameters(
-            name="biosrecall-sweep", timeout_min=self.time_min, nodes=1, tasks_per_node=1,
-            gpus_per_node=self.gpus_per_run, cpus_per_task=self.cpus_per_run,
-            slurm_partition=self.partition, slurm_array_parallelism=self.array_parallelism,
-        )  # fmt: skip
+            name="biosrecall-sweep",
+            timeout_min=self.time_min,
+            nodes=1,
+            tasks_per_node=1,
+            gpus_per_node=self.gpus_per_run,
+            cpus_per_task=self.cpus_per_run,
+            slurm_partition=self.partition,
+            slurm_array_parallelism=self.array_parallelism,
+        )
         submitted = executor.map_array(run_one, list(jobs))
         outcomes = []
         try:

@@ -114,8 +114,14 @@ def run_status(job: SweepRun) -> dict[str, Any]:
     record = run_state(job.record)
     updates, planned = progress(job.run_dir)
     state, detail = _state(job, record, updates)
-    return {"name": job.name, "state": state, "detail": detail, "updates": updates, "planned": planned,
-            "log": str(job.log)}  # fmt: skip
+    return {
+        "name": job.name,
+        "state": state,
+        "detail": detail,
+        "updates": updates,
+        "planned": planned,
+        "log": str(job.log),
+    }
 
 
 def _state(job: SweepRun, record: RunRecord, updates: int) -> tuple[str, str]:

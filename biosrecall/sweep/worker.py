@@ -111,13 +111,25 @@ def _launch(
             process = start_warm(argv[len(PROGRAM) :], job.log, environment)
         else:
             process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environment,
                 start_new_session=True,
-            )  # fmt: skip
+            )
     update_record(
-        job, state="running", phase=phase, action=action, host=socket.gethostname(), pid=process.pid,
-        command=argv, started=now(), exit_code=None, error="",
-    )  # fmt: skip
+        job,
+        state="running",
+        phase=phase,
+        action=action,
+        host=socket.gethostname(),
+        pid=process.pid,
+        command=argv,
+        started=now(),
+        exit_code=None,
+        error="",
+    )
     if processes is not None:
         processes[job.name] = process
     try:
