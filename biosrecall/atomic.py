@@ -344,9 +344,10 @@ class OutputRecord:
 
 def refuse_file(path: str | Path) -> Path:
     """`path`, refused in one line when it exists and is not a folder (an output folder's name taken
-    by a file): the one check of it for every command that writes a folder."""
+    by a file, or a link to nothing, which `mkdir` would refuse only later): the one check of it for
+    every command that writes a folder."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
+    if os.path.lexists(path) and not path.is_dir():
         raise BiosrecallError(f"output path {path} exists and is not a folder")
     return path
 

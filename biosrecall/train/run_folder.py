@@ -78,6 +78,7 @@ from biosrecall.atomic import (
     atomic_directory,
     atomic_write_json,
     atomic_write_text,
+    refuse_file,
 )
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import require_regular_file
@@ -194,9 +195,7 @@ class RunFolder:
         replace what the folder holds (with `overwrite`, or a run that never saved a resumable state)."""
         if resume and overwrite:
             raise BiosrecallError("--resume and --overwrite contradict each other; choose one")
-        # `atomic.refuse_file` without its exception: a dangling link is refused too, before training.
-        if os.path.lexists(self.path) and not self.path.is_dir():
-            raise BiosrecallError(f"run folder {self.path} exists and is not a folder")
+        refuse_file(self.path)  # before training, a dangling link included
         if resume:
             self.require_run()
             return False
