@@ -421,7 +421,7 @@ GATE_DAMAGE = [
     ("calibration-nan", "calibration.npz", _savez(scores=np.full((3, 5), np.nan), exact=np.zeros((4, 5), bool)),
      "calibration.npz is malformed"),
     ("record-garbage", "gate.json", lambda p: p.write_text("{"), "gate.json is corrupt"),
-    ("record-confidence", "gate.json", _set_record("confidence", "high"), "confidence must lie in (0, 1)"),
+    ("record-confidence", "gate.json", _set_record("confidence", "high"), "field 'confidence': expected float, got str"),
     ("record-reference", "gate.json", _set_record("reference_depth", 999), "is inconsistent: reference depth 999"),
 ]  # fmt: skip
 

@@ -38,10 +38,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
 import numpy as np
 import torch
+from msgspec import Meta
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import Gate, GateCdf, OneParameter
@@ -217,7 +218,7 @@ class GateRecord:
     reference_depth: int
     """The reference depth R: the best fixed depth on the fitting people, where every query stops (the
     calibration's depths, which `load_gate` checks it against)."""
-    confidence: Any
+    confidence: Annotated[float, Meta(gt=0, lt=1)]
     """The confidence of the calibration bound, in (0, 1)."""
     model_hash: str
     """`model_hash` of the checkpoint it was fitted on: which architecture."""
@@ -225,11 +226,6 @@ class GateRecord:
     """sha256 of the weights file of the checkpoint it was fitted on."""
     calibration: GateCalibrations
     """The threshold calibrated for each delta of the grid."""
-
-    def __post_init__(self) -> None:
-        confidence = self.confidence
-        if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 < confidence < 1:
-            raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
 
 
 @dataclass(frozen=True)
