@@ -94,12 +94,13 @@ def _distinct(option: str, values: Iterable, low: int) -> tuple[int, ...]:
     return tuple(chosen)
 
 
-def _check_candidates(depths: Iterable) -> tuple[int, int]:
-    values = tuple(depths)
+def _check_candidates(depths: Iterable | str) -> tuple[int, int]:
+    """Two depths, shallower first, from a sequence or the command line's text ("4,16")."""
     try:
+        values = tuple(map(parse_int, split_list(depths)) if isinstance(depths, str) else depths)
         shallow, deep = (check_depth(depth, "--depths") for depth in values)
-    except ValueError:  # not two values, or one is not a depth (a BiosrecallError is a ValueError)
-        raise BiosrecallError(f"{CANDIDATES_HELP} (got {values})") from None
+    except ValueError:  # not two integers, or one is not a depth (a BiosrecallError is a ValueError)
+        raise BiosrecallError(f"{CANDIDATES_HELP} (got {depths!r})") from None
     if deep < shallow:
         raise BiosrecallError(f"{CANDIDATES_HELP} (got {shallow},{deep}: write {deep},{shallow})")
     return shallow, deep
@@ -120,10 +121,7 @@ def _check_rms(value: Any) -> str | float:
 def parse_candidate_depths(text: str) -> tuple[int, int]:
     """--depths "4,16" -> (4, 16): two distinct depths, shallower first. A depth compared with itself is
     refused here as a user's mistake, though `DiagnoseOptions` runs it as the null control."""
-    try:
-        depths = _check_candidates(parse_int(part) for part in split_list(str(text)))
-    except ValueError:  # a BiosrecallError is one
-        raise BiosrecallError(f"{CANDIDATES_HELP} (got {text!r})") from None
+    depths = _check_candidates(str(text))
     if depths[0] == depths[1]:
         raise BiosrecallError(
             f"--depths {text} compares depth {depths[0]} with itself, which gives an advantage of 0 by "
