@@ -299,10 +299,9 @@ def _build(name: str, value: str, raw: str) -> Criterion:
     try:
         number = parse(value)
     except BiosrecallError:
-        noun = "whole number" if parse is parse_int else "number"
-        raise BiosrecallError(f"exit criterion {raw!r}: {value!r} is not a {noun}") from None
-    if not allowed(number):
-        raise BiosrecallError(f"exit criterion {raw!r}: {refusal}")
+        number = None  # text that is no number breaks the same rule as a number out of range
+    if number is None or not allowed(number):
+        raise BiosrecallError(f"exit criterion {raw!r}: {refusal}, got {value!r}")
     return criterion(number)
 
 
