@@ -322,13 +322,17 @@ def check_field(name: str, value: Any) -> Any:
 
 
 def _check_items(name: str, value: Any, limit: Limit) -> tuple:
-    if not isinstance(value, list | tuple) or not value:
-        raise BiosrecallError(f"{name} must be a non-empty list of numbers, got {value!r}")
+    listed = isinstance(value, list | tuple)
     try:
-        items = tuple(check_number(name, item, limit) for item in value)
+        items = tuple(check_number(name, item, limit) for item in value) if listed else ()
     except BiosrecallError:
-        whole = " (whole numbers)" if limit.kind is int else ""
-        raise BiosrecallError(f"{name} must lie in {limit.interval()}{whole}, got {list(value)!r}") from None
+        items = ()  # an item out of bounds, or no number: the list breaks the one rule below
+    if not items:
+        kind = "whole numbers" if limit.kind is int else "numbers"
+        shown = list(value) if listed else value
+        raise BiosrecallError(
+            f"{name} must lie in {limit.interval()} (a non-empty list of {kind}), got {shown!r}"
+        )
     if name == "betas" and len(items) != 2:
         raise BiosrecallError(f"betas must be two numbers B1,B2, got {list(value)!r}")
     return tuple(sorted(set(items))) if name in SETS else items
