@@ -81,42 +81,47 @@ def provenance(study: Path, name: str) -> str:
     )
 
 
-ENGINE_STUDIES = ("leaderboard", "depth")
-"""Studies declared on the engine (`biosrecall.cli.study.STUDIES`), each recording `<name>.json`."""
-RECORDS = ("figure1.json", "capacity.json", "lm_study.json", *(f"{name}.json" for name in ENGINE_STUDIES))
+ENGINE_STUDIES = {
+    "leaderboard": ("biosrecall.experiments.leaderboard", "LEADERBOARD"),
+    "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
+    "lm_study": ("biosrecall.experiments.lm_study", "LM_STUDY"),
+}
+"""Studies declared on the engine (`biosrecall.experiments.engine`), by name: each records `<name>.json`."""
+RECORDS = ("figure1.json", "capacity.json", *(f"{name}.json" for name in ENGINE_STUDIES))
 """The record that each kind of study writes in its output folder."""
 
 
 def _engine_study(study: Path):
-    """(the declaration, its record) of an engine study's output, else None."""
-    for name in ENGINE_STUDIES:
-        if (study / f"{name}.json").is_file():
-            import importlib
+    """(the declaration, its record) of an engine study's output, else None; a record an earlier
+    release wrote in a format of its own is read as the engine's (the study's `upgrade`)."""
+    import importlib
 
-            from biosrecall.cli.study import STUDIES
-
-            module, attribute = STUDIES[name]
-            return getattr(importlib.import_module(module), attribute), json.loads(
-                (study / f"{name}.json").read_text()
-            )
+    for name, (module, attribute) in ENGINE_STUDIES.items():
+        path = study / f"{name}.json"
+        if path.is_file():
+            declaration = getattr(importlib.import_module(module), attribute)
+            record = json.loads(path.read_text())
+            if declaration.upgrade is not None:
+                record = declaration.upgrade(record, f"{path} is corrupt")
+            return declaration, record
     return None
 
 
 def _record(study: Path) -> tuple[dict, list[int]]:
-    """The study's record (an engine study's, capacity.json, lm_study.json, else figure1.json) and its seeds."""
+    """The study's record (an engine study's, capacity.json, else figure1.json) and its seeds."""
     if (engine := _engine_study(study)) is not None:
         return engine[1], engine[1]["options"]["seeds"]
-    for name in ("capacity.json", "lm_study.json"):
-        if (study / name).is_file():
-            record = json.loads((study / name).read_text())
-            # capacity.json is the engine's record since 0.2.0's port (seeds under "options")
-            return record, record.get("seeds") or record["options"]["seeds"]
+    if (study / "capacity.json").is_file():
+        record = json.loads((study / "capacity.json").read_text())
+        # capacity.json is the engine's record since 0.2.0's port (seeds under "options")
+        return record, record.get("seeds") or record["options"]["seeds"]
     record = json.loads((study / "figure1.json").read_text())
     return record, record.get("study", {}).get("seeds", [record["train_config"]["seed"]])
 
 
 def study_command(study: Path) -> str:
-    """The command that made `study`, from its record: `biosrecall capacity`, `lm study` or `figure1`."""
+    """The command that made `study`, from its record: an engine study's (`lm study` among them),
+    `biosrecall capacity` or `figure1`."""
     if (engine := _engine_study(study)) is not None:
         from biosrecall.experiments.engine import study_command as engine_command
 
@@ -128,10 +133,6 @@ def study_command(study: Path) -> str:
         from biosrecall.experiments.capacity import capacity_command
 
         return capacity_command(record)
-    if (study / "lm_study.json").is_file():
-        from biosrecall.experiments.lm_study import lm_study_command
-
-        return lm_study_command(record)
     options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
     return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
 

@@ -284,7 +284,40 @@ def test_seeds_repeated_under_other_settings(data, tmp_path, capsys):
         "--tokens",
         "6400",
     ]
-    _refused(capsys, tmp_path, argv, "seeds 0 would repeat")
+    _refused(capsys, tmp_path, argv, "made with other settings (updates differ): use another --out")
+
+
+def test_a_record_of_an_earlier_release_continues_and_is_refused_with_other_settings(data, tmp_path, capsys):
+    """An lm_study.json in the format releases up to 0.2.0 wrote (their own record, not the engine's)
+    is read as the engine's: the same settings continue the output, other ones are refused."""
+    from biosrecall.experiments.lm_study import pins
+
+    out = tmp_path / "first"
+    assert study(capsys, data, out, "--seeds", "0", "--grid", "uniform")[0] == 0
+    record = json.loads((out / "lm_study.json").read_text())
+    pinned = pins(LMStudyOptions(data=str(data), preset="tiny"))
+    earlier = {
+        "preset": "tiny",
+        "settings": pinned["settings"],
+        "updates": pinned["updates"],
+        "tokens_per_update": 64,
+        "device": "cpu",
+        "data": {**pinned["data"], "manifest_sha256": "0" * 64, "sources": ["corpus.txt"]},
+        "schedules": pinned["schedules"],
+        "grid": ["uniform"],
+        "seeds": [0],
+        "versions": record["versions"],
+        "machine": record["machine"],
+    }
+    (out / "lm_study.json").write_text(json.dumps(earlier))
+    argv = [*STUDY, "--data", str(data), "--out", str(out), "--seeds", "0", "--grid", "uniform"]
+    _refused(
+        capsys, tmp_path, [*argv, "--device", "auto"], "made with --device cpu, not auto: use another --out"
+    )
+    assert study(capsys, data, out, "--seeds", "1", "--grid", "uniform")[0] == 0
+    assert json.loads((out / "lm_study.json").read_text())["options"]["seeds"] == [0, 1]
+    (out / "lm_study.json").write_text(json.dumps({**earlier, "seeds": "0"}))
+    _refused(capsys, tmp_path, argv, "lm_study.json is corrupt: field 'seeds'")
 
 
 def test_another_corpus_is_refused_the_same_one_from_a_later_release_is_not(data, tmp_path, capsys):

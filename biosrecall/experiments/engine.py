@@ -30,7 +30,9 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
 A study that needs more declares it, each hook optional: `prepare` (`figure1`'s), a record of its own
 and what it refuses or replaces (`overwrite`), and inputs it makes (a dataset) under the lock; on the
 engine's record, `inputs` (`capacity`'s), what its runs read (a dataset) made under the lock and its
-runs planned there, and `free`, options a later call may change (where runs are scored); a failure
+runs planned there; `free`, options a later call may change (where runs are scored, a corpus's
+folder), and `pins`, what options resolve to that may not change (`lm study`'s corpus, pinned by its
+tokenizer and tokens); `upgrade`, a record an earlier release wrote in its own format; a failure
 or interrupt while preparing leaves a new output as it found it; `then`, runs chosen from the first
 runs' results (a learning-rate grid's winners); `evaluate`, one scoring pass in this process instead
 of per-run `evaluations`; `write`, files in formats of its own. Branches (a run whose task names its
@@ -71,7 +73,7 @@ from biosrecall.atomic import atomic_write_bytes, atomic_write_text, keep_output
 from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 from biosrecall.files import parse_json_text, read_json_object
 from biosrecall.locking import output_lock
-from biosrecall.records import Amount, parse_record, read_checked_json
+from biosrecall.records import Amount, parse_record
 from biosrecall.sweep.commands import EVALUATIONS
 from biosrecall.sweep.engine import Executor, planned_actions, prepare, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, make_executor, usable_cores
@@ -115,15 +117,19 @@ class Study:
     """Options a later call may extend on the same output (the record keeps their union)."""
     free: tuple[str, ...] = ()
     """Options a later call may change on the same output (the record keeps the latest): where runs
-    train and are scored, not what they are."""
+    train and are scored, not what they are, or what `pins` pins by what it is."""
+    pins: Callable[[Any], dict] | None = None
+    """options -> what they resolve to that must not change on the same output (a corpus by its
+    tokenizer and tokens, not its folder): the record's `pins`, a later call whose pins differ refused
+    in one line naming the first that does."""
+    shown: tuple[str, ...] = ()
+    """Options the reproducing command (`study_command`) names even at their default."""
+    upgrade: Callable[[dict, str], dict] | None = None
+    """(record as read, what a problem with it says) -> the engine's record, for an output whose record an earlier release wrote
+    in a format of its own (the record then stays as it is until a call rewrites it)."""
     command: str = ""
     """The command words that run it ("" for `biosrecall study <name>`; "leaderboard" for a study with
     a command of its own)."""
-    check: Callable[[Path, Any], Any] | None = None
-    """(out, options) -> `options` checked against the record of a study with one of its own (see
-    `prepare`), refusing an output made otherwise in one line, and grown by what earlier calls trained;
-    writes nothing. None: the engine's record check (`check_record`, `grown_options`), or none for a
-    study whose `prepare` checks its record itself."""
     prepare: Callable[[Path, Any, bool, Any], None] | None = None
     """(out, options, overwrite, report): for a study with a record of its own, under the lock before
     anything trains: check what OUT holds against the options (refuse, or with `overwrite` replace,
@@ -161,6 +167,7 @@ def record_of(study: Study, options) -> dict[str, Any]:
         "study": study.name,
         "options": dataclasses.asdict(options),
         "command": study_command(study, options),
+        **({"pins": study.pins(options)} if study.pins is not None else {}),
     }
     return json.loads(json.dumps({**values, "versions": versions(), "machine": machine()}, default=str))
 
@@ -173,30 +180,36 @@ class StudyRecord:
     """The study's name."""
     options: dict[str, Any]
     """The options the output was made with (`dataclasses.asdict` of the study's options)."""
-
-
-def read_output_record(out_dir: Path, name: str, record_type: type, what: str) -> dict[str, Any] | None:
-    """OUT/<name> checked as a `record_type`, as JSON read it: None for a new or empty OUT, refused for
-    one that holds other files but no record (a study writes its record before its first run)."""
-    if not (out_dir / name).is_file():
-        if out_dir.is_dir() and any(out_dir.iterdir()):
-            raise BiosrecallError(f"{out_dir} is not empty and holds no {name}: give a new or empty --out")
-        return None
-    return read_checked_json(out_dir / name, record_type, what)
+    pins: dict[str, Any] = field(default_factory=dict)
+    """What the options resolved to (`Study.pins`; none for most studies)."""
 
 
 def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[str, Any] | None:
-    """The record already in OUT (None for a new or empty folder), refusing another study's or one made
-    with other settings in one line naming the first setting that differs."""
-    old = read_output_record(out_dir, f"{study.name}.json", StudyRecord, f"{study.name} record")
-    if old is None:
+    """The record already in OUT (None for a new or empty folder), refusing one made with other
+    settings in one line naming the first setting that differs, or a folder that holds other files
+    but no record (a study writes its record before its first run)."""
+    path, what = out_dir / f"{study.name}.json", f"{study.name} record"
+    if not path.is_file():
+        if out_dir.is_dir() and any(out_dir.iterdir()):
+            raise BiosrecallError(
+                f"{out_dir} is not empty and holds no {path.name}: give a new or empty --out"
+            )
         return None
+    old = read_json_object(path, what)
+    where = f"{what} {path} is corrupt"
+    old = old if study.upgrade is None else study.upgrade(old, where)
+    parse_record(old, StudyRecord, where)
     for key, value in record["options"].items():
         if key not in (*study.growing, *study.free) and old["options"].get(key) != value:
             flag = "--" + key.replace("_", "-")
             raise BiosrecallError(
                 f"{out_dir} holds a {study.name} study made with {flag} {_shown(old['options'].get(key))}, "
                 f"not {_shown(value)}: use another --out"
+            )
+    for key, value in record.get("pins", {}).items():
+        if old.get("pins", {}).get(key) != value:
+            raise BiosrecallError(
+                f"{out_dir} holds a {study.name} study made with other settings ({key} differ): use another --out"
             )
     return old
 
@@ -248,10 +261,8 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
 
 
 def checked_options(study: Study, out_dir: Path, options):
-    """`options` checked against the record in OUT and grown by it: the study's `check`, else the
-    engine's record check for a study without a `prepare` of its own."""
-    if study.check is not None:
-        return study.check(out_dir, options)
+    """`options` checked against the record in OUT and grown by it (`check_record`), for a study
+    without a `prepare` of its own."""
     if study.prepare is not None:
         return options
     return grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
@@ -404,7 +415,7 @@ def study_command(study: Study, options) -> str:
     flags = []
     for item in dataclasses.fields(options):
         value = getattr(options, item.name)
-        if value != getattr(defaults, item.name):
+        if value != getattr(defaults, item.name) or item.name in study.shown:
             flags.append(
                 f"--{item.name.replace('_', '-')} {_shown(list(value) if isinstance(value, tuple) else value)}"
             )

@@ -17,8 +17,9 @@ is evaluated on the corpus's validation split at serving depths 1..`max_depth` (
 serving range 1..16 and beyond), and the paper's LM statements (`LM_CLAIMS`) are judged from the NLL
 tables over seeds by the one claims engine (`biosrecall.experiments.claims`). Layout:
 
-    OUT/lm_study.json            resolved preset, data (its manifest's sha256), updates, grid, seeds,
-                                 versions, machine: a later call with other settings is refused
+    OUT/lm_study.json            the engine's record: the options, what they resolve to (`pins`: the
+                                 corpus, the preset's settings, the updates, the schedules), versions,
+                                 machine: a later call with other settings is refused
     OUT/runs/<item>/seed<S>/     one `lm train` run folder each (`lm compare OUT/runs/* --aggregate-seeds`
                                  reads them too); its evaluation in eval/nll.{csv,parquet}
     OUT/runs/.sweep/             each run's spec, record and log (`biosrecall.sweep`)
@@ -37,12 +38,12 @@ The study is `LM_STUDY`, declared on the engine (`biosrecall.experiments.engine`
 (`biosrecall.experiments.lm_grid.LMStudyOptions`, torch-free: `lm study`'s options are its fields),
 grid, evaluation and run sizes, planned by `engine.plan_study` and run by `engine.run_study`, which
 locks OUT, trains through the sweep engine (a finished, evaluated run is not handed to it again),
-times each phase and judges the claims. Four steps are the study's own hooks: `check` refuses an
-output whose lm_study.json was made with other settings and adds its seeds and grid items, and
-`prepare` writes it (the record pins the corpus by what it holds rather than its folder; the
-records earlier releases wrote continue as they are); `evaluate` runs the update diagnostic after
-training; `write` writes the files above (lm_summary.md's "mean [95% interval]" cells, lm_claims.*
-with the paper's number beside each statement). Calling again continues: finished runs are skipped,
+times each phase and judges the claims. Its record is the engine's, OUT/lm_study.json: the corpus is
+pinned by what it holds rather than its folder (`pins`: `--data` may name another copy), and a record
+an earlier release wrote in its own format continues as it is (`upgrade`). Two steps are the study's
+own hooks: `evaluate` runs the update diagnostic after training; `write` writes the files above
+(lm_summary.md's "mean [95% interval]" cells, lm_claims.* with the paper's number beside each
+statement). Calling again continues: finished runs are skipped,
 an interrupted one resumes from its last save, and added seeds or grid items train only what is new
 (the tables and claims cover every seed and item of the output).
 `lm study --archive DEST` copies a finished study without its weights
@@ -65,10 +66,9 @@ the row is not measured.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,7 @@ from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.claims import Claim, interval_cell, judge_claims, markdown_columns, write_claims
-from biosrecall.experiments.engine import RUNS, Study, read_output_record, write_study_record
+from biosrecall.experiments.engine import RUNS, Study
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
     CURRICULUM,
@@ -89,7 +89,6 @@ from biosrecall.experiments.lm_grid import (
     GRID,
     MATCHED,
     MATCHED_TO,
-    RECORD,
     SERVING,
     UNIFORM,
     LMStudyOptions,
@@ -97,17 +96,16 @@ from biosrecall.experiments.lm_grid import (
     parse_grid,
 )
 from biosrecall.experiments.study import check_seeds
-from biosrecall.files import file_sha256
 from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import lm_plan
 from biosrecall.outputs import save_figure, write_table
-from biosrecall.records import Count
+from biosrecall.records import Count, parse_record
 from biosrecall.stats import aggregate_seeds
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
-from biosrecall.train.run_folder import RunFolder, machine, versions
+from biosrecall.train.run_folder import RunFolder
 
 CLAIMS = "lm_claims"  # the claims' file stem: lm_claims.csv / .parquet / .md
 PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -192,6 +190,7 @@ def _settings(options: LMStudyOptions) -> tuple[LMStudyPreset, int]:
 
 def runs(options: LMStudyOptions) -> list[SweepRun]:
     """One `lm train` run per grid item and seed, labelled with both."""
+    check_seeds(tuple(options.seeds))
     s, updates = _settings(options)
     task = {
         "data": Path(options.data).resolve(),
@@ -215,7 +214,7 @@ def runs(options: LMStudyOptions) -> list[SweepRun]:
     return [
         SweepRun(f"{item}/seed{seed}", "lm train", config(item, seed), task, {"item": item, "seed": seed})
         for seed in options.seeds
-        for item in options.grid
+        for item in parse_grid(",".join(options.grid))  # checked, in `GRID`'s order
     ]
 
 
@@ -606,39 +605,25 @@ def write_lm_claims(judged: pd.DataFrame, out_dir: Path) -> list[Path]:
 # ---- the study's own steps on the engine (module doc): its record, diagnostic and files ----
 
 
-def _data_record(data_dir: Path) -> dict[str, Any]:
-    """The corpus as the record pins it: `lm prepare` output (checked), its manifest's hash."""
-    manifest = load_manifest(data_dir)  # a BiosrecallError when it is not `lm prepare` output
-    return {
-        "manifest_sha256": file_sha256(data_dir / "manifest.json"),
+def pins(options: LMStudyOptions) -> dict[str, Any]:
+    """`LM_STUDY.pins`: what an output's runs were made with beyond its options (`--data` and
+    `--tokens` are free: any folder of the same corpus, any budget of the same updates). The corpus
+    is its tokenizer (trained on its training documents), vocabulary and training tokens: the same
+    corpus prepared by a later release, whose manifest names that release, is the same data."""
+    settings, updates = _settings(options)
+    manifest = load_manifest(Path(options.data))  # a BiosrecallError when it is not `lm prepare` output
+    corpus = {
         "tokenizer_sha256": manifest["tokenizer"]["sha256"],
         "vocab_size": int(manifest["tokenizer"]["vocab_size"]),
         "train_tokens": int(manifest["splits"]["train"]["tokens"]),
-        "sources": [entry.get("location") for entry in manifest.get("source", {}).get("inputs", [])],
     }
-
-
-def _record(options: LMStudyOptions) -> dict[str, Any]:
-    """What lm_study.json holds, as it reads back from JSON (lists, not tuples)."""
-    settings, updates = _settings(options)
-    record = {
-        "preset": options.preset,
-        "settings": asdict(settings),
-        "updates": updates,
-        "tokens_per_update": settings.batch_size * settings.seq_len,
-        "device": options.device,
-        "data": _data_record(Path(options.data)),
-        "schedules": dict(GRID),
-        "grid": list(options.grid),
-        "seeds": list(options.seeds),
-    }
-    return json.loads(json.dumps({**record, "versions": versions(), "machine": machine()}))
+    return {"data": corpus, "settings": asdict(settings), "updates": updates, "schedules": dict(GRID)}
 
 
 @dataclass(kw_only=True)
-class LMStudyRecord:
-    """The fields of lm_study.json that continuing an output reads (`_record` writes them; its other
-    keys, versions and machine, are kept as written)."""
+class EarlierRecord:
+    """The fields of an lm_study.json that releases up to 0.2.0 wrote, before the study's record was
+    the engine's: `upgrade` reads them (its other keys, versions and machine, are kept)."""
 
     preset: str
     """The preset (`LM_STUDY_PRESETS`)."""
@@ -651,7 +636,7 @@ class LMStudyRecord:
     device: str
     """The `--device` asked for."""
     data: dict[str, Any]
-    """The corpus, pinned by its tokenizer, vocabulary and training tokens (`_data_record`)."""
+    """The corpus: its tokenizer, vocabulary and training tokens, the manifest's hash and sources."""
     schedules: dict[str, str]
     """Every grid item the release knew, with its schedule (`lm_grid.GRID`)."""
     grid: list[str]
@@ -660,74 +645,30 @@ class LMStudyRecord:
     """The seeds trained."""
 
 
-SETTINGS_KEYS = ("preset", "settings", "updates", "tokens_per_update", "device", "data", "schedules")
-
-
-def _check_record(out_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
-    """The record already in OUT, refusing one made with other settings: its runs' seeds would be
-    repeated under other settings (or mixed with them) in one output."""
-    old = read_output_record(out_dir, RECORD, LMStudyRecord, "lm study record")
-    if old is None:
-        return None
-    changed = [key for key in SETTINGS_KEYS if _identity(old, key) != _identity(record, key)]
-    if changed:
-        seeds = sorted(set(old["seeds"]) & set(record["seeds"]))
-        repeat = f"seeds {','.join(map(str, seeds))} would repeat" if seeds else "its seeds would mix with"
-        raise BiosrecallError(
-            f"{out_dir} holds an lm study with other settings ({', '.join(changed)} differ): {repeat} "
-            "the runs already there; use another --out"
-        )
-    return old
-
-
-def _identity(record: dict[str, Any], key: str) -> Any:
-    """What must match for a call to continue an output: the corpus is its tokenizer (trained on its
-    training documents), vocabulary and training tokens. Its source locations are only informative
-    (an archive writes them relative to where it was made), and so is its manifest's hash, which
-    also records the release that prepared it: the same corpus prepared by a later release is the
-    same data."""
-    value = record[key]
-    if key == "data":
-        return {name: item for name, item in value.items() if name not in ("sources", "manifest_sha256")}
-    return value
-
-
-def lm_study_command(record: dict[str, Any]) -> str:
-    """The `biosrecall lm study` command that wrote an output, from its lm_study.json: defaults left
-    out and no `--out`, as `biosrecall.experiments.study.figure1_command` writes figure1's. The record
-    pins the corpus by its manifest, not its folder, so `--data` names what `lm prepare` read."""
-    sources = " ".join(str(source) for source in record["data"].get("sources") or ["?"])
-    flags = [f"--data <lm prepare {sources}>", f"--preset {record['preset']}"]
-    flags.append("--seeds " + ",".join(map(str, record["seeds"])))
-    if list(record["grid"]) != list(GRID):
-        flags.append("--grid " + ",".join(record["grid"]))
-    if record["updates"] != record["settings"]["updates"]:
-        flags.append(f"--tokens {record['updates'] * record['tokens_per_update']}")
-    if record["device"] != "auto":
-        flags.append(f"--device {record['device']}")
-    return "biosrecall lm study " + " ".join(flags)
-
-
-def check_output(out_dir: Path, options: LMStudyOptions) -> LMStudyOptions:
-    """`LM_STUDY.check`, the one check of `options` (every other step takes what it returns): its seeds
-    and grid items (put in `GRID`'s order), checked against the record already in OUT (`_check_record`)
-    and grown by the seeds and grid items earlier calls trained (a call plans and tabulates the whole
-    study), every run's plan checked (a budget under one update); nothing is written."""
-    check_seeds(tuple(options.seeds))
-    options = replace(options, grid=parse_grid(",".join(options.grid)))
-    old = _check_record(Path(out_dir), _record(options))
-    if old is not None:
-        grid = tuple(item for item in GRID if item in {*old["grid"], *options.grid})
-        options = replace(options, seeds=tuple(sorted({*old["seeds"], *options.seeds})), grid=grid)
-    for run in runs(options):
-        _plan(run, options)
-    return options
-
-
-def write_record(out_dir: Path, options: LMStudyOptions, overwrite: bool = False, report=None) -> None:
-    """lm_study.json before the first run (`LM_STUDY.prepare`), once the engine has checked the output's
-    settings (`check_output`) under its lock."""
-    write_study_record(out_dir / RECORD, json.dumps(_record(options), indent=2) + "\n")
+def upgrade(record: dict[str, Any], where: str) -> dict[str, Any]:
+    """`LM_STUDY.upgrade`: an lm_study.json of release 0.2.0 or before as the engine's record (its
+    `--data` the command that prepared the corpus, as the record named it), so that its output, the
+    committed archive included, continues."""
+    if "options" in record:
+        return record
+    parse_record(record, EarlierRecord, where)
+    updates = record["updates"]
+    options = {
+        "data": f"<lm prepare {' '.join(map(str, record['data'].get('sources') or ['?']))}>",
+        "preset": record["preset"],
+        "seeds": record["seeds"],
+        "grid": record["grid"],
+        "tokens": None if updates == record["settings"]["updates"] else updates * record["tokens_per_update"],
+        "device": record["device"],
+    }
+    corpus = {key: record["data"][key] for key in ("tokenizer_sha256", "vocab_size", "train_tokens")}
+    pinned = {
+        "data": corpus,
+        "settings": record["settings"],
+        "updates": updates,
+        "schedules": record["schedules"],
+    }
+    return {**record, "study": "lm_study", "options": options, "pins": pinned}
 
 
 def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions, executor) -> pd.DataFrame:
@@ -801,9 +742,11 @@ LM_STUDY = Study(
     done=evaluated,
     sizes=sizes,
     growing=("seeds", "grid"),
+    free=("data", "tokens"),
+    pins=pins,
+    shown=("preset",),
+    upgrade=upgrade,
     command="lm study",
-    check=check_output,
-    prepare=write_record,
     evaluate=evaluate,
     write=write,
 )

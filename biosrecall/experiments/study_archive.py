@@ -39,8 +39,9 @@ learned gate) is refused with the file it lacks.
 An archive names no folder of the machine that wrote it: the paths a JSON record holds inside the
 study (a run's dataset, in config.json and each meta.json; the run an LM diagnosis read) are written
 relative to the run's folder, those outside the study but under the folder the archive was made
-from (an LM study's corpus) relative to that folder, as a command run there names them, and each
-cached table is re-keyed to its rewritten meta.json (`table_cache.rekey_cached`).
+from (an LM study's corpus) relative to that folder, as a command run there names them (a path
+among the words of a record's command line too), and each cached table is re-keyed to its rewritten
+meta.json (`table_cache.rekey_cached`).
 
 The archive is built under a temporary name and renamed into place, so it is complete or absent.
 """
@@ -175,8 +176,13 @@ def _write_paths_relative(record: Path, archive: Path, roots: set[str], out_dir:
             return os.path.relpath(value, here)
         return value
 
+    def relative_words(value: str) -> str:
+        """A whole path, or each path among the words of a command line (a study record's `command`)."""
+        whole = relative(value)
+        return whole if whole != value else " ".join(map(relative, value.split(" ")))
+
     before = parse_json_text(record.read_text(encoding="utf-8"), str(out_dir / record.relative_to(archive)))
-    after = _map_strings(before, relative)
+    after = _map_strings(before, relative_words)
     if after == before:
         return
     is_meta = record.name == META_FILE
