@@ -95,11 +95,6 @@ def fork_server_death(wait: float = 0.0) -> str | None:
     return f"(pid {pid}) {how}"
 
 
-def _gone(pid: int) -> bool:
-    """Whether process `pid`, not a child of ours, has ended (a zombie nobody reaps counts as ended)."""
-    return not pid_alive(pid)
-
-
 def warm_start_enabled(environment: Mapping[str, str]) -> bool:
     """Whether runs fork from the warm server (every value of SWITCH but 0 means yes)."""
     return environment.get(SWITCH, "1").strip() != "0"
@@ -143,7 +138,7 @@ class WarmProcess:
         """Stop the command the dead server forked (SIGINT: a trainer saves `latest`) and wait for it."""
         self.send_signal(signal.SIGINT)
         deadline = time.monotonic() + _ORPHAN_WAIT
-        while not _gone(self.pid):
+        while pid_alive(self.pid):  # not a child of ours: a zombie nobody reaps counts as ended
             if time.monotonic() > deadline:
                 self.send_signal(signal.SIGKILL)
                 deadline = float("inf")

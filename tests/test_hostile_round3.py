@@ -269,6 +269,7 @@ class TestDeadWorkers:
         import multiprocessing
 
         from biosrecall import warm
+        from biosrecall.locking import pid_alive
 
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(warm.SERVER_IMPORTS)
@@ -279,7 +280,7 @@ class TestDeadWorkers:
         started = warm.WarmProcess(process)
         with pytest.raises(warm.ForkServerDied, match=r"fork server \(pid \d+\) was killed by SIGKILL"):
             started.wait()
-        assert warm._gone(started.pid) and marker.read_text() == "stopped"
+        assert not pid_alive(started.pid) and marker.read_text() == "stopped"
 
     def test_a_study_run_killed_by_a_signal_is_one_line_not_a_run_failure(self, tmp_path, monkeypatch):
         from biosrecall.experiments import engine
