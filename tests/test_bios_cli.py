@@ -58,8 +58,8 @@ def missing_template_folder(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--people", "0"], "number of people must be positive"),
-        (["--people", "-4"], "number of people must be positive"),
+        (["--people", "0"], "'--people': people must be a positive integer, got 0"),
+        (["--people", "-4"], "'--people': people must be a positive integer, got -4"),
         (["--people", "200000000"], "do not fit in the 160000000 distinct full names"),
         (
             [
@@ -144,7 +144,7 @@ def test_real_process_reports_one_line_without_traceback(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr == "error: number of people must be positive, got 0\n"
+    assert result.stderr == "error: Invalid value for '--people': people must be a positive integer, got 0\n"
     assert not (tmp_path / "d").exists()
 
 

@@ -173,10 +173,10 @@ def test_budget_curve_summarises_each_final_checkpoint():
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        ("0", "must be positive"),
-        ("-1,2", "must be positive"),
+        ("0", "'--budgets': budget multiples must be a positive finite number, got 0.0"),
+        ("-1,2", "'--budgets': budget multiples must be a positive finite number, got -1.0"),
         ("1,1", "repeats"),
-        ("a", "comma-separated numbers such as 0.5,1,2"),
+        ("a", "comma-separated budget multiples such as 0.5,1,2"),
     ],
 )
 def test_bad_budgets_are_one_line_exit_2_nothing_written(tmp_path: Path, capsys, value, named):

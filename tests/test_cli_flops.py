@@ -79,7 +79,10 @@ def test_a_recipe_is_counted_as_train_builds_it(recipe):
         (["--preset", "lm-7b"], "error: unknown preset 'lm-7b'"),
         (["--schedule", "fixed_first:k0=4,switch=2"], "error: schedule 'fixed_first:k0=4,switch=2': switch"),
         (["--schedule", "warp:9"], "error: unknown schedule 'warp'"),
-        (["--updates", "0"], "error: total updates must be a positive integer"),
+        (
+            ["--updates", "0"],
+            "error: Invalid value for '--updates': total updates must be a positive integer, got 0",
+        ),
         (["--seq-len", "x"], "error: "),
     ],
 )

@@ -215,8 +215,12 @@ def test_train_from_its_config_json_repeats_the_run(here):
         (["train"], 'batch_size = "8"\n', "c.toml: batch_size takes an integer, got str '8'"),
         (["figure1"], 'update_matched = "yes"\n', "update_matched takes true or false, got str"),
         (["figure1"], "seeds = [0, {a = 1}]\n", "seeds takes strings or numbers, got table"),
-        (["figure1"], "fixed_sweep = [0, 2]\n", "c.toml: fixed_sweep: depths must be at least 1"),
-        (["lm", "eval"], "max_depth = 0\n", "c.toml: max_depth: 0 is not in the range x>=1"),
+        (
+            ["figure1"],
+            "fixed_sweep = [0, 2]\n",
+            "c.toml: fixed_sweep: depths must be a positive integer, got 0",
+        ),
+        (["lm", "eval"], "max_depth = 0\n", "c.toml: max_depth must be a positive integer, got 0"),
         (["train"], 'data = "a"\ndata_dir = "b"\n', "data and data_dir set the same option"),
         (
             ["generate"],

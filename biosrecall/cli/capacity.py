@@ -48,11 +48,7 @@ CHECKED = {
     "batch_size": {"type": Integer(LIMITS["batch_size"])},
     "seq_len": {"type": Integer(LIMITS["seq_len"])},
     "lr": {"type": Real(LIMITS["lr"])},
-    "depths": {
-        "type": NumberList(
-            DEPTH, "depths", "1,4,16,64", below="depths must be at least 1, got {value!r}", required=True
-        )
-    },
+    "depths": {"type": NumberList(DEPTH, "depths", "1,4,16,64", required=True)},
 }
 """What the options of `CapacityOptions` take beyond their fields' types (`field_options`; their help
 is the docstring under each field)."""

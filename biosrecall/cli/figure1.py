@@ -39,19 +39,9 @@ from biosrecall.train.config import LIMITS
 
 # Each list's numbers are read and checked by its type (`NumberList`: depths, rates); the callbacks
 # add the rules of a list (no repeats, not too many).
-DEPTHS = NumberList(DEPTH, "depths", "1,2,4,8", below="depths must be at least 1, got {value!r}")
-LEARNING_RATES = NumberList(
-    LIMITS["lr"],
-    "numbers",
-    "3e-3,1e-2",
-    below="--lr-grid values must be positive learning rates, got {value!r}",
-)
-MULTIPLES = NumberList(
-    rates(0.0, low_open=True),
-    "numbers",
-    "0.5,1,2",
-    below="--budgets multiples must be positive, got {value!r}",
-)
+DEPTHS = NumberList(DEPTH, "depths", "1,2,4,8")
+LEARNING_RATES = NumberList(LIMITS["lr"], "learning rates", "3e-3,1e-2")
+MULTIPLES = NumberList(rates(0.0, low_open=True), "budget multiples", "0.5,1,2")
 # What the options of `Figure1Options` and `StudyOptions` take beyond their fields' types (their help
 # is the docstring under each field); None: an option written below, or none.
 CHECKED = {

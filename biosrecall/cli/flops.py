@@ -97,14 +97,7 @@ CHECKED = {
         f"{CURRICULUM}, fixed:4, uniform:1-16.",
     },
     "seq_len": {"type": Integer(LIMITS["seq_len"])},
-    "updates": {
-        "type": Integer(
-            LIMITS["updates"],
-            "total updates",
-            below="total updates must be a positive integer, got {value}",
-            bare=True,
-        )
-    },
+    "updates": {"type": Integer(LIMITS["updates"], "total updates")},
     "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
     "backprop_depth": {"type": Integer(DEPTH, "backprop_depth")},
     "recipe": {

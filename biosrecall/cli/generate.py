@@ -101,7 +101,7 @@ class GenerateOptions:
 _FOLDER = {"type": click.Path(path_type=Path)}
 CHECKED = {
     "out": _FOLDER,
-    "people": {"type": Integer(counts(), below="number of people must be positive, got {value}", bare=True)},
+    "people": {"type": Integer(counts())},
     "seed": {"type": Integer(SEED)},
     "pool_sizes": {
         "flag": "--pool-size",

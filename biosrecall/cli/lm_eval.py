@@ -74,7 +74,7 @@ class EvalOptions:
 
 CHECKED = {
     "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
-    "max_depth": {"type": Integer(DEPTH, below="{value} is not in the range x>=1.")},
+    "max_depth": {"type": Integer(DEPTH)},
     "batch_size": {"type": Integer(counts())},
     "max_sequences": {"type": Integer(counts())},
     "exits": {"flag": "--exit", "type": str, "multiple": True},

@@ -70,9 +70,7 @@ class HarnessOptions:
 CHECKED = {
     "tasks": {"type": str, "multiple": True, "required": True, "callback": _comma_list},
     "depths": {
-        "type": NumberList(
-            DEPTH, "serving depths", "4,8,16", below="serving depths must be at least 1", required=True
-        ),
+        "type": NumberList(DEPTH, "serving depths", "4,8,16", required=True),
         "multiple": True,
         "default": ("4,8,16",),
         "callback": _depth_list,

@@ -101,24 +101,16 @@ class _Number:
     """A numeric option: its text read by `parse_int` or `parse_float` (ASCII only; other text is
     "'４' is not a valid integer.", click's words), then checked against the `Limit` of its kind
     (`biosrecall.numbers`: SEED, DEPTH, counts(...) or rates(...)) by `check_number`, the rule every
-    command and `TrainConfig` apply; the message names `label` (default: the parameter).
+    command and `TrainConfig` apply; the message names `label` (default: the parameter)."""
 
-    `below`: the words (with {value}) of a refusal under the floor, for options whose message users
-    knew before the rule (the values refused are the rule's); `bare`: print them without click's
-    "Invalid value for '--option':", as the library printed them."""
-
-    def __init__(self, limit: Limit, label: str | None = None, below: str | None = None, bare: bool = False):
-        self.limit, self.label, self.below, self.bare = limit, label, below, bare
+    def __init__(self, limit: Limit, label: str | None = None):
+        self.limit, self.label = limit, label
 
     def convert(self, value: Any, param, ctx) -> Any:
         try:
             number = _READERS[self.limit.kind](value) if isinstance(value, str) else value
         except BiosrecallError:
             self.fail(f"{excerpt(value)} is not a valid {self.name}.", param, ctx)
-        if self.below is not None and type(number) is int and self.limit.under(number):
-            if self.bare:
-                raise BiosrecallError(self.below.format(value=excerpt(number)))
-            self.fail(self.below.format(value=excerpt(number)), param, ctx)
         try:
             return check_number(self.label or param.name, number, self.limit)
         except BiosrecallError as exc:
@@ -136,17 +128,14 @@ class Real(_Number, click.types.FloatParamType):
 
 class NumberList(click.ParamType):
     """A comma list of numbers ("0,1,2"), each read and checked as `Integer` or `Real` reads one; a
-    tuple. `noun` and `example` word the refusal of a list that does not parse; `below` (with {value},
-    the whole text) that of an item under the floor. `required`: an empty list is refused here, while
-    the command line is read, rather than after the other options (where empty means "none", leave it)."""
+    tuple. `noun` and `example` word the refusal of a list that does not parse. `required`: an empty
+    list is refused here, while the command line is read, rather than after the other options (where
+    empty means "none", leave it)."""
 
     name = "text"  # shown as TEXT in help, as before
 
-    def __init__(
-        self, limit: Limit, noun: str, example: str, below: str | None = None, required: bool = False
-    ):
-        self.limit, self.noun, self.example, self.below = limit, noun, example, below
-        self.required = required
+    def __init__(self, limit: Limit, noun: str, example: str, required: bool = False):
+        self.limit, self.noun, self.example, self.required = limit, noun, example, required
 
     def convert(self, value: Any, param, ctx) -> tuple:
         if isinstance(value, tuple):
@@ -161,8 +150,6 @@ class NumberList(click.ParamType):
             )
         if self.required and not items:
             self.fail(f"is empty; give at least one of the {self.noun}, e.g. {self.example}", param, ctx)
-        if self.below is not None and any(map(self.limit.under, items)):
-            self.fail(self.below.format(value=excerpt(value)), param, ctx)
         try:
             return tuple(check_number(self.noun, item, self.limit) for item in items)
         except BiosrecallError as exc:

@@ -72,12 +72,8 @@ from biosrecall.train.run_folder import RunFolder
 FOLDER = click.Path(path_type=Path)
 CHECKED = {
     "out_dir": {"flag": "--out", "type": FOLDER},
-    "max_depth": {
-        "type": Integer(
-            DEPTH, below="--max-depth must be at least 1 (got {value}), the max depth any query reaches"
-        )
-    },
-    "threshold": {"type": Integer(counts(), below="--threshold must be at least 1 (got {value})")},
+    "max_depth": {"type": Integer(DEPTH)},
+    "threshold": {"type": Integer(counts())},
     "metric": {"type": click.Choice(METRICS)},
     "people": {"type": Integer(counts())},
     "batch_size": {"type": Integer(counts())},
