@@ -47,8 +47,8 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def require_regular_file(path: str | Path, what: str) -> Path:
-    """`path` must exist and be a regular file (not a folder, FIFO or device)."""
+def require_regular_file(path: str | Path, what: str, error: type[BiosrecallError] = BiosrecallError) -> Path:
+    """`path` must exist and be a regular file (not a folder, FIFO or device); else `error`."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -56,9 +56,9 @@ def require_regular_file(path: str | Path, what: str) -> Path:
         problem = (
             "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read: {exc.strerror}"
         )
-        raise BiosrecallError(f"{what} {path} {problem}") from None
+        raise error(f"{what} {path} {problem}") from None
     if not stat.S_ISREG(mode):
-        raise BiosrecallError(f"{what} {path} is not a regular file")
+        raise error(f"{what} {path} is not a regular file")
     return path
 
 

@@ -248,10 +248,7 @@ def _checkpoint_file(folder: Path, name: str, what: str, absent: str) -> Path:
     """`folder/name`, which must be a regular file (`absent` is the message when it is not there)."""
     if not os.path.lexists(folder / name):
         raise DamagedCheckpoint(absent)
-    try:
-        return require_regular_file(folder / name, what)
-    except BiosrecallError as exc:
-        raise DamagedCheckpoint(str(exc)) from None
+    return require_regular_file(folder / name, what, error=DamagedCheckpoint)
 
 
 def _really_missing(model: torch.nn.Module, missing: list[str]) -> bool:
