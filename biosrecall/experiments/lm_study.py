@@ -166,23 +166,19 @@ def resolve_preset(preset: str) -> LMStudyPreset:
     return LM_STUDY_PRESETS[preset]
 
 
-def study_updates(settings: LMStudyPreset, tokens: int | None) -> int:
-    """The updates every run trains: the preset's, or as many whole updates as `tokens` buys."""
-    if tokens is None:
-        return settings.updates
-    per_update = settings.batch_size * settings.seq_len
-    if tokens < per_update:
-        raise BiosrecallError(
-            f"a token budget of {tokens:,} is under one update ({settings.batch_size} x {settings.seq_len} "
-            f"= {per_update:,} tokens)"
-        )
-    return tokens // per_update
-
-
 def _settings(options: LMStudyOptions) -> tuple[LMStudyPreset, int]:
-    """The preset and the updates of every run."""
+    """The preset and the updates every run trains: the preset's, or as many whole updates as
+    `tokens` buys."""
     settings = resolve_preset(options.preset)
-    return settings, study_updates(settings, options.tokens)
+    if options.tokens is None:
+        return settings, settings.updates
+    per_update = settings.batch_size * settings.seq_len
+    if options.tokens < per_update:
+        raise BiosrecallError(
+            f"a token budget of {options.tokens:,} is under one update ({settings.batch_size} x "
+            f"{settings.seq_len} = {per_update:,} tokens)"
+        )
+    return settings, options.tokens // per_update
 
 
 # ---- the declaration: grid, evaluation, per-run table, tables, claims, figures, sizes ----
