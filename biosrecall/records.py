@@ -24,7 +24,8 @@ object) is checked by `biosrecall.files.read_json_object`.
 
 A rule that ties fields together lives in the record's `__post_init__`, raising `ValueError`: its
 message follows the name of the object that holds the fields. The recurring field types are here:
-`Count`, `Amount`, `Fraction`, `Sha256`; `exact_keys` makes the type of an object that maps exactly
+`Count`, `Amount`, `Fraction`, `Sha256`; `Vocabulary` is the rule of a tokenizer's record (its
+special tokens' ids lie inside it); `exact_keys` makes the type of an object that maps exactly
 a given set of names (a pool size per attribute), and `optional()` is the default of a field a file
 may leave out.
 """
@@ -34,9 +35,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 import msgspec.inspect
@@ -55,6 +56,21 @@ Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 """A budget fraction in (0, 1]."""
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 """A sha256 hex digest."""
+
+
+@dataclass(kw_only=True)
+class Vocabulary:
+    """The record of a tokenizer (a bioS dataset's, an LM shard folder's): a subclass declares its
+    `vocab_size` field and its special tokens' id fields, each of which must lie inside the vocabulary."""
+
+    special_ids: ClassVar[tuple[str, ...]] = ()
+    """The names of the fields that hold a special token's id."""
+
+    def __post_init__(self) -> None:
+        for key in self.special_ids:
+            if getattr(self, key) >= self.vocab_size:
+                raise ValueError(f"{key} {getattr(self, key)} is outside the vocabulary of {self.vocab_size}")
+
 
 # msgspec's own message and where it points: "Expected `int` >= 0 - at `$.splits.train.tokens`".
 _LOCATED = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<where>[^`]*)`)?", re.DOTALL)

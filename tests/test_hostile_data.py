@@ -160,7 +160,7 @@ DATASET_MANIFESTS = [
     ("a-folder", replace_with("folder"), "is not a regular file"),
     ("no-tokenizer", _drop("tokenizer"), "field 'tokenizer'"),
     ("vocab-size-text", _set("tokenizer", "vocab_size", "many"), "field 'tokenizer.vocab_size'"),
-    ("pad-id-outside", _set("tokenizer", "pad_id", 10**9), "pad_id 1000000000 outside the vocabulary"),
+    ("pad-id-outside", _set("tokenizer", "pad_id", 10**9), "field 'tokenizer': pad_id 1000000000 is outside the vocabulary"),
     ("vocab-size-below-specials", _set("tokenizer", "vocab_size", 1), "field 'tokenizer.vocab_size': expected int >= 3, got 1"),
     ("no-seed", _drop("seed"), "field 'seed'"),
     ("people-negative", _set("num_people", -3), "field 'num_people'"),

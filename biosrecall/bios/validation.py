@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,7 @@ from biosrecall.bios.templates import EVAL_TEMPLATES
 from biosrecall.bios.tokenizer import PAD_TOKEN, SEP_TOKEN, SPECIAL_TOKENS
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import file_sha256, parse_json_text, read_user_text, require_regular_file
-from biosrecall.records import Amount, Count, Sha256, exact_keys, parse_record
+from biosrecall.records import Amount, Count, Sha256, Vocabulary, exact_keys, parse_record
 
 MAX_MANIFEST_BYTES = 64 << 20  # far above any real manifest; keeps a hostile file from filling memory
 PEOPLE = "people.parquet"
@@ -52,18 +52,14 @@ class TemplateLists:
 
 
 @dataclass(kw_only=True)
-class DatasetTokenizer:
+class DatasetTokenizer(Vocabulary):
     vocab_size: Annotated[int, Meta(ge=len(SPECIAL_TOKENS))]
     """The word-level vocabulary's size, special tokens included."""
     pad_id: Count
     """The padding token's id."""
     sep_id: Count
     """The separator token's id."""
-
-    def __post_init__(self) -> None:
-        for key in ("pad_id", "sep_id"):
-            if getattr(self, key) >= self.vocab_size:
-                raise ValueError(f"{key} {getattr(self, key)} outside the vocabulary of {self.vocab_size}")
+    special_ids: ClassVar[tuple[str, ...]] = ("pad_id", "sep_id")
 
 
 @dataclass(kw_only=True)

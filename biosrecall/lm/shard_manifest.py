@@ -15,7 +15,7 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 from msgspec import Meta
@@ -23,7 +23,7 @@ from msgspec import Meta
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_json_object
 from biosrecall.lm.tokenizer import MAX_VOCAB_SIZE, token_dtype
-from biosrecall.records import Count, Sha256, parse_record
+from biosrecall.records import Count, Sha256, Vocabulary, parse_record
 
 MANIFEST_FORMAT = "biosrecall-lm-shards"
 FORMAT_VERSION = 1
@@ -73,7 +73,7 @@ class Splits:
 
 
 @dataclass(kw_only=True)
-class TokenizerEntry:
+class TokenizerEntry(Vocabulary):
     """The folder's tokenizer."""
 
     vocab_size: Annotated[int, Meta(ge=1, le=MAX_VOCAB_SIZE)]
@@ -82,10 +82,7 @@ class TokenizerEntry:
     """The end-of-document token id."""
     sha256: Sha256
     """The checksum of its tokenizer.json."""
-
-    def __post_init__(self) -> None:
-        if self.eod_id >= self.vocab_size:
-            raise ValueError(f"eod_id {self.eod_id} is outside the vocabulary of {self.vocab_size}")
+    special_ids: ClassVar[tuple[str, ...]] = ("eod_id",)
 
 
 @dataclass(kw_only=True)
