@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
 from biosrecall.atomic import committed
 from biosrecall.bios import ATTRIBUTES, DEFAULT_POOL_SIZES, NAME_PARTS, generate_dataset
@@ -38,7 +37,7 @@ from biosrecall.bios.export_text import (
 from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer
+from biosrecall.cli.options import Integer, refuse_given
 from biosrecall.cli.study import options_from
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
@@ -177,21 +176,10 @@ def _text_summary(path: Path, manifest: dict) -> list[str]:
     ]
 
 
-def _given(ctx: click.Context, *names: str) -> list[str]:
-    """The flags of those options among `names` that the command line or --config set."""
-    return [
-        param.opts[0]
-        for param in ctx.command.params
-        if param.name in names and ctx.get_parameter_source(param.name) not in (ParameterSource.DEFAULT, None)
-    ]
-
-
 def _text_export(ctx: click.Context, options: GenerateOptions) -> TextExport | None:
     """The export the options ask for, or None; text options without --export-text are refused."""
     if options.text_format is None:
-        given = _given(ctx, "text_out", "exposures")
-        if given:
-            raise BiosrecallError(f"{given[0]} only applies with --export-text FORMAT")
+        refuse_given(ctx, ("text_out", "exposures"), "only applies with --export-text FORMAT")
         return None
     if options.text_out is None:
         raise BiosrecallError("--export-text needs --text-out DIR, the folder to write the text files into")
@@ -206,12 +194,9 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
         if out is None:
             raise BiosrecallError("missing option --out (the dataset folder to create) or --from-dataset DIR")
         return out
-    given = _given(ctx, *_GENERATION_OPTIONS)
-    if given:
-        hint = "; the text folder is --text-out" if given[0] == "--out" else ""
-        raise BiosrecallError(
-            f"{given[0]} describes a dataset to generate, not one read by --from-dataset{hint}"
-        )
+    read_only = "describes a dataset to generate, not one read by --from-dataset"
+    refuse_given(ctx, ("out",), f"{read_only}; the text folder is --text-out")
+    refuse_given(ctx, _GENERATION_OPTIONS, read_only)
     if not exporting:
         raise BiosrecallError("--from-dataset exports an existing dataset's text: give --export-text FORMAT")
     return from_dataset

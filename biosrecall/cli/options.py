@@ -23,7 +23,7 @@ import functools
 import inspect
 import textwrap
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields, replace
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -251,6 +251,24 @@ def stacked(options: list[Callable]) -> Callable:
         return command
 
     return decorate
+
+
+def given_flags(ctx: click.Context, names: Iterable[str]) -> list[str]:
+    """The flags of the options among `names` that the command line or --config set (not left at
+    their default), in the command's order."""
+    return [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name in names and ctx.get_parameter_source(param.name) not in (ParameterSource.DEFAULT, None)
+    ]
+
+
+def refuse_given(ctx: click.Context, names: Iterable[str], why: str) -> None:
+    """Refuse, in one line naming its flag, the first option among `names` that was given where it
+    does not apply (`why`: "applies to --hf-model only")."""
+    given = given_flags(ctx, names)
+    if given:
+        raise BiosrecallError(f"{given[0]} {why}")
 
 
 def parse_overrides(ctx, param, values: tuple[str, ...]) -> dict:

@@ -53,12 +53,18 @@ from functools import partial
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
 from biosrecall.bios.dataset import FORMAT, MANIFEST
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import CHECKPOINT_LIST, Integer, ParsedBy, checkpoint_option
+from biosrecall.cli.options import (
+    CHECKPOINT_LIST,
+    Integer,
+    ParsedBy,
+    checkpoint_option,
+    given_flags,
+    refuse_given,
+)
 from biosrecall.cli.study import options_from
 from biosrecall.diagnose.options import parse_depth_list
 from biosrecall.errors import BiosrecallError
@@ -131,7 +137,7 @@ def recall_curve(run_dirs, checkpoints, **fields):
             people=options.people,
             depth_arg=options.depth_arg,
             trust_remote_code=options.trust_remote_code or None,
-            max_depth=options.max_depth if _given("max_depth") else None,
+            max_depth=options.max_depth if given_flags(click.get_current_context(), ["max_depth"]) else None,
             depths=None if options.depths is None else list(options.depths),
         )
         _print(write_output(options.out_dir, options.overwrite, score))  # as for runs, swapped in whole
@@ -160,12 +166,6 @@ def _state_norms(run_dirs, checkpoints, options: RecallCurveOptions) -> None:
             click.echo(f"{run_dir} [{label}] {summary_line(table)}")
 
 
-def _given(name: str) -> bool:
-    """The option was set on the command line or in a --config file (not left at its default)."""
-
-    return click.get_current_context().get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
-
-
 def _check_mode(run_dirs, hf_model, data_dir) -> None:
     """Runs or one Hugging Face model, each with only the options that apply to it."""
 
@@ -173,11 +173,10 @@ def _check_mode(run_dirs, hf_model, data_dir) -> None:
         raise BiosrecallError("--hf-model and RUN_DIRS are mutually exclusive: score runs or one model")
     if hf_model is None and not run_dirs:
         raise BiosrecallError("give run folders (RUN_DIRS) or a Hugging Face model folder (--hf-model DIR)")
-    wrong = [name for name in (RUN_ONLY if hf_model is not None else HF_ONLY) if _given(name)]
-    if wrong:
-        flag = next(p.opts[0] for p in click.get_current_context().command.params if p.name == wrong[0])
-        applies = "runs, not to --hf-model" if hf_model is not None else "--hf-model only"
-        raise BiosrecallError(f"{flag} applies to {applies}")
+    applies = "runs, not to --hf-model" if hf_model is not None else "--hf-model only"
+    refuse_given(
+        click.get_current_context(), RUN_ONLY if hf_model is not None else HF_ONLY, f"applies to {applies}"
+    )
     if hf_model is not None and data_dir is None:
         raise BiosrecallError("--hf-model needs --data DATASET, the bioS dataset folder to score it on")
 
