@@ -274,23 +274,12 @@ def run_summaries(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(per_run: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """lm_nll, and lm_summary: `run_summaries`' numbers per item, mean over seeds with 95% intervals."""
+    """lm_nll, and lm_summary: `run_summaries`' numbers per item (all but its updates), mean over seeds
+    with 95% intervals."""
     table = nll_table(per_run)
-    values = [
-        "mean_nll",
-        "nll_k1",
-        "nll_k16",
-        "beyond_nll",
-        "flops",
-        "wall_seconds",
-        "compute_saving_pct",
-        "wall_saving_pct",
-        "mean_nll_vs_uniform_pct",
-    ]
-    return {
-        "lm_nll": table,
-        "lm_summary": aggregate_seeds(run_summaries(table), ["item", "schedule"], values),
-    }
+    summaries = run_summaries(table)
+    values = [column for column in summaries.columns if column not in ("item", "schedule", "seed", "update")]
+    return {"lm_nll": table, "lm_summary": aggregate_seeds(summaries, ["item", "schedule"], values)}
 
 
 SUMMARY_COLUMNS = {
@@ -326,19 +315,14 @@ def figures(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def sizes(run: SweepRun, options: LMStudyOptions) -> dict[str, Any]:
-    """Updates, tokens and modeled FLOPs of a run (`_plan`)."""
-    plan = _plan(run, options)
+    """Updates, tokens and modeled FLOPs of a run, from the trainer's own planner (a budget under one
+    update, an unknown schedule or override fails here; the corpus's manifest gives the vocabulary)."""
+    plan = lm_plan(run.config, run.task["preset"], run.task["model_overrides"], Path(options.data))[1]
     return {
         "updates": plan.updates,
         "tokens": plan.updates * plan.tokens_per_update,
         "FLOPs": int(plan.total_flops),
     }
-
-
-def _plan(run: SweepRun, options: LMStudyOptions):
-    """The run's training plan from the trainer's own planner (a budget under one update, an unknown
-    schedule or override fails here; the corpus's manifest gives the vocabulary)."""
-    return lm_plan(run.config, run.task["preset"], run.task["model_overrides"], Path(options.data))[1]
 
 
 # ---- the claims: the paper's statements, judged by `biosrecall.experiments.claims` ----
