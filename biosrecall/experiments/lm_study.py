@@ -632,21 +632,15 @@ def upgrade(record: dict[str, Any], where: str) -> dict[str, Any]:
     if "options" in record:
         return record
     parse_record(record, EarlierRecord, where)
-    updates = record["updates"]
-    options = {
-        "data": f"<lm prepare {' '.join(map(str, record['data'].get('sources') or ['?']))}>",
-        "preset": record["preset"],
-        "seeds": record["seeds"],
-        "grid": record["grid"],
-        "tokens": None if updates == record["settings"]["updates"] else updates * record["tokens_per_update"],
-        "device": record["device"],
-    }
-    corpus = {key: record["data"][key] for key in ("tokenizer_sha256", "vocab_size", "train_tokens")}
-    pinned = {
-        "data": corpus,
-        "settings": record["settings"],
-        "updates": updates,
-        "schedules": record["schedules"],
+    updates, sources = record["updates"], " ".join(map(str, record["data"].get("sources") or ["?"]))
+    options = {key: record[key] for key in ("preset", "seeds", "grid", "device")}
+    options["data"] = f"<lm prepare {sources}>"
+    options["tokens"] = (
+        None if updates == record["settings"].get("updates") else updates * record["tokens_per_update"]
+    )
+    pinned = {key: record[key] for key in ("settings", "updates", "schedules")}
+    pinned["data"] = {
+        key: record["data"].get(key) for key in ("tokenizer_sha256", "vocab_size", "train_tokens")
     }
     return {**record, "study": "lm_study", "options": options, "pins": pinned}
 
