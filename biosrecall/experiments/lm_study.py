@@ -574,14 +574,6 @@ def judge(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.Data
     return judge_claims(rows, claims).drop(columns=["note"], errors="ignore")
 
 
-def write_lm_claims(judged: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """OUT/lm_claims.{csv,parquet,md} by the claims engine's writer, the .md with the paper's number
-    beside each statement."""
-    papers = zip(judged["statement"], judged["paper"], strict=True)
-    shown = judged.assign(statement=[f"{statement} (paper: {paper})" for statement, paper in papers])
-    return write_claims(judged, out_dir, stem=CLAIMS, shown=shown)
-
-
 # ---- the study's own steps on the engine (module doc): its record, diagnostic and files ----
 
 
@@ -663,7 +655,10 @@ def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tupl
     if diagnosis is not None:
         write_table(diagnosis, out_dir / "lm_diagnose")
     judged = judge(written["lm_nll"], diagnosis)
-    write_lm_claims(judged, out_dir)
+    # lm_claims.md shows the paper's number beside each statement, for the reader to compare
+    papers = zip(judged["statement"], judged["paper"], strict=True)
+    shown = judged.assign(statement=[f"{statement} (paper: {paper})" for statement, paper in papers])
+    write_claims(judged, out_dir, stem=CLAIMS, shown=shown)
     drawn = [save_figure(figure, out_dir / stem) for stem, figure in figures(written["lm_nll"]).items()]
     return written, judged, [path for paths in drawn for path in paths]
 
