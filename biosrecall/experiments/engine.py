@@ -203,13 +203,13 @@ def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[st
         if key not in (*study.growing, *study.free) and old["options"].get(key) != value:
             flag = "--" + key.replace("_", "-")
             raise BiosrecallError(
-                f"{out_dir} holds a {study.name} study made with {flag} {_shown(old['options'].get(key))}, "
+                f"{out_dir} holds a study made with {flag} {_shown(old['options'].get(key))}, "
                 f"not {_shown(value)}: use another --out"
             )
     for key, value in record.get("pins", {}).items():
         if old.get("pins", {}).get(key) != value:
             raise BiosrecallError(
-                f"{out_dir} holds a {study.name} study made with other settings ({key} differ): use another --out"
+                f"{out_dir} holds a study made with other settings ({key} differ): use another --out"
             )
     return old
 
