@@ -82,12 +82,13 @@ def provenance(study: Path, name: str) -> str:
 
 
 ENGINE_STUDIES = {
+    "capacity": ("biosrecall.experiments.capacity", "CAPACITY"),
     "leaderboard": ("biosrecall.experiments.leaderboard", "LEADERBOARD"),
     "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
     "lm_study": ("biosrecall.experiments.lm_study", "LM_STUDY"),
 }
 """Studies declared on the engine (`biosrecall.experiments.engine`), by name: each records `<name>.json`."""
-RECORDS = ("figure1.json", "capacity.json", *(f"{name}.json" for name in ENGINE_STUDIES))
+RECORDS = ("figure1.json", *(f"{name}.json" for name in ENGINE_STUDIES))
 """The record that each kind of study writes in its output folder."""
 
 
@@ -108,20 +109,16 @@ def _engine_study(study: Path):
 
 
 def _record(study: Path) -> tuple[dict, list[int]]:
-    """The study's record (an engine study's, capacity.json, else figure1.json) and its seeds."""
+    """The study's record (an engine study's, else figure1.json) and its seeds."""
     if (engine := _engine_study(study)) is not None:
         return engine[1], engine[1]["options"]["seeds"]
-    if (study / "capacity.json").is_file():
-        record = json.loads((study / "capacity.json").read_text())
-        # capacity.json is the engine's record since 0.2.0's port (seeds under "options")
-        return record, record.get("seeds") or record["options"]["seeds"]
     record = json.loads((study / "figure1.json").read_text())
     return record, record.get("study", {}).get("seeds", [record["train_config"]["seed"]])
 
 
 def study_command(study: Path) -> str:
-    """The command that made `study`, from its record: an engine study's (`lm study` among them),
-    `biosrecall capacity` or `figure1`."""
+    """The command that made `study`, from its record: an engine study's (`capacity` and `lm study`
+    among them) or `figure1`'s."""
     if (engine := _engine_study(study)) is not None:
         from biosrecall.experiments.engine import study_command as engine_command
 
@@ -129,10 +126,6 @@ def study_command(study: Path) -> str:
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in record["options"].items()}
         return engine_command(declaration, declaration.options(**values))
     record, _ = _record(study)
-    if (study / "capacity.json").is_file():
-        from biosrecall.experiments.capacity import capacity_command
-
-        return capacity_command(record)
     options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
     return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
 

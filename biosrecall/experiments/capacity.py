@@ -25,24 +25,24 @@ write its files (`write`: capacity.md and capacity_claims.* have layouts of thei
 `--people` may grow and the `FREE` options (`--depths`, `--device`) may change, and a call with more
 trains only what is new. Each people count's dataset is made under OUT by the study's `inputs`
 (`make_datasets`), under the engine's lock and before any run is checked, so the grid, which names
-the datasets, is bound to OUT per call (`run_capacity`). `--plan` is this module's own: a run's
-length is a count of its dataset's batches, planned on a probe dataset.
+the datasets, is bound to OUT per call (`run_capacity`). The record names the command that makes the
+output (the engine's `study_command`, naming `shown` options even at their default), and a record of
+release 0.2.0 is read as the engine's (`upgrade`), so its outputs continue. `--plan` is this
+module's own: a run's length is a count of its dataset's batches, planned on a probe dataset.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_text
 from biosrecall.bios import generate_dataset, load_dataset
 from biosrecall.compute.flops import param_counts
 from biosrecall.compute.schedules import MAX_UPDATES
@@ -52,11 +52,11 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.experiments import capacity_results as results
 from biosrecall.experiments.engine import Study, executor_slots, run_study, study_executor
 from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_people, check_seeds
-from biosrecall.files import read_json_object
-from biosrecall.locking import output_lock, scratch_folder
+from biosrecall.locking import scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import EXPOSURES, check_number
+from biosrecall.records import Count, parse_record
 from biosrecall.sizing import (
     Cost,
     check_fits,
@@ -71,7 +71,7 @@ from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.run_folder import STORED_BITS_CACHE_FILE, RunFolder
 
-RECORD, DATA, RUNS = "capacity.json", "data", "runs"
+RECORD, DATA = "capacity.json", "data"
 DATA_SEED = 0
 """Every people count's dataset seed: all seeds and models of a count train on the same people, so
 two models' numbers are compared paired by seed (only the training randomness differs)."""
@@ -242,6 +242,42 @@ def make_datasets(out_dir: Path, options: CapacityOptions, report=None) -> None:
     plan_table([run for run in capacity_runs(options, out_dir / DATA) if run.config.seed == first])
 
 
+@dataclass(frozen=True)
+class EarlierRecord:
+    """The fields of a capacity.json of release 0.2.0 that `upgrade` reads (its other keys are kept)."""
+
+    settings: dict[str, Any]
+    """The options but the lists: preset, exposures, batch_size, seq_len and lr."""
+    people: list[Count]
+    """People counts of the sweep."""
+    seeds: list[Count]
+    """Training seeds."""
+    depths: list[Count]
+    """Serving depths."""
+    train_config: dict[str, Any] = field(default_factory=dict)
+    """The first run's config: its `device` is the study's."""
+
+
+def upgrade(record: dict[str, Any], where: str) -> dict[str, Any]:
+    """`CAPACITY.upgrade`: a capacity.json of release 0.2.0 as the engine's record, so that its output
+    (the committed archives docs/results/capacity and capacity-pilot) continues. Its exposures keep
+    the form that release's command gave them (100, not 100.0): the command the engine rebuilds from
+    the record (`study_command`, the README's provenance line) reads as it did."""
+    if "options" in record or "settings" not in record:  # the engine's, or neither: its check says
+        return record
+    earlier = parse_record(record, EarlierRecord, where)
+    exposures = earlier.settings.get("exposures")
+    options = {
+        **earlier.settings,
+        "exposures": int(exposures) if isinstance(exposures, float) and exposures.is_integer() else exposures,
+        "people": earlier.people,
+        "seeds": earlier.seeds,
+        "depths": earlier.depths,
+        "device": earlier.train_config.get("device", "auto"),
+    }
+    return {**record, "study": "capacity", "options": options}
+
+
 CAPACITY = Study(
     name="capacity",
     summary="Stored bits per parameter of the three schedules and two standard transformers, against people.",
@@ -253,6 +289,8 @@ CAPACITY = Study(
     growing=("seeds", "people"),
     free=FREE,
     inputs=make_datasets,
+    shown=("preset", "people", "seeds", "exposures"),  # always named, as release 0.2.0 named them
+    upgrade=upgrade,
     command="capacity",
 )
 
@@ -265,29 +303,8 @@ def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None,
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.engine`)."""
     out_dir = Path(out_dir)
     check_study_size(options, out_dir, study_executor(workers, threads, options.device).slots(), report)
-    with output_lock(out_dir):  # the engine takes it again: one lock from the record to the claims
-        _upgrade_record(out_dir)
-        bound = replace(CAPACITY, runs=lambda options: capacity_runs(options, out_dir / DATA))
-        return run_study(bound, out_dir, options, workers, threads, report)
-
-
-def _upgrade_record(out_dir: Path) -> None:
-    """A capacity.json of release 0.2.0 (settings, people, seeds, depths) given the engine's `study`
-    and `options`, so its output continues; its other keys are kept until the engine rewrites it."""
-    path = out_dir / RECORD
-    if not path.is_file():
-        return
-    old = read_json_object(path, "capacity record")
-    if "options" not in old and "settings" in old:
-        options = {
-            **old["settings"],
-            "people": old.get("people"),
-            "seeds": old.get("seeds"),
-            "depths": old.get("depths"),
-            "device": old.get("train_config", {}).get("device", "auto"),
-        }
-        old = {**old, "study": CAPACITY.name, "options": options}
-        atomic_write_text(path, json.dumps(old, indent=2, sort_keys=True) + "\n")
+    bound = replace(CAPACITY, runs=lambda options: capacity_runs(options, out_dir / DATA))
+    return run_study(bound, out_dir, options, workers, threads, report)
 
 
 def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:
@@ -407,23 +424,3 @@ def _scaled(table: pd.DataFrame, people: int) -> pd.DataFrame:
     return rows.assign(
         people=people, updates=updates, tokens=per_update * updates, train_flops=rows["train_flops"] * grown
     )
-
-
-def capacity_command(record: dict[str, Any]) -> str:
-    """The `biosrecall capacity` command that wrote an output, from its capacity.json (the engine's
-    own `command`, or rebuilt from a 0.2.0 record: defaults left out and no `--out`)."""
-    if "command" in record:
-        return record["command"]
-    settings, defaults = record["settings"], CapacityOptions()
-    flags = [
-        f"--preset {settings['preset']}",
-        "--people " + ",".join(map(str, record["people"])),
-        "--seeds " + ",".join(map(str, record["seeds"])),
-        f"--exposures {settings['exposures']:g}",
-    ]
-    for key in ("batch_size", "seq_len", "lr"):
-        if settings[key] != getattr(defaults, key):
-            flags.append(f"--{key.replace('_', '-')} {settings[key]:g}")
-    if tuple(record["depths"]) != defaults.depths:
-        flags.append("--depths " + ",".join(map(str, record["depths"])))
-    return "biosrecall capacity " + " ".join(flags)
