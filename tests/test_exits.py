@@ -196,7 +196,7 @@ def test_frontier_is_cached_per_checkpoint_and_rescored_only_for_new_criteria(tm
         (["--exit", "nope"], "unknown exit criterion"),
         (["--exit", "kl:-1"], "positive"),
         (["--exit", "stable:0"], "at least 1"),
-        (["--exit", "kl", "--max-depth", 0], "max depth"),
+        (["--exit", "kl", "--max-depth", 0], "--max-depth"),
     ],
 )
 def test_cli_bad_exit_input_is_one_error_line(tmp_path, capsys, extra, needle):

@@ -53,8 +53,8 @@ def test_parser_reads_latent_and_accel_and_sweeps_a_bare_name():
         ("latent:nan", "positive"),
         ("accel:inf", "positive"),
         ("latent:-inf", "positive"),
-        ("latent:0.0\u0663", "not a number"),  # an Arabic-Indic digit: ASCII only
-        ("accel:1_0", "not a number"),
+        ("latent:0.0\u0663", "must be a positive number, got"),  # an Arabic-Indic digit: ASCII only
+        ("accel:1_0", "must be a positive number, got"),
     ],
 )
 def test_a_bad_eps_is_refused_in_one_line(text, needle):
