@@ -11,7 +11,7 @@ The options are the command's (`biosrecall.recall_options`). Files, into their `
 
     recall_curve.csv, .parquet, .png, .pdf   the long table (`biosrecall.eval.curves`) and its figure
     recall_curve_seeds.csv, .parquet,        with `aggregate_seeds` (`biosrecall.eval.seeds`): the
-    summary.csv, summary_runs.csv            curves over seeds, drawn instead, and the summaries
+    summary.*, summary_runs.*                curves over seeds, drawn instead, and the summaries
     exit_frontier.*, exit_headline.*         with `exits`: the serving frontier (`biosrecall.eval.serving`)
     exit_token_gap.csv, .parquet             with `per_token`: per-token against whole-query exit
                                              (`biosrecall.eval.token_exit`)
@@ -30,13 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from biosrecall.atomic import (
-    OutputRecord,
-    atomic_directory,
-    atomic_write_json,
-    atomic_write_text,
-    check_output_dir,
-)
+from biosrecall.atomic import OutputRecord, atomic_directory, atomic_write_json, check_output_dir
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, summary_table
 from biosrecall.eval.exits import parse_exits
@@ -54,8 +48,8 @@ RUN_BATCH_SIZE = 256
 # Every file recall-curve writes into its folder, by name (the record's list is exact; these bound it).
 OWN_OUTPUTS = (
     "recall_curve*",
-    "summary.csv",
-    "summary_runs.csv",
+    "summary.*",
+    "summary_runs.*",
     "exit_frontier.*",
     "exit_headline.*",
     "exit_token_gap.*",
@@ -112,8 +106,7 @@ def score_and_write(run_dirs, checkpoints=None, options: RecallCurveOptions | No
 
     def write(folder: Path) -> RecallCurve:
         if groups is None:
-            shown = sorted({d for d in SHOWN_DEPTHS if d <= max_depth} | {max_depth})
-            written, summary = write_curves(scores.recall, folder, options.metric, shown)
+            written, summary = write_curves(scores.recall, folder, options.metric, shown_depths(max_depth))
         else:
             written, summary = write_seed_curves(scores.recall, groups, folder)
         result = RecallCurve(written, summary, over_seeds=groups is not None, skipped=scores.skipped)
@@ -166,13 +159,16 @@ def write_curves(
     return written, summary_table(table, shown_depths)
 
 
+def shown_depths(max_depth: int) -> list[int]:
+    """The depths a summary of curves scored to `max_depth` shows: those of `SHOWN_DEPTHS` it reached,
+    and `max_depth` itself."""
+    return sorted({d for d in SHOWN_DEPTHS if d <= max_depth} | {max_depth})
+
+
 def write_seed_curves(table: pd.DataFrame, groups, out_dir: Path) -> tuple[list[Path], pd.DataFrame]:
-    """Every run's table, the curves and summaries over seeds, and the figure of the means with their
-    intervals; returns the paths written and the summary over seeds."""
+    """Every run's table, the curves over seeds, the summary over seeds and that of every run, and the
+    figure of the means with their intervals; returns the paths written and the summary over seeds."""
     curves, summary, per_run = aggregate_recall(table, groups)
     written = write_table(table, out_dir / TABLE_NAME) + write_table(curves, out_dir / f"{TABLE_NAME}_seeds")
-    for name, frame in (("summary", summary), ("summary_runs", per_run)):
-        atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
-        written.append(out_dir / f"{name}.csv")
-    written += save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME)
-    return written, summary
+    written += write_table(summary, out_dir / "summary") + write_table(per_run, out_dir / "summary_runs")
+    return written + save_figure(plot_recall_curves(curves), out_dir / TABLE_NAME), summary

@@ -10,8 +10,9 @@ bioS runs (`train`): the recall curves of every finished run (`biosrecall.eval.c
 with the sweep's `recall_curve` evaluation settings, so each checkpoint comes from the cache its
 evaluation left: `checkpoints/<label>/recall.parquet`) as `recall_curve.csv|parquet|png|pdf` and
 `summary.csv|parquet`. Runs sharing a folder name (a grid over seed: `seed<S>/<name>`) are also
-aggregated over seeds as `recall-curve --aggregate-seeds` does (`biosrecall.eval.seeds`):
-`recall_curve_seeds.*`, with `summary` over seeds and `summary_runs` per run.
+aggregated over seeds as `recall-curve --aggregate-seeds` does, by its writer
+(`biosrecall.eval.recall_curve`): `recall_curve_seeds.*`, with `summary` over seeds and
+`summary_runs` per run.
 
 Language-model runs (`lm train`): once every finished run has been evaluated (`lm_eval` in the
 spec), the Figure-2 comparison of `biosrecall lm compare` (`biosrecall.lm.compare`), with seeds
@@ -28,12 +29,12 @@ import pandas as pd
 
 from biosrecall.atomic import OutputRecord, atomic_directory
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, TABLE_NAME, recall_curves, summary_table
-from biosrecall.eval.plots import plot_recall_curves
-from biosrecall.eval.seeds import aggregate_recall, seed_groups
+from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
+from biosrecall.eval.recall_curve import shown_depths, write_curves, write_seed_curves
+from biosrecall.eval.seeds import seed_groups
 from biosrecall.lm.compare import compare_runs, write_comparison
 from biosrecall.lm.evaluate import TABLE
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import write_table
 from biosrecall.sweep import commands
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.sweep.records import run_status
@@ -98,19 +99,11 @@ def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest
         data_dir=settings["data_dir"],
         people=settings["people"],
     )
-    max_depth = settings["max_depth"]
-    shown = sorted({d for d in (1, 4, 16, 64) if d <= max_depth} | {max_depth})
-    written = write_table(table, dest / TABLE_NAME)
     names = [path.name for path in run_dirs]
     if len(set(names)) < len(names):  # runs sharing a folder name are seeds of one configuration
-        curves, summary, per_run = aggregate_recall(table, seed_groups(run_dirs))
-        written += write_table(curves, dest / f"{TABLE_NAME}_seeds")
-        written += write_table(summary, dest / "summary") + write_table(per_run, dest / "summary_runs")
-        table = curves
-    else:
-        written += write_table(summary_table(table, shown), dest / "summary")
-    figure = plot_recall_curves(table)
-    return written + save_figure(figure, dest / TABLE_NAME)
+        return write_seed_curves(table, seed_groups(run_dirs), dest)[0]
+    written, summary = write_curves(table, dest, "bits", shown_depths(settings["max_depth"]))
+    return written + write_table(summary, dest / "summary")
 
 
 def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
