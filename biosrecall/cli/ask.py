@@ -16,8 +16,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, checkpoint_option
-from biosrecall.cli.study import options_from
+from biosrecall.cli.options import Integer, checkpoint_option, options_from
 from biosrecall.numbers import DEPTH, counts
 
 

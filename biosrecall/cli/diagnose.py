@@ -27,8 +27,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option
-from biosrecall.cli.study import options_from
+from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option, options_from
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.diagnose import DiagnoseOptions
 from biosrecall.diagnose.options import parse_candidate_depths, parse_depth_list

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import NumberList, Real, parse_overrides, train_field_option
+from biosrecall.cli.options import NumberList, Real, options_from, parse_overrides, train_field_option
 from biosrecall.cli.study import (
     QUIET,
     SEEDS,
@@ -27,7 +27,6 @@ from biosrecall.cli.study import (
     WORKERS,
     archive_option,
     archive_output,
-    options_from,
     parse_seeds,
     report_outcome,
     study_errors,

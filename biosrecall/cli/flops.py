@@ -24,8 +24,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, field_docs
-from biosrecall.cli.study import options_from
+from biosrecall.cli.options import Integer, field_docs, options_from
 from biosrecall.compute.report import flops_report
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError

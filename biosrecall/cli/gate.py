@@ -20,8 +20,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option
-from biosrecall.cli.study import options_from
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option, options_from
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.records import read_record

@@ -37,8 +37,7 @@ from biosrecall.bios.export_text import (
 from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, refuse_given
-from biosrecall.cli.study import options_from
+from biosrecall.cli.options import Integer, options_from, refuse_given
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock

@@ -36,8 +36,8 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.lm_eval import evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
-from biosrecall.cli.options import Integer, Real, split_options, stacked, trainer_options
-from biosrecall.cli.study import SEEDS, engine_options, options_from, parse_seeds, run_engine_command
+from biosrecall.cli.options import Integer, Real, options_from, split_options, stacked, trainer_options
+from biosrecall.cli.study import SEEDS, engine_options, parse_seeds, run_engine_command
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.cli.train import train_and_report
 from biosrecall.errors import BiosrecallError

@@ -14,8 +14,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option
-from biosrecall.cli.study import options_from
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option, options_from
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import set_verification
 from biosrecall.numbers import DEPTH, counts

@@ -23,7 +23,7 @@ import functools
 import inspect
 import textwrap
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields, replace
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -67,12 +67,14 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 class FieldValue(click.ParamType):
-    """Text (or a typed value from a config file) -> one TrainConfig field, checked by `check_field`.
-    A list field (`kind` tuple) reads comma-separated `item`s."""
+    """Text (or a typed value from a config file) -> the TrainConfig field `field`, checked by
+    `check_field`. A list field (`kind` tuple) reads comma-separated `item`s."""
 
-    def __init__(self, field: str, kind: type, item: type = float):
-        self.field, self.kind, self.item = field, kind, item
-        self.name = {int: "integer", float: "float", tuple: "list"}.get(kind, "text")
+    def __init__(self, field: str):
+        annotation = field_type(TrainConfig, field)
+        self.field, self.kind = field, tuple if get_origin(annotation) is tuple else annotation
+        self.item = get_args(annotation)[0] if self.kind is tuple else float
+        self.name = {int: "integer", float: "float", tuple: "list"}.get(self.kind, "text")
 
     def convert(self, value: Any, param, ctx) -> Any:
         try:
@@ -191,26 +193,84 @@ def checkpoint_option(
     )
 
 
+class CommaList(click.ParamType):
+    """A comma list ("0,1,2") of `item` values, as a tuple."""
+
+    name = "list"
+
+    def __init__(self, item: type):
+        self.item = item
+
+    def convert(self, value: Any, param, ctx) -> tuple:
+        if isinstance(value, tuple | list):
+            return tuple(value)
+        try:
+            items = tuple(self.item(part.strip()) for part in str(value).split(",") if part.strip())
+        except ValueError:
+            items = ()
+        if not items:
+            self.fail(
+                f"expected a comma list of {self.item.__name__} values, got {str(value)[:80]!r}", param, ctx
+            )
+        return items
+
+
+def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> list[Callable]:
+    """One option per field of the dataclass `cls`, in its order (`field_option`). `given` replaces or
+    adds click settings by field name (a checked type, a callback, another flag or parameter name);
+    None: no option."""
+    given = given or {}
+    return [
+        field_option(cls, item.name, given.get(item.name, {}))
+        for item in fields(cls)
+        if given.get(item.name, {}) is not None
+    ]
+
+
+def field_option(cls: type, name: str, given: Mapping[str, Any] | None = None) -> Callable:
+    """The option of the field `name` of the dataclass `cls`: its flag the field's name (`--max-depth`),
+    its help the docstring under it, its default the field's (help shows it unless it is empty), its type the
+    annotation's (`int | None`: what the field holds when set; a tuple: a comma list; a bool: a flag).
+    `given` replaces or adds click settings (`field_options`)."""
+    item, kind = next(f for f in fields(cls) if f.name == name), field_type(cls, name)
+    default = item.default if item.default_factory is MISSING else item.default_factory()
+    settings = {"type": kind, "default": default, "help": field_docs(cls).get(name, "")}
+    if get_origin(kind) is tuple:
+        settings["type"] = CommaList(get_args(kind)[0])
+    elif kind is bool:
+        settings = {**settings, "type": None, "is_flag": True}
+    settings.update(given or {})
+    flag, name = settings.pop("flag", "--" + name.replace("_", "-")), settings.pop("name", name)
+    return click.option(flag, name, **settings)
+
+
+def field_type(cls: type, name: str) -> Any:
+    """The annotation of the field `name` of the dataclass `cls`; of `X | None`, X (what it holds when set)."""
+    kind = _type_hints(cls)[name]
+    if get_origin(kind) is types.UnionType:
+        kind = next(a for a in get_args(kind) if a is not type(None))
+    return kind
+
+
+def options_from(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> Callable:
+    """A decorator that gives a command one option per field of the dataclass `cls`, in its order
+    (`field_options`)."""
+    return stacked(field_options(cls, given))
+
+
 def train_field_option(name: str) -> Callable:
     """The option of one TrainConfig field (`trainer_options` adds them all; a command that passes only
-    one on to its runs, e.g. `figure1 --log`, adds it alone): its flag, type, rule, default and help."""
-    field = next(f for f in fields(TrainConfig) if f.name == name)
-    flag, default, help_text = "--" + name.replace("_", "-"), field.default, field_docs(TrainConfig)[name]
-    annotation = _type_hints(TrainConfig)[name]
-    if get_origin(annotation) is types.UnionType:  # `int | None`: what the field holds when set
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    kind = tuple if get_origin(annotation) is tuple else annotation
-    item = get_args(annotation)[0] if kind is tuple else float
-    if kind is bool:
-        return click.option(f"{flag}/--no-{flag[2:]}", name, default=default, help=help_text)
-    if name in CHOICES:
-        return click.option(flag, name, type=click.Choice(CHOICES[name]), default=default, help=help_text)
-    if item is str:
-        names = FieldValue(name, kind, item=str)
-        return click.option(flag, name, type=names, multiple=True, callback=_joined, help=help_text)
-    if kind is tuple and default is not None:
-        default = ",".join(map(str, default))
-    return click.option(flag, name, type=FieldValue(name, kind, item), default=default, help=help_text)
+    one on to its runs, e.g. `figure1 --log`, adds it alone): `field_option`'s, its text parsed and
+    checked by `FieldValue`, a switch `--flag/--no-flag`."""
+    value, flag = FieldValue(name), "--" + name.replace("_", "-")
+    settings: dict[str, Any] = {"type": click.Choice(CHOICES[name]) if name in CHOICES else value}
+    if value.kind is bool:
+        settings = {"flag": f"{flag}/--no-{flag[2:]}"}
+    elif value.item is str:
+        settings.update(multiple=True, callback=_joined)
+    elif value.kind is tuple and getattr(TrainConfig, name) is not None:
+        settings["default"] = ",".join(map(str, getattr(TrainConfig, name)))  # shown as users type it
+    return field_option(TrainConfig, name, settings)
 
 
 _type_hints = functools.cache(get_type_hints)

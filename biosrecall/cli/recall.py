@@ -63,9 +63,9 @@ from biosrecall.cli.options import (
     ParsedBy,
     checkpoint_option,
     given_flags,
+    options_from,
     refuse_given,
 )
-from biosrecall.cli.study import options_from
 from biosrecall.diagnose.options import parse_depth_list
 from biosrecall.errors import BiosrecallError
 from biosrecall.hub import check_model_folder

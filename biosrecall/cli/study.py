@@ -15,7 +15,7 @@ engine does the rest (`biosrecall.experiments.engine`: lock, record, training th
 engine, tables, claims).
 
 The pieces every study command shares live here too (`figure1`, `capacity` and `lm study` use them):
-`field_options` (an options dataclass as click options), --seeds, --workers, --threads and --quiet,
+--seeds, --workers, --threads and --quiet,
 the one-line errors of a failed or stopped study (`study_errors`), --archive and the progress lines;
 and, for the commands whose study the engine runs (`study NAME`, `lm study`), their shared options
 (`engine_options`) and their one flow from --archive or --plan to the printed result
@@ -24,10 +24,8 @@ and, for the commands whose study the engine runs (`study NAME`, `lm study`), th
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,9 @@ from typing import Any
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, NumberList, field_docs, stacked
+
+# options_from: re-exported, for `biosrecall.cli.capacity` imports it from here.
+from biosrecall.cli.options import Integer, NumberList, field_options, options_from, stacked  # noqa: F401
 from biosrecall.cli.sweep import executor_options
 from biosrecall.experiments.study import check_seeds
 from biosrecall.interrupts import work_done
@@ -71,60 +71,6 @@ STUDIES = {
     "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
     "leaderboard": ("biosrecall.experiments.leaderboard", "LEADERBOARD"),
 }
-
-
-class CommaList(click.ParamType):
-    """A comma list ("0,1,2") of `item` values, as a tuple."""
-
-    name = "list"
-
-    def __init__(self, item: type):
-        self.item = item
-
-    def convert(self, value: Any, param, ctx) -> tuple:
-        if isinstance(value, tuple | list):
-            return tuple(value)
-        try:
-            items = tuple(self.item(part.strip()) for part in str(value).split(",") if part.strip())
-        except ValueError:
-            items = ()
-        if not items:
-            self.fail(
-                f"expected a comma list of {self.item.__name__} values, got {str(value)[:80]!r}", param, ctx
-            )
-        return items
-
-
-def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> list[Callable]:
-    """One option per field of the dataclass `cls`, in its order: its flag the field's name
-    (`--max-depth`), its help the docstring under it, its default the field's (shown unless it is
-    empty), its type the annotation's (a tuple: a comma list; a bool: a flag). `given` replaces or adds
-    click settings by field name (a checked type, a callback, another flag or parameter name); None: no
-    option."""
-    hints, docs, given = typing.get_type_hints(cls), field_docs(cls), given or {}
-    options = []
-    for item in dataclasses.fields(cls):
-        if item.name in given and given[item.name] is None:
-            continue
-        kind = hints[item.name]
-        default = item.default if item.default_factory is dataclasses.MISSING else item.default_factory()
-        settings = {"type": kind, "default": default, "help": docs.get(item.name, "")}
-        if typing.get_origin(kind) is tuple:
-            settings["type"] = CommaList(typing.get_args(kind)[0])
-        elif kind is bool:
-            settings = {**settings, "type": None, "is_flag": True}
-        settings.update(given.get(item.name, {}))
-        flag, name = settings.pop("flag", "--" + item.name.replace("_", "-")), settings.pop("name", item.name)
-        shown = not (settings["default"] is None or settings["default"] is False or settings["default"] == ())
-        options.append(click.option(flag, name, show_default=shown, **settings))
-    return options
-
-
-def options_from(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> Callable:
-    """A decorator that gives a command one option per field of the dataclass `cls`, in its order
-    (`field_options`)."""
-
-    return stacked(field_options(cls, given))
 
 
 def archive_option(grows: str) -> Callable:

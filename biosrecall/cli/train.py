@@ -21,11 +21,11 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import (
     Integer,
     merge_overrides,
+    options_from,
     parse_overrides,
     split_options,
     trainer_options,
 )
-from biosrecall.cli.study import options_from
 from biosrecall.interrupts import work_done
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.numbers import counts
