@@ -147,43 +147,39 @@ def _proc_size(path: Path, key: str) -> int | None:
     return None
 
 
-def _cgroup_left() -> tuple[int, str] | None:
-    """What the process's memory cgroup leaves (its limit less its usage, the tightest level), if any."""
+def _cgroup_left() -> list[tuple[int, str]]:
+    """What each level of the process's memory cgroup leaves (its limit less its usage), and where."""
     try:
         entries = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return None
+        return []
     found = []
     for entry in entries:
         _, controllers, group = entry.split(":", 2) if entry.count(":") >= 2 else ("", "", "")
         if controllers == "":  # v2: every level from the process's group up to the root
             folder = Path("/sys/fs/cgroup") / group.lstrip("/")
-            while True:
-                limit = _read_number(folder / "memory.max")
-                used = _read_number(folder / "memory.current")
+            for level in (folder, *folder.parents):
+                limit = _read_number(level / "memory.max")
+                used = _read_number(level / "memory.current")
                 if limit is not None and used is not None:
-                    found.append((max(0, limit - used), f"cgroup {folder / 'memory.max'}"))
-                if folder == Path("/sys/fs/cgroup") or folder.parent == folder:
+                    found.append((max(0, limit - used), f"cgroup {level / 'memory.max'}"))
+                if level == Path("/sys/fs/cgroup"):
                     break
-                folder = folder.parent
         elif "memory" in controllers.split(","):  # v1
             folder = Path("/sys/fs/cgroup/memory") / group.lstrip("/")
             limit = _read_number(folder / "memory.limit_in_bytes")
             used = _read_number(folder / "memory.usage_in_bytes")
             if limit is not None and used is not None and limit < 1 << 60:
                 found.append((max(0, limit - used), f"cgroup {folder / 'memory.limit_in_bytes'}"))
-    return min(found) if found else None
+    return found
 
 
 def available_memory() -> tuple[int, str]:
     """(bytes this process may still allocate, where that limit comes from)."""
-    found = []
+    found = _cgroup_left()
     available = _proc_size(Path("/proc/meminfo"), "MemAvailable")
     if available is not None:
         found.append((available, "MemAvailable in /proc/meminfo"))
-    cgroup = _cgroup_left()
-    if cgroup is not None:
-        found.append(cgroup)
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         used = _proc_size(Path("/proc/self/status"), "VmSize") or 0

@@ -86,7 +86,9 @@ def runs_table(jobs: Sequence[SweepRun]) -> pd.DataFrame:
 
 
 def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest: Path) -> list[Path]:
-    settings = _recall_settings(evaluations)
+    # The recall-curve options of the sweep's evaluation (its defaults when it has none).
+    options = next((e.options for e in evaluations if e.command == "recall-curve"), {})
+    settings = commands.check_evaluation("recall-curve", options, "recall_curve")
     # The parameter --checkpoint fills, named by the command's own definition.
     selector = settings[commands.canonical_key("recall-curve", "checkpoint")]
     run_dirs = [job.run_dir for job in done]
@@ -104,12 +106,6 @@ def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest
         return write_seed_curves(table, seed_groups(run_dirs), dest)[0]
     written, summary = write_curves(table, dest, "bits", shown_depths(settings["max_depth"]))
     return written + write_table(summary, dest / "summary")
-
-
-def _recall_settings(evaluations: Sequence[Evaluation]) -> dict:
-    """The recall-curve options of the sweep's evaluation (its defaults when it has none)."""
-    options = next((e.options for e in evaluations if e.command == "recall-curve"), {})
-    return commands.check_evaluation("recall-curve", options, "recall_curve")
 
 
 def _lm_comparison(done: list[SweepRun], jobs: list[SweepRun], dest: Path) -> tuple[list[Path], list[str]]:
