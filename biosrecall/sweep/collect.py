@@ -62,10 +62,10 @@ def collect_sweep(spec: SweepSpec) -> tuple[list[Path], list[str]]:
     with atomic_directory(dest, overwrite=True, record=RECORD) as tmp:
         written = write_table(runs_table(jobs), tmp / "runs")
         if spec.command == "train":
-            written, notes = written + _recall_tables(done, spec.evaluations, tmp), []
+            more, notes = _recall_tables(done, spec.evaluations, tmp), []
         else:
             more, notes = _lm_comparison(done, jobs, tmp)
-            written += more
+        written += more
     return [dest / path.relative_to(tmp) for path in written], notes
 
 
@@ -74,9 +74,7 @@ def runs_table(jobs: Sequence[SweepRun]) -> pd.DataFrame:
     rows = []
     for job in jobs:
         status = run_status(job)
-        metrics = (
-            RunFolder(job.run_dir).read_metrics() if RunFolder(job.run_dir).metrics_file.is_file() else []
-        )
+        metrics = RunFolder(job.run_dir).read_metrics()  # empty before the first update is logged
         last = metrics[-1] if metrics else {}
         row = {"run": job.name, **{str(k): v for k, v in job.labels.items()}}
         row.update({key: status[key] for key in ("state", "updates", "planned")})
