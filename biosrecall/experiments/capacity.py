@@ -24,8 +24,8 @@ The engine locks OUT, refuses other settings on an existing output, trains throu
 write its files (`write`: capacity.md and capacity_claims.* have layouts of their own); `--seeds` and
 `--people` may grow and the `FREE` options (`--depths`, `--device`) may change, and a call with more
 trains only what is new. Each people count's dataset is made under OUT by the study's `inputs`
-(`make_datasets`), under the engine's lock and before any run is checked, so the grid, which names
-the datasets, is bound to OUT per call (`run_capacity`). The record names the command that makes the
+(`make_datasets`), under the engine's lock and before any run is checked, so the engine gives the
+grid (`capacity_runs`), which names the datasets, OUT. The record names the command that makes the
 output (the engine's `study_command`, naming `shown` options even at their default), and a record of
 release 0.2.0 is read as the engine's (`upgrade`), so its outputs continue. `--plan` is this
 module's own: a run's length is a count of its dataset's batches, planned on a probe dataset.
@@ -55,7 +55,7 @@ from biosrecall.experiments.study import MAIN_SCHEDULES, check_depths, check_peo
 from biosrecall.locking import scratch_folder
 from biosrecall.model.presets import BASELINES as KNOWN
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
-from biosrecall.numbers import EXPOSURES, check_number
+from biosrecall.numbers import EXPOSURES, check_count, check_number
 from biosrecall.records import Count, parse_record
 from biosrecall.sizing import (
     Cost,
@@ -130,11 +130,11 @@ def model_presets(preset: str) -> dict[str, tuple[str, str, str]]:
     return runs
 
 
-def capacity_runs(options: CapacityOptions, data_dir: Path) -> list[SweepRun]:
+def capacity_runs(options: CapacityOptions, out_dir: Path) -> list[SweepRun]:
     """Every run of the study, people counts x seeds x (three schedules, two baselines): folder
     seed<S>/people<N>/<name>, sized by exposures with one checkpoint, on its people count's dataset
-    (`data_dir`/people<N>) and model preset, and its labels (people, name, kind: "looped" or
-    "baseline")."""
+    (`out_dir`/data/people<N>) and model preset, and its labels (people, name, kind: "looped" or
+    "baseline", schedule, model_preset, seed: the per-run table's first columns)."""
     base = TrainConfig(
         exposures=float(options.exposures),
         batch_size=options.batch_size,
@@ -148,8 +148,15 @@ def capacity_runs(options: CapacityOptions, data_dir: Path) -> list[SweepRun]:
         for seed in options.seeds:
             for name, (schedule, preset, kind) in model_presets(options.preset).items():
                 config = replace(base, schedule=schedule, seed=seed)
-                task = {"data": (data_dir / f"people{people}").resolve(), "preset": preset}
-                labels = {"people": people, "name": name, "kind": kind}
+                task = {"data": (out_dir / DATA / f"people{people}").resolve(), "preset": preset}
+                labels = {
+                    "people": people,
+                    "name": name,
+                    "kind": kind,
+                    "schedule": schedule,
+                    "model_preset": preset,
+                    "seed": seed,
+                }
                 runs.append(SweepRun(f"seed{seed}/people{people}/{name}", "train", config, task, labels))
     return runs
 
@@ -158,10 +165,6 @@ def scored(run_dir: Path) -> bool:
     """A run whose final checkpoint holds its stored bits: the engine hands it to no sweep."""
     final = RunFolder(run_dir).fraction_checkpoints().get(1.0)
     return final is not None and (final / STORED_BITS_CACHE_FILE).is_file()
-
-
-def _unbound(options):
-    raise BiosrecallError("the capacity study's runs live under its output: run it with run_capacity")
 
 
 STORED_BITS_CACHE_FORMAT = 1  # bumped when the cached stored-bits table changes what it holds
@@ -177,9 +180,7 @@ def score_runs(runs_dir: Path, runs: list, options: CapacityOptions, executor) -
     from biosrecall.train.distributed import resolve_device
 
     device = resolve_device(str(options.device))
-    items = [
-        (runs_dir / run.name, run, run.task["data"], options, device) for run in runs
-    ]  # folder first: errors name it
+    items = [(runs_dir / run.name, run, options, device) for run in runs]  # folder first: errors name it
     workers = executor_slots(executor) if device.type == "cpu" else 1
     return pd.concat(map_in_processes(_score, items, workers, executor.threads), ignore_index=True)
 
@@ -189,21 +190,14 @@ def _score(item) -> pd.DataFrame:
     what it cost: mean exposures, updates and training FLOPs."""
     from biosrecall.eval.scoring import cached_dataset
 
-    run_dir, run, data_dir, options, device = item
-    dataset = cached_dataset(data_dir)
+    run_dir, run, options, device = item
+    dataset = cached_dataset(run.task["data"])
     folder = RunFolder(run_dir)
     checkpoint = folder.fraction_checkpoints()[1.0]
     meta = read_meta(checkpoint)
     folder.check_training_data(meta, dataset.path, dataset.manifest_hash)
     table = _stored_bits(checkpoint, dataset, options.depths, device)
     plan = folder.read_config()["plan"]
-    # The run's labels (people, name, kind: `capacity_runs`), then what it trained.
-    labels = {
-        **run.labels,
-        "schedule": run.config.schedule,
-        "model_preset": run.task["preset"],
-        "seed": run.config.seed,
-    }
     costs = {
         "exposures": float(options.exposures),
         "exposures_mean": float(plan.get("exposures", {}).get("mean", math.nan)),
@@ -211,7 +205,8 @@ def _score(item) -> pd.DataFrame:
         "train_flops": float(meta.get("flops", math.nan)),
         "run": run.name,
     }
-    front = pd.DataFrame({key: [value] * len(table) for key, value in labels.items()})
+    # The run's labels (`capacity_runs`), then what it trained.
+    front = pd.DataFrame({key: [value] * len(table) for key, value in run.labels.items()})
     return pd.concat([front, table.drop(columns=["people"]).assign(**costs)], axis=1)
 
 
@@ -239,7 +234,7 @@ def make_datasets(out_dir: Path, options: CapacityOptions, report=None) -> None:
     for people in options.people:
         _dataset(out_dir / DATA / f"people{people}", people, report)
     first = options.seeds[0]
-    plan_table([run for run in capacity_runs(options, out_dir / DATA) if run.config.seed == first])
+    plan_table([run for run in capacity_runs(options, out_dir) if run.config.seed == first])
 
 
 @dataclass(frozen=True)
@@ -282,7 +277,7 @@ CAPACITY = Study(
     name="capacity",
     summary="Stored bits per parameter of the three schedules and two standard transformers, against people.",
     options=CapacityOptions,
-    runs=_unbound,  # the grid names OUT's datasets: `run_capacity` binds it per call
+    runs=capacity_runs,  # given OUT, as it names OUT's datasets (the study has `inputs`)
     done=scored,
     evaluate=score_runs,  # stored bits are no sweep evaluation command: scored here, cached per run
     write=results.write,  # capacity.md and capacity_claims.* have layouts of their own
@@ -297,14 +292,13 @@ CAPACITY = Study(
 
 def run_capacity(out_dir: str | Path, options: CapacityOptions, *, threads=None, workers=None, report=None):
     """Generate the datasets, train and score every run (skipping scored ones), write the results:
-    `run_study` on `CAPACITY` bound to OUT's datasets; its `StudyResult`.
+    `run_study` on `CAPACITY`; its `StudyResult`.
 
     Raises `BiosrecallError` for an output made with other settings, `Interrupted` when Ctrl-C stops
     training and `StudyRunFailed` when a run fails (`biosrecall.experiments.engine`)."""
     out_dir = Path(out_dir)
     check_study_size(options, out_dir, study_executor(workers, threads, options.device).slots(), report)
-    bound = replace(CAPACITY, runs=lambda options: capacity_runs(options, out_dir / DATA))
-    return run_study(bound, out_dir, options, workers, threads, report)
+    return run_study(CAPACITY, out_dir, options, workers, threads, report)
 
 
 def check_study_size(options: CapacityOptions, out_dir: Path | None, workers: int, report=None) -> None:
@@ -400,7 +394,7 @@ def plan_capacity(options: CapacityOptions, report=None):
     check_study_size(counted, None, 1, report)
     with scratch_folder("capacity-plan") as scratch:
         for people in counted.people:
-            _dataset(scratch / f"people{people}", people, report)
+            _dataset(scratch / DATA / f"people{people}", people, report)
         table = plan_table(capacity_runs(counted, scratch))
     return pd.concat([_scaled(table, people) for people in options.people], ignore_index=True)
 
@@ -413,12 +407,12 @@ def _scaled(table: pd.DataFrame, people: int) -> pd.DataFrame:
     if people == probe:
         return rows
     updates = np.ceil(rows["updates"] * people / probe).astype(int)
-    if updates.max() > MAX_UPDATES:
-        raise BiosrecallError(
-            f"--people {people:,} needs about {updates.max():,} updates of this batch at these exposures, "
-            f"beyond the planner's limit of {MAX_UPDATES:,} (use smaller --people counts or a larger "
-            "--batch-size)"
-        )
+    check_count(
+        int(updates.max()),
+        f"the updates of --people {people:,} at this batch and these exposures (about)",
+        high=MAX_UPDATES,
+        why="the planner's limit: use smaller --people counts or a larger --batch-size",
+    )
     grown = updates / rows["updates"]
     per_update = rows["tokens"] // rows["updates"]
     return rows.assign(

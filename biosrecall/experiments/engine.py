@@ -29,8 +29,8 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
 
 A study that needs more declares it, each hook optional: `prepare` (`figure1`'s), a record of its own
 and what it refuses or replaces (`overwrite`), and inputs it makes (a dataset) under the lock; on the
-engine's record, `inputs` (`capacity`'s), what its runs read (a dataset) made under the lock and its
-runs planned there; `free`, options a later call may change (where runs are scored, a corpus's
+engine's record, `inputs` (`capacity`'s), what its runs read (a dataset) made under OUT under the
+lock, its `runs` then given OUT too and planned there; `free`, options a later call may change (where runs are scored, a corpus's
 folder), and `pins`, what options resolve to that may not change (`lm study`'s corpus, pinned by its
 tokenizer and tokens); `upgrade`, a record an earlier release wrote in its own format; a failure
 or interrupt while preparing leaves a new output as it found it; `then`, runs chosen from the first
@@ -96,8 +96,9 @@ class Study:
     """One sentence: what the study asks."""
     options: type
     """A frozen dataclass with a docstring under every field and a `seeds` tuple."""
-    runs: Callable[[Any], list]
-    """options -> the `SweepRun`s of the grid (labels carry what the tables group by, and `seed`)."""
+    runs: Callable[..., list]
+    """options -> the `SweepRun`s of the grid (labels carry what the tables group by, and `seed`); for a
+    study with `inputs`, (options, OUT) -> them, as they read what it makes under OUT."""
     evaluations: Callable[[Any], list] = lambda options: []
     """options -> the `Evaluation`s every run gets from the sweep engine."""
     done: Callable[[Path], bool] = lambda run_dir: RunFolder(run_dir).finished()
@@ -138,7 +139,7 @@ class Study:
     inputs: Callable[[Path, Any, Any], None] | None = None
     """(out, options, report): for a study on the engine's record, what its runs read (a dataset),
     made under the lock once the record of a new output is written, every run's plan checked there
-    (the record of a continued output is rewritten only once they pass)."""
+    (the record of a continued output is rewritten only once they pass); its `runs` are given OUT."""
     then: Callable[[Any, Any], list] | None = None
     """(per-run table of the `runs`, options) -> the runs their results choose (each schedule at the
     learning rate its grid picked), trained after them; the tables see both."""
@@ -230,7 +231,7 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
     out_dir = Path(out_dir)
     options = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
-    groups = by_trainer(study.runs(options), study.evaluations(options))
+    groups = by_trainer(study_runs(study, out_dir, options), study.evaluations(options))
     runs = [run for group, _ in groups for run in group]
     jobs = [
         job for group, evaluations in groups for job in prepare(out_dir / RUNS, group, evaluations, executor)
@@ -266,6 +267,11 @@ def checked_options(study: Study, out_dir: Path, options):
     if study.prepare is not None:
         return options
     return grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+
+
+def study_runs(study: Study, out_dir: Path, options) -> list:
+    """The study's runs; those of a study with `inputs` read what it makes under OUT, so they are given OUT."""
+    return study.runs(options) if study.inputs is None else study.runs(options, out_dir)
 
 
 def grown_options(study: Study, options, old: dict[str, Any] | None):
@@ -311,7 +317,7 @@ def run_study(
     out_dir = refuse_file(out_dir)
     options = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
-    runs = study.runs(options)
+    runs = study_runs(study, out_dir, options)
     makes_inputs = study.prepare is not None or study.inputs is not None
     for group, evaluations in by_trainer(runs, study.evaluations(options)) if not makes_inputs else ():
         # Every run's options checked, nothing written; a study that makes its runs' inputs checks
@@ -324,7 +330,7 @@ def run_study(
         unpack_runs(out_dir)  # a copied archive's runs, packed by `--archive`: done, nothing to train
         # Under the lock: another call may have grown the record since the check above.
         options = checked_options(study, out_dir, options)
-        runs = study.runs(options)
+        runs = study_runs(study, out_dir, options)
         _prepare_output(study, out_dir, options, overwrite, report)
         _train(study, out_dir, runs, options, executor, report, timer)
         if study.then is not None:
@@ -476,7 +482,8 @@ def sweep_study_runs(
     """Bring `runs` (and their `evaluations`) to done through the sweep engine, with a study's errors
     (`train_study_runs`): the LM study's runs come here directly, as `lm train` and `lm eval`."""
     try:
-        result = run_sweep(runs_dir, runs, evaluations, executor, _in_study_words(report))
+        in_study_words = None if report is None else lambda outcome: report(study_words(outcome))
+        result = run_sweep(runs_dir, runs, evaluations, executor, in_study_words)
     except KeyboardInterrupt:
         raise Interrupted(_stopped(runs_dir, [run.name for run in runs])) from None
     if result.failed:
@@ -539,12 +546,6 @@ def study_words(outcome):
     # The advice and what follows it up to the end of its clause ("once the problem is fixed").
     advice = r"[;:,]?\s*" + re.escape(RESUME_ADVICE) + r"(?: once the problem is fixed)?"
     return dataclasses.replace(outcome, error=re.sub(advice, "", outcome.error))
-
-
-def _in_study_words(report):
-    if report is None:
-        return None
-    return lambda outcome: report(outcome if isinstance(outcome, str) else study_words(outcome))
 
 
 def from_trunk(runs_dir: Path, run: SweepRun) -> SweepRun:
