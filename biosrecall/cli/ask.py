@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, checkpoint_option, options_from
+from biosrecall.cli.options import Integer, checkpoint_option, field_options
 from biosrecall.numbers import DEPTH, counts
 
 
@@ -45,7 +45,7 @@ CHECKED = {
     "exit_spec": {"flag": "--exit"},
     "max_depth": {"type": Integer(DEPTH)},
     "max_new_tokens": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
 }
 """What the options of `AskOptions` take beyond their fields' types (`field_options`)."""
 
@@ -55,7 +55,7 @@ CHECKED = {
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("prompt")
 @checkpoint_option("One checkpoint", "final")
-@options_from(AskOptions, CHECKED)
+@field_options(AskOptions, CHECKED)
 def ask(run_dir, prompt, **fields):
     """Answer PROMPT with RUN_DIR's model, printing each token with the depth it used."""
     from biosrecall.eval.serving import answer_prompt

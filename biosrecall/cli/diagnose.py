@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option, options_from
+from biosrecall.cli.options import Integer, ParsedBy, Real, checkpoint_option, field_options
 from biosrecall.compute.schedules import MAX_UPDATES
 from biosrecall.diagnose import DiagnoseOptions
 from biosrecall.diagnose.options import parse_candidate_depths, parse_depth_list
@@ -84,8 +84,8 @@ class WhereOptions:
 
 WHERE = {
     "threads": {"type": Integer(LIMITS["threads"])},
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
-    "out_dir": {"flag": "--out", "type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
+    "out_dir": {"flag": "--out"},
 }
 """What the options of `WhereOptions` take beyond their fields' types (`field_options`)."""
 
@@ -94,8 +94,8 @@ WHERE = {
 @config_option(lists=("depths", "after_uniform", "serving_depths"))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("The one checkpoint to diagnose", SWITCH)
-@options_from(DiagnoseOptions, CHECKED)
-@options_from(WhereOptions, WHERE)
+@field_options(DiagnoseOptions, CHECKED)
+@field_options(WhereOptions, WHERE)
 def diagnose_update(run_dir, checkpoint, device, threads, data_dir, out_dir, quiet, **fields):
     """Compare equal-size updates at two depths from one checkpoint across serving depths."""
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code

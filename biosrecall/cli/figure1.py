@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import NumberList, Real, options_from, parse_overrides, train_field_option
+from biosrecall.cli.options import NumberList, Real, field_options, parse_overrides, train_field_option
 from biosrecall.cli.study import (
     QUIET,
     SEEDS,
@@ -67,8 +67,8 @@ CHECKED = {
 @click.command()
 @config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets"))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@options_from(Figure1Options, CHECKED)
-@options_from(StudyOptions, CHECKED)
+@field_options(Figure1Options, CHECKED)
+@field_options(StudyOptions, CHECKED)
 @train_field_option("log")
 @WORKERS
 @THREADS

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, field_docs, options_from
+from biosrecall.cli.options import Integer, field_docs, field_options
 from biosrecall.compute.report import flops_report
 from biosrecall.compute.schedules import parse_schedule
 from biosrecall.errors import BiosrecallError
@@ -97,7 +97,7 @@ CHECKED = {
     },
     "seq_len": {"type": Integer(LIMITS["seq_len"])},
     "updates": {"type": Integer(LIMITS["updates"], "total updates")},
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
     "backprop_depth": {"type": Integer(DEPTH, "backprop_depth")},
     "recipe": {
         "help": f"{field_docs(FlopsOptions)['recipe']} Built in: {', '.join(BUILT_IN)}, or an installed "
@@ -109,7 +109,7 @@ CHECKED = {
 
 @click.command("flops")
 @config_option()
-@options_from(FlopsOptions, CHECKED)
+@field_options(FlopsOptions, CHECKED)
 def flops(**fields) -> None:
     """Print, per preset, parameters by component, FLOPs per token at K = 1, 4, 8.5 (the mean of
     U{1..16}) and 16, and each schedule's modeled training compute relative to uniform:1-16 at the same

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option, options_from
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, Real, checkpoint_option, field_options
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, SEED, counts, rates
 from biosrecall.records import read_record
@@ -55,7 +55,7 @@ CHECKED = {
     "seed": {"type": Integer(SEED)},
     "confidence": {"type": Real(rates(0, 1, low_open=True, high_open=True))},
     "batch_size": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
 }
 """What the options of `GateTrainOptions` take beyond their fields' types (`field_options`)."""
 
@@ -69,7 +69,7 @@ def gate() -> None:
 @config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to fit a gate for (repeatable)", ("final",), multiple=True)
-@options_from(GateTrainOptions, CHECKED)
+@field_options(GateTrainOptions, CHECKED)
 def train(run_dir, **fields):
     """Fit the learned exit gate of RUN_DIR's checkpoints on the training phrasings of its dataset and
     calibrate its threshold per delta on held-out people (an LM run: on training-shard windows, then

@@ -37,7 +37,7 @@ from biosrecall.bios.export_text import (
 from biosrecall.bios.pools import build_pools, pool_lengths, stale_pool_files
 from biosrecall.bios.validation import read_manifest
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, options_from, refuse_given
+from biosrecall.cli.options import Integer, field_options, refuse_given
 from biosrecall.errors import BiosrecallError
 from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
@@ -96,9 +96,7 @@ class GenerateOptions:
     """Replace existing non-empty output folders."""
 
 
-_FOLDER = {"type": click.Path(path_type=Path)}
 CHECKED = {
-    "out": _FOLDER,
     "people": {"type": Integer(counts())},
     "seed": {"type": Integer(SEED)},
     "pool_sizes": {
@@ -109,12 +107,9 @@ CHECKED = {
         "help": f"Use the first SIZE values of a pool (repeatable). Defaults, 33.39 bits/person: "
         f"{_DEFAULT_SIZES_TEXT}.",
     },
-    "pools_dir": _FOLDER,
-    "templates_dir": {**_FOLDER, "flag": "--templates"},
+    "templates_dir": {"flag": "--templates"},
     "text_format": {"flag": "--export-text", "type": click.Choice(TEXT_FORMATS)},
-    "text_out": _FOLDER,
     "exposures": {"type": Integer(counts(high=MAX_EXPOSURES, why="the text export's limit"))},
-    "from_dataset": _FOLDER,
 }
 """What the options of `GenerateOptions` take beyond their fields' types (`field_options`)."""
 
@@ -203,7 +198,7 @@ def _dataset_to_read(ctx, out: Path | None, from_dataset: Path | None, exporting
 
 @click.command()
 @config_option()
-@options_from(GenerateOptions, CHECKED)
+@field_options(GenerateOptions, CHECKED)
 @click.pass_context
 def generate(ctx: click.Context, **fields) -> None:
     """Generate a bioS dataset: people, manifest, tokenizer and pre-tokenized arrays; with

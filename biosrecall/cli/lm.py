@@ -36,7 +36,7 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.lm_eval import evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
-from biosrecall.cli.options import Integer, Real, options_from, split_options, stacked, trainer_options
+from biosrecall.cli.options import Integer, Real, field_options, split_options, stacked, trainer_options
 from biosrecall.cli.study import SEEDS, engine_options, parse_seeds, run_engine_command
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.cli.train import train_and_report
@@ -92,7 +92,7 @@ class PrepareOptions:
 
 
 PREPARE_CHECKED = {
-    "tokenizer_path": {"flag": "--tokenizer", "type": click.Path(path_type=Path)},
+    "tokenizer_path": {"flag": "--tokenizer"},
     # the tokenizer library's range of --vocab-size is checked where it is trained
     "vocab_size": {
         "type": Integer(counts()),
@@ -111,7 +111,7 @@ PREPARE_CHECKED = {
 @config_option()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@options_from(PrepareOptions, PREPARE_CHECKED)
+@field_options(PrepareOptions, PREPARE_CHECKED)
 def prepare(
     inputs, out_dir, text_column, tokenizer_path, vocab_size, hf_split, max_documents, **options
 ) -> None:
@@ -208,14 +208,14 @@ class PlanOptions:
 
 
 PLAN_CHECKED = {
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
     "processes": {"flag": "--nproc-per-node", "type": Integer(counts())},
 }
 """What the options of `PlanOptions` take beyond their fields' types (`field_options`)."""
 
 
 @lm.command("plan")
-@options_from(PlanOptions, PLAN_CHECKED)
+@field_options(PlanOptions, PLAN_CHECKED)
 @_lm_options(run=False)
 def _plan(data_dir: Path | None, processes: int | None, **options) -> None:
     """Print what a `train` with the same options will spend (updates, tokens, modeled FLOPs, the
@@ -243,8 +243,7 @@ class CompareOptions:
 
 
 COMPARE_CHECKED = {
-    "out_dir": {"flag": "--out", "type": click.Path(path_type=Path), "required": True},
-    "reference": {"type": click.Path(path_type=Path)},
+    "out_dir": {"flag": "--out", "required": True},
 }
 """What the options of `CompareOptions` take beyond their fields' types (`field_options`)."""
 
@@ -252,7 +251,7 @@ COMPARE_CHECKED = {
 @lm.command("compare", short_help="Figure-2 comparison of evaluated LM runs against uniform.")
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@options_from(CompareOptions, COMPARE_CHECKED)
+@field_options(CompareOptions, COMPARE_CHECKED)
 def compare(runs, out_dir, reference, aggregate_seeds) -> None:
     """Print mean serving-depth NLL, NLL at K=1 and K=16, modeled compute and wall-clock of each RUN
     relative to the reference, and plot NLL against serving depth and against modeled compute (and,
@@ -286,7 +285,7 @@ STUDY_OPTIONS = {
 @lm.command("study", short_help="The paper's Figure-2 LM study over seeds, with its claims judged.")
 @config_option(lists=("seeds",))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@options_from(LMStudyOptions, STUDY_OPTIONS)
+@field_options(LMStudyOptions, STUDY_OPTIONS)
 @stacked(engine_options("--seeds"))
 def study(data_dir, grid, archive, overwrite, **given) -> None:
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option, options_from
+from biosrecall.cli.options import CHECKPOINT_LIST, Integer, checkpoint_option, field_options
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.loader import set_verification
 from biosrecall.numbers import DEPTH, counts
@@ -72,7 +72,7 @@ class EvalOptions:
 
 
 CHECKED = {
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
     "max_depth": {"type": Integer(DEPTH)},
     "batch_size": {"type": Integer(counts())},
     "max_sequences": {"type": Integer(counts())},
@@ -86,7 +86,7 @@ CHECKED = {
 @config_option()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to evaluate (repeatable)", ("final",), multiple=True, plural_flag=True)
-@options_from(EvalOptions, CHECKED)
+@field_options(EvalOptions, CHECKED)
 @no_verify_option
 def evaluate(runs, checkpoints, no_verify, **fields) -> None:
     """Write RUN/eval/evaluation.csv and .parquet (NLL per token at each serving depth) for each RUN and print

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, NumberList, Real, checkpoint_option, options_from
+from biosrecall.cli.options import Integer, NumberList, Real, checkpoint_option, field_options
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, counts, rates
 
@@ -78,8 +78,7 @@ CHECKED = {
     "num_fewshot": {"type": Integer(counts(low=0))},
     "include_path": {"type": click.Path(path_type=Path, exists=True, file_okay=False)},
     "batch_size": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data", "type": click.Path(path_type=Path)},
-    "out": {"type": click.Path(path_type=Path)},
+    "data_dir": {"flag": "--data"},
 }
 """What the options of `HarnessOptions` take beyond their fields' types (`field_options`)."""
 
@@ -88,7 +87,7 @@ CHECKED = {
 @config_option()
 @click.argument("run", type=click.Path(path_type=Path))
 @checkpoint_option("Checkpoints to score (repeatable)", ("final",), multiple=True, plural_flag=True)
-@options_from(HarnessOptions, CHECKED)
+@field_options(HarnessOptions, CHECKED)
 def harness(run, checkpoints, limit, out, **fields) -> None:
     """Score RUN on lm-eval-harness tasks at each serving depth and write RUN/eval/harness.csv and
     .parquet (task, metric, depth, value, stderr per checkpoint) and harness.json (the lm-eval

@@ -25,6 +25,7 @@ import textwrap
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields, replace
+from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 import click
@@ -215,28 +216,28 @@ class CommaList(click.ParamType):
         return items
 
 
-def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> list[Callable]:
-    """One option per field of the dataclass `cls`, in its order (`field_option`). `given` replaces or
-    adds click settings by field name (a checked type, a callback, another flag or parameter name);
-    None: no option."""
+def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> Callable:
+    """A decorator that gives a command one option per field of the dataclass `cls`, in its order
+    (`field_option`). `given` replaces or adds click settings by field name (a checked type, a
+    callback, another flag or parameter name); None: no option."""
     given = given or {}
-    return [
-        field_option(cls, item.name, given.get(item.name, {}))
-        for item in fields(cls)
-        if given.get(item.name, {}) is not None
-    ]
+    chosen = [item.name for item in fields(cls) if given.get(item.name, {}) is not None]
+    return stacked([field_option(cls, name, given.get(name)) for name in chosen])
 
 
 def field_option(cls: type, name: str, given: Mapping[str, Any] | None = None) -> Callable:
     """The option of the field `name` of the dataclass `cls`: its flag the field's name (`--max-depth`),
     its help the docstring under it, its default the field's (help shows it unless it is empty), its type the
-    annotation's (`int | None`: what the field holds when set; a tuple: a comma list; a bool: a flag).
+    annotation's (`int | None`: what the field holds when set; a tuple: a comma list; a bool: a flag;
+    a Path: a path, as a Path).
     `given` replaces or adds click settings (`field_options`)."""
     item, kind = next(f for f in fields(cls) if f.name == name), field_type(cls, name)
     default = item.default if item.default_factory is MISSING else item.default_factory()
     settings = {"type": kind, "default": default, "help": field_docs(cls).get(name, "")}
     if get_origin(kind) is tuple:
         settings["type"] = CommaList(get_args(kind)[0])
+    elif kind is Path:
+        settings["type"] = click.Path(path_type=Path)
     elif kind is bool:
         settings = {**settings, "type": None, "is_flag": True}
     settings.update(given or {})
@@ -250,12 +251,6 @@ def field_type(cls: type, name: str) -> Any:
     if get_origin(kind) is types.UnionType:
         kind = next(a for a in get_args(kind) if a is not type(None))
     return kind
-
-
-def options_from(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> Callable:
-    """A decorator that gives a command one option per field of the dataclass `cls`, in its order
-    (`field_options`)."""
-    return stacked(field_options(cls, given))
 
 
 def train_field_option(name: str) -> Callable:

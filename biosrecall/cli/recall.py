@@ -62,8 +62,8 @@ from biosrecall.cli.options import (
     Integer,
     ParsedBy,
     checkpoint_option,
+    field_options,
     given_flags,
-    options_from,
     refuse_given,
 )
 from biosrecall.diagnose.options import parse_depth_list
@@ -77,16 +77,14 @@ from biosrecall.train.run_folder import RunFolder
 
 FOLDER = click.Path(path_type=Path)
 CHECKED = {
-    "out_dir": {"flag": "--out", "type": FOLDER},
+    "out_dir": {"flag": "--out"},
     "max_depth": {"type": Integer(DEPTH)},
     "threshold": {"type": Integer(counts())},
     "metric": {"type": click.Choice(METRICS)},
     "people": {"type": Integer(counts())},
     "batch_size": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data", "type": FOLDER},
+    "data_dir": {"flag": "--data"},
     "exits": {"flag": "--exit", "type": str, "multiple": True},
-    "hf_model": {"type": FOLDER},
-    "depth_arg": {"type": str},
     "depths": {"type": ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH)},
 }
 """What the options of `RecallCurveOptions` take beyond their fields' types (`field_options`; their help
@@ -107,7 +105,7 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 @config_option(lists=("depths",))
 @click.argument("run_dirs", nargs=-1, type=FOLDER)
 @checkpoint_option("Checkpoints to evaluate (repeatable)", None, multiple=True, note=" [default: fractions]")
-@options_from(RecallCurveOptions, CHECKED)
+@field_options(RecallCurveOptions, CHECKED)
 def recall_curve(run_dirs, checkpoints, **fields):
     """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
     plot Figure-1 style curves."""

@@ -33,9 +33,7 @@ from typing import Any
 import click
 
 from biosrecall.cli.config_file import config_option
-
-# options_from: re-exported, for `biosrecall.cli.capacity` imports it from here.
-from biosrecall.cli.options import Integer, NumberList, field_options, options_from, stacked  # noqa: F401
+from biosrecall.cli.options import Integer, NumberList, field_options, stacked
 from biosrecall.cli.sweep import executor_options
 from biosrecall.experiments.study import check_seeds
 from biosrecall.interrupts import work_done
@@ -66,6 +64,9 @@ QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
 
 EXECUTOR_OPTIONS = ("kind", "gpus_per_run", "partition", "cpus_per_run", "time_min", "array_parallelism")
 """The values `executor_options` adds, handed to the engine as the executor's settings."""
+
+options_from = field_options
+"""`field_options`, by the name `biosrecall.cli.capacity` imports it from here."""
 
 STUDIES = {
     "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
@@ -212,7 +213,7 @@ def study_command(name: str) -> click.Command:
         )
 
     options = [
-        *field_options(study.options),
+        field_options(study.options),
         click.option(
             "--out",
             "out_dir",

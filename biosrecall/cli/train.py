@@ -20,8 +20,8 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import (
     Integer,
+    field_options,
     merge_overrides,
-    options_from,
     parse_overrides,
     split_options,
     trainer_options,
@@ -69,7 +69,7 @@ CHECKED = {
     "--data", "data_dir", required=True, type=click.Path(), help="Dataset folder from `biosrecall generate`."
 )
 @click.option("--out", "run_dir", required=True, type=click.Path(), help="Run folder to create (or resume).")
-@options_from(TrainOptions, CHECKED)
+@field_options(TrainOptions, CHECKED)
 @trainer_options(overrides=MODEL_OVERRIDES, run=True)
 def train(data_dir, run_dir, preset, parent, at_update, model_override, resume, overwrite, quiet, **options):
     """Train a looped transformer on a bioS dataset at a modeled-FLOP budget.
