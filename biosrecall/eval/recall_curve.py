@@ -88,7 +88,6 @@ def score_and_write(run_dirs, checkpoints=None, options: RecallCurveOptions | No
     check_output(out_dir, overwrite)
     criteria = parse_exits(options.exits) if options.exits else []  # parsed before any model runs
     groups = seed_groups(run_dirs) if options.aggregate_seeds else None  # refused before any evaluation
-    batch_size = RUN_BATCH_SIZE if options.batch_size is None else options.batch_size
     scores = score_runs(
         run_dirs,
         checkpoints or DEFAULT_CHECKPOINTS,
@@ -97,7 +96,7 @@ def score_and_write(run_dirs, checkpoints=None, options: RecallCurveOptions | No
         per_token=options.per_token,
         applicable=options.applicable_exits,
         threshold=options.threshold,
-        batch_size=batch_size,
+        batch_size=RUN_BATCH_SIZE if options.batch_size is None else options.batch_size,
         device=options.device,
         data_dir=options.data_dir,
         refresh=options.refresh,
