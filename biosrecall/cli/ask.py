@@ -45,7 +45,6 @@ CHECKED = {
     "exit_spec": {"flag": "--exit"},
     "max_depth": {"type": Integer(DEPTH)},
     "max_new_tokens": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data"},
 }
 """What the options of `AskOptions` take beyond their fields' types (`field_options`)."""
 

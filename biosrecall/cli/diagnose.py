@@ -84,8 +84,6 @@ class WhereOptions:
 
 WHERE = {
     "threads": {"type": Integer(LIMITS["threads"])},
-    "data_dir": {"flag": "--data"},
-    "out_dir": {"flag": "--out"},
 }
 """What the options of `WhereOptions` take beyond their fields' types (`field_options`)."""
 

@@ -97,7 +97,6 @@ CHECKED = {
     },
     "seq_len": {"type": Integer(LIMITS["seq_len"])},
     "updates": {"type": Integer(LIMITS["updates"], "total updates")},
-    "data_dir": {"flag": "--data"},
     "backprop_depth": {"type": Integer(DEPTH, "backprop_depth")},
     "recipe": {
         "help": f"{field_docs(FlopsOptions)['recipe']} Built in: {', '.join(BUILT_IN)}, or an installed "

@@ -55,7 +55,6 @@ CHECKED = {
     "seed": {"type": Integer(SEED)},
     "confidence": {"type": Real(rates(0, 1, low_open=True, high_open=True))},
     "batch_size": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data"},
 }
 """What the options of `GateTrainOptions` take beyond their fields' types (`field_options`)."""
 

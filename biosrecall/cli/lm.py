@@ -150,7 +150,6 @@ def _lm_options(run: bool):
         click.option(
             "--preset",
             default="lm-tiny",
-            show_default=True,
             help="Model preset: lm-tiny, lm-200m or lm-1b (see `biosrecall flops`).",
         ),
         click.option(
@@ -208,7 +207,6 @@ class PlanOptions:
 
 
 PLAN_CHECKED = {
-    "data_dir": {"flag": "--data"},
     "processes": {"flag": "--nproc-per-node", "type": Integer(counts())},
 }
 """What the options of `PlanOptions` take beyond their fields' types (`field_options`)."""
@@ -243,7 +241,7 @@ class CompareOptions:
 
 
 COMPARE_CHECKED = {
-    "out_dir": {"flag": "--out", "required": True},
+    "out_dir": {"required": True},
 }
 """What the options of `CompareOptions` take beyond their fields' types (`field_options`)."""
 

@@ -72,7 +72,6 @@ class EvalOptions:
 
 
 CHECKED = {
-    "data_dir": {"flag": "--data"},
     "max_depth": {"type": Integer(DEPTH)},
     "batch_size": {"type": Integer(counts())},
     "max_sequences": {"type": Integer(counts())},

@@ -78,7 +78,6 @@ CHECKED = {
     "num_fewshot": {"type": Integer(counts(low=0))},
     "include_path": {"type": click.Path(path_type=Path, exists=True, file_okay=False)},
     "batch_size": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data"},
 }
 """What the options of `HarnessOptions` take beyond their fields' types (`field_options`)."""
 

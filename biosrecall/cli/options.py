@@ -216,6 +216,10 @@ class CommaList(click.ParamType):
         return items
 
 
+FOLDER_FLAGS = {"data_dir": "--data", "out_dir": "--out"}
+"""The flags of the fields that name a command's dataset and output folders (`field_option`)."""
+
+
 def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | None = None) -> Callable:
     """A decorator that gives a command one option per field of the dataclass `cls`, in its order
     (`field_option`). `given` replaces or adds click settings by field name (a checked type, a
@@ -226,11 +230,11 @@ def field_options(cls: type, given: Mapping[str, Mapping[str, Any] | None] | Non
 
 
 def field_option(cls: type, name: str, given: Mapping[str, Any] | None = None) -> Callable:
-    """The option of the field `name` of the dataclass `cls`: its flag the field's name (`--max-depth`),
-    its help the docstring under it, its default the field's (help shows it unless it is empty), its type the
-    annotation's (`int | None`: what the field holds when set; a tuple: a comma list; a bool: a flag;
-    a Path: a path, as a Path).
-    `given` replaces or adds click settings (`field_options`)."""
+    """The option of the field `name` of the dataclass `cls`: its flag the field's name (`--max-depth`;
+    `FOLDER_FLAGS`' for data_dir and out_dir), its help the docstring under it, its default the field's
+    (help shows it unless it is empty), its type the annotation's (`int | None`: what the field holds
+    when set; a tuple: a comma list; a bool: a flag; a Path: a path, as a Path). `given` replaces or
+    adds click settings (`field_options`)."""
     item, kind = next(f for f in fields(cls) if f.name == name), field_type(cls, name)
     default = item.default if item.default_factory is MISSING else item.default_factory()
     settings = {"type": kind, "default": default, "help": field_docs(cls).get(name, "")}
@@ -241,8 +245,8 @@ def field_option(cls: type, name: str, given: Mapping[str, Any] | None = None) -
     elif kind is bool:
         settings = {**settings, "type": None, "is_flag": True}
     settings.update(given or {})
-    flag, name = settings.pop("flag", "--" + name.replace("_", "-")), settings.pop("name", name)
-    return click.option(flag, name, **settings)
+    flag = settings.pop("flag", FOLDER_FLAGS.get(name, "--" + name.replace("_", "-")))
+    return click.option(flag, settings.pop("name", name), **settings)
 
 
 def field_type(cls: type, name: str) -> Any:

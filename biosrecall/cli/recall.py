@@ -77,13 +77,11 @@ from biosrecall.train.run_folder import RunFolder
 
 FOLDER = click.Path(path_type=Path)
 CHECKED = {
-    "out_dir": {"flag": "--out"},
     "max_depth": {"type": Integer(DEPTH)},
     "threshold": {"type": Integer(counts())},
     "metric": {"type": click.Choice(METRICS)},
     "people": {"type": Integer(counts())},
     "batch_size": {"type": Integer(counts())},
-    "data_dir": {"flag": "--data"},
     "exits": {"flag": "--exit", "type": str, "multiple": True},
     "depths": {"type": ParsedBy(partial(parse_depth_list, option="--depths"), DEPTH)},
 }
