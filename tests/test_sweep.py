@@ -342,6 +342,7 @@ def test_collect_writes_the_tables(folder, swept, capsys):
     seeds = pd.read_csv(out / "recall_curve_seeds.csv")
     assert set(seeds["group"]) == {"fixed"} and set(seeds["n_seeds"]) == {2}
     assert (out / "summary.csv").is_file() and (out / "recall_curve.png").is_file()
+    assert (out / "summary_runs.parquet").is_file()  # written by recall-curve's writer, as there
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(folder, swept, capsys):
