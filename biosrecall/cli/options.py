@@ -290,11 +290,7 @@ def _override_option(name: str, help_text: str) -> Callable:
 def trainer_options(overrides: tuple[str, ...] = (), run: bool = True, bios: bool = True) -> Callable:
     """Decorator adding every TrainConfig field as an option (without `bios`, not the `BIOS_ONLY` ones),
     then the ModelConfig `overrides`, then (with `run`) --resume, --overwrite and --quiet."""
-    options = [
-        train_field_option(f.name)
-        for f in fields(TrainConfig)
-        if f.default is not MISSING and (bios or f.name not in BIOS_ONLY)
-    ]
+    options = [train_field_option(f.name) for f in fields(TrainConfig) if bios or f.name not in BIOS_ONLY]
     options += [_override_option(name, field_docs(ModelConfig)[name]) for name in overrides]
     if run:
         options += [click.option(f"--{name}", is_flag=True, help=text) for name, text in RUN_FLAGS.items()]
