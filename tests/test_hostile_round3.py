@@ -101,7 +101,7 @@ class TestSizes:
             (["capacity", "--out", "cap", "--people", "10000000"], {"memory": 20 * GB},
              "--people 10,000,000 needs about"),
             (["capacity", "--out", "cap", "--people", "10000000", "--plan"], {"memory": 2 * GB},
-             "--people 10,000,000 at this batch and these exposures (about) must be at most 1,000,000"),
+             "--people 10,000,000 needs at this batch and these exposures must be at most 1,000,000"),
             (["lm", "prepare", "corpus.txt", "--out", "shards"], {"memory": 100 * GB, "disk": 10},
              "the shards of 0 MB of text writes about"),
             (["recall-curve", "run", "--out", "curves", "--people", "30"], {"memory": 1e6},

@@ -409,7 +409,7 @@ def _scaled(table: pd.DataFrame, people: int) -> pd.DataFrame:
     updates = np.ceil(rows["updates"] * people / probe).astype(int)
     check_count(
         int(updates.max()),
-        f"the updates of --people {people:,} at this batch and these exposures (about)",
+        f"the updates --people {people:,} needs at this batch and these exposures",
         high=MAX_UPDATES,
         why="the planner's limit: use smaller --people counts or a larger --batch-size",
     )
