@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, NumberList, Real
+from biosrecall.cli.options import Integer, NumberList, Real, field_options
 from biosrecall.cli.study import (
     ARCHIVE_OVERWRITE,
     QUIET,
@@ -31,7 +31,6 @@ from biosrecall.cli.study import (
     WORKERS,
     archive_option,
     archive_output,
-    options_from,
     parse_seeds,
     report_outcome,
     study_errors,
@@ -57,7 +56,7 @@ is the docstring under each field)."""
 @click.command()
 @config_option(lists=("people", "seeds", "depths"))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
-@options_from(CapacityOptions, CHECKED)
+@field_options(CapacityOptions, CHECKED)
 @WORKERS
 @THREADS
 @QUIET

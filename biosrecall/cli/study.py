@@ -65,9 +65,6 @@ QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
 EXECUTOR_OPTIONS = ("kind", "gpus_per_run", "partition", "cpus_per_run", "time_min", "array_parallelism")
 """The values `executor_options` adds, handed to the engine as the executor's settings."""
 
-options_from = field_options
-"""`field_options`, by the name `biosrecall.cli.capacity` imports it from here."""
-
 STUDIES = {
     "depth": ("biosrecall.experiments.depth_study", "DEPTH"),
     "leaderboard": ("biosrecall.experiments.leaderboard", "LEADERBOARD"),
