@@ -27,7 +27,6 @@ from biosrecall.experiments.budget_results import (
     saving_claim,
 )
 from biosrecall.experiments.budgets import budget_runs
-from biosrecall.experiments.claims import markdown_columns
 from biosrecall.experiments.study import (
     FIXED_FIRST,
     FIXED_K4,
@@ -36,6 +35,7 @@ from biosrecall.experiments.study import (
     StudyOptions,
     scaled_budget,
 )
+from biosrecall.outputs import markdown_columns
 from biosrecall.train.config import TrainConfig
 
 BASE = TrainConfig(lr=1e-2, seed=0, budget_of="fixed:4:100")

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from biosrecall.eval.scoring import BASELINE
-from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, markdown_columns
+from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE
 from biosrecall.experiments.study_serving import SUMMARY_COLUMNS, serving_claims, serving_summary
+from biosrecall.outputs import markdown_columns
 
 
 def frontier_of(run: str, fixed_bits: list[float], adaptive: tuple[float, float] | None, oracle: float):

@@ -36,10 +36,10 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.plots import CEILING_LINE, curve_styles, draw_curve, format_flops, legend_below
-from biosrecall.experiments.claims import FAILS, HOLDS, interval_cell, markdown_columns, verdict
+from biosrecall.experiments.claims import FAILS, HOLDS, verdict
 from biosrecall.experiments.figure1_results import study_label
 from biosrecall.experiments.study import FIXED_FIRST, MAIN_SCHEDULES, UNIFORM, UPDATE_MATCHED
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import interval_cell, markdown_columns, save_figure, write_table
 from biosrecall.stats import interval_text, seed_interval
 
 TARGETS = (0.5, 0.75, 0.9)  # shares of the ceiling

@@ -31,16 +31,9 @@ import numpy as np
 import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
-from biosrecall.experiments.claims import (
-    Claim,
-    interval_cell,
-    judge_claims,
-    markdown_columns,
-    with_seeds_to_decide,
-    write_claims,
-)
+from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import interval_cell, markdown_columns, save_figure, write_table
 from biosrecall.stats import aggregate_seeds
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"

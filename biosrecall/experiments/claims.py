@@ -31,8 +31,7 @@ mean and interval: `biosrecall.stats.seeds_to_decide`; for a margin, against the
 nearest the mean). When a rerun judges the claims over another number of seeds, the claims it
 replaces are kept as `<stem>_at_<n>seeds.csv` and `<stem>.md` shows their verdicts beside the new
 ones, so a study extended after a look says so. `claims_markdown` is the one writer of every claims
-table, and `markdown_columns` of every study's Markdown table (claims, budgets, serving, capacity): a
-column is a header and a cell template or function, an interval over seeds one `interval_cell`.
+table, on `biosrecall.outputs.markdown_columns`, the writer of every study's Markdown table.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_bytes, atomic_write_text
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM, UPDATE_MATCHED
-from biosrecall.outputs import markdown_table, write_table
+from biosrecall.outputs import markdown_columns, write_table
 from biosrecall.stats import SEEDS_CAP, interval_text, sd_from_interval, seed_interval, seeds_to_decide
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
@@ -352,30 +351,6 @@ def claims_markdown(
         "seeds to decide (planning estimate)": lambda row: row[SEEDS_TO_DECIDE] or "-",
     }
     return _look_note([n for n, _ in looks], stem) + markdown_columns(with_seeds_to_decide(claims), columns)
-
-
-def markdown_columns(table: pd.DataFrame, columns: dict[str, str | Callable[[dict], str]]) -> str:
-    """`table` as a Markdown table, the one writer of every study's tables: one column per entry of
-    `columns`, its header -> its cell, a template filled from the row's fields ("{people}",
-    "{train_flops:.3g}") or a function of the row (`interval_cell`)."""
-    cells = [
-        [cell(row) if callable(cell) else cell.format_map(row) for cell in columns.values()]
-        for row in table.to_dict("records")
-    ]
-    return markdown_table(list(columns), cells)
-
-
-def interval_cell(column: str, fmt: str = "{:.1f}", missing: str | None = None) -> Callable[[dict], str]:
-    """A cell "mean [low, high]" of `column` and its `<column>_low`, `<column>_high` over seeds
-    (`stats.interval_text`: the mean alone with one seed); `missing` in place of a NaN mean."""
-
-    def cell(row: dict) -> str:
-        mean = row[column]
-        if missing is not None and math.isnan(mean):
-            return missing
-        return interval_text(mean, row[f"{column}_low"], row[f"{column}_high"], fmt)
-
-    return cell
 
 
 def _look_note(counts: list[int], stem: str) -> str:

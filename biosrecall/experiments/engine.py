@@ -317,12 +317,11 @@ def run_study(
     out_dir = refuse_file(out_dir)
     options = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
-    runs = study_runs(study, out_dir, options)
-    makes_inputs = study.prepare is not None or study.inputs is not None
-    for group, evaluations in by_trainer(runs, study.evaluations(options)) if not makes_inputs else ():
+    if study.prepare is None and study.inputs is None:
         # Every run's options checked, nothing written; a study that makes its runs' inputs checks
         # them there, once they exist.
-        prepare(out_dir / RUNS, group, evaluations, executor)
+        for group, evaluations in by_trainer(study_runs(study, out_dir, options), study.evaluations(options)):
+            prepare(out_dir / RUNS, group, evaluations, executor)
     timer = StudyTimer(
         report, seeds=list(options.seeds), workers=executor_slots(executor), threads=executor.threads
     )

@@ -26,9 +26,9 @@ import pandas as pd
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.plots import plot_recall_curves, schedule_label
 from biosrecall.eval.seeds import aggregate_recall
-from biosrecall.experiments.claims import interval_cell, judge_claims, markdown_columns
+from biosrecall.experiments.claims import judge_claims
 from biosrecall.experiments.study import FIXED_K4, MAIN_SCHEDULES, UPDATE_MATCHED
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import interval_cell, markdown_columns, save_figure, write_table
 from biosrecall.sweep.jobs import SweepRun
 
 SPEC_COLUMNS = ["name", "label", "seed", "lr", "role"]

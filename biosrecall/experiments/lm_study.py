@@ -79,7 +79,7 @@ from biosrecall.atomic import atomic_write_text
 from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.claims import Claim, interval_cell, judge_claims, markdown_columns, write_claims
+from biosrecall.experiments.claims import Claim, judge_claims, write_claims
 from biosrecall.experiments.engine import RUNS, Study
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
@@ -100,7 +100,7 @@ from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import lm_plan
-from biosrecall.outputs import save_figure, write_table
+from biosrecall.outputs import interval_cell, markdown_columns, save_figure, write_table
 from biosrecall.records import Count, parse_record
 from biosrecall.stats import aggregate_seeds
 from biosrecall.sweep.jobs import Evaluation, SweepRun
@@ -293,7 +293,7 @@ SUMMARY_COLUMNS = {
     "wall-clock saving, %": interval_cell("wall_saving_pct", "{:.1f}"),
     "seeds": "{n_seeds}",
 }
-"""lm_summary.md's columns (header -> cell, `claims.markdown_columns`): one row per grid item (its
+"""lm_summary.md's columns (header -> cell, `outputs.markdown_columns`): one row per grid item (its
 schedule is `GRID`'s), each value its mean over seeds with the 95% interval (NLL in nats per token;
 savings and NLL against the same seed's uniform run)."""
 

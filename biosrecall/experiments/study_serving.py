@@ -28,9 +28,9 @@ import pandas as pd
 
 from biosrecall.atomic import atomic_write_text
 from biosrecall.eval.serving import BASELINE, RECALL_SHARE, headline_table, write_serving_results
-from biosrecall.experiments.claims import Claim, interval_cell, judge_claims, markdown_columns
+from biosrecall.experiments.claims import Claim, judge_claims
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import write_table
+from biosrecall.outputs import interval_cell, markdown_columns, write_table
 from biosrecall.stats import seed_interval
 
 SUMMARY_NAME = "exit_summary"
