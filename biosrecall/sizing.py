@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.train.progress import format_seconds
 
 # ---- measured costs (see the module docstring) -----------------------------------------------------
 
@@ -198,6 +197,18 @@ def free_disk(path: str | Path) -> int:
         return shutil.disk_usage(probe).free
     except OSError:
         return 1 << 62
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration as progress lines write it: "40s", "3m20s", "2h05m" ("?" when unknown)."""
+    if seconds != seconds or seconds == float("inf"):
+        return "?"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def show_bytes(count: float) -> str:

@@ -18,10 +18,10 @@ from biosrecall.cli import main
 from biosrecall.errors import MAX_MESSAGE
 from biosrecall.experiments import engine, leaderboard
 from biosrecall.experiments.leaderboard import LEADERBOARD, SCHEDULES, LeaderboardOptions
+from biosrecall.sizing import format_seconds
 from biosrecall.sweep.engine import SweepResult, prepare
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.worker import Outcome
-from biosrecall.train.progress import format_seconds
 
 TINY = ("--tasks", "bios", "--recipes", "baseline", "--seeds", "0", "--size", "tiny", "--quiet")
 

@@ -74,12 +74,12 @@ from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 from biosrecall.files import parse_json_text, read_json_object
 from biosrecall.locking import output_lock
 from biosrecall.records import Amount, parse_record
+from biosrecall.sizing import format_seconds
 from biosrecall.sweep.commands import EVALUATIONS
 from biosrecall.sweep.engine import Executor, planned_actions, prepare, run_sweep
 from biosrecall.sweep.executors import LocalExecutor, make_executor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
-from biosrecall.train.progress import format_seconds
 from biosrecall.train.run_folder import RunFolder, machine, versions
 from biosrecall.train.stops import Interrupted
 

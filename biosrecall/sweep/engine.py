@@ -30,11 +30,11 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.locking import output_lock
+from biosrecall.sizing import format_seconds
 from biosrecall.sweep.executors import LocalExecutor, SlurmExecutor
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun, build_jobs, check_runs
 from biosrecall.sweep.records import run_state
 from biosrecall.sweep.worker import Outcome
-from biosrecall.train.progress import format_seconds
 from biosrecall.train.run_folder import RunFolder
 
 Executor = LocalExecutor | SlurmExecutor

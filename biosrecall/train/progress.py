@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from biosrecall.sizing import format_seconds
+
 
 class SilentReporter:
     def start(self, total: int, done: int) -> None:
@@ -83,14 +85,3 @@ def make_reporter(quiet: bool, log_every: int):
     if quiet:
         return SilentReporter()
     return BarReporter() if sys.stderr.isatty() else LineReporter(log_every)
-
-
-def format_seconds(seconds: float) -> str:
-    if seconds != seconds or seconds == float("inf"):
-        return "?"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -60,13 +60,14 @@ from biosrecall.model.config import DEFAULT_RECIPE
 from biosrecall.model.layers import IGNORE_INDEX
 from biosrecall.model.presets import DEFAULT_BIOS_PRESET
 from biosrecall.model.recipes import check_config, load_recipe_module, recipe_overrides
+from biosrecall.sizing import format_seconds
 from biosrecall.train import checkpoint_files, distributed
 from biosrecall.train.branch import Branch, branch_record, check_branch, find_state
 from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len, split_budget_of
 from biosrecall.train.distributed import DistInfo
 from biosrecall.train.memory import memory_checked
 from biosrecall.train.optim import build_optimizer, learning_rate, set_learning_rate
-from biosrecall.train.progress import SilentReporter, format_seconds
+from biosrecall.train.progress import SilentReporter
 from biosrecall.train.run_folder import SWITCH, MetricsLog, RunFolder, refuse_differences, update_dirname
 from biosrecall.train.stops import Interrupted, TrainingDiverged
 from biosrecall.train.tracking import with_trackers
