@@ -398,48 +398,45 @@ FINISHES_PAIRED = [
 """Each fixed-first schedule with a Poisson-lognormal finish, beside its uniform-finish twin."""
 K2_VS_CURRICULUM = [(K2_67, CURRICULUM), (K2_80, CURRICULUM)]
 
+
+def _compute_saving(k0: int, switch: float, saving: float, statement: str) -> Claim:
+    """The claim `statement`: fixed-first K0=`k0` at `switch` saves about `saving`% of uniform's
+    modeled compute, "about" read as within `ABOUT` points."""
+    item = fixed_first_name(k0, switch, "uniform")
+    return Claim(
+        f"k{k0}_{switch * 100:.0f}_compute_saving",
+        statement,
+        f"distance of the modeled compute saving vs uniform from {saving:g}%, in points",
+        False,
+        ABOUT,
+        f"'about {saving:g}%' read as within {ABOUT:g} points",
+        lambda r: abs(_value(r, item, SAVING) - saving),
+        paper=f"{saving:g}%",
+    )
+
+
+def _nll_within(k0: int, switch: float, bound: float) -> Claim:
+    """The claim that fixed-first K0=`k0` at `switch` has a mean serving NLL within `bound`% of
+    uniform's: two-sided, the whole interval of the paired gap inside [-bound, bound]."""
+    item = fixed_first_name(k0, switch, "uniform")
+    return Claim(
+        f"k{k0}_{switch * 100:.0f}_nll_within",
+        f"K0={k0} at {switch:.0%}: mean serving NLL within {bound:g}% of uniform",
+        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
+        True,
+        (-bound, bound),
+        "the paper's bound, two-sided",
+        lambda r: _value(r, item, GAP),
+        paper=f"within {bound:g}%",
+    )
+
+
 # Thresholds from the paper's statements, each with its reading and the paper's own number.
 LM_CLAIMS: tuple[Claim, ...] = (
-    Claim(
-        "k2_67_compute_saving",
-        "K0=2 at 67% saves about 45% of modeled compute",
-        "distance of the modeled compute saving vs uniform from 45%, in points",
-        False,
-        ABOUT,
-        "'about 45%' read as within 5 points",
-        lambda r: abs(_value(r, K2_67, SAVING) - 45.0),
-        paper="45%",
-    ),
-    Claim(
-        "k2_67_nll_within",
-        "K0=2 at 67%: mean serving NLL within 0.5% of uniform",
-        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
-        True,
-        (-0.5, 0.5),
-        "the paper's bound, two-sided",
-        lambda r: _value(r, K2_67, GAP),
-        paper="within 0.5%",
-    ),
-    Claim(
-        "k2_80_compute_saving",
-        "K0=2 at 80% saves about 54% of modeled compute",
-        "distance of the modeled compute saving vs uniform from 54%, in points",
-        False,
-        ABOUT,
-        "'about 54%' read as within 5 points",
-        lambda r: abs(_value(r, K2_80, SAVING) - 54.0),
-        paper="54%",
-    ),
-    Claim(
-        "k2_80_nll_within",
-        "K0=2 at 80%: mean serving NLL within 0.8% of uniform",
-        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
-        True,
-        (-0.8, 0.8),
-        "the paper's bound, two-sided",
-        lambda r: _value(r, K2_80, GAP),
-        paper="within 0.8%",
-    ),
+    _compute_saving(2, 0.67, 45.0, "K0=2 at 67% saves about 45% of modeled compute"),
+    _nll_within(2, 0.67, 0.5),
+    _compute_saving(2, 0.8, 54.0, "K0=2 at 80% saves about 54% of modeled compute"),
+    _nll_within(2, 0.8, 0.8),
     Claim(
         "k1_best_at_k1",
         "At 67%, K0=1 has the best NLL at K=1",
@@ -490,26 +487,8 @@ LM_CLAIMS: tuple[Claim, ...] = (
         _worst_gap(max, K2_VS_CURRICULUM, "flops", _ratio_minus_one),
         paper="both cheaper",
     ),
-    Claim(
-        "k4_67_nll_within",
-        "K0=4 at 67%: mean serving NLL within 0.1% of uniform",
-        "mean NLL K=1..16, run / uniform - 1, in % (paired by seed)",
-        True,
-        (-0.1, 0.1),
-        "the paper's bound, two-sided",
-        lambda r: _value(r, K4_67, GAP),
-        paper="within 0.1%",
-    ),
-    Claim(
-        "k4_67_compute_saving",
-        "K0=4 at 67% uses about 31% less compute",
-        "distance of the modeled compute saving vs uniform from 31%, in points",
-        False,
-        ABOUT,
-        "'about 31%' read as within 5 points",
-        lambda r: abs(_value(r, K4_67, SAVING) - 31.0),
-        paper="31%",
-    ),
+    _nll_within(4, 0.67, 0.1),
+    _compute_saving(4, 0.67, 31.0, "K0=4 at 67% uses about 31% less compute"),
     Claim(
         "matched_uniform_worse",
         "The compute-matched uniform run is worse than both K0=4 at 67% and uniform",
