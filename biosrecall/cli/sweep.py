@@ -16,12 +16,13 @@ format is `biosrecall.sweep.spec`; how runs are launched, resumed and recorded i
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, stacked
+from biosrecall.cli.options import Integer, field_docs, field_options
 from biosrecall.errors import bounded
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import counts
@@ -33,46 +34,43 @@ from biosrecall.sweep.spec import load_spec
 _SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
 
 
-def executor_options(gpus_default: str = "0"):
+@dataclass
+class ExecutorOptions:
     """`--executor` and the options of both executors but workers and threads (`sweep run`'s, and every
-    study's through `biosrecall study`), passed as `kind`, `gpus_per_run`, `partition`, `cpus_per_run`,
-    `time_min`, `array_parallelism` (None: not given); `make_executor` reads them."""
-    return stacked(
-        [
-            click.option(
-                "--executor",
-                "kind",
-                type=click.Choice(["local", "slurm"]),
-                default="local",
-                show_default=True,
-                help="Where runs go: processes on this machine, or a Slurm job array (submitit).",
-            ),
-            click.option(
-                "--gpus-per-run",
-                type=Integer(counts(low=0)),
-                default=None,
-                help=f"GPUs of each run; over 1: torchrun [default: {gpus_default}].",
-            ),
-            click.option("--partition", default=None, help="slurm: partition [default: the cluster's]."),
-            click.option(
-                "--cpus-per-run",
-                type=Integer(counts()),
-                default=None,
-                help="slurm: CPUs of each run [default: 1].",
-            ),
-            click.option(
-                "--time-min",
-                type=Integer(counts()),
-                default=None,
-                help="slurm: time limit per run, minutes [default: 1440].",
-            ),
-            click.option(
-                "--array-parallelism",
-                type=Integer(counts()),
-                default=None,
-                help="slurm: tasks at once [default: 256].",
-            ),
-        ]
+    study's through `biosrecall study`; None: not given): `make_executor` reads them."""
+
+    kind: str = "local"
+    """Where runs go: processes on this machine, or a Slurm job array (submitit)."""
+
+    gpus_per_run: int | None = None
+    """GPUs of each run; over 1: torchrun."""
+
+    partition: str | None = None
+    """slurm: partition [default: the cluster's]."""
+
+    cpus_per_run: int | None = None
+    """slurm: CPUs of each run [default: 1]."""
+
+    time_min: int | None = None
+    """slurm: time limit per run, minutes [default: 1440]."""
+
+    array_parallelism: int | None = None
+    """slurm: tasks at once [default: 256]."""
+
+
+def executor_options(gpus_default: str = "0"):
+    """The options of `ExecutorOptions`, passed as its fields; `gpus_default` words the default of
+    --gpus-per-run, which depends on the command."""
+    gpus_help = f"{field_docs(ExecutorOptions)['gpus_per_run'].rstrip('.')} [default: {gpus_default}]."
+    return field_options(
+        ExecutorOptions,
+        {
+            "kind": {"flag": "--executor", "type": click.Choice(["local", "slurm"])},
+            "gpus_per_run": {"type": Integer(counts(low=0)), "help": gpus_help},
+            "cpus_per_run": {"type": Integer(counts())},
+            "time_min": {"type": Integer(counts())},
+            "array_parallelism": {"type": Integer(counts())},
+        },
     )
 
 
