@@ -49,10 +49,8 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,8 +65,7 @@ from biosrecall.locking import (
     ASIDE_ENTRY,
     ASIDE_SUFFIX,
     TEMPORARY_SUFFIX,
-    free_lock,
-    temporary_names,
+    remove_stale_temporaries,
     temporary_prefix,
 )
 
@@ -213,39 +210,6 @@ def _is_write_failure(exc: BaseException) -> bool:
     return error_number(exc) is not None
 
 
-_STALE_AFTER = 1.0  # seconds: a temporary younger than this may belong to a writer about to lock it
-
-
-def remove_stale_files(path: Path) -> None:
-    """Remove the temporaries that killed writes of the file `path` left beside it: regular files of
-    this module's naming (`atomic_write_bytes`'s, `atomic_write_path`'s) that no live writer holds."""
-    patterns = (
-        temporary_names(path),
-        re.compile(re.escape(f".{path.stem}.") + r"[a-z0-9_]{8}\.tmp" + re.escape(path.suffix)),
-    )
-    try:
-        entries = [
-            Path(entry.path)
-            for entry in os.scandir(path.parent)
-            if any(p.fullmatch(entry.name) for p in patterns)
-        ]
-    except OSError:
-        return
-    for tmp in entries:
-        with contextlib.suppress(OSError):  # gone meanwhile
-            info = os.lstat(tmp)
-            if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < _STALE_AFTER:
-                continue
-            fd = free_lock(tmp)
-            if fd is None:
-                continue
-            try:
-                if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
-                    tmp.unlink()
-            finally:
-                os.close(fd)
-
-
 @contextmanager
 def _replacing(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
     """A temporary file beside `path`, named `prefix`XXXXXXXX`suffix` and locked by this process, that
@@ -254,7 +218,7 @@ def _replacing(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
     tmp, fd = None, None
     try:
         _make_folder(path.parent)
-        remove_stale_files(path)
+        remove_stale_temporaries(path, locked=False)
         with held():  # a signal waits until `tmp` names the file the clean-up below removes
             fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
             fcntl.flock(fd, fcntl.LOCK_EX)  # ours until renamed: see the module docstring

@@ -236,20 +236,34 @@ def _remove_abandoned(folder: Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temporaries(output: str | Path) -> None:
-    """Remove `output`'s leftover temporaries (`.<name>.XXXXXXXX.tmp|.old`); call only while holding
-    its lock.
+_STALE_AFTER = 1.0  # seconds: a temporary file younger than this may belong to a writer about to lock it
 
-    An `.old` folder whose output is missing holds the previous output of a swap that was killed
-    half-way: it is moved back to `output` instead of being deleted.
+
+def remove_stale_temporaries(output: str | Path, locked: bool = True) -> None:
+    """Remove `output`'s leftover temporaries (`.<name>.XXXXXXXX.tmp|.old`, and a file's
+    `.<stem>.XXXXXXXX.tmp<suffix>`, which keeps the suffix libraries tell the format from).
+
+    With `locked` (the caller holds `output`'s lock) every one is a dead writer's, and an `.old` folder
+    whose output is missing holds the previous output of a swap that was killed half-way: it is moved
+    back to `output` instead of being deleted. Without (a file written outside any output lock), only
+    the temporary files no live writer holds are removed: a writer locks its temporary until it is
+    renamed (`biosrecall.atomic`).
     """
     output = Path(output)
-    pattern = temporary_names(output, (TEMPORARY_SUFFIX, ASIDE_SUFFIX))
+    patterns = (
+        temporary_names(output, (TEMPORARY_SUFFIX, ASIDE_SUFFIX)),
+        re.compile(re.escape(f".{output.stem}.") + r"[a-z0-9_]{8}\.tmp" + re.escape(output.suffix)),
+    )
     try:
-        entries = sorted(entry for entry in output.parent.iterdir() if pattern.fullmatch(entry.name))
+        entries = sorted(
+            Path(e.path) for e in os.scandir(output.parent) if any(p.fullmatch(e.name) for p in patterns)
+        )
     except OSError:
         return
     for entry in entries:
+        if not locked:
+            _remove_unheld(entry)
+            continue
         previous = entry / ASIDE_ENTRY
         if entry.name.endswith(ASIDE_SUFFIX) and not os.path.lexists(output) and os.path.lexists(previous):
             os.replace(previous, output)
@@ -257,3 +271,19 @@ def remove_stale_temporaries(output: str | Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
+
+
+def _remove_unheld(tmp: Path) -> None:
+    """Remove the temporary file `tmp` unless a live writer holds its lock (or may be about to take it)."""
+    with contextlib.suppress(OSError):  # gone meanwhile
+        info = os.lstat(tmp)
+        if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < _STALE_AFTER:
+            return
+        fd = free_lock(tmp)
+        if fd is None:
+            return
+        try:
+            if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
+                tmp.unlink()
+        finally:
+            os.close(fd)
