@@ -138,15 +138,13 @@ class LoopedScorer:
         return self.score_pairs([self.encode_pair(*request.args) for request in requests])
 
     def rolling_pairs(self, ids: list[int]) -> list[tuple[list[int], list[int]]]:
-        """Disjoint windows over end-of-document + `ids`: every token predicted once; the first window
-        of each chunk carries as much preceding context as fits in the training length."""
-        sequence, pairs = [self.eot_token_id, *ids], []
-        for first in range(0, len(ids), self.max_length):
-            end = min(first + self.max_length, len(ids))  # predict ids[first:end] = sequence[first+1:end+1]
-            window = sequence[max(0, end - self.max_length) : end + 1]
-            count = end - first
-            pairs.append((window[:-count], window[-count:]))
-        return pairs
+        """Disjoint windows over end-of-document + `ids`: every token predicted once, each chunk of the
+        training length with as much preceding context as fits (lm-eval's own windows, as its
+        Hugging Face models cut them: one token of context, made disjoint)."""
+        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+        windows = get_rolling_token_windows(ids, self.eot_token_id, self.max_length, context_len=1)
+        return [make_disjoint_window(window) for window in windows]
 
     def loglikelihood_rolling(self, requests, **_) -> list[float]:
         per_text = [self.rolling_pairs(self.tokenizer.encode(request.args[0])) for request in requests]
