@@ -43,6 +43,7 @@ from biosrecall.interrupts import work_done
 from biosrecall.locking import output_lock
 from biosrecall.numbers import SEED, counts, parse_int
 from biosrecall.paths import POOLS_DIR, TEMPLATES_DIR, writable_pools_dir
+from biosrecall.sizing import show_bytes
 
 _DEFAULT_SIZES_TEXT = " ".join(f"{name}={size}" for name, size in DEFAULT_POOL_SIZES.items())
 # Options that describe a dataset to generate, so they mean nothing with --from-dataset.
@@ -152,10 +153,6 @@ def _summary(path: Path, pools_dir: Path | None) -> list[str]:
     ]
 
 
-def _size(num_bytes: int) -> str:
-    return f"{num_bytes / 1e6:.1f} MB" if num_bytes >= 1e5 else f"{num_bytes / 1e3:.1f} kB"
-
-
 def _text_summary(path: Path, manifest: dict) -> list[str]:
     files = manifest["files"]
     train, evaluation = (f"{stem}.{manifest['text_format']}" for stem in ("train", "eval"))
@@ -163,9 +160,9 @@ def _text_summary(path: Path, manifest: dict) -> list[str]:
     return [
         f"wrote {path} ({manifest['dataset']['num_people']} people x {manifest['exposures']} exposures, "
         f"seed {manifest['seed']})",
-        f"  {train:<13} {files[train]['records']:,} biographies, {_size(files[train]['bytes'])}",
+        f"  {train:<13} {files[train]['records']:,} biographies, {show_bytes(files[train]['bytes'])}",
         f"  {evaluation:<13} {files[evaluation]['records']:,} prompts with answers "
-        f"(6 attributes x 5 prompts per person), {_size(files[evaluation]['bytes'])}",
+        f"(6 attributes x 5 prompts per person), {show_bytes(files[evaluation]['bytes'])}",
         f'  load with     datasets.load_dataset("{loader}", data_files="{path / train}", split="train")',
     ]
 
