@@ -63,28 +63,19 @@ NAME_PARTS = ("first_name", "middle_name", "last_name")
 POOL_NAMES = NAME_PARTS + ATTRIBUTES
 _FILES = ", ".join(f"{name}.txt" for name in NAME_PARTS + ATTRIBUTES)
 
-FROZEN_POOL_LENGTHS = {
-    "first_name": 400,
-    "middle_name": 400,
-    "last_name": 1000,
-    "birth_city": 500,
-    "birth_day": 28,
-    "birth_month": 12,
-    "university": 500,
-    "major": 100,
-    "employer": 1000,
+POOL_SIZES = {  # pool: (its frozen length in data/pools/, the size a dataset uses by default)
+    "first_name": (400, 400),
+    "middle_name": (400, 400),
+    "last_name": (1000, 1000),
+    "birth_city": (500, 64),
+    "birth_day": (28, 28),
+    "birth_month": (12, 12),
+    "university": (500, 64),
+    "major": (100, 64),
+    "employer": (1000, 128),
 }
-DEFAULT_POOL_SIZES = {
-    "first_name": 400,
-    "middle_name": 400,
-    "last_name": 1000,
-    "birth_city": 64,
-    "birth_day": 28,
-    "birth_month": 12,
-    "university": 64,
-    "major": 64,
-    "employer": 128,
-}
+FROZEN_POOL_LENGTHS = {name: frozen for name, (frozen, _) in POOL_SIZES.items()}
+DEFAULT_POOL_SIZES = {name: default for name, (_, default) in POOL_SIZES.items()}
 MIN_POOL_SIZE = 2
 PoolSize = Annotated[int, msgspec.Meta(ge=MIN_POOL_SIZE)]
 """A pool's size: at least two values, or the attribute tells nothing."""
