@@ -155,15 +155,10 @@ class ShardLoader:
 
 
 def validation_batches(
-    data_dir: str | Path,
-    context_length: int,
-    batch_size: int,
-    *,
-    tokenizer: str | Path | LMTokenizer | None = None,
-    max_windows: int | None = None,
+    data_dir: str | Path, context_length: int, batch_size: int, *, max_windows: int | None = None
 ) -> Iterator[np.ndarray]:
     """The validation split in a fixed order (see `ShardLoader.ordered_batches`)."""
-    loader = ShardLoader(data_dir, context_length, split="validation", tokenizer=tokenizer)
+    loader = ShardLoader(data_dir, context_length, split="validation")
     return loader.ordered_batches(batch_size, max_windows)
 
 
