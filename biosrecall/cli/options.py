@@ -195,7 +195,8 @@ def checkpoint_option(
 
 
 class CommaList(click.ParamType):
-    """A comma list ("0,1,2") of `item` values, as a tuple."""
+    """A comma list ("0,1,2") of `item` values, as a tuple; numbers are read by `parse_int` and
+    `parse_float` (ASCII only), as every other option reads them."""
 
     name = "list"
 
@@ -206,7 +207,9 @@ class CommaList(click.ParamType):
         if isinstance(value, tuple | list):
             return tuple(value)
         try:
-            items = tuple(self.item(part.strip()) for part in str(value).split(",") if part.strip())
+            items = tuple(
+                _READERS.get(self.item, str)(part.strip()) for part in str(value).split(",") if part.strip()
+            )
         except ValueError:
             items = ()
         if not items:
