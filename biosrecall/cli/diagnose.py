@@ -58,6 +58,8 @@ CHECKED = {
 """What the options of `DiagnoseOptions` take beyond their fields' types (`field_options`; their help
 is the docstring under each field). The depth lists are read as text by the command's parsers, which
 take ranges such as 1..16."""
+DEPTH_LISTS = ("depths", "after_uniform", "serving_depths")
+"""The options whose text `ParsedBy` checks and the command then reads with the same parser."""
 
 
 @dataclass
@@ -89,7 +91,7 @@ WHERE = {
 
 
 @click.command("diagnose-update")
-@config_option(lists=("depths", "after_uniform", "serving_depths"))
+@config_option(lists=DEPTH_LISTS)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("The one checkpoint to diagnose", SWITCH)
 @field_options(DiagnoseOptions, CHECKED)
@@ -99,10 +101,9 @@ def diagnose_update(run_dir, checkpoint, device, threads, data_dir, out_dir, qui
     from biosrecall.diagnose import diagnose_update as run_diagnosis  # loads the model code
     from biosrecall.diagnose.report import depth_average
 
-    # The depth lists arrive as the text the command line holds (checked already); the rest as numbers.
-    fields["depths"] = parse_candidate_depths(fields["depths"])
-    fields["after_uniform"] = parse_depth_list(fields["after_uniform"], "--after-uniform", minimum=0)
-    fields["serving_depths"] = parse_depth_list(fields["serving_depths"], "--serving-depths")
+    # The depth lists arrive as the text the command line holds, read here by the parser that checked it.
+    for name in DEPTH_LISTS:
+        fields[name] = CHECKED[name]["type"].parser(fields[name])
     options = DiagnoseOptions(**fields)
     progress = None if quiet else lambda message: click.echo(message, err=True)
     result = run_diagnosis(
