@@ -208,7 +208,9 @@ class CommaList(click.ParamType):
             return tuple(value)
         try:
             items = tuple(
-                _READERS.get(self.item, str)(part.strip()) for part in str(value).split(",") if part.strip()
+                _READERS.get(self.item, self.item)(part.strip())
+                for part in str(value).split(",")
+                if part.strip()
             )
         except ValueError:
             items = ()
