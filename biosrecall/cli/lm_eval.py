@@ -88,7 +88,7 @@ CHECKED = {
 @field_options(EvalOptions, CHECKED)
 @no_verify_option
 def evaluate(runs, checkpoints, no_verify, **fields) -> None:
-    """Write RUN/eval/evaluation.csv and .parquet (NLL per token at each serving depth) for each RUN and print
+    """Write RUN/eval/nll.csv and .parquet (NLL per token at each serving depth) for each RUN and print
     the NLL by depth and the mean serving-depth NLL. With --exit, also write RUN/eval/nll_exit.csv and
     .parquet: NLL and mean exit depth per criterion, next to the fixed-depth NLL on the same windows."""
     from biosrecall.lm import evaluate as evaluation
