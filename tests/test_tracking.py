@@ -184,11 +184,11 @@ def test_a_run_resumed_with_another_log_starts_tracking_where_it_resumes(dataset
 def test_tensorboard_hides_what_a_killed_run_logged_after_its_last_save(tmp_path):
     pytest.importorskip("tensorboard")
     first, resumed = tracking.TensorBoardTracker(), tracking.TensorBoardTracker()
-    first.start(tracking.TrackedRun(tmp_path, "run", {}, first_update=0))
+    first.start(tracking.TrackedRun(RunFolder(tmp_path), "run", {}, first_update=0))
     for step in range(10):
         first.log({"loss": 1.0}, step)
     first.finish()  # killed after update 9; its last save was after update 5
-    resumed.start(tracking.TrackedRun(tmp_path, "run", {}, first_update=6))
+    resumed.start(tracking.TrackedRun(RunFolder(tmp_path), "run", {}, first_update=6))
     for step in range(6, 12):
         resumed.log({"loss": 2.0}, step)
     resumed.finish()

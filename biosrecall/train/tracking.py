@@ -52,9 +52,9 @@ IDS_FILE = "trackers.json"
 class TrackedRun:
     """What a tracker is told when training starts."""
 
-    folder: Path
-    """Where the run writes now (for a new run a temporary folder until its first save publishes it;
-    see `moved_to`)."""
+    folder: RunFolder
+    """Where the run writes. A new run's `path` is a temporary folder until its first save publishes it
+    (`RunFolder.publish`), so a tracker that writes into the folder reads `path` each time."""
     name: str
     """The run folder as the user named it (e.g. runs/ff): W&B's run name, the start of Trackio's."""
     config: dict[str, Any]
@@ -64,17 +64,13 @@ class TrackedRun:
 
 
 class Tracker:
-    """What every tracker adapter does; one that names its run by id or name, not by folder, need not
-    follow a move (`moved_to`)."""
+    """What every tracker adapter does."""
 
     name: str
 
     def start(self, run: TrackedRun) -> None: ...
 
     def log(self, record: dict[str, float], step: int) -> None: ...
-
-    def moved_to(self, folder: Path) -> None:
-        """The run folder was renamed (a new run swapped into place after its first save)."""
 
     def finish(self) -> None: ...
 
@@ -85,27 +81,26 @@ class TensorBoardTracker(Tracker):
     name = "tensorboard"
 
     def start(self, run: TrackedRun) -> None:
-        self.writer = self._open(run.folder, purge_step=run.first_update or None)
+        self.run_folder = run.folder
+        self.writer = self._open(purge_step=run.first_update or None)
         self.writer.add_text("config", f"```\n{json.dumps(run.config, indent=2)}\n```", run.first_update)
         self.writer.flush()
 
-    @staticmethod
-    def _open(folder: Path, purge_step: int | None = None):
+    def _open(self, purge_step: int | None = None):
+        """A writer into the run folder where it is now, which `folder` remembers."""
         from torch.utils.tensorboard import SummaryWriter  # the optional extra `track`
 
-        return SummaryWriter(str(folder / TENSORBOARD_DIR), purge_step=purge_step)
+        self.folder = self.run_folder.path
+        return SummaryWriter(str(self.folder / TENSORBOARD_DIR), purge_step=purge_step)
 
     def log(self, record: dict[str, float], step: int) -> None:
-        if self.writer is None:
-            self.writer = self._open(self.folder)  # a second event file, which TensorBoard joins
+        if self.folder != self.run_folder.path:  # a new run was swapped into place after its first save
+            self.finish()
+            self.writer = self._open()  # a second event file, which TensorBoard joins
         for key, value in record.items():
             self.writer.add_scalar(key, value, step)
         # The writer reopens its file by path: everything must be on disk before the folder is renamed.
         self.writer.flush()
-
-    def moved_to(self, folder: Path) -> None:
-        self.finish()
-        self.folder = folder
 
     def finish(self) -> None:
         if self.writer is not None:
@@ -125,7 +120,7 @@ class WandbTracker(Tracker):
             "id": secrets.token_hex(4),  # as W&B makes them: 8 characters of [0-9a-z]
             "project": os.environ.get("WANDB_PROJECT") or PROJECT,
         }
-        ids = run_ids(run.folder, self.name, fresh)
+        ids = run_ids(run.folder.path, self.name, fresh)
         self.run = wandb.init(
             project=ids["project"],
             id=ids["id"],
@@ -156,7 +151,7 @@ class TrackioTracker(Tracker):
             "project": PROJECT,
             "name": f"{run.name}-{secrets.token_hex(3)}",  # run names identify a run within its project
         }
-        ids = run_ids(run.folder, self.name, fresh)
+        ids = run_ids(run.folder.path, self.name, fresh)
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's own output
             self.run = trackio.init(
                 project=ids["project"], name=ids["name"], config=run.config, resume="allow"
@@ -216,25 +211,16 @@ class TrackingReporter:
 
     def __init__(self, inner, trackers: list[Tracker], trainer):
         self.inner, self.trackers, self.trainer = inner, trackers, trainer
-        self.started_in: Path | None = None
-
-    def folder(self) -> Path:
-        """Where the run writes now: `trainer.folder` moves when a new run is swapped into place."""
-        return self.trainer.folder.path
 
     def start(self, total: int, done: int) -> None:
         self.inner.start(total, done)
-        self.started_in = self.folder()
-        train_config = self.trainer.config.to_dict()
-        config = json.loads(
-            json.dumps({**RunFolder(self.started_in).read_config(), "train_config": train_config})
-        )
-        run = TrackedRun(self.started_in, str(self.trainer.final.path), config, done)
+        folder, train_config = self.trainer.folder, self.trainer.config.to_dict()
+        config = json.loads(json.dumps({**folder.read_config(), "train_config": train_config}))
+        run = TrackedRun(folder, str(self.trainer.final.path), config, done)
         self._each("start", lambda tracker: tracker.start(run))
 
     def update(self, record: dict[str, Any]) -> None:
         self.inner.update(record)
-        self._follow_move()
         scalars = {key: value for key, value in record.items() if key != "update" and _is_number(value)}
         self._each("log", lambda tracker: tracker.log(scalars, record["update"]))
 
@@ -243,17 +229,10 @@ class TrackingReporter:
 
     def close(self) -> None:
         try:
-            self._follow_move()
             self._each("finish", lambda tracker: tracker.finish())
         finally:
             self.trackers = []
             self.inner.close()
-
-    def _follow_move(self) -> None:
-        folder = self.folder()
-        if self.started_in is not None and folder != self.started_in:
-            self.started_in = folder
-            self._each("follow the run folder", lambda tracker: tracker.moved_to(folder))
 
     def _each(self, action: str, call: Callable[[Tracker], None]) -> None:
         """`call` on every tracker; one that raises is dropped with one warning line."""
@@ -267,7 +246,7 @@ class TrackingReporter:
                     "training goes on without it (metrics.jsonl holds every record)",
                     file=sys.stderr,
                 )
-                if action not in ("start", "finish"):
+                if action == "log":
                     with contextlib.suppress(Exception):  # it has already been reported as failed
                         tracker.finish()
 
