@@ -70,13 +70,15 @@ class Plan:
         return 1.0 - self.expected_flops / self.uniform_expected_flops
 
     def summary(self) -> dict[str, Any]:
-        """JSON-safe scalars (no per-update arrays), e.g. for a run's config.json."""
+        """JSON-safe scalars (no per-update arrays), e.g. for a run's config.json: the fields, the
+        saving, the mean depth and the tokens of the whole run."""
         left_out = ("depths", "flops_per_update", "uniform_expected_flops")
         scalars = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in left_out}
         return {
             **scalars,
             "saving_vs_uniform": self.saving_vs_uniform,
             "mean_depth": float(self.depths.mean()),
+            "tokens": self.tokens_per_update * self.updates,
         }
 
 

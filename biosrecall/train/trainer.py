@@ -362,11 +362,7 @@ def make_plan(model_config, config: TrainConfig, seq_len: int | None = None, exp
 
 def plan_summary(plan, model_config, exposures=None) -> dict[str, Any]:
     """config.json's plan; a run sized by exposures also records how often each person was shown."""
-    summary = {
-        **plan.summary(),
-        "tokens": int(plan.tokens_per_update * plan.updates),
-        "parameters": param_counts(model_config),
-    }
+    summary = {**plan.summary(), "parameters": param_counts(model_config)}
     if exposures is not None:
         summary["exposures"] = exposures.summary()
     return summary
