@@ -221,7 +221,8 @@ class TrackingReporter:
 
     def update(self, record: dict[str, Any]) -> None:
         self.inner.update(record)
-        scalars = {key: value for key, value in record.items() if key != "update" and _is_number(value)}
+        # Every value of the trainer's row is a number; the update is the step.
+        scalars = {key: value for key, value in record.items() if key != "update"}
         self._each("log", lambda tracker: tracker.log(scalars, record["update"]))
 
     def message(self, text: str) -> None:
@@ -249,7 +250,3 @@ class TrackingReporter:
                 if action == "log":
                     with contextlib.suppress(Exception):  # it has already been reported as failed
                         tracker.finish()
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
