@@ -40,7 +40,7 @@ import re
 import sys
 from pathlib import Path
 
-from biosrecall.experiments.study import figure1_command
+from biosrecall.experiments.study import figure1_command, upgrade
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 DOCS = README.parent / "docs" / "figures"
@@ -112,8 +112,9 @@ def _record(study: Path) -> tuple[dict, list[int]]:
     """The study's record (an engine study's, else figure1.json) and its seeds."""
     if (engine := _engine_study(study)) is not None:
         return engine[1], engine[1]["options"]["seeds"]
-    record = json.loads((study / "figure1.json").read_text())
-    return record, record.get("study", {}).get("seeds", [record["train_config"]["seed"]])
+    path = study / "figure1.json"
+    record = upgrade(json.loads(path.read_text()), f"{path} is corrupt")  # the engine's, or 0.2.0's
+    return record, record["options"]["study"]["seeds"]
 
 
 def study_command(study: Path) -> str:
@@ -125,9 +126,8 @@ def study_command(study: Path) -> str:
         declaration, record = engine
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in record["options"].items()}
         return engine_command(declaration, declaration.options(**values))
-    record, _ = _record(study)
-    options = {"seeds": [record["train_config"]["seed"]], **record.get("study", {})}
-    return figure1_command(record["preset"], options, budget=record["train_config"].get("budget"))
+    options = _record(study)[0]["options"]
+    return figure1_command(options["preset"], options["study"], budget=options["budget"])
 
 
 def block_body(name: str, source: Path) -> str:

@@ -95,7 +95,7 @@ def test_seeds_are_aggregated_with_intervals_and_every_claim_is_judged(figure1_o
     assert measured[CLAIM_KEYS[-1]] != NOT_MEASURED  # the budget sweep ran
     assert (figure1_out / "claims.md").read_text().count("\n| ") == len(CLAIM_KEYS)  # one row per claim
     record = json.loads((figure1_out / "figure1.json").read_text())
-    assert record["study"]["seeds"] == [0, 1] and record["machine"]["cpu"]
+    assert record["options"]["study"]["seeds"] == [0, 1] and record["machine"]["cpu"]
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@
   save their progress) ends with exit code 130, the line "rerun the same command to continue" naming
   the stopped runs and no traceback; the same command then finishes.
 - A rerun with another budget, preset, seed or people count is refused with one `error:` line naming
-  the difference, leaving the output untouched; `--overwrite` then replaces it.
+  the difference, its old and new value and the ways on, leaving the output untouched; `--overwrite`
+  then replaces it. A folder that holds files but no figure1.json is refused, --overwrite or not.
 - `--templates` pointing at a folder whose train.toml is a FIFO is refused at once, not read forever.
 
 A "tiny" preset (registered for these tests) keeps each figure1 call to a few seconds.
@@ -189,7 +190,7 @@ class TestCtrlC:
 CHANGES = [
     pytest.param(["--budget", "6e9"], None, "budget was fixed:4:12, now 6000000000.0", id="budget"),
     pytest.param(["--seeds", "1"], None, "dataset_seed was 0, now 1", id="seed"),
-    pytest.param(["--preset", "tiny2"], None, "preset was tiny, now tiny2", id="preset"),
+    pytest.param(["--preset", "tiny2"], None, "--preset tiny, not tiny2", id="preset"),
     pytest.param([], replace(TINY, people=9), "people was 8, now 9", id="people"),
 ]
 
@@ -221,38 +222,44 @@ class TestChangedSettingsRefused:
         assert run_cli(changed_args(output_copy, extra)) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ")
-        assert named in err and "--overwrite" in err and "rerun with the settings it was made with" in err
+        assert named in err and "use another --out, or --overwrite to replace it" in err
         assert snapshot(output_copy) == before
 
+    def test_a_corrupt_record_is_refused_and_replaced_with_overwrite(self, output_copy, tiny_preset, capsys):
+        (output_copy / figure1.RECORD).write_text("{")
+        before = snapshot(output_copy)
+        assert run_cli(figure1_args(output_copy)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "figure1.json is corrupt" in err and "--overwrite" in err
+        assert snapshot(output_copy) == before
+        assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
+        assert all(1.0 in RunFolder(run_dir(output_copy, name)).fraction_checkpoints() for name in RUN_NAMES)
+
     @pytest.mark.parametrize(
-        ("tamper", "named"),
+        "tamper",
         [
-            pytest.param(
-                lambda out: (out / figure1.RECORD).write_text("{"), "is corrupt", id="corrupt-record"
-            ),
-            pytest.param(
-                lambda out: (out / figure1.RECORD).unlink(), "no figure1.json", id="runs-without-record"
-            ),
+            pytest.param(lambda out: (out / figure1.RECORD).unlink(), id="runs-without-record"),
             pytest.param(
                 lambda out: [
                     shutil.rmtree(out / figure1.RUNS),
                     (out / figure1.RECORD).unlink(),
                     (out / figure1.DATA / "manifest.json").unlink(),
                 ],
-                "dataset is unusable",
                 id="broken-dataset",
             ),
         ],
     )
-    def test_output_of_unknown_making_is_refused(self, output_copy, tiny_preset, capsys, tamper, named):
+    def test_a_folder_without_its_record_is_refused_even_with_overwrite(
+        self, output_copy, tiny_preset, capsys, tamper
+    ):
+        """--overwrite replaces only what its record marks as a figure1 output: nothing else is moved."""
         tamper(output_copy)
         before = snapshot(output_copy)
-        assert run_cli(figure1_args(output_copy)) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and named in err and "--overwrite" in err
-        assert snapshot(output_copy) == before
-        assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
-        assert all(1.0 in RunFolder(run_dir(output_copy, name)).fraction_checkpoints() for name in RUN_NAMES)
+        for extra in ([], ["--overwrite"]):
+            assert run_cli(figure1_args(output_copy, *extra)) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "holds no figure1.json: give a new or empty --out" in err
+            assert snapshot(output_copy) == before
 
 
 class TestOverwrite:
@@ -271,18 +278,14 @@ class TestOverwrite:
         assert new != old
         retrained = final_weights(output_copy)
         assert all(retrained[name] != trained_before[name] for name in RUN_NAMES)
+        pinned, seed = new["pins"], new["options"]["study"]["seeds"][0]
         for name in RUN_NAMES:  # every run was trained again, with the new settings
-            folder = run_dir(output_copy, name, new["train_config"]["seed"])
-            config = json.loads((folder / "config.json").read_text())
-            run_own = {
-                k: config["train_config"][k] for k in ("schedule", "threads")
-            }  # threads: the executor's
-            assert config["train_config"] == new["train_config"] | run_own
+            config = json.loads((run_dir(output_copy, name, seed) / "config.json").read_text())
+            config = config["train_config"]
+            shared = set(config) & set(pinned) - {"schedule", "budget"}  # the run's own; budget: as FLOPs
+            assert config["seed"] == seed and {k: config[k] for k in shared} == {k: pinned[k] for k in shared}
         dataset = json.loads((output_copy / figure1.DATA / "manifest.json").read_text())
-        assert (dataset["num_people"], dataset["seed"]) == (
-            new["settings"]["people"],
-            new["train_config"]["seed"],
-        )
+        assert (dataset["num_people"], dataset["seed"]) == (pinned["people"], pinned["dataset_seed"])
         assert not [p for p in output_copy.parent.iterdir() if p.name.startswith(".")]
         kept = final_weights(output_copy)
         assert run_cli(changed_args(output_copy, extra)) == 0  # the new output is continued as it is
@@ -376,7 +379,7 @@ class TestStudyInParts:
         assert {*labels.values(), control_label} <= set(self._finals(output_copy, 1))  # seed 1 at the winners
         claims = (output_copy / "claims.md").read_text()
         assert "n=2" in claims  # every measured claim now has two seeds
-        assert record(output_copy)["study"]["seeds"] == [0, 1]
+        assert record(output_copy)["options"]["study"]["seeds"] == [0, 1]
 
     def test_a_new_output_starts_with_its_learning_rate_grid(self, tmp_path, tiny_preset):
         """The grid trains first, on the dataset the same call makes; its winners choose the runs."""

@@ -190,7 +190,7 @@ class TestPlan:
             ),
             pytest.param(lambda d: None, "no such folder", id="missing"),
             pytest.param(
-                lambda d: (d / "figure1.json").write_text('{"preset": "quick", "train_config": {}}'),
+                lambda d: (d / "figure1.json").write_text('{"preset": "quick", "train_config": {"seed": 0}}'),
                 "has no claims.csv yet",
                 id="unfinished",
             ),
@@ -234,14 +234,6 @@ class TestExtendedAfterALook:
         assert lines[0].startswith("*Earlier looks judged these claims at 3 and 6 seeds")
         assert "| verdict at 3 seeds | verdict at 6 seeds | verdict |" in lines[2]
 
-    def test_overwrite_replaces_the_earlier_looks(self, tmp_path):
-        """`--overwrite` moves aside everything figure1 made: the looks of the replaced study too."""
-        from biosrecall.experiments.figure1 import made_names
-
-        write_claims(looked(3), tmp_path)
-        write_claims(looked(6), tmp_path)
-        assert {"claims_at_3seeds.csv", "claims.csv", "claims.md"} <= set(made_names(tmp_path))
-
     def test_one_seed_is_not_a_look(self, tmp_path):
         write_claims(looked(1), tmp_path)
         write_claims(looked(3), tmp_path)
@@ -281,7 +273,7 @@ class TestExtendedTinyStudy:
         printed = capsys.readouterr().out
         assert "judged over 3 seeds" in printed and all(key in printed for key in now["claim"])
 
-    def test_repeated_seeds_under_other_settings_are_named(
+    def test_repeated_seeds_under_other_settings_are_refused(
         self, extended_output, tiny_preset, capsys, tmp_path
     ):
         out = tmp_path / "out"
@@ -290,6 +282,6 @@ class TestExtendedTinyStudy:
         assert run_cli(figure1_args(out, "--seeds", "1,2,3", "--budget", "6e9")) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ")
-        assert "seeds 1, 2 are already in it under those settings" in err and "budget was" in err
+        assert "budget was fixed:4:12, now 6000000000.0" in err and "--overwrite to replace it" in err
         assert snapshot(out) == before
-        assert json.loads((out / figure1.RECORD).read_text())["study"]["seeds"] == [0, 1, 2]
+        assert json.loads((out / figure1.RECORD).read_text())["options"]["study"]["seeds"] == [0, 1, 2]

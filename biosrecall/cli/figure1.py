@@ -44,7 +44,6 @@ MULTIPLES = NumberList(rates(0.0, low_open=True), "budget multiples", "0.5,1,2")
 # What the options of `Figure1Options` and `StudyOptions` take beyond their fields' types (their help
 # is the docstring under each field); None: an option written below, or none.
 CHECKED = {
-    "out": None,
     "study": None,
     "log": None,
     "budget": {"type": Real(LIMITS["budget"])},

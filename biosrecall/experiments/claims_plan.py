@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-from msgspec import UnsetType
 
 from biosrecall.atomic import atomic_write_path, atomic_write_text
 from biosrecall.errors import BiosrecallError
@@ -35,46 +33,44 @@ from biosrecall.experiments.claims import (
     verdict,
     with_seeds_to_decide,
 )
-from biosrecall.experiments.study import MAX_SEEDS, figure1_command
-from biosrecall.records import optional, read_checked_json
+from biosrecall.experiments.study import MAX_SEEDS, RECORD, StudySeeds, figure1_command, upgrade
+from biosrecall.files import read_json_object
+from biosrecall.records import parse_record
 
-RECORD = "figure1.json"  # biosrecall.experiments.figure1.RECORD, without importing the trainer
 NEEDED = ("claim", "threshold", "mean", "low", "high", "n_seeds", "verdict")
 
 
 @dataclass(kw_only=True)
-class StudySeeds:
-    """The part of figure1.json's `study` (the `StudyOptions`) that reading an output relies on."""
-
-    seeds: list[int]
-    """The training seeds."""
-
-
-@dataclass(kw_only=True)
-class Figure1Record:
-    """The fields of figure1.json that planning seeds reads (its other keys are kept as written)."""
+class PlannedOptions:
+    """The options of figure1.json that planning seeds reads (its other keys are kept as written)."""
 
     preset: str
     """The preset the study ran (`biosrecall.experiments.figure1.FIGURE1_PRESETS`)."""
-    train_config: dict[str, Any]
-    """The trainer's settings (`TrainConfig.to_dict`), the first seed's."""
-    study: StudySeeds | UnsetType = optional()
-    """The `StudyOptions`; an older record has none (its one seed is train_config's)."""
+    study: StudySeeds
+    """Its `StudyOptions`: the seeds, and the controls the command names."""
+    budget: float | None = None
+    """The `--budget` given, if one was."""
 
 
-def record_seeds(record: dict) -> list[int]:
-    """The training seeds of a figure1 record: its study's, or an older record's one seed."""
-    return list(record.get("study", {}).get("seeds", [record["train_config"].get("seed")]))
+@dataclass(kw_only=True)
+class PlannedRecord:
+    """The part of figure1.json (the engine's record, or release 0.2.0's read as it) planning reads."""
+
+    options: PlannedOptions
+    """The options the output was made with."""
 
 
 def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
-    """(figure1.json, claims.csv) of a finished figure1 output; BiosrecallError for any other folder."""
+    """(figure1.json's options, claims.csv) of a finished figure1 output; BiosrecallError for any other
+    folder."""
     out_dir = Path(out_dir)
     if not (out_dir / RECORD).exists():
         why = f"it has no {RECORD}" if out_dir.is_dir() else "it is not a folder"
         why = why if out_dir.exists() else "no such folder"
         raise BiosrecallError(f"{out_dir} is not a figure1 output: {why}")
-    record = read_checked_json(out_dir / RECORD, Figure1Record, "figure1 record")
+    where = f"figure1 record {out_dir / RECORD} is corrupt"
+    record = upgrade(read_json_object(out_dir / RECORD, "figure1 record"), where)
+    parse_record(record, PlannedRecord, where)
     claims_path = out_dir / "claims.csv"
     if not claims_path.is_file():
         raise BiosrecallError(
@@ -87,14 +83,14 @@ def read_output(out_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     missing = [column for column in NEEDED if column not in claims]
     if missing:
         raise BiosrecallError(f"{claims_path} is not a claims table: it has no {', '.join(missing)}")
-    return record, claims
+    return record["options"], claims
 
 
 def plan_text(out_dir: str | Path) -> str:
     """What `figure1 --plan` prints: claim, verdict, n_seeds and seeds_to_decide of each row (the
     estimate recomputed), then the seed count the undecided claims need and the command that trains
     that many (the finished runs are kept)."""
-    record, claims = read_output(out_dir)
+    options, claims = read_output(out_dir)
     table = with_seeds_to_decide(claims)[["claim", "verdict", "n_seeds", SEEDS_TO_DECIDE]]
     table = table.rename(columns={SEEDS_TO_DECIDE: f"{SEEDS_TO_DECIDE} (planning estimate)"})
     lines = [
@@ -102,7 +98,7 @@ def plan_text(out_dir: str | Path) -> str:
         "estimate: the seed count whose 95% interval would exclude the threshold if the observed mean and",
         "per-seed sd held (docs/concepts/seeds-and-verdicts.md).",
         _text_table(table),
-        _next_step(record, claims, table.iloc[:, -1], out_dir),
+        _next_step(options, claims, table.iloc[:, -1], out_dir),
     ]
     return "\n".join(lines)
 
@@ -114,7 +110,7 @@ def _text_table(table: pd.DataFrame) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir) -> str:
+def _next_step(options: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir) -> str:
     """The line after the table: how many seeds the undecided claims need, and how to run them."""
     undecided = estimates[claims["verdict"].eq(INCONCLUSIVE).to_numpy()]
     counts = [int(value) for value in undecided if str(value).isdigit()]
@@ -129,12 +125,14 @@ def _next_step(record: dict, claims: pd.DataFrame, estimates: pd.Series, out_dir
         return (
             f"the inconclusive claims need up to {needed} seeds by this estimate; --seeds takes {MAX_SEEDS}."
         )
-    seeds = record_seeds(record)
+    seeds = list(options["study"]["seeds"])
     seeds += range(max(seeds) + 1, max(seeds) + 1 + needed - len(seeds))
-    options = {**record.get("study", {}), "seeds": seeds}
+    command = figure1_command(
+        options["preset"], {**options["study"], "seeds": seeds}, out_dir, options.get("budget")
+    )
     return (
         f"the inconclusive claims need up to {needed} seeds by this estimate; fix the count before "
-        f"looking again, and run it with:\n  {figure1_command(record['preset'], options, out_dir, record['train_config'].get('budget'))}"
+        f"looking again, and run it with:\n  {command}"
     )
 
 

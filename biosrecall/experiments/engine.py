@@ -27,14 +27,15 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
 - where runs go: processes here (`--workers`, `--threads`) or a Slurm job array (`--executor slurm`
   and `sweep run`'s Slurm options; `study_executor`), on the study's `device`.
 
-A study that needs more declares it, each hook optional: `prepare` (`figure1`'s), a record of its own
-and what it refuses or replaces (`overwrite`), and inputs it makes (a dataset) under the lock; on the
-engine's record, `inputs` (`capacity`'s), what its runs read (a dataset) made under OUT under the
-lock, its `runs` then given OUT too and planned there; `free`, options a later call may change (where runs are scored, a corpus's
-folder), and `pins`, what options resolve to that may not change (`lm study`'s corpus, pinned by its
-tokenizer and tokens); `upgrade`, a record an earlier release wrote in its own format; a failure
-or interrupt while preparing leaves a new output as it found it; `then`, runs chosen from the first
-runs' results (a learning-rate grid's winners); `evaluate`, one scoring pass in this process instead
+A study that needs more declares it, each hook optional: `inputs` (`capacity`'s, `figure1`'s), what
+its runs read (a dataset) made under OUT under the lock, its `runs` then given OUT too and planned
+there; `free`, options a later call may change (where runs are scored, a corpus's folder), and
+`pins`, what options resolve to that may not change (`lm study`'s corpus, pinned by its tokenizer
+and tokens); `upgrade`, a record an earlier release wrote in its own format; `overwrite`, a command
+with --overwrite, which replaces an output refused for its settings (`run_study`); `command_line`,
+the reproducing command of options that are not flat; a failure or interrupt while preparing leaves
+a new output as it found it (a replaced one put back); `then`, runs chosen from the first runs'
+results (a learning-rate grid's winners); `evaluate`, one scoring pass in this process instead
 of per-run `evaluations`; `write`, files in formats of its own. Branches (a run whose task names its
 trunk's run as `from`) train after every other run, from the state their trunk kept
 (`train_study_runs`).
@@ -58,9 +59,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -72,7 +75,8 @@ from typing import Any
 from biosrecall.atomic import atomic_write_bytes, atomic_write_text, keep_outputs, refuse_file
 from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 from biosrecall.files import parse_json_text, read_json_object
-from biosrecall.locking import output_lock
+from biosrecall.interrupts import held
+from biosrecall.locking import ASIDE_SUFFIX, output_lock, temporary_prefix
 from biosrecall.records import Amount, parse_record
 from biosrecall.sizing import format_seconds
 from biosrecall.sweep.commands import EVALUATIONS
@@ -131,15 +135,16 @@ class Study:
     command: str = ""
     """The command words that run it ("" for `biosrecall study <name>`; "leaderboard" for a study with
     a command of its own)."""
-    prepare: Callable[[Path, Any, bool, Any], None] | None = None
-    """(out, options, overwrite, report): for a study with a record of its own, under the lock before
-    anything trains: check what OUT holds against the options (refuse, or with `overwrite` replace,
-    an output made otherwise), write the record, make what the runs read (a dataset). None: the
-    engine's record, OUT/<name>.json, and its check."""
+    command_line: Callable[[Any], str] | None = None
+    """options -> the command that makes the output again, for options `study_command` cannot spell
+    (figure1's nested `StudyOptions` and flags); None: `study_command`'s."""
+    overwrite: bool = False
+    """Its command has --overwrite: an output refused for its settings (or a corrupt record) is
+    replaced when `run_study` is given `overwrite`, and the refusal says so."""
     inputs: Callable[[Path, Any, Any], None] | None = None
-    """(out, options, report): for a study on the engine's record, what its runs read (a dataset),
-    made under the lock once the record of a new output is written, every run's plan checked there
-    (the record of a continued output is rewritten only once they pass); its `runs` are given OUT."""
+    """(out, options, report): what its runs read (a dataset), made under the lock once the record of
+    a new output is written, every run's plan checked there (the record of a continued output is
+    rewritten only once they pass); its `runs` are given OUT."""
     then: Callable[[Any, Any], list] | None = None
     """(per-run table of the `runs`, options) -> the runs their results choose (each schedule at the
     learning rate its grid picked), trained after them; the tables see both."""
@@ -185,32 +190,44 @@ class StudyRecord:
     """What the options resolved to (`Study.pins`; none for most studies)."""
 
 
+class OtherSettings(BiosrecallError):
+    """OUT holds this study made with other settings, or a record of its name that cannot be read:
+    refused, or replaced when the study has `overwrite` and `run_study` is given it."""
+
+
 def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[str, Any] | None:
     """The record already in OUT (None for a new or empty folder), refusing one made with other
-    settings in one line naming the first setting that differs, or a folder that holds other files
-    but no record (a study writes its record before its first run)."""
+    settings in one line naming the first setting that differs (`OtherSettings`), or a folder that
+    holds other files but no record (a study writes its record before its first run)."""
     path, what = out_dir / f"{study.name}.json", f"{study.name} record"
+    way = "use another --out" + (", or --overwrite to replace it" if study.overwrite else "")
     if not path.is_file():
         if out_dir.is_dir() and any(out_dir.iterdir()):
             raise BiosrecallError(
                 f"{out_dir} is not empty and holds no {path.name}: give a new or empty --out"
             )
         return None
-    old = read_json_object(path, what)
-    where = f"{what} {path} is corrupt"
-    old = old if study.upgrade is None else study.upgrade(old, where)
-    parse_record(old, StudyRecord, where)
+    try:
+        old = read_json_object(path, what)
+        where = f"{what} {path} is corrupt"
+        old = old if study.upgrade is None else study.upgrade(old, where)
+        parse_record(old, StudyRecord, where)
+    except BiosrecallError as exc:
+        raise OtherSettings(f"{exc}; {way}") from None
     for key, value in record["options"].items():
         if key not in (*study.growing, *study.free) and old["options"].get(key) != value:
             flag = "--" + key.replace("_", "-")
-            raise BiosrecallError(
+            raise OtherSettings(
                 f"{out_dir} holds a study made with {flag} {_shown(old['options'].get(key))}, "
-                f"not {_shown(value)}: use another --out"
+                f"not {_shown(value)}: {way}"
             )
     for key, value in record.get("pins", {}).items():
-        if old.get("pins", {}).get(key) != value:
-            raise BiosrecallError(
-                f"{out_dir} holds a study made with other settings ({key} differ): use another --out"
+        was = old.get("pins", {}).get(key)
+        if was != value:
+            # A corpus's pins are a tokenizer's hash and counts: named, not shown.
+            values = "" if isinstance(value, dict) else f"; {key} was {_shown(was)}, now {_shown(value)}"
+            raise OtherSettings(
+                f"{out_dir} holds a study made with other settings ({key} differ): {way}{values}"
             )
     return old
 
@@ -229,7 +246,7 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
     Evaluation is not included."""
 
     out_dir = Path(out_dir)
-    options = checked_options(study, out_dir, options)
+    options, _ = checked_options(study, out_dir, options)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
     groups = by_trainer(study_runs(study, out_dir, options), study.evaluations(options))
     runs = [run for group, _ in groups for run in group]
@@ -261,12 +278,16 @@ def plan_study(study: Study, out_dir, options, workers=None, threads=None, execu
     return lines
 
 
-def checked_options(study: Study, out_dir: Path, options):
-    """`options` checked against the record in OUT and grown by it (`check_record`), for a study
-    without a `prepare` of its own."""
-    if study.prepare is not None:
-        return options
-    return grown_options(study, options, check_record(out_dir, study, record_of(study, options)))
+def checked_options(study: Study, out_dir: Path, options, overwrite: bool = False) -> tuple[Any, bool]:
+    """(`options` checked against the record in OUT and grown by it (`check_record`), whether OUT is
+    to be replaced): with `overwrite`, an output refused for its settings is, and nothing grows."""
+    try:
+        old = check_record(out_dir, study, record_of(study, options))
+    except OtherSettings:
+        if not overwrite:
+            raise
+        return options, True
+    return grown_options(study, options, old), False
 
 
 def study_runs(study: Study, out_dir: Path, options) -> list:
@@ -308,16 +329,17 @@ def run_study(
     """Train (or continue) every run, evaluate, and write the study's tables and claims (module doc).
     Runs go `workers` at a time on `threads` threads here, or where `executor` says: `sweep run`'s
     options by name, {"kind": "slurm", "partition": "gpu", "time_min": 600} (`study_executor`).
-    `overwrite` is handed to the study's `prepare`. Raises `Interrupted` on Ctrl-C (rerun to
-    continue) and `StudyRunFailed` when a run fails."""
+    With `overwrite`, an output refused for its settings (`OtherSettings`) is replaced: what OUT holds
+    is put back should preparing the new one fail (`_prepare_output`). Raises `Interrupted` on Ctrl-C
+    (rerun to continue) and `StudyRunFailed` when a run fails."""
     from biosrecall.experiments.claims import judge_claims, write_claims
     from biosrecall.experiments.study_archive import unpack_runs
     from biosrecall.outputs import save_figure, write_table
 
     out_dir = refuse_file(out_dir)
-    options = checked_options(study, out_dir, options)
+    options, _ = checked_options(study, out_dir, options, overwrite)
     executor = study_executor(workers, threads, options.device, **(executor or {}))
-    if study.prepare is None and study.inputs is None:
+    if study.inputs is None:
         # Every run's options checked, nothing written; a study that makes its runs' inputs checks
         # them there, once they exist.
         for group, evaluations in by_trainer(study_runs(study, out_dir, options), study.evaluations(options)):
@@ -328,9 +350,9 @@ def run_study(
     with output_lock(out_dir):
         unpack_runs(out_dir)  # a copied archive's runs, packed by `--archive`: done, nothing to train
         # Under the lock: another call may have grown the record since the check above.
-        options = checked_options(study, out_dir, options)
+        options, replacing = checked_options(study, out_dir, options, overwrite)
         runs = study_runs(study, out_dir, options)
-        _prepare_output(study, out_dir, options, overwrite, report)
+        _prepare_output(study, out_dir, options, replacing, report)
         _train(study, out_dir, runs, options, executor, report, timer)
         if study.then is not None:
             more = study.then(_evaluated(study, out_dir, runs, options, executor, timer), options)
@@ -353,29 +375,48 @@ def run_study(
     return StudyResult(out_dir, per_run, tables, claims, figures)
 
 
-def _prepare_output(study: Study, out_dir: Path, options, overwrite: bool, report) -> None:
-    """Under the lock, before anything trains: the study's `prepare`, or the engine's record and the
-    study's `inputs`. A failure or interrupt here leaves a new or empty OUT as it found it (what
-    figure1's `overwrite` moved aside, its `prepare` puts back)."""
-    existed = out_dir.exists()
-    new = not existed or not any(out_dir.iterdir())
+def _prepare_output(study: Study, out_dir: Path, options, replacing: bool, report) -> None:
+    """Under the lock, before anything trains, once no run of OUT is busy (`refuse_busy_runs`): the
+    engine's record and the study's `inputs`. `replacing` an output refused for its settings, OUT's
+    entries first go into one hidden sibling folder, deleted once this succeeded. A failure or
+    interrupt here leaves OUT as it found it: a new one empty, a replaced one put back."""
+    refuse_busy_runs(out_dir / RUNS)
+    existed, aside, new = out_dir.exists(), None, False
     path = out_dir / f"{study.name}.json"
     try:
-        if study.prepare is not None:
-            study.prepare(out_dir, options, overwrite, report)
-        else:
-            text = json.dumps(record_of(study, options), indent=2, sort_keys=True) + "\n"
-            if new:  # the record first: a folder holding inputs and no record is refused next time
-                write_study_record(path, text)
-            if study.inputs is not None:
-                study.inputs(out_dir, options, report)
-            write_study_record(path, text)  # a continued output's, once its new inputs pass
+        with held():  # a signal waits until `aside` names what the clean-up below puts back
+            aside = _moved_aside(out_dir, path.name) if replacing else None
+        new = not existed or not any(out_dir.iterdir())
+        text = json.dumps(record_of(study, options), indent=2, sort_keys=True) + "\n"
+        if new:  # the record first: a folder holding inputs and no record is refused next time
+            write_study_record(path, text)
+        if study.inputs is not None:
+            study.inputs(out_dir, options, report)
+        write_study_record(path, text)  # a continued output's, once its new inputs pass
     except BaseException:
         if new:
             shutil.rmtree(out_dir, ignore_errors=True)
             if existed:
                 out_dir.mkdir()
+        if aside is not None:
+            for entry in aside.iterdir():
+                os.replace(entry, out_dir / entry.name)
+            aside.rmdir()
         raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _moved_aside(out_dir: Path, record: str) -> Path:
+    """OUT's entries moved into one hidden sibling folder, which is returned; the record moves last, so
+    until everything else has gone a plain rerun still refuses the output rather than reusing part of
+    it. Should this process die before the folder is deleted or put back, the next
+    `output_lock(out_dir)` removes it."""
+    target = out_dir.resolve()
+    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
+    for entry in sorted(out_dir.iterdir(), key=lambda entry: entry.name == record):
+        os.replace(entry, aside / entry.name)
+    return aside
 
 
 def _train(study: Study, out_dir: Path, runs: list, options, executor, report, timer: StudyTimer) -> None:
@@ -415,7 +456,10 @@ def table_markdown(table) -> str:
 
 
 def study_command(study: Study, options) -> str:
-    """The command that makes (or continues) the output: options other than their defaults."""
+    """The command that makes (or continues) the output: options other than their defaults (or the
+    study's `command_line`)."""
+    if study.command_line is not None:
+        return study.command_line(options)
     defaults = study.options()
     flags = []
     for item in dataclasses.fields(options):

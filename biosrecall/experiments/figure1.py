@@ -9,7 +9,7 @@ One call generates the dataset, trains the three schedules at one matched FLOP b
 the Figure-5 fixed-K sweep), evaluates the 45% and 100% checkpoints at serving depths 1..64, and
 writes the tables, figures and claims of `biosrecall.experiments.figure1_results`. Layout:
 
-    OUT/figure1.json               resolved preset, budget, study options, versions, what was run
+    OUT/figure1.json               the engine's record: options, what they resolve to (`pins`), command
     OUT/data/ (data_seed<S>/)      the bioS dataset (one per seed with `dataset_seed_per_run`)
     OUT/runs/seed<S>/<label>/      one run folder per run (see `biosrecall.experiments.study`)
     OUT/recall_curve*, summary*.csv, figure1.*, claims.*, lr_grid.*, figure5.*, fixed_sweep*
@@ -24,40 +24,39 @@ The study is a declaration on the engine (`biosrecall.experiments.engine`, `FIGU
 the output's lock for the whole call, trains every run as a `biosrecall train` process of the sweep
 engine `workers` at a time (each described once, as a `SweepRun` holding its `TrainConfig`:
 `biosrecall.experiments.study`), trunks before their branches, and times each phase. What is
-figure1's own: its record and what it refuses or replaces (`prepare`), its datasets, the
-learning-rate grid whose winners choose the other runs (`runs`, then `then`), one in-process scoring
-pass of recall and serving (`evaluate`), and its files (`write`). Calling again continues: finished
-runs are kept, an interrupted one resumes from its last save, recall results are cached per
-checkpoint, and added seeds or controls only train what is new.
+figure1's own: its datasets, made under the lock with every run planned before one trains
+(`inputs`), the learning-rate grid whose winners choose the other runs (`runs`, then `then`), one
+in-process scoring pass of recall and serving (`evaluate`), and its files (`write`). Calling again
+continues: finished runs are kept, an interrupted one resumes from its last save, recall results are
+cached per checkpoint, and added seeds or controls only train what is new.
 
-Guarding the output (`prepare`): figure1.json records what an output's results depend on (the preset
-and its settings, the trainer settings but the training seed, the dataset seeding). Seeds, controls,
-the learning-rate grid and the Figure-5 sweep are not part of it: each run has its own folder, so a
-rerun that adds seeds or controls continues the output, which is how a study is run in parts.
-Anything else that differs is refused with one `BiosrecallError` line naming the difference (first
-the seeds it already holds that the new seed list repeats), before anything is touched; `overwrite`
-replaces the output instead, once the new settings have been checked, and puts it back if they fail.
+Guarding the output: figure1.json is the engine's record, its `pins` what an output's results depend
+on (the preset's settings, the trainer settings but the training seed, the dataset seeding:
+`study.identity`). Seeds, controls, the learning-rate grid and the Figure-5 sweep are not part of it
+(`StudyOptions` is free): each run has its own folder, so a rerun that adds seeds or controls
+continues the output, which is how a study is run in parts; the tables cover the call's seeds.
+Anything else that differs is refused in one line naming the first difference, before anything is
+touched; `overwrite` replaces the output instead (the engine moves it aside and puts it back if the
+new settings fail their checks). A figure1.json of release 0.2.0 or before is read as the engine's
+(`study.upgrade`), so its outputs, the committed archives among them, continue.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from biosrecall.bios import generate_dataset, load_dataset
+from biosrecall.bios import generate_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.scoring import run_labels
-from biosrecall.eval.serving import SERVING_CRITERIA, score_runs, serving_names
+from biosrecall.eval.serving import SERVING_CRITERIA, score_runs
 from biosrecall.experiments.budget_results import (
-    BUDGET_NAMES,
     budget_curve,
     compute_to_target,
     mode_agreement,
@@ -65,54 +64,33 @@ from biosrecall.experiments.budget_results import (
     write_budget_results,
 )
 from biosrecall.experiments.budgets import budget_runs
-from biosrecall.experiments.claims import earlier_look_file, write_claims
-from biosrecall.experiments.claims_plan import Figure1Record, record_seeds
-from biosrecall.experiments.engine import Study, refuse_busy_runs, run_study, write_study_record
+from biosrecall.experiments.claims import write_claims
+from biosrecall.experiments.engine import Study, run_study
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
     FIXED_K4,
     MAIN_SCHEDULES,
+    RECORD,  # noqa: F401 (figure1.RECORD: the name the archive and the tests know it by)
     Figure1Options,
     StudyOptions,
     dataset_folders,
     dataset_seed,
+    figure1_command,
     grid_runs,
+    identity,
     study_runs,
+    upgrade,
 )
-from biosrecall.experiments.study_serving import SUMMARY_NAME, serve_study
-from biosrecall.interrupts import held
-from biosrecall.locking import ASIDE_SUFFIX, temporary_prefix
+from biosrecall.experiments.study_serving import serve_study
 from biosrecall.outputs import write_table
-from biosrecall.records import read_checked_json
 from biosrecall.sizing import Cost, check_fits, dataset_cost, scoring_cost
-from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, resolve_seq_len
+from biosrecall.train.config import TrainConfig, resolve_seq_len
 from biosrecall.train.optim import warmup_updates
-from biosrecall.train.run_folder import machine, versions
 from biosrecall.train.trainer import bios_training_task, make_plan
 
 FIGURE1_SCHEDULES = MAIN_SCHEDULES
 FRACTIONS = (0.45, 1.0)
-RECORD, DATA, RUNS = "figure1.json", "data", "runs"
-# Every entry figure1 makes in its output folder besides the above: what `overwrite` replaces.
-RESULT_STEMS = (
-    "figure1",
-    "figure5",
-    "recall_curve",
-    "recall_curve_seeds",
-    "fixed_sweep",
-    "fixed_sweep_seeds",
-    "summary",
-    "summary_runs",
-    "fixed_sweep_summary",
-    "fixed_sweep_summary_runs",
-    "claims",
-    "lr_grid",
-    SUMMARY_NAME,
-    "timings",
-    *BUDGET_NAMES,
-)
-RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md", ".jsonl")
-_SHOWN_DIFFERENCES = 4  # a refusal names this many differing settings, then counts the rest
+DATA, RUNS = "data", "runs"
 
 
 @dataclass(frozen=True)
@@ -178,6 +156,7 @@ class Figure1Result:
 class Scores:
     """What one scoring pass gives the tables: recall curves by role, and the serving frontier."""
 
+    out_dir: Path  # the study's output
     runs: list  # every run of the call, grid points included
     grid: pd.DataFrame | None = None  # the learning-rate grid's runs at 100%
     curves: pd.DataFrame | None = None  # main runs, controls and the Figure-5 sweep at every fraction
@@ -206,7 +185,7 @@ def run_figure1(
     run reports to (`biosrecall.train.tracking`). Raises `Interrupted` (naming the runs) when Ctrl-C
     stops training, and `StudyRunFailed` when a run fails.
     """
-    options = Figure1Options(Path(out_dir), preset, budget, device, study or StudyOptions(), tuple(log))
+    options = Figure1Options(preset, budget, device, study or StudyOptions(), tuple(log))
     result = run_study(FIGURE1, out_dir, options, workers, threads, report, overwrite=overwrite)
     scores = result.per_run
     runs = {run.name: Path(out_dir) / RUNS / run.name for run in scores.runs if run.labels["role"] != "grid"}
@@ -249,26 +228,25 @@ def _train_config(options: Figure1Options) -> TrainConfig:
     )
 
 
-def _record(options: Figure1Options) -> dict[str, Any]:
-    """What figure1.json holds, as it reads back from JSON (lists, not tuples), so it compares equal."""
+def pins(options: Figure1Options) -> dict[str, Any]:
+    """`FIGURE1.pins`: what an output's results depend on beyond its options (`identity`): the preset's
+    settings (a preset redefined by a later release is refused), the trainer settings but the
+    training seed, and the dataset seeding."""
     study = options.study
-    record = {
+    resolved = {
         "preset": options.preset,
         "settings": asdict(_settings(options)),
         "train_config": _train_config(options).to_dict(),
         "schedules": MAIN_SCHEDULES,
         "fractions": list(FRACTIONS),
         "dataset_seed": "per run" if study.dataset_seed_per_run else study.seeds[0],
-        "study": asdict(study),
-        "versions": versions(),
-        "machine": machine(),
     }
-    return json.loads(json.dumps(record))
+    return identity(json.loads(json.dumps(resolved)))
 
 
-def _tasks(options: Figure1Options) -> dict[int, dict]:
+def _tasks(options: Figure1Options, out_dir: Path) -> dict[int, dict]:
     """Training seed -> the task of its runs: its dataset, the model preset and its overrides."""
-    settings, datasets = _settings(options), dataset_folders(options.study, options.out / DATA)
+    settings, datasets = _settings(options), dataset_folders(options.study, out_dir / DATA)
     overrides = dict(settings.model_overrides) or None
     return {
         seed: {
@@ -280,29 +258,29 @@ def _tasks(options: Figure1Options) -> dict[int, dict]:
     }
 
 
-def _task(options: Figure1Options):
+def _task(options: Figure1Options, out_dir: Path):
     """The bioS task on the first dataset, read and checked (every dataset has the same vocabulary,
     so one plans every run); asked for once the datasets exist."""
     settings = _settings(options)
-    data_dir = next(iter(dataset_folders(options.study, options.out / DATA).values()))
+    data_dir = next(iter(dataset_folders(options.study, out_dir / DATA).values()))
     return bios_training_task(data_dir, settings.model_preset, dict(settings.model_overrides))
 
 
-def runs(options: Figure1Options) -> list:
+def runs(options: Figure1Options, out_dir: Path) -> list:
     """The learning-rate grid's runs (first seed): their winners choose the other runs (`then`)."""
-    return grid_runs(options.study, _train_config(options), _tasks(options))
+    return grid_runs(options.study, _train_config(options), _tasks(options, out_dir))
 
 
 def then(scores: Scores, options: Figure1Options, task=None) -> list:
     """Every seed of the main schedules at their own learning rate (the grid's winners, written as
     OUT/lr_grid.*, or the preset's), the controls, the Figure-5 sweep and the budget sweep (trunks before branches)."""
-    study, config, tasks = options.study, _train_config(options), _tasks(options)
+    study, config, tasks = options.study, _train_config(options), _tasks(options, scores.out_dir)
     best = dict.fromkeys(MAIN_SCHEDULES, config.lr)
     if study.lr_grid:  # OUT/lr_grid.* as soon as the grid is done, before the other runs train
         grid = grid_table(scores.grid)
-        write_table(grid, options.out / "lr_grid")
+        write_table(grid, scores.out_dir / "lr_grid")
         best = chosen_lr(grid)
-    task = task or _task(options)
+    task = task or _task(options, scores.out_dir)
     fixed4 = make_plan(task.model_config(), replace(config, schedule=MAIN_SCHEDULES[FIXED_K4])).updates
     chosen = study_runs(study, config, tasks, best, fixed4)
     if study.budgets:
@@ -311,48 +289,33 @@ def then(scores: Scores, options: Figure1Options, task=None) -> list:
     return chosen
 
 
-def prepare(out_dir: Path, options: Figure1Options, overwrite: bool, report) -> None:
-    """Refuse (or with `overwrite` replace) an output made with other settings (module docstring),
-    make the missing datasets (saying so to `report`), plan every run (`_check_plans`) and write
-    figure1.json. A mistake found here leaves the output as it was: what `overwrite` moved aside is
-    put back (and the engine empties a new output again)."""
-    record, people = _record(options), _settings(options).people
+def make_inputs(out_dir: Path, options: Figure1Options, report=None) -> None:
+    """`FIGURE1.inputs`: refuse datasets and an evaluation set larger than the machine
+    (`biosrecall.sizing`), make the missing datasets (saying so to `report`), and plan every kind of
+    run and build a batch source, so that a budget too small for one update, an unknown architecture
+    override or a sequence too short for a biography fails before training."""
+    people = _settings(options).people
     datasets = dataset_folders(options.study, out_dir / DATA)
-    aside = None
-    try:
-        found = differences(out_dir, record, datasets, people)
-        if found and not overwrite:
-            raise refusal(out_dir, found)
-        refuse_busy_runs(out_dir / RUNS)
-        _check_size(out_dir, datasets, people, replacing=bool(found))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with held():  # a signal waits until `aside` names what the clean-up below puts back
-            aside = _move_aside(out_dir) if found else None
-        for seed, data_dir in datasets.items():  # one present is kept: `differences` has checked it
-            if not os.path.lexists(data_dir):
-                if report is not None:
-                    report(f"generating the dataset {data_dir.name}/ ({people:,} people, seed {seed})")
-                generate_dataset(data_dir, people=people, seed=seed)
-        _check_plans(options)
-    except BaseException:
-        if aside is not None:
-            _put_back(out_dir, aside)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-    write_study_record(out_dir / RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
-
-
-def _check_plans(options: Figure1Options) -> None:
-    """Plan every kind of run and build a batch source, so a budget too small for one update, an
-    unknown architecture override or a sequence too short for a biography fails before training."""
+    cost = Cost()
+    for data_dir in datasets.values():
+        if not os.path.lexists(data_dir):
+            cost = cost.then(dataset_cost(people))
+    check_fits(
+        f"a study of {people:,} people", cost.then(scoring_cost(people)), out_dir, "choose a smaller --preset"
+    )
+    for seed, data_dir in datasets.items():  # one present was made under the same pins
+        if not os.path.lexists(data_dir):
+            if report is not None:
+                report(f"generating the dataset {data_dir.name}/ ({people:,} people, seed {seed})")
+            generate_dataset(data_dir, people=people, seed=seed)
     config = _train_config(options)
     config.validate()
-    task = _task(options)
+    task = _task(options, out_dir)
     model_config = task.model_config()
     task.batch_source(config, resolve_seq_len(config, model_config, task.preset))
-    grid = Scores([], grid=None)
-    for run in runs(options) + then(grid, replace(options, study=replace(options.study, lr_grid=())), task):
+    grid = Scores(out_dir, [], grid=None)
+    without_grid = replace(options, study=replace(options.study, lr_grid=()))
+    for run in runs(options, out_dir) + then(grid, without_grid, task):
         make_plan(model_config, run.config)
 
 
@@ -392,7 +355,7 @@ def evaluate(runs_dir: Path, runs: list, options: Figure1Options, executor) -> S
     if budget is not None:
         multiples = {run.name: run.labels["budget"] for run in role("budget")}
         budget = budget.assign(budget_multiple=budget["run"].map(multiples))
-    return Scores(runs, score(role("grid"), (1.0,))[0], curves, frontier, budget)
+    return Scores(runs_dir.parent, runs, score(role("grid"), (1.0,))[0], curves, frontier, budget)
 
 
 def write(out_dir: Path, scores: Scores, options: Figure1Options):
@@ -419,148 +382,21 @@ def write(out_dir: Path, scores: Scores, options: Figure1Options):
     return {"summary": summary, "exit_headline": headline}, claims, figures
 
 
-# ---- figure1.json: what an output was made with, and what a rerun may not change ----
-
-
-@dataclass(kw_only=True)
-class StoredRecord(Figure1Record):
-    """The fields of figure1.json that continuing an output compares (its other keys are kept as written)."""
-
-    settings: dict[str, Any]
-    """The preset's settings (a `Figure1Preset`), model overrides applied."""
-
-
-def identity(record: dict[str, Any]) -> dict[str, Any]:
-    """The settings a figure1 record's results depend on, under the names a refusal shows them by."""
-    skip = {*RESUMABLE_DIFFERENCES, "seed"}
-    train = {k: v for k, v in record["train_config"].items() if k not in skip}
-    budget, budget_of = train.pop("budget", None), train.pop("budget_of", None)
-    return {
-        "preset": record["preset"],
-        **record["settings"],
-        **train,
-        "budget": budget_of if budget is None else budget,
-        "dataset_seed": record.get("dataset_seed", record["train_config"].get("seed")),
-        "schedules": record.get("schedules"),
-        "fractions": record.get("fractions"),
-    }
-
-
-def differences(out_dir: Path, record: dict[str, Any], datasets: dict[int, Path], people: int) -> list[str]:
-    """How what `out_dir` already holds differs from what these settings make; [] when it can be reused.
-
-    `datasets` maps each dataset seed this call uses to its folder."""
-    path = out_dir / RECORD
-    if os.path.lexists(path):
-        try:
-            stored = read_checked_json(path, StoredRecord, "figure1 record")
-        except BiosrecallError as exc:
-            return [str(exc)]
-        old, new = identity(stored), identity(record)
-        keys = dict.fromkeys([*new, *old])  # this call's order: the stored record's keys are sorted
-        changed = [
-            f"{key} was {old.get(key)}, now {new.get(key)}" for key in keys if old.get(key) != new.get(key)
-        ]
-        if changed:
-            return _repeated_seeds(stored, record) + changed
-    elif os.path.lexists(out_dir / RUNS):
-        return [f"it holds {RUNS}/ but no {RECORD} saying how they were trained"]
-    return [d for seed, data_dir in datasets.items() for d in _dataset_differences(data_dir, people, seed)]
-
-
-def _repeated_seeds(stored: dict[str, Any], record: dict[str, Any]) -> list[str]:
-    """The seeds this call lists that the output already holds runs of, as the first difference: their
-    runs were trained under the stored settings, so they are the collision a reader needs named."""
-    repeated = [seed for seed in record["study"]["seeds"] if seed in record_seeds(stored)]
-    if not repeated:
-        return []
-    named = f"seed {repeated[0]} is" if len(repeated) == 1 else f"seeds {', '.join(map(str, repeated))} are"
-    return [f"{named} already in it under those settings"]
-
-
-def _dataset_differences(data_dir: Path, people: int, seed: int) -> list[str]:
-    """Whether a dataset folder is the one these settings ask for ([] also when there is none yet)."""
-
-    if not os.path.lexists(data_dir):
-        return []
-    try:
-        dataset = load_dataset(data_dir)
-    except BiosrecallError as exc:
-        return [f"its dataset is unusable: {exc}"]
-    found = (dataset.num_people, dataset.manifest.get("seed"))
-    if found == (people, seed):
-        return []
-    return [f"its dataset has {found[0]} people (seed {found[1]}), now {people} (seed {seed})"]
-
-
-def refusal(out_dir: Path, found: list[str]) -> BiosrecallError:
-    """The one line refusing `out_dir`: the first differences `differences` found, and the ways on."""
-    shown = "; ".join(found[:_SHOWN_DIFFERENCES])
-    if len(found) > _SHOWN_DIFFERENCES:
-        shown += f"; and {len(found) - _SHOWN_DIFFERENCES} more"
-    return BiosrecallError(
-        f"{out_dir} was made with other settings ({shown}); rerun with the settings it was made with to "
-        "continue it, pass --overwrite to replace it, or choose another --out"
-    )
-
-
-def _check_size(out_dir: Path, datasets: dict[int, Path], people: int, replacing: bool) -> None:
-    """Refuse, before anything is made, datasets to generate and an evaluation set to score larger
-    than the machine (`biosrecall.sizing`)."""
-
-    cost = Cost()
-    for data_dir in datasets.values():
-        if replacing or not os.path.lexists(data_dir):
-            cost = cost.then(dataset_cost(people))
-    cost = cost.then(scoring_cost(people))
-    check_fits(f"a study of {people:,} people", cost, out_dir, "choose a smaller --preset")
-
-
-def made_names(out_dir: Path) -> list[str]:
-    """Every entry figure1 made in `out_dir`: what `overwrite` replaces."""
-    names = [RECORD, RUNS, *serving_names()]
-    names += [p.name for p in out_dir.glob(f"{DATA}*")]
-    names += [p.name for p in out_dir.glob(earlier_look_file("*"))]  # the claims of earlier looks
-    names += [stem + suffix for stem in RESULT_STEMS for suffix in RESULT_SUFFIXES]
-    return names
-
-
-def _move_aside(out_dir: Path) -> Path | None:
-    """Move what figure1 made in `out_dir` into one hidden sibling folder; returns it (None: nothing).
-
-    The folder is deleted once the new settings are checked; should this process die first, the next
-    `output_lock(out_dir)` removes it. The record moves last, so until everything else has gone a
-    plain rerun still refuses the output rather than reusing part of it.
-    """
-    present = [name for name in made_names(out_dir) if os.path.lexists(out_dir / name)]
-    if not present:
-        return None
-    target = out_dir.resolve()
-    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
-    for name in sorted(present, key=lambda name: name == RECORD):
-        os.replace(out_dir / name, aside / name)
-    return aside
-
-
-def _put_back(out_dir: Path, aside: Path) -> None:
-    """Undo `_move_aside`: what was made meanwhile (a new dataset) gives way to what was there."""
-    for entry in aside.iterdir():
-        made = out_dir / entry.name
-        if made.is_dir() and not made.is_symlink():
-            shutil.rmtree(made)
-        elif os.path.lexists(made):
-            made.unlink()
-        os.replace(entry, made)
-    aside.rmdir()
-
-
 FIGURE1 = Study(
     name="figure1",
     summary="The paper's Figure 1: three schedules at one matched FLOP budget, over seeds, with claims.",
     options=Figure1Options,
-    runs=runs,
+    runs=runs,  # given OUT, as it names OUT's datasets (the study has `inputs`)
     command="figure1",
-    prepare=prepare,
+    command_line=lambda options: figure1_command(
+        options.preset, asdict(options.study), budget=options.budget
+    ),
+    overwrite=True,
+    growing=(),  # the seeds and controls are `study`'s, free: the record keeps the latest call's
+    free=("budget", "device", "study", "log"),  # the budget and the seeds are pinned by what they resolve to
+    pins=pins,
+    upgrade=upgrade,
+    inputs=make_inputs,
     then=then,
     evaluate=evaluate,
     write=write,

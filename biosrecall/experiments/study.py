@@ -31,8 +31,9 @@ from typing import Any
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import DEPTH, MAX_COUNT, SEED
+from biosrecall.records import Count, parse_record
 from biosrecall.sweep.jobs import SweepRun
-from biosrecall.train.config import TrainConfig, split_budget_of
+from biosrecall.train.config import RESUMABLE_DIFFERENCES, TrainConfig, split_budget_of
 
 # The paper's three schedules, in legend order: run name -> schedule spec.
 MAIN_SCHEDULES = {
@@ -94,11 +95,9 @@ class StudyOptions:
 
 @dataclass(frozen=True)
 class Figure1Options:
-    """One call of the study: where, at which size, and what `StudyOptions` adds. The fields but `out`,
-    `study` and `log` are options of `biosrecall figure1`, their docstrings its help."""
+    """One call of the study: at which size, and what `StudyOptions` adds. The fields but `study` and
+    `log` are options of `biosrecall figure1`, their docstrings its help; they are its record's options."""
 
-    out: Path = Path("runs/figure1")
-    """The output folder: the datasets the runs train on are its data/."""
     preset: str = "default"
     """Experiment size: quick, middle (the budget sweep's) or default."""
     budget: float | None = None
@@ -141,6 +140,69 @@ def figure1_command(
         pairs = ",".join(f"{field}={value}" for field, value in options["model_overrides"].items())
         flags.append(f"--model-override {pairs}")
     return "biosrecall figure1 " + " ".join(flags)
+
+
+RECORD = "figure1.json"
+"""The engine's record of a Figure-1 output (`biosrecall.experiments.figure1.FIGURE1`)."""
+
+
+def identity(record: dict[str, Any]) -> dict[str, Any]:
+    """What a figure1 output's results depend on, from figure1.json as release 0.2.0 wrote it (or as
+    `figure1.pins` resolves options into it): the preset and its settings, the trainer settings but
+    the training seed, the budget, the dataset seeding; each named as a refusal names it."""
+    skip = {*RESUMABLE_DIFFERENCES, "seed"}
+    train = {k: v for k, v in record["train_config"].items() if k not in skip}
+    budget, budget_of = train.pop("budget", None), train.pop("budget_of", None)
+    return {
+        "preset": record["preset"],
+        **record.get("settings", {}),
+        **train,
+        "budget": budget_of if budget is None else budget,
+        "dataset_seed": record.get("dataset_seed", record["train_config"].get("seed")),
+        "schedules": record.get("schedules"),
+        "fractions": record.get("fractions"),
+    }
+
+
+@dataclass(kw_only=True)
+class StudySeeds:
+    """The part of a figure1.json's `study` (the `StudyOptions`) that reading an output relies on."""
+
+    seeds: list[Count]
+    """The training seeds."""
+
+
+@dataclass(kw_only=True)
+class EarlierRecord:
+    """The fields of a figure1.json that releases up to 0.2.0 wrote, before its record was the
+    engine's: `upgrade` reads them (its other keys, versions and machine among them, are kept)."""
+
+    preset: str
+    """The preset the study ran (`biosrecall.experiments.figure1.FIGURE1_PRESETS`)."""
+    train_config: dict[str, Any]
+    """The trainer's settings (`TrainConfig.to_dict`), the first seed's."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The preset's settings (a `Figure1Preset`), model overrides applied."""
+    study: dict[str, Any] = field(default_factory=dict)
+    """The `StudyOptions`; an older record has none (its one seed is train_config's)."""
+
+
+def upgrade(record: dict[str, Any], where: str) -> dict[str, Any]:
+    """`FIGURE1.upgrade`: a figure1.json of release 0.2.0 or before as the engine's record (its
+    options as that release's command gave them, its pins its `identity`), so that its output, the
+    committed archives docs/results/study-default and budget-sweep-* among them, continues."""
+    if "options" in record:
+        return record
+    parse_record(record, EarlierRecord, where)
+    train = record["train_config"]
+    options = {
+        "preset": record["preset"],
+        "budget": train.get("budget"),
+        "device": train.get("device", "auto"),
+        "study": {"seeds": [train.get("seed")], **record.get("study", {})},
+        "log": train.get("log", []),
+    }
+    return {**record, "study": "figure1", "options": options, "pins": identity(record)}
 
 
 Tasks = Mapping[int, Mapping[str, Any]]
