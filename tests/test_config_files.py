@@ -126,10 +126,18 @@ def test_figure1_study_file_and_command_line_override(here):
         (("lm", "harness"), "depths", ["[4, 8]", '"4,8"', '["4,8"]'], [4, 8]),
         (("recall-curve",), "checkpoints", ['["0.45", "final"]'], ("0.45", "final")),
         (("recall-curve",), "depths", ["[1, 4]", '"1,4"'], "1,4"),
+        (("study", "depth"), "seeds", ["[0, 1]", '"0,1"'], (0, 1)),
+        (
+            ("study", "depth"),
+            "schedules",
+            ['["uniform", "fixed-k4"]', '"uniform,fixed-k4"'],
+            ("uniform", "fixed-k4"),
+        ),
     ],
 )
 def test_a_list_is_an_array_or_a_comma_string(path, key, forms, value, here):
     required = {("train",): ["--data", "d", "--out", "o"], ("figure1",): ["--out", "o"],
+                ("study", "depth"): ["--out", "o"],
                 ("lm", "harness"): ["run", "--tasks", "t"]}.get(path, [])  # fmt: skip
     for form in forms:
         (here / "c.toml").write_text(f"{key} = {form}\n")

@@ -1,8 +1,8 @@
 """`--config FILE` on every command: a TOML file of option values, or a run's `config.json` to repeat it.
 
     @click.command()
-    @config_option(lists=("seeds",))   # first, so --config heads the help; `lists`: see below
-    @click.option("--seeds", default="0", callback=parse_seeds, ...)
+    @config_option()                   # first, so --config heads the help
+    @click.option("--seeds", type=NumberList(SEED, "seeds", "0,1,2"), default="0", ...)
     def figure1(...): ...
 
     biosrecall figure1 --config study.toml --out runs/study-b     # the command line wins
@@ -17,9 +17,9 @@ option's type, then its callback), so a bad value is one error line naming the f
 Keys are the options' names with underscores (`batch_size`, `update_matched`; `batch-size` is accepted
 too); an option with another parameter name answers to both (`data` or `data_dir`). Positional
 arguments (run folders, a prompt) stay on the command line. A flag is `true`/`false`, a number a TOML
-number, everything else a string; a list (a repeatable option, `betas`, or an option named in `lists`
-that takes a comma list in one string, like figure1's `--seeds 0,1,2`) is a TOML array or the comma
-string. Each `lm` subcommand reads the same flat keys, so one file serves `lm plan` and `lm train`.
+number, everything else a string; a list (a repeatable option, `betas`, or an option that takes a
+comma list in one string, like figure1's `--seeds 0,1,2`: one whose type is `NumberList`, `ParsedBy`
+or `CommaList`) is a TOML array or the comma string. Each `lm` subcommand reads the same flat keys, so one file serves `lm plan` and `lm train`.
 
 A `.json` file is a run spec (what a sweep or study starts each run from) or a run's `config.json`,
 read by the commands that train (`task`: "bios" for `train`, "lm" for `lm train` and `lm plan`) with
@@ -38,7 +38,7 @@ from typing import Any
 
 import click
 
-from biosrecall.cli.options import RUN_FILE, FieldValue
+from biosrecall.cli.options import RUN_FILE, CommaList, FieldValue, NumberList, ParsedBy
 from biosrecall.errors import BiosrecallError
 from biosrecall.files import read_toml_file
 from biosrecall.model.config import ModelConfig
@@ -47,23 +47,26 @@ from biosrecall.train.config import TrainConfig
 
 _TOML_HELP = "TOML file of option values keyed by option name (batch_size = 64); the command line wins."
 _RUN_HELP = " Also a run's config.json or a sweep's run spec (.json), to train that run again."
+COMMA_LISTS = (NumberList, ParsedBy, CommaList)
+"""The option types that take a comma list in one string ("0,1,2"): a config file may give a TOML array."""
 
 
 def config_option(lists: tuple[str, ...] = (), task: str | None = None):
-    """The eager `--config FILE` option. `lists`: string options whose value is a comma list (a TOML
-    array is joined with commas for them); `task`: the run kind ("bios", "lm") whose config.json the
-    command also reads."""
+    """The eager `--config FILE` option. `task`: the run kind ("bios", "lm") whose config.json the
+    command also reads. `lists` is no longer read: an option that takes a comma list (a TOML array is
+    joined with commas for it) is known by its type (`COMMA_LISTS`); the commands that still name
+    theirs may drop it."""
     return click.option(
         "--config",
         type=click.Path(path_type=Path, dir_okay=False),
         is_eager=True,
         expose_value=False,
-        callback=functools.partial(_load, lists=lists, task=task),
+        callback=functools.partial(_load, task=task),
         help=_TOML_HELP + (_RUN_HELP if task else ""),
     )
 
 
-def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], task: str | None):
+def _load(ctx: click.Context, param, path: Path | None, task: str | None):
     if path is None:
         return None
     if path.suffix == ".json":
@@ -71,7 +74,7 @@ def _load(ctx: click.Context, param, path: Path | None, lists: tuple[str, ...], 
         ctx.meta[RUN_FILE] = (config, overrides)
     else:
         data = read_toml_file(path, "--config file")
-    ctx.default_map = {**(ctx.default_map or {}), **option_defaults(ctx, path, data, lists)}
+    ctx.default_map = {**(ctx.default_map or {}), **option_defaults(ctx, path, data)}
     return path
 
 
@@ -108,16 +111,15 @@ def _run_file(ctx: click.Context, path: Path, task: str | None) -> tuple[TrainCo
 
 
 def _made_with(command: click.Command) -> dict[str, Any]:
-    """The `lists` and `task` the command's `--config` option was made with (`config_option`)."""
+    """The `task` the command's `--config` option was made with (`config_option`)."""
     return next(p for p in command.params if p.name == "config").callback.keywords
 
 
-def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=None) -> dict[str, Any]:
+def option_defaults(ctx: click.Context, source, data: dict[str, Any]) -> dict[str, Any]:
     """The values of `data` (a config file's keys and values) by parameter name, each checked as the
     command line would check it; a problem is one click.BadParameter naming `source` and the key. This
     is the whole of reading a config file once it is parsed (the sweep reads its runs' and evaluations'
-    options with it). `lists`: the command's own (`config_option`) unless given."""
-    lists = _made_with(ctx.command)["lists"] if lists is None else lists
+    options with it)."""
     by_key = {key: option for key, option in options_by_key(ctx.command).items() if option.name != "config"}
     unknown = sorted(key for key in data if key.replace("-", "_") not in by_key)
     if unknown:
@@ -129,7 +131,7 @@ def option_defaults(ctx: click.Context, source, data: dict[str, Any], lists=None
         if option.name in named:
             raise click.BadParameter(f"{source}: {named[option.name]} and {key} set the same option")
         named[option.name] = key
-        defaults[option.name] = _checked(source, key, value, option, ctx, lists)
+        defaults[option.name] = _checked(source, key, value, option, ctx)
     return defaults
 
 
@@ -150,12 +152,12 @@ def _unknown_keys(path: Path, unknown: list[str], ctx: click.Context, by_key: di
     return f"{path}: unknown key(s) {', '.join(unknown)} for `{ctx.command_path}`{hint}"
 
 
-def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.Context, lists) -> Any:
+def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.Context) -> Any:
     """The value as the command line would give it, after checking it as click would (type, callback)."""
-    expected, allowed = _expected(option, lists)
+    expected, allowed = _expected(option)
     if isinstance(value, bool) != (bool in allowed) or not isinstance(value, allowed):
         raise click.BadParameter(f"{path}: {key} takes {expected}, got {_toml_type(value)} {value!r}")
-    raw = _as_typed(path, key, value, option, lists)
+    raw = _as_typed(path, key, value, option)
     try:
         option.process_value(ctx, raw)
     except (click.BadParameter, BiosrecallError) as exc:  # the type's refusal, or a callback's
@@ -165,7 +167,7 @@ def _checked(path: Path, key: str, value: Any, option: click.Option, ctx: click.
     return raw
 
 
-def _expected(option: click.Option, lists) -> tuple[str, tuple[type, ...]]:
+def _expected(option: click.Option) -> tuple[str, tuple[type, ...]]:
     """(what the option takes, in words; the TOML value types that can hold it)."""
     kind = option.type.kind if isinstance(option.type, FieldValue) else None
     if option.multiple:
@@ -173,7 +175,7 @@ def _expected(option: click.Option, lists) -> tuple[str, tuple[type, ...]]:
     if kind is tuple:
         items = "names" if option.type.item is str else "numbers"
         return f"an array of {items}", (list, str)
-    if option.name in lists:
+    if isinstance(option.type, COMMA_LISTS):
         return "an array or a comma-separated string", (list, str, int, float)
     if option.is_flag or option.type is click.BOOL:
         return "true or false", (bool,)
@@ -184,10 +186,10 @@ def _expected(option: click.Option, lists) -> tuple[str, tuple[type, ...]]:
     return "a string", (str,)
 
 
-def _as_typed(path: Path, key: str, value: Any, option: click.Option, lists) -> Any:
+def _as_typed(path: Path, key: str, value: Any, option: click.Option) -> Any:
     """A list as the command line gives it: a tuple of strings for a repeatable option, one comma
-    string for a `lists` option; a TrainConfig list field takes the array itself (`check_field`)."""
-    if isinstance(value, int | float) and (option.multiple or option.name in lists):
+    string for a `COMMA_LISTS` option; a TrainConfig list field takes the array itself (`check_field`)."""
+    if isinstance(value, int | float) and (option.multiple or isinstance(option.type, COMMA_LISTS)):
         value = [value]  # one number where a list goes: `seeds = 0`, `depths = 8`
     if not isinstance(value, list) or (isinstance(option.type, FieldValue) and not option.multiple):
         return (value,) if option.multiple else value
