@@ -91,7 +91,7 @@ WHERE = {
 
 
 @click.command("diagnose-update")
-@config_option(lists=DEPTH_LISTS)
+@config_option()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @checkpoint_option("The one checkpoint to diagnose", SWITCH)
 @field_options(DiagnoseOptions, CHECKED)
