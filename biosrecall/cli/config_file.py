@@ -19,7 +19,8 @@ too); an option with another parameter name answers to both (`data` or `data_dir
 arguments (run folders, a prompt) stay on the command line. A flag is `true`/`false`, a number a TOML
 number, everything else a string; a list (a repeatable option, `betas`, or an option that takes a
 comma list in one string, like figure1's `--seeds 0,1,2`: one whose type is `NumberList`, `ParsedBy`
-or `CommaList`) is a TOML array or the comma string. Each `lm` subcommand reads the same flat keys, so one file serves `lm plan` and `lm train`.
+or `CommaList`) is a TOML array or the comma string. Each `lm` subcommand reads the same flat keys,
+so one file serves `lm plan` and `lm train`.
 
 A `.json` file is a run spec (what a sweep or study starts each run from) or a run's `config.json`,
 read by the commands that train (`task`: "bios" for `train`, "lm" for `lm train` and `lm plan`) with
