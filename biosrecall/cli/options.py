@@ -195,8 +195,8 @@ def checkpoint_option(
 
 
 class CommaList(click.ParamType):
-    """A comma list ("0,1,2") of `item` values, as a tuple; numbers are read by `parse_int` and
-    `parse_float` (ASCII only), as every other option reads them."""
+    """A comma list ("0,1,2") of `item` values, as a tuple, split by `split_list` and its numbers read by
+    `parse_int` and `parse_float`, as every other list option reads them."""
 
     name = "list"
 
@@ -207,11 +207,7 @@ class CommaList(click.ParamType):
         if isinstance(value, tuple | list):
             return tuple(value)
         try:
-            items = tuple(
-                _READERS.get(self.item, self.item)(part.strip())
-                for part in str(value).split(",")
-                if part.strip()
-            )
+            items = tuple(map(_READERS.get(self.item, self.item), split_list(str(value))))
         except ValueError:
             items = ()
         if not items:
