@@ -53,7 +53,6 @@ import torch
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import check_count, parse_float, parse_int
 
-DEFAULT_MAX_DEPTH = 64
 # A bare criterion name expands to this threshold sweep, strictest-last.
 DEFAULT_SWEEPS = {
     "fixed": (1, 2, 4, 8, 16, 32, 64),

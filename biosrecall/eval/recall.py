@@ -135,39 +135,24 @@ def recall_table(
     """
     ceilings = pool_bits(pool_sizes)
     chances = chance_pool_bits(pool_sizes, chance_bits)
-    records = []
+    template = np.asarray(eval_set.template)
+    tables = []
     for depth, exact in enumerate(np.asarray(exact_by_depth, dtype=bool), start=1):
         score = score_exact(exact, eval_set, pool_sizes, threshold)
         # One row per attribute, then the whole person's ("all").
-        rows = zip(
-            [*ATTRIBUTES, ALL],
-            [*score.attribute_recall, score.recall],
-            [*score.attribute_bits, score.bits_per_person],
-            [*score.attribute_exact, exact.mean()],
-            [*score.template_exact, _overall_template_exact(exact, eval_set)],
-            [*ceilings, ceilings.sum()],
-            [*chances, chances.sum()],
-            strict=True,
-        )
-        records += [_record(depth, *row) for row in rows]
-    table = pd.DataFrame.from_records(records)
+        overall = _mean_by(exact, template, int(template.max()) + 1)
+        template_exact = np.vstack([score.template_exact, overall])
+        columns = {
+            "depth": depth,
+            "attribute": [*ATTRIBUTES, ALL],
+            "recall": [*score.attribute_recall, score.recall],
+            "bits": [*score.attribute_bits, score.bits_per_person],
+            "exact": [*score.attribute_exact, exact.mean()],
+            **{f"exact_template_{t}": rates for t, rates in enumerate(template_exact.T)},
+            "ceiling_bits": [*ceilings, ceilings.sum()],
+            "chance_bits": [*chances, chances.sum()],
+        }
+        tables.append(pd.DataFrame(columns))
+    table = pd.concat(tables, ignore_index=True)
     table["threshold"] = threshold
     return table
-
-
-def _overall_template_exact(exact: np.ndarray, eval_set) -> np.ndarray:
-    template = np.asarray(eval_set.template)
-    return _mean_by(exact, template, int(template.max()) + 1)
-
-
-def _record(depth, attribute, recall, bits, exact, template_exact, ceiling, chance) -> dict:
-    record = {
-        "depth": depth,
-        "attribute": attribute,
-        "recall": float(recall),
-        "bits": float(bits),
-        "exact": float(exact),
-    }
-    record.update({f"exact_template_{t}": float(rate) for t, rate in enumerate(template_exact)})
-    record.update({"ceiling_bits": float(ceiling), "chance_bits": float(chance)})
-    return record

@@ -257,34 +257,32 @@ def score_checkpoints(
     """`score_checkpoint` of every job, in order; `criteria` maps a job's index to its (resolved) exit
     criteria (none: recall only). On the CPU, the jobs that need a pass run `workers` at a time in
     processes of `threads` threads, each process loading its datasets (no progress bars there)."""
-    criteria = criteria or {}
-    eval_sets = {path: scored_eval_set(dataset, scoring.people) for path, dataset in datasets.items()}
-    scores: dict[int, CheckpointScores] = {}
-    if workers > 1 and scoring.device.type == "cpu":
-        quiet = replace(scoring, progress=False)
-        wanted = [list(criteria.get(index, ())) for index in range(len(jobs))]
-        pending = [
-            index
-            for index, job in enumerate(jobs)
-            if _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index]).lacks(
-                recall, wanted[index]
-            )
-        ]
-        items = [(jobs[index], quiet, recall, wanted[index]) for index in pending]
-        scores = dict(zip(pending, map_in_processes(_score_job, items, workers, threads), strict=True))
-    return [
-        scores[index]
-        if index in scores
-        else score_checkpoint(
-            job,
-            datasets[job.dataset_path],
-            eval_sets[job.dataset_path],
-            scoring,
-            recall=recall,
-            criteria=criteria.get(index, ()),
-        )
+    wanted = [list((criteria or {}).get(index, ())) for index in range(len(jobs))]
+    scores = [
+        _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index])
         for index, job in enumerate(jobs)
     ]
+    pending = [index for index, score in enumerate(scores) if score.lacks(recall, wanted[index])]
+    if workers > 1 and scoring.device.type == "cpu":
+        quiet = replace(scoring, progress=False)
+        items = [(jobs[index], quiet, recall, wanted[index]) for index in pending]
+        found = map_in_processes(_score_job, items, workers, threads)
+    else:
+        eval_sets = {path: scored_eval_set(dataset, scoring.people) for path, dataset in datasets.items()}
+        found = [
+            score_checkpoint(
+                jobs[index],
+                datasets[jobs[index].dataset_path],
+                eval_sets[jobs[index].dataset_path],
+                scoring,
+                recall=recall,
+                criteria=wanted[index],
+            )
+            for index in pending
+        ]
+    for index, score in zip(pending, found, strict=True):
+        scores[index] = score
+    return scores
 
 
 def _cached(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteria: list) -> CheckpointScores:
