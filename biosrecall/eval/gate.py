@@ -47,25 +47,13 @@ from msgspec import Meta
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import Gate, GateCdf, OneParameter
 from biosrecall.eval.gate_data import Calibration, calibrate
-from biosrecall.eval.sweep import (
-    DEFAULT_BATCH_SIZE,
-    answer_batches,
-    check_one_trajectory,
-    exact_rows,
-    reduce_rows,
-)
+from biosrecall.eval.sweep import answer_batches, check_one_trajectory, reduce_rows
 from biosrecall.files import file_sha256, require_regular_file
 from biosrecall.model.decode import gate_cdf_judges
 from biosrecall.model.recipes import get_recipe
 from biosrecall.records import read_record
 from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint, read_meta
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
-
-FORMAT = "biosrecall-exit-gate-1"
-TARGET = "the answer at depth k equals the answer at the reference depth (the best fixed depth)"
-BOUND = "Learn-then-Test fixed-sequence testing with binomial p-values, one query per fact"
-DEFAULT_CONFIDENCE = 0.95
-FIT_STEPS, LEARNING_RATE = 300, 0.05
 
 
 class GateHead(torch.nn.Module):
@@ -123,26 +111,6 @@ def batch_states(model, batch, depth: int, readouts: bool):
     return states, logits
 
 
-def trace_queries(model, queries, depth: int, batch_size: int = DEFAULT_BATCH_SIZE) -> Trace:
-    """The `Trace` of `queries` (an `EvalSet`) at depths 1..depth, one all-depth pass per batch."""
-    states, argmax, query_of = [], [], []
-    exact = np.zeros((depth, len(queries)), dtype=bool)
-    for batch in answer_batches(model, queries, batch_size):
-        seen, logits = batch_states(model, batch, depth, readouts=True)
-        states.append(torch.stack(seen).cpu())
-        argmax.append(torch.stack([out.argmax(-1) for out in logits]).cpu())
-        exact[:, batch.rows] = torch.stack([exact_rows(out, batch) for out in logits]).cpu().numpy()
-        query_of.append(torch.as_tensor(batch.rows)[batch.row_of_target.cpu()])
-    return Trace(torch.cat(states, 1), torch.cat(argmax, 1), exact, torch.cat(query_of))
-
-
-def query_logits(head: GateHead, states: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
-    """[D, M]: per depth, the smallest gate logit over each query's positions (states [D, P, d])."""
-    depths = torch.arange(1, len(states) + 1)[:, None]
-    with torch.inference_mode():
-        return reduce_rows(head(states, depths).double(), query_of, queries, "amin").cpu().numpy()
-
-
 def gate_scores_by_depth(model, eval_set, max_depth: int, cap: int, batch_size: int, score) -> np.ndarray:
     """[max_depth, M] whole-query gate scores of `eval_set` at depths 1 .. cap - 1 (-inf deeper, where
     the gate is not asked): `score(states [D, P, d])` [D, P] reduced to each query's smallest, from the
@@ -157,39 +125,6 @@ def gate_scores_by_depth(model, eval_set, max_depth: int, cap: int, batch_size: 
         )
         scores[: cap - 1, batch.rows] = smallest.cpu().numpy()
     return scores
-
-
-# ---- fitting -------------------------------------------------------------------------------------
-
-
-def reference_depth(exact: np.ndarray) -> int:
-    """The best fixed depth of `exact` [D, M] (row k - 1 is depth k): the shallowest with most exact."""
-    return int(np.argmax(np.asarray(exact).mean(axis=1))) + 1
-
-
-def train_head(trace: Trace, reference: int, seed: int) -> tuple[GateHead, dict]:
-    """Fit the head on depths 1 .. reference - 1 to the target (module doc); returns it and a summary."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        head = GateHead(trace.states.shape[-1], reference - 1)
-    if reference == 1:
-        return head.eval(), {"positions": 0, "target_rate": float("nan"), "loss": float("nan")}
-    depths = reference - 1
-    inputs = trace.states[:depths].reshape(-1, trace.states.shape[-1])
-    depth_of = torch.arange(1, depths + 1).repeat_interleave(trace.states.shape[1])
-    target = (trace.argmax[:depths] == trace.argmax[reference - 1]).reshape(-1).float()
-    optimizer = torch.optim.Adam(head.parameters(), lr=LEARNING_RATE)
-    for _ in range(FIT_STEPS):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(head(inputs, depth_of), target)
-        loss.backward()
-        optimizer.step()
-    summary = {
-        "positions": int(inputs.shape[0]),
-        "target_rate": float(target.mean()),
-        "loss": float(loss.detach()),
-    }
-    return head.eval(), summary
 
 
 # ---- records and use -----------------------------------------------------------------------------

@@ -9,6 +9,8 @@ What a query is differs by task: a bioS run's are the dataset's prompts (`bios_g
 language-model run's are positions of its shards' windows (`biosrecall.lm.gate.lm_gate`, beside the LM
 code it reads, so that `eval/` never imports `lm/`). The planning, the checks, the lock, the
 fitting pipeline (`fit_from_traces`: head, reference depth, calibration) and the writing are shared.
+The head is trained here (`train_head`, Adam on BCE for `FIT_STEPS` steps) on a `Trace` of the fitting
+queries (`trace_queries`); what it is, its target and its cost are `biosrecall.eval.gate`'s.
 
 Everything is checked (the selector, the dataset on disk and its hash, the numbers) before the first
 model loads, and each gate folder is written atomically, so a refusal or a crash writes nothing.
@@ -24,26 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from biosrecall.atomic import atomic_directory
 from biosrecall.bios import load_dataset
 from biosrecall.bios.dataset import MANIFEST
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, check_max_depth
-from biosrecall.eval.gate import (
-    BOUND,
-    DEFAULT_CONFIDENCE,
-    FIT_STEPS,
-    FORMAT,
-    LEARNING_RATE,
-    TARGET,
-    Trace,
-    model_hash,
-    query_logits,
-    reference_depth,
-    trace_queries,
-    train_head,
-)
+from biosrecall.eval.gate import GateHead, Trace, batch_states, model_hash
 from biosrecall.eval.gate_data import (
     CALIBRATION_SHARE,
     MAX_FIT_QUERIES,
@@ -52,7 +42,7 @@ from biosrecall.eval.gate_data import (
     split_people,
 )
 from biosrecall.eval.scoring import CheckpointJob, plan_jobs
-from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, exact_rows, reduce_rows
 from biosrecall.files import file_sha256
 from biosrecall.locking import output_lock
 from biosrecall.numbers import check_number, check_seed, rates
@@ -60,11 +50,67 @@ from biosrecall.train.checkpoint_files import MODEL_FILE, load_checkpoint
 from biosrecall.train.distributed import resolve_device
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, versions
 
+FORMAT = "biosrecall-exit-gate-1"
+TARGET = "the answer at depth k equals the answer at the reference depth (the best fixed depth)"
+BOUND = "Learn-then-Test fixed-sequence testing with binomial p-values, one query per fact"
+DEFAULT_CONFIDENCE = 0.95
+FIT_STEPS, LEARNING_RATE = 300, 0.05
+
 GateFit = Callable[[Any, dict, int], tuple[dict, dict]]
 """(model, settings, batch size) -> (record without the checkpoint's hashes, calibration arrays)."""
 GateTask = Callable[[Path, dict, Path], GateFit]
 """How one kind of run (its `task` name in meta.json) is fitted: (run folder, checkpoint meta, data
 folder) -> the `GateFit` of its checkpoints, once the data is checked against the run."""
+
+
+def trace_queries(model, queries, depth: int, batch_size: int = DEFAULT_BATCH_SIZE) -> Trace:
+    """The `Trace` of `queries` (an `EvalSet`) at depths 1..depth, one all-depth pass per batch."""
+    states, argmax, query_of = [], [], []
+    exact = np.zeros((depth, len(queries)), dtype=bool)
+    for batch in answer_batches(model, queries, batch_size):
+        seen, logits = batch_states(model, batch, depth, readouts=True)
+        states.append(torch.stack(seen).cpu())
+        argmax.append(torch.stack([out.argmax(-1) for out in logits]).cpu())
+        exact[:, batch.rows] = torch.stack([exact_rows(out, batch) for out in logits]).cpu().numpy()
+        query_of.append(torch.as_tensor(batch.rows)[batch.row_of_target.cpu()])
+    return Trace(torch.cat(states, 1), torch.cat(argmax, 1), exact, torch.cat(query_of))
+
+
+def query_logits(head: GateHead, states: torch.Tensor, query_of: torch.Tensor, queries: int) -> np.ndarray:
+    """[D, M]: per depth, the smallest gate logit over each query's positions (states [D, P, d])."""
+    depths = torch.arange(1, len(states) + 1)[:, None]
+    with torch.inference_mode():
+        return reduce_rows(head(states, depths).double(), query_of, queries, "amin").cpu().numpy()
+
+
+def reference_depth(exact: np.ndarray) -> int:
+    """The best fixed depth of `exact` [D, M] (row k - 1 is depth k): the shallowest with most exact."""
+    return int(np.argmax(np.asarray(exact).mean(axis=1))) + 1
+
+
+def train_head(trace: Trace, reference: int, seed: int) -> tuple[GateHead, dict]:
+    """Fit the head on depths 1 .. reference - 1 to the target (module doc); returns it and a summary."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = GateHead(trace.states.shape[-1], reference - 1)
+    if reference == 1:
+        return head.eval(), {"positions": 0, "target_rate": float("nan"), "loss": float("nan")}
+    depths = reference - 1
+    inputs = trace.states[:depths].reshape(-1, trace.states.shape[-1])
+    depth_of = torch.arange(1, depths + 1).repeat_interleave(trace.states.shape[1])
+    target = (trace.argmax[:depths] == trace.argmax[reference - 1]).reshape(-1).float()
+    optimizer = torch.optim.Adam(head.parameters(), lr=LEARNING_RATE)
+    for _ in range(FIT_STEPS):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(head(inputs, depth_of), target)
+        loss.backward()
+        optimizer.step()
+    summary = {
+        "positions": int(inputs.shape[0]),
+        "target_rate": float(target.mean()),
+        "loss": float(loss.detach()),
+    }
+    return head.eval(), summary
 
 
 def task_name(meta: dict) -> str:
