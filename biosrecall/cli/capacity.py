@@ -54,7 +54,7 @@ is the docstring under each field)."""
 
 
 @click.command()
-@config_option(lists=("people", "seeds", "depths"))
+@config_option()
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @field_options(CapacityOptions, CHECKED)
 @WORKERS

@@ -64,7 +64,7 @@ CHECKED = {
 
 
 @click.command()
-@config_option(lists=("seeds", "lr_grid", "fixed_sweep", "budgets"))
+@config_option()
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @field_options(Figure1Options, CHECKED)
 @field_options(StudyOptions, CHECKED)

@@ -281,7 +281,7 @@ STUDY_OPTIONS = {
 
 
 @lm.command("study", short_help="The paper's Figure-2 LM study over seeds, with its claims judged.")
-@config_option(lists=("seeds",))
+@config_option()
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @field_options(LMStudyOptions, STUDY_OPTIONS)
 @stacked(engine_options("--seeds"))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, field_options, stacked
-from biosrecall.cli.sweep import executor_options
+from biosrecall.cli.sweep import ExecutorOptions, executor_options
 from biosrecall.experiments.study import check_seeds
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import SEED, counts
@@ -62,7 +63,7 @@ THREADS = click.option(
 )
 QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
 
-EXECUTOR_OPTIONS = ("kind", "gpus_per_run", "partition", "cpus_per_run", "time_min", "array_parallelism")
+EXECUTOR_OPTIONS = tuple(field.name for field in fields(ExecutorOptions))
 """The values `executor_options` adds, handed to the engine as the executor's settings."""
 
 STUDIES = {
