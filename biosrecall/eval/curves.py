@@ -48,7 +48,6 @@ from biosrecall.eval.scoring import (
     scored_eval_set,
 )
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
-from biosrecall.eval.token_exit import token_exit_gap
 from biosrecall.numbers import check_count
 from biosrecall.train.distributed import resolve_device
 
@@ -119,9 +118,8 @@ def score_runs(
     shows a bar per checkpoint only when stderr is a terminal, and `refresh` scores again even where
     a cache is current."""
     check_at_least_one(max_depth=max_depth, threshold=threshold, batch_size=batch_size, people=people)
-    scoring = Scoring(
-        max_depth, threshold, people, batch_size, resolve_device(str(device)), progress, refresh
-    )
+    device = resolve_device(str(device))
+    scoring = Scoring(max_depth, threshold, people, batch_size, device, progress, refresh, per_token)
     criteria = list(criteria)
     if per_token and not criteria:
         raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
@@ -149,23 +147,21 @@ def score_runs(
     scores = score_checkpoints(
         jobs, datasets, scoring, recall=recall, criteria=resolved, workers=workers, threads=threads
     )
-    table = None
-    if recall:
-        tables = [
-            labelled(job_columns(job, progress=True), score.recall)
-            for job, score in zip(jobs, scores, strict=True)
-        ]
-        table = pd.concat(tables, ignore_index=True)
+    table = _labelled(jobs, [score.recall for score in scores], progress=True) if recall else None
     if not resolved:
         return RunScores(table, None, None, tuple(skipped))
-    served_jobs = [jobs[index] for index in resolved]
-    exits = [scores[index].exits for index in resolved]
-    frontiers = [labelled(job_columns(job), rows) for job, rows in zip(served_jobs, exits, strict=True)]
-    frontier = pd.concat(frontiers, ignore_index=True)
-    gap = (
-        token_exit_gap(served_jobs, datasets, list(resolved.values()), exits, scoring) if per_token else None
-    )
+    served = [jobs[index] for index in resolved]
+    frontier = _labelled(served, [scores[index].exits for index in resolved])
+    gap = _labelled(served, [scores[index].gap for index in resolved]) if per_token else None
     return RunScores(table, frontier, gap, tuple(skipped))
+
+
+def _labelled(jobs, tables, progress: bool = False) -> pd.DataFrame:
+    """The jobs' `tables` as one, each under its job's label columns (`job_columns`)."""
+    return pd.concat(
+        [labelled(job_columns(job, progress), rows) for job, rows in zip(jobs, tables, strict=True)],
+        ignore_index=True,
+    )
 
 
 def _finals(run_dirs, data_dir) -> set[Path]:

@@ -53,6 +53,9 @@ import torch
 from biosrecall.errors import BiosrecallError
 from biosrecall.numbers import check_count, parse_float, parse_int
 
+BASELINE = "fixed-depth"
+"""The kind of the fixed-depth rows K = 1..max_depth of a serving frontier, against which criteria are
+read (`biosrecall.eval.scoring`)."""
 # A bare criterion name expands to this threshold sweep, strictest-last.
 DEFAULT_SWEEPS = {
     "fixed": (1, 2, 4, 8, 16, 32, 64),

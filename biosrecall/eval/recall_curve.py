@@ -37,14 +37,13 @@ from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.plots import plot_recall_curves
 from biosrecall.eval.seeds import aggregate_recall, seed_groups
 from biosrecall.eval.serving import score_runs, write_frontier
+from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE
 from biosrecall.eval.token_exit import TABLE_NAME as TOKEN_GAP_NAME
 from biosrecall.locking import output_lock
 from biosrecall.outputs import save_figure, write_table
 from biosrecall.recall_options import RecallCurveOptions
 
 SHOWN_DEPTHS = (1, 4, 16, 64)
-RUN_BATCH_SIZE = 256
-"""Evaluation rows per forward pass of a run's model when the options leave it unset."""
 # Every file recall-curve writes into its folder, by name (the record's list is exact; these bound it).
 OWN_OUTPUTS = (
     "recall_curve*",
@@ -96,7 +95,7 @@ def score_and_write(run_dirs, checkpoints=None, options: RecallCurveOptions | No
         per_token=options.per_token,
         applicable=options.applicable_exits,
         threshold=options.threshold,
-        batch_size=RUN_BATCH_SIZE if options.batch_size is None else options.batch_size,
+        batch_size=DEFAULT_BATCH_SIZE if options.batch_size is None else options.batch_size,
         device=options.device,
         data_dir=options.data_dir,
         refresh=options.refresh,

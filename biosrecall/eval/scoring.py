@@ -10,7 +10,9 @@ are two tables of the same forward pass: an item's exact flag at every depth, an
 its per-query KL, entropy and argmax stability (and the recurrent state's latent and accel) at every
 depth. So a checkpoint asked for both is run once to `max_depth` (`answer_stats_by_depth`, whose
 exact flags are those of `exact_by_depth`), and both tables are written from that pass. A checkpoint
-asked for recall only runs the cheaper flags-only pass (`exact_by_depth`).
+asked for recall only runs the cheaper flags-only pass (`exact_by_depth`). With `Scoring.per_token`
+the same visit, on the model already loaded, decides each criterion per answer token as well
+(`biosrecall.eval.token_exit.gap_rows`).
 
 Each table is cached in its checkpoint folder (`biosrecall.eval.table_cache`): `recall.parquet` under
 the depth, threshold, people and dataset it was scored with (a deeper table serves a shallower
@@ -48,18 +50,17 @@ from biosrecall.bios import load_dataset
 from biosrecall.bios.dataset import MANIFEST
 from biosrecall.compute.flops import serving_flops
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.exits import Oracle, StepStats, depth_cap, parameter_of
+from biosrecall.eval.exits import BASELINE, Oracle, StepStats, depth_cap, parameter_of
 from biosrecall.eval.parallel import map_in_processes
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, recall_table, score_exact
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_stats_by_depth, exact_by_depth
 from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
+from biosrecall.eval.token_exit import gap_rows
 from biosrecall.train.checkpoint_files import load_checkpoint, read_meta
 from biosrecall.train.run_folder import RunFolder, exits_cache_file, fraction_of, recall_cache_file
 
 RECALL_CACHE_FORMAT = 1
 EXITS_CACHE_FORMAT = 1
-BASELINE = "fixed-depth"
-"""The frontier's kind for the fixed-depth rows K = 1..max_depth, against which criteria are read."""
 FLOPS_ACCOUNT = "checked-positions"
 """The `flops_per_query` accounting (the head only at checked positions); before it, every position."""
 
@@ -90,19 +91,27 @@ class Scoring:
     """None: a bar per checkpoint only when stderr is a terminal."""
     refresh: bool = False
     """Score again even where a cache is current."""
+    per_token: bool = False
+    """With exit criteria, also decide each per answer token in the KV-cached decoder against whole-query
+    exit (`biosrecall.eval.token_exit`; never cached)."""
 
 
 @dataclass(frozen=True)
 class CheckpointScores:
-    """A checkpoint's tables: `recall` (`eval.recall.recall_table`, unlabelled) and the frontier rows
-    `exits` (the module doc), each None when it was not asked for."""
+    """A checkpoint's tables: `recall` (`eval.recall.recall_table`, unlabelled), the frontier rows
+    `exits` (the module doc) and the per-token `gap` (`eval.token_exit.gap_rows`), each None when it was
+    not asked for."""
 
     recall: pd.DataFrame | None
     exits: pd.DataFrame | None
+    gap: pd.DataFrame | None = None
 
-    def lacks(self, recall: bool, criteria) -> bool:
-        """A table asked for (`recall`, frontier rows for `criteria`) is not here: a pass is needed."""
-        return (recall and self.recall is None) or (bool(criteria) and self.exits is None)
+    def lacks(self, recall: bool, criteria, per_token: bool = False) -> bool:
+        """A table asked for (`recall`, frontier rows for `criteria`, with `per_token` their gap) is not
+        here: the model is needed."""
+        served = bool(criteria)
+        missing = (recall and self.recall is None) or (served and self.exits is None)
+        return missing or (served and per_token and self.gap is None)
 
 
 def run_labels(run_dirs) -> list[str]:
@@ -214,7 +223,7 @@ def score_checkpoint(
     `scored_eval_set(dataset, scoring.people)`, built once by the caller and shared by its checkpoints."""
     criteria = list(criteria)
     cached = _cached(job, dataset, scoring, recall, criteria)
-    if not cached.lacks(recall, criteria):
+    if not cached.lacks(recall, criteria, scoring.per_token):
         return cached
     recall_table_, exits = cached.recall, cached.exits
     model, _ = load_checkpoint(job.path, device=scoring.device)
@@ -229,7 +238,7 @@ def score_checkpoint(
         )
         if _cacheable(criteria):
             write_cached(exits_cache_file(job.path), _cache_key(job, dataset, scoring, criteria), exits)
-    else:
+    elif recall and recall_table_ is None:
         exact = served_exact(model, eval_set, scoring.max_depth, **options)
     if recall and recall_table_ is None:
         chance = dataset.manifest.get("chance_bits_per_attribute")
@@ -238,10 +247,15 @@ def score_checkpoint(
         )
         recall_table_["manifest_hash"] = dataset.manifest_hash
         write_cached(recall_cache_file(job.path), _cache_key(job, dataset, scoring), recall_table_)
+    gap = None
+    if scoring.per_token and criteria:
+        gap = gap_rows(
+            model, eval_set, dataset.pool_sizes, criteria, scoring.max_depth, exits, scoring.threshold
+        )
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return CheckpointScores(recall_table_, exits)
+    return CheckpointScores(recall_table_, exits, gap)
 
 
 def score_checkpoints(
@@ -262,7 +276,9 @@ def score_checkpoints(
         _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index])
         for index, job in enumerate(jobs)
     ]
-    pending = [index for index, score in enumerate(scores) if score.lacks(recall, wanted[index])]
+    pending = [
+        index for index, score in enumerate(scores) if score.lacks(recall, wanted[index], scoring.per_token)
+    ]
     if workers > 1 and scoring.device.type == "cpu":
         quiet = replace(scoring, progress=False)
         items = [(jobs[index], quiet, recall, wanted[index]) for index in pending]

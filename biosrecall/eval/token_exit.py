@@ -21,21 +21,17 @@ gaps: per_token_bits minus each of the two.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pandas as pd
 import torch
 
-from biosrecall.eval.exits import exit_judge
+from biosrecall.eval.exits import BASELINE, exit_judge
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, score_exact
-from biosrecall.eval.scoring import BASELINE, job_columns, labelled, scored_eval_set
 from biosrecall.eval.sweep import DEFAULT_BATCH_SIZE, answer_batches, exact_rows
 from biosrecall.model.decode import teacher_forced
-from biosrecall.train.checkpoint_files import load_checkpoint
 
 TABLE_NAME = "exit_token_gap"
-UNDECIDED_KINDS = ("fixed-depth", "fixed", "oracle")
+UNDECIDED_KINDS = (BASELINE, "fixed", "oracle")
 """Rows that decide nothing per token (a fixed depth is the same either way; the oracle reads the answer)."""
 
 
@@ -65,7 +61,8 @@ def gap_rows(
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> pd.DataFrame:
     """One checkpoint's rows (module doc) for every criterion that decides per token; `whole` is the
-    checkpoint's whole-query frontier (`biosrecall.eval.scoring.exit_rows` of the same criteria)."""
+    checkpoint's whole-query frontier (`biosrecall.eval.scoring.exit_rows` of the same criteria). The
+    checkpoint's model is loaded once for both (`eval.scoring.score_checkpoint`, `Scoring.per_token`)."""
     fixed = whole[whole["kind"] == BASELINE].sort_values("mean_depth")
     records = []
     for criterion in criteria:
@@ -88,27 +85,3 @@ def gap_rows(
             }
         )
     return pd.DataFrame.from_records(records)
-
-
-def token_exit_gap(
-    jobs, datasets, criteria: Sequence[list], frontiers: Sequence[pd.DataFrame], scoring
-) -> pd.DataFrame:
-    """The gap table (module doc) of planned checkpoints (`biosrecall.eval.scoring.plan_jobs`), given
-    each job's resolved criteria and whole-query frontier rows; the decoder runs once per checkpoint."""
-    tables = []
-    for index, job in enumerate(jobs):
-        dataset = datasets[job.dataset_path]
-        model, _ = load_checkpoint(job.path, device=scoring.device)
-        eval_set = scored_eval_set(dataset, scoring.people)
-        with torch.inference_mode():
-            rows = gap_rows(
-                model,
-                eval_set,
-                dataset.pool_sizes,
-                criteria[index],
-                scoring.max_depth,
-                frontiers[index],
-                scoring.threshold,
-            )
-        tables.append(labelled(job_columns(job), rows))
-    return pd.concat(tables, ignore_index=True)
