@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 from biosrecall.cli.figure1 import _more_seeds_command, _print
-from biosrecall.experiments.figure1 import Figure1Result
+from biosrecall.experiments.engine import StudyResult
 from biosrecall.experiments.study import StudyOptions
 
 SCHEDULES = {"fixed_k4": "fixed:4", "uniform_1_16": "uniform:1-16"}
 
 
-def result(out_dir: Path, n_seeds: int) -> Figure1Result:
+def result(out_dir: Path, n_seeds: int) -> StudyResult:
     summary = pd.DataFrame(
         [
             {"group": run, "schedule": schedule, "fraction": fraction, "K=4": 1.5, "n_seeds": n_seeds}
@@ -32,7 +32,7 @@ def result(out_dir: Path, n_seeds: int) -> Figure1Result:
           "high": float("nan"), "n_seeds": n_seeds, "verdict": "inconclusive"}]
     )  # fmt: skip
     figures = [out_dir / "figure1.png", out_dir / "figure1.pdf"]
-    return Figure1Result(out_dir, {}, pd.DataFrame(), summary, claims, figures)
+    return StudyResult(out_dir, None, {"summary": summary}, claims, figures)
 
 
 @pytest.mark.parametrize("n_seeds", [1, 3])

@@ -17,32 +17,18 @@ only what is new. OUT/capacity.json holds the options and the command that conti
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from biosrecall.cli.config_file import config_option
-from biosrecall.cli.options import Integer, NumberList, Real, field_options
-from biosrecall.cli.study import (
-    ARCHIVE_OVERWRITE,
-    QUIET,
-    SEEDS,
-    THREADS,
-    WORKERS,
-    archive_option,
-    archive_output,
-    parse_seeds,
-    report_outcome,
-    study_errors,
-)
+from biosrecall.cli.options import Integer, NumberList, Real, field_options, stacked
+from biosrecall.cli.study import OUTPUT, SEEDS, engine_options, run_engine_command
 from biosrecall.experiments.capacity import PLAN_PROBE_PEOPLE, CapacityOptions, plan_capacity, run_capacity
-from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, EXPOSURES, counts
 from biosrecall.train.config import LIMITS
 
 CHECKED = {
     "people": {"type": NumberList(counts(), "people counts", "50,100,200", required=True)},
-    "seeds": {"type": SEEDS, "callback": parse_seeds},
+    "seeds": SEEDS,
     "exposures": {"type": Real(EXPOSURES)},
     "batch_size": {"type": Integer(LIMITS["batch_size"])},
     "seq_len": {"type": Integer(LIMITS["seq_len"])},
@@ -51,24 +37,18 @@ CHECKED = {
 }
 """What the options of `CapacityOptions` take beyond their fields' types (`field_options`; their help
 is the docstring under each field)."""
+PLAN_HELP = (
+    "Train nothing and write nothing: print every run's parameters, updates, tokens, modeled FLOPs and "
+    "mean exposures (a dry run; the datasets are generated in a temporary folder)."
+)
 
 
 @click.command()
 @config_option()
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@OUTPUT
 @field_options(CapacityOptions, CHECKED)
-@WORKERS
-@THREADS
-@QUIET
-@click.option(
-    "--plan",
-    is_flag=True,
-    help="Train nothing and write nothing: print every run's parameters, updates, tokens, modeled "
-    "FLOPs and mean exposures (a dry run; the datasets are generated in a temporary folder).",
-)
-@archive_option("--seeds or --people")
-@ARCHIVE_OVERWRITE
-def capacity(out_dir, workers, threads, quiet, plan, archive, overwrite, **values):
+@stacked(engine_options("--seeds or --people", executor=False, plan_help=PLAN_HELP))
+def capacity(out_dir, workers, threads, **given):
     """Measure stored bits per parameter of the three schedules and two standard-transformer baselines
     over a people sweep at matched exposures, and judge the capacity claims.
 
@@ -76,35 +56,40 @@ def capacity(out_dir, workers, threads, quiet, plan, archive, overwrite, **value
     capacity_claims.csv/.md. Rerunning the same command skips finished runs and resumes stopped ones;
     --seeds and --people may grow, --depths and --device may change, and an output made with other
     settings is refused."""
-    if archive is not None:
-        archive_output(out_dir, archive, overwrite)
-        return
-    options = CapacityOptions(**values)
-    report = None if quiet else report_outcome
-    if plan:
-        _print_plan(options, plan_capacity(options, report))
-        return
-    with study_errors():
-        result = run_capacity(out_dir, options, threads=threads, workers=workers, report=report)
-    work_done()  # the outputs are written: a Ctrl-C while printing them changes nothing
-    _print(result)
+    run_engine_command(
+        ("biosrecall.experiments.capacity", "CAPACITY"),
+        lambda values: CapacityOptions(**values),
+        _print,
+        out_dir=out_dir,
+        workers=workers,
+        threads=threads,
+        plan_lines=_plan_lines,
+        # the engine's run, after refusing a study larger than the machine
+        run=lambda options, report: run_capacity(
+            out_dir, options, threads=threads, workers=workers, report=report
+        ),
+        **given,
+    )
 
 
-def _print_plan(options, table) -> None:
-    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+def _plan_lines(options, report) -> list[str]:
+    """`plan_capacity`'s table of every run, then its totals."""
+    table = plan_capacity(options, report)
+    lines = [table.to_string(index=False, float_format=lambda x: f"{x:.4g}")]
     if max(options.people) > PLAN_PROBE_PEOPLE:
-        click.echo(
+        lines.append(
             f"runs of more than {PLAN_PROBE_PEOPLE:,} people are estimated from {PLAN_PROBE_PEOPLE:,} "
             "people's batches, scaled (about); no dataset of theirs was made"
         )
-    click.echo(
+    lines.append(
         f"{len(table)} runs: {table['updates'].sum():,} updates, {table['tokens'].sum():,} tokens, "
         f"{table['train_flops'].sum():.3e} modeled training FLOPs in all, at {options.exposures:g} "
         "exposures; nothing was trained or written"
     )
+    return lines
 
 
-def _print(result) -> None:
+def _print(result, options) -> None:
     from biosrecall.experiments.claims import claims_markdown, seed_count
 
     if seed_count(result.claims) < 2:  # say why before the reader sees a column of "inconclusive"

@@ -20,19 +20,8 @@ import click
 
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import NumberList, Real, field_options, parse_overrides, train_field_option
-from biosrecall.cli.study import (
-    QUIET,
-    SEEDS,
-    THREADS,
-    WORKERS,
-    archive_option,
-    archive_output,
-    parse_seeds,
-    report_outcome,
-    study_errors,
-)
+from biosrecall.cli.study import OUTPUT, QUIET, SEEDS, THREADS, WORKERS, archive_option, run_engine_command
 from biosrecall.experiments.study import BUDGET_MODES, Figure1Options, StudyOptions, figure1_command
-from biosrecall.interrupts import work_done
 from biosrecall.numbers import DEPTH, rates
 from biosrecall.train.config import LIMITS
 
@@ -47,7 +36,7 @@ CHECKED = {
     "study": None,
     "log": None,
     "budget": {"type": Real(LIMITS["budget"])},
-    "seeds": {"type": SEEDS, "callback": parse_seeds},
+    "seeds": SEEDS,
     "lr_grid": {"type": LEARNING_RATES},
     "model_overrides": {
         "flag": "--model-override",
@@ -65,7 +54,7 @@ CHECKED = {
 
 @click.command()
 @config_option()
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@OUTPUT
 @field_options(Figure1Options, CHECKED)
 @field_options(StudyOptions, CHECKED)
 @train_field_option("log")
@@ -86,21 +75,7 @@ CHECKED = {
     "options are ignored.",
 )
 @archive_option("--seeds or controls")
-def figure1(
-    out_dir,
-    preset,
-    budget,
-    device,
-    model_override,
-    log,
-    workers,
-    threads,
-    overwrite,
-    quiet,
-    plan,
-    archive,
-    **study,
-):
+def figure1(out_dir, preset, budget, device, model_override, log, plan, **given):
     """Train fixed K=4, fixed-first (K0=4 for 80%, then uniform 1..16) and uniform 1..16 at one matched
     FLOP budget for every seed, evaluate their 45% and 100% checkpoints at serving depths 1..64, draw
     Figure 1 with seed intervals, and judge the paper's claims (claims.csv, claims.md); score
@@ -115,27 +90,18 @@ def figure1(
 
         click.echo(plan_text(out_dir))
         return
-    if archive is not None:
-        archive_output(out_dir, archive, overwrite)
-        return
-    from biosrecall.experiments.figure1 import run_figure1
 
-    study = StudyOptions(model_overrides=model_override, **study)
-    with study_errors():
-        result = run_figure1(
-            out_dir,
-            preset,
-            study=study,
-            budget=budget,
-            device=device,
-            threads=threads,
-            workers=workers,
-            log=log,
-            overwrite=overwrite,
-            report=None if quiet else report_outcome,
-        )
-    work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
-    _print(result, _more_seeds_command(out_dir, preset, study, budget))
+    def options(study) -> Figure1Options:
+        study = StudyOptions(model_overrides=model_override, **study)
+        return Figure1Options(preset, budget, device, study, tuple(log))
+
+    run_engine_command(
+        ("biosrecall.experiments.figure1", "FIGURE1"),
+        options,
+        lambda result, options: _print(result, _more_seeds_command(out_dir, preset, options.study, budget)),
+        out_dir=out_dir,
+        **given,
+    )
 
 
 def _more_seeds_command(out_dir: Path, preset: str, study, budget: float | None = None) -> str:
@@ -164,7 +130,7 @@ def _print(result, more_seeds: str) -> None:
         "min",
         "n_seeds",
     ]
-    summary = result.summary.rename(columns={"group": "run"})
+    summary = result.tables["summary"].rename(columns={"group": "run"})
     summary = summary[[c for c in shown if c in summary]]
     click.echo("recalled bits per person, mean over seeds (intervals in summary.csv):")
     click.echo(summary.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
@@ -180,9 +146,10 @@ def _print(result, more_seeds: str) -> None:
     claims = result.claims[[c for c in columns if c in result.claims]]
     looks = earlier_looks(result.out_dir, n_seeds) if "claim" in claims else []
     click.echo(claims_markdown(claims, looks))
-    if result.headline is not None:
+    headline = result.tables.get("exit_headline")
+    if headline is not None:
         click.echo("mean depth to reach 95% of each run's best recall, fixed against adaptive (100% budget):")
-        click.echo(result.headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        click.echo(headline.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     click.echo(f"claims:  {result.out_dir / 'claims.md'}")
     click.echo(f"summary: {result.out_dir / 'summary.md'}")
     for path in result.figures:

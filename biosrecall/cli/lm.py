@@ -37,7 +37,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.lm_eval import evaluate, no_verify_option
 from biosrecall.cli.lm_harness import harness
 from biosrecall.cli.options import Integer, Real, field_options, split_options, stacked, trainer_options
-from biosrecall.cli.study import SEEDS, engine_options, parse_seeds, run_engine_command
+from biosrecall.cli.study import OUTPUT, SEEDS, engine_options, run_engine_command
 from biosrecall.cli.train import MODEL_OVERRIDES as BIOS_MODEL_OVERRIDES
 from biosrecall.cli.train import train_and_report
 from biosrecall.errors import BiosrecallError
@@ -274,7 +274,7 @@ lm.add_command(harness)
 # fields' types: the grid is checked where it is parsed, so that a wrong item is one line naming the choices.
 STUDY_OPTIONS = {
     "data": {"name": "data_dir", "type": click.Path(path_type=Path), "default": None},
-    "seeds": {"type": SEEDS, "callback": parse_seeds},
+    "seeds": SEEDS,
     "grid": {"type": str, "default": None},
     "tokens": {"type": Integer(counts())},
 }
@@ -282,10 +282,10 @@ STUDY_OPTIONS = {
 
 @lm.command("study", short_help="The paper's Figure-2 LM study over seeds, with its claims judged.")
 @config_option()
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@OUTPUT
 @field_options(LMStudyOptions, STUDY_OPTIONS)
 @stacked(engine_options("--seeds"))
-def study(data_dir, grid, archive, overwrite, **given) -> None:
+def study(data_dir, grid, overwrite, **given) -> None:
     """Train the paper's 200M grid at a small size over seeds (fixed-first K0 x switch x finish,
     uniform, the curriculum, compute-matched uniform, fixed K=4), evaluate NLL at serving depths
     1..64, and write lm_nll, lm_summary, the Figure-2 plots, lm_claims and timings under OUT.
@@ -300,19 +300,11 @@ def study(data_dir, grid, archive, overwrite, **given) -> None:
             raise BiosrecallError("missing option --data: the `lm prepare` output to train on")
         return LMStudyOptions(data=str(data_dir), grid=parse_grid(grid), **values)
 
-    run_engine_command(
-        _lm_study, options, _show_claims, archive=archive, overwrite=overwrite, failed_hint="", **given
-    )
+    declaration = ("biosrecall.experiments.lm_study", "LM_STUDY")  # imported to plan or run, not to archive
+    run_engine_command(declaration, options, _show_claims, overwrite=overwrite, failed_hint="", **given)
 
 
-def _lm_study():
-    """The study's declaration, imported only when it runs (an --archive needs none)."""
-    from biosrecall.experiments.lm_study import LM_STUDY
-
-    return LM_STUDY
-
-
-def _show_claims(result) -> None:
+def _show_claims(result, options) -> None:
     """The judged claims, then where the tables and figures are."""
     shown = result.claims[["claim", "paper", "mean", "low", "high", "n_seeds", "verdict"]]
     click.echo(shown.to_string(index=False))

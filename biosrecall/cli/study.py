@@ -14,19 +14,18 @@ list. `--config FILE` reads the same names from a TOML file. The executor option
 engine does the rest (`biosrecall.experiments.engine`: lock, record, training through the sweep
 engine, tables, claims).
 
-The pieces every study command shares live here too (`figure1`, `capacity` and `lm study` use them):
---seeds, --workers, --threads and --quiet,
-the one-line errors of a failed or stopped study (`study_errors`), --archive and the progress lines;
-and, for the commands whose study the engine runs (`study NAME`, `lm study`), their shared options
-(`engine_options`) and their one flow from --archive or --plan to the printed result
-(`run_engine_command`).
+Every study command (`study NAME`, `leaderboard`, `lm study`, `capacity`, `figure1`) is its options
+and one call of `run_engine_command`, the one flow from --archive or --plan to the printed result:
+archiving, the engine's plan and run, progress lines, the one-line errors of a failed or stopped
+study. The options it shares live here (`engine_options`: where runs go, --quiet, --plan, --archive;
+--seeds and --out); a command adds hooks only for what is really its own: a result printer, a plan of
+its own (`capacity`), a library call that runs it (`capacity`'s size check first).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -44,10 +43,21 @@ from biosrecall.train.stops import Interrupted
 
 RERUN_HINT = "rerun the same command to continue"
 FAILED_HINT = f"; {RERUN_HINT} once it is fixed"
-SEEDS = NumberList(SEED, "seeds", "0,1,2")
-"""The --seeds of every study: a comma list of seeds, each read and checked (`parse_seeds` adds the
-rules of the list: no repeats, not too many)."""
-# How a study's runs go on this machine: figure1's and every `study NAME`'s.
+
+
+def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
+    check_seeds(seeds)
+    return seeds
+
+
+SEEDS = {"type": NumberList(SEED, "seeds", "0,1,2"), "callback": parse_seeds}
+"""The --seeds of figure1, capacity and lm study (`field_options` settings): a comma list of seeds,
+each read and checked, then the rules of the list (`parse_seeds`: no repeats, not too many)."""
+OUTPUT = click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder."
+)
+"""The --out of figure1, capacity and lm study."""
+# How a study's runs go on this machine: every study command's.
 WORKERS = click.option(
     "--workers",
     type=Integer(counts()),
@@ -62,6 +72,7 @@ THREADS = click.option(
     help="CPU threads of each run [default: the cores shared among the workers].",
 )
 QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
+PLAN_HELP = "Print what each run would do, its size and estimated CPU time; write nothing."
 
 EXECUTOR_OPTIONS = tuple(field.name for field in fields(ExecutorOptions))
 """The values `executor_options` adds, handed to the engine as the executor's settings."""
@@ -73,7 +84,7 @@ STUDIES = {
 
 
 def archive_option(grows: str) -> Callable:
-    """--archive DEST of a study command (`archive_output`); `grows`: what a copy's rerun may add."""
+    """--archive DEST of a study command (`run_engine_command`); `grows`: what a copy's rerun may add."""
     return click.option(
         "--archive",
         type=click.Path(path_type=Path),
@@ -83,47 +94,6 @@ def archive_option(grows: str) -> Callable:
         "states (small enough to commit). A copy of DEST continues the study: the same command with more "
         f"{grows} trains only what is new. --overwrite replaces an existing DEST.",
     )
-
-
-ARCHIVE_OVERWRITE = click.option(
-    "--overwrite", is_flag=True, help="With --archive: replace an existing DEST."
-)
-
-
-def parse_seeds(ctx, param, seeds: tuple[int, ...]) -> tuple[int, ...]:
-    check_seeds(seeds)
-    return seeds
-
-
-@contextmanager
-def study_errors(failed_hint: str = FAILED_HINT) -> Iterator[None]:
-    """Around a study's call (figure1's, capacity's, lm study's, the engine's): a failed run ends the
-    command with one line on stderr and exit 1 (`failed_hint` follows the error), Ctrl-C with one line
-    and exit 130.
-
-    Finished runs and caches are kept and a stopped run saved its progress, so no option is needed to
-    carry on: the same command resumes."""
-    from biosrecall.experiments.engine import StudyRunFailed
-
-    try:
-        yield
-    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
-        click.echo(f"error: {exc}{failed_hint}", err=True)
-        raise SystemExit(1) from None
-    except (Interrupted, KeyboardInterrupt) as exc:
-        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
-        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
-        raise SystemExit(130) from None
-
-
-def archive_output(out_dir: Path, dest: Path, overwrite: bool, record: str | None = None) -> None:
-    """--archive of figure1, capacity, lm study and every `study NAME` (whose `record` names its
-    record file): copy the finished output without its weights (`biosrecall.experiments.study_archive`);
-    trains nothing."""
-    from biosrecall.experiments.study_archive import archive_study
-
-    files, size = archive_study(out_dir, dest, overwrite=overwrite, record=record)
-    click.echo(f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {dest}, without weights")
 
 
 def report_outcome(outcome) -> None:
@@ -137,62 +107,91 @@ def report_outcome(outcome) -> None:
         click.echo(f"{outcome.action:<8} {outcome.name}  {outcome.progress}".rstrip(), err=True)
 
 
-def engine_options(grows: str) -> list[Callable]:
-    """The options of a study command run by the engine (`study NAME`, `lm study`) after the study's
-    own: where its runs go (`executor_options`, --workers, --threads), --quiet, --plan and --archive
-    (`grows`: what a copy's rerun may add)."""
+def engine_options(grows: str, executor: bool = True, plan_help: str = PLAN_HELP) -> list[Callable]:
+    """The options of a study command after the study's own: where its runs go (`executor_options`
+    unless not `executor`, --workers, --threads), --quiet, --plan (`plan_help`: what a plan of the
+    command's own prints) and --archive (`grows`: what a copy's rerun may add) with its --overwrite.
+    figure1, whose --overwrite replaces an output, picks its own among them."""
     return [
-        executor_options(gpus_default="1 with --device cuda, else 0"),
+        *([executor_options(gpus_default="1 with --device cuda, else 0")] if executor else []),
         WORKERS,
         THREADS,
         QUIET,
-        click.option(
-            "--plan",
-            is_flag=True,
-            help="Print what each run would do, its size and estimated CPU time; write nothing.",
-        ),
+        click.option("--plan", is_flag=True, help=plan_help),
         archive_option(grows),
-        ARCHIVE_OVERWRITE,
+        click.option("--overwrite", is_flag=True, help="With --archive: replace an existing DEST."),
     ]
 
 
 def run_engine_command(
-    study: Callable[[], Any],
+    study: tuple[str, str],
     options: Callable[[dict[str, Any]], Any],
-    show: Callable[[Any], None],
+    show: Callable[[Any, Any], None],
     *,
     out_dir: Path,
     workers: int | None,
     threads: int | None,
     quiet: bool,
-    plan: bool,
     archive: Path | None,
     overwrite: bool,
+    plan: bool = False,
+    plan_lines: Callable[[Any, Any], list[str]] | None = None,
+    run: Callable[[Any, Any], Any] | None = None,
     record: str | None = None,
     failed_hint: str = FAILED_HINT,
     **values: Any,
 ) -> None:
-    """The flow of a study command run by the engine, from its parsed options (`engine_options` and
-    `values`, the study's own and the executor's). With --archive: copy the finished output
-    (`archive_output`, `record` its record file) and read no other option (nor import the study:
-    `study()` gives its declaration). Else `options(values)` (the study's, where bad input is
-    refused): with --plan print `plan_study`'s lines and write nothing; else run the study
-    (`run_study`; a failure or Ctrl-C is one line, `study_errors`) and `show` its `StudyResult`."""
-    if archive is not None:
-        archive_output(out_dir, archive, overwrite, record)
-        return
-    from biosrecall.experiments.engine import plan_study, run_study
+    """The flow of every study command, from its parsed options (`engine_options`, or the command's
+    picks of them, and `values`: the study's own and the executor's). `study`: the module and
+    attribute of its declaration (a `biosrecall.experiments.engine.Study`), imported only to plan or
+    run it.
 
-    executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
-    chosen, declared = options(values), study()
-    if plan:
-        click.echo("\n".join(plan_study(declared, out_dir, chosen, workers, threads, executor)))
+    With --archive: copy the finished output without its weights (`biosrecall.experiments.study_archive`;
+    `record` names the record file of a study whose archive packs its runs) and read no other option.
+    Else `options(values)` (the study's, where bad input is refused): with --plan print `plan_study`'s
+    lines (or the command's own, `plan_lines(options, report)`) and write nothing; else run the study
+    (`run_study`, given --overwrite when its command replaces outputs; or the command's own library
+    call, `run(options, report)`) and `show(result, options)`.
+
+    A failed run ends the command with one line on stderr and exit 1 (`failed_hint` follows the
+    error), Ctrl-C with one line and exit 130. Finished runs and caches are kept and a stopped run
+    saved its progress, so no option is needed to carry on: the same command resumes."""
+    if archive is not None:
+        from biosrecall.experiments.study_archive import archive_study
+
+        files, size = archive_study(out_dir, archive, overwrite=overwrite, record=record)
+        click.echo(
+            f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
+        )
         return
+    from biosrecall.experiments.engine import StudyRunFailed, plan_study, run_study
+
+    executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS if name in values}
+    chosen = options(values)
+    declared = getattr(importlib.import_module(study[0]), study[1])
     report = None if quiet else report_outcome
-    with study_errors(failed_hint):
-        result = run_study(declared, out_dir, chosen, workers, threads, report, executor)
+    if plan:
+        if plan_lines is None:
+            lines = plan_study(declared, out_dir, chosen, workers, threads, executor)
+        else:
+            lines = plan_lines(chosen, report)
+        click.echo("\n".join(lines))
+        return
+    try:
+        if run is None:
+            replacing = overwrite and declared.overwrite
+            result = run_study(declared, out_dir, chosen, workers, threads, report, executor, replacing)
+        else:
+            result = run(chosen, report)
+    except StudyRunFailed as exc:  # not a usage error: the run's log says what went wrong
+        click.echo(f"error: {exc}{failed_hint}", err=True)
+        raise SystemExit(1) from None
+    except (Interrupted, KeyboardInterrupt) as exc:
+        stopped = str(exc) if isinstance(exc, Interrupted) else "interrupted"
+        click.echo(f"{stopped}; {RERUN_HINT}", err=True)
+        raise SystemExit(130) from None
     work_done()  # the study's outputs are written: a Ctrl-C while printing them changes nothing
-    show(result)
+    show(result, chosen)
 
 
 def study_command(name: str) -> click.Command:
@@ -200,14 +199,14 @@ def study_command(name: str) -> click.Command:
     module, attribute = STUDIES[name]
     study = getattr(importlib.import_module(module), attribute)
 
-    def show(result) -> None:
+    def show(result, options) -> None:
         for table in result.tables:
             click.echo(f"wrote {result.out_dir / table}.csv, .parquet, .md")
         click.echo(f"wrote {result.out_dir / 'claims'}.csv, .md: " + ", ".join(result.claims["verdict"]))
 
     def command(**given):
         run_engine_command(
-            lambda: study, lambda values: study.options(**values), show, record=f"{study.name}.json", **given
+            STUDIES[name], lambda values: study.options(**values), show, record=f"{study.name}.json", **given
         )
 
     options = [
