@@ -41,7 +41,6 @@ from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold
 from biosrecall.eval.scoring import (
     Scoring,
     job_columns,
-    labelled,
     load_checked_datasets,
     plan_jobs,
     score_checkpoints,
@@ -157,11 +156,12 @@ def score_runs(
 
 
 def _labelled(jobs, tables, progress: bool = False) -> pd.DataFrame:
-    """The jobs' `tables` as one, each under its job's label columns (`job_columns`)."""
-    return pd.concat(
-        [labelled(job_columns(job, progress), rows) for job, rows in zip(jobs, tables, strict=True)],
-        ignore_index=True,
-    )
+    """The jobs' `tables` as one, each table's rows under its job's label columns (`job_columns`)."""
+    parts = []
+    for job, rows in zip(jobs, tables, strict=True):
+        labels = pd.DataFrame([job_columns(job, progress)] * len(rows))
+        parts.append(pd.concat([labels, rows.reset_index(drop=True)], axis=1))
+    return pd.concat(parts, ignore_index=True)
 
 
 def _finals(run_dirs, data_dir) -> set[Path]:

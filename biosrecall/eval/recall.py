@@ -139,9 +139,9 @@ def recall_table(
     tables = []
     for depth, exact in enumerate(np.asarray(exact_by_depth, dtype=bool), start=1):
         score = score_exact(exact, eval_set, pool_sizes, threshold)
-        # One row per attribute, then the whole person's ("all").
         overall = _mean_by(exact, template, int(template.max()) + 1)
         template_exact = np.vstack([score.template_exact, overall])
+        # One row per attribute, then the whole person's ("all").
         columns = {
             "depth": depth,
             "attribute": [*ATTRIBUTES, ALL],

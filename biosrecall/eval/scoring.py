@@ -182,11 +182,6 @@ def job_columns(job: CheckpointJob, progress: bool = False) -> dict:
     return columns
 
 
-def labelled(columns: dict, rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` under label columns holding `columns`' values (a checkpoint's, `job_columns`)."""
-    return pd.concat([pd.DataFrame([columns] * len(rows)), rows.reset_index(drop=True)], axis=1)
-
-
 # --- the one pass ---------------------------------------------------------------------------------
 
 
