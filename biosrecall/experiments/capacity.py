@@ -20,8 +20,9 @@ at the serving depths (a baseline at depth 1 only), and
     OUT/capacity*.csv/.md/.png, OUT/capacity_claims.*   (`capacity_results`)
 
 The engine locks OUT, refuses other settings on an existing output, trains through the sweep engine
-(a scored run is not handed to it again), scores every run at once (`evaluate`) and has the study
-write its files (`write`: capacity.md and capacity_claims.* have layouts of their own); `--seeds` and
+(a scored run is not handed to it again), scores every run at once (`evaluate`) and writes the
+study's tables, capacity.md (`markdown`: a page of its own), claims (`judge`: columns of their own,
+under the stem capacity_claims) and figure (`capacity_results`); `--seeds` and
 `--people` may grow and the `FREE` options (`--depths`, `--device`) may change, and a call with more
 trains only what is new. Each people count's dataset is made under OUT by the study's `inputs`
 (`make_datasets`), under the engine's lock and before any run is checked, so the engine gives the
@@ -280,7 +281,11 @@ CAPACITY = Study(
     runs=capacity_runs,  # given OUT, as it names OUT's datasets (the study has `inputs`)
     done=scored,
     evaluate=score_runs,  # stored bits are no sweep evaluation command: scored here, cached per run
-    write=results.write,  # capacity.md and capacity_claims.* have layouts of their own
+    tables=results.tables,
+    markdown=results.markdown,  # capacity.md: both tables on one page, the knees between them
+    judge=results.judge_capacity_claims,  # capacity_claims.csv has columns in an order of its own
+    claims_stem="capacity_claims",
+    figures=results.figures,
     growing=("seeds", "people"),
     free=FREE,
     inputs=make_datasets,

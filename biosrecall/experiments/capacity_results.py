@@ -1,10 +1,10 @@
 """The capacity study's files, from its per-run table of stored bits: tables, claims, capacity.md.
 
-    tables, claims, figures = write("runs/capacity", per_run, options)   # the study's `write`
+    tables(per_run)   judge_capacity_claims(per_run)   markdown(tables)   figures(per_run)
 
-The declaration `biosrecall.experiments.capacity.CAPACITY` hands `write` to the engine, which calls
-it with the per-run table of stored bits (`capacity.score_runs`) once every run is scored.
-Files (tables as CSV and parquet, the figure as PNG and PDF):
+The declaration `biosrecall.experiments.capacity.CAPACITY` hands these hooks to the engine, which
+calls them with the per-run table of stored bits (`capacity.score_runs`) once every run is scored
+and writes their files (tables as CSV and parquet, the figure as PNG and PDF):
 
     capacity              one row per people count, model, seed and serving depth: exact_bits,
                           loss_bound_bits, ceiling_bits, parameters, non_embedding_parameters, both
@@ -25,15 +25,13 @@ A baseline has one serving depth: its rows say depth 1, and every claim reads it
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_text
-from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide, write_claims
+from biosrecall.experiments.claims import Claim, judge_claims, with_seeds_to_decide
 from biosrecall.experiments.study import FIXED_FIRST, FIXED_K4, UNIFORM
-from biosrecall.outputs import interval_cell, markdown_columns, save_figure, write_table
+from biosrecall.outputs import interval_cell, markdown_columns
 from biosrecall.stats import aggregate_seeds
 
 STD_PARAMS, STD_FLOPS = "std_params", "std_flops"
@@ -90,15 +88,19 @@ COLUMNS = [
 """capacity_claims.csv's columns, in order."""
 
 
-def write(out_dir: Path, per_run: pd.DataFrame, options=None) -> tuple[dict, pd.DataFrame, list[Path]]:
-    """Every file of the module doc, each written atomically: (tables, judged claims, figure files)."""
-    tables = {"capacity": per_run, "capacity_summary": aggregate_seeds(per_run, GROUP, VALUES)}
-    for name, table in tables.items():
-        write_table(table, out_dir / name)
-    atomic_write_text(out_dir / "capacity.md", capacity_markdown(tables["capacity_summary"], per_run))
-    judged = judge_capacity_claims(per_run)
-    write_claims(judged, out_dir, "capacity_claims")
-    return tables, judged, save_figure(plot_capacity(tables["capacity_summary"]), out_dir / "capacity")
+def tables(per_run: pd.DataFrame, options=None) -> dict[str, pd.DataFrame]:
+    """capacity (the per-run table itself) and capacity_summary (its means over seeds)."""
+    return {"capacity": per_run, "capacity_summary": aggregate_seeds(per_run, GROUP, VALUES)}
+
+
+def markdown(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """capacity.md, one page of both tables (`capacity_markdown`): the study's only Markdown page."""
+    return {"capacity": capacity_markdown(tables["capacity_summary"], tables["capacity"])}
+
+
+def figures(per_run: pd.DataFrame, options=None) -> dict:
+    """capacity.png/.pdf (`plot_capacity`)."""
+    return {"capacity": plot_capacity(tables(per_run)["capacity_summary"])}
 
 
 def _at(rows: pd.DataFrame, people: int, name: str) -> pd.DataFrame:
@@ -232,7 +234,7 @@ def claims(per_run: pd.DataFrame, options=None) -> list[Claim]:
     ]
 
 
-def judge_capacity_claims(per_run: pd.DataFrame) -> pd.DataFrame:
+def judge_capacity_claims(per_run: pd.DataFrame, options=None) -> pd.DataFrame:
     """capacity_claims.csv: `claims` judged over seeds by the one judge, with seeds to decide, in
     `COLUMNS`."""
     judged = judge_claims(per_run, claims(per_run))

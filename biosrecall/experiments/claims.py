@@ -331,15 +331,19 @@ def with_seeds_to_decide(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 def claims_markdown(
-    claims: pd.DataFrame, earlier: list[tuple[int, pd.DataFrame]] = (), stem: str = CLAIMS_STEM
+    claims: pd.DataFrame,
+    earlier: list[tuple[int, pd.DataFrame]] = (),
+    stem: str = CLAIMS_STEM,
+    paper: bool = False,
 ) -> str:
     """The claims as a Markdown table, every study's (what the README's claims sections are made of).
 
     `earlier`: (seed count, claims) of each earlier look (`earlier_looks`); each adds a verdict column
-    beside the current one, and a line above the table says the study was extended after it."""
+    beside the current one, and a line above the table says the study was extended after it. `paper`:
+    each statement shows the paper's number beside it, for the reader to compare (the LM study's)."""
     looks = [(n, dict(zip(table["claim"], table["verdict"], strict=True))) for n, table in earlier]
     columns = {
-        "claim": "{statement}",
+        "claim": "{statement} (paper: {paper})" if paper else "{statement}",
         "metric": "{metric}",
         "threshold": "{threshold}",
         "measured (95% interval, seeds)": _measured,
@@ -419,15 +423,15 @@ def earlier_looks(out_dir: Path, current: int, stem: str = CLAIMS_STEM) -> list[
 
 
 def write_claims(
-    claims: pd.DataFrame, out_dir: str | Path, stem: str = CLAIMS_STEM, shown: pd.DataFrame | None = None
+    claims: pd.DataFrame, out_dir: str | Path, stem: str = CLAIMS_STEM, paper: bool = False
 ) -> list[Path]:
     """OUT/<stem>.csv (and .parquet) and OUT/<stem>.md, with `seeds_to_decide`; claims judged earlier
-    over another seed count are kept first (`keep_earlier_look`) and shown in the .md. `shown`: the
-    claims as the .md shows them (default `claims`; the LM study adds the paper's number)."""
+    over another seed count are kept first (`keep_earlier_look`) and shown in the .md (`paper`: with
+    the paper's number beside each statement, `claims_markdown`)."""
     out_dir = Path(out_dir)
     kept = keep_earlier_look(out_dir, claims, stem)
     written = write_table(with_seeds_to_decide(claims), out_dir / stem)
     earlier = earlier_looks(out_dir, seed_count(claims), stem) if "claim" in claims else []
     markdown = out_dir / f"{stem}.md"
-    atomic_write_text(markdown, claims_markdown(claims if shown is None else shown, earlier, stem))
+    atomic_write_text(markdown, claims_markdown(claims, earlier, stem, paper))
     return [*written, markdown, *([kept] if kept else [])]

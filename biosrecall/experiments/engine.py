@@ -16,10 +16,11 @@ A `Study` says what is particular to it; the engine does the rest, the same way 
   trains, resumes and evaluates them `workers` at a time; a run the study's `done` accepts (finished,
   its evaluation cached in its folder) is not handed to it at all, so an archive trains nothing.
 - tables: pure functions of the per-run table (one row per run and whatever `read` gives, with the
-  run's labels), each written as OUT/<table>.csv, .parquet and .md (`outputs.markdown_table`).
+  run's labels), each written as OUT/<table>.csv, .parquet and .md (`outputs.markdown_table`; a
+  study's `markdown` gives pages of its own layout instead).
 - claims: `biosrecall.experiments.claims.Claim`s judged over seeds by the one judge into
-  OUT/claims.csv/.md, earlier looks at other seed counts kept beside them; figures, drawn from the
-  per-run table, as OUT/<stem>.png and .pdf.
+  OUT/claims.csv/.md (another stem: `claims_stem`), earlier looks at other seed counts kept beside
+  them; figures, drawn from the per-run table, as OUT/<stem>.png and .pdf.
 - the lock of OUT for the whole call, progress and OUT/timings.md (`StudyTimer`), `--plan` (what
   each run would do, its size from the trainer's own planner and its estimated training time, nothing
   written) and `--archive` (`study_archive`: the results without weights, the runs' files packed in
@@ -36,7 +37,9 @@ with --overwrite, which replaces an output refused for its settings (`run_study`
 the reproducing command of options that are not flat; a failure or interrupt while preparing leaves
 a new output as it found it (a replaced one put back); `then`, runs chosen from the first runs'
 results (a learning-rate grid's winners); `evaluate`, one scoring pass in this process instead
-of per-run `evaluations`; `write`, files in formats of its own. Branches (a run whose task names its
+of per-run `evaluations`; `judge`, claims judged over a table of their own or shown in columns of
+their own (`lm study`'s, `capacity`'s); `write`, every file written by the study itself (`figure1`'s
+serving and budget results write their own). Branches (a run whose task names its
 trunk's run as `from`) train after every other run, from the state their trunk kept
 (`train_study_runs`).
 
@@ -111,9 +114,21 @@ class Study:
     """A finished run folder -> its evaluation table (the engine adds the run's labels); needed
     unless the study has an `evaluate` of its own."""
     tables: Callable[[Any, Any], dict] = lambda per_run, options: {}
-    """(per-run table, options) -> {name: table}: pure functions of the per-run table."""
+    """(per-run table, options) -> {name: table}: pure functions of the per-run table, each written as
+    OUT/<name>.csv and .parquet."""
+    markdown: Callable[[dict], dict] = lambda tables: {name: table_markdown(t) for name, t in tables.items()}
+    """{name: table} of `tables` -> {stem: Markdown text}, written as OUT/<stem>.md; by default every
+    table as it is (`table_markdown`), a study's own for pages of its own layout (cells as "mean [low,
+    high]", several tables on one page)."""
     claims: Callable[[Any, Any], list] = lambda per_run, options: []
     """(per-run table, options) -> the claims, judged over its `seed` column."""
+    judge: Callable[[Any, Any], Any] | None = None
+    """(per-run table, options) -> the judged claims (`claims.judge_claims`), for claims judged over a
+    table of their own or shown in columns of their own; None: `claims` judged over the per-run table."""
+    claims_stem: str = "claims"
+    """The claims files' stem: OUT/<stem>.csv, .parquet and .md (`claims.write_claims`)."""
+    claims_paper: bool = False
+    """Its claims' .md shows the paper's number beside each statement (the claims' `paper` column)."""
     figures: Callable[[Any, Any], dict] = lambda per_run, options: {}
     """(per-run table, options) -> {stem: matplotlib Figure}, saved as OUT/<stem>.png and .pdf."""
     sizes: Callable[[Any, Any], dict] = lambda run, options: {}
@@ -152,9 +167,9 @@ class Study:
     """(runs folder, runs, options, executor) -> the per-run table, scored in this process with the
     executor's workers; None: each run's `read` of what its `evaluations` wrote."""
     write: Callable[[Path, Any, Any], tuple] | None = None
-    """(out, per-run table, options) -> (tables, judged claims, figure paths): a study whose files have
-    formats of their own writes them itself, its claims included (`claims.write_claims`, under its own
-    stem: lm_claims, capacity_claims); None: `tables`, `claims` and `figures` as above."""
+    """(out, per-run table, options) -> (tables, judged claims, figure paths): a study that writes its
+    files itself (figure1, whose serving and budget results each write their own tables, figures and
+    claims rows); None: `tables`, `markdown`, `claims` (or `judge`) and `figures` as above."""
 
 
 @dataclass
@@ -366,11 +381,15 @@ def run_study(
                 tables, figures = study.tables(per_run, options), []
                 for name, table in tables.items():
                     write_table(table, out_dir / name)
-                    atomic_write_text(out_dir / f"{name}.md", table_markdown(table))
-                claims = judge_claims(per_run, study.claims(per_run, options))
+                for stem, text in study.markdown(tables).items():
+                    atomic_write_text(out_dir / f"{stem}.md", text)
+                if study.judge is None:
+                    claims = judge_claims(per_run, study.claims(per_run, options))
+                else:
+                    claims = study.judge(per_run, options)
                 for stem, figure in study.figures(per_run, options).items():
                     figures += save_figure(figure, out_dir / stem)
-                write_claims(claims, out_dir)
+                write_claims(claims, out_dir, study.claims_stem, study.claims_paper)
         timer.save(out_dir)
     return StudyResult(out_dir, per_run, tables, claims, figures)
 

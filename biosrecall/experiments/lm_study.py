@@ -40,10 +40,11 @@ grid, evaluation and run sizes, planned by `engine.plan_study` and run by `engin
 locks OUT, trains through the sweep engine (a finished, evaluated run is not handed to it again),
 times each phase and judges the claims. Its record is the engine's, OUT/lm_study.json: the corpus is
 pinned by what it holds rather than its folder (`pins`: `--data` may name another copy), and a record
-an earlier release wrote in its own format continues as it is (`upgrade`). Two steps are the study's
-own hooks: `evaluate` runs the update diagnostic after training; `write` writes the files above
-(lm_summary.md's "mean [95% interval]" cells, lm_claims.* with the paper's number beside each
-statement). Calling again continues: finished runs are skipped,
+an earlier release wrote in its own format continues as it is (`upgrade`). Its own hooks:
+`evaluate` runs the update diagnostic after training (the per-run table is `Scores`: lm_nll and the
+diagnosis); `markdown` gives lm_summary.md its "mean [95% interval]" cells; `judge` judges the claims
+over each seed's `run_summaries` and diagnosis; the engine writes every file above, lm_claims.* with
+the paper's number beside each statement. Calling again continues: finished runs are skipped,
 an interrupted one resumes from its last save, and added seeds or grid items train only what is new
 (the tables and claims cover every seed and item of the output).
 `lm study --archive DEST` copies a finished study without its weights
@@ -70,16 +71,15 @@ import math
 import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from biosrecall.atomic import atomic_write_text
 from biosrecall.diagnose import DiagnoseOptions, diagnose_update
 from biosrecall.diagnose.report import depth_average
 from biosrecall.errors import BiosrecallError
-from biosrecall.experiments.claims import Claim, judge_claims, write_claims
+from biosrecall.experiments.claims import Claim, judge_claims
 from biosrecall.experiments.engine import RUNS, Study
 from biosrecall.experiments.lm_grid import (
     AFTER_UNIFORM,
@@ -100,14 +100,13 @@ from biosrecall.lm import compare_plots as plots
 from biosrecall.lm.evaluate import read_table
 from biosrecall.lm.shard_manifest import load_manifest
 from biosrecall.lm.task import lm_plan
-from biosrecall.outputs import interval_cell, markdown_columns, save_figure, write_table
+from biosrecall.outputs import interval_cell, markdown_columns
 from biosrecall.records import Count, parse_record
 from biosrecall.stats import aggregate_seeds
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.config import TrainConfig
 from biosrecall.train.run_folder import RunFolder
 
-CLAIMS = "lm_claims"  # the claims' file stem: lm_claims.csv / .parquet / .md
 PLOTTED_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
@@ -273,13 +272,28 @@ def run_summaries(table: pd.DataFrame) -> pd.DataFrame:
     return runs_
 
 
-def tables(per_run: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """lm_nll, and lm_summary: `run_summaries`' numbers per item (all but its updates), mean over seeds
-    with 95% intervals."""
-    table = nll_table(per_run)
-    summaries = run_summaries(table)
+class Scores(NamedTuple):
+    """The study's per-run table (`evaluate`): what its tables, claims and figures read."""
+
+    nll: pd.DataFrame
+    """lm_nll (`nll_table`): every run's final-checkpoint NLL at every serving depth."""
+    diagnosis: pd.DataFrame | None
+    """lm_diagnose (`diagnose_runs`): the update diagnostic per seed; None without its run."""
+
+
+def tables(scores: Scores, options=None) -> dict[str, pd.DataFrame]:
+    """lm_nll; lm_summary: `run_summaries`' numbers per item (all but its updates), mean over seeds
+    with 95% intervals; lm_diagnose when the grid has the diagnosed run."""
+    summaries = run_summaries(scores.nll)
     values = [column for column in summaries.columns if column not in ("item", "schedule", "seed", "update")]
-    return {"lm_nll": table, "lm_summary": aggregate_seeds(summaries, ["item", "schedule"], values)}
+    summary = aggregate_seeds(summaries, ["item", "schedule"], values)
+    diagnosis = {} if scores.diagnosis is None else {"lm_diagnose": scores.diagnosis}
+    return {"lm_nll": scores.nll, "lm_summary": summary, **diagnosis}
+
+
+def markdown(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """`LM_STUDY.markdown`: lm_summary.md (`SUMMARY_COLUMNS`), the one table with a page of its own."""
+    return {"lm_summary": markdown_columns(tables["lm_summary"], SUMMARY_COLUMNS)}
 
 
 SUMMARY_COLUMNS = {
@@ -298,8 +312,9 @@ schedule is `GRID`'s), each value its mean over seeds with the 95% interval (NLL
 savings and NLL against the same seed's uniform run)."""
 
 
-def figures(table: pd.DataFrame) -> dict[str, Any]:
+def figures(scores: Scores, options=None) -> dict[str, Any]:
     """From lm_nll: NLL against serving depth and mean serving NLL against modeled compute, over seeds."""
+    table = scores.nll
     # Log-spaced depths: the plot ticks every depth it draws, and 64 ticks on a log axis overlap
     # (lm_nll.csv has every depth).
     shown = [d for d in sorted(set(table["depth"])) if d in PLOTTED_DEPTHS or d == table["depth"].max()]
@@ -616,30 +631,12 @@ def upgrade(record: dict[str, Any], where: str) -> dict[str, Any]:
     return {**record, "study": "lm_study", "options": options, "pins": pinned}
 
 
-def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions, executor) -> pd.DataFrame:
-    """The per-run table (`read` with each run's labels), once every seed's update diagnostic is in
+def evaluate(runs_dir: Path, grid_runs: list[SweepRun], options: LMStudyOptions, executor) -> Scores:
+    """Every run's NLL rows (`read` with its labels) and every seed's update diagnostic, made in
     OUT/diagnose (`LM_STUDY.evaluate`: it runs in this process, on a run's threads)."""
-    diagnose_runs(runs_dir.parent, options, executor.threads)
-    return pd.concat([read(runs_dir / run.name).assign(**run.labels) for run in grid_runs], ignore_index=True)
-
-
-def write(out_dir: Path, per_run: pd.DataFrame, options: LMStudyOptions) -> tuple[dict, pd.DataFrame, list]:
-    """Every table, figure and claims file of the module doc (`LM_STUDY.write`): (tables, judged
-    claims, figure files)."""
-    written = tables(per_run)
-    for name, table in written.items():
-        write_table(table, out_dir / name)
-    atomic_write_text(out_dir / "lm_summary.md", markdown_columns(written["lm_summary"], SUMMARY_COLUMNS))
-    diagnosis = diagnose_runs(out_dir, options)  # read back: `evaluate` made every diagnosis
-    if diagnosis is not None:
-        write_table(diagnosis, out_dir / "lm_diagnose")
-    judged = judge(written["lm_nll"], diagnosis)
-    # lm_claims.md shows the paper's number beside each statement, for the reader to compare
-    papers = zip(judged["statement"], judged["paper"], strict=True)
-    shown = judged.assign(statement=[f"{statement} (paper: {paper})" for statement, paper in papers])
-    write_claims(judged, out_dir, stem=CLAIMS, shown=shown)
-    drawn = [save_figure(figure, out_dir / stem) for stem, figure in figures(written["lm_nll"]).items()]
-    return written, judged, [path for paths in drawn for path in paths]
+    diagnosis = diagnose_runs(runs_dir.parent, options, executor.threads)
+    rows = [read(runs_dir / run.name).assign(**run.labels) for run in grid_runs]
+    return Scores(nll_table(pd.concat(rows, ignore_index=True)), diagnosis)
 
 
 def diagnose_runs(out_dir: Path, options: LMStudyOptions, threads: int = 1) -> pd.DataFrame | None:
@@ -695,6 +692,11 @@ LM_STUDY = Study(
     shown=("preset",),
     upgrade=upgrade,
     command="lm study",
-    evaluate=evaluate,
-    write=write,
+    evaluate=evaluate,  # the update diagnostic runs in this process, after training
+    tables=tables,
+    markdown=markdown,  # lm_summary.md's cells are "mean [95% interval]"; lm_nll and lm_diagnose have none
+    judge=lambda scores, options: judge(scores.nll, scores.diagnosis),
+    claims_stem="lm_claims",
+    claims_paper=True,
+    figures=figures,
 )
