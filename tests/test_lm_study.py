@@ -25,7 +25,7 @@ from harness import changes, run_cli, snapshot, wait_for_updates
 from biosrecall.experiments.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from biosrecall.experiments.engine import plan_study
 from biosrecall.experiments.lm_grid import GRID, MATCHED, UNIFORM, fixed_first_name
-from biosrecall.experiments.lm_study import LM_STUDY, LMStudyOptions, judge
+from biosrecall.experiments.lm_study import LM_STUDY, LMStudyOptions, Scores, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["the", "a", "river", "city", "model", "loop", "depth", "recall", "and", "of"]
@@ -392,7 +392,7 @@ def crafted(seeds=(0, 1, 2), noise=0.0, k2_gap=0.002, matched_gap=0.05, wall_sca
 
 
 def verdicts(table: pd.DataFrame) -> dict[str, str]:
-    claims = judge(table)
+    claims = judge(Scores(table, None))
     return dict(zip(claims["claim"], claims["verdict"], strict=True))
 
 
@@ -420,7 +420,7 @@ def test_claims_inconclusive_with_noise_or_one_seed():
     noisy = verdicts(crafted(noise=0.2, k2_gap=0.0))  # seed-to-seed noise far above every margin
     assert noisy["k2_67_nll_within"] == INCONCLUSIVE
     assert noisy["order_reverses_from_k3"] in (INCONCLUSIVE, FAILS)
-    one = judge(crafted(seeds=(0,)), pd.DataFrame({"seed": [0], "advantage": [0.01]}))
+    one = judge(Scores(crafted(seeds=(0,)), pd.DataFrame({"seed": [0], "advantage": [0.01]})))
     assert set(one["verdict"]) == {INCONCLUSIVE}  # one seed: no interval
 
 
@@ -441,7 +441,7 @@ def test_the_update_diagnostic_row_is_judged_against_its_margin(advantages, expe
     wholly outside, and whether the interval contains 0 decides nothing."""
     diagnosis = pd.DataFrame({"seed": range(len(advantages)), "advantage": advantages})
     table = crafted(seeds=tuple(range(len(advantages))))
-    row = judge(table, diagnosis).set_index("claim").loc["update_diagnostic_zero"]
+    row = judge(Scores(table, diagnosis)).set_index("claim").loc["update_diagnostic_zero"]
     assert row["verdict"] == expected
     assert row["threshold"] == "in [-0.003, 0.003]"
     assert row["n_seeds"] == len(advantages)

@@ -551,12 +551,13 @@ def zero_margin(summaries: pd.DataFrame) -> float:
     return float(f"{ZERO_SHARE * means.mean():.3g}") if len(means) else math.nan  # no all-NaN warning
 
 
-def judge(table: pd.DataFrame, diagnosis: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The paper's statements (`LM_CLAIMS`) judged over the seeds of `table` (lm_nll's columns), and the
-    update diagnostic's against a margin from `table`, its row from `diagnosis` (columns seed,
+def judge(scores: Scores, options=None) -> pd.DataFrame:
+    """`LM_STUDY.judge`: the paper's statements (`LM_CLAIMS`) judged over the seeds of lm_nll, and the
+    update diagnostic's against a margin from lm_nll, its row from the diagnosis (columns seed,
     advantage; "not measured" without it). A claim's reason for not being measured shows as its
     verdict, so the table has no `note` column. Each seed's rows carry its runs' `run_summaries`, the
     numbers lm_summary averages."""
+    table, diagnosis = scores
     summaries = run_summaries(table)
     rows = table.merge(
         summaries[["item", "seed", "mean_nll", "nll_k1", GAP, SAVING, WALL_SAVING]], on=["item", "seed"]
@@ -695,7 +696,7 @@ LM_STUDY = Study(
     evaluate=evaluate,  # the update diagnostic runs in this process, after training
     tables=tables,
     markdown=markdown,  # lm_summary.md's cells are "mean [95% interval]"; lm_nll and lm_diagnose have none
-    judge=lambda scores, options: judge(scores.nll, scores.diagnosis),
+    judge=judge,
     claims_stem="lm_claims",
     claims_paper=True,
     figures=figures,
