@@ -1,6 +1,8 @@
 """The capacity study's files, from its per-run table of stored bits: tables, claims, capacity.md.
 
-    tables(per_run)   judge_capacity_claims(per_run)   markdown(tables)   figures(per_run)
+    written = tables(per_run)              # {"capacity": ..., "capacity_summary": ...}
+    pages = markdown(written)               # {"capacity": capacity.md's text}
+    judged = judge_capacity_claims(per_run) # capacity_claims.csv's rows
 
 The declaration `biosrecall.experiments.capacity.CAPACITY` hands these hooks to the engine, which
 calls them with the per-run table of stored bits (`capacity.score_runs`) once every run is scored

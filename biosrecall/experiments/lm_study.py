@@ -663,20 +663,14 @@ def diagnose_runs(out_dir: Path, options: LMStudyOptions, threads: int = 1) -> p
             # times slower than on one thread (docs/results/lm-sizing.md).
             diagnose_update(run_dir, "switch", diagnose, device=options.device, threads=threads).write(out)
         averages = depth_average(pd.read_parquet(out / "diagnose_switch.parquet"))
-        row = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)].iloc[0]
-        rows.append(
-            {
-                "item": DIAGNOSED,
-                "seed": seed,
-                "after_uniform": AFTER_UNIFORM,
-                "update": int(row["update"]),
-                "advantage": float(row["mean"]),
-                "ci_low": float(row["ci_low"]),
-                "ci_high": float(row["ci_high"]),
-                "n_batches": int(row["n_batches"]),
-            }
-        )
-    return pd.DataFrame(rows)
+        nll = averages[(averages["metric"] == "nll") & (averages["after_uniform"] == AFTER_UNIFORM)]
+        rows.append(nll.head(1).assign(item=DIAGNOSED, seed=seed).rename(columns={"mean": "advantage"}))
+    return pd.concat(rows, ignore_index=True)[DIAGNOSIS_COLUMNS]
+
+
+DIAGNOSIS_COLUMNS = ["item", "seed", "after_uniform", "update", "advantage", "ci_low", "ci_high", "n_batches"]
+"""lm_diagnose's columns: the diagnosed run and seed, then its depth-averaged advantage (`mean` of
+`biosrecall.diagnose.report.depth_average`) with its interval over the diagnostic's batches."""
 
 
 LM_STUDY = Study(
