@@ -118,7 +118,7 @@ def score_runs(
     a cache is current."""
     check_at_least_one(max_depth=max_depth, threshold=threshold, batch_size=batch_size, people=people)
     device = resolve_device(str(device))
-    scoring = Scoring(max_depth, threshold, people, batch_size, device, progress, refresh, per_token)
+    scoring = Scoring(max_depth, threshold, people, batch_size, device, progress, refresh, recall, per_token)
     criteria = list(criteria)
     if per_token and not criteria:
         raise BiosrecallError("--per-token needs --exit: the criteria to decide per token")
@@ -143,9 +143,7 @@ def score_runs(
     datasets = load_checked_datasets(jobs)
     for dataset in datasets.values():  # a threshold above the templates every scored fact has
         check_threshold(scored_eval_set(dataset, scoring.people), scoring.threshold)
-    scores = score_checkpoints(
-        jobs, datasets, scoring, recall=recall, criteria=resolved, workers=workers, threads=threads
-    )
+    scores = score_checkpoints(jobs, datasets, scoring, criteria=resolved, workers=workers, threads=threads)
     table = _labelled(jobs, [score.recall for score in scores], progress=True) if recall else None
     if not resolved:
         return RunScores(table, None, None, tuple(skipped))

@@ -79,7 +79,8 @@ class CheckpointJob:
 
 @dataclass(frozen=True)
 class Scoring:
-    """How every checkpoint of one command is scored (what its cache keys hold, and how it runs)."""
+    """How every checkpoint of one command is scored: what it makes, what its cache keys hold, and how it
+    runs."""
 
     max_depth: int = 64
     threshold: int = DEFAULT_THRESHOLD
@@ -91,6 +92,8 @@ class Scoring:
     """None: a bar per checkpoint only when stderr is a terminal."""
     refresh: bool = False
     """Score again even where a cache is current."""
+    recall: bool = True
+    """Make the recall table (False: the frontier rows only)."""
     per_token: bool = False
     """With exit criteria, also decide each per answer token in the KV-cached decoder against whole-query
     exit (`biosrecall.eval.token_exit`; never cached)."""
@@ -106,12 +109,12 @@ class CheckpointScores:
     exits: pd.DataFrame | None
     gap: pd.DataFrame | None = None
 
-    def lacks(self, recall: bool, criteria, per_token: bool = False) -> bool:
-        """A table asked for (`recall`, frontier rows for `criteria`, with `per_token` their gap) is not
-        here: the model is needed."""
+    def lacks(self, scoring: Scoring, criteria) -> bool:
+        """A table `scoring` asks for (the recall table, frontier rows for `criteria`, their per-token
+        gap) is not here: the model is needed."""
         served = bool(criteria)
-        missing = (recall and self.recall is None) or (served and self.exits is None)
-        return missing or (served and per_token and self.gap is None)
+        missing = (scoring.recall and self.recall is None) or (served and self.exits is None)
+        return missing or (served and scoring.per_token and self.gap is None)
 
 
 def run_labels(run_dirs) -> list[str]:
@@ -211,14 +214,15 @@ def query_stats_by_depth(model, eval_set, max_depth: int, criteria, **options) -
 
 
 def score_checkpoint(
-    job: CheckpointJob, dataset, eval_set, scoring: Scoring, *, recall: bool = True, criteria: Sequence = ()
+    job: CheckpointJob, dataset, eval_set, scoring: Scoring, criteria: Sequence = ()
 ) -> CheckpointScores:
-    """The checkpoint's recall table (when `recall`) and frontier rows (when `criteria`), each from its
-    cache when current, else from one all-depth pass that yields both. `eval_set` is
+    """The checkpoint's recall table (when `scoring.recall`) and frontier rows (when `criteria`), each
+    from its cache when current, else from one all-depth pass that yields both, and with
+    `scoring.per_token` their per-token gap on the same loaded model. `eval_set` is
     `scored_eval_set(dataset, scoring.people)`, built once by the caller and shared by its checkpoints."""
     criteria = list(criteria)
-    cached = _cached(job, dataset, scoring, recall, criteria)
-    if not cached.lacks(recall, criteria, scoring.per_token):
+    cached = _cached(job, dataset, scoring, criteria)
+    if not cached.lacks(scoring, criteria):
         return cached
     recall_table_, exits = cached.recall, cached.exits
     model, _ = load_checkpoint(job.path, device=scoring.device)
@@ -233,9 +237,9 @@ def score_checkpoint(
         )
         if _cacheable(criteria):
             write_cached(exits_cache_file(job.path), _cache_key(job, dataset, scoring, criteria), exits)
-    elif recall and recall_table_ is None:
+    elif scoring.recall and recall_table_ is None:
         exact = served_exact(model, eval_set, scoring.max_depth, **options)
-    if recall and recall_table_ is None:
+    if scoring.recall and recall_table_ is None:
         chance = dataset.manifest.get("chance_bits_per_attribute")
         recall_table_ = recall_table(
             exact, eval_set, dataset.pool_sizes, scoring.threshold, chance_bits=chance
@@ -258,7 +262,6 @@ def score_checkpoints(
     datasets: Mapping[Path, object],
     scoring: Scoring,
     *,
-    recall: bool = True,
     criteria: Mapping[int, Sequence] | None = None,
     workers: int = 1,
     threads: int = 1,
@@ -268,15 +271,12 @@ def score_checkpoints(
     processes of `threads` threads, each process loading its datasets (no progress bars there)."""
     wanted = [list((criteria or {}).get(index, ())) for index in range(len(jobs))]
     scores = [
-        _cached(job, datasets[job.dataset_path], scoring, recall, wanted[index])
-        for index, job in enumerate(jobs)
+        _cached(job, datasets[job.dataset_path], scoring, wanted[index]) for index, job in enumerate(jobs)
     ]
-    pending = [
-        index for index, score in enumerate(scores) if score.lacks(recall, wanted[index], scoring.per_token)
-    ]
+    pending = [index for index, score in enumerate(scores) if score.lacks(scoring, wanted[index])]
     if workers > 1 and scoring.device.type == "cpu":
         quiet = replace(scoring, progress=False)
-        items = [(jobs[index], quiet, recall, wanted[index]) for index in pending]
+        items = [(jobs[index], quiet, wanted[index]) for index in pending]
         found = map_in_processes(_score_job, items, workers, threads)
     else:
         eval_sets = {path: scored_eval_set(dataset, scoring.people) for path, dataset in datasets.items()}
@@ -286,8 +286,7 @@ def score_checkpoints(
                 datasets[jobs[index].dataset_path],
                 eval_sets[jobs[index].dataset_path],
                 scoring,
-                recall=recall,
-                criteria=wanted[index],
+                wanted[index],
             )
             for index in pending
         ]
@@ -296,12 +295,12 @@ def score_checkpoints(
     return scores
 
 
-def _cached(job: CheckpointJob, dataset, scoring: Scoring, recall: bool, criteria: list) -> CheckpointScores:
+def _cached(job: CheckpointJob, dataset, scoring: Scoring, criteria: list) -> CheckpointScores:
     """The tables asked for that the checkpoint's caches hold current (None for each that is not)."""
     if scoring.refresh:
         return CheckpointScores(None, None)
     table = None
-    if recall:
+    if scoring.recall:
         table = read_cached(recall_cache_file(job.path), _cache_key(job, dataset, scoring), by_depth=True)
     exits = None
     if criteria and _cacheable(criteria):
@@ -318,10 +317,10 @@ def _cacheable(criteria) -> bool:
 
 def _score_job(item) -> CheckpointScores:
     """`score_checkpoint` of one job in a scoring process."""
-    job, scoring, recall, criteria = item
+    job, scoring, criteria = item
     dataset = cached_dataset(job.dataset_path)
     eval_set = scored_eval_set(dataset, scoring.people)
-    return score_checkpoint(job, dataset, eval_set, scoring, recall=recall, criteria=criteria)
+    return score_checkpoint(job, dataset, eval_set, scoring, criteria)
 
 
 def _cache_key(job: CheckpointJob, dataset, scoring: Scoring, criteria=None) -> dict:
