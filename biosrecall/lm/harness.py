@@ -46,7 +46,7 @@ from biosrecall.atomic import OutputRecord, atomic_write_text, check_files_repla
 from biosrecall.errors import BiosrecallError
 from biosrecall.lm.evaluate import lm_setup, score_checkpoints
 from biosrecall.lm.tokenizer import load_tokenizer
-from biosrecall.model.decode import CachedDecoder
+from biosrecall.model.decode import greedy_decode
 from biosrecall.outputs import write_table
 from biosrecall.train.run_folder import RunFolder
 
@@ -167,19 +167,15 @@ class LoopedScorer:
         until = [until] if isinstance(until, str) else list(until)
         budget = min(int(options.get("max_gen_toks", DEFAULT_MAX_GEN_TOKENS)), self.max_length - 1)
         prompt = [self.eot_token_id, *self.tokenizer.encode(context)][-(self.max_length - budget) :]
-        decoder, generated, text = CachedDecoder(self.model, self.depth), [], ""
-        with torch.inference_mode(), self.autocast():
-            if len(prompt) > 1:
-                decoder.prefill(prompt[:-1])
-            token = prompt[-1]
-            for _ in range(budget):
-                token = int(decoder.step(token)[0].argmax())
-                if token == self.eot_token_id:
-                    break
-                generated.append(token)
-                text = self.tokenizer.decode(generated)
-                if any(stop in text for stop in until):
-                    break
+
+        def stop_reached(tokens: list[int]) -> bool:
+            text = self.tokenizer.decode(tokens)
+            return any(stop in text for stop in until)
+
+        eot = self.eot_token_id
+        with self.autocast():
+            decoded = greedy_decode(self.model, prompt, budget, self.depth, stop_ids=[eot], stop=stop_reached)
+        text = self.tokenizer.decode([token for token in decoded.tokens if token != eot])
         cuts = [text.index(stop) for stop in until if stop in text]
         return text[: min(cuts)] if cuts else text
 

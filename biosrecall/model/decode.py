@@ -211,8 +211,10 @@ def greedy_decode(
     max_depth: int,
     new_judge: Callable[[], Judge] | None = None,
     stop_ids=(),
+    stop: Callable[[list[int]], bool] | None = None,
 ) -> Decoded:
-    """Greedy generation of up to `max_new_tokens` tokens (stopping after any of `stop_ids`)."""
+    """Greedy generation of up to `max_new_tokens` tokens, stopping after any of `stop_ids` or once
+    `stop(tokens generated so far)` says so (e.g. a stop string in their text)."""
     if not prompt:
         raise BiosrecallError("the prompt is empty")
     decoder = CachedDecoder(model, max_depth)
@@ -226,7 +228,8 @@ def greedy_decode(
             token = int(logits.argmax())
             tokens.append(token)
             depths.append(depth)
-            if token in stop_ids or decoder.length >= model.config.context_length:
+            full = decoder.length >= model.config.context_length
+            if token in stop_ids or full or (stop is not None and stop(tokens)):
                 break
     return Decoded(tokens, depths)
 
