@@ -273,7 +273,9 @@ class TestOverwrite:
     ):
         register_change(monkeypatch, redefined)
         old, trained_before = record(output_copy), final_weights(output_copy)
+        (output_copy / "notes.txt").write_text("mine")  # not figure1's: --overwrite leaves it
         assert run_cli([*changed_args(output_copy, extra), "--overwrite"]) == 0
+        assert (output_copy / "notes.txt").read_text() == "mine"
         new = record(output_copy)
         assert new != old
         retrained = final_weights(output_copy)
@@ -297,9 +299,16 @@ class TestOverwrite:
         assert run_cli(figure1_args(output_copy, "--overwrite")) == 0
         assert final_weights(output_copy) == kept
 
-    def test_overwrite_that_fails_its_checks_puts_everything_back(self, output_copy, tiny_preset, capsys):
+    @pytest.mark.parametrize("through_link", [False, True], ids=["folder", "symlink"])
+    def test_overwrite_that_fails_its_checks_puts_everything_back(
+        self, output_copy, tiny_preset, capsys, through_link
+    ):
+        out = output_copy
+        if through_link:  # OUT itself cannot be removed and made again: its entries are put back
+            out = output_copy.parent / "link"
+            out.symlink_to(output_copy)
         before = snapshot(output_copy)
-        assert run_cli(figure1_args(output_copy, "--budget", "1", "--overwrite")) == 2
+        assert run_cli(figure1_args(out, "--budget", "1", "--overwrite")) == 2
         assert "smaller than one update" in capsys.readouterr().err
         after = snapshot(output_copy)
         assert after == before

@@ -179,7 +179,7 @@ def run_engine_command(
         return
     try:
         if run is None:
-            replacing = overwrite and declared.overwrite
+            replacing = overwrite and declared.replaces is not None
             result = run_study(declared, out_dir, chosen, workers, threads, report, executor, replacing)
         else:
             result = run(chosen, report)

@@ -32,8 +32,8 @@ A study that needs more declares it, each hook optional: `inputs` (`capacity`'s,
 its runs read (a dataset) made under OUT under the lock, its `runs` then given OUT too and planned
 there; `free`, options a later call may change (where runs are scored, a corpus's folder), and
 `pins`, what options resolve to that may not change (`lm study`'s corpus, pinned by its tokenizer
-and tokens); `upgrade`, a record an earlier release wrote in its own format; `overwrite`, a command
-with --overwrite, which replaces an output refused for its settings (`run_study`); `command_line`,
+and tokens); `upgrade`, a record an earlier release wrote in its own format; `replaces`, the entries of
+OUT a command with --overwrite replaces when the output is refused for its settings (`run_study`); `command_line`,
 the reproducing command of options that are not flat; a failure or interrupt while preparing leaves
 a new output as it found it (a replaced one put back); `then`, runs chosen from the first runs'
 results (a learning-rate grid's winners); `evaluate`, one scoring pass in this process instead
@@ -153,9 +153,10 @@ class Study:
     command_line: Callable[[Any], str] | None = None
     """options -> the command that makes the output again, for options `study_command` cannot spell
     (figure1's nested `StudyOptions` and flags); None: `study_command`'s."""
-    overwrite: bool = False
-    """Its command has --overwrite: an output refused for its settings (or a corrupt record) is
-    replaced when `run_study` is given `overwrite`, and the refusal says so."""
+    replaces: Callable[[Path], list[str]] | None = None
+    """OUT -> the names of the entries the study made there, for a command with --overwrite: an
+    output refused for its settings (or a corrupt record) has them replaced when `run_study` is given
+    `overwrite`, and the refusal says so; anything else in OUT stays. None: no --overwrite."""
     inputs: Callable[[Path, Any, Any], None] | None = None
     """(out, options, report): what its runs read (a dataset), made under the lock once the record of
     a new output is written, every run's plan checked there (the record of a continued output is
@@ -207,7 +208,7 @@ class StudyRecord:
 
 class OtherSettings(BiosrecallError):
     """OUT holds this study made with other settings, or a record of its name that cannot be read:
-    refused, or replaced when the study has `overwrite` and `run_study` is given it."""
+    refused, or replaced when the study `replaces` and `run_study` is given `overwrite`."""
 
 
 def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -215,7 +216,7 @@ def check_record(out_dir: Path, study: Study, record: dict[str, Any]) -> dict[st
     settings in one line naming the first setting that differs (`OtherSettings`), or a folder that
     holds other files but no record (a study writes its record before its first run)."""
     path, what = out_dir / f"{study.name}.json", f"{study.name} record"
-    way = "use another --out" + (", or --overwrite to replace it" if study.overwrite else "")
+    way = "use another --out" + (", or --overwrite to replace it" if study.replaces else "")
     if not path.is_file():
         if out_dir.is_dir() and any(out_dir.iterdir()):
             raise BiosrecallError(
@@ -396,18 +397,18 @@ def run_study(
 
 def _prepare_output(study: Study, out_dir: Path, options, replacing: bool, report) -> None:
     """Under the lock, before anything trains, once no run of OUT is busy (`refuse_busy_runs`): the
-    engine's record and the study's `inputs`. `replacing` an output refused for its settings, OUT's
-    entries first go into one hidden sibling folder, deleted once this succeeded. A failure or
+    engine's record and the study's `inputs`. `replacing` an output refused for its settings, the
+    entries the study made there (`replaces`) first go into one hidden sibling folder, deleted once this succeeded. A failure or
     interrupt here leaves OUT as it found it: a new one empty, a replaced one put back."""
     refuse_busy_runs(out_dir / RUNS)
-    existed, aside, new = out_dir.exists(), None, False
+    existed = out_dir.exists()
+    new, aside = not existed or not any(out_dir.iterdir()), None
     path = out_dir / f"{study.name}.json"
     try:
         with held():  # a signal waits until `aside` names what the clean-up below puts back
-            aside = _moved_aside(out_dir, path.name) if replacing else None
-        new = not existed or not any(out_dir.iterdir())
+            aside = _moved_aside(out_dir, study.replaces(out_dir), path.name) if replacing else None
         text = json.dumps(record_of(study, options), indent=2, sort_keys=True) + "\n"
-        if new:  # the record first: a folder holding inputs and no record is refused next time
+        if new or aside:  # the record first: a folder holding inputs and no record is refused next time
             write_study_record(path, text)
         if study.inputs is not None:
             study.inputs(out_dir, options, report)
@@ -417,24 +418,30 @@ def _prepare_output(study: Study, out_dir: Path, options, replacing: bool, repor
             shutil.rmtree(out_dir, ignore_errors=True)
             if existed:
                 out_dir.mkdir()
-        if aside is not None:
+        if aside is not None:  # what was made meanwhile gives way to what was there
             for entry in aside.iterdir():
-                os.replace(entry, out_dir / entry.name)
+                made = out_dir / entry.name
+                if made.is_dir() and not made.is_symlink():
+                    shutil.rmtree(made)
+                elif os.path.lexists(made):
+                    made.unlink()
+                os.replace(entry, made)
             aside.rmdir()
         raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _moved_aside(out_dir: Path, record: str) -> Path:
-    """OUT's entries moved into one hidden sibling folder, which is returned; the record moves last, so
-    until everything else has gone a plain rerun still refuses the output rather than reusing part of
-    it. Should this process die before the folder is deleted or put back, the next
-    `output_lock(out_dir)` removes it."""
+def _moved_aside(out_dir: Path, names: list[str], record: str) -> Path:
+    """The entries of OUT named in `names` moved into one hidden sibling folder, which is returned; the
+    record moves last, so until everything else has gone a plain rerun still refuses the output rather
+    than reusing part of it. Should this process die before the folder is deleted or put back, the
+    next `output_lock(out_dir)` removes it."""
     target = out_dir.resolve()
     aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
-    for entry in sorted(out_dir.iterdir(), key=lambda entry: entry.name == record):
-        os.replace(entry, aside / entry.name)
+    present = [name for name in dict.fromkeys(names) if os.path.lexists(out_dir / name)]
+    for name in sorted(present, key=lambda name: name == record):
+        os.replace(out_dir / name, aside / name)
     return aside
 
 

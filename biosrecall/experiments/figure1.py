@@ -55,8 +55,9 @@ from biosrecall.bios import generate_dataset
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import parse_exits
 from biosrecall.eval.scoring import run_labels
-from biosrecall.eval.serving import SERVING_CRITERIA, score_runs
+from biosrecall.eval.serving import SERVING_CRITERIA, score_runs, serving_names
 from biosrecall.experiments.budget_results import (
+    BUDGET_NAMES,
     budget_curve,
     compute_to_target,
     mode_agreement,
@@ -64,7 +65,7 @@ from biosrecall.experiments.budget_results import (
     write_budget_results,
 )
 from biosrecall.experiments.budgets import budget_runs
-from biosrecall.experiments.claims import write_claims
+from biosrecall.experiments.claims import earlier_look_file, write_claims
 from biosrecall.experiments.engine import Study, run_study
 from biosrecall.experiments.figure1_results import chosen_lr, grid_table, label_runs, write_study_results
 from biosrecall.experiments.study import (
@@ -81,7 +82,7 @@ from biosrecall.experiments.study import (
     study_runs,
     upgrade,
 )
-from biosrecall.experiments.study_serving import serve_study
+from biosrecall.experiments.study_serving import SUMMARY_NAME, serve_study
 from biosrecall.outputs import write_table
 from biosrecall.sizing import Cost, check_fits, dataset_cost, scoring_cost
 from biosrecall.train.config import TrainConfig, resolve_seq_len
@@ -91,6 +92,26 @@ from biosrecall.train.trainer import bios_training_task, make_plan
 FIGURE1_SCHEDULES = MAIN_SCHEDULES
 FRACTIONS = (0.45, 1.0)
 DATA, RUNS = "data", "runs"
+# Every entry figure1 makes in its output folder besides its record, runs and datasets: what
+# `--overwrite` replaces (anything else there stays).
+RESULT_STEMS = (
+    "figure1",
+    "figure5",
+    "recall_curve",
+    "recall_curve_seeds",
+    "fixed_sweep",
+    "fixed_sweep_seeds",
+    "summary",
+    "summary_runs",
+    "fixed_sweep_summary",
+    "fixed_sweep_summary_runs",
+    "claims",
+    "lr_grid",
+    SUMMARY_NAME,
+    "timings",
+    *BUDGET_NAMES,
+)
+RESULT_SUFFIXES = (".png", ".pdf", ".csv", ".parquet", ".md", ".jsonl")
 
 
 @dataclass(frozen=True)
@@ -382,6 +403,14 @@ def write(out_dir: Path, scores: Scores, options: Figure1Options):
     return {"summary": summary, "exit_headline": headline}, claims, figures
 
 
+def made_names(out_dir: Path) -> list[str]:
+    """Every entry figure1 made in `out_dir`: what `--overwrite` replaces."""
+    names = [f"{FIGURE1.name}.json", RUNS, *serving_names()]
+    names += [p.name for p in out_dir.glob(f"{DATA}*")]
+    names += [p.name for p in out_dir.glob(earlier_look_file("*"))]  # the claims of earlier looks
+    return names + [stem + suffix for stem in RESULT_STEMS for suffix in RESULT_SUFFIXES]
+
+
 FIGURE1 = Study(
     name="figure1",
     summary="The paper's Figure 1: three schedules at one matched FLOP budget, over seeds, with claims.",
@@ -391,7 +420,7 @@ FIGURE1 = Study(
     command_line=lambda options: figure1_command(
         options.preset, asdict(options.study), budget=options.budget
     ),
-    overwrite=True,
+    replaces=made_names,
     growing=(),  # the seeds and controls are `study`'s, free: the record keeps the latest call's
     free=("budget", "device", "study", "log"),  # the budget and the seeds are pinned by what they resolve to
     pins=pins,
