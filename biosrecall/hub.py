@@ -12,6 +12,7 @@ line saying how to point at a local copy, before any output is made.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import ssl
@@ -47,7 +48,7 @@ def hub_unreachable(timeout: float = CONNECT_TIMEOUT_SECONDS) -> str | None:
     retrying for half a minute. Name resolution has no timeout of its own, so the request runs in a
     thread of its own, given up on (it is a daemon) once `timeout` has passed."""
     endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-    host = urllib.parse.urlsplit(endpoint).hostname or "huggingface.co"
+    host = urllib.parse.urlsplit(endpoint).hostname or endpoint
     # Only whether a server answers is asked here; the libraries check its certificate.
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -60,9 +61,9 @@ def hub_unreachable(timeout: float = CONNECT_TIMEOUT_SECONDS) -> str | None:
                 urllib.request.Request(endpoint, method="HEAD"), timeout=timeout, context=context
             ).close()
             outcome.append(None)
-        except urllib.error.HTTPError:  # a status is an answer
+        except (urllib.error.HTTPError, http.client.HTTPException):  # a status, or any reply, is an answer
             outcome.append(None)
-        except OSError as exc:  # URLError wraps the socket's error as its reason
+        except (OSError, ValueError) as exc:  # URLError wraps the socket's error; ValueError: no URL
             reason = getattr(exc, "reason", exc)
             outcome.append(getattr(reason, "strerror", None) or str(reason) or type(reason).__name__)
 

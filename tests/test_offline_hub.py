@@ -72,6 +72,12 @@ def test_an_unreachable_hub_is_found_and_named(no_hub):
     assert hub_unreachable().startswith("127.0.0.1: ")
 
 
+def test_an_endpoint_that_is_no_url_is_named_without_a_traceback(monkeypatch, capfd):
+    monkeypatch.setenv("HF_ENDPOINT", "hf-mirror.com")
+    assert hub_unreachable() == "hf-mirror.com: unknown url type: 'hf-mirror.com'"
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_prepare_from_a_hub_that_never_answers_fails_within_seconds(silent_hub, capsys):
     before = snapshot(silent_hub)
     line = one_line(*cli(capsys, "lm", "prepare", "hf:someone/thing", "--out", "shards"))
