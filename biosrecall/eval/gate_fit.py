@@ -89,7 +89,8 @@ def reference_depth(exact: np.ndarray) -> int:
 
 
 def train_head(trace: Trace, reference: int, seed: int) -> tuple[GateHead, dict]:
-    """Fit the head on depths 1 .. reference - 1 to `TARGET` (its why: `biosrecall.eval.gate`); returns it and a summary."""
+    """Fit the head on depths 1 .. reference - 1 to `TARGET` (why that target: `biosrecall.eval.gate`);
+    returns it and a summary."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         head = GateHead(trace.states.shape[-1], reference - 1)
