@@ -23,7 +23,7 @@ from biosrecall.cli import main
 from biosrecall.compute.flops import GATE_CHECK_FLOPS_PER_WIDTH, serving_flops
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, check_servable, parse_exits
-from biosrecall.eval.gate_data import binomial_cdf, calibrate, exit_depths_at
+from biosrecall.eval.gate import binomial_cdf, calibrate, exit_depths_at
 from biosrecall.paths import TEMPLATES_DIR
 from biosrecall.train.checkpoint_files import load_checkpoint
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder
@@ -67,7 +67,7 @@ def _record(run_dir, label="1.0") -> dict:
 
 def test_the_gate_never_sees_an_evaluation_template(world, monkeypatch):
     from biosrecall.bios import BatchSampler, load_dataset
-    from biosrecall.eval import gate_fit
+    from biosrecall.eval import gate
     from biosrecall.train.run_folder import RunFolder
 
     _, data, run_dir = world
@@ -81,10 +81,10 @@ def test_the_gate_never_sees_an_evaluation_template(world, monkeypatch):
     sampler = BatchSampler(dataset, batch_size=8, seq_len=128)
     assert any((sampler.batch(np.random.default_rng(i)) == marker).any() for i in range(20))
     seen = []
-    real = gate_fit.trace_queries
-    monkeypatch.setattr(gate_fit, "trace_queries", lambda model, q, *a: seen.append(q) or real(model, q, *a))
+    real = gate.trace_queries
+    monkeypatch.setattr(gate, "trace_queries", lambda model, q, *a: seen.append(q) or real(model, q, *a))
     model, _ = load_checkpoint(RunFolder(run_dir).select_checkpoint("final")[1])
-    gate_fit.fit_gate(model, dataset, {"seed": 0, "confidence": 0.95, "max_depth": 8})
+    gate.fit_gate(model, dataset, {"seed": 0, "confidence": 0.95, "max_depth": 8})
     assert len(seen) == 2 and all(len(q) for q in seen)  # the fitting and the calibration queries
     for queries in seen:
         assert not (queries.tokens == marker).any()
@@ -205,8 +205,7 @@ def test_a_gate_with_a_deeper_reference_is_checked_per_iteration(world, capsys, 
     import pandas as pd
 
     from biosrecall.bios import load_dataset
-    from biosrecall.eval.gate import model_hash
-    from biosrecall.eval.gate_fit import fit_gate, write_gate
+    from biosrecall.eval.gate import fit_gate, model_hash, write_gate
     from biosrecall.files import file_sha256
 
     root, data, run_dir = world

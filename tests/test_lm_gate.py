@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from test_lm_train import cli, train, write_corpus
 
-from biosrecall.eval.gate_data import exit_depths_at
+from biosrecall.eval.gate import exit_depths_at
 from biosrecall.lm import Corpus, prepare_corpus
 from biosrecall.lm.gate import split_windows
 from biosrecall.train.run_folder import GATE_CALIBRATION_FILE, GATE_RECORD_FILE, RunFolder, seq_len_of

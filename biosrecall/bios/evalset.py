@@ -56,11 +56,20 @@ def build_eval_set(store: TokenStore, pad_id: int, people: np.ndarray | None = N
     grid = np.meshgrid(person_ids, np.arange(len(ATTRIBUTES)), np.arange(EVAL_TEMPLATES), indexing="ij")
     person, attribute, template = (axis.ravel().astype(np.int64) for axis in grid)
     prompt_row = attribute * EVAL_TEMPLATES + template
+    pieces = [(store.eval_start[prompt_row, i], store.eval_length[prompt_row, i]) for i in (0, 1)]
+    return prompt_rows(store, pad_id, person, attribute, template, pieces)
+
+
+def prompt_rows(store: TokenStore, pad_id: int, person, attribute, template, pieces) -> EvalSet:
+    """Rows `[sep] + piece0 + name + piece1 + answer` (module doc) of each (person, attribute), the
+    answer being its value; `pieces` is the (start, length) arrays in `store.tokens` of the prompt piece
+    before the name and of the one after it, one entry per row; `template` is kept as given. The one
+    row builder of the evaluation set and of the exit gate's queries (`biosrecall.eval.gate`)."""
     runs = [  # (start, length): separator, prompt piece before the name, name, piece after it, answer
         (np.full(len(person), store.sep_start), np.ones(len(person), dtype=np.int64)),
-        (store.eval_start[prompt_row, 0], store.eval_length[prompt_row, 0]),
+        pieces[0],
         (store.name_start[person], store.name_length[person]),
-        (store.eval_start[prompt_row, 1], store.eval_length[prompt_row, 1]),
+        pieces[1],
         (store.value_start[person, attribute], store.value_length[person, attribute]),
     ]
     starts, lengths = (np.stack(column, axis=1) for column in zip(*runs, strict=True))

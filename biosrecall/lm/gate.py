@@ -1,11 +1,11 @@
 """The learned exit gate of a language-model run: fitted on training-shard windows, calibrated on the
 validation split (`biosrecall gate train RUN` on an `lm train` run; `lm eval --exit gate:DELTA`).
 
-    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": lm_gate})  # biosrecall.eval.gate_fit
+    fit_gates("runs/lm-ff", tasks={**GATE_TASKS, "lm": lm_gate})  # biosrecall.eval.gate
     fit_run_gates("runs/lm-ff")                                   # the same: a bioS or an LM run
     record, arrays = fit_lm_gate(model, "data/corpus", seq_len=512, settings, batch_size=8)
 
-The head, the target and the bound are bioS's (`biosrecall.eval.gate`, `biosrecall.eval.gate_data`);
+The head, the target and the bound are bioS's (`biosrecall.eval.gate`);
 what changes is what a query is.
 - Fitting: positions of the first `FIT_WINDOWS` windows of the training split, in stream order, at
   most `MAX_FIT_POSITIONS` of them (a seeded draw per window). The target at depth k: the greedy next
@@ -29,8 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from biosrecall.eval.gate import Trace, batch_states
-from biosrecall.eval.gate_fit import GATE_TASKS, GateFit, fit_from_traces, fit_gates
+from biosrecall.eval.gate import GATE_TASKS, GateFit, Trace, batch_states, fit_from_traces, fit_gates
 from biosrecall.lm.evaluate import check_data
 from biosrecall.lm.loader import ShardLoader
 from biosrecall.train.run_folder import RunFolder, seq_len_of
@@ -74,7 +73,7 @@ def window_trace(model, batches: list[np.ndarray], depth: int, per_window: int, 
 
 
 def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size: int) -> tuple[dict, dict]:
-    """(record without the checkpoint's hashes, calibration arrays), as `gate_fit.fit_gate` for bioS;
+    """(record without the checkpoint's hashes, calibration arrays), as `eval.gate.fit_gate` for bioS;
     `settings`: seed, confidence, max_depth and optionally reference."""
     seed, max_depth = settings["seed"], settings["max_depth"]
     batch_size = min(batch_size, WINDOWS_PER_PASS)
