@@ -36,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.gate import resolve_gates, servable_criteria
+from biosrecall.eval.gate import bind_gates
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold
 from biosrecall.eval.scoring import (
     Scoring,
@@ -126,20 +126,14 @@ def score_runs(
         raise BiosrecallError("--applicable-exits needs --exit: the criteria to choose from")
     jobs = plan_jobs([Path(d) for d in run_dirs], checkpoints, data_dir)
     finals = None if served is None else _finals(served, data_dir)
-    chosen, skipped = {}, []
+    resolved, skipped = {}, []
+    # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
     for index, job in enumerate(jobs):
         if criteria and (finals is None or job.path.resolve() in finals):
-            kept, left_out = (
-                servable_criteria(criteria, job.run_dir, job.path) if applicable else (criteria, [])
-            )
+            kept, left_out = bind_gates(criteria, job.run_dir, job.label, job.path, max_depth, applicable)
             skipped += [f"{job.run} @ {job.label}: {line}" for line in left_out]
             if kept:
-                chosen[index] = kept
-    # Every gate bound (or refused) before the first model runs; each is read and hashed once here.
-    resolved = {
-        index: resolve_gates(kept, jobs[index].run_dir, jobs[index].label, jobs[index].path, max_depth)
-        for index, kept in chosen.items()
-    }
+                resolved[index] = kept
     datasets = load_checked_datasets(jobs)
     for dataset in datasets.values():  # a threshold above the templates every scored fact has
         check_threshold(scored_eval_set(dataset, scoring.people), scoring.threshold)

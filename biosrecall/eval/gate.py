@@ -810,3 +810,11 @@ def servable_criteria(criteria, run_dir, checkpoint) -> tuple[list, list[str]]:
         else:
             kept.append(criterion)
     return kept, skipped
+
+
+def bind_gates(criteria, run_dir, label: str, checkpoint, max_depth: int, applicable: bool):
+    """(the criteria checkpoint `label` of `run_dir` is scored on, every gate bound (`resolve_gates`);
+    one line per criterion left out, saying why): with `applicable` those its recipe can serve
+    (`servable_criteria`), else all of them (or one error). What `recall-curve` and `lm eval` both ask."""
+    kept, skipped = servable_criteria(criteria, run_dir, checkpoint) if applicable else (criteria, [])
+    return resolve_gates(kept, run_dir, label, checkpoint, max_depth), skipped

@@ -62,7 +62,7 @@ from biosrecall.eval.exits import (
     parameter_of,
     parse_exits,
 )
-from biosrecall.eval.gate import resolve_gates, servable_criteria
+from biosrecall.eval.gate import bind_gates
 from biosrecall.eval.state_norms import LM_WINDOWS, cached_state_norms
 from biosrecall.lm.loader import validation_batches
 from biosrecall.lm.shard_manifest import load_manifest
@@ -278,10 +278,10 @@ def _served(criteria, run_dir, chosen: dict, max_depth: int, applicable: bool) -
     checkpoint keeps the criteria its recipe can serve, else all of them (or one error)."""
     served, skipped = {}, []
     for label, path in chosen.items():
-        usable, left_out = servable_criteria(criteria, run_dir, path) if applicable else (criteria, [])
+        usable, left_out = bind_gates(criteria, run_dir, label, path, max_depth, applicable)
         skipped += [f"{label}: {line}" for line in left_out]
         if usable:
-            served[label] = check_servable(resolve_gates(usable, run_dir, label, path, max_depth))
+            served[label] = check_servable(usable)
     return served, skipped
 
 
