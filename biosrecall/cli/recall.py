@@ -100,18 +100,18 @@ HF_ONLY = ("depth_arg", "depths", "trust_remote_code")
 
 
 @click.command("recall-curve")
-@config_option(lists=("depths",))
+@config_option()
 @click.argument("run_dirs", nargs=-1, type=FOLDER)
 @checkpoint_option("Checkpoints to evaluate (repeatable)", None, multiple=True, note=" [default: fractions]")
 @field_options(RecallCurveOptions, CHECKED)
 def recall_curve(run_dirs, checkpoints, **fields):
     """Score factual recall of trained runs (or of one Hugging Face causal LM) over serving depths and
     plot Figure-1 style curves."""
-    if fields["depths"] is not None:  # the text the command line holds, checked already
-        fields["depths"] = tuple(parse_depth_list(fields["depths"], "--depths"))
+    if fields["depths"] is not None:  # the text the command line holds, read by the parser that checked it
+        fields["depths"] = tuple(CHECKED["depths"]["type"].parser(fields["depths"]))
     options = RecallCurveOptions(**fields)
     _check_mode(run_dirs, options.hf_model, options.data_dir)
-    from biosrecall.eval.recall_curve import check_output, score_and_write, write_output
+    from biosrecall.eval.recall_curve import check_output, score_and_write
 
     check_output(options.out_dir, options.overwrite)  # before hours of scoring: a stranger folder is refused
     _check_size(run_dirs, options.data_dir, options.people, options.max_depth)
@@ -120,23 +120,9 @@ def recall_curve(run_dirs, checkpoints, **fields):
         check_model_folder(options.hf_model)
         from biosrecall.hf.scoring import hf_recall_curve
 
-        # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag; only an
-        # explicit --max-depth is passed, as a model without a depth argument is refused one.
-        score = partial(
-            hf_recall_curve,
-            options.hf_model,
-            options.data_dir,
-            metric=options.metric,
-            threshold=options.threshold,
-            batch_size=options.batch_size,
-            device=options.device,
-            people=options.people,
-            depth_arg=options.depth_arg,
-            trust_remote_code=options.trust_remote_code or None,
-            max_depth=options.max_depth if given_flags(click.get_current_context(), ["max_depth"]) else None,
-            depths=None if options.depths is None else list(options.depths),
-        )
-        _print(write_output(options.out_dir, options.overwrite, score))  # as for runs, swapped in whole
+        # Only an explicit --max-depth is passed on, as a model without a depth argument is refused one.
+        explicit = bool(given_flags(click.get_current_context(), ["max_depth"]))
+        _print(hf_recall_curve(options, max_depth_given=explicit))  # written as for runs, swapped in whole
         return
     result = score_and_write(run_dirs, checkpoints, options)
     if options.state_norms:

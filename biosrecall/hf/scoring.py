@@ -5,7 +5,8 @@
     table = score_hf_model("models/huginn-bios", "data/bios-1k", depths=[1, 8, 32], depth_arg="num_steps",
                            trust_remote_code=True)
     table = score_hf_model("models/gpt2-bios", "data/bios-1k")                  # not looped: one depth
-    result = hf_recall_curve("exported/ff", "data/bios-1k", "recall-curve")   # scored, then written
+    options = RecallCurveOptions(hf_model=Path("exported/ff"), data_dir=Path("data/bios-1k"))
+    result = hf_recall_curve(options)          # scored, then written into options.out_dir
 
 The scorer is `recall-curve`'s: an item (person, attribute, prompt) is exact when greedy decoding of
 the prompt produces the answer, and a fact is recalled when at least `threshold` of its 5 prompts are
@@ -42,7 +43,7 @@ from biosrecall.errors import BiosrecallError
 from biosrecall.eval.curves import RUN_COLUMNS, check_at_least_one
 from biosrecall.eval.plots import TRAINING_DEPTH, plot_recall_curves
 from biosrecall.eval.recall import DEFAULT_THRESHOLD, check_threshold, recall_table
-from biosrecall.eval.recall_curve import SHOWN_DEPTHS, RecallCurve, write_curves
+from biosrecall.eval.recall_curve import SHOWN_DEPTHS, RecallCurve, write_curves, write_output
 from biosrecall.eval.sweep import progress_bar
 from biosrecall.hf.loading import LoadedModel, check_depth_argument, load_hf_model
 from biosrecall.hf.prompts import (
@@ -55,6 +56,7 @@ from biosrecall.hf.prompts import (
 )
 from biosrecall.hub import check_model_folder
 from biosrecall.numbers import check_count
+from biosrecall.recall_options import RecallCurveOptions
 from biosrecall.train.distributed import resolve_device
 
 DEFAULT_MAX_DEPTH = 64  # recall-curve's --max-depth: runs and looped models are scored at K = 1..64
@@ -109,26 +111,34 @@ def score_hf_model(
     return _label(table, loaded)
 
 
-def hf_recall_curve(
-    model_dir: str | Path,
-    data_dir: str | Path,
-    out_dir: str | Path,
-    depths=None,
-    *,
-    metric: str = "bits",
-    batch_size: int | None = None,
-    **options,
-) -> RecallCurve:
-    """`recall-curve --hf-model`: `score_hf_model` (with its keyword `options`; `batch_size` None:
-    `DEFAULT_BATCH_SIZE`), then its long table and figure written into `out_dir` as
-    `biosrecall.eval.recall_curve` writes a run's, with the summary at depths 1, 4, 16, 64 and the
-    first and last depth scored."""
-    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    table = score_hf_model(model_dir, data_dir, depths, batch_size=batch_size, **options)
-    scored = sorted(table["depth"].unique())
-    shown = sorted({int(d) for d in scored if d in SHOWN_DEPTHS} | {int(scored[0]), int(scored[-1])})
-    written, summary = write_curves(table, Path(out_dir), metric, shown, plot_hf_recall(table, metric))
-    return RecallCurve(written, summary)
+def hf_recall_curve(options: RecallCurveOptions, max_depth_given: bool = True) -> RecallCurve:
+    """`recall-curve --hf-model`: `score_hf_model` of `options.hf_model` on `options.data_dir` with the
+    command's options (`max_depth` only when `max_depth_given`: a model without a depth argument is
+    refused an explicit one; `batch_size` None: `DEFAULT_BATCH_SIZE`), then its long table and figure
+    written into `options.out_dir` as `biosrecall.eval.recall_curve` writes a run's (`write_output`), with
+    the summary at depths 1, 4, 16, 64 and the first and last depth scored."""
+
+    def write(folder: Path) -> RecallCurve:
+        table = score_hf_model(
+            options.hf_model,
+            options.data_dir,
+            options.depths,
+            options.depth_arg,
+            options.threshold,
+            batch_size=DEFAULT_BATCH_SIZE if options.batch_size is None else options.batch_size,
+            device=options.device,
+            people=options.people,
+            # Unset (None) lets a biosrecall export's own modeling code be trusted without the flag.
+            trust_remote_code=options.trust_remote_code or None,
+            max_depth=options.max_depth if max_depth_given else None,
+        )
+        scored = sorted(table["depth"].unique())
+        shown = sorted({int(d) for d in scored if d in SHOWN_DEPTHS} | {int(scored[0]), int(scored[-1])})
+        figure = plot_hf_recall(table, options.metric)
+        written, summary = write_curves(table, folder, options.metric, shown, figure)
+        return RecallCurve(written, summary)
+
+    return write_output(options.out_dir, options.overwrite, write)
 
 
 def _check_export_dataset(loaded: LoadedModel, dataset) -> None:
