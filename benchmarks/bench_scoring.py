@@ -3,7 +3,7 @@
 Until this release a study evaluated its checkpoints one after another in its own process (torch's
 default: every core), a third of the default study's wall time. Now it scores them `--workers` at a
 time in processes forked from the sweep's warm server (`biosrecall.eval.parallel`). This measures both
-side by side in one process, through `biosrecall.eval.curves.recall_curves` with the cache refreshed:
+side by side in one process, through `biosrecall.eval.curves.score_runs` with the cache refreshed:
 the same checkpoints of short `bios-cpu` runs, the default dataset size, every depth to `max_depth`.
 Reported: checkpoints scored per second of wall time for each layout and their ratio (above 1: the
 processes are faster). Both must give the same table. The layouts alternate and each keeps its best.
@@ -28,7 +28,7 @@ import torch
 
 from biosrecall.bios import generate_dataset
 from biosrecall.cli import main as biosrecall
-from biosrecall.eval.curves import recall_curves
+from biosrecall.eval.curves import score_runs
 from biosrecall.sweep.executors import usable_cores
 
 
@@ -66,12 +66,20 @@ def _measure(folders: list[Path], workers: int, threads: int | None, s: Settings
     torch.set_num_threads(threads or usable_cores())  # the old way: this process, every core
     try:
         start = time.perf_counter()
-        table = recall_curves(folders, "final", s.max_depth, device="cpu", refresh=True, progress=False,
-                              workers=workers, threads=threads or 1)  # fmt: skip
+        scores = score_runs(
+            folders,
+            "final",
+            max_depth=s.max_depth,
+            device="cpu",
+            refresh=True,
+            progress=False,
+            workers=workers,
+            threads=threads or 1,
+        )
         wall = time.perf_counter() - start
     finally:
         torch.set_num_threads(before)
-    return {"wall_s": round(wall, 2), "checkpoints_per_s": len(folders) / wall}, table
+    return {"wall_s": round(wall, 2), "checkpoints_per_s": len(folders) / wall}, scores.recall
 
 
 def run(quick: bool = False) -> dict:

@@ -73,7 +73,7 @@ def _build(root: Path) -> HfWorld:
     import torch
 
     from biosrecall.bios import generate_dataset
-    from biosrecall.eval.curves import recall_curves
+    from biosrecall.eval.curves import score_runs
     from biosrecall.hf.export import export_run
     from biosrecall.train.config import TrainConfig
     from biosrecall.train.trainer import train_bios
@@ -82,7 +82,7 @@ def _build(root: Path) -> HfWorld:
     data = generate_dataset(root / "data", people=PEOPLE, seed=0)
     config = TrainConfig(schedule=SCHEDULE, checkpoint_fractions=(0.5, 1.0), save_every=1000, **TRAIN)
     train_bios(data, root / "run", config, preset="bios-tiny", model_overrides=MODEL_OVERRIDES)
-    recall_curves([root / "run"], "final", max_depth=16, device="cpu", progress=False)  # caches the table
+    score_runs([root / "run"], "final", max_depth=16, device="cpu", progress=False)  # caches the table
     export = export_run(root / "run", root / "export", "final")
     switch_export = export_run(root / "run", root / "switch-export", "switch")
     return HfWorld(data, root / "run", export, switch_export, build_gpt2(data, root / "gpt2"))

@@ -21,7 +21,7 @@ from biosrecall.compute.flops import (
 )
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval import scoring
-from biosrecall.eval.curves import recall_curves
+from biosrecall.eval.curves import score_runs
 from biosrecall.model import LoopedTransformer, get_preset
 from biosrecall.model.presets import BASELINE_DEPTH, BASELINES, standard_transformer
 from biosrecall.train.checkpoint_files import load_checkpoint
@@ -123,7 +123,7 @@ def test_a_baseline_trains_and_is_scored_at_its_one_depth(data_dir, tmp_path, mo
     scored = []
     real = scoring.exact_by_depth
     monkeypatch.setattr(scoring, "exact_by_depth", lambda *a, **k: scored.append(a[2]) or real(*a, **k))
-    table = recall_curves([tmp_path / "std"], "final", max_depth=8, device="cpu")
+    table = score_runs([tmp_path / "std"], "final", max_depth=8, device="cpu").recall
     assert scored == [1]  # one pass at its one depth, not eight
     whole = table[table["attribute"] == "all"].sort_values("depth")
     assert list(whole["depth"]) == list(range(1, 9)) and whole["bits"].nunique() == 1

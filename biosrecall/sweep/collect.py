@@ -6,7 +6,7 @@ Always `runs.csv` / `.parquet`: one row per run of the sweep with its labels (en
 values), state, updates done and planned, and its last metrics.jsonl row (loss, FLOPs, tokens, wall
 seconds).
 
-bioS runs (`train`): the recall curves of every finished run (`biosrecall.eval.curves.recall_curves`
+bioS runs (`train`): the recall curves of every finished run (`biosrecall.eval.curves.score_runs`
 with the sweep's `recall_curve` evaluation settings, so each checkpoint comes from the cache its
 evaluation left: `checkpoints/<label>/recall.parquet`) as `recall_curve.csv|parquet|png|pdf` and
 `summary.csv|parquet`. Runs sharing a folder name (a grid over seed: `seed<S>/<name>`) are also
@@ -29,7 +29,7 @@ import pandas as pd
 
 from biosrecall.atomic import OutputRecord, atomic_directory
 from biosrecall.errors import BiosrecallError
-from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, recall_curves
+from biosrecall.eval.curves import DEFAULT_CHECKPOINTS, score_runs
 from biosrecall.eval.recall_curve import shown_depths, write_curves, write_seed_curves
 from biosrecall.eval.seeds import seed_groups
 from biosrecall.lm.compare import compare_runs, write_comparison
@@ -90,15 +90,15 @@ def _recall_tables(done: list[SweepRun], evaluations: Sequence[Evaluation], dest
     # The parameter --checkpoint fills, named by the command's own definition.
     selector = settings[commands.canonical_key("recall-curve", "checkpoint")]
     run_dirs = [job.run_dir for job in done]
-    table = recall_curves(
+    table = score_runs(
         run_dirs,
         selector or DEFAULT_CHECKPOINTS,
-        settings["max_depth"],
-        settings["threshold"],
+        max_depth=settings["max_depth"],
+        threshold=settings["threshold"],
         device=settings["device"],
         data_dir=settings["data_dir"],
         people=settings["people"],
-    )
+    ).recall
     names = [path.name for path in run_dirs]
     if len(set(names)) < len(names):  # runs sharing a folder name are seeds of one configuration
         return write_seed_curves(table, seed_groups(run_dirs), dest)[0]
