@@ -96,7 +96,7 @@ from biosrecall.bios.pools import ATTRIBUTES
 from biosrecall.bios.templates import eval_completion
 from biosrecall.errors import BiosrecallError
 from biosrecall.eval.exits import DEFAULT_SWEEPS, Gate, GateCdf, OneParameter, check_max_depth
-from biosrecall.eval.scoring import CheckpointJob, plan_jobs
+from biosrecall.eval.scoring import plan_jobs
 from biosrecall.eval.sweep import (
     DEFAULT_BATCH_SIZE,
     answer_batches,
@@ -388,20 +388,26 @@ def train_head(trace: Trace, reference: int, seed: int) -> tuple[GateHead, dict]
     return head.eval(), summary
 
 
-def task_name(meta: dict) -> str:
-    """The task a checkpoint was trained on: "bios" unless its meta.json names another."""
-    return (meta.get("task") or {}).get("name") or "bios"
-
-
-def _plan(run_dir: Path, checkpoints, data_dir) -> list[CheckpointJob]:
-    """Every selected checkpoint (`eval.scoring.plan_jobs`), refused when it has no recurrent block."""
+def _plan(run_dir: Path, checkpoints, data_dir, tasks: Mapping[str, GateTask]):
+    """(every selected checkpoint (`eval.scoring.plan_jobs`), refused when it has no recurrent block;
+    per data folder, how its checkpoints are fitted, once its task checked it against the run). A
+    checkpoint's task is the one its meta.json names, "bios" when it names none."""
     jobs = plan_jobs([run_dir], checkpoints, data_dir)
     if any(job.meta["model_config"].get("n_block", 1) == 0 for job in jobs):
         raise BiosrecallError(
             f"{run_dir} is a standard transformer (no recurrent block): it has one depth, so there "
             "is no exit for a gate to learn"
         )
-    return jobs
+    fits: dict[Path, GateFit] = {}
+    for job in jobs:
+        name = (job.meta.get("task") or {}).get("name") or "bios"
+        if name not in tasks:
+            raise BiosrecallError(
+                f"{run_dir} is a {name} run: this command fits gates of {' and '.join(tasks)} runs only"
+            )
+        if job.dataset_path not in fits:
+            fits[job.dataset_path] = tasks[name](run_dir, job.meta, job.dataset_path)
+    return jobs, fits
 
 
 def fit_gates(
@@ -421,8 +427,7 @@ def fit_gates(
     tasks = GATE_TASKS if tasks is None else tasks
     run_dir, max_depth, seed = Path(run_dir), check_max_depth(max_depth), check_seed(seed)
     check_number("--confidence", confidence, rates(0, 1, low_open=True, high_open=True))
-    planned = _plan(run_dir, checkpoints, data_dir)
-    fits = _check_data(run_dir, planned, tasks)
+    planned, fits = _plan(run_dir, checkpoints, data_dir, tasks)
     # A bioS dataset and an LM shard folder alike are identified by their manifest's sha256.
     data_hashes = {data_path: file_sha256(data_path / MANIFEST) for data_path in fits}
     settings = {"seed": seed, "confidence": float(confidence), "max_depth": max_depth}
@@ -439,20 +444,6 @@ def fit_gates(
             )
             written.append(write_gate(RunFolder(run_dir).gate_dir(job.label), record, arrays))
     return written
-
-
-def _check_data(run_dir: Path, planned, tasks: Mapping[str, GateTask]) -> dict[Path, GateFit]:
-    """Per data folder, how its checkpoints are fitted, once its task checked it against the run."""
-    found = {}
-    for job in planned:
-        name, data_path = task_name(job.meta), job.dataset_path
-        if name not in tasks:
-            raise BiosrecallError(
-                f"{run_dir} is a {name} run: this command fits gates of {' and '.join(tasks)} runs only"
-            )
-        if data_path not in found:
-            found[data_path] = tasks[name](run_dir, job.meta, data_path)
-    return found
 
 
 def bios_gate(run_dir: Path, meta: dict, data_path: Path) -> GateFit:

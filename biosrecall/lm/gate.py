@@ -79,21 +79,19 @@ def fit_lm_gate(model, data_dir: Path, seq_len: int, settings: dict, batch_size:
     batch_size = min(batch_size, WINDOWS_PER_PASS)
     fitting = split_windows(data_dir, seq_len, "train", FIT_WINDOWS, batch_size)
     windows = sum(len(rows) for rows in fitting)
+    per_window = max(1, MAX_FIT_POSITIONS // windows)
 
     def trace_held(reference: int) -> Trace:
         validation = split_windows(data_dir, seq_len, "validation", CALIBRATION_WINDOWS, batch_size)
         return window_trace(model, validation, reference, 1, seed)
 
-    positions = []  # the fitting trace's: only its size is kept, so its states can be freed
-
     def trace_fit() -> Trace:
-        trace = window_trace(model, fitting, max_depth, max(1, MAX_FIT_POSITIONS // windows), seed)
-        positions.append(trace.states.shape[1])
-        return trace
+        return window_trace(model, fitting, max_depth, per_window, seed)
 
     record, arrays = fit_from_traces(trace_fit, trace_held, settings)
     record["task"] = "lm"
-    record["fit"].update(split="train", windows=windows, positions=positions[0])
+    # window_trace draws min(per_window, seq_len) positions of each window, each its own query
+    record["fit"].update(split="train", windows=windows, positions=windows * min(per_window, seq_len))
     record["calibration"].update(split="validation", windows=record["calibration"]["queries"])
     return record, arrays
 
