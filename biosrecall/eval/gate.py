@@ -39,7 +39,7 @@ piece1`, answered by the value, the same layout as an evaluation row (`biosrecal
 the same scorers read it. Only templates whose name comes before the value can be cut so (the value
 must be predictable from what precedes it), and never an evaluation phrasing: a dataset built without
 `--holdout-eval-templates` also trains on each evaluation prompt as `"<prompt> {value}."`
-(`bios.templates.eval_completion`), and those rows are left out here (`eval_completion_rows`), so the
+(`bios.templates.eval_completion`), and those rows are left out here (`gate_templates`), so the
 gate sees no token of the five evaluation templates beyond the words they share with training ones.
 
 Calibration. The gate stops a query at the first depth whose gate logit is at least a threshold t,
@@ -233,22 +233,17 @@ def reference_depth(exact: np.ndarray) -> int:
 # ---- the queries ---------------------------------------------------------------------------------
 
 
-def eval_completion_rows(dataset) -> np.ndarray:
-    """bool [T]: which training-template rows are evaluation phrasings (`"<prompt> {value}."`); the
-    manifest lists them in the rows' order (`bios.validation` checks it when the dataset loads)."""
-    templates = dataset.manifest["templates"]
-    rows = [
+def gate_templates(dataset) -> np.ndarray:
+    """Training-template rows the gate may use: name before value, not an evaluation phrasing
+    (`"<prompt> {value}."`); the manifest lists the training templates in the rows' order
+    (`bios.validation` checks it when the dataset loads)."""
+    store, templates = dataset.token_store, dataset.manifest["templates"]
+    evaluation_phrasing = [
         text in {eval_completion(prompt) for prompt in templates["eval"][attribute]}
         for attribute in ATTRIBUTES
         for text in templates["train"][attribute]
     ]
-    return np.array(rows, dtype=bool)
-
-
-def gate_templates(dataset) -> np.ndarray:
-    """Training-template rows the gate may use: name before value, not an evaluation phrasing."""
-    store = dataset.token_store
-    usable = np.flatnonzero(store.name_first & ~eval_completion_rows(dataset))
+    usable = np.flatnonzero(store.name_first & ~np.array(evaluation_phrasing, dtype=bool))
     missing = set(range(len(ATTRIBUTES))) - set(store.template_attribute[usable].tolist())
     if missing:
         names = ", ".join(ATTRIBUTES[a] for a in sorted(missing))
