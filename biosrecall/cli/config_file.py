@@ -52,11 +52,10 @@ COMMA_LISTS = (NumberList, ParsedBy, CommaList)
 """The option types that take a comma list in one string ("0,1,2"): a config file may give a TOML array."""
 
 
-def config_option(lists: tuple[str, ...] = (), task: str | None = None):
+def config_option(task: str | None = None):
     """The eager `--config FILE` option. `task`: the run kind ("bios", "lm") whose config.json the
-    command also reads. `lists` is no longer read: an option that takes a comma list (a TOML array is
-    joined with commas for it) is known by its type (`COMMA_LISTS`); the commands that still name
-    theirs may drop it."""
+    command also reads. An option that takes a comma list (a TOML array is joined with commas for it)
+    is known by its type (`COMMA_LISTS`)."""
     return click.option(
         "--config",
         type=click.Path(path_type=Path, dir_okay=False),
