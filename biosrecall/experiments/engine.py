@@ -398,8 +398,9 @@ def run_study(
 def _prepare_output(study: Study, out_dir: Path, options, replacing: bool, report) -> None:
     """Under the lock, before anything trains, once no run of OUT is busy (`refuse_busy_runs`): the
     engine's record and the study's `inputs`. `replacing` an output refused for its settings, the
-    entries the study made there (`replaces`) first go into one hidden sibling folder, deleted once this succeeded. A failure or
-    interrupt here leaves OUT as it found it: a new one empty, a replaced one put back."""
+    entries the study made there (`replaces`) first go into one hidden sibling folder, deleted once
+    this succeeded. A failure or interrupt here leaves OUT as it found it: a new one empty, a replaced
+    one put back."""
     refuse_busy_runs(out_dir / RUNS)
     existed = out_dir.exists()
     new, aside = not existed or not any(out_dir.iterdir()), None
