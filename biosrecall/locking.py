@@ -11,7 +11,9 @@ That is what makes the clean-up safe: once the lock is held, every hidden tempor
 atomic write of that output leaves (`.<name>.XXXXXXXX.tmp`, the new folder being built, and
 `.<name>.XXXXXXXX.old`, the previous output moved aside during an `--overwrite` swap) belongs to a
 dead process. `output_lock` removes them on entry; an `.old` whose swap was cut short, so that the
-output itself is missing, is put back first rather than deleted.
+output itself is missing, is put back first rather than deleted, and so are the entries a study's
+`--overwrite` set aside (an `.old` folder of entries, not a `previous` output) when it was killed
+before the new output was prepared.
 
     with output_lock("data/bios-1k"):       # BiosrecallError if another process holds it
         ...                                   # check the output, build it, swap it in
@@ -267,10 +269,25 @@ def remove_stale_temporaries(output: str | Path, locked: bool = True) -> None:
         previous = entry / ASIDE_ENTRY
         if entry.name.endswith(ASIDE_SUFFIX) and not os.path.lexists(output) and os.path.lexists(previous):
             os.replace(previous, output)
+        elif entry.name.endswith(ASIDE_SUFFIX) and not os.path.lexists(previous) and output.is_dir():
+            put_back(entry, output)  # a study's entries, set aside by an --overwrite cut short
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
+
+
+def put_back(aside: Path, output: Path) -> None:
+    """Move the entries a study's `--overwrite` set aside (`biosrecall.experiments.engine`) back into
+    `output`, each in place of what was made under its name meanwhile, and remove `aside`."""
+    for entry in aside.iterdir():
+        made = output / entry.name
+        if made.is_dir() and not made.is_symlink():
+            shutil.rmtree(made)
+        elif os.path.lexists(made):
+            made.unlink()
+        os.replace(entry, made)
+    aside.rmdir()
 
 
 def _remove_unheld(tmp: Path) -> None:

@@ -116,3 +116,37 @@ def test_a_study_record_survives_a_later_interrupted_write_of_its_first_call(tmp
     assert not (out / "diagnose").exists()
     assert (out / "data" / "manifest.json").is_file()
     assert (out / "study.json").is_file() if record else not (out / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("killed", ["moving aside", "preparing the new output", "deleting the old one"])
+def test_an_overwrite_killed_half_way_leaves_one_whole_output(tmp_path, killed):
+    """A SIGKILL during `--overwrite` (no clean-up ran): the next lock of OUT puts the old entries back,
+    or, once the new output was prepared and the old one was being deleted, keeps the new one; a
+    user's own file stays either way."""
+    import tempfile
+
+    from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock, temporary_prefix
+
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(out), suffix=ASIDE_SUFFIX, dir=tmp_path))
+    (aside / "runs").mkdir()
+    (aside / "data").mkdir()
+    (aside / "data" / "manifest.json").write_text("old")
+    if killed == "moving aside":  # the record moves last: it is still in OUT
+        (out / "figure1.json").write_text("old")
+    else:
+        (aside / "figure1.json").write_text("old")
+        (out / "figure1.json").write_text("new")
+    if killed == "deleting the old one":
+        aside.rename(aside.with_name(aside.name.removesuffix(ASIDE_SUFFIX) + TEMPORARY_SUFFIX))
+    with output_lock(out):
+        pass
+    expected = "new" if killed == "deleting the old one" else "old"
+    assert (out / "figure1.json").read_text() == expected
+    assert (out / "runs").is_dir() == (expected == "old")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert [
+        p.name for p in tmp_path.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")
+    ] == []

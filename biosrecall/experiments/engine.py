@@ -79,7 +79,7 @@ from biosrecall.atomic import atomic_write_bytes, atomic_write_text, keep_output
 from biosrecall.errors import MAX_MESSAGE, BiosrecallError, bounded
 from biosrecall.files import parse_json_text, read_json_object
 from biosrecall.interrupts import held
-from biosrecall.locking import ASIDE_SUFFIX, output_lock, temporary_prefix
+from biosrecall.locking import ASIDE_SUFFIX, TEMPORARY_SUFFIX, output_lock, put_back, temporary_prefix
 from biosrecall.records import Amount, parse_record
 from biosrecall.sizing import format_seconds
 from biosrecall.sweep.commands import EVALUATIONS
@@ -419,25 +419,20 @@ def _prepare_output(study: Study, out_dir: Path, options, replacing: bool, repor
             shutil.rmtree(out_dir, ignore_errors=True)
             if existed:
                 out_dir.mkdir()
-        if aside is not None:  # what was made meanwhile gives way to what was there
-            for entry in aside.iterdir():
-                made = out_dir / entry.name
-                if made.is_dir() and not made.is_symlink():
-                    shutil.rmtree(made)
-                elif os.path.lexists(made):
-                    made.unlink()
-                os.replace(entry, made)
-            aside.rmdir()
+        if aside is not None:
+            put_back(aside, out_dir)
         raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
+    if aside is not None:  # renamed first: an aside still there when the next lock is taken is put back
+        doomed = aside.with_name(aside.name.removesuffix(ASIDE_SUFFIX) + TEMPORARY_SUFFIX)
+        os.replace(aside, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _moved_aside(out_dir: Path, names: list[str], record: str) -> Path:
     """The entries of OUT named in `names` moved into one hidden sibling folder, which is returned; the
     record moves last, so until everything else has gone a plain rerun still refuses the output rather
     than reusing part of it. Should this process die before the folder is deleted or put back, the
-    next `output_lock(out_dir)` removes it."""
+    next `output_lock(out_dir)` puts it back (`locking.put_back`)."""
     target = out_dir.resolve()
     aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), suffix=ASIDE_SUFFIX, dir=target.parent))
     present = [name for name in dict.fromkeys(names) if os.path.lexists(out_dir / name)]
