@@ -1,33 +1,38 @@
 """`baseline` stays bit-identical to the runs made before recipes existed: the same config trains to
-the same weights. The hashes below were recorded from the code as it was before the recipe registry
-(the loop, its injections and the loss written inline), with this file's training settings.
+the same weights. The digests below were recorded from the code as it was before the recipe registry
+(commit d26e023: the loop, its injections and the loss written inline), with this file's training
+settings.
+
+They are sha256 digests of every final weight (float32 bytes, keys sorted). Float arithmetic differs
+in its last bits from one processor to another (AVX-512 or AVX2 kernels, the code path MKL picks for
+the processor), so the training runs in a child process whose arithmetic is pinned to the portable
+paths every x86-64 processor takes (`PORTABLE_ARITHMETIC`: ATen's unvectorised kernels, MKL's
+COMPATIBLE branch, oneDNN at SSE4.1, one thread). On another torch build, or off x86-64, the test is
+skipped rather than wrong.
 
     pytest -q tests/test_recipe_baseline_golden.py
-
-They are sha256 digests of every final weight (float32 bytes, keys sorted), so they hold on the CPU
-build of torch they were made with; on another torch version the test is skipped rather than wrong.
+    # record the digests again (from a checkout of d26e023 to keep what they mean), one per variant:
+    PYTHONPATH=<checkout> python tests/test_recipe_baseline_golden.py OUT
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
-
-from biosrecall.cli import main
-from biosrecall.train.config import TrainConfig
-from biosrecall.train.run_folder import RunFolder
-from biosrecall.train.trainer import train_bios
 
 RECORDED_WITH = "2.13.0+cpu"
 GOLDEN = {
-    "concat": "5a25bd59149e2a49462685e32b20123a02bffd6b20e94b2f4071672774f10abc",
-    "add-noise-sandwich-bp2": "e25d0cbcdfa7ab232e19957731071128478bdeaa09d1e7084ec6122c529481ef",
-    "none": "b73e39b8dc843aa5895a1477d81f99b648bff63133ec964ce43c98d003d7265b",
-    "concat-checkpointed": "5a25bd59149e2a49462685e32b20123a02bffd6b20e94b2f4071672774f10abc",
+    "concat": "6476524d2190c977313ef6019531719e455998ccb720417fd9057d3c677a5101",
+    "add-noise-sandwich-bp2": "1269e904bbb4b7ec3f0b87cb9c9b10f7332c7c81f88fe8edfc2e6730df978901",
+    "none": "be154b90415ad68526629b0c921f629a273af3e5b870441dca26bfb7be6da479",
+    "concat-checkpointed": "6476524d2190c977313ef6019531719e455998ccb720417fd9057d3c677a5101",
 }
 VARIANTS = {
     "concat": ({}, False),
@@ -38,36 +43,69 @@ VARIANTS = {
     "none": ({"injection": "none"}, False),
     "concat-checkpointed": ({}, True),
 }
+# Read when torch, MKL and oneDNN load, hence a child process.
+PORTABLE_ARITHMETIC = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE,STRICT",  # STRICT: the same bits whatever the arrays' alignment
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+def train_variants(out: Path) -> dict[str, str]:
+    """Generate the test's dataset under `out`, train every variant on it, return their digests."""
+    from safetensors.torch import load_file
+
+    from biosrecall.cli import main
+    from biosrecall.train.config import TrainConfig
+    from biosrecall.train.run_folder import RunFolder
+    from biosrecall.train.trainer import train_bios
+
+    data = out / "data"
+    main(["generate", "--out", str(data), "--seed", "11", "--people", "50", "--pool-size", "employer=64"])
+    digests = {}
+    for variant, (overrides, checkpointed) in sorted(VARIANTS.items()):
+        config = TrainConfig(
+            schedule="uniform:1-16",
+            updates=4,
+            batch_size=4,
+            seed=3,
+            save_every=100,
+            checkpoint_fractions=(1.0,),
+            activation_checkpointing=checkpointed,
+        )
+        train_bios(data, out / variant, config, preset="bios-tiny", model_overrides=overrides)
+        weights = load_file(str(RunFolder(out / variant).fraction_checkpoints()[1.0] / "model.safetensors"))
+        digest = hashlib.sha256()
+        for name in sorted(weights):
+            digest.update(name.encode())
+            digest.update(weights[name].contiguous().numpy().tobytes())
+        digests[variant] = digest.hexdigest()
+    return digests
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("golden") / "data"
-    main(["generate", "--out", str(out), "--seed", "11", "--people", "50", "--pool-size", "employer=64"])
-    return out
+def trained(tmp_path_factory) -> dict[str, str]:
+    import torch
 
-
-def weights_digest(run: Path) -> str:
-    weights = load_file(str(RunFolder(run).fraction_checkpoints()[1.0] / "model.safetensors"))
-    digest = hashlib.sha256()
-    for name in sorted(weights):
-        digest.update(name.encode())
-        digest.update(weights[name].contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-@pytest.mark.skipif(torch.__version__ != RECORDED_WITH, reason=f"digests recorded with torch {RECORDED_WITH}")
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_baseline_trains_to_the_recorded_weights(data, tmp_path, variant):
-    overrides, checkpointed = VARIANTS[variant]
-    config = TrainConfig(
-        schedule="uniform:1-16",
-        updates=4,
-        batch_size=4,
-        seed=3,
-        save_every=100,
-        checkpoint_fractions=(1.0,),
-        activation_checkpointing=checkpointed,
+    if torch.__version__ != RECORDED_WITH or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip(f"digests recorded with torch {RECORDED_WITH} on x86-64")
+    out = tmp_path_factory.mktemp("golden")
+    done = subprocess.run(
+        [sys.executable, __file__, str(out)],
+        env={**os.environ, **PORTABLE_ARITHMETIC},
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    train_bios(data, tmp_path / "run", config, preset="bios-tiny", model_overrides=overrides)
-    assert weights_digest(tmp_path / "run") == GOLDEN[variant]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_baseline_trains_to_the_recorded_weights(trained, variant):
+    assert trained[variant] == GOLDEN[variant]
+
+
+if __name__ == "__main__":
+    print(json.dumps(train_variants(Path(sys.argv[1]))))
