@@ -97,8 +97,8 @@ def trained(tmp_path_factory) -> dict[str, str]:
         env={**os.environ, **PORTABLE_ARITHMETIC},
         capture_output=True,
         text=True,
-        check=True,
     )
+    assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.splitlines()[-1])
 
 
