@@ -23,6 +23,7 @@ from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, Real, field_options, stacked
 from biosrecall.cli.study import OUTPUT, SEEDS, engine_options, run_engine_command
 from biosrecall.experiments.capacity import PLAN_PROBE_PEOPLE, CapacityOptions, plan_capacity, run_capacity
+from biosrecall.experiments.claims import claims_markdown, seed_count
 from biosrecall.numbers import DEPTH, EXPOSURES, counts
 from biosrecall.train.config import LIMITS
 
@@ -90,7 +91,6 @@ def _plan_lines(options, report) -> list[str]:
 
 
 def _print(result, options) -> None:
-    from biosrecall.experiments.claims import claims_markdown, seed_count
 
     if seed_count(result.claims) < 2:  # say why before the reader sees a column of "inconclusive"
         click.echo("claims, from 1 seed: one seed has no interval, so no claim can be decided (add --seeds)")

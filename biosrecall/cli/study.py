@@ -35,6 +35,7 @@ import click
 from biosrecall.cli.config_file import config_option
 from biosrecall.cli.options import Integer, NumberList, field_options, stacked
 from biosrecall.cli.sweep import ExecutorOptions, executor_options
+from biosrecall.experiments.engine import StudyRunFailed, plan_study, run_study
 from biosrecall.experiments.study import check_seeds
 from biosrecall.interrupts import work_done
 from biosrecall.numbers import SEED, counts
@@ -164,7 +165,6 @@ def run_engine_command(
             f"archived {files} files ({size / 1e6:.1f} MB) of {out_dir} into {archive}, without weights"
         )
         return
-    from biosrecall.experiments.engine import StudyRunFailed, plan_study, run_study
 
     executor = {name: values.pop(name) for name in EXECUTOR_OPTIONS if name in values}
     chosen = options(values)

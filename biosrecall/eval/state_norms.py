@@ -29,7 +29,12 @@ import pandas as pd
 import torch
 
 from biosrecall.errors import BiosrecallError
+from biosrecall.eval.scoring import load_checked_datasets, plan_jobs, scored_eval_set
+from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
 from biosrecall.numbers import check_count
+from biosrecall.train.checkpoint_files import load_checkpoint
+from biosrecall.train.distributed import resolve_device
+from biosrecall.train.run_folder import state_norm_cache_file
 
 BIOS_ROWS = 64
 """Evaluation rows the bioS state is measured on (every position but the padding)."""
@@ -71,10 +76,6 @@ def cached_state_norms(checkpoint, batches, source: dict, max_depth: int, device
     """The checkpoint's state-norm table to `max_depth` from its cache when current, else measured on
     `batches` (a function returning the (tokens, mask) batches, called only on a miss; `source` names
     them in the key) with the checkpoint's model on `device`, and cached."""
-    from biosrecall.eval.table_cache import checkpoint_key, read_cached, write_cached
-    from biosrecall.train.checkpoint_files import load_checkpoint
-    from biosrecall.train.distributed import resolve_device
-    from biosrecall.train.run_folder import state_norm_cache_file
 
     path = state_norm_cache_file(checkpoint)
     key = checkpoint_key(Path(checkpoint), format=FORMAT, max_depth=int(max_depth), **source)
@@ -105,7 +106,6 @@ def bios_state_norms(
 ) -> dict[str, pd.DataFrame]:
     """{checkpoint label: state-norm table} of a bioS run's selected checkpoints, on `rows` evaluation
     rows spread evenly over its first `people` people (None: everyone), cached in each checkpoint."""
-    from biosrecall.eval.scoring import load_checked_datasets, plan_jobs, scored_eval_set
 
     jobs = plan_jobs([Path(run_dir)], checkpoints, data_dir)
     datasets = load_checked_datasets(jobs)  # each the dataset its checkpoints were trained on

@@ -87,6 +87,7 @@ from biosrecall.sweep.engine import Executor, planned_actions, prepare, run_swee
 from biosrecall.sweep.executors import LocalExecutor, make_executor, usable_cores
 from biosrecall.sweep.jobs import BOOKKEEPING, Evaluation, SweepRun
 from biosrecall.sweep.records import lock_holder
+from biosrecall.train.config import resolve_seq_len
 from biosrecall.train.run_folder import RunFolder, machine, versions
 from biosrecall.train.stops import Interrupted
 
@@ -730,7 +731,6 @@ def seconds_per_flop_of(run: SweepRun, threads: int, measured: dict) -> float | 
 
     from biosrecall.lm.task import LM_VOCABULARY
     from biosrecall.model import LoopedTransformer
-    from biosrecall.train.config import resolve_seq_len
     from biosrecall.train.trainer import BIOS_VOCABULARY, build_model_config, run_recipe, seconds_per_flop
 
     preset = run.task.get("preset")

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from biosrecall.errors import BiosrecallError
 from biosrecall.experiments.engine import Study
+from biosrecall.experiments.study import check_seeds
 from biosrecall.model.recipes import get_recipe, load_recipe_module, recipe_file
 from biosrecall.sweep.jobs import Evaluation, SweepRun
 from biosrecall.train.checkpoint_files import read_meta
@@ -150,7 +151,6 @@ class LeaderboardOptions:
 
 def _sizes(options: LeaderboardOptions) -> dict[str, TaskSize]:
     """The size of each task, every option checked before anything is written."""
-    from biosrecall.experiments.study import check_seeds
 
     check_seeds(options.seeds)
     if options.size not in SIZES:

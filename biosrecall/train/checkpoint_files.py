@@ -38,6 +38,7 @@ from biosrecall.atomic import atomic_directory, write_failed
 from biosrecall.errors import BiosrecallError, first_line
 from biosrecall.files import require_regular_file
 from biosrecall.model.config import ModelConfig
+from biosrecall.model.recipes import get_recipe, load_recipe_module
 from biosrecall.records import Amount, Count, Fraction, optional, read_checked_json
 
 if TYPE_CHECKING:
@@ -200,7 +201,6 @@ def register_recorded_recipe(record: dict[str, Any]) -> None:
     and each meta.json) while the file is still there and the recipe is not installed otherwise: another
     process (a sweep's evaluation, `recall-curve` in a new shell) then rebuilds the model as the
     training process did. Without the file, the recipe's name is refused as not installed."""
-    from biosrecall.model.recipes import get_recipe, load_recipe_module
 
     module = (record.get("train_config") or {}).get("recipe_module")
     recipe = (record.get("model_config") or {}).get("recipe")
